@@ -51,11 +51,14 @@ fi
 if [ ! -x "$VENV/bin/lmplz" ] || [ ! -x "$VENV/bin/build_binary" ]; then
   log "building KenLM lmplz/build_binary from the kenlm 0.3.0 sdist (~2 min)"
   work=$(mktemp -d)
-  "$VPY" -m pip download -q --no-deps --no-binary :all: "kenlm==0.3.0" -d "$work"
+  "$VPY" -m pip download -q --no-deps --no-build-isolation --no-binary kenlm "kenlm==0.3.0" -d "$work"
   tar -xzf "$work"/kenlm-0.3.0.tar.gz -C "$work"
   src=$(find "$work" -maxdepth 1 -type d -name 'kenlm*' | head -1)
   mkdir -p "$src/build"
-  (cd "$src/build" && cmake .. -DCMAKE_BUILD_TYPE=Release >/dev/null && make -j"$(nproc)" lmplz build_binary >/dev/null)
+  if ! (cd "$src/build" && cmake .. -DCMAKE_BUILD_TYPE=Release && make -j"$(nproc)" lmplz build_binary) \
+      >"$work/build.log" 2>&1; then
+    tail -40 "$work/build.log"; log "KenLM build failed (log above)"; exit 1
+  fi
   cp "$src/build/bin/lmplz" "$src/build/bin/build_binary" "$VENV/bin/"
   rm -rf "$work"
 else

@@ -116,7 +116,22 @@ def load_config(cls: type[C], path: str | Path | None = None, overrides: list[st
     if path is not None:
         data = merge(data, read_yaml(path))
     data = apply_overrides(data, overrides or [])
-    return from_dict(cls, data)
+    return from_dict(cls, expand_package_paths(data))
+
+
+PACKAGE_PREFIX = "pkg://"
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+
+
+def expand_package_paths(data: Any) -> Any:
+    """'pkg://sample_data/x' -> absolute path inside the installed package (bundled sample data)."""
+    if isinstance(data, dict):
+        return {k: expand_package_paths(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [expand_package_paths(v) for v in data]
+    if isinstance(data, str) and data.startswith(PACKAGE_PREFIX):
+        return str(PACKAGE_ROOT / data[len(PACKAGE_PREFIX):])
+    return data
 
 
 def to_dict(cfg: Any) -> Any:

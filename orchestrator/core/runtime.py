@@ -45,8 +45,7 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, num_gpus: 
     project_root = str(Path(__file__).resolve().parents[2])
     env = {"env_vars": {"PYTHONPATH": _pythonpath_with(project_root), "TOKENIZERS_PARALLELISM": "false"}}
     if target is None:
-        # Keep everything on loopback (Ray 2.60 otherwise binds the eth0 address).
-        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        _force_loopback()
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
                  log_to_driver=log_to_driver, runtime_env=env, _node_ip_address="127.0.0.1")
@@ -57,6 +56,19 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, num_gpus: 
     res = ray.cluster_resources()
     log.info("ray %s: %s", mode, {k: v for k, v in res.items() if k in ("CPU", "GPU", "memory")})
     return {"mode": mode, "address": target, "resources": res}
+
+
+def _force_loopback() -> None:
+    """Keep an embedded Ray (raylet, workers, gloo) on 127.0.0.1.
+
+    Ray 2.60 binds the eth0 address unless RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, which it reads
+    once at import into ray_constants: set the variable for the processes Ray spawns, and the
+    constant for this one in case ray was imported before us.
+    """
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    from ray._private import ray_constants
+
+    ray_constants.ENABLE_RAY_CLUSTER = False
 
 
 def _pythonpath_with(root: str) -> str:
@@ -70,12 +82,18 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
     import ray
 
     started = not ray.is_initialized()
+    saved = os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
     info = init_ray(address=address, num_cpus=num_cpus)
     try:
         yield info
     finally:
         if started:
             ray.shutdown()
+            # Do not leak the loopback switch into subprocesses started later (e.g. `ray start`).
+            if saved is None:
+                os.environ.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
+            else:
+                os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = saved
 
 
 def seed_everything(seed: int) -> None:

@@ -1,0 +1,90 @@
+"""Typed config loading: YAML + dotted overrides, unknown keys rejected with a suggestion."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import pytest
+
+from orchestrator.core.config import describe, field, flatten, load_config, to_dict
+from orchestrator.core.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Optim:
+    learning_rate: float = field(1e-4, help="peak LR")
+    warmup_steps: int = field(10, help="warm-up")
+    name: Literal["lamb", "adamw"] = field("lamb", help="optimizer")
+
+    def __post_init__(self):
+        if self.learning_rate <= 0:
+            raise ConfigError("optim.learning_rate must be > 0")
+
+
+@dataclass(frozen=True)
+class Job:
+    seed: int = field(1, help="seed")
+    lrs: tuple[float, ...] = field((3e-5,), help="learning rates")
+    optim: Optim = field(default_factory=Optim, help="optimizer")
+    tags: dict[str, str] = field(default_factory=dict, help="tags")
+
+
+def test_yaml_then_overrides_win(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("seed: 3\noptim:\n  learning_rate: 0.002\n  name: adamw\n")
+    cfg = load_config(Job, path, ["optim.warmup_steps=99", "lrs=[3e-5, 4e-5]"])
+    assert cfg.seed == 3
+    assert cfg.optim == Optim(learning_rate=0.002, warmup_steps=99, name="adamw")
+    assert cfg.lrs == (3e-5, 4e-5)
+    with pytest.raises(Exception):
+        cfg.seed = 5  # frozen
+
+
+def test_unknown_key_suggests_closest(tmp_path):
+    with pytest.raises(ConfigError, match=r"optim\.learning_rat.*did you mean 'learning_rate'"):
+        load_config(Job, None, ["optim.learning_rat=0.1"])
+    with pytest.raises(ConfigError, match="did you mean 'seed'"):
+        load_config(Job, None, ["sed=1"])
+
+
+def test_types_and_literals_checked():
+    with pytest.raises(ConfigError, match="expected an integer"):
+        load_config(Job, None, ["seed=abc"])
+    with pytest.raises(ConfigError, match="not one of"):
+        load_config(Job, None, ["optim.name=sgd"])
+    with pytest.raises(ConfigError, match="must be > 0"):
+        load_config(Job, None, ["optim.learning_rate=-1"])
+
+
+def test_preset_base_is_overridden_by_file(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("optim: {warmup_steps: 5}\n")
+    cfg = load_config(Job, path, [], base={"seed": 7, "optim": {"warmup_steps": 1, "learning_rate": 0.5}})
+    assert (cfg.seed, cfg.optim.warmup_steps, cfg.optim.learning_rate) == (7, 5, 0.5)
+
+
+def test_bad_yaml_names_the_file(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("seed: [1, 2\n")
+    with pytest.raises(ConfigError, match="bad.yaml"):
+        load_config(Job, path)
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(Job, tmp_path / "missing.yaml")
+
+
+def test_flatten_and_describe():
+    cfg = load_config(Job, None, ["tags={a: b}"])
+    flat = flatten(cfg)
+    assert flat["optim.learning_rate"] == 1e-4 and flat["tags.a"] == "b"
+    assert to_dict(cfg)["lrs"] == [3e-5]
+    text = "\n".join(describe(Job))
+    assert "optim.warmup_steps = 10  -- warm-up" in text
+
+
+def test_package_paths_expand():
+    @dataclass(frozen=True)
+    class P:
+        path: str = field("", help="p")
+
+    cfg = load_config(P, None, ["path=pkg://sample_data/x.txt"])
+    assert cfg.path.endswith("orchestrator/sample_data/x.txt") and cfg.path.startswith("/")

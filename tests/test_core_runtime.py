@@ -1,0 +1,53 @@
+"""The runtime module: embedded Ray on loopback, cluster detection, seeding."""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import ray
+import torch
+
+from orchestrator.core import runtime
+
+
+def test_cluster_address_resolution(monkeypatch, tmp_path):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(runtime, "_CLUSTER_MARKER", tmp_path / "absent")
+    assert runtime.cluster_address() is None
+    assert runtime.cluster_address("10.0.0.1:6379") == "10.0.0.1:6379"
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:7777")
+    assert runtime.cluster_address() == "127.0.0.1:7777"
+    assert runtime.cluster_address("local") is None
+    monkeypatch.delenv("RAY_ADDRESS")
+    marker = tmp_path / "ray_current_cluster"
+    marker.write_text("127.0.0.1:6379")
+    monkeypatch.setattr(runtime, "_CLUSTER_MARKER", marker)
+    assert runtime.cluster_address() == "auto"
+
+
+def test_embedded_ray_binds_loopback(monkeypatch, tmp_path):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(runtime, "_CLUSTER_MARKER", tmp_path / "absent")
+    assert not ray.is_initialized()
+    with runtime.ray_session(num_cpus=1) as info:
+        assert info["mode"] == "local"
+        assert info["resources"]["CPU"] == 1
+        nodes = ray.nodes()
+        assert {n["NodeManagerAddress"] for n in nodes} == {"127.0.0.1"}
+
+        @ray.remote(num_cpus=0)
+        def where():
+            import orchestrator
+
+            return orchestrator.__file__
+
+        assert ray.get(where.remote()).endswith("orchestrator/__init__.py")
+    assert not ray.is_initialized()
+
+
+def test_seed_everything_is_repeatable():
+    runtime.seed_everything(123)
+    a = (random.random(), np.random.rand(), torch.rand(1).item())
+    runtime.seed_everything(123)
+    assert a == (random.random(), np.random.rand(), torch.rand(1).item())
+    assert runtime.choose_device("auto").type in ("cpu", "cuda")
