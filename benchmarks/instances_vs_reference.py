@@ -1,0 +1,153 @@
+"""Instance creation: the Ray Data pipeline vs the single-process reference port of BERT's script.
+
+Both run on the same sentence-split documents (the PubMed sample, repeated ``--copies`` times)
+with the same WordPiece vocabulary, max_seq_length, dupe factor and masking settings:
+
+- reference: ``benchmarks/reference_create_pretraining_data.py`` exactly as the original runs —
+  pure-Python FullTokenizer, one process, one RNG, then ids written to parquet;
+- ours: ``orchestrator.text.instances.run_units`` over conventional shards (Rust tokenizer, one
+  actor per worker, parquet shards written as units finish), with 1 and with 2 workers.
+
+Measured: instance tokens written per second of wall time (Ray start-up excluded, actor
+start-up included). The machine may be shared: numbers are noisy. Last line: JSON.
+
+    python benchmarks/instances_vs_reference.py [--copies 3 --dupe-factor 5 --max-seq-length 128]
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_INPUT = ROOT.parent / "shared" / "data" / "pubmed_sample" / "PubMedAbstract_1MB.txt"
+
+
+def _reference_module():
+    spec = importlib.util.spec_from_file_location("reference_create_pretraining_data",
+                                                  ROOT / "benchmarks" / "reference_create_pretraining_data.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def prepare(input_path: Path, copies: int, shard_bytes: int, vocab_size: int, work: Path):
+    """Sentence-split documents -> BERT-format text file, project shards, vocabulary."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from orchestrator.data.mixing import ShardInfo
+    from orchestrator.data.sources import SourceConfig, iter_source
+    from orchestrator.text.sentences import split_sentences
+    from orchestrator.text.vocabulary import VocabConfig, save_tokenizer, train_wordpiece
+
+    src = SourceConfig(name="pubmed", paths=(str(input_path),), role="small")
+    docs = [split_sentences(d.text) for d in iter_source(src)] * copies
+    with open(work / "bert_input.txt", "w", encoding="utf-8") as f:
+        for doc in docs:
+            f.write("\n".join(doc) + "\n\n")
+    shards, buf = [], []
+
+    def flush():
+        if not buf:
+            return
+        path = work / f"shard-{len(shards):04d}.parquet"
+        sizes = [len(" ".join(d).encode()) for d in buf]
+        pq.write_table(pa.table({"source": ["pubmed"] * len(buf), "sentences": buf}), path)
+        shards.append(ShardInfo(str(path), "pubmed", "small", "en", sum(sizes), tuple(map(str, range(len(buf)))),
+                                tuple(len(d) for d in buf), tuple(sizes)))
+        buf.clear()
+
+    size = 0
+    for doc in docs:
+        buf.append(doc)
+        size += len(" ".join(doc).encode())
+        if size >= shard_bytes:
+            flush()
+            size = 0
+    flush()
+    tok = train_wordpiece((s for d in docs for s in d), VocabConfig(vocab_size=vocab_size))
+    vocab_dir = work / "vocab"
+    vocab_dir.mkdir()
+    save_tokenizer(tok, vocab_dir)
+    return shards, vocab_dir, sum(len(d) for d in docs)
+
+
+def run_reference(work: Path, vocab_dir: Path, args) -> dict:
+    ref = _reference_module()
+    start = time.perf_counter()
+    tokenizer = ref.FullTokenizer(str(vocab_dir / "vocab.txt"))
+    instances = ref.create_training_instances([str(work / "bert_input.txt")], tokenizer, args.max_seq_length,
+                                              args.dupe_factor, 0.1, 0.15, args.max_predictions,
+                                              random.Random(12345))
+    ref.write_instances(instances, tokenizer, str(work / "reference.parquet"))
+    wall = time.perf_counter() - start
+    tokens = sum(len(x.tokens) for x in instances)
+    return {"wall_s": round(wall, 2), "instances": len(instances), "tokens": tokens,
+            "tokens_per_s": round(tokens / wall)}
+
+
+def run_ours(shards, vocab_dir: Path, work: Path, workers: int, args) -> dict:
+    from orchestrator.data.mixing import MIXERS, MixerConfig
+    from orchestrator.text.instances import InstanceConfig, run_units
+
+    plan = MIXERS.get("conventional")(shards, MixerConfig(name="conventional", dupe_factor=args.dupe_factor),
+                                      random.Random(0))
+    cfg = InstanceConfig(max_seq_lengths=(args.max_seq_length,), max_predictions_per_seq=args.max_predictions)
+    out = work / f"ours-{workers}"
+    out.mkdir()
+    start = time.perf_counter()
+    total = run_units(plan.units, vocab_dir, out, cfg, args.max_seq_length, 12345, workers, args.cpus_per_worker)
+    wall = time.perf_counter() - start
+    return {"workers": workers, "units": len(plan.units), "wall_s": round(wall, 2), "instances": total["instances"],
+            "tokens": total["tokens"], "tokens_per_s": round(total["tokens"] / wall)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--input", type=Path, default=DEFAULT_INPUT, help="one document per line")
+    p.add_argument("--copies", type=int, default=3, help="repeat the input this many times")
+    p.add_argument("--dupe-factor", type=int, default=5)
+    p.add_argument("--max-seq-length", type=int, default=128)
+    p.add_argument("--max-predictions", type=int, default=20)
+    p.add_argument("--vocab-size", type=int, default=8000)
+    p.add_argument("--shard-bytes", type=int, default=250_000)
+    p.add_argument("--cpus-per-worker", type=float, default=0.9)
+    args = p.parse_args(argv)
+    if not args.input.is_file():
+        print(f"input not found: {args.input}", file=sys.stderr)
+        return 2
+    import ray
+
+    from orchestrator.core.runtime import init_ray
+
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        shards, vocab_dir, n_sentences = prepare(args.input, args.copies, args.shard_bytes, args.vocab_size, work)
+        print(f"input: {args.input.name} x{args.copies}: {n_sentences} sentences, {len(shards)} shards")
+        reference = run_reference(work, vocab_dir, args)
+        print(f"reference (1 process): {reference}")
+        init_ray(num_cpus=2, log_to_driver=False)
+        try:
+            one = run_ours(shards, vocab_dir, work, 1, args)
+            print(f"ours, 1 worker:        {one}")
+            two = run_ours(shards, vocab_dir, work, 2, args)
+            print(f"ours, 2 workers:       {two}")
+        finally:
+            ray.shutdown()
+    result = {"speedup": round(two["tokens_per_s"] / reference["tokens_per_s"], 2),
+              "speedup_1_worker": round(one["tokens_per_s"] / reference["tokens_per_s"], 2),
+              "scaling_1_to_2": round(two["tokens_per_s"] / one["tokens_per_s"], 2),
+              "reference_tokens_per_s": reference["tokens_per_s"], "ours_tokens_per_s": two["tokens_per_s"],
+              "reference_instances": reference["instances"], "ours_instances": two["instances"]}
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

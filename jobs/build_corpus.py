@@ -1,0 +1,29 @@
+"""Build a pretraining corpus: mix sources (conventional / SimPT / MDAPT) -> AmpV vocabulary -> instances.
+
+    python jobs/build_corpus.py                                  # tiny preset on the shipped sample data
+    python jobs/build_corpus.py --config my_corpus.yaml out_dir=runs/bio corpus.mixer.name=conventional
+    python jobs/build_corpus.py --dry-run                        # check every source parses, print the plan
+"""
+from __future__ import annotations
+
+import sys
+
+from orchestrator.core.cli import JobSpec, run_job
+from orchestrator.data.build import CorpusJobConfig, plan_corpus_job, run_corpus_job
+
+SPEC = JobSpec(
+    name="build_corpus",
+    description=__doc__.split("\n\n")[0],
+    config_cls=CorpusJobConfig,
+    run=run_corpus_job,
+    dry_run=plan_corpus_job,
+    default_preset="corpus_tiny",
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_job(SPEC, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

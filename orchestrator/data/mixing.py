@@ -1,0 +1,292 @@
+"""Mixing strategies: which shards of which corpus each instance-creation unit sees, and how often.
+
+The corpus stage cuts every source into shards of about ``shard_bytes`` (seed 000's
+``split_corpus(each_file_size=10MB)``). A mixer turns the shard list into *units*: a unit is
+one run of BERT's ``create_training_instances`` over the documents of its member shards,
+repeated ``dupe_factor`` times; next-sentence negatives are drawn inside a unit. Mixers are
+pure functions of (shards, config, rng), registered in ``MIXERS``:
+
+- ``conventional`` (seed 000, Fig. 3 lines 34-43): one unit per shard, ``dupe_factor`` times
+  each, so every corpus contributes its size share and NSP pairs never leave the shard;
+- ``simpt`` (Fig. 3 lines 20-33): each unit samples k shards of the small corpora and k of the
+  large ones, so the small corpus is up-sampled to half of the instances and NSP negatives pair
+  documents across shards;
+- ``mdapt`` (seed 002): a sentence budget filled from the domain corpora, the rest from general
+  text per language by exponentially smoothed probabilities P(L)^alpha, never the same page
+  twice across languages.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from collections import defaultdict
+from typing import Callable, Sequence
+
+from orchestrator.core.config import field
+from orchestrator.core.errors import ConfigError, InputError
+from orchestrator.core.registry import Registry
+
+
+@dataclasses.dataclass(frozen=True)
+class MixerConfig:
+    name: str = field("simpt", help="conventional | simpt | mdapt")
+    shard_bytes: int = field(10_000_000, help="target shard size in bytes (10 MB in seed 000)")
+    dupe_factor: int = field(5, help="conventional/mdapt: passes over each unit, each with fresh masks; "
+                                     "simpt: scales the automatic number of units")
+    shards_per_side: int = field(10, help="simpt: k shards sampled from the small and from the large "
+                                          "corpora per unit (10 + 10 in seed 000)")
+    units: int = field(0, help="simpt: number of units (seed 000's n_docs); 0 = enough to cover the "
+                               "large corpus dupe_factor times in expectation")
+    sentence_budget: int = field(10_000_000, help="mdapt: total sentences (10M in seed 002)")
+    alpha: float = field(0.3, help="mdapt: language sampling smoothing P(L)^alpha (0.3 in seed 002)")
+    allow_shortfall: bool = field(False, help="mdapt: accept fewer sentences than the budget when the "
+                                              "corpora are too small, instead of failing")
+
+    def __post_init__(self) -> None:
+        if self.name not in MIXERS:
+            MIXERS.get(self.name)  # raises ConfigError with a suggestion
+        if self.shard_bytes < 1:
+            raise ConfigError("mixer.shard_bytes must be >= 1")
+        if self.dupe_factor < 1:
+            raise ConfigError("mixer.dupe_factor must be >= 1")
+        if self.shards_per_side < 1:
+            raise ConfigError("mixer.shards_per_side must be >= 1")
+        if self.units < 0 or self.sentence_budget < 1:
+            raise ConfigError("mixer.units must be >= 0 and mixer.sentence_budget >= 1")
+        if not 0.0 < self.alpha <= 1.0:
+            raise ConfigError("mixer.alpha must be in (0, 1]")
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardInfo:
+    """One shard file of one source, with per-document sizes (MDAPT selects documents)."""
+
+    path: str
+    source: str
+    role: str
+    language: str
+    n_bytes: int
+    pages: tuple[str, ...]
+    doc_sentences: tuple[int, ...]
+    doc_bytes: tuple[int, ...]
+
+    @property
+    def n_docs(self) -> int:
+        return len(self.doc_sentences)
+
+    @property
+    def n_sentences(self) -> int:
+        return sum(self.doc_sentences)
+
+
+@dataclasses.dataclass(frozen=True)
+class Member:
+    """A shard taken into a unit: all its documents, or only the listed rows."""
+
+    path: str
+    rows: tuple[int, ...] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Unit:
+    unit_id: int
+    members: tuple[Member, ...]
+    dupe_factor: int
+
+
+@dataclasses.dataclass(frozen=True)
+class MixPlan:
+    units: tuple[Unit, ...]
+    notes: dict
+
+
+Mixer = Callable[[Sequence[ShardInfo], MixerConfig, random.Random], MixPlan]
+MIXERS: Registry[Mixer] = Registry("mixer")
+
+
+def planned_bytes(plan: MixPlan, shards: Sequence[ShardInfo]) -> dict[str, int]:
+    """Bytes of text each source feeds into instance creation (members x dupe_factor)."""
+    by_path = {s.path: s for s in shards}
+    out: dict[str, int] = defaultdict(int)
+    for unit in plan.units:
+        for m in unit.members:
+            shard = by_path[m.path]
+            size = shard.n_bytes if m.rows is None else sum(shard.doc_bytes[r] for r in m.rows)
+            out[shard.source] += size * unit.dupe_factor
+    return dict(out)
+
+
+def _by_role(shards: Sequence[ShardInfo], roles: tuple[str, ...]) -> list[ShardInfo]:
+    return [s for s in shards if s.role in roles]
+
+
+@MIXERS.register("conventional")
+def conventional(shards: Sequence[ShardInfo], cfg: MixerConfig, rng: random.Random) -> MixPlan:
+    """Seed 000, Fig. 3 lines 34-43: every shard of every corpus, dupe_factor times."""
+    units = tuple(Unit(i, (Member(s.path),), cfg.dupe_factor) for i, s in enumerate(shards))
+    return MixPlan(units, {"mixer": "conventional", "shards": len(shards), "dupe_factor": cfg.dupe_factor})
+
+
+@MIXERS.register("simpt")
+def simpt(shards: Sequence[ShardInfo], cfg: MixerConfig, rng: random.Random) -> MixPlan:
+    """Seed 000, Fig. 3 lines 20-33: each unit = k random small shards + as many bytes of large shards.
+
+    With equal-size shards this is exactly ``random.sample(small, k) + random.sample(large, k)``.
+    Shards are cut at document boundaries, so a shard holding one long document (a whole
+    Wikipedia article) can be larger than ``shard_bytes``; large shards are therefore drawn
+    without replacement until their bytes reach those of the k small ones, which keeps the two
+    sides equal in size ("comparable in terms of their file sizes"), the point of the method.
+    With fewer than k small shards, k shrinks to their count. Every unit runs once (dupe factor
+    1); repetition comes from sampling ``units`` times.
+    """
+    small = _by_role(shards, ("small", "domain"))
+    large = _by_role(shards, ("large", "general"))
+    if not small or not large:
+        raise ConfigError("mixer simpt needs at least one source with role small and one with role large")
+    k = min(cfg.shards_per_side, len(small))
+    large_bytes = sum(s.n_bytes for s in large)
+    per_unit = sum(s.n_bytes for s in small) * k / len(small)
+    n_units = cfg.units or math.ceil(large_bytes / per_unit) * cfg.dupe_factor
+    units = []
+    for i in range(n_units):
+        picked = rng.sample(small, k)
+        target = sum(s.n_bytes for s in picked)
+        got = 0
+        for s in rng.sample(large, len(large)):
+            if got >= target:
+                break
+            picked.append(s)
+            got += s.n_bytes
+        units.append(Unit(i, tuple(Member(s.path) for s in picked), 1))
+    notes = {"mixer": "simpt", "k": k, "units": n_units, "small_shards": len(small), "large_shards": len(large)}
+    return MixPlan(tuple(units), notes)
+
+
+def smoothed_probabilities(sizes: dict[str, int], alpha: float) -> dict[str, float]:
+    """q(L) = P(L)^alpha / sum_L' P(L')^alpha with P(L) = size(L) / total (Xue et al., seed 002)."""
+    total = sum(sizes.values())
+    if total <= 0:
+        return {lang: 0.0 for lang in sizes}
+    powered = {lang: (n / total) ** alpha for lang, n in sizes.items() if n > 0}
+    norm = sum(powered.values())
+    return {lang: powered.get(lang, 0.0) / norm for lang in sizes}
+
+
+def allocate_budget(remaining: int, available: dict[str, int], alpha: float) -> dict[str, int]:
+    """Split ``remaining`` sentences over languages by smoothed probability, capped by what exists.
+
+    A language whose share exceeds its available sentences gets all it has; the excess is
+    redistributed over the others in proportion to their smoothed probabilities (water filling).
+    The quotas sum to min(remaining, sum(available)).
+    """
+    quotas = {lang: 0 for lang in available}
+    open_langs = {lang for lang, n in available.items() if n > 0}
+    q = smoothed_probabilities(available, alpha)
+    left = min(remaining, sum(available.values()))
+    while left > 0 and open_langs:
+        norm = sum(q[lang] for lang in open_langs)
+        shares = {lang: left * q[lang] / norm for lang in sorted(open_langs)}
+        capped = {lang for lang in open_langs if quotas[lang] + shares[lang] >= available[lang]}
+        if capped:
+            for lang in capped:
+                left -= available[lang] - quotas[lang]
+                quotas[lang] = available[lang]
+            open_langs -= capped
+            continue
+        floors = {lang: int(math.floor(s)) for lang, s in shares.items()}
+        for lang, n in floors.items():
+            quotas[lang] += n
+        rest = left - sum(floors.values())
+        # Hand out the rounding remainder by largest fractional part (stable by name).
+        for lang in sorted(shares, key=lambda x: (floors[x] - shares[x], x))[:rest]:
+            quotas[lang] += 1
+        left = 0
+    return quotas
+
+
+def select_pages(candidates: dict[str, list[tuple[str, int, object]]], quotas: dict[str, int],
+                 rng: random.Random) -> tuple[dict[str, list[object]], dict[str, int]]:
+    """Pick random pages per language until its sentence quota is met, never a page twice.
+
+    ``candidates[lang]`` holds (page key, sentences, ref). A page taken in one language is
+    excluded from every other language (seed 002: "the same page is not sampled twice across
+    languages"). Languages are served round-robin, one page at a time, so no language can
+    claim all the shared pages first. Returns the chosen refs and the sentences taken per language.
+    """
+    order = {lang: rng.sample(cands, len(cands)) for lang, cands in sorted(candidates.items())}
+    cursor = {lang: 0 for lang in order}
+    taken: dict[str, int] = {lang: 0 for lang in order}
+    chosen: dict[str, list[object]] = {lang: [] for lang in order}
+    used: set[str] = set()
+    active = [lang for lang in sorted(order) if quotas.get(lang, 0) > 0]
+    while active:
+        still = []
+        for lang in active:
+            cands = order[lang]
+            while cursor[lang] < len(cands) and cands[cursor[lang]][0] in used:
+                cursor[lang] += 1
+            if cursor[lang] >= len(cands):
+                continue
+            page, n_sent, ref = cands[cursor[lang]]
+            cursor[lang] += 1
+            used.add(page)
+            chosen[lang].append(ref)
+            taken[lang] += n_sent
+            if taken[lang] < quotas[lang]:
+                still.append(lang)
+        active = still
+    return chosen, taken
+
+
+def _units_from_refs(refs: list[tuple[str, int]], shards: Sequence[ShardInfo], cfg: MixerConfig) -> list[Unit]:
+    """Group selected (shard path, row) documents into one unit per shard."""
+    rows: dict[str, list[int]] = defaultdict(list)
+    for path, row in refs:
+        rows[path].append(row)
+    units = []
+    for s in shards:
+        if s.path in rows:
+            picked = tuple(sorted(rows[s.path]))
+            member = Member(s.path, None if len(picked) == s.n_docs else picked)
+            units.append(Unit(len(units), (member,), cfg.dupe_factor))
+    return units
+
+
+@MIXERS.register("mdapt")
+def mdapt(shards: Sequence[ShardInfo], cfg: MixerConfig, rng: random.Random) -> MixPlan:
+    """Seed 002: domain corpora first up to the budget, then general text per language by P(L)^alpha."""
+    domain = _by_role(shards, ("domain", "small"))
+    general = _by_role(shards, ("general", "large"))
+    if not domain:
+        raise ConfigError("mixer mdapt needs at least one source with role domain")
+    refs: list[tuple[str, int]] = []
+    domain_taken = 0
+    domain_by_lang: dict[str, int] = defaultdict(int)
+    for s in domain:  # "simply populating the corpus until reaching the allowance"
+        for row, n in enumerate(s.doc_sentences):
+            if domain_taken >= cfg.sentence_budget:
+                break
+            refs.append((s.path, row))
+            domain_taken += n
+            domain_by_lang[s.language] += n
+    remaining = max(0, cfg.sentence_budget - domain_taken)
+    candidates: dict[str, list[tuple[str, int, object]]] = defaultdict(list)
+    for s in general:
+        for row, (page, n) in enumerate(zip(s.pages, s.doc_sentences)):
+            candidates[s.language].append((page, n, (s.path, row)))
+    available = {lang: sum(c[1] for c in cands) for lang, cands in candidates.items()}
+    quotas = allocate_budget(remaining, available, cfg.alpha)
+    chosen, taken = select_pages(candidates, quotas, rng)
+    for lang in sorted(chosen):
+        refs.extend(chosen[lang])  # type: ignore[arg-type]
+    total = domain_taken + sum(taken.values())
+    if total < cfg.sentence_budget and not cfg.allow_shortfall:
+        raise InputError(", ".join(sorted({s.source for s in shards})),
+                         f"mixer mdapt: the corpora hold only {total} sentences (after never repeating a "
+                         f"page across languages) for a budget of {cfg.sentence_budget}",
+                         expected="a smaller mixer.sentence_budget, more text, or mixer.allow_shortfall=true")
+    notes = {"mixer": "mdapt", "budget": cfg.sentence_budget, "alpha": cfg.alpha,
+             "domain_sentences": dict(domain_by_lang), "general_quota": quotas, "general_sentences": taken,
+             "probabilities": smoothed_probabilities(available, cfg.alpha), "total_sentences": total}
+    return MixPlan(tuple(_units_from_refs(refs, shards, cfg)), notes)

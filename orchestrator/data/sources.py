@@ -1,0 +1,291 @@
+"""Corpus sources: streamed readers for plain text, WikiText, JSONL and parquet, and their Ray Data edge.
+
+Every reader is a plain generator over one file (tested without Ray) that yields ``Document``
+rows and never holds more than one document in memory. ``read_source`` turns a source into a
+``ray.data.Dataset`` of sentence-split documents: one read task per file, batches streamed out
+of a generator, so a corpus larger than memory flows through.
+
+Bad input fails loudly with an ``InputError`` naming the file and line: a missing path, a 0-byte
+file, bytes that are not UTF-8, a JSONL line that is not an object or lacks the field, or a
+file that holds no document at all. CRLF line ends are accepted.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+from typing import Any, Iterator, Literal
+
+from orchestrator.core.config import field, to_dict
+from orchestrator.core.errors import ConfigError, InputError
+from orchestrator.core.registry import Registry
+
+Format = Literal["text", "wikitext", "jsonl", "parquet"]
+Role = Literal["small", "large", "domain", "general"]
+
+#: Registered readers: name -> generator(path, source) yielding (line, text, page).
+READERS: Registry = Registry("source format")
+
+_WIKITEXT_TITLE = re.compile(r"^ ?= ([^=].*?) = ?$")
+_WIKITEXT_SUBHEADING = re.compile(r"^ ?(= ){2,}.*( =){2,} ?$")
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceConfig:
+    name: str = field(help="short name; used in provenance and output paths")
+    paths: tuple[str, ...] = field(help="files or directories (every non-hidden file inside, sorted)")
+    format: Format = field("text", help="text | wikitext | jsonl | parquet")
+    document_split: Literal["line", "blank_line"] = field(
+        "line", help="plain text: one document per line, or blank-line separated paragraphs")
+    text_field: str = field("text", help="jsonl key / parquet column holding the document text")
+    page_field: str = field("", help="jsonl key / parquet column naming the page (MDAPT: a page is "
+                                     "never sampled twice across languages); empty = one page per doc")
+    role: Role = field("large", help="small/large (SimPT, AmpV) or domain/general (MDAPT)")
+    language: str = field("en", help="language code (MDAPT samples general text per language)")
+    sentence_split: bool = field(True, help="split documents into sentences with syntok; false when "
+                                            "every line of a document is already one sentence")
+
+    def __post_init__(self) -> None:
+        if not self.name or not re.fullmatch(r"[A-Za-z0-9_.-]+", self.name):
+            raise ConfigError(f"source name {self.name!r} must be non-empty [A-Za-z0-9_.-]")
+        if not self.paths:
+            raise ConfigError(f"source {self.name!r}: paths is empty")
+        if self.format in ("jsonl", "parquet") and not self.text_field:
+            raise ConfigError(f"source {self.name!r}: format {self.format} needs `text_field`")
+
+
+@dataclasses.dataclass(frozen=True)
+class Document:
+    """One document as read: where it came from and its raw text (paragraphs joined by newlines)."""
+
+    source: str
+    doc_id: str
+    page: str
+    language: str
+    text: str
+
+
+def source_files(src: SourceConfig) -> list[Path]:
+    """Expand the configured paths into files; a missing path or an empty directory is an error."""
+    files: list[Path] = []
+    for raw in src.paths:
+        path = Path(raw)
+        if path.is_dir():
+            found = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+            if not found:
+                raise InputError(path, f"source {src.name!r}: directory holds no files",
+                                 expected="text files")
+            files.extend(found)
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise InputError(path, f"source {src.name!r}: path does not exist")
+    for path in files:
+        if path.stat().st_size == 0:
+            raise InputError(path, f"source {src.name!r}: file is empty (0 bytes)",
+                             expected="at least one document")
+    return files
+
+
+def source_bytes(src: SourceConfig) -> int:
+    """Total size on disk; AmpV and SimPT plans are stated in file sizes, as in seed 000."""
+    return sum(p.stat().st_size for p in source_files(src))
+
+
+def iter_documents(src: SourceConfig, path: Path, file_index: int = 0) -> Iterator[Document]:
+    """All documents of one file of a source, streamed; raises InputError if there are none."""
+    reader = READERS.get(src.format)
+    count = 0
+    for line, text, page in reader(path, src):
+        doc_id = f"{src.name}:{file_index}:{line}"
+        count += 1
+        yield Document(source=src.name, doc_id=doc_id, page=page or doc_id, language=src.language, text=text)
+    if count == 0:
+        raise InputError(path, f"source {src.name!r}: file holds no document (only blank lines or headings)",
+                         expected=f"{src.format} documents")
+
+
+def iter_source(src: SourceConfig) -> Iterator[Document]:
+    for index, path in enumerate(source_files(src)):
+        yield from iter_documents(src, path, index)
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(1-based line number, text without line end) streamed; strict UTF-8, CRLF accepted."""
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            try:
+                text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputError(path, f"invalid UTF-8 byte 0x{raw[exc.start]:02x} at column {exc.start + 1}",
+                                 line=number, expected="UTF-8 text") from None
+            yield number, text.rstrip("\r\n")
+
+
+@READERS.register("text")
+def _read_text(path: Path, src: SourceConfig) -> Iterator[tuple[int, str, str]]:
+    if src.document_split == "line":
+        for number, text in _lines(path):
+            if text.strip():
+                yield number, text.strip(), ""
+        return
+    start, para = 0, []
+    for number, text in _lines(path):
+        if text.strip():
+            if not para:
+                start = number
+            para.append(text.strip())
+        elif para:
+            yield start, "\n".join(para), ""
+            para = []
+    if para:
+        yield start, "\n".join(para), ""
+
+
+@READERS.register("wikitext")
+def _read_wikitext(path: Path, src: SourceConfig) -> Iterator[tuple[int, str, str]]:
+    """WikiText: a ` = Title = ` line starts a page; ` = = Section = = ` lines are dropped."""
+    start, title, para = 0, "", []
+    for number, text in _lines(path):
+        if _WIKITEXT_SUBHEADING.match(text):
+            continue
+        heading = _WIKITEXT_TITLE.match(text)
+        if heading:
+            if para:
+                yield start, "\n".join(para), title
+            start, title, para = number, heading.group(1).strip(), []
+            continue
+        if text.strip():
+            if not para and not title:
+                start = number
+            para.append(text.strip())
+    if para:
+        yield start, "\n".join(para), title
+
+
+@READERS.register("jsonl")
+def _read_jsonl(path: Path, src: SourceConfig) -> Iterator[tuple[int, str, str]]:
+    for number, text in _lines(path):
+        if not text.strip():
+            continue
+        try:
+            row = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(path, f"invalid JSON: {exc.msg}", line=number, expected="one JSON object per line") \
+                from None
+        if not isinstance(row, dict) or not isinstance(row.get(src.text_field), str):
+            raise InputError(path, f"no string field {src.text_field!r}", line=number,
+                             expected=f'{{"{src.text_field}": "..."}}')
+        body = row[src.text_field].strip()
+        if body:
+            yield number, body, str(row.get(src.page_field, "")) if src.page_field else ""
+
+
+@READERS.register("parquet")
+def _read_parquet(path: Path, src: SourceConfig) -> Iterator[tuple[int, str, str]]:
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+    except Exception as exc:  # pyarrow raises several types for a corrupt file
+        raise InputError(path, f"not a parquet file: {exc}") from None
+    columns = [src.text_field] + ([src.page_field] if src.page_field else [])
+    missing = [c for c in columns if c not in pf.schema_arrow.names]
+    if missing:
+        raise InputError(path, f"no column {missing[0]!r}", expected=f"columns {pf.schema_arrow.names}")
+    row = 0
+    for batch in pf.iter_batches(columns=columns, batch_size=1024):
+        data = batch.to_pydict()
+        pages = data.get(src.page_field) if src.page_field else None
+        for i, body in enumerate(data[src.text_field]):
+            row += 1
+            if body and str(body).strip():
+                yield row, str(body).strip(), str(pages[i]) if pages else ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Ray Data edge
+
+
+def document_rows(src: SourceConfig, path: Path, file_index: int, batch_docs: int = 256
+                  ) -> Iterator[dict[str, list]]:
+    """Columnar batches of sentence-split documents from one file (what each read task yields)."""
+    from orchestrator.text.sentences import split_sentences
+
+    batch: dict[str, list] = {k: [] for k in ("source", "doc_id", "page", "language", "sentences", "n_bytes")}
+    for doc in iter_documents(src, path, file_index):
+        if src.sentence_split:
+            sentences = [s for para in doc.text.split("\n") for s in split_sentences(para)]
+        else:
+            sentences = [s for s in doc.text.split("\n") if s.strip()]
+        if not sentences:
+            continue
+        batch["source"].append(doc.source)
+        batch["doc_id"].append(doc.doc_id)
+        batch["page"].append(doc.page)
+        batch["language"].append(doc.language)
+        batch["sentences"].append(sentences)
+        batch["n_bytes"].append(len(doc.text.encode("utf-8")))
+        if len(batch["doc_id"]) >= batch_docs:
+            yield batch
+            batch = {k: [] for k in batch}
+    if batch["doc_id"]:
+        yield batch
+
+
+class RemoteInputError(Exception):
+    """An InputError in a form that survives Ray's pickling (InputError's constructor does not)."""
+
+    def __init__(self, path: str, message: str, line: int | None, expected: str | None):
+        super().__init__(path, message, line, expected)
+
+    @classmethod
+    def wrap(cls, exc: InputError) -> "RemoteInputError":
+        where = exc.path if exc.line is None else f"{exc.path}:{exc.line}"
+        message = str(exc).removeprefix(f"{where}: ")
+        if exc.expected:
+            message = message.removesuffix(f" (expected {exc.expected})")
+        return cls(exc.path, message, exc.line, exc.expected)
+
+    def unwrap(self) -> InputError:
+        path, message, line, expected = self.args
+        # Ray Data appends its retry advice to the first argument: keep the path only.
+        return InputError(str(path).split("\n", 1)[0], message, line, expected)
+
+
+def _read_file_batches(batch: dict[str, Any], source: dict) -> Iterator[dict[str, list]]:
+    src = SourceConfig(**{**source, "paths": tuple(source["paths"])})
+    try:
+        for path, index in zip(batch["path"], batch["file_index"]):
+            yield from document_rows(src, Path(path), int(index))
+    except InputError as exc:
+        raise RemoteInputError.wrap(exc) from None
+
+
+def read_source(src: SourceConfig, num_cpus: float = 1.0):
+    """A ray.data.Dataset of sentence-split documents of ``src`` (one streamed read task per file)."""
+    import ray.data
+
+    files = source_files(src)
+    items = [{"path": str(p), "file_index": i} for i, p in enumerate(files)]
+    ds = ray.data.from_items(items, override_num_blocks=len(items))
+    return ds.map_batches(_read_file_batches, batch_size=1, fn_kwargs={"source": to_dict(src)},
+                          num_cpus=num_cpus, batch_format="default")
+
+
+def find_input_error(exc: BaseException) -> InputError | None:
+    """The InputError raised inside a Ray task, found through Ray's exception wrappers."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        cur = todo.pop()
+        if cur is None or id(cur) in seen:
+            continue
+        seen.add(id(cur))
+        if isinstance(cur, InputError):
+            return cur
+        if isinstance(cur, RemoteInputError) and len(cur.args) == 4:  # not Ray's RayTaskError(...) mixin
+            return cur.unwrap()
+        todo.extend([cur.__cause__, cur.__context__, getattr(cur, "cause", None)])
+    return None

@@ -1,0 +1,237 @@
+"""One fine-tuning trial: (model, task, learning rate, seed), with epoch sharing.
+
+A trial trains once to the largest epoch count of its grid and evaluates dev and test only
+after the epochs the grid asks about, so every epoch value is answered without training it
+again. Ray-free: the Tune trainable in ``orchestrator.sweep.runner`` passes ``report``.
+
+Deviation to know about: the linear learning-rate schedule spans the trial's largest epoch
+count, so "epoch 5 of a 10-epoch trial" has not decayed to zero as a separate 5-epoch run
+would; ``benchmarks/sweep_epoch_sharing.py`` measures whether the selection changes.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import random
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from orchestrator.core.runtime import seed_everything
+from orchestrator.finetune.metrics import METRICS
+from orchestrator.finetune.model import TaskModel
+from orchestrator.finetune.readers import Example, read_split
+from orchestrator.finetune.spec import TaskSpec, load_task
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialSpec:
+    """Everything one trial needs; plain values so it travels to a Ray worker as a dict."""
+
+    trial_id: str
+    model_name: str
+    model_dir: str
+    task: str
+    data_dir: str  # the directory holding this task's split files
+    learning_rate: float
+    seed: int
+    eval_epochs: tuple[int, ...]
+    batch_size: int = 32
+    max_seq_length: int = 128
+    max_train_examples: int = 0
+    max_eval_examples: int = 0
+    weight_decay: float = 0.01
+    warmup_proportion: float = 0.1
+    num_threads: int = 1
+    device: str = "auto"
+
+    @property
+    def max_epochs(self) -> int:
+        return max(self.eval_epochs)
+
+
+@dataclasses.dataclass
+class Encoded:
+    """A tokenised split: features per example, plus what scoring needs."""
+
+    features: list[dict[str, list[int]]]
+    targets: list[Any]
+    examples: list[Example]
+    word_index: list[list[int]] | None = None  # NER: token position of each word's first piece
+
+
+def _cap(examples: list[Example], n: int) -> list[Example]:
+    """A fixed (seed-independent) subsample, so every trial of a sweep sees the same data."""
+    if not n or len(examples) <= n:
+        return examples
+    keep = sorted(random.Random(0).sample(range(len(examples)), n))
+    return [examples[i] for i in keep]
+
+
+def encode(spec: TaskSpec, examples: list[Example], tokenizer, max_len: int) -> Encoded:
+    if spec.family == "ner":
+        return _encode_ner(spec, examples, tokenizer, max_len)
+    feats, targets = [], []
+    for ex in examples:
+        enc = tokenizer(ex.text_a, ex.text_b, truncation=True, max_length=max_len)
+        feats.append({k: enc[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc})
+        if spec.family == "sts":
+            targets.append(float(ex.label))
+        elif spec.family == "multilabel":
+            row = [0.0] * len(spec.labels)
+            for i in ex.label:
+                row[i] = 1.0
+            targets.append(row)
+        else:
+            targets.append(spec.labels.index(ex.label))
+    return Encoded(feats, targets, examples)
+
+
+def _encode_ner(spec: TaskSpec, examples: list[Example], tokenizer, max_len: int) -> Encoded:
+    feats, targets, word_index = [], [], []
+    for ex in examples:
+        enc = tokenizer(list(ex.text_a), is_split_into_words=True, truncation=True, max_length=max_len)
+        labels, firsts, seen = [], [], set()
+        for pos, w in enumerate(enc.word_ids()):
+            if w is None or w in seen:
+                labels.append(-100)
+                continue
+            seen.add(w)
+            firsts.append(pos)
+            labels.append(spec.labels.index(ex.label[w]))
+        feats.append({k: enc[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc})
+        targets.append(labels)
+        word_index.append(firsts)
+    return Encoded(feats, targets, examples, word_index)
+
+
+def _batches(enc: Encoded, order: list[int], batch_size: int, pad_id: int) -> Any:
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        width = max(len(enc.features[i]["input_ids"]) for i in idx)
+        batch: dict[str, torch.Tensor] = {}
+        for key in enc.features[idx[0]]:
+            fill = pad_id if key == "input_ids" else 0
+            batch[key] = torch.tensor([enc.features[i][key] + [fill] * (width - len(enc.features[i][key]))
+                                       for i in idx])
+        targets = [enc.targets[i] for i in idx]
+        if enc.word_index is not None:  # NER: per-token labels, padded with the ignore index
+            labels = torch.tensor([t + [-100] * (width - len(t)) for t in targets])
+        else:
+            labels = torch.tensor(targets)
+        yield idx, batch, labels
+
+
+def predict(model: TaskModel, spec: TaskSpec, enc: Encoded, batch_size: int, pad_id: int,
+            device: torch.device) -> list[Any]:
+    """Predictions in the task's label space (floats, label names, tag lists, label-index tuples)."""
+    model.eval()
+    out: list[Any] = [None] * len(enc.examples)
+    with torch.no_grad():
+        for idx, batch, _ in _batches(enc, list(range(len(enc.examples))), batch_size * 2, pad_id):
+            logits = model(**{k: v.to(device) for k, v in batch.items()}).float().cpu()
+            for row, i in enumerate(idx):
+                out[i] = _decode(spec, logits[row], enc, i)
+    return out
+
+
+def _decode(spec: TaskSpec, logits: torch.Tensor, enc: Encoded, i: int) -> Any:
+    if spec.family == "sts":
+        return float(logits)
+    if spec.family == "multilabel":
+        return tuple(int(j) for j in torch.nonzero(logits > 0).flatten().tolist())
+    if spec.family == "ner":
+        n_words = len(enc.examples[i].text_a)
+        tags = [spec.labels[int(logits[pos].argmax())] for pos in enc.word_index[i]]
+        return tags + ["O"] * (n_words - len(tags))  # words cut off by max_seq_length
+    return spec.labels[int(logits.argmax())]
+
+
+def score(spec: TaskSpec, examples: list[Example], preds: list[Any]) -> float:
+    metric = METRICS.get(spec.metric)
+    gold = [ex.label for ex in examples]
+    return metric(gold, preds, labels=spec.labels, negative_labels=spec.negative_labels,
+                  docs=[ex.doc for ex in examples])
+
+
+def run_trial(trial: TrialSpec, report: Callable[[dict], None] | None = None,
+              task_spec: TaskSpec | None = None) -> dict:
+    """Fine-tune, evaluating at ``trial.eval_epochs``; returns the trial record (JSON-safe)."""
+    from transformers import AutoTokenizer, get_linear_schedule_with_warmup
+
+    from orchestrator.core.runtime import choose_device
+
+    # trial.data_dir already is the task's own directory (see orchestrator.sweep.space.task_data_dir)
+    spec = dataclasses.replace(task_spec or load_task(trial.task), dir="")
+    torch.set_num_threads(max(1, trial.num_threads))
+    device = choose_device(trial.device)
+    train = _cap(read_split(spec, trial.data_dir, "train"), trial.max_train_examples)
+    dev = _cap(read_split(spec, trial.data_dir, "dev"), trial.max_eval_examples)
+    test = _cap(read_split(spec, trial.data_dir, "test"), trial.max_eval_examples)
+    tokenizer = AutoTokenizer.from_pretrained(trial.model_dir)
+    pad_id = tokenizer.pad_token_id or 0
+    enc = {name: encode(spec, exs, tokenizer, trial.max_seq_length)
+           for name, exs in (("train", train), ("dev", dev), ("test", test))}
+
+    seed_everything(trial.seed)
+    model = TaskModel(trial.model_dir, spec).to(device)
+    no_decay = ("bias", "LayerNorm.weight", "norm.weight")
+    groups = [{"params": [p for n, p in model.named_parameters() if not n.endswith(no_decay)],
+               "weight_decay": trial.weight_decay},
+              {"params": [p for n, p in model.named_parameters() if n.endswith(no_decay)], "weight_decay": 0.0}]
+    optim = torch.optim.AdamW(groups, lr=trial.learning_rate)
+    steps_per_epoch = math.ceil(len(train) / trial.batch_size)
+    total = steps_per_epoch * trial.max_epochs
+    sched = get_linear_schedule_with_warmup(optim, int(trial.warmup_proportion * total), total)
+    rng = np.random.default_rng(trial.seed)
+
+    epochs: list[dict] = []
+    predictions: dict[str, dict[str, list]] = {}
+    counts = {"train_examples": 0, "eval_examples": 0}
+    started = time.time()
+    for epoch in range(1, trial.max_epochs + 1):
+        model.train()
+        losses = []
+        order = rng.permutation(len(train)).tolist()
+        for _, batch, labels in _batches(enc["train"], order, trial.batch_size, pad_id):
+            logits = model(**{k: v.to(device) for k, v in batch.items()})
+            loss = model.loss(logits, labels.to(device))
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optim.step()
+            sched.step()
+            optim.zero_grad(set_to_none=True)
+            losses.append(loss.item())
+        counts["train_examples"] += len(train)
+        row: dict[str, Any] = {"epoch": epoch, "train_loss": float(np.mean(losses))}
+        if epoch in trial.eval_epochs:
+            dev_pred = predict(model, spec, enc["dev"], trial.batch_size, pad_id, device)
+            test_pred = predict(model, spec, enc["test"], trial.batch_size, pad_id, device)
+            counts["eval_examples"] += len(dev) + len(test)
+            row["dev"] = score(spec, dev, dev_pred)
+            row["test"] = score(spec, test, test_pred)
+            predictions[str(epoch)] = {"test": _jsonable(test_pred)}
+        epochs.append(row)
+        log.info("%s epoch %d: %s", trial.trial_id, epoch, {k: round(v, 4) for k, v in row.items()})
+        if report is not None:
+            report(dict(row))
+    return {"trial_id": trial.trial_id, "trial": dataclasses.asdict(trial), "task": spec.name,
+            "metric": spec.metric, "epochs": epochs, "predictions": predictions,
+            "counts": {**counts, "train_size": len(train), "dev_size": len(dev), "test_size": len(test)},
+            "seconds": round(time.time() - started, 3)}
+
+
+def _jsonable(preds: list[Any]) -> list[Any]:
+    return [list(p) if isinstance(p, tuple) else p for p in preds]
+
+
+def model_dir_ok(path: str | Path) -> bool:
+    """A loadable HF BERT directory has a config.json and a tokenizer vocabulary."""
+    p = Path(path)
+    return (p / "config.json").is_file() and ((p / "vocab.txt").is_file() or (p / "tokenizer.json").is_file())

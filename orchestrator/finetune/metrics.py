@@ -1,0 +1,164 @@
+"""BLUE's metrics, computed with scipy / scikit-learn / seqeval, each declaring its direction.
+
+Parity with ncbi-nlp/BLUE_Benchmark's ``blue/eval_*.py`` (tests port those computations), with
+their known bugs fixed:
+
+* HoC (``eval_hoc.py``): ``get_p_r_f_arrary`` returns (precision, recall, f) but the caller
+  unpacks ``r, p, f1`` so precision and recall are printed swapped; F1 is unaffected. Here
+  they are returned by name. A document whose gold set is empty made BLUE divide by zero;
+  here its recall counts 0 (BLUE's HoC splits have no such document).
+* Relations (``eval_rel.py``): the label set is ``sorted(labels seen in gold or predictions)``
+  and only ``'false'`` is dropped before the micro average, so DDI's ``DDI-false`` was
+  counted as a positive class and an unseen class changed the label indices. Here the label
+  set is the task's declared one and every ``negative_labels`` class is excluded.
+* A constant prediction has no Pearson correlation (scipy returns NaN); it scores 0.0 here so
+  a sweep can rank it against real predictions.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from orchestrator.core.registry import Registry
+
+
+@dataclasses.dataclass(frozen=True)
+class Metric:
+    """A scoring function and its direction; Tune's ``mode`` is derived from ``higher_is_better``."""
+
+    name: str
+    higher_is_better: bool
+    fn: Callable[..., float]
+
+    @property
+    def mode(self) -> str:
+        return "max" if self.higher_is_better else "min"
+
+    def __call__(self, gold: Sequence, pred: Sequence, **kwargs: Any) -> float:
+        return float(self.fn(gold, pred, **kwargs))
+
+
+METRICS: Registry[Metric] = Registry("metric")
+
+
+def _register(name: str, higher_is_better: bool = True):
+    def add(fn: Callable[..., float]) -> Callable[..., float]:
+        METRICS.add(name, Metric(name, higher_is_better, fn))
+        return fn
+
+    return add
+
+
+@_register("pearson")
+def pearson(gold: Sequence[float], pred: Sequence[float], **_: Any) -> float:
+    """Pearson's r (BLUE ``eval_sts.py``: ``pandas.Series.corr``); 0.0 for a constant input."""
+    from scipy.stats import pearsonr
+
+    gold_a, pred_a = np.asarray(gold, dtype=float), np.asarray(pred, dtype=float)
+    if len(gold_a) < 2 or np.ptp(gold_a) == 0 or np.ptp(pred_a) == 0:
+        return 0.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = pearsonr(gold_a, pred_a).statistic
+    return 0.0 if math.isnan(r) else float(r)
+
+
+@_register("accuracy")
+def accuracy(gold: Sequence, pred: Sequence, **_: Any) -> float:
+    """Overall accuracy (MedNLI; DocClsJp's micro-accuracy)."""
+    from sklearn.metrics import accuracy_score
+
+    return float(accuracy_score(list(gold), list(pred)))
+
+
+@_register("micro_f1_positive")
+def micro_f1_positive(gold: Sequence[str], pred: Sequence[str], *, labels: Sequence[str] = (),
+                      negative_labels: Sequence[str] = (), **_: Any) -> float:
+    """Micro-F1 over the positive relation classes of the task's declared label set
+    (ChemProt CPR:3,4,5,6,9; DDI without DDI-false; i2b2 without false)."""
+    from sklearn.metrics import precision_recall_fscore_support
+
+    positive = [x for x in (labels or sorted(set(gold) | set(pred))) if x not in set(negative_labels)]
+    _, _, f1, _ = precision_recall_fscore_support(list(gold), list(pred), labels=positive, average="micro",
+                                                  zero_division=0)
+    return float(f1)
+
+
+@_register("ner_f1")
+def ner_f1(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]], **_: Any) -> float:
+    """Entity-level F1 with exact (strict) span and type match, CoNLL-style chunking (seqeval)."""
+    from seqeval.metrics import f1_score
+
+    return float(f1_score([list(g) for g in gold], [list(p) for p in pred], zero_division=0))
+
+
+def ner_report(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -> dict[str, dict[str, float]]:
+    """Per-tag precision / recall / F1 / support, plus micro avg (seed 001's NER tables)."""
+    from seqeval.metrics import classification_report
+
+    report = classification_report([list(g) for g in gold], [list(p) for p in pred], output_dict=True,
+                                   zero_division=0)
+    return {tag: {k: float(v) for k, v in row.items()} for tag, row in report.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class ExampleBasedPRF:
+    precision: float
+    recall: float
+    f1: float
+
+
+def example_based_prf(gold: np.ndarray, pred: np.ndarray) -> ExampleBasedPRF:
+    """Per-document precision and recall averaged over documents, F1 of the two means
+    (BLUE HoC: 2 * mean P * mean R / (mean P + mean R)); inputs are 0/1 matrices docs x labels."""
+    from sklearn.metrics import precision_score, recall_score
+
+    gold = np.asarray(gold, dtype=int)
+    pred = np.asarray(pred, dtype=int)
+    p = float(precision_score(gold, pred, average="samples", zero_division=0))
+    r = float(recall_score(gold, pred, average="samples", zero_division=0))
+    f = 2 * p * r / (p + r) if p + r > 0 else 0.0
+    return ExampleBasedPRF(precision=p, recall=r, f1=f)
+
+
+@_register("hoc_example_f1")
+def hoc_example_f1(gold: Sequence[Sequence[int]], pred: Sequence[Sequence[int]], *, labels: Sequence[str] = (),
+                   docs: Sequence[str] | None = None, **_: Any) -> float:
+    """HoC F1 at document level: sentence label sets are OR-ed per document (``docs``), gold and
+    predicted alike, then scored example-based."""
+    n = len(labels) or 1 + max([i for s in list(gold) + list(pred) for i in s], default=0)
+    gold_m, pred_m = documents_to_matrix(gold, pred, docs, n)
+    return example_based_prf(gold_m, pred_m).f1
+
+
+def documents_to_matrix(gold: Sequence[Sequence[int]], pred: Sequence[Sequence[int]],
+                        docs: Sequence[str] | None, n_labels: int) -> tuple[np.ndarray, np.ndarray]:
+    """Union of each document's sentence label sets, as two 0/1 matrices (documents x labels)."""
+    docs = list(docs) if docs is not None else [str(i) for i in range(len(gold))]
+    order: dict[str, int] = {}
+    for d in docs:
+        order.setdefault(d, len(order))
+    gold_m = np.zeros((len(order), n_labels), dtype=int)
+    pred_m = np.zeros((len(order), n_labels), dtype=int)
+    for d, g, p in zip(docs, gold, pred):
+        gold_m[order[d], list(g)] = 1
+        pred_m[order[d], list(p)] = 1
+    return gold_m, pred_m
+
+
+# ------------------------------------------------------------------------------- BLUE summary
+def blue_summary(scores: dict[str, float], groups: dict[str, str]) -> dict[str, float | None]:
+    """BLUE total = macro average over tasks; seed 000's clinical / biomedical scores = macro
+    averages over the tasks of each group. ``None`` where a group has no task."""
+    def mean(names: list[str]) -> float | None:
+        vals = [scores[n] for n in names if scores.get(n) is not None]
+        return float(np.mean(vals)) if vals else None
+
+    names = list(scores)
+    return {"total": mean(names),
+            "clinical": mean([n for n in names if groups.get(n) == "clinical"]),
+            "biomedical": mean([n for n in names if groups.get(n) == "biomedical"])}

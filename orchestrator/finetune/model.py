@@ -1,0 +1,53 @@
+"""A BERT encoder (any Hugging Face BERT directory) with one small head per task family.
+
+One module instead of an AutoModelFor* per family: the HoC multilabel head and the sentence-pair
+regression head share the [CLS] featuriser, and the pretrain stage's BertForPreTraining
+checkpoints load through AutoModel (the MLM/NSP heads are simply not used).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from orchestrator.finetune.spec import TaskSpec
+
+
+def num_outputs(spec: TaskSpec) -> int:
+    return 1 if spec.family == "sts" else len(spec.labels)
+
+
+class TaskModel(nn.Module):
+    """Encoder + dropout + linear; token-level logits for NER, [CLS] logits otherwise."""
+
+    def __init__(self, model_dir: str | Path, spec: TaskSpec):
+        super().__init__()
+        from transformers import AutoModel
+
+        self.family = spec.family
+        self.encoder = AutoModel.from_pretrained(str(model_dir))
+        hidden = self.encoder.config.hidden_size
+        self.dropout = nn.Dropout(getattr(self.encoder.config, "hidden_dropout_prob", 0.1))
+        self.head = nn.Linear(hidden, num_outputs(spec))
+        nn.init.normal_(self.head.weight, std=0.02)
+        nn.init.zeros_(self.head.bias)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        out = self.encoder(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        states = out.last_hidden_state
+        if self.family == "ner":
+            return self.head(self.dropout(states))
+        logits = self.head(self.dropout(states[:, 0]))
+        return logits.squeeze(-1) if self.family == "sts" else logits
+
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        if self.family == "sts":
+            return nn.functional.mse_loss(logits, labels.float())
+        if self.family == "multilabel":
+            return nn.functional.binary_cross_entropy_with_logits(logits, labels.float())
+        if self.family == "ner":
+            return nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1),
+                                               ignore_index=-100)
+        return nn.functional.cross_entropy(logits, labels)

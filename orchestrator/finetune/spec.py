@@ -1,0 +1,120 @@
+"""Tasks as data: one YAML per task, built on a family template through ``include:``.
+
+    spec = load_task("biosses")           # orchestrator/finetune/tasks/biosses.yaml
+    spec = load_task("my_tasks/foo.yaml") # any YAML file following the same keys
+
+Python only says what YAML cannot (readers, heads, metrics); a new dataset in a known family
+and file format needs a YAML file and no code.
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Literal
+
+from orchestrator.core.config import field, from_dict, merge, read_yaml
+from orchestrator.core.errors import ConfigError
+from orchestrator.core.registry import suggest
+
+TASK_DIR = Path(__file__).resolve().parent / "tasks"
+SAMPLE_DIR = Path(__file__).resolve().parents[1] / "sample_data" / "blue"
+
+Family = Literal["sts", "ner", "re", "multilabel", "nli", "doccls"]
+FileFormat = Literal["tsv", "blue_ner", "iob", "conll", "jsonl"]
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskSpec:
+    name: str = field(help="display name, as in the BLUE tables (e.g. 'BC5CDR-chemical')")
+    family: Family = field(help="sts | ner | re | multilabel | nli | doccls: picks the head, loss and reader")
+    metric: str = field(help="metric name in orchestrator.finetune.metrics.METRICS")
+    group: Literal["clinical", "biomedical", "other"] = field(
+        "other", help="seed 000's score group (clinical / biomedical); 'other' counts only in the total")
+    dir: str = field("", help="directory of this task's files under the sweep's data root")
+    format: FileFormat = field("tsv", help="tsv (header by name) | blue_ner (4 columns) | iob | conll | jsonl")
+    files: dict[str, str] = field(default_factory=dict, help="split -> file name (train, dev, test; or all)")
+    columns: dict[str, str] = field(default_factory=dict,
+                                    help="role (id, text_a, text_b, label) -> header column / JSON key")
+    positions: dict[str, int] = field(default_factory=dict,
+                                      help="role -> column index, used when a TSV has no header line")
+    quoting: Literal["csv", "none"] = field("csv", help="csv: a real CSV parser (quoted TABs); none: QUOTE_NONE")
+    labels: tuple[str, ...] = field((), help="the closed label set (order is significant for HoC's k_v cells)")
+    negative_labels: tuple[str, ...] = field((), help="relation classes excluded from micro-F1 (false, DDI-false)")
+    entity_type: str = field("", help="NER: entity type appended to bare B/I tags of BLUE's 4-column files")
+    group_separator: str = field("", help="multilabel: document id = row id up to this separator")
+    k_folds: int = field(0, help="doccls: stratified k-fold cross-validation on the 'all' file")
+    include: str = field("", help="family template this task was built on (resolved at load time)")
+
+    def __post_init__(self):
+        from orchestrator.finetune.metrics import METRICS
+
+        METRICS.get(self.metric)
+        if self.family == "doccls":
+            if self.k_folds < 2 or "all" not in self.files:
+                raise ConfigError(f"task {self.name}: doccls needs k_folds >= 2 and files.all")
+        elif not {"train", "dev", "test"} <= set(self.files):
+            raise ConfigError(f"task {self.name}: files must name train, dev and test (got {sorted(self.files)})")
+        if self.family in ("re", "nli", "multilabel", "ner", "doccls") and not self.labels:
+            raise ConfigError(f"task {self.name}: family {self.family} needs a closed label set (labels)")
+        unknown = [x for x in self.negative_labels if x not in self.labels]
+        if unknown:
+            raise ConfigError(f"task {self.name}: negative_labels {unknown} are not in labels")
+
+    @property
+    def positive_labels(self) -> tuple[str, ...]:
+        return tuple(x for x in self.labels if x not in self.negative_labels)
+
+    def split_path(self, data_root: Path, split: str) -> Path:
+        """The file of one split; BLUE's NER releases name the dev split 'devel', others 'dev'."""
+        base = Path(data_root) / self.dir if self.dir else Path(data_root)
+        path = base / self.files[split]
+        if not path.exists() and split == "dev":
+            for alt in ("devel", "dev"):
+                candidate = path.with_name(alt + path.suffix)
+                if candidate.exists():
+                    return candidate
+        return path
+
+
+def task_names() -> list[str]:
+    """Names of the tasks shipped with the project (file stems, templates excluded)."""
+    return sorted(p.stem for p in TASK_DIR.glob("*.yaml") if not p.stem.startswith("_"))
+
+
+def _task_path(name_or_path: str) -> Path:
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") and path.is_file():
+        return path
+    by_stem = TASK_DIR / f"{name_or_path}.yaml"
+    if by_stem.is_file():
+        return by_stem
+    by_name = {_display_name(p): p for p in TASK_DIR.glob("*.yaml") if not p.stem.startswith("_")}
+    if name_or_path in by_name:
+        return by_name[name_or_path]
+    raise ConfigError(f"unknown task {name_or_path!r}{suggest(name_or_path, task_names() + list(by_name))}")
+
+
+def _display_name(path: Path) -> str:
+    return str(read_yaml(path).get("name", path.stem))
+
+
+def _resolve_includes(path: Path, seen: tuple[Path, ...] = ()) -> dict:
+    if path in seen:
+        raise ConfigError(f"{path}: include cycle through {[str(p) for p in seen]}")
+    data = read_yaml(path)
+    parent = data.get("include")
+    if not parent:
+        return data
+    parent_path = (path.parent / parent).resolve()
+    if not parent_path.is_file():  # a user's task may build on a shipped task or template
+        parent_path = TASK_DIR / parent
+    if not parent_path.is_file():
+        raise ConfigError(f"{path}: include {parent!r} found neither beside it nor in {TASK_DIR}")
+    return merge(_resolve_includes(parent_path, seen + (path,)), data)
+
+
+def load_task(name_or_path: str) -> TaskSpec:
+    """A task by file stem ('bc5cdr_chemical'), display name ('BC5CDR-chemical') or YAML path."""
+    path = _task_path(name_or_path)
+    data = _resolve_includes(path)
+    return from_dict(TaskSpec, data, where=str(path))

@@ -1,0 +1,96 @@
+"""Checkpoints: a loadable Hugging Face directory plus the training state needed to resume exactly.
+
+    ckpt-<step>/
+      config.json, model.safetensors          BertForPreTraining / BertForMaskedLM (save_pretrained)
+      vocab.txt, tokenizer.json, ...          the tokenizer, so every checkpoint is usable on its own
+      adapters.safetensors, adapter_config.json   (adapter training only)
+      training_state.pt                       optimizer, scheduler, scaler, step, phase (torch.save)
+      trainer_state.json                      step / phase / metrics, human-readable
+
+Loading uses safetensors and ``torch.load(weights_only=True)`` only: a checkpoint is data, never code.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import PreTrainedModel
+
+from orchestrator.pretrain.adapters import has_adapters, load_adapters, save_adapters
+
+STATE_FILE = "training_state.pt"
+TRAINER_STATE = "trainer_state.json"
+TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+HF_FILES = ("config.json", "model.safetensors", "generation_config.json", "adapters.safetensors",
+            "adapter_config.json") + TOKENIZER_FILES
+
+
+def checkpoint_name(step: int) -> str:
+    return f"ckpt-{step:07d}"
+
+
+def save_hf(model: PreTrainedModel, tokenizer_dir: Path, out_dir: Path) -> None:
+    """Model weights (safetensors) + config + tokenizer files into ``out_dir``."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if has_adapters(model):
+        base_state = {k: v for k, v in model.state_dict().items() if ".adapter." not in k}
+        model.save_pretrained(str(out_dir), state_dict=base_state)
+        save_adapters(model, out_dir)
+    else:
+        model.save_pretrained(str(out_dir))
+    for name in TOKENIZER_FILES:
+        src = Path(tokenizer_dir) / name
+        if src.is_file():
+            shutil.copy2(src, out_dir / name)
+
+
+def save_checkpoint(out_dir: Path, model: PreTrainedModel, tokenizer_dir: Path, *, optimizer, scheduler, scaler,
+                    state: dict[str, Any]) -> Path:
+    """Write a complete checkpoint into ``out_dir`` (a fresh directory Ray then persists)."""
+    save_hf(model, tokenizer_dir, out_dir)
+    torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                "scaler": scaler.state_dict() if scaler is not None else None, "state": state},
+               Path(out_dir) / STATE_FILE)
+    (Path(out_dir) / TRAINER_STATE).write_text(json.dumps(state, indent=2, sort_keys=True, default=float))
+    return Path(out_dir)
+
+
+def load_weights(model: PreTrainedModel, ckpt_dir: Path) -> None:
+    """Load the weights of a checkpoint into an already built model of the same architecture."""
+    from safetensors.torch import load_file
+
+    ckpt_dir = Path(ckpt_dir)
+    state = load_file(str(ckpt_dir / "model.safetensors"))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    # Tied tensors (decoder weight/bias) are stored once; adapters live in their own file.
+    current = model.state_dict()
+    loaded = {current[k].data_ptr() for k in state if k in current}
+    missing = [k for k in missing if ".adapter." not in k and current[k].data_ptr() not in loaded]
+    if missing or unexpected:
+        raise ValueError(f"{ckpt_dir}: checkpoint weights do not fit the model "
+                         f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
+    if (ckpt_dir / "adapters.safetensors").is_file():
+        load_adapters(model, ckpt_dir)
+    if hasattr(model, "tie_weights"):
+        model.tie_weights()
+
+
+def load_training_state(ckpt_dir: Path) -> dict[str, Any]:
+    return torch.load(Path(ckpt_dir) / STATE_FILE, map_location="cpu", weights_only=True)
+
+
+def is_checkpoint(path: Path) -> bool:
+    return (Path(path) / STATE_FILE).is_file() and (Path(path) / "config.json").is_file()
+
+
+def latest_checkpoint(root: Path) -> Path | None:
+    """The complete ``ckpt-*`` under ``root`` with the highest step, or None."""
+    root = Path(root)
+    if not root.is_dir():
+        return None
+    found = sorted(p for p in root.glob("ckpt-*") if p.is_dir() and is_checkpoint(p))
+    return found[-1] if found else None

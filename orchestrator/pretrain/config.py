@@ -1,0 +1,169 @@
+"""Typed configuration of the pretraining stage: model, two length phases, optimiser, precision, scaling.
+
+One config runs on a laptop (2 CPU workers, gloo) and on a GPU cluster (``use_gpu: true``, NCCL):
+only ``num_workers`` / ``use_gpu`` / ``resources_per_worker`` change. Phase 1 is the 128-token
+phase, phase 2 the 512-token phase of NVIDIA's recipe (seed 000); ``phase2.steps: 0`` skips it.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Literal
+
+from orchestrator.core.config import field
+from orchestrator.core.errors import ConfigError
+
+SIZES = ("tiny", "mini", "small", "base", "large")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    size: Literal["tiny", "mini", "small", "base", "large"] = field(
+        "tiny", help="architecture preset (tiny: hidden 64, 2 layers, for tests; base/large: BERT's)")
+    objective: Literal["mlm_nsp", "mlm"] = field(
+        "mlm_nsp", help="mlm_nsp = BertForPreTraining (masked LM + next sentence), mlm = BertForMaskedLM")
+    init_from: str = field("", help="continue from this Hugging Face BERT directory (missing heads are added); "
+                                    "empty = train from scratch with `size`")
+    allow_vocab_resize: bool = field(
+        False, help="with init_from: resize the embeddings when the vocabulary differs (otherwise refused)")
+    max_position_embeddings: int = field(512, help="longest sequence the model can take")
+    dropout: float = field(0.1, help="hidden and attention dropout")
+
+    def __post_init__(self):
+        if self.max_position_embeddings < 8:
+            raise ConfigError("model.max_position_embeddings must be >= 8")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError("model.dropout must be in [0, 1)")
+
+
+@dataclass(frozen=True)
+class PhaseConfig:
+    max_seq_length: int = field(128, help="instances of this length are read (instances/len<L>)")
+    steps: int = field(20, help="optimizer steps in this phase (0 = skip the phase)")
+    global_batch_size: int = field(16, help="sequences per optimizer step over all workers")
+    device_batch_size: int = field(
+        8, help="sequences one worker processes per micro-batch; accumulation = global / (workers x this)")
+    learning_rate: float = field(1e-3, help="peak learning rate")
+    warmup_proportion: float = field(0.1, help="fraction of the phase's steps spent in linear warm-up")
+
+    def __post_init__(self):
+        if self.steps < 0:
+            raise ConfigError("phase steps must be >= 0")
+        if self.max_seq_length < 8:
+            raise ConfigError(f"phase max_seq_length must be >= 8, got {self.max_seq_length}")
+        if self.global_batch_size < 1 or self.device_batch_size < 1:
+            raise ConfigError("phase global_batch_size and device_batch_size must be >= 1")
+        if self.learning_rate <= 0:
+            raise ConfigError("phase learning_rate must be > 0")
+        if not 0.0 <= self.warmup_proportion < 1.0:
+            raise ConfigError("phase warmup_proportion must be in [0, 1)")
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    name: Literal["lamb", "adamw"] = field("lamb", help="LAMB (You et al. 2019, NVIDIA's recipe) or AdamW")
+    weight_decay: float = field(0.01, help="decoupled weight decay (not on biases and LayerNorm)")
+    beta1: float = field(0.9, help="first-moment decay")
+    beta2: float = field(0.999, help="second-moment decay")
+    eps: float = field(1e-6, help="denominator epsilon")
+    grad_clip: float = field(1.0, help="clip the global gradient norm to this (0 = off)")
+    decay_power: float = field(0.5, help="polynomial decay power after warm-up (NVIDIA: 0.5; 1.0 = linear)")
+
+    def __post_init__(self):
+        if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1):
+            raise ConfigError("optim.beta1 / optim.beta2 must be in [0, 1)")
+        if self.weight_decay < 0 or self.grad_clip < 0 or self.eps <= 0 or self.decay_power <= 0:
+            raise ConfigError("optim: weight_decay, grad_clip >= 0; eps, decay_power > 0")
+
+
+@dataclass(frozen=True)
+class AdapterConfig:
+    enabled: bool = field(False, help="train bottleneck adapters after each feed-forward block, base frozen "
+                                      "(seed 002, Pfeiffer placement)")
+    reduction_factor: int = field(16, help="bottleneck size = hidden_size / reduction_factor")
+    train_heads: bool = field(True, help="also train the MLM/NSP heads (they are new when continuing)")
+
+    def __post_init__(self):
+        if self.reduction_factor < 1:
+            raise ConfigError("adapters.reduction_factor must be >= 1")
+
+
+@dataclass(frozen=True)
+class PretrainConfig:
+    model: ModelConfig = field(default_factory=ModelConfig, help="model architecture / initialisation")
+    phase1: PhaseConfig = field(default_factory=PhaseConfig, help="phase 1 (short sequences, e.g. 128)")
+    phase2: PhaseConfig = field(default_factory=lambda: PhaseConfig(max_seq_length=512, steps=0),
+                                help="phase 2 (long sequences, e.g. 512; steps 0 = skip)")
+    optim: OptimConfig = field(default_factory=OptimConfig, help="optimiser and schedule")
+    adapters: AdapterConfig = field(default_factory=AdapterConfig, help="adapter-based continued pretraining")
+    precision: Literal["fp32", "bf16", "fp16"] = field(
+        "fp32", help="fp32, bf16 autocast, or fp16 autocast with a dynamic gradient scaler")
+    init_loss_scale: float = field(2.0 ** 16, help="fp16: initial loss scale")
+    max_nonfinite_steps: int = field(
+        20, help="stop with an error after this many consecutive steps with a NaN/inf loss")
+    mlm_probability: float = field(0.15, help="dynamic masking: fraction of tokens predicted (80/10/10)")
+    max_predictions_per_seq: int = field(20, help="dynamic masking: cap on predicted tokens per sequence "
+                                                  "(scaled by length/128 for longer phases, as BERT did)")
+    num_workers: int = field(2, help="Ray Train workers (one per GPU on a cluster)")
+    use_gpu: bool = field(False, help="one GPU per worker, NCCL; false = CPU workers, gloo")
+    cpus_per_worker: float = field(1.0, help="CPUs reserved per worker")
+    resources_per_worker: dict[str, float] = field(default_factory=dict,
+                                                   help="extra Ray resources per worker, e.g. {accelerator_type:H100: 1}")
+    checkpoint_every: int = field(0, help="save a checkpoint every N optimizer steps (0 = only at phase ends)")
+    keep_checkpoints: int = field(2, help="keep the last K checkpoints")
+    max_failures: int = field(1, help="restart the workers from the latest checkpoint this many times")
+    log_every: int = field(1, help="record metrics every N steps")
+    dataloader_prefetch: int = field(2, help="batches each worker prefetches from Ray Data")
+    seed: int = field(42, help="seed for initialisation and masking")
+
+    def __post_init__(self):
+        if self.num_workers < 1:
+            raise ConfigError("num_workers must be >= 1")
+        if self.phase1.steps + self.phase2.steps < 1:
+            raise ConfigError("phase1.steps + phase2.steps must be >= 1")
+        for name, phase in self.active_phases():
+            if phase.max_seq_length > self.model.max_position_embeddings:
+                raise ConfigError(f"{name}.max_seq_length {phase.max_seq_length} exceeds "
+                                  f"model.max_position_embeddings {self.model.max_position_embeddings}")
+            # Fail at config time, not hours into a cluster run, when the batch does not divide.
+            batch_plan(phase.global_batch_size, self.num_workers, phase.device_batch_size, where=name)
+        if not 0 < self.mlm_probability < 1:
+            raise ConfigError("mlm_probability must be in (0, 1)")
+        if self.max_predictions_per_seq < 1 or self.max_nonfinite_steps < 1 or self.log_every < 1:
+            raise ConfigError("max_predictions_per_seq, max_nonfinite_steps, log_every must be >= 1")
+        if self.checkpoint_every < 0 or self.keep_checkpoints < 1 or self.max_failures < 0:
+            raise ConfigError("checkpoint_every >= 0, keep_checkpoints >= 1, max_failures >= 0")
+        if self.init_loss_scale <= 0:
+            raise ConfigError("init_loss_scale must be > 0")
+
+    def active_phases(self) -> list[tuple[str, PhaseConfig]]:
+        """The phases with steps > 0, in order."""
+        return [(n, p) for n, p in (("phase1", self.phase1), ("phase2", self.phase2)) if p.steps > 0]
+
+    @property
+    def total_steps(self) -> int:
+        return self.phase1.steps + self.phase2.steps
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchPlan:
+    """How one global batch is produced: ``workers x device_batch x accumulation == global_batch``."""
+    global_batch: int
+    workers: int
+    device_batch: int
+    accumulation: int
+
+
+def batch_plan(global_batch: int, workers: int, device_batch: int, where: str = "batch") -> BatchPlan:
+    """The one place a global batch becomes per-device batch x accumulation steps.
+
+    Raises ConfigError when ``global_batch`` is not ``workers x device_batch x k``: silently
+    training on a different batch than the recipe says is how reproductions drift.
+    """
+    if global_batch < 1 or workers < 1 or device_batch < 1:
+        raise ConfigError(f"{where}: global batch, workers and device batch must be >= 1")
+    per_step = workers * device_batch
+    if global_batch % per_step:
+        raise ConfigError(f"{where}: global_batch_size {global_batch} is not divisible by num_workers {workers} "
+                          f"x device_batch_size {device_batch} = {per_step}")
+    return BatchPlan(global_batch, workers, device_batch, global_batch // per_step)

@@ -1,0 +1,339 @@
+"""The per-worker training loop (runs inside Ray Train workers) and its pure building blocks.
+
+``train_step`` and ``optimizer_update`` hold the numerics (accumulation, autocast, loss scaling,
+clipping, skip-on-overflow) and are tested directly, without Ray. ``train_loop_per_worker`` is
+the Ray edge: dataset shards, DDP, checkpoints, resume, metrics.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import math
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+
+from orchestrator.core.config import from_dict
+from orchestrator.core.errors import OrchestratorError
+from orchestrator.pretrain.config import PhaseConfig, PretrainConfig, batch_plan
+from orchestrator.pretrain.data import SpecialIds, collate, predictions_cap
+
+log = logging.getLogger(__name__)
+
+# Peak dense tensor throughput (FLOP/s) for the MFU estimate, by device-name substring and dtype.
+PEAK_FLOPS = {"H200": {"bf16": 989e12, "fp16": 989e12, "fp32": 67e12},
+              "H100": {"bf16": 989e12, "fp16": 989e12, "fp32": 67e12},
+              "A100": {"bf16": 312e12, "fp16": 312e12, "fp32": 19.5e12}}
+
+
+class TrainingDiverged(OrchestratorError):
+    """The loss stayed NaN/inf: stop instead of burning accelerator hours."""
+
+
+@dataclasses.dataclass
+class StepStats:
+    loss: float
+    mlm_loss: float
+    nsp_loss: float
+    mlm_correct: float
+    mlm_count: float
+    sequences: int
+    tokens: int
+    grad_norm: float
+    skipped: bool
+    loss_scale: float
+
+
+def autocast_context(precision: str, device: torch.device):
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def make_scaler(precision: str, device: torch.device, init_scale: float) -> torch.amp.GradScaler:
+    """A dynamic loss scaler for fp16 (halves on overflow, doubles after 2000 clean steps); inert otherwise."""
+    return torch.amp.GradScaler(device.type, init_scale=init_scale, enabled=precision == "fp16")
+
+
+def optimizer_update(params: list[torch.nn.Parameter], optimizer, scheduler, scaler: torch.amp.GradScaler,
+                     grad_clip: float) -> tuple[float, bool]:
+    """Unscale, clip, step (or skip), update the scale. Returns (gradient norm, skipped).
+
+    A step is skipped when the gradients are not finite: under fp16 the scaler lowers the scale;
+    under fp32/bf16 the weights are left untouched. The LR schedule advances only on real steps.
+    """
+    scaler.unscale_(optimizer)
+    if grad_clip > 0:
+        norm = torch.nn.utils.clip_grad_norm_(params, grad_clip)
+    else:
+        norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+    norm_value = float(norm)
+    if scaler.is_enabled():
+        before = scaler.get_scale()
+        scaler.step(optimizer)
+        scaler.update()
+        skipped = scaler.get_scale() < before
+    else:
+        skipped = not math.isfinite(norm_value)
+        if not skipped:
+            optimizer.step()
+    if not skipped:
+        scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return norm_value, skipped
+
+
+def train_step(module: torch.nn.Module, micro_batches: list[dict[str, torch.Tensor]], optimizer, scheduler,
+               scaler: torch.amp.GradScaler, *, precision: str, device: torch.device, grad_clip: float,
+               params: list[torch.nn.Parameter]) -> StepStats:
+    """One optimizer step over ``len(micro_batches)`` accumulated micro-batches.
+
+    Gradients are synchronised across DDP workers only on the last micro-batch (``no_sync``).
+    """
+    n = len(micro_batches)
+    sums = {"loss": 0.0, "mlm_loss": 0.0, "nsp_loss": 0.0, "mlm_correct": 0.0, "mlm_count": 0.0}
+    sequences = tokens = 0
+    for i, batch in enumerate(micro_batches):
+        sync = i == n - 1 or not hasattr(module, "no_sync")
+        with contextlib.nullcontext() if sync else module.no_sync():
+            with autocast_context(precision, device):
+                out = module(**batch)
+            scaler.scale(out["loss"] / n).backward()
+        sums["loss"] += float(out["loss"].detach()) / n
+        sums["mlm_loss"] += float(out["mlm_loss"].detach()) / n
+        if "nsp_loss" in out:
+            sums["nsp_loss"] += float(out["nsp_loss"].detach()) / n
+        sums["mlm_correct"] += float(out["mlm_correct"])
+        sums["mlm_count"] += float(out["mlm_count"])
+        sequences += int(batch["input_ids"].shape[0])
+        tokens += int(batch["attention_mask"].sum())
+    scale = scaler.get_scale() if scaler.is_enabled() else 1.0
+    grad_norm, skipped = optimizer_update(params, optimizer, scheduler, scaler, grad_clip)
+    return StepStats(**sums, sequences=sequences, tokens=tokens, grad_norm=grad_norm, skipped=skipped,
+                     loss_scale=scale)
+
+
+def estimate_mfu(n_params: int, layers: int, hidden: int, seq_len: float, tokens_per_s: float,
+                 device_name: str, precision: str) -> float | None:
+    """Model FLOPs utilisation: (6 N + 12 L H S) FLOPs per token (Kaplan/PaLM) over the device's peak."""
+    peak = next((v[precision] for k, v in PEAK_FLOPS.items() if k in device_name), None)
+    if peak is None:
+        return None
+    return (6 * n_params + 12 * layers * hidden * seq_len) * tokens_per_s / peak
+
+
+# --------------------------------------------------------------------------------------------- Ray edge
+def _micro_batches(shard, phase: PhaseConfig, device_batch: int, special: SpecialIds, cfg: PretrainConfig,
+                   dynamic: bool, seed_key: tuple[int, ...], pad_to: int) -> Iterator[dict[str, np.ndarray]]:
+    """Endless stream of collated micro-batches from this worker's Ray Data shard, epoch after epoch."""
+    cap = predictions_cap(cfg.max_predictions_per_seq, phase.max_seq_length)
+    epoch = 0
+    while True:
+        rng = np.random.default_rng((cfg.seed, *seed_key, epoch))
+        produced = 0
+        for rows in shard.iter_batches(batch_size=device_batch, batch_format="numpy", drop_last=True,
+                                       prefetch_batches=cfg.dataloader_prefetch,
+                                       local_shuffle_buffer_size=device_batch * 4,
+                                       local_shuffle_seed=cfg.seed + epoch):
+            produced += 1
+            yield collate(rows, special, dynamic=dynamic, rng=rng, probability=cfg.mlm_probability,
+                          max_predictions=cap, pad_to_multiple=pad_to)
+        if produced == 0:
+            raise OrchestratorError(f"a worker's data shard yielded no full batch of {device_batch} sequences")
+        epoch += 1
+
+
+def _to_device(batch: dict[str, np.ndarray], device: torch.device, objective_nsp: bool) -> dict[str, torch.Tensor]:
+    out = {k: torch.from_numpy(v).to(device, non_blocking=True) for k, v in batch.items()}
+    if not objective_nsp:
+        out.pop("next_sentence_label")
+    return out
+
+
+def _all_reduce(values: list[float], device: torch.device) -> list[float]:
+    import torch.distributed as dist
+
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    if dist.is_available() and dist.is_initialized():
+        dist.all_reduce(t)
+    return t.tolist()
+
+
+class _RankZeroTracker:
+    """MLflow from rank 0 only; other ranks get nothing to call."""
+
+    def __init__(self, tracking: dict | None):
+        self.active = False
+        if not tracking:
+            return
+        import mlflow
+
+        mlflow.set_tracking_uri(tracking["uri"])
+        self.client = mlflow.MlflowClient(tracking["uri"])
+        self.run_id = tracking["run_id"]
+        self.active = True
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        if not self.active:
+            return
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        self.client.log_batch(self.run_id, metrics=[Metric(k, float(v), now, step) for k, v in metrics.items()
+                                                    if v is not None and math.isfinite(float(v))])
+
+
+def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
+    """Ray Train entry point. ``config``: cfg (dict), tokenizer_dir, special, dynamic (per phase name),
+    tracking ({uri, run_id} or None), resume_dir (a checkpoint to start from when Ray has none),
+    fail_at (test hook: {step, marker} makes rank 1 die once at that step).
+
+    Returns (rank 0) {"history": [...], "diverged": message or None, "params": counts}.
+    """
+    import ray.train
+    import ray.train.torch
+
+    from orchestrator.core.runtime import seed_everything
+    from orchestrator.pretrain.adapters import add_adapters, parameter_counts
+    from orchestrator.pretrain.checkpoint import (checkpoint_name, load_training_state, load_weights,
+                                                  save_checkpoint)
+    from orchestrator.pretrain.model import PretrainingModule, build_model, check_same_architecture
+    from orchestrator.pretrain.optim import build_optimizer, build_scheduler
+
+    cfg: PretrainConfig = from_dict(PretrainConfig, config["cfg"])
+    tokenizer_dir = Path(config["tokenizer_dir"])
+    special = SpecialIds(**{**config["special"], "never_mask": tuple(config["special"]["never_mask"])})
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    device = ray.train.torch.get_device()
+    torch.set_num_threads(max(1, int(cfg.cpus_per_worker)))
+    seed_everything(cfg.seed)
+
+    model = build_model(cfg.model, special.vocab_size, special.pad)
+    if cfg.adapters.enabled:
+        add_adapters(model, cfg.adapters.reduction_factor, cfg.adapters.train_heads)
+    counts = parameter_counts(model)
+    state: dict[str, Any] = {"step": 0, "phase": 0, "phase_step": 0, "history": []}
+    training_state = None
+    checkpoint = ray.train.get_checkpoint()
+    resume_ctx = checkpoint.as_directory() if checkpoint is not None else contextlib.nullcontext(
+        config.get("resume_dir"))
+    with resume_ctx as resume_dir:
+        if resume_dir:
+            check_same_architecture(model.config, Path(resume_dir))
+            load_weights(model, Path(resume_dir))
+            training_state = load_training_state(Path(resume_dir))
+            state = dict(training_state["state"])
+            if rank == 0:
+                log.info("resuming from %s at step %d", resume_dir, state["step"])
+    nsp = cfg.model.objective == "mlm_nsp"
+    module = ray.train.torch.prepare_model(PretrainingModule(model))
+    params = [p for p in model.parameters() if p.requires_grad]
+    tracker = _RankZeroTracker(config.get("tracking") if rank == 0 else None)
+    fail_at = config.get("fail_at")
+    diverged = None
+    nonfinite_run = 0
+
+    for phase_index, (phase_name, phase) in enumerate(cfg.active_phases()):
+        if phase_index < state["phase"]:
+            continue
+        plan = batch_plan(phase.global_batch_size, world, phase.device_batch_size, where=phase_name)
+        optimizer = build_optimizer(model, cfg.optim, phase.learning_rate)
+        warmup = int(phase.warmup_proportion * phase.steps)
+        scheduler = build_scheduler(optimizer, warmup, phase.steps, cfg.optim.decay_power)
+        scaler = make_scaler(cfg.precision, device, cfg.init_loss_scale)
+        if training_state is not None and state["phase"] == phase_index and state["phase_step"] > 0:
+            optimizer.load_state_dict(training_state["optimizer"])
+            scheduler.load_state_dict(training_state["scheduler"])
+            if training_state["scaler"] is not None and scaler.is_enabled():
+                scaler.load_state_dict(training_state["scaler"])
+        else:
+            state["phase_step"] = 0
+        state["phase"] = phase_index
+        shard = ray.train.get_dataset_shard(phase_name)
+        stream = _micro_batches(shard, phase, plan.device_batch, special, cfg, config["dynamic"][phase_name],
+                                (rank, phase_index, state["step"]), 8 if device.type == "cuda" else 1)
+        if rank == 0:
+            log.info("%s: %d steps, global batch %d = %d workers x %d x %d accumulation, lr %g", phase_name,
+                     phase.steps, plan.global_batch, world, plan.device_batch, plan.accumulation,
+                     phase.learning_rate)
+        window = {"t": time.perf_counter(), "seq": 0, "tok": 0}
+        while state["phase_step"] < phase.steps:
+            if fail_at and rank == min(1, world - 1) and state["step"] == fail_at["step"] \
+                    and not os.path.exists(fail_at["marker"]):
+                Path(fail_at["marker"]).write_text("died once\n")
+                os._exit(1)
+            micro = [_to_device(next(stream), device, nsp) for _ in range(plan.accumulation)]
+            module.train()
+            lr = optimizer.param_groups[0]["lr"]
+            stats = train_step(module, micro, optimizer, scheduler, scaler, precision=cfg.precision, device=device,
+                               grad_clip=cfg.optim.grad_clip, params=params)
+            loss, mlm, nsp_l, correct, count, seqs, toks, nonfinite = _all_reduce(
+                [stats.loss, stats.mlm_loss, stats.nsp_loss, stats.mlm_correct, stats.mlm_count,
+                 stats.sequences, stats.tokens, float(not math.isfinite(stats.loss))], device)
+            state["step"] += 1
+            state["phase_step"] += 1
+            window["seq"] += seqs
+            window["tok"] += toks
+            nonfinite_run = nonfinite_run + 1 if nonfinite else 0
+            if stats.skipped and rank == 0:
+                log.warning("step %d skipped: non-finite gradients (loss scale now %g)", state["step"],
+                            scaler.get_scale() if scaler.is_enabled() else 1.0)
+            if nonfinite_run >= cfg.max_nonfinite_steps:
+                diverged = (f"loss was NaN/inf for {nonfinite_run} consecutive steps (step {state['step']}, "
+                            f"{phase_name}, precision {cfg.precision}); lower the learning rate or use bf16/fp32")
+                break
+            if state["step"] % cfg.log_every == 0 or state["phase_step"] == phase.steps:
+                elapsed = max(time.perf_counter() - window["t"], 1e-9)
+                record = {"step": state["step"], "phase": phase_index + 1, "loss": loss / world,
+                          "mlm_loss": mlm / world, "mlm_accuracy": correct / max(count, 1.0),
+                          "lr": lr, "grad_norm": stats.grad_norm,
+                          "loss_scale": stats.loss_scale, "skipped": float(stats.skipped),
+                          "seq_per_s": window["seq"] / elapsed, "tokens_per_s": window["tok"] / elapsed}
+                if nsp:
+                    record["nsp_loss"] = nsp_l / world
+                if device.type == "cuda":
+                    hidden, layers = model.config.hidden_size, model.config.num_hidden_layers
+                    record["mfu"] = estimate_mfu(counts["total"], layers, hidden, toks / max(seqs, 1),
+                                                 record["tokens_per_s"], torch.cuda.get_device_name(device),
+                                                 cfg.precision)
+                state["history"].append(record)
+                tracker.log({k: v for k, v in record.items() if k != "step"}, state["step"])
+                window = {"t": time.perf_counter(), "seq": 0, "tok": 0}
+            phase_done = state["phase_step"] == phase.steps
+            if phase_done or (cfg.checkpoint_every and state["step"] % cfg.checkpoint_every == 0):
+                if phase_done and phase_index + 1 < len(cfg.active_phases()):
+                    state = {**state, "phase": phase_index + 1, "phase_step": 0}
+                _report_checkpoint(rank, model, tokenizer_dir, optimizer, scheduler, scaler, state,
+                                   save_checkpoint, checkpoint_name)
+            if phase_done:
+                break
+        if diverged:
+            break
+    if diverged:
+        ray.train.report({"step": state["step"], "diverged": 1.0})
+    return {"history": state["history"], "diverged": diverged, "params": counts} if rank == 0 else {}
+
+
+def _report_checkpoint(rank, model, tokenizer_dir, optimizer, scheduler, scaler, state, save_checkpoint,
+                       checkpoint_name) -> None:
+    """Every rank reports (a barrier); rank 0 attaches the checkpoint Ray persists to storage."""
+    import ray.train
+
+    metrics = {"step": state["step"]}
+    if state["history"]:
+        metrics.update({k: v for k, v in state["history"][-1].items() if isinstance(v, (int, float))})
+    with tempfile.TemporaryDirectory(prefix="ckpt-") as tmp:
+        checkpoint = None
+        if rank == 0:
+            save_checkpoint(Path(tmp), model, tokenizer_dir, optimizer=optimizer, scheduler=scheduler,
+                            scaler=scaler if scaler.is_enabled() else None, state=state)
+            checkpoint = ray.train.Checkpoint.from_directory(tmp)
+        ray.train.report(metrics, checkpoint=checkpoint, checkpoint_dir_name=checkpoint_name(state["step"]))

@@ -1,0 +1,114 @@
+"""BERT models for pretraining: from a size preset, or continued from a Hugging Face directory.
+
+``PretrainingModule`` is what DDP wraps: it runs the encoder once and applies the MLM decoder only
+to the masked positions (NVIDIA's trick; the vocabulary projection of every position is most of
+the head's cost), returning the MLM and NSP losses separately plus MLM accuracy counts.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from transformers import BertConfig, BertForMaskedLM, BertForPreTraining, PreTrainedModel
+
+from orchestrator.core.errors import ConfigError, InputError
+from orchestrator.pretrain.config import ModelConfig
+from orchestrator.pretrain.data import IGNORE_INDEX
+
+log = logging.getLogger(__name__)
+
+# hidden, layers, heads, intermediate
+SIZE_PRESETS: dict[str, tuple[int, int, int, int]] = {
+    "tiny": (64, 2, 2, 256),
+    "mini": (256, 4, 4, 1024),
+    "small": (512, 4, 8, 2048),
+    "base": (768, 12, 12, 3072),
+    "large": (1024, 24, 16, 4096),
+}
+ARCH_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+             "vocab_size", "max_position_embeddings", "type_vocab_size")
+
+
+def bert_config(cfg: ModelConfig, vocab_size: int, pad_token_id: int) -> BertConfig:
+    hidden, layers, heads, inter = SIZE_PRESETS[cfg.size]
+    return BertConfig(vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=layers,
+                      num_attention_heads=heads, intermediate_size=inter,
+                      max_position_embeddings=cfg.max_position_embeddings, hidden_dropout_prob=cfg.dropout,
+                      attention_probs_dropout_prob=cfg.dropout, pad_token_id=pad_token_id)
+
+
+def model_class(objective: str) -> type[PreTrainedModel]:
+    return BertForPreTraining if objective == "mlm_nsp" else BertForMaskedLM
+
+
+def read_hf_config(model_dir: Path) -> dict:
+    path = Path(model_dir) / "config.json"
+    if not path.is_file():
+        raise InputError(model_dir, "not a Hugging Face model directory", expected="config.json")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def build_model(cfg: ModelConfig, vocab_size: int, pad_token_id: int) -> PreTrainedModel:
+    """A fresh model from the size preset, or ``cfg.init_from`` with any missing head added.
+
+    Continuing from a directory whose vocabulary size differs from the tokenizer's is refused
+    unless ``allow_vocab_resize`` (resized embeddings for new ids start untrained).
+    """
+    cls = model_class(cfg.objective)
+    if not cfg.init_from:
+        return cls(bert_config(cfg, vocab_size, pad_token_id))
+    source = Path(cfg.init_from)
+    hf = read_hf_config(source)
+    if hf.get("model_type") != "bert":
+        raise InputError(source / "config.json", f"model_type is {hf.get('model_type')!r}; only BERT models "
+                                                 "can be continued", expected="model_type 'bert'")
+    if hf["vocab_size"] != vocab_size and not cfg.allow_vocab_resize:
+        raise ConfigError(f"model.init_from {source} has vocab_size {hf['vocab_size']} but the tokenizer has "
+                          f"{vocab_size}; use that model's own tokenizer, or set model.allow_vocab_resize=true "
+                          "to resize the embeddings")
+    model = cls.from_pretrained(str(source))
+    if model.config.vocab_size != vocab_size:
+        log.warning("resizing embeddings of %s from %d to %d", source, model.config.vocab_size, vocab_size)
+        model.resize_token_embeddings(vocab_size)
+    return model
+
+
+def check_same_architecture(expected: BertConfig | dict, checkpoint_dir: Path) -> None:
+    """Refuse to resume from a checkpoint of another architecture (a changed config, a reused out_dir)."""
+    want = expected.to_dict() if isinstance(expected, BertConfig) else expected
+    have = read_hf_config(checkpoint_dir)
+    diff = {k: (have.get(k), want.get(k)) for k in ARCH_KEYS if have.get(k) != want.get(k)}
+    if diff:
+        detail = ", ".join(f"{k}: checkpoint {a!r} vs config {b!r}" for k, (a, b) in diff.items())
+        raise InputError(checkpoint_dir / "config.json", f"checkpoint is from another architecture ({detail})",
+                         expected="the architecture this config builds; use a fresh out_dir or matching config")
+
+
+class PretrainingModule(torch.nn.Module):
+    """Wraps BertForPreTraining / BertForMaskedLM; forward returns losses and accuracy counts."""
+
+    def __init__(self, model: PreTrainedModel):
+        super().__init__()
+        self.model = model
+        self.nsp = isinstance(model, BertForPreTraining)
+
+    def forward(self, input_ids, token_type_ids, attention_mask, labels, next_sentence_label=None):
+        out = self.model.bert(input_ids=input_ids, token_type_ids=token_type_ids, attention_mask=attention_mask)
+        masked = labels != IGNORE_INDEX
+        targets = labels[masked]
+        heads = self.model.cls
+        logits = heads.predictions(out.last_hidden_state[masked])
+        mlm_loss = F.cross_entropy(logits.float(), targets)
+        result = {"mlm_loss": mlm_loss, "mlm_correct": (logits.argmax(-1) == targets).sum(),
+                  "mlm_count": targets.new_tensor(targets.numel())}
+        loss = mlm_loss
+        if self.nsp:
+            nsp_logits = heads.seq_relationship(out.pooler_output)
+            nsp_loss = F.cross_entropy(nsp_logits.float(), next_sentence_label)
+            result["nsp_loss"] = nsp_loss
+            loss = loss + nsp_loss
+        result["loss"] = loss
+        return result

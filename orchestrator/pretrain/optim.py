@@ -1,0 +1,107 @@
+"""Optimisers and the learning-rate schedule of NVIDIA's BERT recipe (seed 000).
+
+LAMB is implemented here (You et al. 2019, "Large Batch Optimization for Deep Learning",
+Algorithm 2, with bias correction as in NVIDIA's FusedLAMB) because no maintained library fits
+this stack: ``torch-optimizer`` 0.3.0 was last released in 2021, ``pytorch-lamb`` in 2019,
+apex's FusedLAMB needs a CUDA build, and ``timm`` (which ships a Lamb) pulls torchvision and
+a different torch than the pinned 2.13.
+"""
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+import torch
+
+from orchestrator.pretrain.config import OptimConfig
+
+
+class Lamb(torch.optim.Optimizer):
+    """Layer-wise adaptive moments: an Adam direction rescaled per tensor by ||w|| / ||update||.
+
+    For each parameter tensor w with gradient g (step t):
+        m = b1 m + (1 - b1) g,  v = b2 v + (1 - b2) g^2
+        u = (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps) + weight_decay * w
+        w = w - lr * (||w|| / ||u||) * u        (trust ratio 1 when either norm is 0)
+    """
+
+    def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-6, weight_decay: float = 0.01):
+        if lr <= 0 or eps <= 0 or weight_decay < 0 or not all(0 <= b < 1 for b in betas):
+            raise ValueError(f"invalid LAMB hyper-parameters lr={lr} betas={betas} eps={eps} wd={weight_decay}")
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            beta1, beta2 = group["betas"]
+            for p in params:
+                if p.grad.is_sparse:
+                    raise RuntimeError("Lamb does not support sparse gradients")
+                state = self.state[p]
+                if not state:
+                    state["step"] = 0
+                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["step"] += 1
+            grads = [p.grad for p in params]
+            exp_avg = [self.state[p]["exp_avg"] for p in params]
+            exp_avg_sq = [self.state[p]["exp_avg_sq"] for p in params]
+            step = self.state[params[0]]["step"]
+            torch._foreach_mul_(exp_avg, beta1)
+            torch._foreach_add_(exp_avg, grads, alpha=1 - beta1)
+            torch._foreach_mul_(exp_avg_sq, beta2)
+            torch._foreach_addcmul_(exp_avg_sq, grads, grads, value=1 - beta2)
+            denom = torch._foreach_sqrt(exp_avg_sq)
+            torch._foreach_div_(denom, math.sqrt(1 - beta2 ** step))
+            torch._foreach_add_(denom, group["eps"])
+            updates = torch._foreach_div(exp_avg, denom)
+            torch._foreach_div_(updates, 1 - beta1 ** step)
+            if group["weight_decay"]:
+                torch._foreach_add_(updates, params, alpha=group["weight_decay"])
+            w_norms = torch._foreach_norm(params)
+            u_norms = torch._foreach_norm(updates)
+            for p, u, wn, un in zip(params, updates, w_norms, u_norms):
+                trust = torch.where((wn > 0) & (un > 0), wn / un, torch.ones_like(wn))
+                p.sub_(u * (trust * group["lr"]))
+        return loss
+
+
+def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """Trainable parameters, with biases and LayerNorm weights exempt from weight decay (BERT's rule)."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        (no_decay if name.endswith("bias") or "LayerNorm" in name or "layer_norm" in name else decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, lr: float) -> torch.optim.Optimizer:
+    groups = parameter_groups(model, cfg.weight_decay)
+    if cfg.name == "lamb":
+        return Lamb(groups, lr=lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, weight_decay=cfg.weight_decay)
+    return torch.optim.AdamW(groups, lr=lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps,
+                             weight_decay=cfg.weight_decay)
+
+
+def lr_factor(step: int, warmup_steps: int, total_steps: int, power: float) -> float:
+    """Multiplier of the peak LR for 0-based optimizer step ``step``: linear warm-up reaching 1 at
+    the last warm-up step, then polynomial decay ((total - step) / (total - warmup)) ** power."""
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    remaining = max(total_steps - warmup_steps, 1)
+    return max(0.0, (total_steps - step) / remaining) ** power
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int,
+                    power: float) -> torch.optim.lr_scheduler.LambdaLR:
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: lr_factor(step, warmup_steps, total_steps, power))

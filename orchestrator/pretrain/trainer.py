@@ -1,0 +1,263 @@
+"""The pretraining stage: instances + tokenizer -> a BERT trained on Ray Train.
+
+    result = pretrain(cfg, {128: runs/x/data/instances/len128}, runs/x/data/vocab, runs/x/pretrain,
+                      TrackingConfig(), runs/x)
+
+Output (``out_dir``):
+    checkpoints/ckpt-<step>/   Ray Train's persisted checkpoints (HF dir + training state), last K kept
+    final/                     the final model: AutoModelForPreTraining / AutoTokenizer load it
+    history.json               one record per logged step
+    manifest.json              config, input hashes, counts (first/last loss, params), seed
+
+Re-running the same call resumes from the latest checkpoint (Ray Train restores its run from
+``out_dir/checkpoints``); a worker that dies mid-run is restarted from it (``max_failures``).
+Everything that can be checked before workers start (vocabulary, architecture, batch
+arithmetic, data size) is checked here, in the driver, so a mistake fails in seconds.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+from orchestrator.core.config import to_dict
+from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
+from orchestrator.core.manifest import atomic_dir, atomic_write_json, write_manifest
+from orchestrator.pretrain.checkpoint import HF_FILES, latest_checkpoint
+from orchestrator.pretrain.config import PretrainConfig, batch_plan
+from orchestrator.pretrain.data import COLUMNS, InstanceInfo, SpecialIds, check_vocab_matches, read_instance_info
+from orchestrator.pretrain.loop import TrainingDiverged, train_loop_per_worker
+
+log = logging.getLogger(__name__)
+CHECKPOINTS = "checkpoints"
+
+
+@dataclasses.dataclass
+class PretrainResult:
+    model_dir: Path
+    history: list[dict]
+    first_loss: float
+    last_loss: float
+    checkpoints_dir: Path
+    params: dict[str, int]
+
+    def summary(self) -> str:
+        return (f"pretrain: {len(self.history)} logged steps, loss {self.first_loss:.4f} -> {self.last_loss:.4f}, "
+                f"trainable params {self.params.get('trainable', 0):,}; model: {self.model_dir}")
+
+
+def special_ids(tokenizer_dir: Path) -> SpecialIds:
+    """Token ids masking needs, read from the tokenizer directory (AutoTokenizer)."""
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    except (OSError, ValueError) as exc:
+        raise InputError(tokenizer_dir, f"cannot load tokenizer: {exc}", expected="an HF tokenizer directory") \
+            from None
+    if tok.mask_token_id is None or tok.pad_token_id is None:
+        raise InputError(tokenizer_dir, "tokenizer has no [MASK] or [PAD] token", expected="a BERT WordPiece vocab")
+    return SpecialIds(pad=tok.pad_token_id, mask=tok.mask_token_id, vocab_size=len(tok),
+                      never_mask=tuple(sorted(set(tok.all_special_ids))))
+
+
+def _phase_inputs(cfg: PretrainConfig, instances: dict[int, Path]) -> dict[str, InstanceInfo]:
+    out = {}
+    for name, phase in cfg.active_phases():
+        path = instances.get(phase.max_seq_length)
+        if path is None:
+            raise ConfigError(f"{name}.max_seq_length is {phase.max_seq_length} but instances exist only for "
+                              f"lengths {sorted(instances)}")
+        info = read_instance_info(Path(path))
+        if info.max_seq_length != phase.max_seq_length:
+            raise InputError(Path(path) / "manifest.json", f"max_seq_length is {info.max_seq_length}",
+                             expected=f"{phase.max_seq_length} for {name}")
+        plan = batch_plan(phase.global_batch_size, cfg.num_workers, phase.device_batch_size, where=name)
+        if info.instances is not None and info.instances < plan.workers * plan.device_batch:
+            raise InputError(Path(path), f"only {info.instances} instances",
+                             expected=f"at least num_workers x device_batch_size = "
+                                      f"{plan.workers * plan.device_batch} for {name}")
+        out[name] = info
+    return out
+
+
+def _check_existing_checkpoint(cfg: PretrainConfig, out_dir: Path, vocab_size: int, pad: int) -> Path | None:
+    """A checkpoint already in out_dir must be of the architecture this config builds."""
+    from orchestrator.pretrain.model import bert_config, check_same_architecture, read_hf_config
+
+    latest = latest_checkpoint(out_dir / CHECKPOINTS)
+    if latest is None:
+        return None
+    if cfg.model.init_from:
+        expected = read_hf_config(Path(cfg.model.init_from))
+        expected = {**expected, "vocab_size": vocab_size}
+    else:
+        expected = bert_config(cfg.model, vocab_size, pad).to_dict()
+    check_same_architecture(expected, latest)
+    return latest
+
+
+def _check_init_from(cfg: PretrainConfig, vocab_size: int) -> None:
+    from orchestrator.pretrain.model import read_hf_config
+
+    if not cfg.model.init_from:
+        return
+    hf = read_hf_config(Path(cfg.model.init_from))
+    if hf.get("model_type") != "bert":
+        raise InputError(Path(cfg.model.init_from) / "config.json",
+                         f"model_type is {hf.get('model_type')!r}; only BERT models can be continued",
+                         expected="model_type 'bert'")
+    if hf.get("vocab_size") != vocab_size and not cfg.model.allow_vocab_resize:
+        raise ConfigError(f"model.init_from {cfg.model.init_from} has vocab_size {hf.get('vocab_size')} but the "
+                          f"tokenizer has {vocab_size}; use that model's own tokenizer, or set "
+                          "model.allow_vocab_resize=true to resize the embeddings")
+
+
+def _start_tracking(cfg: PretrainConfig, tracking, run_dir: Path, out_dir: Path) -> dict | None:
+    """Create (or reopen, on resume) the MLflow run in the driver; rank 0 logs metrics into it."""
+    if tracking is None or not tracking.enabled:
+        return None
+    import mlflow
+
+    from orchestrator.core.config import flatten
+
+    uri = tracking.resolve_uri(run_dir)
+    mlflow.set_tracking_uri(uri)
+    client = mlflow.MlflowClient(uri)
+    experiment = client.get_experiment_by_name(tracking.experiment)
+    experiment_id = experiment.experiment_id if experiment else client.create_experiment(tracking.experiment)
+    marker = out_dir / "mlflow_run.json"
+    if marker.is_file():
+        run_id = json.loads(marker.read_text())["run_id"]
+        try:
+            client.get_run(run_id)
+            return {"uri": uri, "run_id": run_id}
+        except mlflow.exceptions.MlflowException:
+            pass
+    parent = mlflow.active_run()
+    tags = {"stage": "pretrain"}
+    if parent is not None:
+        tags["mlflow.parentRunId"] = parent.info.run_id
+    run = client.create_run(experiment_id, run_name="pretrain", tags=tags)
+    params = {k: str(v)[:500] for k, v in flatten(to_dict(cfg)).items()}
+    for key, value in params.items():
+        client.log_param(run.info.run_id, key, value)
+    atomic_write_json(marker, {"run_id": run.info.run_id, "uri": uri})
+    return {"uri": uri, "run_id": run.info.run_id}
+
+
+def pretrain(cfg: PretrainConfig, instances: dict[int, Path], tokenizer_dir: Path, out_dir: Path,
+             tracking=None, run_dir: Path | None = None, *, fail_at: dict | None = None) -> PretrainResult:
+    """Train (or resume) and export ``out_dir/final``. ``fail_at`` is a test hook (see loop)."""
+    import ray
+    import ray.data
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    from orchestrator.core.runtime import ray_session
+
+    out_dir = Path(out_dir).resolve()
+    tokenizer_dir = Path(tokenizer_dir)
+    run_dir = Path(run_dir) if run_dir is not None else out_dir.parent
+    special = special_ids(tokenizer_dir)
+    infos = _phase_inputs(cfg, {int(k): Path(v) for k, v in instances.items()})
+    for info in infos.values():
+        check_vocab_matches(info, tokenizer_dir, special.vocab_size)
+    _check_init_from(cfg, special.vocab_size)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    resume_dir = _check_existing_checkpoint(cfg, out_dir, special.vocab_size, special.pad)
+    if resume_dir:
+        log.info("pretrain: found %s; training resumes from it", resume_dir.name)
+    tracking_info = _start_tracking(cfg, tracking, run_dir, out_dir)
+
+    with ray_session():
+        datasets = {name: ray.data.read_parquet(sorted(str(p) for p in info.path.glob("*.parquet")),
+                                                columns=list(COLUMNS)) for name, info in infos.items()}
+        loop_config = {"cfg": to_dict(cfg), "tokenizer_dir": str(tokenizer_dir.resolve()),
+                       "special": dataclasses.asdict(special), "tracking": tracking_info,
+                       "dynamic": {name: info.masking == "dynamic" for name, info in infos.items()},
+                       "resume_dir": str(resume_dir) if resume_dir else None, "fail_at": fail_at}
+        resources = {"CPU": cfg.cpus_per_worker, **cfg.resources_per_worker}
+        trainer = TorchTrainer(
+            train_loop_per_worker, train_loop_config=loop_config, datasets=datasets,
+            scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu,
+                                         resources_per_worker=resources),
+            run_config=RunConfig(name=CHECKPOINTS, storage_path=str(out_dir),
+                                 checkpoint_config=CheckpointConfig(num_to_keep=cfg.keep_checkpoints),
+                                 failure_config=FailureConfig(max_failures=cfg.max_failures)))
+        try:
+            result = trainer.fit()
+        except Exception as exc:  # Ray wraps worker errors; surface the cause as a user-facing failure
+            raise OrchestratorError(f"pretraining failed: {exc}") from exc
+    returned: dict[str, Any] = result.return_value or {}
+    if returned.get("diverged"):
+        raise TrainingDiverged(returned["diverged"])
+    if result.checkpoint is None:
+        raise OrchestratorError(f"pretraining produced no checkpoint under {out_dir / CHECKPOINTS}")
+    history = returned.get("history", [])
+    final = out_dir / "final"
+    with result.checkpoint.as_directory() as ckpt, atomic_dir(final) as tmp:
+        for name in HF_FILES:
+            if (Path(ckpt) / name).is_file():
+                shutil.copy2(Path(ckpt) / name, tmp / name)
+    atomic_write_json(out_dir / "history.json", history)
+    losses = [h["loss"] for h in history]
+    first, last = (losses[0], losses[-1]) if losses else (float("nan"), float("nan"))
+    params = returned.get("params", {})
+    write_manifest(out_dir, stage="pretrain", config=cfg,
+                   inputs=[info.path for info in infos.values()] + [tokenizer_dir], seed=cfg.seed,
+                   counts={"steps": history[-1]["step"] if history else 0, "first_loss": first, "last_loss": last,
+                           "trainable_params": params.get("trainable"), "total_params": params.get("total")},
+                   extra={"final": str(final), "mlflow_run_id": (tracking_info or {}).get("run_id")})
+    if tracking_info:
+        import mlflow
+
+        mlflow.MlflowClient(tracking_info["uri"]).set_terminated(tracking_info["run_id"])
+    return PretrainResult(model_dir=final, history=history, first_loss=first, last_loss=last,
+                          checkpoints_dir=out_dir / CHECKPOINTS, params=params)
+
+
+def plan_pretrain(cfg: PretrainConfig, instances: dict[int, Path] | None, tokenizer_dir: Path | None) -> str:
+    """Dry run: the model, batch arithmetic per phase and, when given, checked inputs. Trains nothing."""
+    import torch
+
+    from orchestrator.pretrain.model import SIZE_PRESETS, model_class, read_hf_config
+
+    lines = []
+    if cfg.model.init_from:
+        hf = read_hf_config(Path(cfg.model.init_from))
+        lines.append(f"model: continue from {cfg.model.init_from} (hidden {hf.get('hidden_size')}, "
+                     f"{hf.get('num_hidden_layers')} layers), objective {cfg.model.objective}")
+    else:
+        hidden, layers, heads, inter = SIZE_PRESETS[cfg.model.size]
+        lines.append(f"model: {cfg.model.size} BERT (hidden {hidden}, {layers} layers, {heads} heads, "
+                     f"FFN {inter}), objective {cfg.model.objective}")
+    if cfg.adapters.enabled:
+        lines.append(f"adapters: bottleneck hidden/{cfg.adapters.reduction_factor} after each FFN, base frozen")
+    lines.append(f"optimizer: {cfg.optim.name}, precision {cfg.precision}, workers {cfg.num_workers} "
+                 f"({'GPU, NCCL' if cfg.use_gpu else 'CPU, gloo'})")
+    for name, phase in cfg.active_phases():
+        plan = batch_plan(phase.global_batch_size, cfg.num_workers, phase.device_batch_size, where=name)
+        lines.append(f"{name}: len {phase.max_seq_length}, {phase.steps} steps, global batch {plan.global_batch} = "
+                     f"{plan.workers} x {plan.device_batch} x {plan.accumulation} accumulation, lr {phase.learning_rate:g}, "
+                     f"warm-up {int(phase.warmup_proportion * phase.steps)} steps")
+    if tokenizer_dir is not None:
+        special = special_ids(Path(tokenizer_dir))
+        _check_init_from(cfg, special.vocab_size)
+        if not cfg.model.init_from:
+            from orchestrator.pretrain.model import bert_config
+
+            with torch.device("meta"):
+                model = model_class(cfg.model.objective)(bert_config(cfg.model, special.vocab_size, special.pad))
+            lines.append(f"parameters: {sum(p.numel() for p in model.parameters()):,} "
+                         f"(vocabulary {special.vocab_size})")
+        if instances is not None:
+            for name, info in _phase_inputs(cfg, {int(k): Path(v) for k, v in instances.items()}).items():
+                check_vocab_matches(info, Path(tokenizer_dir), special.vocab_size)
+                lines.append(f"{name} input: {info.path} ({info.instances} instances, {info.masking} masking)")
+    else:
+        lines.append("inputs: produced by the corpus stage (checked when it has run)")
+    return "\n".join(lines)

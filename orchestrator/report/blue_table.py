@@ -1,0 +1,420 @@
+"""The BLUE table as seed 000 prints it (Tables 6, 7, A3), plus learning curves.
+
+    paths = write_report(results, Path("runs/demo/report"))
+    # {"md": .../blue_table.md, "html": .../blue_table.html, "png": .../blue_table.png,
+    #  "curves": .../curves.png, "results": .../results.json, "manifest": .../manifest.json}
+
+``results`` is the ``sweep/results.json`` document of docs/ARCHITECTURE.md. One row per model;
+columns Total, Clinical, Biomedical, then one per task. Cells read "mean (sd)" in points
+(scores x 100, one decimal, as in the seed); per column the best mean is bold and the second
+best underlined, ranked on the unrounded means so that "83.9" can be bold above an underlined
+"83.9", exactly as Table 7 shows. A task whose metric has ``higher_is_better: false`` ranks
+the lowest value best. Building the table (``build_table``) is pure and tested without I/O;
+the renderers only format it.
+"""
+from __future__ import annotations
+
+import html
+import logging
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestrator.core.errors import InputError
+from orchestrator.core.manifest import atomic_dir, atomic_write_json, atomic_write_text, write_manifest
+
+log = logging.getLogger(__name__)
+
+GROUPS = ("clinical", "biomedical")
+SUMMARY_KEYS = ("total",) + GROUPS
+FILES = {"md": "blue_table.md", "html": "blue_table.html", "png": "blue_table.png", "curves": "curves.png",
+         "results": "results.json"}
+
+
+@dataclass(frozen=True)
+class Column:
+    """One table column: a BLUE task, or one of the summary scores (total / clinical / biomedical)."""
+
+    key: str
+    label: str
+    higher_is_better: bool
+    kind: str  # "summary" | "task"
+    metric: str = ""
+    group: str = ""
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A rendered cell: ``rank`` is 1 (bold) or 2 (underlined) within its column, else None."""
+
+    mean: float | None
+    sd: float | None
+    n: int | None
+    rank: int | None
+
+
+@dataclass(frozen=True)
+class BlueTable:
+    models: tuple[str, ...]
+    columns: tuple[Column, ...]
+    cells: dict[tuple[str, str], Cell]
+    scale: float
+    digits: int
+
+    def cell(self, model: str, column: str) -> Cell:
+        return self.cells[(model, column)]
+
+    def text(self, value: float | None) -> str:
+        """A score in display units ("81.1"), or an en dash when there is none."""
+        if value is None:
+            return "\u2013"
+        return f"{value * self.scale:.{self.digits}f}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Pure: validate, rank, build
+def validate_results(results: Any, source: str | Path = "results.json") -> None:
+    """Raise InputError naming ``source`` and the first place the document breaks the schema."""
+
+    def bad(message: str, expected: str) -> InputError:
+        return InputError(source, message, expected=expected)
+
+    if not isinstance(results, dict):
+        raise bad(f"top level is {type(results).__name__}", "a JSON object with tasks, models, cells, summary")
+    for key in ("tasks", "models", "cells"):
+        if key not in results:
+            raise bad(f"missing key {key!r}", "keys tasks, models, cells (and summary)")
+    tasks = results["tasks"]
+    if not isinstance(tasks, list) or not tasks:
+        raise bad("'tasks' is empty or not a list", "a non-empty list of task objects")
+    names = []
+    for i, task in enumerate(tasks):
+        if not isinstance(task, dict) or not isinstance(task.get("name"), str):
+            raise bad(f"tasks[{i}] has no name", '{"name": str, "metric": str, "higher_is_better": bool, "group": str}')
+        if not isinstance(task.get("higher_is_better", True), bool):
+            raise bad(f"tasks[{i}].higher_is_better is {task['higher_is_better']!r}", "true or false")
+        if task.get("group") not in GROUPS:
+            raise bad(f"tasks[{i}] ({task['name']}) has group {task.get('group')!r}", " or ".join(GROUPS))
+        names.append(task["name"])
+    if len(set(names)) != len(names):
+        raise bad(f"duplicate task names in {names}", "unique task names")
+    models = results["models"]
+    if not isinstance(models, list) or not models or not all(isinstance(m, str) for m in models):
+        raise bad("'models' is empty or not a list of names", "a non-empty list of model names")
+    cells = results["cells"]
+    if not isinstance(cells, dict):
+        raise bad("'cells' is not an object", '{"<model>": {"<task>": {"mean": .., "sd": ..}}}')
+    for model, row in cells.items():
+        if model not in models:
+            raise bad(f"cells has model {model!r} not listed in 'models'", f"one of {models}")
+        if not isinstance(row, dict):
+            raise bad(f"cells[{model!r}] is not an object", "an object keyed by task name")
+        for task, cell in row.items():
+            if task not in names:
+                raise bad(f"cells[{model!r}] has task {task!r} not listed in 'tasks'", f"one of {names}")
+            if not isinstance(cell, dict) or not _is_number_or_none(cell.get("mean")):
+                raise bad(f"cells[{model!r}][{task!r}].mean is {cell.get('mean') if isinstance(cell, dict) else cell!r}",
+                          "a number or null")
+            if not _is_number_or_none(cell.get("sd")):
+                raise bad(f"cells[{model!r}][{task!r}].sd is {cell['sd']!r}", "a number or null")
+            for j, point in enumerate(cell.get("curve") or []):
+                if not isinstance(point, dict) or not _is_number(point.get("epoch")):
+                    raise bad(f"cells[{model!r}][{task!r}].curve[{j}] has no numeric epoch",
+                              '{"epoch": int, "dev": float, "test": float}')
+    summary = results.get("summary") or {}
+    if not isinstance(summary, dict):
+        raise bad("'summary' is not an object", '{"<model>": {"total": .., "clinical": .., "biomedical": ..}}')
+    for model, row in summary.items():
+        for key in SUMMARY_KEYS:
+            value = (row or {}).get(key)
+            if isinstance(value, dict):
+                value = value.get("mean")
+            if not _is_number_or_none(value):
+                raise bad(f"summary[{model!r}].{key} is {value!r}", "a number, {mean, sd}, or null")
+
+
+def rank_top2(values: list[float | None], higher_is_better: bool = True) -> list[int | None]:
+    """Rank 1 for the best value, 2 for the second best distinct value, None otherwise.
+
+    Ties share a rank (both bold). Missing values (None / NaN) are never ranked.
+    """
+    present = sorted({v for v in values if _is_number(v)}, reverse=higher_is_better)
+    top = {value: rank for rank, value in enumerate(present[:2], start=1)}
+    return [top.get(v) if _is_number(v) else None for v in values]
+
+
+def seed_sd(results: dict, model: str, task_names: list[str]) -> float | None:
+    """Sample sd over seeds of the per-seed average of ``task_names`` (None if not computable).
+
+    A summary score's sd in Table 7 is the spread of the score over the five seeds. It can be
+    recomputed from the per-task ``test_scores`` when every task has one score per seed.
+    """
+    rows = results["cells"].get(model, {})
+    per_task = [rows.get(t, {}).get("test_scores") for t in task_names]
+    if not task_names or any(not s for s in per_task) or len({len(s) for s in per_task}) != 1:
+        return None
+    n_seeds = len(per_task[0])
+    if n_seeds < 2:
+        return None
+    per_seed = [statistics.fmean(scores[i] for scores in per_task) for i in range(n_seeds)]
+    return statistics.stdev(per_seed)
+
+
+def build_table(results: dict, scale: float = 100.0, digits: int = 1,
+                source: str | Path = "results.json") -> BlueTable:
+    """The ranked table for ``results`` (validated first)."""
+    validate_results(results, source)
+    tasks = results["tasks"]
+    models = tuple(results["models"])
+    summary = results.get("summary") or {}
+    by_group = {g: [t["name"] for t in tasks if t["group"] == g] for g in GROUPS}
+    members = {"total": [t["name"] for t in tasks], **by_group}
+
+    columns: list[Column] = []
+    raw: dict[tuple[str, str], tuple[float | None, float | None, int | None]] = {}
+    for key in SUMMARY_KEYS:
+        if not members[key]:
+            continue  # e.g. no clinical task in this sweep: no clinical column
+        columns.append(Column(key=key, label=key.capitalize(), higher_is_better=True, kind="summary"))
+        for model in models:
+            value = (summary.get(model) or {}).get(key)
+            if isinstance(value, dict):
+                mean, sd = value.get("mean"), value.get("sd")
+            else:
+                mean, sd = value, seed_sd(results, model, members[key])
+            raw[(model, key)] = (_clean(mean), _clean(sd), None)
+    for task in tasks:
+        name = task["name"]
+        columns.append(Column(key=name, label=name, higher_is_better=task.get("higher_is_better", True),
+                              kind="task", metric=task.get("metric", ""), group=task["group"]))
+        for model in models:
+            cell = results["cells"].get(model, {}).get(name) or {}
+            raw[(model, name)] = (_clean(cell.get("mean")), _clean(cell.get("sd")), cell.get("n"))
+
+    cells: dict[tuple[str, str], Cell] = {}
+    for col in columns:
+        ranks = rank_top2([raw[(m, col.key)][0] for m in models], col.higher_is_better)
+        for model, rank in zip(models, ranks):
+            mean, sd, n = raw[(model, col.key)]
+            cells[(model, col.key)] = Cell(mean=mean, sd=sd, n=n, rank=rank)
+    return BlueTable(models=models, columns=tuple(columns), cells=cells, scale=scale, digits=digits)
+
+
+# ---------------------------------------------------------------------------------------------
+# Renderers
+def render_markdown(table: BlueTable, title: str = "BLUE results") -> str:
+    """GitHub Markdown: best ``**bold**``, second ``<u>underlined</u>`` as in the seed's tables."""
+    head = ["Model"] + [c.label for c in table.columns]
+    lines = [f"# {title}", "", "| " + " | ".join(head) + " |", "|" + "|".join(["---"] + [":---:"] * len(table.columns)) + "|"]
+    for model in table.models:
+        row = [_md_escape(model)]
+        for col in table.columns:
+            cell = table.cell(model, col.key)
+            mean = table.text(cell.mean)
+            if cell.rank == 1:
+                mean = f"**{mean}**"
+            elif cell.rank == 2:
+                mean = f"<u>{mean}</u>"
+            row.append(mean if cell.sd is None else f"{mean} ({table.text(cell.sd)})")
+        lines.append("| " + " | ".join(row) + " |")
+    lines += ["", _notes(table)]
+    return "\n".join(lines) + "\n"
+
+
+_CSS = """
+body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em; color: #222; }
+table.blue { border-collapse: collapse; font-size: 14px; }
+table.blue th, table.blue td { padding: 4px 10px; text-align: center; border-bottom: 1px solid #ddd; }
+table.blue thead th { border-bottom: 2px solid #333; vertical-align: bottom; }
+table.blue th.model, table.blue td.model { text-align: left; white-space: nowrap; }
+table.blue th.summary, table.blue td.summary { background: #f6f6f6; }
+td b { font-weight: bold; }
+td u { text-decoration: underline; }
+.metric { font-weight: normal; font-size: 11px; color: #666; }
+p.notes { font-size: 12px; color: #555; max-width: 60em; }
+"""
+
+
+def render_html(table: BlueTable, title: str = "BLUE results", curves_png: str | None = None) -> str:
+    """A self-contained page (inline CSS, no scripts, no external assets).
+
+    Each score cell carries ``data-model``, ``data-column`` and ``data-rank`` so tools and
+    tests can find it; the visible emphasis is ``<b>`` (best) and ``<u>`` (second best).
+    """
+    esc = html.escape
+    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', f"<title>{esc(title)}</title>",
+           f"<style>{_CSS}</style></head><body>", f"<h1>{esc(title)}</h1>",
+           '<table class="blue" id="blue-table"><thead><tr><th class="model">Model</th>']
+    for col in table.columns:
+        arrow = "" if col.higher_is_better else " (lower is better)"
+        metric = f'<br><span class="metric">{esc(col.metric)}{arrow}</span>' if col.metric else ""
+        out.append(f'<th class="{col.kind}" data-column="{esc(col.key)}">{esc(col.label)}{metric}</th>')
+    out.append("</tr></thead><tbody>")
+    for model in table.models:
+        out.append(f'<tr data-model="{esc(model)}"><td class="model">{esc(model)}</td>')
+        for col in table.columns:
+            cell = table.cell(model, col.key)
+            mean = esc(table.text(cell.mean))
+            if cell.rank == 1:
+                mean = f"<b>{mean}</b>"
+            elif cell.rank == 2:
+                mean = f"<u>{mean}</u>"
+            sd = "" if cell.sd is None else f" ({esc(table.text(cell.sd))})"
+            rank = "" if cell.rank is None else str(cell.rank)
+            title_attr = f' title="n={cell.n}"' if cell.n else ""
+            out.append(f'<td class="{col.kind}" data-model="{esc(model)}" data-column="{esc(col.key)}" '
+                       f'data-rank="{rank}"{title_attr}>{mean}{sd}</td>')
+        out.append("</tr>")
+    out.append("</tbody></table>")
+    out.append(f'<p class="notes">{esc(_notes(table))}</p>')
+    if curves_png:
+        out.append(f'<h2>Learning curves</h2><img alt="learning curves" src="data:image/png;base64,{curves_png}">')
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
+
+
+def render_table_png(table: BlueTable, path: Path, title: str = "BLUE results") -> Path:
+    """The table as an image: bold for best, mathtext underline for second best."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    header = ["Model"] + [c.label for c in table.columns]
+    rows, ranks = [], []
+    for model in table.models:
+        row, rrow = [model], [None]
+        for col in table.columns:
+            cell = table.cell(model, col.key)
+            mean = table.text(cell.mean)
+            if cell.rank == 2:
+                mean = rf"$\underline{{\mathrm{{{mean}}}}}$"
+            row.append(mean if cell.sd is None else f"{mean} ({table.text(cell.sd)})")
+            rrow.append(cell.rank)
+        rows.append(row)
+        ranks.append(rrow)
+    width = max(6.0, 1.1 * len(header) + 1.5)
+    fig, ax = plt.subplots(figsize=(width, 0.3 * (len(rows) + 1)))
+    ax.axis("off")
+    ax.set_title(title, fontsize=11)
+    tab = ax.table(cellText=rows, colLabels=header, cellLoc="center", bbox=[0, 0, 1, 1])
+    tab.auto_set_font_size(False)
+    tab.set_fontsize(8)
+    tab.auto_set_column_width(list(range(len(header))))
+    for (r, c), cell in tab.get_celld().items():
+        if r == 0:
+            cell.set_text_props(weight="bold")
+        elif ranks[r - 1][c] == 1:
+            cell.set_text_props(weight="bold")
+    fig.savefig(path, dpi=150, bbox_inches="tight", pad_inches=0.2)
+    plt.close(fig)
+    return path
+
+
+def render_curves_png(results: dict, path: Path) -> Path | None:
+    """One panel per task: dev (solid) and test (dashed) score per epoch, one colour per model.
+
+    The epoch chosen on dev (``selected.epochs``) is marked. Returns None when no cell has a curve.
+    """
+    tasks = [t for t in results["tasks"]
+             if any((results["cells"].get(m, {}).get(t["name"]) or {}).get("curve") for m in results["models"])]
+    if not tasks:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    ncols = min(3, len(tasks))
+    nrows = math.ceil(len(tasks) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.2 * nrows), squeeze=False)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, task in zip(axes.flat, tasks):
+        for i, model in enumerate(results["models"]):
+            cell = results["cells"].get(model, {}).get(task["name"]) or {}
+            curve = sorted(cell.get("curve") or [], key=lambda p: p["epoch"])
+            if not curve:
+                continue
+            colour = colours[i % len(colours)]
+            for split, style in (("dev", "-"), ("test", "--")):
+                pts = [(p["epoch"], p[split]) for p in curve if _is_number(p.get(split))]
+                if pts:
+                    xs, ys = zip(*pts)
+                    ax.plot(xs, ys, style, color=colour, marker="o", markersize=3, label=f"{model} {split}")
+            chosen = (cell.get("selected") or {}).get("epochs")
+            dev_at = [p["dev"] for p in curve if p["epoch"] == chosen and _is_number(p.get("dev"))]
+            if dev_at:
+                ax.plot([chosen], dev_at, marker="*", markersize=12, color=colour, linestyle="none")
+        ax.set_title(f"{task['name']} ({task.get('metric', '')})", fontsize=10)
+        ax.set_xlabel("epoch")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+    for ax in list(axes.flat)[len(tasks):]:
+        ax.axis("off")
+    fig.suptitle("Fine-tuning curves (dev solid, test dashed; \u2605 = epoch selected on dev)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+def write_report(results: dict, out_dir: Path, title: str = "BLUE results", scale: float = 100.0,
+                 digits: int = 1, source: str | Path = "results.json") -> dict[str, Path]:
+    """Write Markdown, HTML, PNG table and learning curves atomically into ``out_dir``.
+
+    ``out_dir`` appears complete (with a manifest.json and a copy of ``results``) or not at all.
+    Returns the final paths by kind: md, html, png, curves (when any cell has a curve), results,
+    manifest.
+    """
+    import base64
+
+    out_dir = Path(out_dir)
+    table = build_table(results, scale=scale, digits=digits, source=source)
+    with atomic_dir(out_dir) as tmp:
+        written = {"md": FILES["md"], "html": FILES["html"], "png": FILES["png"], "results": FILES["results"]}
+        curves = render_curves_png(results, tmp / FILES["curves"])
+        if curves is not None:
+            written["curves"] = FILES["curves"]
+        embedded = base64.b64encode(curves.read_bytes()).decode("ascii") if curves else None
+        atomic_write_text(tmp / FILES["md"], render_markdown(table, title))
+        atomic_write_text(tmp / FILES["html"], render_html(table, title, curves_png=embedded))
+        render_table_png(table, tmp / FILES["png"], title)
+        atomic_write_json(tmp / FILES["results"], results)
+        write_manifest(tmp, stage="report", config={"title": title, "scale": scale, "digits": digits,
+                                                    "source": str(source)},
+                       counts={"models": len(table.models), "tasks": len(results["tasks"]),
+                               "columns": len(table.columns)})
+        written["manifest"] = "manifest.json"
+    paths = {kind: out_dir / name for kind, name in written.items()}
+    log.info("report written: %s", paths["html"])
+    return paths
+
+
+# ---------------------------------------------------------------------------------------------
+def _notes(table: BlueTable) -> str:
+    scale = "" if table.scale == 1 else f" Scores x {table.scale:g}."
+    return ("The numbers are means (standard deviations) over random seeds at the setting selected on dev; "
+            "the best score per column is bold and the second best underlined (ranked on unrounded means; "
+            "for a metric where lower is better the lowest ranks first). Total is the macro average over "
+            f"all tasks; clinical and biomedical average the tasks of each group.{scale}")
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
+
+
+def _is_number_or_none(value: Any) -> bool:
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+
+
+def _clean(value: Any) -> float | None:
+    return float(value) if _is_number(value) else None

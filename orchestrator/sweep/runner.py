@@ -1,0 +1,185 @@
+"""The BLUE fine-tuning sweep on Ray Tune: trials -> selection -> results.json -> MLflow.
+
+    result = run_sweep(cfg, {"ours": Path("runs/x/pretrain/final")}, out_dir, tracking, run_dir)
+
+Restore: each finished trial leaves ``out_dir/trials/<trial_id>.json`` (written atomically by
+the driver when the trial's last result arrives). Re-running the same sweep skips every trial
+whose record exists with the same settings fingerprint and runs only the rest.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from pathlib import Path
+
+from orchestrator.core.config import to_dict
+from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
+from orchestrator.core.manifest import atomic_write_json, manifest_hash, write_manifest
+from orchestrator.finetune.loop import TrialSpec, model_dir_ok, run_trial
+from orchestrator.finetune.readers import read_split
+from orchestrator.finetune.spec import load_task
+from orchestrator.sweep.config import SweepConfig
+from orchestrator.sweep.selection import build_results
+from orchestrator.sweep.space import build_trials, resolve_space, task_data_dir, trial_fingerprint
+from orchestrator.track import TrackingConfig, log_sweep
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class SweepResult:
+    results: dict
+    out_dir: Path
+    ran: int
+    skipped: int
+    parent_run_id: str | None = None
+
+    def summary(self) -> str:
+        lines = [f"sweep: {self.ran} trial(s) run, {self.skipped} finished trial(s) skipped; "
+                 f"results in {self.out_dir / 'results.json'}"]
+        for model, s in self.results["summary"].items():
+            parts = [f"{k} {v:.3f}" for k, v in s.items() if v is not None]
+            lines.append(f"  {model}: " + ", ".join(parts))
+        return "\n".join(lines)
+
+
+def plan_sweep(cfg: SweepConfig, models: dict[str, Path]) -> str:
+    """Dry run: the space resolves, every task file parses, every model directory loads."""
+    space = resolve_space(cfg)
+    lines = [f"search space {cfg.search_space}: lr {list(space.learning_rates)} x seeds {list(space.seeds)}, "
+             f"batch {space.batch_size}, max_seq_length {space.max_seq_length}"]
+    for name, path in models.items():
+        ok = model_dir_ok(path)
+        lines.append(f"model {name}: {path}" + ("" if ok else "  (not built yet: produced by an earlier stage)"))
+    for task in space.tasks:
+        spec = load_task(task)
+        data_dir = task_data_dir(cfg, task, spec)
+        flat = dataclasses.replace(spec, dir="")
+        sizes = {split: len(read_split(flat, data_dir, split)) for split in ("train", "dev", "test")}
+        from orchestrator.sweep.space import epoch_grid
+
+        lines.append(f"task {spec.name} ({spec.family}, {spec.metric}, {spec.group}): {data_dir} "
+                     f"{sizes}; epochs {list(epoch_grid(space, task, spec))}")
+    n = len(build_trials(cfg, space, models))
+    lines.append(f"{n} trial(s) (one per model x task x lr x seed; epochs shared within a trial)")
+    return "\n".join(lines)
+
+
+def _record_path(trials_dir: Path, trial_id: str) -> Path:
+    return trials_dir / f"{trial_id}.json"
+
+
+def _finished(trials_dir: Path, trial: TrialSpec) -> dict | None:
+    path = _record_path(trials_dir, trial.trial_id)
+    if not path.is_file():
+        return None
+    try:
+        rec = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError:
+        return None
+    return rec if rec.get("fingerprint") == trial_fingerprint(trial) else None
+
+
+def _tune_trainable(config: dict) -> None:
+    """Runs in a Ray worker: the real per-trial loop, reporting every epoch to Tune; the last
+    report carries the whole trial record so the driver can persist it."""
+    from ray import tune
+
+    trial = TrialSpec(**{**config["trial"], "eval_epochs": tuple(config["trial"]["eval_epochs"])})
+    record = run_trial(trial, report=tune.report)
+    tune.report({"epoch": trial.max_epochs, "record": json.dumps(record)})
+
+
+def _record_writer(trials_dir: Path):
+    from ray import tune
+
+    class RecordWriter(tune.Callback):
+        """Driver side: persist each trial's record as soon as it arrives (restore unit)."""
+
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            if "record" not in result:
+                return
+            rec = json.loads(result["record"])
+            rec["fingerprint"] = trial_fingerprint(
+                TrialSpec(**{**rec["trial"], "eval_epochs": tuple(rec["trial"]["eval_epochs"])}))
+            atomic_write_json(_record_path(trials_dir, rec["trial_id"]), rec)
+
+    return RecordWriter()
+
+
+def _resources(cfg: SweepConfig) -> dict[str, float]:
+    import ray
+
+    gpus = cfg.gpus_per_trial
+    if gpus == -1:
+        gpus = 1.0 if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
+    return {"cpu": cfg.cpus_per_trial, "gpu": gpus}
+
+
+def _run_tune(cfg: SweepConfig, todo: list[TrialSpec], out_dir: Path, trials_dir: Path) -> None:
+    from ray import tune
+
+    resources = _resources(cfg)
+    if resources["gpu"] > 0:
+        todo = [dataclasses.replace(t, device="cuda") for t in todo]
+    trainable = tune.with_resources(_tune_trainable, resources)
+    param_space = {"trial": tune.grid_search([dataclasses.asdict(t) for t in todo])}
+    tuner = tune.Tuner(
+        trainable, param_space=param_space,
+        tune_config=tune.TuneConfig(max_concurrent_trials=cfg.max_concurrent_trials or None),
+        run_config=tune.RunConfig(name=f"sweep-{time.strftime('%Y%m%d-%H%M%S')}",
+                                  storage_path=str((out_dir / "tune").resolve()),
+                                  callbacks=[_record_writer(trials_dir)], verbose=1))
+    grid = tuner.fit()
+    failed = [r for r in grid if r.error is not None]
+    if failed:
+        raise OrchestratorError(f"{len(failed)} trial(s) failed; first: {failed[0].error}")
+
+
+def run_sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, tracking: TrackingConfig | None,
+              run_dir: Path) -> SweepResult:
+    """Run (or complete) the sweep; write results.json, selection.json and a manifest into out_dir."""
+    from orchestrator.core.runtime import init_ray
+
+    if not models:
+        raise ConfigError("run_sweep: no models given (name -> Hugging Face BERT directory)")
+    bad = [f"{n}: {p}" for n, p in models.items() if not model_dir_ok(p)]
+    if bad:
+        raise InputError(bad[0], "not a Hugging Face BERT directory", expected="config.json and a tokenizer")
+    out_dir = Path(out_dir).resolve()
+    trials_dir = out_dir / "trials"
+    trials_dir.mkdir(parents=True, exist_ok=True)
+    space = resolve_space(cfg)
+    specs = {task: load_task(task) for task in space.tasks}
+    trials = build_trials(cfg, space, models)
+    todo = [t for t in trials if _finished(trials_dir, t) is None]
+    skipped = len(trials) - len(todo)
+    msg = f"sweep: {len(trials)} trial(s); skipping {skipped} finished, running {len(todo)}"
+    log.info(msg)
+    print(msg, flush=True)
+    if todo:
+        init_ray()
+        _run_tune(cfg, todo, out_dir, trials_dir)
+    records = [_finished(trials_dir, t) for t in trials]
+    missing = [t.trial_id for t, r in zip(trials, records) if r is None]
+    if missing:
+        raise OrchestratorError(f"{len(missing)} trial(s) left no record, e.g. {missing[0]}")
+    results = build_results({s.name: s for s in specs.values()}, list(models), records)
+    atomic_write_json(out_dir / "results.json", results)
+    selection = {m: {t: c["selected"] for t, c in cells.items()} for m, cells in results["cells"].items()}
+    atomic_write_json(out_dir / "selection.json", selection)
+    write_manifest(out_dir, stage="sweep", config=cfg, inputs=[Path(p) for p in models.values()],
+                   counts={"trials": len(trials), "ran": len(todo), "skipped": skipped},
+                   extra={"search_space": to_dict(space), "models": {k: str(v) for k, v in models.items()}})
+    parent = None
+    if tracking is not None:
+        model_tags = {m: {"model_dir": str(p), "model_manifest_hash": manifest_hash(p) or "none"}
+                      for m, p in models.items()}
+        parent = log_sweep(tracking, run_dir, name=out_dir.parent.name or "sweep",
+                           config={"sweep": to_dict(cfg), "space": to_dict(space)}, results=results,
+                           records=records, model_tags=model_tags,
+                           artifacts=[out_dir / "results.json", out_dir / "selection.json"],
+                           log_predictions=cfg.log_predictions)
+    return SweepResult(results=results, out_dir=out_dir, ran=len(todo), skipped=skipped, parent_run_id=parent)

@@ -1,0 +1,65 @@
+"""Selection on dev, seed aggregation and the results.json document (pure functions, no Ray).
+
+For each (model, task): every (learning rate, epochs) setting gets its dev mean over seeds;
+the best setting by the task metric's direction is selected (ties: fewer epochs, then the
+smaller learning rate); the test scores of all seeds at that setting give mean (sd), sd the
+sample standard deviation (ddof=1; 0 for one seed).
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Iterable
+
+import numpy as np
+
+from orchestrator.finetune.metrics import METRICS, blue_summary
+from orchestrator.finetune.spec import TaskSpec
+
+
+def select_cell(records: Iterable[dict], higher_is_better: bool) -> dict:
+    """One results.json cell from the trial records of one (model, task)."""
+    by_setting: dict[tuple[float, int], dict[int, tuple[float, float]]] = defaultdict(dict)
+    for rec in records:
+        lr, seed = rec["trial"]["learning_rate"], rec["trial"]["seed"]
+        for row in rec["epochs"]:
+            if "dev" in row:
+                by_setting[(lr, row["epoch"])][seed] = (row["dev"], row["test"])
+    if not by_setting:
+        raise ValueError("no evaluated epochs in these trial records")
+    sign = 1.0 if higher_is_better else -1.0
+
+    def rank(key: tuple[float, int]) -> tuple[float, int, float]:
+        lr, epochs = key
+        dev_mean = float(np.mean([d for d, _ in by_setting[key].values()]))
+        return (-sign * dev_mean, epochs, lr)
+
+    best = min(by_setting, key=rank)
+    seeds = sorted(by_setting[best])
+    tests = [float(by_setting[best][s][1]) for s in seeds]
+    devs = [float(by_setting[best][s][0]) for s in seeds]
+    curve = [{"epoch": ep, "dev": float(np.mean([d for d, _ in by_setting[(lr, ep)].values()])),
+              "test": float(np.mean([t for _, t in by_setting[(lr, ep)].values()]))}
+             for (lr, ep) in sorted(by_setting) if lr == best[0]]
+    return {"mean": float(np.mean(tests)), "sd": float(np.std(tests, ddof=1)) if len(tests) > 1 else 0.0,
+            "n": len(tests), "selected": {"learning_rate": best[0], "epochs": best[1]},
+            "dev_mean": float(np.mean(devs)), "test_scores": tests, "seeds": seeds, "curve": curve}
+
+
+def build_results(specs: dict[str, TaskSpec], models: list[str], records: list[dict]) -> dict:
+    """The results.json document of docs/ARCHITECTURE.md from all trial records."""
+    grouped: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for rec in records:
+        grouped[(rec["trial"]["model_name"], rec["task"])].append(rec)
+    tasks = [{"name": s.name, "metric": s.metric, "higher_is_better": METRICS.get(s.metric).higher_is_better,
+              "group": s.group} for s in specs.values()]
+    cells: dict[str, dict[str, dict]] = {}
+    summary: dict[str, dict] = {}
+    groups = {s.name: s.group for s in specs.values()}
+    for model in models:
+        cells[model] = {}
+        for spec in specs.values():
+            recs = grouped.get((model, spec.name))
+            if recs:
+                cells[model][spec.name] = select_cell(recs, METRICS.get(spec.metric).higher_is_better)
+        summary[model] = blue_summary({t: c["mean"] for t, c in cells[model].items()}, groups)
+    return {"tasks": tasks, "models": list(models), "cells": cells, "summary": summary}

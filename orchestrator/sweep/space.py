@@ -1,0 +1,126 @@
+"""Search spaces as YAML (search_spaces/*.yaml) and their expansion into trials.
+
+Epoch sharing: the grid's epoch axis is not expanded. One trial per (model, task, learning
+rate, seed) trains to the largest epoch count of the task's range and is evaluated at every
+epoch value of the range.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+from pathlib import Path
+
+from orchestrator.core.config import field, from_dict, read_yaml
+from orchestrator.core.errors import ConfigError
+from orchestrator.core.registry import suggest
+from orchestrator.finetune.loop import TrialSpec
+from orchestrator.finetune.spec import SAMPLE_DIR, TaskSpec, load_task
+from orchestrator.sweep.config import SweepConfig
+
+SPACE_DIR = Path(__file__).resolve().parents[2] / "search_spaces"
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchSpace:
+    tasks: tuple[str, ...] = field(help="task file stems (orchestrator/finetune/tasks) or task YAML paths")
+    learning_rates: tuple[float, ...] = field(help="learning rates (seed 000: 3e-5, 4e-5, 5e-5)")
+    seeds: tuple[int, ...] = field(help="random seeds; selection uses the dev mean over them")
+    epochs: dict[str, tuple[int, ...]] = field(help="task stem -> epoch counts to answer (seed 000 Table 4)")
+    batch_size: int = field(32, help="training batch size")
+    max_seq_length: int = field(128, help="maximum tokens per input")
+    max_train_examples: int = field(0, help="cap training examples per task (0 = all)")
+    max_eval_examples: int = field(0, help="cap dev/test examples per task (0 = all)")
+    weight_decay: float = field(0.01, help="AdamW weight decay (biases and LayerNorm excluded)")
+    warmup_proportion: float = field(0.1, help="linear warmup share of the trial's steps")
+
+    def __post_init__(self):
+        if not self.tasks or not self.learning_rates or not self.seeds:
+            raise ConfigError("search space needs tasks, learning_rates and seeds")
+        if self.batch_size < 1 or self.max_seq_length < 8:
+            raise ConfigError("search space: batch_size >= 1 and max_seq_length >= 8")
+
+
+def space_path(name_or_path: str) -> Path:
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml"):
+        if not path.is_file():
+            raise ConfigError(f"search space file not found: {path}")
+        return path
+    path = SPACE_DIR / f"{name_or_path}.yaml"
+    if not path.is_file():
+        names = sorted(p.stem for p in SPACE_DIR.glob("*.yaml"))
+        raise ConfigError(f"unknown search space {name_or_path!r}{suggest(name_or_path, names)}")
+    return path
+
+
+def resolve_space(cfg: SweepConfig) -> SearchSpace:
+    """The space's YAML with the sweep config's non-empty overrides applied."""
+    path = space_path(cfg.search_space)
+    data = read_yaml(path)
+    for key in ("tasks", "learning_rates", "seeds"):
+        if getattr(cfg, key):
+            data[key] = list(getattr(cfg, key))
+    if cfg.epochs:
+        data["epochs"] = {**data.get("epochs", {}), **{k: list(v) for k, v in cfg.epochs.items()}}
+    for key in ("max_train_examples", "max_eval_examples"):
+        if getattr(cfg, key) is not None:
+            data[key] = getattr(cfg, key)
+    return from_dict(SearchSpace, data, where=str(path))
+
+
+def task_key(name: str) -> str:
+    """The key a task goes by in epochs/task_dirs maps: its file stem."""
+    return Path(name).stem if name.endswith((".yaml", ".yml")) else name
+
+
+def epoch_grid(space: SearchSpace, task: str, spec: TaskSpec) -> tuple[int, ...]:
+    for key in (task_key(task), spec.name):
+        if key in space.epochs:
+            return tuple(sorted(set(space.epochs[key])))
+    raise ConfigError(f"search space has no epoch grid for task {task!r}{suggest(task_key(task), space.epochs)}")
+
+
+def task_data_dir(cfg: SweepConfig, task: str, spec: TaskSpec) -> str:
+    """The directory holding a task's split files: a per-task override, else <data root>/<spec.dir>
+    with the shipped synthetic sample as the default root."""
+    for key in (task_key(task), spec.name):
+        if key in cfg.task_dirs:
+            return str(Path(cfg.task_dirs[key]).resolve())
+    root = Path(cfg.data_dir).resolve() if cfg.data_dir else SAMPLE_DIR
+    return str(root / spec.dir)
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")
+
+
+def build_trials(cfg: SweepConfig, space: SearchSpace, models: dict[str, Path]) -> list[TrialSpec]:
+    """One TrialSpec per (model, task, learning rate, seed), in a stable order."""
+    import os
+
+    threads = max(1, int(cfg.cpus_per_trial))
+    trials = []
+    for model_name, model_dir in models.items():
+        for task in space.tasks:
+            spec = load_task(task)
+            grid = epoch_grid(space, task, spec)
+            data_dir = task_data_dir(cfg, task, spec)
+            for lr in space.learning_rates:
+                for seed in space.seeds:
+                    trial_id = _safe(f"{model_name}__{task_key(task)}__lr{lr:g}__s{seed}")
+                    trials.append(TrialSpec(
+                        trial_id=trial_id, model_name=model_name, model_dir=str(Path(model_dir).resolve()),
+                        task=str(Path(task).resolve()) if os.sep in task else task, data_dir=data_dir,
+                        learning_rate=float(lr), seed=int(seed), eval_epochs=grid, batch_size=space.batch_size,
+                        max_seq_length=space.max_seq_length, max_train_examples=space.max_train_examples,
+                        max_eval_examples=space.max_eval_examples, weight_decay=space.weight_decay,
+                        warmup_proportion=space.warmup_proportion, num_threads=threads))
+    return trials
+
+
+def trial_fingerprint(trial: TrialSpec) -> str:
+    """What makes a finished trial reusable: every setting except where it runs."""
+    data = {k: v for k, v in dataclasses.asdict(trial).items() if k not in ("num_threads", "device")}
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]

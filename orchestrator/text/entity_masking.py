@@ -1,0 +1,458 @@
+"""Entity-aware choice of masked-LM targets (seed 003, US 12,393,781 B2).
+
+Random masking often hides words that carry no domain knowledge ("in") and, worse, can hide
+both halves of a pair that only make sense together ("early enhancement" ... "HCC"): then
+neither can be predicted from the other. The patent's remedy, implemented here:
+
+1. extract specific term phrases ("entities") with typed dictionaries (YAML term lists) or
+   a token-classification model (BIO labels; e.g. this project's fine-tuned NER);
+2. derive the degree of association of every pair of entities from a type-pair table
+   (YAML; the patent's FIG. 8 is the shipped default);
+3. choose targets so that about 15 % of the tokens are masked, at least one entity is among
+   the targets, and every entity whose association with a selected target is >= the
+   threshold stays visible (FIG. 10, FIG. 11).
+
+A configurable share of instances keeps plain random (whole-word) masking, as the patent's
+training texts "also include a certain number" made the typical way. ``group_same_type``
+(Embodiment 3_1) decides which sentences of a document belong in the same input.
+
+Everything here is pure Python on WordPiece tokens; the instance builder calls
+``EntityMasker.select`` and applies BERT's 80/10/10 replacement itself.
+"""
+from __future__ import annotations
+
+import math
+import random
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import yaml
+
+from orchestrator.core.config import field
+from orchestrator.core.errors import ConfigError, InputError
+
+_HERE = Path(__file__).resolve().parent
+DEFAULT_DICTIONARY = _HERE / "term_lists" / "radiology.yaml"
+DEFAULT_ASSOCIATION = _HERE / "association" / "patent_fig8.yaml"
+SPECIAL_TOKENS = frozenset({"[CLS]", "[SEP]", "[PAD]", "[MASK]"})
+_PUNCT = re.compile(r"(\W)", re.UNICODE)
+
+
+@dataclass(frozen=True)
+class EntityMaskingConfig:
+    dictionaries: tuple[str, ...] = field(
+        (), help="YAML typed term lists (types -> name -> terms/patterns); empty = the shipped "
+                 "orchestrator/text/term_lists/radiology.yaml")
+    ner_model: str = field(
+        "", help="Hugging Face token-classification directory (e.g. this project's fine-tuned BC5CDR NER): "
+                 "entities and their types come from its BIO predictions instead of the dictionaries; types "
+                 "are the label suffixes lowercased (B-Chemical -> chemical)")
+    association: str = field(
+        "", help="YAML type-pair table of degrees of association; empty = the patent's FIG. 8 "
+                 "(orchestrator/text/association/patent_fig8.yaml)")
+    threshold: float = field(8.0, help="entities whose association with a selected target is >= this stay "
+                                       "visible (8 on FIG. 8's 0-10 scale in the patent)")
+    masked_fraction: float = field(0.15, help="share of tokens to mask when num_to_predict() sizes the budget "
+                                              "(rounded up, as the patent's 25 x 0.15 -> 4)")
+    plain_random_share: float = field(0.1, help="share of instances that keep plain random whole-word masking")
+    same_type_grouping: bool = field(False, help="put sentences holding associated entities into the same "
+                                                 "input (group_same_type, Embodiment 3_1)")
+    prefer_entities: bool = field(True, help="after the first target entity, fill the budget with further "
+                                             "unprotected entities before ordinary words; false = draw the "
+                                             "rest uniformly from entities and words")
+    max_phrase_words: int = field(6, help="longest term phrase, in words, that a dictionary can match")
+    lowercase: bool = field(True, help="match terms case-insensitively (right for uncased vocabularies)")
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.masked_fraction < 1.0:
+            raise ConfigError(f"masked_fraction must be in (0, 1), got {self.masked_fraction}")
+        if not 0.0 <= self.plain_random_share <= 1.0:
+            raise ConfigError(f"plain_random_share must be in [0, 1], got {self.plain_random_share}")
+        if self.max_phrase_words < 1:
+            raise ConfigError(f"max_phrase_words must be >= 1, got {self.max_phrase_words}")
+        for path in self.dictionaries:
+            if not Path(path).is_file():
+                raise ConfigError(f"entity dictionary not found: {path}")
+        if self.ner_model and not (Path(self.ner_model) / "config.json").is_file():
+            raise ConfigError(f"ner_model is not a Hugging Face model directory (no config.json): {self.ner_model}")
+        if self.association and not Path(self.association).is_file():
+            raise ConfigError(f"association table not found: {self.association}")
+
+
+@dataclass(frozen=True)
+class Entity:
+    """One extracted term phrase: its words [start, end) and all its WordPiece token positions."""
+    start: int
+    end: int
+    positions: tuple[int, ...]
+    type: str
+    text: str
+
+
+@dataclass(frozen=True)
+class TermDictionary:
+    """Typed term phrases (as word tuples) and whole-word-anchored regex patterns."""
+    terms: dict[tuple[str, ...], str]
+    patterns: tuple[tuple[re.Pattern, str], ...]
+    types: frozenset[str]
+
+
+@dataclass(frozen=True)
+class AssociationTable:
+    """Symmetric degree of association between two entity types."""
+    pairs: dict[frozenset[str], float]
+    default: float
+
+    def __call__(self, type_a: str, type_b: str) -> float:
+        return self.pairs.get(frozenset((type_a, type_b)), self.default)
+
+
+# --------------------------------------------------------------------------------- loading
+def split_words(text: str, lowercase: bool = True) -> tuple[str, ...]:
+    """Whitespace split, then every punctuation character is its own word (BERT's basic tokenizer)."""
+    text = text.lower() if lowercase else text
+    return tuple(w for chunk in text.split() for w in _PUNCT.split(chunk) if w)
+
+
+def _compose(path: Path) -> yaml.Node:
+    try:
+        node = yaml.compose(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+    except UnicodeDecodeError:
+        raise InputError(path, "not UTF-8 text", expected="a UTF-8 YAML file") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise InputError(path, f"invalid YAML: {getattr(exc, 'problem', exc)}",
+                         line=mark.line + 1 if mark else None) from None
+    if not isinstance(node, yaml.MappingNode):
+        raise InputError(path, "expected a mapping at the top level", line=1)
+    return node
+
+
+def _mapping(node: yaml.Node, path: Path, what: str) -> dict[str, yaml.Node]:
+    if not isinstance(node, yaml.MappingNode):
+        raise InputError(path, f"{what} must be a mapping", line=node.start_mark.line + 1)
+    return {k.value: v for k, v in node.value}
+
+
+def _scalars(node: yaml.Node, path: Path, what: str) -> list[tuple[str, int]]:
+    if not isinstance(node, yaml.SequenceNode) or not all(isinstance(n, yaml.ScalarNode) for n in node.value):
+        raise InputError(path, f"{what} must be a list of strings", line=node.start_mark.line + 1)
+    return [(n.value, n.start_mark.line + 1) for n in node.value]
+
+
+def load_dictionaries(paths: Sequence[str | Path], lowercase: bool = True) -> TermDictionary:
+    """Merge typed term lists; a phrase given two different types is an error naming both places."""
+    terms: dict[tuple[str, ...], str] = {}
+    where: dict[tuple[str, ...], str] = {}
+    patterns: list[tuple[re.Pattern, str]] = []
+    types: set[str] = set()
+    for path in map(Path, paths):
+        top = _mapping(_compose(path), path, "the file")
+        if "types" not in top:
+            raise InputError(path, "no 'types' key", line=1, expected="types: {name: {terms: [...]}}")
+        for type_name, body in _mapping(top["types"], path, "'types'").items():
+            types.add(type_name)
+            entry = _mapping(body, path, f"type {type_name!r}")
+            unknown = set(entry) - {"terms", "patterns"}
+            if unknown:
+                raise InputError(path, f"type {type_name!r} has unknown key {sorted(unknown)[0]!r}",
+                                 line=body.start_mark.line + 1, expected="'terms' and/or 'patterns'")
+            for term, line in _scalars(entry["terms"], path, "terms") if "terms" in entry else []:
+                key = split_words(term, lowercase)
+                if not key:
+                    raise InputError(path, "empty term", line=line)
+                if key in terms and terms[key] != type_name:
+                    raise InputError(path, f"term {term!r} typed {type_name!r} here but {terms[key]!r} "
+                                           f"at {where[key]}", line=line)
+                terms[key] = type_name
+                where[key] = f"{path}:{line}"
+            for text, line in _scalars(entry["patterns"], path, "patterns") if "patterns" in entry else []:
+                try:
+                    # anchored to whole words of the space-joined word sequence
+                    patterns.append((re.compile(rf"(?<!\S)(?:{text})(?!\S)", re.IGNORECASE if lowercase else 0),
+                                     type_name))
+                except re.error as exc:
+                    raise InputError(path, f"bad regular expression {text!r}: {exc}", line=line) from None
+    return TermDictionary(terms=terms, patterns=tuple(patterns), types=frozenset(types))
+
+
+def load_association(path: str | Path, known_types: frozenset[str] | None = None) -> AssociationTable:
+    """Read ``default`` and ``pairs: [[type_a, type_b, degree], ...]``; unknown types are errors."""
+    path = Path(path)
+    top = _mapping(_compose(path), path, "the file")
+    default = 0.0
+    if "default" in top:
+        try:
+            default = float(top["default"].value)
+        except (TypeError, ValueError):
+            raise InputError(path, "'default' must be a number", line=top["default"].start_mark.line + 1) from None
+    if "pairs" not in top or not isinstance(top["pairs"], yaml.SequenceNode):
+        raise InputError(path, "no 'pairs' list", line=1, expected="pairs: [[type_a, type_b, degree], ...]")
+    pairs: dict[frozenset[str], float] = {}
+    for item in top["pairs"].value:
+        line = item.start_mark.line + 1
+        values = [n.value for n in item.value] if isinstance(item, yaml.SequenceNode) else []
+        if len(values) != 3:
+            raise InputError(path, "bad pair", line=line, expected="[type_a, type_b, degree]")
+        type_a, type_b, raw = values
+        try:
+            degree = float(raw)
+        except ValueError:
+            raise InputError(path, f"degree {raw!r} is not a number", line=line) from None
+        for name in (type_a, type_b):
+            if known_types is not None and name not in known_types:
+                raise InputError(path, f"type {name!r} is in no dictionary", line=line,
+                                 expected=f"one of {sorted(known_types)}")
+        pairs[frozenset((type_a, type_b))] = degree
+    return AssociationTable(pairs=pairs, default=default)
+
+
+class NerExtractor:
+    """Entities from a token-classification model: BIO labels of each word's first sub-token.
+
+    The model keeps its own tokenizer: the instance's words are re-tokenized, so the NER
+    model need not share the pretraining vocabulary. Loaded once per masker (per worker).
+    """
+
+    def __init__(self, model_dir: str | Path):
+        from transformers import AutoModelForTokenClassification, AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        self.model = AutoModelForTokenClassification.from_pretrained(str(model_dir)).eval()
+        self.labels = {int(i): str(label) for i, label in self.model.config.id2label.items()}
+        bad = [label for label in self.labels.values() if label != "O" and not re.match(r"^[BI]-.+", label)]
+        if bad:
+            raise InputError(Path(model_dir) / "config.json", f"label {bad[0]!r} is not BIO",
+                             expected="id2label of O, B-<type>, I-<type>")
+        self.types = frozenset(label[2:].lower() for label in self.labels.values() if label != "O")
+
+    def __call__(self, words: list[str]) -> list[tuple[int, int, str]]:
+        """(first word, end word, type) spans for one run of words."""
+        import torch
+
+        enc = self.tokenizer(words, is_split_into_words=True, truncation=True, return_tensors="pt")
+        with torch.no_grad():
+            ids = self.model(**enc).logits[0].argmax(-1).tolist()
+        word_label: dict[int, str] = {}
+        for k, w in enumerate(enc.word_ids()):
+            if w is not None and w not in word_label:
+                word_label[w] = self.labels[ids[k]]
+        return bio_spans([word_label.get(i, "O") for i in range(len(words))])
+
+
+def bio_spans(labels: Sequence[str]) -> list[tuple[int, int, str]]:
+    """[start, end) spans and lowercased types from BIO labels; a stray I- starts a span."""
+    spans: list[tuple[int, int, str]] = []
+    for i, label in enumerate(labels):
+        if label == "O":
+            continue
+        kind, type_name = label[0], label[2:].lower()
+        if kind == "I" and spans and spans[-1][1] == i and spans[-1][2] == type_name:
+            spans[-1] = (spans[-1][0], i + 1, type_name)
+        else:
+            spans.append((i, i + 1, type_name))
+    return spans
+
+
+# --------------------------------------------------------------------------------- masking
+class EntityMasker:
+    """Chooses masked-LM target positions for one instance under the patent's three conditions."""
+
+    def __init__(self, cfg: EntityMaskingConfig):
+        self.cfg = cfg
+        self.ner = NerExtractor(cfg.ner_model) if cfg.ner_model else None
+        self.dictionary = load_dictionaries(() if self.ner else cfg.dictionaries or (DEFAULT_DICTIONARY,),
+                                            cfg.lowercase)
+        types = self.ner.types if self.ner else self.dictionary.types
+        self.association = load_association(cfg.association or DEFAULT_ASSOCIATION, types)
+        self._by_first: dict[str, list[tuple[tuple[str, ...], str]]] = {}
+        for words, type_name in self.dictionary.terms.items():
+            self._by_first.setdefault(words[0], []).append((words, type_name))
+        for options in self._by_first.values():
+            options.sort(key=lambda item: -len(item[0]))
+
+    # ---- extraction -------------------------------------------------------------------
+    def words(self, tokens: Sequence[str]) -> list[tuple[str, tuple[int, ...]]]:
+        """Whole words rebuilt from WordPiece tokens: (word, token positions); special tokens skipped."""
+        out: list[tuple[str, list[int]]] = []
+        for i, tok in enumerate(tokens):
+            if tok in SPECIAL_TOKENS:
+                continue
+            if tok.startswith("##") and out and out[-1][1][-1] == i - 1:
+                out[-1] = (out[-1][0] + tok[2:], out[-1][1] + [i])
+            else:
+                out.append((tok, [i]))
+        return [(w.lower() if self.cfg.lowercase else w, tuple(p)) for w, p in out]
+
+    def extract(self, tokens: Sequence[str]) -> list[Entity]:
+        """Longest-match, left-to-right typed term phrases; a phrase never spans a special token."""
+        words = self.words(tokens)
+        # runs of words with no special token between them
+        runs: list[list[int]] = []
+        for j, (_, pos) in enumerate(words):
+            if runs and words[runs[-1][-1]][1][-1] + 1 == pos[0]:
+                runs[-1].append(j)
+            else:
+                runs.append([j])
+        entities: list[Entity] = []
+        for run in runs:
+            if self.ner is not None:
+                for start, end, type_name in self.ner([words[j][0] for j in run]):
+                    members = run[start:end]
+                    entities.append(Entity(start=members[0], end=members[-1] + 1,
+                                           positions=tuple(p for j in members for p in words[j][1]),
+                                           type=type_name, text=" ".join(words[j][0] for j in members)))
+                continue
+            best = self._pattern_matches([words[j][0] for j in run])
+            i = 0
+            while i < len(run):
+                length, type_name = best.get(i, (0, ""))
+                for phrase, t in self._by_first.get(words[run[i]][0], ()):
+                    n = len(phrase)
+                    if n <= self.cfg.max_phrase_words and n > length and i + n <= len(run) and \
+                            tuple(words[run[k]][0] for k in range(i, i + n)) == phrase:
+                        length, type_name = n, t
+                        break
+                if length == 0:
+                    i += 1
+                    continue
+                members = run[i:i + length]
+                entities.append(Entity(start=members[0], end=members[-1] + 1,
+                                       positions=tuple(p for j in members for p in words[j][1]), type=type_name,
+                                       text=" ".join(words[j][0] for j in members)))
+                i += length
+        return entities
+
+    def _pattern_matches(self, run_words: list[str]) -> dict[int, tuple[int, str]]:
+        """{start word: (length in words, type)} for regex matches aligned to whole words."""
+        if not self.dictionary.patterns:
+            return {}
+        text = " ".join(run_words)
+        starts = {}
+        offset = 0
+        for k, w in enumerate(run_words):
+            starts[offset] = k
+            offset += len(w) + 1
+        found: dict[int, tuple[int, str]] = {}
+        for pattern, type_name in self.dictionary.patterns:
+            for m in pattern.finditer(text):
+                if m.start() not in starts or m.end() == m.start():
+                    continue
+                first = starts[m.start()]
+                length = text[m.start():m.end()].count(" ") + 1
+                if length <= self.cfg.max_phrase_words and length > found.get(first, (0, ""))[0]:
+                    found[first] = (length, type_name)
+        return found
+
+    # ---- selection --------------------------------------------------------------------
+    def num_to_predict(self, tokens: Sequence[str], max_predictions: int) -> int:
+        """The patent's budget: ceil(masked_fraction x ordinary tokens), at least 1, at most max_predictions."""
+        n = sum(1 for t in tokens if t not in SPECIAL_TOKENS)
+        return min(max_predictions, max(1, math.ceil(n * self.cfg.masked_fraction))) if n else 0
+
+    def select(self, tokens: list[str], rng: random.Random, num_to_predict: int) -> tuple[list[int], dict]:
+        """Sorted token positions to mask and {"entities", "masked_entities", "protected"} counts.
+
+        With probability ``plain_random_share`` (and whenever no entity fits the budget) the
+        instance keeps plain random whole-word masking. Otherwise a random entity is the first
+        target (condition 2), every entity associated with any selected target at >= threshold
+        is kept visible (condition 3), and the budget of ``num_to_predict`` tokens (condition 1)
+        is filled with further units — entities first when ``prefer_entities`` — each whole.
+        """
+        words = self.words(tokens)
+        entities = self.extract(tokens)
+        stats = {"entities": len(entities), "masked_entities": 0, "protected": 0}
+        plain = rng.random() < self.cfg.plain_random_share
+        if num_to_predict <= 0 or not words:
+            return [], stats
+        if plain or not any(len(e.positions) <= num_to_predict for e in entities):
+            return self._plain_random(words, entities, rng, num_to_predict, stats)
+
+        # units: ("e", entity index) or ("w", word token positions); entities are masked whole
+        in_entity = {j for e in entities for j in range(e.start, e.end)}
+        ordinary = [("w", pos) for j, (_, pos) in enumerate(words) if j not in in_entity]
+        first = rng.choice([i for i, e in enumerate(entities) if len(e.positions) <= num_to_predict])
+        others = [("e", i) for i in range(len(entities)) if i != first]
+        rng.shuffle(others)
+        rng.shuffle(ordinary)
+        order = others + ordinary
+        if not self.cfg.prefer_entities:
+            rng.shuffle(order)
+
+        chosen: list[int] = []
+        selected: set[int] = set()
+        protected: set[int] = set()
+
+        def take(i: int) -> None:
+            chosen.extend(entities[i].positions)
+            selected.add(i)
+            protected.update(j for j, other in enumerate(entities) if j not in selected and
+                             self.association(entities[i].type, other.type) >= self.cfg.threshold)
+
+        take(first)
+        for kind, unit in order:
+            if len(chosen) >= num_to_predict:
+                break
+            if kind == "e" and unit in protected:
+                continue
+            positions = entities[unit].positions if kind == "e" else unit
+            if len(chosen) + len(positions) > num_to_predict:
+                continue
+            if kind == "e":
+                take(unit)
+            else:
+                chosen.extend(positions)
+        stats["masked_entities"] = len(selected)
+        stats["protected"] = len(protected)
+        return sorted(chosen), stats
+
+    def _plain_random(self, words, entities, rng, num_to_predict, stats):
+        """BERT's whole-word random masking; entities merely counted."""
+        units = [pos for _, pos in words]
+        rng.shuffle(units)
+        chosen: list[int] = []
+        for positions in units:
+            if len(chosen) >= num_to_predict:
+                break
+            if len(chosen) + len(positions) > num_to_predict:
+                continue
+            chosen.extend(positions)
+        masked = set(chosen)
+        stats["masked_entities"] = sum(1 for e in entities if masked.intersection(e.positions))
+        return sorted(chosen), stats
+
+
+def group_same_type(sentences: Sequence[Sequence[str]], masker: EntityMasker) -> list[list[int]]:
+    """Which sentences of one document go into the same input (Embodiment 3_1).
+
+    Two sentences are "of the same type" when an entity of one and an entity of the other
+    have a degree of association >= the threshold; groups are the connected components of
+    that relation, each in document order, groups ordered by their first sentence. A
+    sentence with no associated entity forms its own group. ``sentences`` are WordPiece
+    token lists (or plain word lists: a word is a token without '##').
+    """
+    found = [masker.extract(list(s)) for s in sentences]
+    parent = list(range(len(sentences)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    types = [sorted({e.type for e in ents}) for ents in found]
+    for i in range(len(sentences)):
+        for j in range(i + 1, len(sentences)):
+            if root(i) != root(j) and any(masker.association(a, b) >= masker.cfg.threshold
+                                          for a in types[i] for b in types[j]):
+                parent[root(j)] = root(i)
+    groups: dict[int, list[int]] = {}
+    for i in range(len(sentences)):
+        groups.setdefault(root(i), []).append(i)
+    return sorted(groups.values(), key=lambda g: g[0])
+
+
+__all__ = ["EntityMaskingConfig", "EntityMasker", "NerExtractor", "bio_spans", "Entity", "AssociationTable", "TermDictionary",
+           "group_same_type", "load_dictionaries", "load_association", "split_words"]

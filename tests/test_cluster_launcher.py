@@ -1,0 +1,257 @@
+"""Ray's cluster paths for real, on 127.0.0.1: `ray up/submit/down` over SSH, and `ray job submit`.
+
+Both tests start their own Ray head with a private --temp-dir and free ports, and stop only that
+head (scripts/cluster_local/stop_ray_head.py): `ray stop` would kill every Ray on the machine,
+other tests' included. The launcher test runs a private sshd (key-only root login on a random
+port, HOME redirected to a temp dir, so the real home is never touched).
+"""
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+HELPERS = ROOT / "scripts" / "cluster_local"
+VENV_BIN = Path(sys.executable).parent
+RAY = VENV_BIN / "ray"
+SMOKE_PRESET = ROOT / "orchestrator" / "presets" / "smoke.yaml"
+
+pytestmark = pytest.mark.cluster
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, timeout: float = 30.0) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout:.0f} s")
+
+
+def private_temp_dir() -> Path:
+    # Short on purpose: Ray's unix socket paths live under it and must stay below ~107 bytes.
+    return Path(tempfile.mkdtemp(prefix="orh", dir="/tmp"))
+
+
+def head_command(temp_dir: Path, gcs: int, dashboard: int, num_cpus: int = 2) -> list[str]:
+    """`ray start --head` on loopback with every port chosen, so it cannot collide with other Rays."""
+    ports = {f"--{name}": str(free_port()) for name in (
+        "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "runtime-env-agent-port", "metrics-export-port",
+        "ray-client-server-port", "node-manager-port", "object-manager-port")}
+    low = free_port()
+    return [str(RAY), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={gcs}",
+            "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}", f"--temp-dir={temp_dir}",
+            f"--num-cpus={num_cpus}", "--disable-usage-stats", f"--min-worker-port={low}",
+            f"--max-worker-port={low + 50}", *[f"{k}={v}" for k, v in ports.items()]]
+
+
+def ray_env(home: Path) -> dict[str, str]:
+    """Auth mode identical on both sides; everything on loopback; no writes to the real home."""
+    env = dict(os.environ)
+    env.update(HOME=str(home), RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0",
+               RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", PATH=f"{VENV_BIN}:{env.get('PATH', '')}")
+    env.pop("RAY_ADDRESS", None)
+    return env
+
+
+def processes_of(temp_dir: Path) -> list[int]:
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        if any(str(temp_dir) in arg for arg in proc.info.get("cmdline") or []):
+            found.append(proc.info["pid"])
+    return found
+
+
+def stop_head(temp_dir: Path) -> None:
+    subprocess.run([sys.executable, str(HELPERS / "stop_ray_head.py"), str(temp_dir), "--grace", "5"],
+                   capture_output=True, text=True, timeout=60)
+
+
+def last_json(text: str) -> dict:
+    for line in reversed(text.splitlines()):
+        line = line.strip()
+        if line.startswith("{") and line.endswith("}"):
+            return json.loads(line)
+    raise AssertionError(f"no JSON line in output:\n{text[-3000:]}")
+
+
+def loopback_only(port: int) -> bool:
+    """Something listens on ``port`` and only on loopback (127.0.0.1, or its IPv4-mapped IPv6 form)."""
+    addrs = {c.laddr.ip.removeprefix("::ffff:") for c in psutil.net_connections("inet")
+             if c.status == "LISTEN" and c.laddr.port == port}
+    return bool(addrs) and all(ipaddress.ip_address(a).is_loopback for a in addrs)
+
+
+# ---------------------------------------------------------------------------------------------
+def test_ray_job_submit_to_local_head(tmp_path):
+    temp_dir, gcs, dashboard = private_temp_dir(), free_port(), free_port()
+    env = ray_env(tmp_path / "home")
+    (tmp_path / "home").mkdir()
+    try:
+        start = subprocess.run(head_command(temp_dir, gcs, dashboard), env=env, capture_output=True, text=True,
+                               timeout=120)
+        assert start.returncode == 0, start.stderr[-3000:]
+        wait_port(dashboard, timeout=60)
+        assert loopback_only(gcs)  # the GCS is not exposed beyond loopback
+
+        submit = subprocess.run(
+            [str(RAY), "job", "submit", "--address", f"http://127.0.0.1:{dashboard}",
+             "--working-dir", str(HELPERS), "--", sys.executable, "tiny_job.py", "--tasks", "3"],
+            env=env, capture_output=True, text=True, timeout=120)
+        assert submit.returncode == 0, submit.stdout[-3000:] + submit.stderr[-3000:]
+        out = last_json(submit.stdout)
+        assert out["squares"] == [0, 1, 4] and out["mode"] == "cluster"
+        assert out["gcs"] == f"127.0.0.1:{gcs}"  # ran on this head, not on an embedded Ray
+        job_id = next(w.strip("'") for line in submit.stdout.splitlines() if "succeeded" in line
+                      for w in line.split() if w.strip("'").startswith("raysubmit_"))
+        status = subprocess.run([str(RAY), "job", "status", "--log-style=record", "--address",
+                                 f"http://127.0.0.1:{dashboard}", job_id],
+                                env=env, capture_output=True, text=True, timeout=60)
+        assert f"Job '{job_id}' succeeded" in status.stdout + status.stderr
+        logs = subprocess.run([str(RAY), "job", "logs", "--address", f"http://127.0.0.1:{dashboard}", job_id],
+                              env=env, capture_output=True, text=True, timeout=60)
+        assert last_json(logs.stdout) == out  # the job's own output, kept by the head
+    finally:
+        stop_head(temp_dir)
+        assert processes_of(temp_dir) == []
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------
+SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+needs_ssh = pytest.mark.skipif(
+    not (Path(SSHD).exists() and shutil.which("rsync") and shutil.which("nc") and shutil.which("ssh-keygen")
+         and os.geteuid() == 0),
+    reason="needs root and openssh-server, rsync, netcat-openbsd (scripts/setup.sh --test installs them)")
+
+
+@pytest.fixture()
+def sshd(tmp_path):
+    """A private sshd on 127.0.0.1:<random port>: fresh host key, key-only root login, HOME=<tmp>."""
+    d = tmp_path / "sshd"
+    home = tmp_path / "remote_home"
+    d.mkdir()
+    home.mkdir()
+    for name in ("host_key", "client_key"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / name)], check=True)
+    shutil.copy(d / "client_key.pub", d / "authorized_keys")
+    port = free_port()
+    config = d / "sshd_config"
+    config.write_text("\n".join([
+        f"Port {port}", "ListenAddress 127.0.0.1", f"HostKey {d / 'host_key'}", f"PidFile {d / 'sshd.pid'}",
+        f"AuthorizedKeysFile {d / 'authorized_keys'}", "PermitRootLogin prohibit-password",
+        "PasswordAuthentication no", "KbdInteractiveAuthentication no", "PubkeyAuthentication yes",
+        "StrictModes no", "UsePAM no", f"SetEnv HOME={home}", "Subsystem sftp internal-sftp", ""]))
+    Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege-separation directory
+    proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdout=subprocess.DEVNULL,
+                            stderr=open(d / "sshd.log", "w"))
+    try:
+        wait_port(port, timeout=15)
+        yield {"port": port, "key": d / "client_key", "home": home, "log": d / "sshd.log"}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def write_local_cluster(tmp_path: Path, sshd: dict, temp_dir: Path, gcs: int, dashboard: int) -> Path:
+    """A local-provider cluster yaml whose remote shell uses this venv and stops only this head."""
+    env_dir = tmp_path / "remote_env"
+    env_dir.mkdir()
+    (env_dir / "bashrc").write_text("\n".join([
+        f"export PATH=$HOME/bin:{VENV_BIN}:$PATH", f"export VIRTUAL_ENV={VENV_BIN.parent}",
+        "export RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0",
+        f"export RAY_ADDRESS=127.0.0.1:{gcs}",
+        f"export ORCH_RAY_BIN={RAY} ORCH_PYTHON={sys.executable}",
+        f"export ORCH_STOP_HELPER={HELPERS / 'stop_ray_head.py'} ORCH_RAY_TEMP_DIR={temp_dir}",
+        f"cd {ROOT}", ""]))  # as cluster.yaml does: relative config paths mean the same as on a laptop
+    shutil.copy(HELPERS / "ray_wrapper.sh", env_dir / "ray")
+    start = " ".join(head_command(temp_dir, gcs, dashboard))
+    cluster = {
+        "cluster_name": f"orchtest{gcs}",
+        "provider": {"type": "local", "head_ip": "127.0.0.1", "worker_ips": []},
+        "auth": {"ssh_user": "root", "ssh_private_key": str(sshd["key"]),
+                 "ssh_proxy_command": f"nc %h {sshd['port']}"},
+        "file_mounts": {"~/orch_env": str(env_dir)},
+        "setup_commands": ["cp ~/orch_env/bashrc ~/.bashrc && mkdir -p ~/bin && cp ~/orch_env/ray ~/bin/ray "
+                           "&& chmod +x ~/bin/ray"],
+        # Idempotent: a second `ray up` (or `ray submit --start`) finds the head running.
+        "head_start_ray_commands": [f"nc -z 127.0.0.1 {gcs} || {start}"],
+        "worker_start_ray_commands": [],
+    }
+    path = tmp_path / "local_cluster.yaml"
+    path.write_text(yaml.safe_dump(cluster, sort_keys=False))
+    return path
+
+
+@needs_ssh
+def test_ray_up_submit_down_over_ssh(tmp_path, sshd):
+    temp_dir, gcs, dashboard = private_temp_dir(), free_port(), free_port()
+    local_home = tmp_path / "local_home"
+    local_home.mkdir()
+    env = ray_env(local_home)
+    yaml_path = write_local_cluster(tmp_path, sshd, temp_dir, gcs, dashboard)
+    state_file = Path("/tmp/ray") / f"cluster-orchtest{gcs}.state"
+
+    def ray_cli(*args: str, timeout: int = 240) -> subprocess.CompletedProcess:
+        return subprocess.run([str(RAY), *args], env=env, capture_output=True, text=True, timeout=timeout,
+                              cwd=ROOT)
+
+    try:
+        up = ray_cli("up", "-y", "--no-config-cache", "--log-style=record", str(yaml_path))
+        assert up.returncode == 0, up.stdout[-4000:] + up.stderr[-4000:]
+        assert (sshd["home"] / ".bashrc").is_file()  # setup ran in the redirected remote home
+        assert not (Path.home() / "orch_env").exists()
+        assert loopback_only(gcs)
+
+        if SMOKE_PRESET.is_file():  # the main job at its smallest preset, on this cluster
+            runs = tmp_path / "runs"
+            submit = ray_cli("submit", "--log-style=record", str(yaml_path), str(ROOT / "jobs" / "blue_sweep.py"),
+                             "--", "--preset", "smoke", f"runs_root={runs}", "run_name=cluster", timeout=420)
+            assert submit.returncode == 0, submit.stdout[-4000:] + submit.stderr[-4000:]
+            output = submit.stdout + submit.stderr
+            assert "ray cluster" in output  # attached to the launched head, not an embedded Ray
+            report = runs / "cluster" / "report" / "blue_table.html"
+            assert report.is_file() and str(report) in output
+            results = json.loads((runs / "cluster" / "sweep" / "results.json").read_text())
+            assert results["models"] and all(results["cells"][m] for m in results["models"])
+        else:  # until the main job has a smoke preset: a tiny Ray job through the same path
+            submit = ray_cli("submit", "--log-style=record", str(yaml_path), str(HELPERS / "tiny_job.py"),
+                             "--", "--tasks", "4")
+            assert submit.returncode == 0, submit.stdout[-4000:] + submit.stderr[-4000:]
+            out = last_json(submit.stdout)
+            assert out["squares"] == [0, 1, 4, 9] and out["gcs"] == f"127.0.0.1:{gcs}" and out["cpus"] == 2
+
+        again = ray_cli("up", "-y", "--no-config-cache", "--log-style=record", str(yaml_path))
+        assert again.returncode == 0, again.stderr[-3000:]  # idempotent start
+
+        down = ray_cli("down", "-y", "--log-style=record", str(yaml_path))
+        assert down.returncode == 0, down.stderr[-3000:]
+        assert f"Ray processes of {temp_dir}" in down.stdout + down.stderr  # our stop, not `ray stop`
+        deadline = time.time() + 20
+        while processes_of(temp_dir) and time.time() < deadline:
+            time.sleep(0.5)
+        assert processes_of(temp_dir) == []
+    finally:
+        stop_head(temp_dir)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+        for leftover in (state_file, state_file.with_suffix(".lock")):
+            leftover.unlink(missing_ok=True)

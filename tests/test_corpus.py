@@ -1,0 +1,234 @@
+"""Corpus stage: readers and their errors (pure), then real builds on Ray with PubMed + WikiText samples."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from orchestrator.core.config import from_dict
+from orchestrator.core.errors import ConfigError, InputError
+from orchestrator.data.sources import SourceConfig, iter_source, source_files
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+PUBMED = DATA / "pubmed_sample" / "PubMedAbstract_1MB.txt"
+WIKI = DATA / "general_en" / "wikitext2_tokenized" / "valid.txt"
+needs_data = pytest.mark.skipif(not PUBMED.is_file() or not WIKI.is_file(), reason="../shared/data not present")
+
+
+def _src(path: Path, **kw) -> SourceConfig:
+    return SourceConfig(name=kw.pop("name", "s"), paths=(str(path),), **kw)
+
+
+# ---------------------------------------------------------------------------------------------
+# Readers
+
+
+def test_plain_text_lines_and_paragraphs_with_crlf_and_bom(tmp_path):
+    f = tmp_path / "a.txt"
+    f.write_bytes("\ufeffFirst doc.\r\nSecond doc, line one.\r\n\r\nThird.\r\n".encode("utf-8"))
+    docs = [d.text for d in iter_source(_src(f))]
+    assert docs == ["First doc.", "Second doc, line one.", "Third."]
+    paras = [d.text for d in iter_source(_src(f, document_split="blank_line"))]
+    assert paras == ["First doc.\nSecond doc, line one.", "Third."]
+
+
+def test_wikitext_headings_start_pages(tmp_path):
+    f = tmp_path / "w.txt"
+    f.write_text(" \n = Alpha = \n \n Alpha is a letter . \n = = History = = \n It is old . \n"
+                 " = Beta = \n Beta follows alpha . \n", encoding="utf-8")
+    docs = list(iter_source(_src(f, format="wikitext")))
+    assert [(d.page, d.text) for d in docs] == [("Alpha", "Alpha is a letter .\nIt is old ."),
+                                                ("Beta", "Beta follows alpha .")]
+
+
+def test_jsonl_and_parquet_fields(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    j = tmp_path / "a.jsonl"
+    j.write_text('{"body": "One.", "title": "T1"}\n\n{"body": "Two.", "title": "T2"}\n', encoding="utf-8")
+    assert [(d.text, d.page) for d in iter_source(_src(j, format="jsonl", text_field="body", page_field="title"))] \
+        == [("One.", "T1"), ("Two.", "T2")]
+    p = tmp_path / "a.parquet"
+    pq.write_table(pa.table({"content": ["Alpha.", "", "Beta."]}), p)
+    assert [d.text for d in iter_source(_src(p, format="parquet", text_field="content"))] == ["Alpha.", "Beta."]
+    with pytest.raises(InputError, match="no column 'text'"):
+        list(iter_source(_src(p, format="parquet")))
+
+
+@pytest.mark.parametrize("content,kw,match,line", [
+    (b"good line\nbad \xff byte\n", {}, "invalid UTF-8", 2),
+    (b'{"text": "ok"}\n{"txt": "no"}\n', {"format": "jsonl"}, "no string field 'text'", 2),
+    (b'{"text": "ok"}\nnot json\n', {"format": "jsonl"}, "invalid JSON", 2),
+    (b"\n   \n\r\n", {}, "holds no document", None),
+    (b" = = Only = = \n", {"format": "wikitext"}, "holds no document", None),
+])
+def test_bad_input_names_file_and_line(tmp_path, content, kw, match, line):
+    f = tmp_path / "bad.txt"
+    f.write_bytes(content)
+    with pytest.raises(InputError, match=match) as info:
+        list(iter_source(_src(f, **kw)))
+    assert info.value.path == str(f) and info.value.line == line
+
+
+def test_missing_and_empty_files(tmp_path):
+    with pytest.raises(InputError, match="does not exist"):
+        source_files(_src(tmp_path / "nope.txt"))
+    empty = tmp_path / "empty.txt"
+    empty.write_bytes(b"")
+    with pytest.raises(InputError, match="0 bytes") as info:
+        source_files(_src(empty))
+    assert info.value.path == str(empty)
+
+
+def test_config_rejects_bad_sources_and_roles(tmp_path):
+    from orchestrator.data.build import CorpusConfig
+
+    with pytest.raises(ConfigError, match="empty"):
+        from_dict(CorpusConfig, {})
+    with pytest.raises(ConfigError, match="role small"):
+        from_dict(CorpusConfig, {"sources": [{"name": "a", "paths": ["x"], "role": "large"}]})
+    with pytest.raises(ConfigError, match="unknown config key 'mixer.dupefactor'"):
+        from_dict(CorpusConfig, {"sources": [{"name": "a", "paths": ["x"]}], "mixer": {"dupefactor": 2}})
+
+
+# ---------------------------------------------------------------------------------------------
+# Real builds on Ray
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    import ray
+
+    from orchestrator.core.runtime import init_ray
+
+    started = not ray.is_initialized()
+    init_ray(num_cpus=2, log_to_driver=False)
+    yield
+    if started:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def samples(tmp_path_factory) -> dict[str, Path]:
+    """~110 KB of PubMed abstracts (small) and ~330 KB of WikiText (large), like the tiny preset."""
+    if not PUBMED.is_file() or not WIKI.is_file():
+        pytest.skip("../shared/data not present")
+    d = tmp_path_factory.mktemp("samples")
+    lines = PUBMED.read_text(encoding="utf-8").splitlines()[:80]
+    (d / "pubmed.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    wiki = WIKI.read_text(encoding="utf-8").splitlines(keepends=True)
+    out, size = [], 0
+    for line in wiki:
+        out.append(line)
+        size += len(line)
+        if size > 330_000:
+            break
+    (d / "wiki.txt").write_text("".join(out), encoding="utf-8")
+    return {"pubmed": d / "pubmed.txt", "wiki": d / "wiki.txt"}
+
+
+def _config(samples, mixer: str, lengths=(64,), report=True):
+    from orchestrator.data.build import CorpusConfig
+
+    return from_dict(CorpusConfig, {
+        "sources": [{"name": "pubmed", "paths": [str(samples["pubmed"])], "role": "small"},
+                    {"name": "wiki", "paths": [str(samples["wiki"])], "format": "wikitext", "role": "large"}],
+        "mixer": {"name": mixer, "shard_bytes": 20_000, "dupe_factor": 2},
+        "vocab": {"vocab_size": 2000, "report": report},
+        "instances": {"max_seq_lengths": list(lengths)},
+        "ray": {"workers": 2, "cpus_per_worker": 0.5}})
+
+
+@pytest.fixture(scope="module")
+def simpt_build(ray_local, samples, tmp_path_factory):
+    from orchestrator.data.build import build_corpus
+
+    out = tmp_path_factory.mktemp("simpt")
+    return build_corpus(_config(samples, "simpt", lengths=(64, 128)), out), out
+
+
+@needs_data
+def test_build_writes_every_stage_with_manifests(simpt_build):
+    import pyarrow.parquet as pq
+    from transformers import AutoTokenizer
+
+    from orchestrator.core.manifest import file_sha256, read_manifest
+
+    result, out = simpt_build
+    assert result.corpus_dir == out / "corpus" and result.vocab_dir == out / "vocab"
+    assert set(result.instances) == {64, 128}
+    corpus = read_manifest(result.corpus_dir)
+    assert corpus["stage"] == "corpus" and set(corpus["provenance"]) == {"pubmed", "wiki"}
+    assert corpus["provenance"]["pubmed"]["documents"] == 80
+    vocab = read_manifest(result.vocab_dir)
+    tok = AutoTokenizer.from_pretrained(result.vocab_dir)
+    assert len(tok) == vocab["counts"]["vocab_size"] == 2000
+    report = json.loads((result.vocab_dir / "vocab_report.json").read_text())
+    assert report["amplification_factor"] == 3 and report["terms_whole_ampv"] >= report["terms_whole_plain"]
+    for length, path in result.instances.items():
+        m = read_manifest(path)
+        assert m["stage"] == "instances" and m["max_seq_length"] == length and m["masking"] == "static"
+        assert m["vocab_sha256"] == file_sha256(result.vocab_dir / "vocab.txt")
+        assert set(m["provenance"]) == {"pubmed", "wiki"}
+        assert m["provenance"]["pubmed"]["instances"] > 0 and m["provenance"]["pubmed"]["documents"] == 80
+        table = pq.read_table(sorted(path.glob("part-*.parquet")))
+        assert table.num_rows == m["counts"]["instances"]
+        assert str(table.schema.field("input_ids").type) == "list<element: int32>"
+        assert str(table.schema.field("next_sentence_label").type) == "int8"
+        rows = table.slice(0, 200).to_pylist()
+        assert all(len(r["input_ids"]) <= length and r["input_ids"][0] == tok.cls_token_id for r in rows)
+        assert all(len(r["token_type_ids"]) == len(r["input_ids"]) for r in rows)
+        masked = sum(len(r["masked_lm_positions"]) for r in rows) / sum(len(r["input_ids"]) for r in rows)
+        assert 0.1 < masked < 0.16
+        assert {r["source"] for r in rows} <= {"pubmed", "wiki"}
+
+
+@needs_data
+def test_rerun_reuses_finished_stages(simpt_build, samples):
+    from orchestrator.data.build import build_corpus
+
+    result, out = simpt_build
+    before = {p: p.stat().st_mtime_ns for p in [result.corpus_dir / "manifest.json", result.vocab_dir / "manifest.json",
+                                               result.instances[64] / "manifest.json"]}
+    again = build_corpus(_config(samples, "simpt", lengths=(64, 128)), out)
+    assert again.counts == result.counts
+    assert all(p.stat().st_mtime_ns == t for p, t in before.items())
+
+
+@needs_data
+def test_simpt_gives_small_corpus_about_half_conventional_its_size_share(simpt_build, samples, tmp_path):
+    from orchestrator.core.manifest import read_manifest
+    from orchestrator.data.build import build_corpus
+
+    simpt, _ = simpt_build
+    conv = build_corpus(_config(samples, "conventional", report=False), tmp_path)
+    size_share = read_manifest(conv.corpus_dir)["provenance"]["pubmed"]["bytes"] / read_manifest(
+        conv.corpus_dir)["counts"]["bytes"]
+    conv_share = read_manifest(conv.instances[64])["provenance"]["pubmed"]["token_share"]
+    simpt_share = read_manifest(simpt.instances[64])["provenance"]["pubmed"]["token_share"]
+    assert abs(conv_share - size_share) < 0.08
+    assert 0.38 < simpt_share < 0.62 and simpt_share > conv_share + 0.12
+
+
+@needs_data
+def test_bad_bytes_inside_a_ray_read_name_file_and_line(ray_local, samples, tmp_path):
+    from orchestrator.data.build import CorpusConfig, build_corpus
+
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"A fine sentence.\nAnother one.\nBroken \xc3\x28 here.\n")
+    cfg = from_dict(CorpusConfig, {"sources": [{"name": "pubmed", "paths": [str(bad)], "role": "small"},
+                                               {"name": "wiki", "paths": [str(samples["wiki"])], "role": "large"}]})
+    with pytest.raises(InputError, match="invalid UTF-8") as info:
+        build_corpus(cfg, tmp_path / "out")
+    assert info.value.path == str(bad) and info.value.line == 3
+    assert not (tmp_path / "out" / "corpus").exists()
+
+
+@needs_data
+def test_plan_corpus_parses_sources_and_describes_the_build(samples):
+    from orchestrator.data.build import plan_corpus
+
+    text = plan_corpus(_config(samples, "simpt"))
+    assert "source pubmed: 1 file(s), 80 documents" in text and "AmpV, small corpus x3" in text

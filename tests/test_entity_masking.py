@@ -1,0 +1,188 @@
+"""Entity-aware masking (seed 003): known answers for the patent's three conditions."""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from orchestrator.core.errors import ConfigError, InputError
+from orchestrator.text.entity_masking import (EntityMasker, EntityMaskingConfig, group_same_type,
+                                              load_association, split_words)
+
+# FIG. 7 of the patent, WordPiece-tokenized ("s3" -> s ##3, "washout" -> wash ##out, "hcc" -> hc ##c).
+FIG7 = ("[CLS] tumor having a size of a diameter of 6 cm is recognized in a liver s ##3 . "
+        "early enhancement and wash ##out are shown , and hc ##c is suspected . [SEP]").split()
+
+
+def masker(**kw) -> EntityMasker:
+    return EntityMasker(EntityMaskingConfig(**{"plain_random_share": 0.0, **kw}))
+
+
+def positions_of(entity_text: str, m: EntityMasker, tokens=FIG7) -> set[int]:
+    return {p for e in m.extract(tokens) if e.text == entity_text for p in e.positions}
+
+
+def test_extracts_typed_phrases_across_wordpieces():
+    found = {(e.text, e.type) for e in masker().extract(FIG7)}
+    assert found == {("tumor", "lesion_name"), ("size", "quantity"), ("diameter", "quantity"),
+                     ("6 cm", "quantity"), ("liver s3", "anatomical_site"),
+                     ("early enhancement", "property_of_lesion"), ("washout", "property_of_lesion"),
+                     ("hcc", "disease_name")}
+    hcc = [e for e in masker().extract(FIG7) if e.text == "hcc"][0]
+    assert [FIG7[p] for p in hcc.positions] == ["hc", "##c"]
+
+
+def test_patent_budget_rounds_up():
+    # FIG. 10: 25 tokens x 0.15 = 3.75 -> at least four tokens masked.
+    tokens = ["[CLS]"] + [f"w{i}" for i in range(25)] + ["[SEP]"]
+    assert masker().num_to_predict(tokens, max_predictions=20) == 4
+    assert masker().num_to_predict(tokens, max_predictions=3) == 3
+    assert masker().num_to_predict(["[CLS]", "[SEP]"], max_predictions=3) == 0
+
+
+def test_fig11_masking_hcc_keeps_its_associates_visible():
+    m = masker()
+    associated = {t: positions_of(t, m) for t in ("tumor", "early enhancement", "washout", "liver s3")}
+    hcc = positions_of("hcc", m)
+    seen_hcc = 0
+    for seed in range(200):
+        chosen, stats = m.select(FIG7, random.Random(seed), num_to_predict=5)
+        masked = set(chosen)
+        assert len(chosen) == 5 and len(masked) == 5                     # condition 1: the budget
+        assert stats["masked_entities"] >= 1                              # condition 2
+        assert stats["entities"] == 8
+        assert not masked & {0, len(FIG7) - 1}                           # [CLS]/[SEP] never
+        if hcc <= masked:
+            seen_hcc += 1
+            for text, pos in associated.items():                          # condition 3
+                assert not pos & masked, f"{text} masked together with hcc (seed {seed})"
+            assert stats["protected"] >= 4
+    assert seen_hcc > 10
+
+
+def test_no_two_masked_entities_are_associated_and_entities_are_whole():
+    m = masker()
+    for seed in range(300):
+        chosen, stats = m.select(FIG7, random.Random(seed), num_to_predict=6)
+        masked = set(chosen)
+        hit = [e for e in m.extract(FIG7) if masked & set(e.positions)]
+        for e in hit:
+            assert set(e.positions) <= masked, "an entity is masked whole or not at all"
+        for a in hit:
+            for b in hit:
+                if a is not b:
+                    assert m.association(a.type, b.type) < m.cfg.threshold
+        assert stats["masked_entities"] == len(hit)
+
+
+def test_prefer_entities_masks_more_entity_tokens_than_uniform_filling():
+    def entity_share(prefer: bool) -> float:
+        m = masker(prefer_entities=prefer)
+        ent = {p for e in m.extract(FIG7) for p in e.positions}
+        picks = [m.select(FIG7, random.Random(s), 6)[0] for s in range(200)]
+        return sum(len(ent & set(c)) for c in picks) / sum(len(c) for c in picks)
+
+    preferred, uniform = entity_share(True), entity_share(False)
+    assert preferred > uniform + 0.1, (preferred, uniform)
+
+
+def test_determinism_by_seed():
+    m = masker(plain_random_share=0.3)
+    runs = [m.select(FIG7, random.Random(7), 5) for _ in range(3)]
+    assert runs[0] == runs[1] == runs[2]
+    assert len({tuple(m.select(FIG7, random.Random(s), 5)[0]) for s in range(20)}) > 3
+
+
+def test_plain_random_share_one_is_plain_whole_word_masking():
+    m = masker(plain_random_share=1.0)
+    for seed in range(50):
+        chosen, stats = m.select(FIG7, random.Random(seed), 4)
+        assert stats["protected"] == 0 and len(chosen) == 4
+        masked = set(chosen)
+        for word, pos in m.words(FIG7):
+            assert set(pos) <= masked or not set(pos) & masked, f"{word} split by whole-word masking"
+
+
+def test_plain_random_share_is_honoured_on_average():
+    m = masker(plain_random_share=0.5)
+    protected = sum(m.select(FIG7, random.Random(s), 5)[1]["protected"] > 0 for s in range(400))
+    # entity mode always protects something here (any first target has an associate >= 8 except quantities)
+    assert 100 < protected < 300
+
+
+def test_no_entities_falls_back_to_random_masking():
+    tokens = "[CLS] the cat sat on the mat [SEP]".split()
+    chosen, stats = masker().select(tokens, random.Random(0), 2)
+    assert len(chosen) == 2 and stats == {"entities": 0, "masked_entities": 0, "protected": 0}
+
+
+def test_entity_longer_than_budget_is_not_a_target():
+    tokens = "[CLS] early enhancement was seen [SEP]".split()
+    for seed in range(20):
+        chosen, stats = masker().select(tokens, random.Random(seed), 1)
+        # falls back to plain whole-word masking: one word, never the whole two-word entity
+        assert len(chosen) == 1 and not {1, 2} <= set(chosen) and stats["entities"] == 1
+        assert stats["protected"] == 0
+
+
+def test_phrases_do_not_span_special_tokens():
+    tokens = "[CLS] the early [SEP] enhancement [SEP]".split()
+    assert masker().extract(tokens) == []
+
+
+def test_same_type_grouping_embodiment_3_1():
+    doc = ["tumor having a size of a diameter of 6 cm is recognized in a liver s3 .",
+           "early enhancement is shown , and washout is shown .",
+           "the patient reports no smoking .",
+           "hcc is suspected ."]
+    groups = group_same_type([d.split() for d in doc], masker())
+    assert groups == [[0, 1, 3], [2]]
+
+
+def test_custom_dictionary_and_association(tmp_path: Path):
+    terms = tmp_path / "terms.yaml"
+    terms.write_text("types:\n  chemical:\n    terms: [cisplatin, Doxorubicin]\n"
+                     "  disease:\n    terms: [nephrotoxicity, heart failure]\n", encoding="utf-8")
+    table = tmp_path / "assoc.yaml"
+    table.write_text("default: 0\npairs:\n  - [chemical, disease, 9]\n", encoding="utf-8")
+    m = masker(dictionaries=(str(terms),), association=str(table))
+    tokens = "[CLS] ci ##sp ##lat ##in causes nephro ##to ##xi ##city and heart failure [SEP]".split()
+    assert [(e.text, e.type) for e in m.extract(tokens)] == [
+        ("cisplatin", "chemical"), ("nephrotoxicity", "disease"), ("heart failure", "disease")]
+    for seed in range(50):
+        chosen, stats = m.select(tokens, random.Random(seed), 4)
+        masked = set(chosen)
+        chem_masked = {1, 2, 3, 4} <= masked
+        disease_masked = bool(masked & {6, 7, 8, 9, 11, 12})
+        assert not (chem_masked and disease_masked)
+
+
+def test_bad_files_name_file_and_line(tmp_path: Path):
+    terms = tmp_path / "terms.yaml"
+    terms.write_text("types:\n  a:\n    terms: [x, y]\n  b:\n    terms:\n      - z\n      - X\n", encoding="utf-8")
+    with pytest.raises(InputError, match=r"terms.yaml:7: term 'X' typed 'b' here but 'a'"):
+        masker(dictionaries=(str(terms),))
+    terms.write_text("types:\n  a:\n    terms: [x]\n", encoding="utf-8")
+    table = tmp_path / "assoc.yaml"
+    table.write_text("pairs:\n  - [a, a, 3]\n  - [a, nope, 5]\n", encoding="utf-8")
+    with pytest.raises(InputError, match=r"assoc.yaml:3: type 'nope' is in no dictionary"):
+        masker(dictionaries=(str(terms),), association=str(table))
+    table.write_text("pairs:\n  - [a, a]\n", encoding="utf-8")
+    with pytest.raises(InputError, match=r"assoc.yaml:2: bad pair"):
+        load_association(table)
+    with pytest.raises(ConfigError, match="not found"):
+        EntityMaskingConfig(dictionaries=(str(tmp_path / "missing.yaml"),))
+    with pytest.raises(ConfigError, match="plain_random_share"):
+        EntityMaskingConfig(plain_random_share=1.5)
+
+
+def test_split_words_matches_bert_basic_tokenizer():
+    assert split_words("Liver S3, 6.5cm") == ("liver", "s3", ",", "6", ".", "5cm")
+
+
+def test_patterns_match_whole_words_of_wordpiece_numbers():
+    tokens = "[CLS] a 6 . 5 cm nodule and a 12 ##mm cyst near 3 x 2 cm mass [SEP]".split()
+    found = [(e.text, e.type) for e in masker().extract(tokens)]
+    assert found == [("6 . 5 cm", "quantity"), ("nodule", "lesion_name"), ("12mm", "quantity"),
+                     ("cyst", "lesion_name"), ("3 x 2 cm", "quantity"), ("mass", "lesion_name")]

@@ -1,0 +1,113 @@
+"""Mixing plans as pure functions: conventional keeps size shares, SimPT balances, MDAPT smooths languages."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from orchestrator.core.errors import ConfigError, InputError
+from orchestrator.data.mixing import (MIXERS, MixerConfig, ShardInfo, allocate_budget, planned_bytes,
+                                      select_pages, smoothed_probabilities)
+
+
+def _shards(source: str, role: str, n: int, size: int = 1000, language: str = "en", docs: int = 4,
+            pages: list[str] | None = None) -> list[ShardInfo]:
+    out = []
+    for i in range(n):
+        page_ids = tuple(pages[i * docs:(i + 1) * docs]) if pages else tuple(f"{source}{i}.{j}" for j in range(docs))
+        out.append(ShardInfo(path=f"{source}/shard-{i}.parquet", source=source, role=role, language=language,
+                             n_bytes=size, pages=page_ids, doc_sentences=(10,) * docs, doc_bytes=(size // docs,) * docs))
+    return out
+
+
+def _share(plan, shards, source):
+    planned = planned_bytes(plan, shards)
+    return planned.get(source, 0) / sum(planned.values())
+
+
+def test_conventional_keeps_size_share_simpt_gives_half():
+    shards = _shards("pubmed", "small", 4) + _shards("wiki", "large", 36)
+    conv = MIXERS.get("conventional")(shards, MixerConfig(name="conventional", dupe_factor=5), random.Random(0))
+    simpt = MIXERS.get("simpt")(shards, MixerConfig(name="simpt", shards_per_side=10), random.Random(0))
+    assert _share(conv, shards, "pubmed") == pytest.approx(0.1)
+    assert _share(simpt, shards, "pubmed") == pytest.approx(0.5)
+    assert all(u.dupe_factor == 5 and len(u.members) == 1 for u in conv.units)
+    # k shrinks to the 4 small shards; 36 large shards / 4 per unit x dupe_factor 5 units
+    assert simpt.notes["k"] == 4 and len(simpt.units) == 9 * 5
+    assert all(len({m.path for m in u.members}) == len(u.members) == 8 for u in simpt.units)
+
+
+def test_simpt_balances_bytes_when_large_shards_are_bigger():
+    shards = _shards("pubmed", "small", 10, size=1000) + _shards("wiki", "large", 10, size=2500)
+    plan = MIXERS.get("simpt")(shards, MixerConfig(name="simpt", shards_per_side=4, units=50), random.Random(1))
+    assert 0.4 < _share(plan, shards, "pubmed") <= 0.5
+    assert len(plan.units) == 50
+
+
+def test_simpt_is_seeded():
+    shards = _shards("a", "small", 12) + _shards("b", "large", 30)
+    cfg = MixerConfig(name="simpt", shards_per_side=5)
+    one = MIXERS.get("simpt")(shards, cfg, random.Random(3))
+    two = MIXERS.get("simpt")(shards, cfg, random.Random(3))
+    three = MIXERS.get("simpt")(shards, cfg, random.Random(4))
+    assert one == two and one != three
+
+
+def test_smoothed_probabilities_flatten_towards_uniform():
+    q = smoothed_probabilities({"en": 900, "de": 90, "da": 10}, 0.3)
+    assert sum(q.values()) == pytest.approx(1.0)
+    assert q["en"] < 0.9 and q["da"] > 0.01  # alpha < 1 up-samples the small language
+    assert q["en"] > q["de"] > q["da"]
+    assert smoothed_probabilities({"en": 900, "de": 100}, 1.0) == pytest.approx({"en": 0.9, "de": 0.1})
+    # Known answer: 0.9^0.3 / (0.9^0.3 + 0.1^0.3)
+    assert smoothed_probabilities({"en": 900, "de": 100}, 0.3)["en"] == pytest.approx(0.9**0.3 / (0.9**0.3 + 0.1**0.3))
+
+
+def test_allocate_budget_caps_and_redistributes():
+    quotas = allocate_budget(1000, {"en": 10_000, "de": 5_000, "da": 20}, 0.3)
+    assert sum(quotas.values()) == 1000
+    assert quotas["da"] == 20  # capped at what exists, the excess went to the others
+    assert quotas["en"] > quotas["de"] > 0
+    assert allocate_budget(10_000, {"en": 100, "de": 50}, 0.3) == {"en": 100, "de": 50}
+
+
+def test_select_pages_never_repeats_a_page_across_languages():
+    pages = [f"p{i}" for i in range(20)]
+    cands = {lang: [(p, 5, (lang, p)) for p in pages] for lang in ("en", "de", "es")}
+    chosen, taken = select_pages(cands, {"en": 30, "de": 30, "es": 30}, random.Random(0))
+    used = [ref[1] for refs in chosen.values() for ref in refs]
+    assert len(used) == len(set(used)) == 18
+    assert taken == {"en": 30, "de": 30, "es": 30}
+
+
+def test_mdapt_fills_budget_domain_first_then_smoothed_general():
+    shards = (_shards("pm_en", "domain", 2, language="en") + _shards("pm_de", "domain", 1, language="de")
+              + _shards("wiki_en", "general", 20, language="en", pages=[f"P{i}" for i in range(80)])
+              + _shards("wiki_de", "general", 5, language="de", pages=[f"P{i}" for i in range(20)]))
+    cfg = MixerConfig(name="mdapt", sentence_budget=500, alpha=0.3, dupe_factor=2)
+    plan = MIXERS.get("mdapt")(shards, cfg, random.Random(0))
+    notes = plan.notes
+    assert notes["domain_sentences"] == {"en": 80, "de": 40}
+    assert sum(notes["general_sentences"].values()) + 120 >= 500
+    assert notes["general_quota"]["en"] > notes["general_quota"]["de"] > 0
+    # P(de) = 0.2 -> smoothed up
+    assert notes["general_quota"]["de"] / sum(notes["general_quota"].values()) > 0.2
+    by_path = {s.path: s for s in shards}
+    chosen_pages = [by_path[m.path].pages[r] for u in plan.units for m in u.members
+                    if by_path[m.path].role == "general" for r in (m.rows or range(by_path[m.path].n_docs))]
+    assert len(chosen_pages) == len(set(chosen_pages))
+    assert all(u.dupe_factor == 2 for u in plan.units)
+
+
+def test_mdapt_budget_larger_than_corpus_is_an_error_unless_allowed():
+    shards = _shards("pm", "domain", 1) + _shards("wiki", "general", 1)
+    with pytest.raises(InputError, match="budget"):
+        MIXERS.get("mdapt")(shards, MixerConfig(name="mdapt", sentence_budget=10_000), random.Random(0))
+    plan = MIXERS.get("mdapt")(shards, MixerConfig(name="mdapt", sentence_budget=10_000, allow_shortfall=True),
+                               random.Random(0))
+    assert plan.notes["total_sentences"] == 80
+
+
+def test_unknown_mixer_suggests_the_closest():
+    with pytest.raises(ConfigError, match="simpt"):
+        MixerConfig(name="simpy")

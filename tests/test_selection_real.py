@@ -1,0 +1,65 @@
+"""Source scoring on real data: PubMed is closer to biomedical task text than WikiText and Shakespeare.
+
+Runs the real job (jobs/score_sources.py in-process: real lmplz/build_binary, real kenlm,
+one Ray task per source on an embedded 2-CPU Ray) on ../shared/data.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from orchestrator.core.manifest import read_manifest
+from orchestrator.data.selection import kenlm_binary
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+TARGETS = [DATA / "ner" / "BC5CDR-chem-IOB" / "devel.tsv", DATA / "hoc" / "dev.tsv", DATA / "chemprot" / "dev.tsv"]
+SOURCES = {"pubmed": DATA / "pubmed_sample" / "PubMedAbstract_1MB.txt",
+           "wikitext": DATA / "general_en" / "wikitext2_tokenized",
+           "shakespeare": DATA / "general_en" / "tinyshakespeare" / "input.txt"}
+
+
+def _kenlm_built() -> bool:
+    try:
+        kenlm_binary("lmplz")
+        kenlm_binary("build_binary")
+    except Exception:
+        return False
+    return True
+
+
+pytestmark = [
+    pytest.mark.skipif(not all(p.exists() for p in [*TARGETS, *SOURCES.values()]), reason="../shared/data absent"),
+    pytest.mark.skipif(not _kenlm_built(), reason="KenLM lmplz/build_binary not built: run scripts/setup.sh"),
+]
+
+
+def test_pubmed_scores_closest_on_ppl_jsd_tvc(tmp_path: Path, capsys):
+    from jobs.score_sources import main
+
+    out = tmp_path / "selection"
+    argv = ["--target", *map(str, TARGETS)]
+    for name, path in SOURCES.items():
+        argv += ["--source", f"{name}={path}"]
+    argv += ["sample_tokens=40000", "num_samples=5", "num_cpus=2", "lmplz_memory=100M", f"out_dir={out}",
+             "gains={pubmed: [1.5, 1.1], wikitext: [0.2, -0.1], shakespeare: [-0.8, -1.2]}"]
+    assert main(argv) == 0
+    scores = json.loads((out / "scores.json").read_text())
+    assert set(scores) == set(SOURCES)
+    for name in SOURCES:
+        assert set(scores[name]) == {"ppl", "jsd", "tvc", "ttr"}
+    pm, wiki, shk = scores["pubmed"], scores["wikitext"], scores["shakespeare"]
+    assert pm["ppl"] < wiki["ppl"] and pm["ppl"] < shk["ppl"]
+    assert pm["jsd"] < wiki["jsd"] and pm["jsd"] < shk["jsd"]
+    assert pm["tvc"] > wiki["tvc"] and pm["tvc"] > shk["tvc"]
+    assert all(0 < s["jsd"] < 1 and 0 < s["tvc"] < 1 and 0 < s["ttr"] < 1 for s in scores.values())
+
+    samples = json.loads((out / "samples.json").read_text())
+    assert all(len(samples[n]["samples"]) == 5 and samples[n]["sample_tokens"] == 40000 for n in SOURCES)
+    manifest = read_manifest(out)
+    assert manifest["stage"] == "selection" and manifest["counts"]["sources"] == 3
+    corr = json.loads((out / "correlations.json").read_text())
+    assert corr["jsd"]["n"] == 6 and corr["jsd"]["r"] < 0 < corr["tvc"]["r"]
+    printed = capsys.readouterr().out
+    assert printed.splitlines()[1].split()[1] == "pubmed"     # ranked table, closest first

