@@ -18,6 +18,7 @@ from orchestrator.core.errors import ConfigError
 from orchestrator.core.manifest import atomic_write_json, is_complete
 from orchestrator.core.runtime import init_ray, seed_everything
 from orchestrator.data.build import CorpusConfig
+from orchestrator.data.sources import SourceConfig
 from orchestrator.pretrain.config import PretrainConfig
 from orchestrator.sweep.config import SweepConfig
 from orchestrator.track import TrackingConfig
@@ -35,6 +36,15 @@ class RayConfig:
     num_cpus: int = field(0, help="CPUs for an embedded local Ray (0 = all)")
 
 
+def sample_corpus() -> CorpusConfig:
+    """The bundled sample: a small in-domain corpus and a larger general one (see sample_data/)."""
+    root = Path(__file__).resolve().parent / "sample_data" / "corpus"
+    return CorpusConfig(sources=(
+        SourceConfig(name="in_domain", paths=(str(root / "in_domain.txt"),), role="small"),
+        SourceConfig(name="general", paths=(str(root / "general.txt"),), role="large"),
+    ))
+
+
 @dataclasses.dataclass(frozen=True)
 class ChainConfig:
     run_name: str = field("default", help="run directory name under runs_root")
@@ -47,7 +57,8 @@ class ChainConfig:
     seed: int = field(42, help="global seed")
     ray: RayConfig = field(default_factory=RayConfig, help="Ray runtime")
     tracking: TrackingConfig = field(default_factory=TrackingConfig, help="MLflow tracking")
-    corpus: CorpusConfig = field(default_factory=CorpusConfig, help="corpus stage: mixing, vocabulary, instances")
+    corpus: CorpusConfig = field(default_factory=sample_corpus,
+                                 help="corpus stage: sources, mixing, vocabulary, instances")
     pretrain: PretrainConfig = field(default_factory=PretrainConfig, help="pretraining stage")
     sweep: SweepConfig = field(default_factory=SweepConfig, help="BLUE fine-tuning sweep")
 
@@ -133,11 +144,9 @@ def run(cfg: ChainConfig) -> ChainResult:
     if "corpus" in cfg.stages:
         step += 1
         banner(step, "corpus: mixing, AmpV vocabulary, pretraining instances (Ray Data)")
-        corpus_dir = run_dir / "data"
-        key = fingerprint(cfg.corpus)
-        corpus = build_corpus(cfg.corpus, corpus_dir) if not cache.done("corpus", key, corpus_dir / "vocab") \
-            else _reload_corpus(corpus_dir)
-        cache.mark("corpus", key)
+        # The corpus stage reuses its own complete outputs when config and inputs are unchanged.
+        corpus = build_corpus(cfg.corpus, run_dir)
+        cache.mark("corpus", fingerprint(cfg.corpus, corpus.counts))
     if "pretrain" in cfg.stages:
         step += 1
         banner(step, f"pretrain: BERT on Ray Train ({cfg.pretrain.num_workers} workers)")
@@ -175,13 +184,6 @@ def run(cfg: ChainConfig) -> ChainResult:
                        pretrain_loss=pretrain_loss)
 
 
-def _reload_corpus(corpus_dir: Path):
-    from orchestrator.data.build import load_corpus_result
-
-    log.info("corpus: output complete for this config, skipped (%s)", corpus_dir)
-    return load_corpus_result(corpus_dir)
-
-
 def plan(cfg: ChainConfig) -> str:
     """Dry run: validate every stage's config and inputs, and say what would run."""
     from orchestrator.data.build import plan_corpus
@@ -200,6 +202,6 @@ def plan(cfg: ChainConfig) -> str:
         lines += ["", "== pretrain ==", plan_pretrain(cfg.pretrain, None, None)]
     if "sweep" in cfg.stages:
         names = ([cfg.model_name] if "pretrain" in cfg.stages else []) + list(cfg.compare_models)
-        models = {n: Path(cfg.compare_models[n]) if n in cfg.compare_models else None for n in names}
+        models = {n: Path(cfg.compare_models.get(n) or cfg.run_dir / "pretrain" / "final") for n in names}
         lines += ["", "== sweep ==", plan_sweep(cfg.sweep, models)]
     return "\n".join(lines)

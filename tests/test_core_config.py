@@ -88,3 +88,12 @@ def test_package_paths_expand():
 
     cfg = load_config(P, None, ["path=pkg://sample_data/x.txt"])
     assert cfg.path.endswith("orchestrator/sample_data/x.txt") and cfg.path.startswith("/")
+
+
+def test_partial_mapping_overrides_the_fields_own_default():
+    @dataclass(frozen=True)
+    class Outer:
+        optim: Optim = field(default_factory=lambda: Optim(learning_rate=0.5, warmup_steps=3), help="o")
+
+    cfg = load_config(Outer, None, ["optim.warmup_steps=4"])
+    assert cfg.optim == Optim(learning_rate=0.5, warmup_steps=4)

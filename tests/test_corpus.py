@@ -1,6 +1,7 @@
 """Corpus stage: readers and their errors (pure), then real builds on Ray with PubMed + WikiText samples."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -203,7 +204,11 @@ def test_simpt_gives_small_corpus_about_half_conventional_its_size_share(simpt_b
     from orchestrator.data.build import build_corpus
 
     simpt, _ = simpt_build
-    conv = build_corpus(_config(samples, "conventional", report=False), tmp_path)
+    cfg = _config(samples, "conventional", report=False)
+    entity = from_dict(type(cfg.instances), {"max_seq_lengths": [64], "entity_masking": {"plain_random_share": 0.0}})
+    conv = build_corpus(dataclasses.replace(cfg, instances=entity), tmp_path)
+    counts = read_manifest(conv.instances[64])["counts"]
+    assert counts["entity_masking"]["entities"] > 0 and counts["entity_masking"]["masked_entities"] > 0
     size_share = read_manifest(conv.corpus_dir)["provenance"]["pubmed"]["bytes"] / read_manifest(
         conv.corpus_dir)["counts"]["bytes"]
     conv_share = read_manifest(conv.instances[64])["provenance"]["pubmed"]["token_share"]
@@ -232,3 +237,44 @@ def test_plan_corpus_parses_sources_and_describes_the_build(samples):
 
     text = plan_corpus(_config(samples, "simpt"))
     assert "source pubmed: 1 file(s), 80 documents" in text and "AmpV, small corpus x3" in text
+
+
+XQUAD = DATA / "multilingual" / "xquad_wikipedia"
+
+
+@pytest.mark.skipif(not (XQUAD / "xquad.de.json").is_file(), reason="../shared/data not present")
+def test_mdapt_build_jsonl_pages_unique_across_languages_with_dynamic_masking(ray_local, samples, tmp_path):
+    """PubMed as domain text, parallel Wikipedia (XQuAD) in en/de/es as general JSONL pages."""
+    import pyarrow.parquet as pq
+
+    from orchestrator.core.manifest import read_manifest
+    from orchestrator.data.build import CorpusConfig, build_corpus, load_plan
+
+    sources = [{"name": "pubmed", "paths": [str(samples["pubmed"])], "role": "domain"}]
+    for lang in ("en", "de", "es"):
+        data = json.loads((XQUAD / f"xquad.{lang}.json").read_text(encoding="utf-8"))["data"]
+        path = tmp_path / f"wiki_{lang}.jsonl"
+        path.write_text("".join(json.dumps({"title": a["title"], "text": "\n".join(p["context"] for p in a["paragraphs"])})
+                                + "\n" for a in data), encoding="utf-8")
+        sources.append({"name": f"wiki_{lang}", "paths": [str(path)], "format": "jsonl", "page_field": "title",
+                        "role": "general", "language": lang})
+    cfg = from_dict(CorpusConfig, {"sources": sources,
+                                   "mixer": {"name": "mdapt", "sentence_budget": 1500, "dupe_factor": 1,
+                                             "shard_bytes": 30_000},
+                                   "vocab": {"vocab_size": 2500, "report": False},
+                                   "instances": {"max_seq_lengths": [64], "masking": "dynamic"}})
+    result = build_corpus(cfg, tmp_path / "run")
+    notes = read_manifest(result.corpus_dir)["plan"]
+    assert notes["total_sentences"] >= 1500
+    taken = notes["general_sentences"]
+    assert all(taken[lang] > 0 for lang in ("en", "de", "es"))
+    shards, plan = load_plan(result.corpus_dir)
+    by_path = {s.path: s for s in shards}
+    pages = [by_path[m.path].pages[r] for u in plan.units for m in u.members if by_path[m.path].role == "general"
+             for r in (m.rows if m.rows is not None else range(by_path[m.path].n_docs))]
+    assert len(pages) == len(set(pages)) > 10  # never the same page twice across languages
+    inst = read_manifest(result.instances[64])
+    assert inst["masking"] == "dynamic" and inst["counts"]["masked_tokens"] == 0
+    table = pq.read_table(sorted(result.instances[64].glob("part-*.parquet")))
+    assert set(table.column("source").to_pylist()) >= {"pubmed", "wiki_de"}
+    assert all(not x for x in table.column("masked_lm_positions").to_pylist())

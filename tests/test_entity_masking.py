@@ -8,7 +8,7 @@ import pytest
 
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.text.entity_masking import (EntityMasker, EntityMaskingConfig, group_same_type,
-                                              load_association, split_words)
+                                              load_association, same_type_sentences, split_words)
 
 # FIG. 7 of the patent, WordPiece-tokenized ("s3" -> s ##3, "washout" -> wash ##out, "hcc" -> hc ##c).
 FIG7 = ("[CLS] tumor having a size of a diameter of 6 cm is recognized in a liver s ##3 . "
@@ -138,6 +138,10 @@ def test_same_type_grouping_embodiment_3_1():
            "hcc is suspected ."]
     groups = group_same_type([d.split() for d in doc], masker())
     assert groups == [[0, 1, 3], [2]]
+    # FIG. 20: with "hcc" (a disease name) the target, the tumor and the enhancement/washout sentences join it
+    assert same_type_sentences([d.split() for d in doc], masker(), 3, "disease_name") == [0, 1, 3]
+    # a quantity target has no associate >= 8: its sentence stays alone
+    assert same_type_sentences([d.split() for d in doc], masker(), 0, "quantity") == [0]
 
 
 def test_custom_dictionary_and_association(tmp_path: Path):

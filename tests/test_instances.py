@@ -71,8 +71,8 @@ def test_identical_to_reference_port(corpus, vocab, wwm):
     assert len(ours) == len(theirs) > 100
     for a, b in zip(ours, theirs):
         assert [vocab[i] for i in a.input_ids] == b.tokens
-        assert a.token_type_ids == b.segment_ids
-        assert a.masked_lm_positions == b.masked_lm_positions
+        assert list(a.token_type_ids) == b.segment_ids
+        assert list(a.masked_lm_positions) == b.masked_lm_positions
         assert [vocab[i] for i in a.masked_lm_ids] == b.masked_lm_labels
         assert a.is_random_next == b.is_random_next
 
@@ -89,10 +89,10 @@ def test_layout_lengths_and_segments(corpus, vocab):
         assert len(seps) == 2  # [CLS] A [SEP] B [SEP]
         a_len = seps[0] - 1
         assert a_len >= 1 and len(x.input_ids) - seps[0] - 2 >= 1
-        assert x.token_type_ids == [0] * (a_len + 2) + [1] * (len(x.input_ids) - a_len - 2)
+        assert list(x.token_type_ids) == [0] * (a_len + 2) + [1] * (len(x.input_ids) - a_len - 2)
         assert len(x.masked_lm_positions) <= 10
         assert all(original[p] not in (sp.cls, sp.sep) for p in x.masked_lm_positions)
-        assert x.masked_lm_positions == sorted(set(x.masked_lm_positions))
+        assert list(x.masked_lm_positions) == sorted(set(x.masked_lm_positions))
 
 
 def test_mask_rate_80_10_10_and_nsp_half(corpus, vocab):
@@ -145,8 +145,8 @@ def test_deterministic_by_seed(corpus, vocab):
     a, _ = _build(corpus, vocab, seed=3)
     b, _ = _build(corpus, vocab, seed=3)
     c, _ = _build(corpus, vocab, seed=4)
-    assert [x.input_ids for x in a] == [x.input_ids for x in b]
-    assert [x.input_ids for x in a] != [x.input_ids for x in c]
+    assert [list(x.input_ids) for x in a] == [list(x.input_ids) for x in b]
+    assert [list(x.input_ids) for x in a] != [list(x.input_ids) for x in c]
 
 
 def test_dynamic_masking_leaves_instances_unmasked_and_masks_at_load_time(corpus, vocab):
@@ -154,7 +154,7 @@ def test_dynamic_masking_leaves_instances_unmasked_and_masks_at_load_time(corpus
     assert all(not x.masked_lm_positions and sp.mask not in x.input_ids for x in instances)
     ids, positions, labels = dynamic_mask(instances[0].input_ids, random.Random(0), sp, 0.15, 20)
     assert positions and len(ids) == len(instances[0].input_ids)
-    assert [instances[0].input_ids[p] for p in positions] == labels
+    assert [instances[0].input_ids[p] for p in positions] == list(labels)
 
 
 def test_truncate_seq_pair_trims_the_longer_side():

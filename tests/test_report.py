@@ -72,14 +72,17 @@ def test_build_table_ranks_columns_as_seed_000():
 
 
 def test_markdown_cells():
-    md = render_markdown(build_table(make_results()))
+    md = render_markdown(build_table(make_results()), curves="curves.png")
+    scores, selection = md.split("## Settings selected on dev")
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
-            for line in md.splitlines() if line.startswith("| ") and not line.startswith("| Model")}
+            for line in scores.splitlines() if line.startswith("| ") and not line.startswith("| Model")}
     assert set(rows) == {"base", "ampv", "simpt"}
     assert rows["ampv"][3] == "**90.0** (1.0)"
     assert rows["simpt"][3] == "<u>85.0</u> (1.0)"
     assert rows["base"][3] == "80.0 (2.0)"
     assert rows["ampv"][5] == "**20.0** (1.0)"  # ErrTask, lower is better
+    assert "| base | learning_rate=5e-05, epochs=2; dev 81.0 |" in selection
+    assert "![learning curves per task](curves.png)" in selection
 
 
 def test_no_clinical_task_means_no_clinical_column():
@@ -196,65 +199,65 @@ def test_html_rendered_by_headless_chromium(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-def log_sweep(tracking_uri: str, results: dict, with_artifact: bool) -> str:
+def log_sweep(tracking_uri: str, results: dict) -> str:
     """Log a sweep with orchestrator.track's conventions: a parent tagged orchestrator.kind=sweep
     with <model>.<summary> metrics and a results.json artifact, a child per (model, task) tagged
     model/task with test/dev metrics, selected.* params and curve.dev/curve.test per epoch, and a
     nested trial run under each child."""
     from mlflow import MlflowClient
+    from mlflow.entities import Metric, Param
 
     client = MlflowClient(tracking_uri)
     exp = client.create_experiment("bioptorch")
-    parent = client.create_run(exp, tags={"orchestrator.kind": "sweep"}, run_name="sweep:demo")
-    pid = parent.info.run_id
-    for model, row in results["summary"].items():
-        for key, value in row.items():
-            client.log_metric(pid, f"{model}.{key}", value)
+    pid = client.create_run(exp, tags={"orchestrator.kind": "sweep"}, run_name="sweep:demo").info.run_id
+    client.log_batch(pid, metrics=[Metric(f"{m}.{k}", v, 0, 0) for m, row in results["summary"].items()
+                                   for k, v in row.items()])
     metric_of = {t["name"]: t["metric"] for t in results["tasks"]}
     for model, row in results["cells"].items():
         for task, cell in row.items():
             tags = {"mlflow.parentRunId": pid, "orchestrator.kind": "model_task", "model": model, "task": task}
             cid = client.create_run(exp, run_name=f"{model}/{task}", tags=tags).info.run_id
-            client.log_param(cid, "metric", metric_of[task])
-            for key, value in (("test_mean", cell["mean"]), ("test_sd", cell["sd"]), ("dev_mean", cell["dev_mean"])):
-                client.log_metric(cid, key, value)
-            for k, v in cell["selected"].items():
-                client.log_param(cid, f"selected.{k}", v)
-            for point in cell["curve"]:
-                client.log_metric(cid, "curve.dev", point["dev"], step=point["epoch"])
-                client.log_metric(cid, "curve.test", point["test"], step=point["epoch"])
+            metrics = [Metric(k, cell[v], 0, 0) for k, v in (("test_mean", "mean"), ("test_sd", "sd"),
+                                                               ("dev_mean", "dev_mean"))]
+            metrics += [Metric(f"curve.{split}", p[split], 0, p["epoch"]) for p in cell["curve"]
+                        for split in ("dev", "test")]
+            params = [Param("metric", metric_of[task])] + [Param(f"selected.{k}", str(v))
+                                                          for k, v in cell["selected"].items()]
+            client.log_batch(cid, metrics=metrics, params=params)
             trial = client.create_run(exp, tags={**tags, "mlflow.parentRunId": cid, "orchestrator.kind": "trial"})
             client.log_metric(trial.info.run_id, "dev", cell["dev_mean"], step=1)
-            client.set_terminated(trial.info.run_id)
-            client.set_terminated(cid)
-    if with_artifact:
-        client.log_dict(pid, results, "results.json")
-    client.set_terminated(pid)
+    client.log_dict(pid, results, "results.json")
     return pid
 
 
-@pytest.mark.parametrize("with_artifact", [True, False])
-def test_report_job_rebuilds_from_mlflow_alone(tmp_path, with_artifact):
-    from dashboards.mlflow_results import default_tracking_uri, load_results
+def test_report_job_rebuilds_from_mlflow_alone(tmp_path):
+    from mlflow import MlflowClient
+
+    from dashboards.mlflow_results import default_tracking_uri, load_results, results_from_children
 
     run_dir = tmp_path / "runs" / "demo"
     run_dir.mkdir(parents=True)
     results = make_results()
-    pid = log_sweep(default_tracking_uri(run_dir), results, with_artifact)
-    loaded = load_results(default_tracking_uri(run_dir))
-    assert loaded.run_id == pid and loaded.source == ("artifact" if with_artifact else "metrics")
-    assert loaded.results["models"] == results["models"]
+    uri = default_tracking_uri(run_dir)
+    pid = log_sweep(uri, results)
+    loaded = load_results(uri)
+    assert loaded.run_id == pid and loaded.source == "artifact" and loaded.results == results
+
+    client = MlflowClient(uri)
+    rebuilt = results_from_children(client, client.get_run(pid))  # the fallback: metrics, no artifact
+    assert rebuilt["models"] == results["models"]
     for model in results["models"]:
         for task in ("BIOSSES", "MedNLI", "ErrTask"):
-            got, want = loaded.results["cells"][model][task], results["cells"][model][task]
-            assert got["mean"] == pytest.approx(want["mean"])
+            got, want = rebuilt["cells"][model][task], results["cells"][model][task]
+            assert got["mean"] == pytest.approx(want["mean"]) and got["selected"] == want["selected"]
             assert [p["epoch"] for p in got["curve"]] == [1, 2]
-        assert loaded.results["summary"][model]["total"] == pytest.approx(results["summary"][model]["total"])
-    tasks = {t["name"]: t for t in loaded.results["tasks"]}
+        assert rebuilt["summary"][model]["total"] == pytest.approx(results["summary"][model]["total"])
+    tasks = {t["name"]: t for t in rebuilt["tasks"]}
     assert tasks["ErrTask"]["higher_is_better"] is False  # from the metric's name (mae) when not tagged
     assert tasks["MedNLI"]["group"] == "clinical" and tasks["BIOSSES"]["group"] == "biomedical"
 
-    assert report_job("--run-dir", str(run_dir)).returncode == 0
+    job = report_job("--run-dir", str(run_dir))
+    assert job.returncode == 0, job.stderr[-3000:]
     md = (run_dir / "report" / "blue_table.md").read_text()
     assert "**90.0**" in md and "<u>85.0</u>" in md
     assert (run_dir / "report" / "curves.png").is_file()

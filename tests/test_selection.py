@@ -150,20 +150,53 @@ def test_source_smaller_than_budget_errors_or_is_scored_whole(tmp_path: Path):
     target = profile_target(["liver tumor"])
     cfg = SelectionConfig(targets=["t"], sources={"small": str(small)}, sample_tokens=1000, parallel=False)
     with pytest.raises(InputError, match=r"small.txt: source 'small' has 70 tokens, fewer than sample_tokens=1000"):
-        score_source("small", str(small), target, cfg)
+        score_source("small", str(small), {"t": target}, cfg)
     empty = tmp_path / "zero.txt"
     empty.write_bytes(b"")
     with pytest.raises(InputError, match="zero.txt: is empty"):
-        score_source("zero", str(empty), target, cfg)
+        score_source("zero", str(empty), {"t": target}, cfg)
     blank = tmp_path / "blank.txt"
     blank.write_text("\n   \n", encoding="utf-8")
     with pytest.raises(InputError, match="blank.txt: holds no text"):
-        score_source("blank", str(blank), target, cfg)
+        score_source("blank", str(blank), {"t": target}, cfg)
+
+
+def test_target_tasks_group_files_by_task_name():
+    from orchestrator.data.selection import target_tasks
+
+    assert target_tasks(["d/hoc/train.tsv", "d/hoc/dev.tsv", "d/BC5CDR-chem-IOB/devel.tsv", "x/notes.txt",
+                         "mine=a.txt", "mine=b.txt"]) == {
+        "hoc": ["d/hoc/train.tsv", "d/hoc/dev.tsv"], "BC5CDR-chem-IOB": ["d/BC5CDR-chem-IOB/devel.tsv"],
+        "notes": ["x/notes.txt"], "mine": ["a.txt", "b.txt"]}
+
+
+def test_whole_source_mode_scores_per_task_with_real_kenlm(tmp_path: Path):
+    pytest.importorskip("kenlm")
+    from orchestrator.data.selection import kenlm_binary
+
+    try:
+        kenlm_binary("lmplz")
+    except Exception:
+        pytest.skip("lmplz not built: run scripts/setup.sh")
+    src = tmp_path / "src.txt"
+    src.write_text("the liver tumor shows early enhancement .\nthe kidney cyst is small .\n" * 30, encoding="utf-8")
+    tasks = {"liver": profile_target(["the liver tumor shows early enhancement ."]),
+             "poem": profile_target(["shall i compare thee to a summer's day ?"])}
+    cfg = SelectionConfig(targets=["t"], sources={"src": str(src)}, sample_tokens=10_000, num_samples=2,
+                          short_source="whole", parallel=False, lmplz_memory="50M")
+    score = score_source("src", str(src), tasks, cfg)
+    assert score.whole and score.sample_tokens == score.tokens == 390 and len(score.samples) == 2
+    liver, poem = score.by_task["liver"], score.by_task["poem"]
+    assert liver["tvc"] == 1.0 and poem["tvc"] == 0.0   # compare, thee, summer's, day: none in the source
+    assert liver["jsd"] < poem["jsd"] and liver["ppl"] < poem["ppl"]
+    assert liver["ttr"] == poem["ttr"] == score.ttr == pytest.approx(11 / 390)
 
 
 def test_config_checks():
     with pytest.raises(ConfigError, match="gains given for unknown source 'x'"):
         SelectionConfig(sources={"a": "p"}, gains={"x": [1.0]})
+    with pytest.raises(ConfigError, match="task_gains given for unknown task 'nope'"):
+        SelectionConfig(targets=["d/hoc/dev.tsv"], sources={"a": "p"}, task_gains={"nope": {"a": [1.0]}})
     with pytest.raises(ConfigError, match="sample_tokens"):
         SelectionConfig(sample_tokens=0)
 

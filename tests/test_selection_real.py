@@ -43,7 +43,9 @@ def test_pubmed_scores_closest_on_ppl_jsd_tvc(tmp_path: Path, capsys):
     for name, path in SOURCES.items():
         argv += ["--source", f"{name}={path}"]
     argv += ["sample_tokens=40000", "num_samples=5", "num_cpus=2", "lmplz_memory=100M", f"out_dir={out}",
-             "gains={pubmed: [1.5, 1.1], wikitext: [0.2, -0.1], shakespeare: [-0.8, -1.2]}"]
+             "gains={pubmed: [1.5, 1.1], wikitext: [0.2, -0.1], shakespeare: [-0.8, -1.2]}",
+             "task_gains={hoc: {pubmed: [1.0], wikitext: [0.1], shakespeare: [-0.5]},"
+             " chemprot: {pubmed: [2.0], wikitext: [0.3], shakespeare: [-1.0]}}"]
     assert main(argv) == 0
     scores = json.loads((out / "scores.json").read_text())
     assert set(scores) == set(SOURCES)
@@ -61,5 +63,35 @@ def test_pubmed_scores_closest_on_ppl_jsd_tvc(tmp_path: Path, capsys):
     assert manifest["stage"] == "selection" and manifest["counts"]["sources"] == 3
     corr = json.loads((out / "correlations.json").read_text())
     assert corr["jsd"]["n"] == 6 and corr["jsd"]["r"] < 0 < corr["tvc"]["r"]
+    by_task = json.loads((out / "scores_by_task.json").read_text())
+    assert set(by_task) == {"BC5CDR-chem-IOB", "hoc", "chemprot"}
+    for task, per in by_task.items():
+        assert per["pubmed"]["jsd"] < min(per["wikitext"]["jsd"], per["shakespeare"]["jsd"]), task
+        assert per["pubmed"]["tvc"] > max(per["wikitext"]["tvc"], per["shakespeare"]["tvc"]), task
+    task_corr = json.loads((out / "correlations_by_task.json").read_text())
+    assert task_corr["jsd"]["n"] == 6 and task_corr["jsd"]["r"] < 0
     printed = capsys.readouterr().out
     assert printed.splitlines()[1].split()[1] == "pubmed"     # ranked table, closest first
+
+
+def test_bad_source_in_a_ray_task_is_reported_by_file_and_line(tmp_path: Path):
+    from orchestrator.core.errors import InputError, OrchestratorError
+    from orchestrator.data.selection import SelectionConfig, score_sources
+
+    good = tmp_path / "good.txt"
+    good.write_text("the liver tumor shows early enhancement .\n" * 50, encoding="utf-8")
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"fine line\nna\xefve line\n")
+    target = tmp_path / "target.txt"
+    target.write_text("a liver tumor .\n", encoding="utf-8")
+    cfg = SelectionConfig(targets=[str(target)], sources={"good": str(good), "bad": str(bad)}, sample_tokens=100,
+                          short_source="whole", num_samples=1, num_cpus=2, lmplz_memory="50M",
+                          out_dir=str(tmp_path / "out"))
+    with pytest.raises(OrchestratorError, match=r"bad.txt:2: invalid UTF-8 byte 0xef"):
+        score_sources(cfg)
+    assert not (tmp_path / "out").exists()
+    empty = tmp_path / "empty.txt"
+    empty.write_bytes(b"")
+    with pytest.raises(InputError, match="empty.txt: is empty"):
+        score_sources(SelectionConfig(targets=[str(target)], sources={"good": str(good), "e": str(empty)},
+                                      out_dir=str(tmp_path / "out")))

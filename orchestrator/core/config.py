@@ -98,6 +98,10 @@ def from_dict(cls: type[C], data: dict | None, where: str = "") -> C:
         raise ConfigError(f"unknown config key {_join(where, key)!r}{suggest(key, fields)}")
     kwargs = {}
     for name, value in data.items():
+        default = _default_of(fields[name])
+        if isinstance(value, dict) and dataclasses.is_dataclass(default):
+            # A partial mapping overrides the field's own default, not the nested class's defaults.
+            value = merge(to_dict(default), value)
         kwargs[name] = _coerce(hints[name], value, _join(where, name))
     try:
         return cls(**kwargs)
@@ -185,6 +189,14 @@ def replace(cfg: C, **changes) -> C:
 
 
 # ---------------------------------------------------------------------------------------------
+def _default_of(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None
+
+
 def _join(where: str, key: str) -> str:
     return f"{where}.{key}" if where else key
 

@@ -174,13 +174,16 @@ def _write_shards(src: SourceConfig, out: Path, shard_bytes: int) -> list[ShardI
         for v in buf.values():
             v.clear()
 
+    size = 0
     try:
         for batch in read_source(src).iter_batches(batch_size=None, batch_format="pyarrow"):
             for row in batch.to_pylist():
                 for k in buf:
                     buf[k].append(row[k])
-                if sum(buf["n_bytes"]) >= shard_bytes:
+                size += row["n_bytes"]
+                if size >= shard_bytes:
                     flush()
+                    size = 0
     except Exception as exc:
         found = find_input_error(exc)
         if found is not None:

@@ -17,7 +17,13 @@ For each source, five sub-samples of N tokens (10M in the seed) are drawn; on ea
 
 Each measure is the mean over the sub-samples. All text is lowercased and split by
 ``tokenize`` (words with inner hyphens/apostrophes/periods kept, each other punctuation mark
-a token) before any measure, so every source and target is seen the same way.
+a token) before any measure, so every source and target is seen the same way. Perplexity
+follows KenLM: </s> counts as a word, out-of-vocabulary words are scored as <unk>.
+
+Targets are grouped into tasks (``target_tasks``). The headline scores (``scores.json``,
+``{source: {ppl, jsd, tvc, ttr}}``) are against all target text pooled; the same sub-sample,
+n-gram counts and model also give per-task scores (``scores_by_task.json``), which is what the
+seed correlates with per-task gains (300 source-task-seed points in its Figure 3).
 
 Pure functions (readers, sampling plan, JSD/TVC/TTR, perplexity) are tested without Ray;
 ``score_sources`` fans the sources out as Ray tasks.
@@ -80,7 +86,10 @@ whole whom whose why will with within without would yet you your yours yourself 
 
 @dataclass(frozen=True)
 class SelectionConfig:
-    targets: list[str] = field(default_factory=list, help="target task files (text, JSONL, parquet, IOB, BLUE TSV)")
+    targets: list[str] = field(
+        default_factory=list, help="target task files (text, JSONL, parquet, IOB, BLUE TSV), each PATH or TASK=PATH; "
+                                   "files of one task are scored together (default task name: the folder for "
+                                   "train/dev/devel/test files, else the file stem)")
     sources: dict[str, str] = field(default_factory=dict, help="source name -> file or directory of files")
     out_dir: str = field("runs/selection", help="output directory: scores.json, table.txt, manifest.json")
     sample_tokens: int = field(10_000_000, help="tokens per sub-sample of each source (10M in the seed)")
@@ -96,6 +105,10 @@ class SelectionConfig:
     gains: dict[str, list[float]] = field(
         default_factory=dict, help="downstream gain per source (one value per task x seed); if given, the "
                                    "Pearson correlation of each measure with the gain is reported (seed Fig. 3)")
+    task_gains: dict[str, dict[str, list[float]]] = field(
+        default_factory=dict, help="downstream gain per target task and source ({task: {source: [gains]}}): "
+                                   "Pearson r over (source, task) points with per-task measures, as the seed's "
+                                   "Figure 3 does")
     lmplz_memory: str = field("1G", help="lmplz -S: memory for n-gram counting (e.g. 1G, 20%)")
     work_dir: str = field("", help="where the tokenized source copy and samples go while scoring "
                                    "(as large as the source); empty = the system temp directory")
@@ -109,9 +122,13 @@ class SelectionConfig:
             raise ConfigError(f"num_samples must be >= 1, got {self.num_samples}")
         if not 1 <= self.order <= 6:
             raise ConfigError(f"order must be in 1..6, got {self.order}")
-        unknown = sorted(set(self.gains) - set(self.sources))
+        unknown = sorted(set(self.gains).union(*self.task_gains.values()) - set(self.sources))
         if unknown:
             raise ConfigError(f"gains given for unknown source {unknown[0]!r}; sources: {sorted(self.sources)}")
+        tasks = set(target_tasks(self.targets))
+        missing = sorted(set(self.task_gains) - tasks)
+        if missing:
+            raise ConfigError(f"task_gains given for unknown task {missing[0]!r}; tasks: {sorted(tasks)}")
 
 
 # ----------------------------------------------------------------------------- tokenizing
@@ -193,7 +210,8 @@ def _read_jsonl(path: Path, key: str) -> Iterator[str]:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise InputError(path, f"invalid JSON: {exc.msg}", line=number, expected="one JSON object per line") from None
+            raise InputError(path, f"invalid JSON: {exc.msg}", line=number,
+                             expected="one JSON object per line") from None
         if not isinstance(record, dict) or not isinstance(record.get(key), str):
             raise InputError(path, f"no string field {key!r}", line=number, expected=f'{{"{key}": "..."}}')
         if record[key].strip():
@@ -285,6 +303,33 @@ def ngrams(tokens: Sequence[str], order: int) -> Iterator[str]:
     for n in range(1, order + 1):
         for i in range(len(tokens) - n + 1):
             yield " ".join(tokens[i:i + n])
+
+
+SPLIT_NAMES = ("train", "dev", "devel", "test", "valid", "validation")
+
+
+def target_tasks(targets: Sequence[str]) -> dict[str, list[str]]:
+    """{task: [paths]} from 'PATH' or 'TASK=PATH' entries; default task: folder of a split file, else stem."""
+    tasks: dict[str, list[str]] = {}
+    for item in targets:
+        name, sep, path = item.partition("=")
+        if not sep:
+            p = Path(item)
+            name, path = (p.parent.name if p.stem.lower() in SPLIT_NAMES and p.parent.name else p.stem), item
+        tasks.setdefault(name, []).append(path)
+    return tasks
+
+
+def merge_profiles(profiles: Iterable[TargetProfile]) -> TargetProfile:
+    """One profile for the pooled target text of several tasks."""
+    lines, counts, vocab, tokens = [], Counter(), set(), 0
+    for p in profiles:
+        lines.extend(p.lines)
+        counts.update(p.ngrams)
+        vocab |= p.content_vocab
+        tokens += p.tokens
+    return TargetProfile(lines=tuple(lines), ngrams=dict(counts), ngram_total=sum(counts.values()),
+                         content_vocab=frozenset(vocab), tokens=tokens)
 
 
 def profile_target(units: Iterable[str], order: int = 3) -> TargetProfile:
@@ -410,6 +455,7 @@ class SourceScore:
     tokens: int                     # tokens in the whole source
     sample_tokens: int              # tokens per sub-sample actually used
     whole: bool                     # True when the source was shorter than sample_tokens
+    by_task: dict[str, dict[str, float]]  # per target task: mean measures (TTR is the source's own)
 
     def measures(self) -> dict[str, float]:
         return {m: getattr(self, m) for m in MEASURES}
@@ -428,9 +474,14 @@ def _tokenize_source(files: Sequence[Path], cfg: SelectionConfig, out: Path) -> 
     return np.asarray(counts, dtype=np.int64)
 
 
-def score_source(name: str, path: str, target: TargetProfile, cfg: SelectionConfig) -> SourceScore:
-    """All four measures for one source, each the mean over ``cfg.num_samples`` sub-samples."""
+def score_source(name: str, path: str, targets: Mapping[str, TargetProfile], cfg: SelectionConfig) -> SourceScore:
+    """All four measures for one source, each the mean over ``cfg.num_samples`` sub-samples.
+
+    ``targets`` maps task names to profiles; the pooled target (all tasks) gives the headline
+    measures, each task its own (the same sample, n-gram counts and KenLM model serve all).
+    """
     files = input_files(path)
+    pooled = merge_profiles(targets.values()) if len(targets) > 1 else next(iter(targets.values()))
     with tempfile.TemporaryDirectory(prefix=f"score-{name}-", dir=cfg.work_dir or None) as tmp:
         work = Path(tmp)
         unit_tokens = _tokenize_source(files, cfg, work / "tokens.txt")
@@ -453,11 +504,15 @@ def score_source(name: str, path: str, target: TargetProfile, cfg: SelectionConf
         samples = []
         for i, sample in enumerate(sample_files):
             start = time.perf_counter()
-            samples.append(_measure_sample(sample, target, cfg, work / f"lm-{i}"))
+            samples.append(_measure_sample(sample, pooled, targets, cfg, work / f"lm-{i}"))
             samples[-1]["seconds"] = round(time.perf_counter() - start, 3)
-            log.info("%s sample %d/%d: %s", name, i + 1, len(sample_files), samples[-1])
+            log.info("%s sample %d/%d: %s", name, i + 1, len(sample_files),
+                     {k: samples[-1][k] for k in (*MEASURES, "seconds")})
     mean = {m: float(np.mean([s[m] for s in samples])) for m in MEASURES}
-    return SourceScore(name=name, samples=tuple(samples), tokens=total, sample_tokens=size, whole=whole, **mean)
+    by_task = {task: {m: float(np.mean([s["by_task"][task][m] for s in samples])) for m in MEASURES}
+               for task in targets}
+    return SourceScore(name=name, samples=tuple(samples), tokens=total, sample_tokens=size, whole=whole,
+                       by_task=by_task, **mean)
 
 
 def _write_samples(tokens_file: Path, unit_tokens: np.ndarray, plans: list[dict[int, int]],
@@ -473,12 +528,14 @@ def _write_samples(tokens_file: Path, unit_tokens: np.ndarray, plans: list[dict[
                     handle.write(line if take == unit_tokens[unit] else " ".join(line.split()[:take]) + "\n")
 
 
-def _measure_sample(sample: Path, target: TargetProfile, cfg: SelectionConfig, work: Path) -> dict[str, float]:
+def _measure_sample(sample: Path, pooled: TargetProfile, targets: Mapping[str, TargetProfile],
+                    cfg: SelectionConfig, work: Path) -> dict:
+    """Pooled measures plus ``by_task``; source n-grams are counted once, on the pooled target's keys."""
     work.mkdir()
     on_target: Counter = Counter()
     types: set[str] = set()
     tokens = ngram_total = 0
-    keys = target.ngrams
+    keys = pooled.ngrams
     with open(sample, encoding="utf-8") as f:
         for line in f:
             toks = line.split()
@@ -489,10 +546,18 @@ def _measure_sample(sample: Path, target: TargetProfile, cfg: SelectionConfig, w
                 if gram in keys:
                     on_target[gram] += 1
     model = build_kenlm(sample, work, cfg.order, cfg.lmplz_memory)
-    return {"ppl": perplexity(model, target.lines),
-            "jsd": jensen_shannon(target.ngrams, target.ngram_total, on_target, ngram_total),
-            "tvc": vocabulary_covered(target.content_vocab, types),
-            "ttr": type_token_ratio(len(types), tokens)}
+    ttr = type_token_ratio(len(types), tokens)
+
+    def measures(t: TargetProfile) -> dict[str, float]:
+        # each task's keys are a subset of the pooled keys, so the restricted counts serve it too
+        return {"ppl": perplexity(model, t.lines),
+                "jsd": jensen_shannon(t.ngrams, t.ngram_total, on_target, ngram_total),
+                "tvc": vocabulary_covered(t.content_vocab, types), "ttr": ttr}
+
+    by_task = {task: measures(t) for task, t in targets.items()}
+    overall = measures(pooled) if len(targets) > 1 else dict(next(iter(by_task.values())))
+
+    return {**overall, "by_task": by_task}
 
 
 # ----------------------------------------------------------------------------- many sources
@@ -519,6 +584,14 @@ def correlations(scores: Mapping[str, Mapping[str, float]], gains: Mapping[str, 
     return out
 
 
+def task_correlations(by_task: Mapping[str, Mapping[str, Mapping[str, float]]],
+                      task_gains: Mapping[str, Mapping[str, Sequence[float]]]) -> dict:
+    """Pearson r over (source, task, gain) points with each task's own measures (seed Figure 3)."""
+    keyed = {f"{task}\t{src}": by_task[task][src] for task in task_gains for src in task_gains[task]}
+    gains = {f"{task}\t{src}": values for task, per in task_gains.items() for src, values in per.items()}
+    return correlations(keyed, gains)
+
+
 def ranked_table(scores: Mapping[str, Mapping[str, float]]) -> str:
     """Sources closest first by JSD (the seed's strongest correlate); each measure's rank in brackets."""
     names = sorted(scores, key=lambda n: (scores[n]["jsd"], n))
@@ -541,8 +614,10 @@ def ranked_table(scores: Mapping[str, Mapping[str, float]]) -> str:
 class SelectionResult:
     out_dir: Path
     scores: dict[str, dict[str, float]]
+    by_task: dict[str, dict[str, dict[str, float]]]
     table: str
     correlations: dict | None
+    task_correlations: dict | None
 
     def summary(self) -> str:
         text = self.table + f"\nscores: {self.out_dir / 'scores.json'}"
@@ -550,27 +625,34 @@ class SelectionResult:
             text += "\nPearson r with the downstream gain: " + ", ".join(
                 f"{m}={c['r']:+.3f}" if c["r"] is not None else f"{m}=n/a ({c['why']})"
                 for m, c in self.correlations.items())
+        if self.task_correlations:
+            text += "\nPearson r over (source, task) points: " + ", ".join(
+                f"{m}={c['r']:+.3f}" if c["r"] is not None else f"{m}=n/a ({c['why']})"
+                for m, c in self.task_correlations.items())
         return text
 
 
-def load_target(cfg: SelectionConfig) -> TargetProfile:
+def load_targets(cfg: SelectionConfig) -> dict[str, TargetProfile]:
+    """{task: profile} of the target files, grouped by task name (see ``target_tasks``)."""
     if not cfg.targets:
         raise ConfigError("no targets: give --target FILE... or targets=[...]")
-    files = [f for t in cfg.targets for f in input_files(t)]
-    target = profile_target((u for f in files for u in read_units(f, cfg.input_format, cfg.text_field)),
-                            cfg.order)
-    if target.tokens == 0:
-        raise InputError(", ".join(map(str, files)), "the targets hold no text", expected="target task text")
-    return target
+    profiles = {}
+    for task, paths in target_tasks(cfg.targets).items():
+        files = [f for p in paths for f in input_files(p)]
+        profiles[task] = profile_target(
+            (u for f in files for u in read_units(f, cfg.input_format, cfg.text_field)), cfg.order)
+        if profiles[task].tokens == 0:
+            raise InputError(", ".join(map(str, files)), f"target task {task!r} holds no text",
+                             expected="target task text")
+    return profiles
 
 
 def plan_selection(cfg: SelectionConfig) -> str:
     """Dry run: every input exists and parses in full, sizes against sample_tokens, KenLM is installed."""
     if not cfg.sources:
         raise ConfigError("no sources: give --source NAME=PATH ... or sources={name: path}")
-    target = load_target(cfg)
-    lines = [f"target: {target.tokens} tokens, {len(target.lines)} units, "
-             f"{len(target.content_vocab)} content-word types, {target.ngram_total} n-grams"]
+    lines = [f"target task {task}: {t.tokens} tokens, {len(t.lines)} units, {len(t.content_vocab)} content-word "
+             f"types, {t.ngram_total} n-grams" for task, t in load_targets(cfg).items()]
     for name, path in sorted(cfg.sources.items()):
         files = input_files(path)
         tokens = sum(len(tokenize(u)) for f in files for u in read_units(f, cfg.input_format, cfg.text_field))
@@ -592,55 +674,80 @@ def score_sources(cfg: SelectionConfig) -> SelectionResult:
         raise ConfigError("no sources: give --source NAME=PATH ... or sources={name: path}")
     for tool in ("lmplz", "build_binary"):  # fail before any work, not after the first source
         kenlm_binary(tool)
-    for path in cfg.sources.values():
-        input_files(path)
-    target = load_target(cfg)
-    log.info("target: %d tokens, %d content-word types", target.tokens, len(target.content_vocab))
+    for path in cfg.sources.values():  # cheap checks first: a missing or 0-byte file stops before any scoring
+        for f in input_files(path):
+            if f.stat().st_size == 0:
+                raise InputError(f, "is empty (0 bytes)", expected="text to score")
+    targets = load_targets(cfg)
+    for task, t in targets.items():
+        log.info("target task %s: %d tokens, %d content-word types", task, t.tokens, len(t.content_vocab))
     if cfg.parallel and len(cfg.sources) > 1:
-        results = _score_on_ray(target, cfg)
+        results = _score_on_ray(targets, cfg)
     else:
-        results = [score_source(n, p, target, cfg) for n, p in sorted(cfg.sources.items())]
+        results = [score_source(n, p, targets, cfg) for n, p in sorted(cfg.sources.items())]
     scores = {r.name: r.measures() for r in results}
+    by_task = {task: {r.name: r.by_task[task] for r in results} for task in targets}
     table = ranked_table(scores)
     corr = correlations(scores, cfg.gains) if cfg.gains else None
+    task_corr = task_correlations(by_task, cfg.task_gains) if cfg.task_gains else None
     out_dir = Path(cfg.out_dir)
     with atomic_dir(out_dir) as tmp:
         atomic_write_json(tmp / "scores.json", scores)
+        atomic_write_json(tmp / "scores_by_task.json", by_task)
         atomic_write_json(tmp / "samples.json", {
             r.name: {"samples": list(r.samples), "source_tokens": r.tokens, "sample_tokens": r.sample_tokens,
                      "whole_source": r.whole} for r in results})
         atomic_write_text(tmp / "table.txt", table + "\n")
         if corr is not None:
             atomic_write_json(tmp / "correlations.json", corr)
+        if task_corr is not None:
+            atomic_write_json(tmp / "correlations_by_task.json", task_corr)
         write_manifest(tmp, stage="selection", config=cfg,
-                       inputs=[*cfg.targets, *cfg.sources.values()],
-                       counts={"sources": len(results), "target_tokens": target.tokens,
-                               "target_content_types": len(target.content_vocab)},
+                       inputs=[p for paths in target_tasks(cfg.targets).values() for p in paths]
+                       + list(cfg.sources.values()),
+                       counts={"sources": len(results), "target_tasks": len(targets),
+                               "target_tokens": sum(t.tokens for t in targets.values())},
                        seed=cfg.seed,
                        extra={"jsd_base": 2, "tvc_content_words": "proxy: alphabetic non-function words",
                               "short_sources": sorted(r.name for r in results if r.whole)})
-    return SelectionResult(out_dir=out_dir, scores=scores, table=table, correlations=corr)
+    return SelectionResult(out_dir=out_dir, scores=scores, by_task=by_task, table=table, correlations=corr,
+                           task_correlations=task_corr)
 
 
-def _score_on_ray(target: TargetProfile, cfg: SelectionConfig) -> list[SourceScore]:
-    """One Ray task per source (each runs its own lmplz); errors re-raised as the original exception."""
+@dataclass(frozen=True)
+class _Failed:
+    message: str
+
+
+def _score_source_task(name: str, path: str, targets: Mapping[str, TargetProfile],
+                       cfg: SelectionConfig) -> SourceScore | _Failed:
+    """Ray task body. A user-facing error comes back as its message: InputError's constructor
+    signature keeps Ray from rebuilding it on the driver (it would arrive as an opaque
+    UnserializableException instead of naming the bad file)."""
+    try:
+        return score_source(name, path, targets, cfg)
+    except OrchestratorError as exc:
+        return _Failed(str(exc))
+
+
+def _score_on_ray(targets: dict[str, TargetProfile], cfg: SelectionConfig) -> list[SourceScore]:
+    """One Ray task per source (each runs its own lmplz); the first failure is raised with its message."""
     import ray
 
     from orchestrator.core.runtime import ray_session
 
     with ray_session(num_cpus=cfg.num_cpus or None):
-        task = ray.remote(num_cpus=1)(score_source)
-        ref = ray.put(target)
-        futures = [task.remote(n, p, ref, cfg) for n, p in sorted(cfg.sources.items())]
-        try:
-            return ray.get(futures)
-        except ray.exceptions.RayTaskError as exc:
-            if isinstance(exc.cause, OrchestratorError):
-                raise exc.cause from None
-            raise
+        task = ray.remote(num_cpus=1)(_score_source_task)
+        ref = ray.put(targets)
+        results = ray.get([task.remote(n, p, ref, cfg) for n, p in sorted(cfg.sources.items())])
+    for result in results:
+        if isinstance(result, _Failed):
+            raise OrchestratorError(result.message)
+    return results
 
 
-__all__ = ["SelectionResult", "load_target", "plan_selection", "score_sources", "SelectionConfig", "SourceScore", "TargetProfile", "tokenize", "is_content_word", "read_units",
-           "sniff_format", "input_files", "profile_target", "ngrams", "jensen_shannon", "type_token_ratio",
-           "vocabulary_covered", "perplexity", "plan_samples", "kenlm_binary", "build_kenlm", "score_source",
-           "correlations", "ranked_table", "MEASURES", "FUNCTION_WORDS"]
+__all__ = ["SelectionConfig", "SelectionResult", "SourceScore", "TargetProfile", "MEASURES", "FUNCTION_WORDS",
+           "score_sources", "plan_selection", "score_source", "load_targets", "target_tasks", "merge_profiles",
+           "profile_target", "tokenize", "is_content_word", "read_units", "sniff_format", "input_files", "ngrams",
+           "jensen_shannon", "type_token_ratio", "vocabulary_covered", "perplexity", "plan_samples",
+           "kenlm_binary", "build_kenlm", "correlations", "task_correlations", "ranked_table"]

@@ -64,6 +64,26 @@ def special_ids(tokenizer_dir: Path) -> SpecialIds:
                       never_mask=tuple(sorted(set(tok.all_special_ids))))
 
 
+DATA_CPU_RESERVE = 1.0
+
+
+def worker_cpus(cfg: PretrainConfig, cluster_cpus: float) -> float:
+    """CPUs to reserve per Train worker, leaving ``DATA_CPU_RESERVE`` for Ray Data's read tasks.
+
+    Workers that take every CPU starve the streaming reads that feed them and the run hangs
+    (2 workers x 1 CPU on a 2-core laptop); there, each worker's share is shrunk to fit.
+    """
+    wanted = cfg.cpus_per_worker * cfg.num_workers
+    if cfg.use_gpu or cluster_cpus <= 0 or wanted + DATA_CPU_RESERVE <= cluster_cpus:
+        return cfg.cpus_per_worker
+    share = (cluster_cpus - DATA_CPU_RESERVE) / cfg.num_workers
+    if share <= 0.05:
+        raise ConfigError(f"num_workers {cfg.num_workers} do not fit on {cluster_cpus:g} CPUs")
+    log.info("pretrain: %d workers x %g CPUs would starve the data reads on %g CPUs; using %.2f CPUs per worker",
+             cfg.num_workers, cfg.cpus_per_worker, cluster_cpus, share)
+    return round(share, 2)
+
+
 def _phase_inputs(cfg: PretrainConfig, instances: dict[int, Path]) -> dict[str, InstanceInfo]:
     out = {}
     for name, phase in cfg.active_phases():
@@ -174,13 +194,14 @@ def pretrain(cfg: PretrainConfig, instances: dict[int, Path], tokenizer_dir: Pat
     tracking_info = _start_tracking(cfg, tracking, run_dir, out_dir)
 
     with ray_session():
-        datasets = {name: ray.data.read_parquet(sorted(str(p) for p in info.path.glob("*.parquet")),
-                                                columns=list(COLUMNS)) for name, info in infos.items()}
+        datasets = {name: ray.data.read_parquet(sorted(str(p) for p in info.path.glob("*.parquet")))
+                    .select_columns(list(COLUMNS)) for name, info in infos.items()}
         loop_config = {"cfg": to_dict(cfg), "tokenizer_dir": str(tokenizer_dir.resolve()),
                        "special": dataclasses.asdict(special), "tracking": tracking_info,
                        "dynamic": {name: info.masking == "dynamic" for name, info in infos.items()},
                        "resume_dir": str(resume_dir) if resume_dir else None, "fail_at": fail_at}
-        resources = {"CPU": cfg.cpus_per_worker, **cfg.resources_per_worker}
+        resources = {"CPU": worker_cpus(cfg, ray.cluster_resources().get("CPU", 0.0)),
+                     **cfg.resources_per_worker}
         trainer = TorchTrainer(
             train_loop_per_worker, train_loop_config=loop_config, datasets=datasets,
             scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu,

@@ -53,6 +53,8 @@ class Cell:
     sd: float | None
     n: int | None
     rank: int | None
+    selected: tuple[tuple[str, Any], ...] = ()
+    dev_mean: float | None = None
 
 
 @dataclass(frozen=True)
@@ -174,6 +176,7 @@ def build_table(results: dict, scale: float = 100.0, digits: int = 1,
 
     columns: list[Column] = []
     raw: dict[tuple[str, str], tuple[float | None, float | None, int | None]] = {}
+    chosen: dict[tuple[str, str], tuple[tuple[tuple[str, Any], ...], float | None]] = {}
     for key in SUMMARY_KEYS:
         if not members[key]:
             continue  # e.g. no clinical task in this sweep: no clinical column
@@ -192,19 +195,21 @@ def build_table(results: dict, scale: float = 100.0, digits: int = 1,
         for model in models:
             cell = results["cells"].get(model, {}).get(name) or {}
             raw[(model, name)] = (_clean(cell.get("mean")), _clean(cell.get("sd")), cell.get("n"))
+            chosen[(model, name)] = (tuple((cell.get("selected") or {}).items()), _clean(cell.get("dev_mean")))
 
     cells: dict[tuple[str, str], Cell] = {}
     for col in columns:
         ranks = rank_top2([raw[(m, col.key)][0] for m in models], col.higher_is_better)
         for model, rank in zip(models, ranks):
             mean, sd, n = raw[(model, col.key)]
-            cells[(model, col.key)] = Cell(mean=mean, sd=sd, n=n, rank=rank)
+            selected, dev_mean = chosen.get((model, col.key), ((), None))
+            cells[(model, col.key)] = Cell(mean=mean, sd=sd, n=n, rank=rank, selected=selected, dev_mean=dev_mean)
     return BlueTable(models=models, columns=tuple(columns), cells=cells, scale=scale, digits=digits)
 
 
 # ---------------------------------------------------------------------------------------------
 # Renderers
-def render_markdown(table: BlueTable, title: str = "BLUE results") -> str:
+def render_markdown(table: BlueTable, title: str = "BLUE results", curves: str | None = None) -> str:
     """GitHub Markdown: best ``**bold**``, second ``<u>underlined</u>`` as in the seed's tables."""
     head = ["Model"] + [c.label for c in table.columns]
     lines = [f"# {title}", "", "| " + " | ".join(head) + " |", "|" + "|".join(["---"] + [":---:"] * len(table.columns)) + "|"]
@@ -220,6 +225,15 @@ def render_markdown(table: BlueTable, title: str = "BLUE results") -> str:
             row.append(mean if cell.sd is None else f"{mean} ({table.text(cell.sd)})")
         lines.append("| " + " | ".join(row) + " |")
     lines += ["", _notes(table)]
+    tasks = [c for c in table.columns if c.kind == "task"]
+    if any(table.cell(m, c.key).selected for m in table.models for c in tasks):
+        lines += ["", "## Settings selected on dev", "",
+                  "| Model | " + " | ".join(c.label for c in tasks) + " |", "|---|" + "---|" * len(tasks)]
+        for model in table.models:
+            lines.append(f"| {_md_escape(model)} | " + " | ".join(_selection_text(table, table.cell(model, c.key))
+                                                               for c in tasks) + " |")
+    if curves:
+        lines += ["", "## Learning curves", "", f"![learning curves per task]({curves})"]
     return "\n".join(lines) + "\n"
 
 
@@ -234,6 +248,7 @@ td b { font-weight: bold; }
 td u { text-decoration: underline; }
 .metric { font-weight: normal; font-size: 11px; color: #666; }
 p.notes { font-size: 12px; color: #555; max-width: 60em; }
+img { max-width: 100%; height: auto; }
 """
 
 
@@ -269,6 +284,14 @@ def render_html(table: BlueTable, title: str = "BLUE results", curves_png: str |
         out.append("</tr>")
     out.append("</tbody></table>")
     out.append(f'<p class="notes">{esc(_notes(table))}</p>')
+    tasks = [c for c in table.columns if c.kind == "task"]
+    if any(table.cell(m, c.key).selected for m in table.models for c in tasks):
+        out.append('<h2>Settings selected on dev</h2><table class="blue" id="selection"><thead><tr>'
+                   '<th class="model">Model</th>' + "".join(f"<th>{esc(c.label)}</th>" for c in tasks) + "</tr></thead><tbody>")
+        for model in table.models:
+            out.append(f'<tr><td class="model">{esc(model)}</td>' + "".join(
+                f"<td>{esc(_selection_text(table, table.cell(model, c.key)))}</td>" for c in tasks) + "</tr>")
+        out.append("</tbody></table>")
     if curves_png:
         out.append(f'<h2>Learning curves</h2><img alt="learning curves" src="data:image/png;base64,{curves_png}">')
     out.append("</body></html>")
@@ -381,7 +404,7 @@ def write_report(results: dict, out_dir: Path, title: str = "BLUE results", scal
         if curves is not None:
             written["curves"] = FILES["curves"]
         embedded = base64.b64encode(curves.read_bytes()).decode("ascii") if curves else None
-        atomic_write_text(tmp / FILES["md"], render_markdown(table, title))
+        atomic_write_text(tmp / FILES["md"], render_markdown(table, title, curves=written.get("curves")))
         atomic_write_text(tmp / FILES["html"], render_html(table, title, curves_png=embedded))
         render_table_png(table, tmp / FILES["png"], title)
         atomic_write_json(tmp / FILES["results"], results)
@@ -396,6 +419,14 @@ def write_report(results: dict, out_dir: Path, title: str = "BLUE results", scal
 
 
 # ---------------------------------------------------------------------------------------------
+def _selection_text(table: BlueTable, cell: Cell) -> str:
+    """'learning_rate=5e-05, epochs=3; dev 85.0' for one cell of the selection table."""
+    if not cell.selected:
+        return "\u2013"
+    text = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in cell.selected)
+    return text if cell.dev_mean is None else f"{text}; dev {table.text(cell.dev_mean)}"
+
+
 def _notes(table: BlueTable) -> str:
     scale = "" if table.scale == 1 else f" Scores x {table.scale:g}."
     return ("The numbers are means (standard deviations) over random seeds at the setting selected on dev; "

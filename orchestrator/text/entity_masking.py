@@ -75,6 +75,8 @@ class EntityMaskingConfig:
         for path in self.dictionaries:
             if not Path(path).is_file():
                 raise ConfigError(f"entity dictionary not found: {path}")
+        if self.ner_model and self.dictionaries:
+            raise ConfigError("give either dictionaries or ner_model as the entity extractor, not both")
         if self.ner_model and not (Path(self.ner_model) / "config.json").is_file():
             raise ConfigError(f"ner_model is not a Hugging Face model directory (no config.json): {self.ner_model}")
         if self.association and not Path(self.association).is_file():
@@ -454,5 +456,20 @@ def group_same_type(sentences: Sequence[Sequence[str]], masker: EntityMasker) ->
     return sorted(groups.values(), key=lambda g: g[0])
 
 
-__all__ = ["EntityMaskingConfig", "EntityMasker", "NerExtractor", "bio_spans", "Entity", "AssociationTable", "TermDictionary",
-           "group_same_type", "load_dictionaries", "load_association", "split_words"]
+def same_type_sentences(sentences: Sequence[Sequence[str]], masker: EntityMasker, target_sentence: int,
+                        target_type: str | None = None) -> list[int]:
+    """The patent's own formulation of Embodiment 3_1, for a chosen target term phrase.
+
+    The sentence holding the target plus every sentence holding an entity whose association
+    with the target (of ``target_type``; default: any entity of the target sentence) is >=
+    the threshold, in document order: the texts "collectively input" with the target text.
+    """
+    found = [{e.type for e in masker.extract(list(s))} for s in sentences]
+    anchors = {target_type} if target_type is not None else found[target_sentence]
+    return [i for i, types in enumerate(found) if i == target_sentence or any(
+        masker.association(a, b) >= masker.cfg.threshold for a in anchors for b in types)]
+
+
+__all__ = ["EntityMaskingConfig", "EntityMasker", "NerExtractor", "bio_spans", "Entity", "AssociationTable",
+           "TermDictionary", "group_same_type", "same_type_sentences", "load_dictionaries", "load_association",
+           "split_words"]

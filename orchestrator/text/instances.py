@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import os
 import random
 from array import array
@@ -30,7 +29,6 @@ from orchestrator.core.config import field
 from orchestrator.core.errors import ConfigError
 from orchestrator.text.entity_masking import EntityMaskingConfig
 
-log = logging.getLogger(__name__)
 
 Masking = Literal["static", "dynamic"]
 
@@ -82,11 +80,11 @@ class Specials:
 
 @dataclasses.dataclass
 class Instance:
-    input_ids: list[int]
-    token_type_ids: list[int]
+    input_ids: Sequence[int]
+    token_type_ids: Sequence[int]
     is_random_next: bool
-    masked_lm_positions: list[int]
-    masked_lm_ids: list[int]
+    masked_lm_positions: Sequence[int]
+    masked_lm_ids: Sequence[int]
     source: str
     entity_stats: dict | None = None
 
@@ -216,7 +214,9 @@ def create_instances_from_document(all_documents: Sequence[Sequence[Sequence[int
                         tokens, p, sp, rng, masker, id_to_token)
                 else:
                     positions, labels, stats = [], [], None
-                instances.append(Instance(tokens, segment_ids, is_random_next, positions, labels, source, stats))
+                # Compact arrays (4 or 1 bytes per token): a unit's instances are all held until the final shuffle.
+                instances.append(Instance(array("i", tokens), array("b", segment_ids), is_random_next,
+                                          array("i", positions), array("i", labels), source, stats))
             current_chunk = []
             current_length = 0
         i += 1

@@ -31,7 +31,7 @@ def head_processes(temp_dir: str) -> list[psutil.Process]:
     return [p for pid, p in found.items() if pid not in mine]
 
 
-def stop(temp_dir: str, grace_s: float = 10.0) -> int:
+def stop(temp_dir: str, grace_s: float = 5.0) -> int:
     """SIGTERM, then SIGKILL whatever is left after ``grace_s``; returns how many were stopped."""
     temp_dir = os.path.realpath(temp_dir)
     if len(temp_dir) < 8 or temp_dir in ("/tmp", "/tmp/ray"):
@@ -56,7 +56,7 @@ def stop(temp_dir: str, grace_s: float = 10.0) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("temp_dir", help="the head's private --temp-dir")
-    parser.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
+    parser.add_argument("--grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL")
     args = parser.parse_args(argv)
     stop(args.temp_dir, args.grace)
     return 0

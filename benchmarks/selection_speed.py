@@ -1,0 +1,62 @@
+"""Source scoring speed: sequential vs one Ray task per source, on the real shared data.
+
+Scores PubMed, WikiText-2 and Tiny Shakespeare against BC5CDR-chem, HoC and ChemProt dev
+text (``--sample-tokens`` per sub-sample, 5 sub-samples each), once in-process one source
+after another and once as Ray tasks on an embedded local Ray (Ray start-up included).
+Reported: wall seconds, sub-sample tokens measured per second (each sub-sample: n-gram
+counting, lmplz + build_binary, target perplexity), and the per-sample seconds, from
+which a 10M-token sub-sample (the seed's size) can be extrapolated: lmplz and the counting
+are linear in the sample. The machine may be shared: timings are noisy. Last line: JSON.
+
+    python benchmarks/selection_speed.py [--sample-tokens 100000]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from orchestrator.data.selection import SelectionConfig, score_sources
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+TARGETS = [DATA / "ner" / "BC5CDR-chem-IOB" / "devel.tsv", DATA / "hoc" / "dev.tsv", DATA / "chemprot" / "dev.tsv"]
+SOURCES = {"pubmed": DATA / "pubmed_sample" / "PubMedAbstract_1MB.txt",
+           "wikitext": DATA / "general_en" / "wikitext2_tokenized",
+           "shakespeare": DATA / "general_en" / "tinyshakespeare" / "input.txt"}
+
+
+def timed(cfg: SelectionConfig) -> tuple[float, dict]:
+    start = time.perf_counter()
+    result = score_sources(cfg)
+    seconds = time.perf_counter() - start
+    samples = json.loads((result.out_dir / "samples.json").read_text())
+    return seconds, samples
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sample-tokens", type=int, default=100_000)
+    ap.add_argument("--num-samples", type=int, default=5)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        base = dict(targets=[str(t) for t in TARGETS], sources={k: str(v) for k, v in SOURCES.items()},
+                    sample_tokens=args.sample_tokens, num_samples=args.num_samples, short_source="whole",
+                    lmplz_memory="200M", num_cpus=2)
+        seq_s, samples = timed(SelectionConfig(**base, parallel=False, out_dir=f"{tmp}/seq"))
+        ray_s, _ = timed(SelectionConfig(**base, parallel=True, out_dir=f"{tmp}/ray"))
+    measured = sum(s["sample_tokens"] * len(s["samples"]) for s in samples.values())
+    per_sample = [x["seconds"] for s in samples.values() for x in s["samples"]]
+    mean_sample_s = sum(per_sample) / len(per_sample)
+    tokens = sum(s["sample_tokens"] for s in samples.values()) / len(samples)
+    result = {"sample_tokens": args.sample_tokens, "sources": len(SOURCES), "num_samples": args.num_samples,
+              "sequential_s": round(seq_s, 2), "ray_s": round(ray_s, 2), "ray_speedup": round(seq_s / ray_s, 2),
+              "sample_tokens_per_s_sequential": round(measured / seq_s),
+              "mean_seconds_per_sample": round(mean_sample_s, 3),
+              "extrapolated_seconds_per_10M_sample": round(mean_sample_s * 10_000_000 / tokens, 1)}
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

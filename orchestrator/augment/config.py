@@ -1,0 +1,115 @@
+"""Configuration of the augmentation stage: the algorithm, the similarity model, Ray placement."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from orchestrator.core.config import field
+from orchestrator.core.errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class AugmentConfig:
+    """The filtered-BERT algorithm. Defaults follow seed 001: 5 words, cosine > 0, one copy."""
+
+    words_per_sentence: int = field(5, help="k: words masked and replaced per sentence (seed 001: 5); "
+                                            "fewer when a sentence has fewer eligible words")
+    candidates: int = field(10, help="MLM proposals tried per masked word, best first, before the word is "
+                                     "left unchanged ('predict again' up to this limit)")
+    min_similarity: float = field(0.0, help="a proposal passes only if cosine(original, proposal) > this "
+                                            "(seed 001: 0)")
+    max_similarity: float = field(1.0, help="... and cosine <= this (below 1 rejects near-copies)")
+    replace_entities: bool = field(False, help="also replace words inside entities (tag != O); the replacement "
+                                               "carries the original word's tag")
+    multiple: float = field(1.0, help="augmented sentences = round(training sentences x multiple); "
+                                      "seed 001: 1 (as many augmented as original sentences)")
+    include_original: bool = field(True, help="write the original sentences before the augmented ones")
+    mask_mode: Literal["per_word", "joint"] = field(
+        "per_word", help="per_word: each chosen word is masked alone in the original sentence (k forward "
+                         "passes, as in seed 001's filter loop); joint: all k masked in one pass (k x cheaper)")
+    min_word_length: int = field(2, help="words shorter than this, or without a letter, are never replaced")
+    max_seq_length: int = field(128, help="word pieces per MLM input; longer sentences are windowed "
+                                          "around the masked word")
+    batch_size: int = field(64, help="MLM inputs per forward pass")
+    seed: int = field(13, help="picks the words to replace; same seed, same output")
+
+    def __post_init__(self):
+        if self.words_per_sentence < 1:
+            raise ConfigError("augment.words_per_sentence must be >= 1")
+        if self.candidates < 1:
+            raise ConfigError("augment.candidates must be >= 1")
+        if not -1.0 <= self.min_similarity < self.max_similarity <= 1.0:
+            raise ConfigError("augment needs -1 <= min_similarity < max_similarity <= 1 "
+                              f"(got {self.min_similarity}, {self.max_similarity})")
+        if self.multiple <= 0:
+            raise ConfigError("augment.multiple must be > 0")
+        if self.max_seq_length < 8 or self.batch_size < 1:
+            raise ConfigError("augment.max_seq_length must be >= 8 and augment.batch_size >= 1")
+
+
+@dataclasses.dataclass(frozen=True)
+class SimilarityConfig:
+    """fastText skipgram vectors for the filter: a file by path, or trained here (cached)."""
+
+    vectors: str = field("", help="fastText .bin (subword vectors for any word) or .vec text file; "
+                                  "empty = train skipgram vectors on `corpus`")
+    corpus: tuple[str, ...] = field((), help="plain-text files to train on; empty = the task's training "
+                                             "sentences (in-domain by construction)")
+    dim: int = field(100, help="vector size")
+    epochs: int = field(5, help="skipgram epochs")
+    min_count: int = field(2, help="words rarer than this get no own vector (subwords still cover them)")
+    minn: int = field(3, help="shortest character n-gram (0 disables subwords)")
+    maxn: int = field(6, help="longest character n-gram")
+    bucket: int = field(200000, help="n-gram hash buckets; fastText's 2M default makes an 800 MB .bin")
+    cache_dir: str = field("", help="where trained vectors are kept, keyed by corpus and settings; "
+                                    "empty = <out_dir>/../fasttext_cache")
+
+    def __post_init__(self):
+        if self.dim < 2 or self.epochs < 1 or self.min_count < 1 or self.bucket < 1:
+            raise ConfigError("similarity: dim >= 2, epochs >= 1, min_count >= 1, bucket >= 1")
+        if self.minn and self.maxn < self.minn:
+            raise ConfigError("similarity.maxn must be >= minn")
+
+
+@dataclasses.dataclass(frozen=True)
+class AugmentRayConfig:
+    """Placement of the MLM actor pool. Whole CPUs per actor can deadlock a 2-core Ray Data
+    pipeline (the actors hold every CPU and the read task never runs), hence fractions."""
+
+    address: str = field("", help="Ray address; empty = RAY_ADDRESS or an embedded local Ray")
+    actors: int = field(2, help="MLM actors (each loads the model once)")
+    cpus_per_actor: float = field(0.5, help="CPUs reserved per actor (torch threads = max(1, int(this)))")
+    gpus_per_actor: float = field(-1.0, help="-1 = 1 when the cluster has GPUs else 0; fractions share a GPU")
+
+    def __post_init__(self):
+        if self.actors < 1:
+            raise ConfigError("ray.actors must be >= 1")
+        if self.cpus_per_actor <= 0:
+            raise ConfigError("ray.cpus_per_actor must be > 0")
+        if self.gpus_per_actor < 0 and self.gpus_per_actor != -1:
+            raise ConfigError("ray.gpus_per_actor must be -1 (auto) or >= 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class AugmentJobConfig:
+    """``python jobs/augment.py``: one NER task's training split in, an augmented task directory out."""
+
+    out_dir: str = field("runs/augment", help="output task directory (train augmented; dev/test copied)")
+    task: str = field("bc5cdr_chemical", help="task file stem, display name or task YAML path (family ner)")
+    data_dir: str = field("", help="directory holding the task's split files; empty = the shipped sample")
+    format: str = field("", help="override the task's file format (e.g. iob for 2-column files); empty = "
+                                 "the task's own")
+    model_dir: str = field("", help="MLM directory: BertForMaskedLM / BertForPreTraining (e.g. a pretrain "
+                                    "run's final/)")
+    max_train_sentences: int = field(0, help="augment a fixed subset of this many training sentences "
+                                             "(the subset the sweep's max_train_examples picks); 0 = all")
+    device: str = field("auto", help="auto | cpu | cuda")
+    augment: AugmentConfig = field(default_factory=AugmentConfig, help="the algorithm")
+    similarity: SimilarityConfig = field(default_factory=SimilarityConfig, help="the similarity filter")
+    ray: AugmentRayConfig = field(default_factory=AugmentRayConfig, help="actor pool placement")
+
+    def __post_init__(self):
+        if not self.out_dir:
+            raise ConfigError("out_dir must be set")
+        if self.max_train_sentences < 0:
+            raise ConfigError("max_train_sentences must be >= 0")

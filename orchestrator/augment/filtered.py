@@ -1,0 +1,271 @@
+"""The filtered-BERT augmenter, without Ray.
+
+Plan (pure): which sentence each augmented copy comes from and which k words it replaces,
+seeded per (seed, sentence, copy) so the output does not depend on batching or worker count.
+Predict (torch): mask the chosen words, take the MLM's best whole-word proposals.
+Filter (pure): accept the first proposal whose fastText cosine to the original lies in
+(min_similarity, max_similarity]; otherwise the word stays as it was.
+
+``FilteredAugmenter.augment`` batches many masked inputs per forward pass (what the Ray actors
+run); ``augment_loop`` is the straightforward per-sentence, per-word reference with one forward
+pass per word, kept as the benchmark baseline and the tests' oracle.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import random
+import re
+from pathlib import Path
+from typing import Callable, Sequence
+
+from orchestrator.augment.config import AugmentConfig
+from orchestrator.core.errors import InputError
+
+log = logging.getLogger(__name__)
+
+_LETTER = re.compile(r"[^\W\d_]")
+Similarity = Callable[[str, str], "float | None"]
+
+
+# ------------------------------------------------------------------------------------------ plan
+def eligible_positions(tokens: Sequence[str], tags: Sequence[str], replace_entities: bool,
+                       min_word_length: int) -> list[int]:
+    """Word positions that may be replaced: long enough, holding a letter, outside entities
+    unless ``replace_entities``."""
+    return [i for i, (tok, tag) in enumerate(zip(tokens, tags))
+            if len(tok) >= min_word_length and _LETTER.search(tok) and (replace_entities or tag == "O")]
+
+
+def choose_positions(tokens: Sequence[str], tags: Sequence[str], cfg: AugmentConfig, source: int,
+                     copy: int) -> list[int]:
+    """The k positions this copy replaces, in sentence order; a fixed function of
+    (seed, source sentence, copy) so parallel and serial runs agree."""
+    pool = eligible_positions(tokens, tags, cfg.replace_entities, cfg.min_word_length)
+    rng = random.Random(f"{cfg.seed}:{source}:{copy}")
+    return sorted(rng.sample(pool, min(cfg.words_per_sentence, len(pool))))
+
+
+def plan_rows(sentences: Sequence[tuple[Sequence[str], Sequence[str]]], cfg: AugmentConfig) -> list[dict]:
+    """One row per augmented sentence: round(len(sentences) x multiple) rows, cycling through the
+    sentences (copy c of sentence i is row c * n + i)."""
+    n = len(sentences)
+    total = int(round(n * cfg.multiple))
+    rows = []
+    for uid in range(total):
+        source, copy = uid % n, uid // n
+        tokens, tags = sentences[source]
+        rows.append({"uid": uid, "source": source, "copy": copy, "tokens": list(tokens), "tags": list(tags),
+                     "positions": choose_positions(tokens, tags, cfg, source, copy)})
+    return rows
+
+
+# ---------------------------------------------------------------------------------------- filter
+def usable_piece(piece: str, special: frozenset[str]) -> bool:
+    """A vocabulary entry that can stand as a whole word: not special, not a ## continuation,
+    holding a letter."""
+    return piece not in special and not piece.startswith("##") and not piece.startswith("[unused") \
+        and bool(_LETTER.search(piece))
+
+
+def match_case(candidate: str, original: str) -> str:
+    """An uncased MLM proposes lowercase: give the proposal the original word's capitalisation."""
+    if original.isupper() and len(original) > 1:
+        return candidate.upper()
+    if original[:1].isupper():
+        return candidate[:1].upper() + candidate[1:]
+    return candidate
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """The filter's verdict on one masked word."""
+
+    replacement: str | None  # None: every proposal was rejected (the word stays)
+    similarity: float | None
+    rank: int | None  # 1-based rank of the accepted proposal among usable proposals
+    rejected: tuple[tuple[str, float | None], ...]
+
+
+def filter_candidates(original: str, proposals: Sequence[str], similarity: Similarity, low: float,
+                      high: float) -> Decision:
+    """Accept the first proposal (best first) with low < cosine <= high; the original word itself
+    and proposals without a vector are rejected."""
+    rejected: list[tuple[str, float | None]] = []
+    for rank, word in enumerate(proposals, 1):
+        if word.lower() == original.lower():
+            rejected.append((word, 1.0))
+            continue
+        sim = similarity(original, word)
+        if sim is not None and low < sim <= high:
+            return Decision(match_case(word, original), sim, rank, tuple(rejected))
+        rejected.append((word, sim))
+    return Decision(None, None, None, tuple(rejected))
+
+
+def apply_decisions(row: dict, decisions: dict[int, Decision]) -> dict:
+    """The augmented sentence (tags carried over unchanged) and its record for the manifest."""
+    tokens = list(row["tokens"])
+    replaced, rejected, kept = [], [], []
+    for pos in row["positions"]:
+        d = decisions.get(pos)
+        original = row["tokens"][pos]
+        if d is None:  # outside the MLM window of a very long sentence
+            kept.append(pos)
+            continue
+        rejected.extend({"position": pos, "original": original, "candidate": w,
+                         "similarity": None if s is None else round(s, 4)} for w, s in d.rejected)
+        if d.replacement is None:
+            kept.append(pos)
+            continue
+        tokens[pos] = d.replacement
+        replaced.append({"position": pos, "original": original, "replacement": d.replacement,
+                         "similarity": round(d.similarity, 4), "rank": d.rank})
+    return {"uid": row["uid"], "source": row["source"], "copy": row["copy"], "tokens": tokens,
+            "tags": list(row["tags"]), "replaced": replaced, "rejected": rejected, "kept": kept}
+
+
+# --------------------------------------------------------------------------------------- predict
+class MaskedWordPredictor:
+    """An MLM that proposes whole words for masked word positions, batched."""
+
+    def __init__(self, model_dir: str | Path, device: str = "cpu", max_seq_length: int = 128,
+                 batch_size: int = 64):
+        import torch
+        from transformers import AutoTokenizer, BertForMaskedLM
+
+        model_dir = Path(model_dir)
+        if not (model_dir / "config.json").is_file():
+            raise InputError(model_dir, "not a Hugging Face model directory", expected="config.json and a "
+                                                                                      "tokenizer")
+        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        model, info = BertForMaskedLM.from_pretrained(str(model_dir), output_loading_info=True)
+        missing = [k for k in info.get("missing_keys", ()) if k.startswith("cls.predictions")
+                   and not k.endswith("decoder.weight")]  # the decoder is tied to the embeddings
+        if missing:
+            raise InputError(model_dir, f"no masked-LM head (missing {missing[:3]})",
+                             expected="a BertForMaskedLM or BertForPreTraining checkpoint; an encoder-only "
+                                      "model needs a head first (orchestrator.augment.mlm_head)")
+        self.device = torch.device(device)
+        self.model = model.to(self.device).eval()
+        self.max_len = max_seq_length
+        self.batch_size = batch_size
+        self.mask_id = self.tokenizer.mask_token_id
+        self.cls_id = self.tokenizer.cls_token_id
+        self.sep_id = self.tokenizer.sep_token_id
+        self.pad_id = self.tokenizer.pad_token_id or 0
+        vocab = self.tokenizer.convert_ids_to_tokens(list(range(len(self.tokenizer))))
+        special = frozenset(self.tokenizer.all_special_tokens)
+        self.vocab = vocab
+        self.usable = torch.tensor([usable_piece(p, special) for p in vocab], device=self.device)
+
+    def word_pieces(self, tokens: Sequence[str]) -> list[list[int]]:
+        """Word-piece ids of each word (no special tokens)."""
+        enc = self.tokenizer(list(tokens), is_split_into_words=True, add_special_tokens=False)
+        pieces: list[list[int]] = [[] for _ in tokens]
+        for piece_id, w in zip(enc["input_ids"], enc.word_ids()):
+            if w is not None:
+                pieces[w].append(piece_id)
+        return pieces
+
+    def masked_input(self, pieces: list[list[int]], masked: Sequence[int]) -> tuple[list[int], dict[int, int]]:
+        """[CLS] words [SEP] with each masked word as one [MASK]; windowed around the first mask
+        when too long. Returns ids and {word position: index of its [MASK]} (inside the window)."""
+        ids: list[int] = []
+        where: dict[int, int] = {}
+        masked_set = set(masked)
+        for w, word_ids in enumerate(pieces):
+            if w in masked_set:
+                where[w] = len(ids)
+                ids.append(self.mask_id)
+            else:
+                ids.extend(word_ids or [self.tokenizer.unk_token_id])
+        room = self.max_len - 2
+        start = 0
+        if len(ids) > room:
+            first = min(where.values()) if where else 0
+            start = max(0, min(first - room // 2, len(ids) - room))
+            ids = ids[start:start + room]
+        where = {w: i - start + 1 for w, i in where.items() if 0 <= i - start < room}
+        return [self.cls_id] + ids + [self.sep_id], where
+
+    def propose(self, inputs: list[tuple[list[int], dict[int, int]]], top_n: int) -> list[dict[int, list[str]]]:
+        """For each input, {word position: up to top_n usable proposals, best first}."""
+        import torch
+
+        out: list[dict[int, list[str]]] = []
+        fetch = min(len(self.vocab), top_n * 4 + 16)  # room for pieces filtered out as unusable
+        with torch.inference_mode():
+            for start in range(0, len(inputs), self.batch_size):
+                chunk = inputs[start:start + self.batch_size]
+                width = max(len(ids) for ids, _ in chunk)
+                ids = torch.full((len(chunk), width), self.pad_id, dtype=torch.long)
+                attn = torch.zeros((len(chunk), width), dtype=torch.long)
+                for r, (row_ids, _) in enumerate(chunk):
+                    ids[r, :len(row_ids)] = torch.tensor(row_ids)
+                    attn[r, :len(row_ids)] = 1
+                rows = [r for r, (_, where) in enumerate(chunk) for _ in where]
+                cols = [i for _, where in chunk for i in where.values()]
+                if not rows:  # every mask fell outside its window
+                    out.extend({} for _ in chunk)
+                    continue
+                hidden = self.model.bert(input_ids=ids.to(self.device), attention_mask=attn.to(self.device))
+                states = hidden.last_hidden_state[torch.tensor(rows), torch.tensor(cols)]
+                logits = self.model.cls(states).float()
+                logits[:, ~self.usable] = float("-inf")
+                best = logits.topk(fetch, dim=-1).indices.cpu().tolist()
+                k = 0
+                for _, where in chunk:
+                    props: dict[int, list[str]] = {}
+                    for w in where:
+                        props[w] = [self.vocab[i] for i in best[k][:top_n]]
+                        k += 1
+                    out.append(props)
+        return out
+
+
+# --------------------------------------------------------------------------------------- augment
+class FilteredAugmenter:
+    """MLM proposals + similarity filter over planned rows (see ``plan_rows``)."""
+
+    def __init__(self, cfg: AugmentConfig, predictor: MaskedWordPredictor, similarity: Similarity):
+        self.cfg = cfg
+        self.predictor = predictor
+        self.similarity = similarity
+
+    def _decide(self, row: dict, proposals: dict[int, list[str]]) -> dict[int, Decision]:
+        return {pos: filter_candidates(row["tokens"][pos], props, self.similarity, self.cfg.min_similarity,
+                                       self.cfg.max_similarity)
+                for pos, props in proposals.items()}
+
+    def _masks(self, row: dict) -> list[list[int]]:
+        if not row["positions"]:
+            return []
+        if self.cfg.mask_mode == "joint":
+            return [list(row["positions"])]
+        return [[pos] for pos in row["positions"]]
+
+    def augment(self, rows: list[dict]) -> list[dict]:
+        """Every masked input of every row in shared forward passes of ``batch_size``."""
+        inputs, owner = [], []
+        for r, row in enumerate(rows):
+            pieces = self.predictor.word_pieces(row["tokens"])
+            for masked in self._masks(row):
+                inputs.append(self.predictor.masked_input(pieces, masked))
+                owner.append(r)
+        proposals: list[dict[int, list[str]]] = [{} for _ in rows]
+        for r, props in zip(owner, self.predictor.propose(inputs, self.cfg.candidates)):
+            proposals[r].update(props)
+        return [apply_decisions(row, self._decide(row, proposals[r])) for r, row in enumerate(rows)]
+
+    def augment_loop(self, rows: list[dict]) -> list[dict]:
+        """The straightforward reference: one sentence, one masked input, one forward pass at a time."""
+        results = []
+        for row in rows:
+            pieces = self.predictor.word_pieces(row["tokens"])
+            props: dict[int, list[str]] = {}
+            for masked in self._masks(row):
+                props.update(self.predictor.propose([self.predictor.masked_input(pieces, masked)],
+                                                    self.cfg.candidates)[0])
+            results.append(apply_decisions(row, self._decide(row, props)))
+        return results

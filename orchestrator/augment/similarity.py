@@ -1,0 +1,147 @@
+"""fastText vectors for the similarity filter: trained here on a corpus, or read from a file.
+
+A trained ``.bin`` keeps the subword n-grams, so a rare word or a word the MLM invents still
+gets a vector; a ``.vec`` text file covers only its own vocabulary (an unknown word fails the
+filter). Training uses one thread: fastText 0.9 has no seed and only thread=1 is repeatable.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+
+from orchestrator.augment.config import SimilarityConfig
+from orchestrator.core.errors import InputError
+from orchestrator.core.manifest import atomic_dir, file_sha256, is_complete, write_manifest
+
+log = logging.getLogger(__name__)
+
+MODEL_FILE = "vectors.bin"
+_WORD = re.compile(r"[^\W_]+(?:[-'][^\W_]+)*")
+
+
+def normalise_words(text: str) -> list[str]:
+    """Lowercased words, punctuation dropped: how the corpus is fed to fastText and how a word is
+    looked up, so 'Denies' and 'denies' share a vector."""
+    return _WORD.findall(text.lower())
+
+
+def cosine(u: np.ndarray | None, v: np.ndarray | None) -> float | None:
+    """Cosine similarity, or None when either vector is missing or zero (no evidence either way)."""
+    if u is None or v is None:
+        return None
+    nu, nv = float(np.linalg.norm(u)), float(np.linalg.norm(v))
+    if nu == 0.0 or nv == 0.0:
+        return None
+    return float(np.dot(u, v) / (nu * nv))
+
+
+class WordVectors:
+    """Lookup of one word's vector from a fastText ``.bin`` or a ``.vec`` text file."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise InputError(self.path, "vectors file not found", expected="a fastText .bin or .vec file")
+        self._model = None
+        self._table: dict[str, np.ndarray] = {}
+        if self.path.suffix == ".vec" or self.path.suffix == ".txt":
+            self._table = _read_vec(self.path)
+        else:
+            import fasttext
+
+            try:
+                self._model = fasttext.load_model(str(self.path))
+            except ValueError as exc:
+                raise InputError(self.path, f"not a fastText model: {exc}", expected="a fastText .bin") from None
+
+    def vector(self, word: str) -> np.ndarray | None:
+        key = " ".join(normalise_words(word)) or word.lower()
+        if self._model is not None:
+            return np.asarray(self._model.get_word_vector(key), dtype=np.float32)
+        return self._table.get(key)
+
+    def similarity(self, a: str, b: str) -> float | None:
+        return cosine(self.vector(a), self.vector(b))
+
+
+def _read_vec(path: Path) -> dict[str, np.ndarray]:
+    """word2vec text format: an optional 'count dim' header, then 'word v1 ... vd' per line."""
+    table: dict[str, np.ndarray] = {}
+    dim = None
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line_no, line in enumerate(f, 1):
+            parts = line.rstrip().split(" ")
+            if line_no == 1 and len(parts) == 2 and all(p.isdigit() for p in parts):
+                dim = int(parts[1])
+                continue
+            if len(parts) < 3:
+                continue
+            try:
+                vec = np.asarray([float(x) for x in parts[1:]], dtype=np.float32)
+            except ValueError:
+                raise InputError(path, "a non-numeric vector component", line=line_no,
+                                 expected="'word v1 ... vd' with numbers") from None
+            if dim is None:
+                dim = len(vec)
+            if len(vec) != dim:
+                raise InputError(path, f"{len(vec)} components", line=line_no, expected=f"{dim} like the others")
+            table[parts[0].lower()] = vec
+    if not table:
+        raise InputError(path, "no vectors", expected="'word v1 ... vd' lines")
+    return table
+
+
+def vectors_key(cfg: SimilarityConfig, corpus: Iterable[str | Path]) -> str:
+    """Cache key: the corpus files' contents and every training setting."""
+    settings = {k: getattr(cfg, k) for k in ("dim", "epochs", "min_count", "minn", "maxn", "bucket")}
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
+    for path in corpus:
+        digest.update(file_sha256(path).encode())
+    return digest.hexdigest()[:16]
+
+
+def train_vectors(cfg: SimilarityConfig, corpus: list[Path], cache_dir: Path) -> Path:
+    """Skipgram vectors on ``corpus`` (normalised words), cached under ``cache_dir/<key>/``.
+
+    Returns the ``.bin`` path. A cached model is reused when the corpus bytes and settings match.
+    """
+    import fasttext
+
+    for path in corpus:
+        if not Path(path).is_file():
+            raise InputError(path, "similarity corpus file not found", expected="a plain-text file")
+    out = Path(cache_dir) / vectors_key(cfg, corpus)
+    if is_complete(out) and (out / MODEL_FILE).is_file():
+        log.info("reusing fastText vectors %s", out / MODEL_FILE)
+        return out / MODEL_FILE
+    with atomic_dir(out) as tmp:
+        text = tmp / "corpus.txt"
+        words = 0
+        with open(text, "w", encoding="utf-8") as w:
+            for path in corpus:
+                with open(path, encoding="utf-8", errors="replace") as r:
+                    for line in r:
+                        tokens = normalise_words(line)
+                        if tokens:
+                            words += len(tokens)
+                            w.write(" ".join(tokens) + "\n")
+        if words == 0:
+            raise InputError(corpus[0], "no words in the similarity corpus", expected="plain text")
+        min_count = cfg.min_count if words >= 1000 else 1  # a tiny corpus would leave no vocabulary
+        log.info("training fastText skipgram (dim %d, %d epochs) on %d words", cfg.dim, cfg.epochs, words)
+        model = fasttext.train_unsupervised(str(text), model="skipgram", dim=cfg.dim, epoch=cfg.epochs,
+                                            minCount=min_count, minn=cfg.minn, maxn=cfg.maxn,
+                                            bucket=cfg.bucket, thread=1, verbose=0)
+        model.save_model(str(tmp / MODEL_FILE))
+        text.unlink()
+        write_manifest(tmp, stage="similarity", config=cfg, inputs=corpus,
+                       counts={"words": words, "vocabulary": len(model.words)},
+                       extra={"min_count_used": min_count})
+    return out / MODEL_FILE
+

@@ -1,0 +1,61 @@
+"""What ``python jobs/pretrain.py`` runs: find the corpus stage's outputs, then ``pretrain``."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.core.config import field
+from orchestrator.core.errors import ConfigError, InputError
+from orchestrator.pretrain.config import PretrainConfig
+from orchestrator.pretrain.data import read_instance_info
+from orchestrator.track import TrackingConfig
+
+
+@dataclass(frozen=True)
+class PretrainJobConfig:
+    instances_dir: str = field("", help="directory holding the instances stage's len<L>/ subdirectories "
+                                        "(e.g. runs/<name>/data/instances)")
+    tokenizer_dir: str = field("", help="HF tokenizer directory with vocab.txt (e.g. runs/<name>/data/vocab)")
+    out_dir: str = field("runs/pretrain/pretrain", help="where checkpoints/, final/ and manifest.json go")
+    run_dir: str = field("", help="run directory for the default MLflow store (empty = parent of out_dir)")
+    ray_address: str = field("", help="Ray cluster address; empty = RAY_ADDRESS / cluster head / embedded local")
+    tracking: TrackingConfig = field(default_factory=TrackingConfig, help="MLflow tracking")
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig, help="the pretraining stage")
+
+    def __post_init__(self):
+        if not self.instances_dir or not self.tokenizer_dir:
+            raise ConfigError("instances_dir and tokenizer_dir are required (outputs of the corpus stage)")
+
+
+def find_instances(instances_dir: Path) -> dict[int, Path]:
+    """max_seq_length -> directory, for every finished instances directory under ``instances_dir``."""
+    root = Path(instances_dir)
+    if not root.is_dir():
+        raise InputError(root, "instances directory not found", expected="the corpus stage's instances/")
+    found = {}
+    for sub in sorted(p for p in root.iterdir() if (p / "manifest.json").is_file()):
+        found[read_instance_info(sub).max_seq_length] = sub
+    if (root / "manifest.json").is_file():
+        found[read_instance_info(root).max_seq_length] = root
+    if not found:
+        raise InputError(root, "no finished instances directory", expected="len<L>/ with manifest.json")
+    return found
+
+
+def run(cfg: PretrainJobConfig):
+    from orchestrator.core.runtime import ray_session
+    from orchestrator.pretrain.trainer import pretrain
+
+    out_dir = Path(cfg.out_dir).resolve()
+    run_dir = Path(cfg.run_dir).resolve() if cfg.run_dir else out_dir.parent
+    with ray_session(address=cfg.ray_address or None):
+        return pretrain(cfg.pretrain, find_instances(Path(cfg.instances_dir)), Path(cfg.tokenizer_dir), out_dir,
+                        cfg.tracking, run_dir)
+
+
+def plan(cfg: PretrainJobConfig) -> str:
+    from orchestrator.pretrain.trainer import plan_pretrain
+
+    instances = find_instances(Path(cfg.instances_dir))
+    return f"output: {Path(cfg.out_dir).resolve()}\n" + plan_pretrain(cfg.pretrain, instances,
+                                                                       Path(cfg.tokenizer_dir))
