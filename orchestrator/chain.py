@@ -16,7 +16,7 @@ from typing import Literal
 from orchestrator.core.config import field, to_dict
 from orchestrator.core.errors import ConfigError
 from orchestrator.core.manifest import atomic_write_json, is_complete
-from orchestrator.core.runtime import init_ray, seed_everything
+from orchestrator.core.runtime import ray_session, seed_everything
 from orchestrator.data.build import CorpusConfig
 from orchestrator.data.sources import SourceConfig
 from orchestrator.pretrain.config import PretrainConfig
@@ -121,15 +121,20 @@ class _StageCache:
 
 
 def run(cfg: ChainConfig) -> ChainResult:
-    from orchestrator.data.build import build_corpus
-    from orchestrator.pretrain.trainer import pretrain
-    from orchestrator.sweep.runner import run_sweep
-
     run_dir = cfg.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(run_dir / "chain_config.json", to_dict(cfg))
     seed_everything(cfg.seed)
-    info = init_ray(address=cfg.ray.address or None, num_cpus=cfg.ray.num_cpus or None)
+    # Ray is shut down before returning so that workers' buffered output is flushed before the summary.
+    with ray_session(address=cfg.ray.address or None, num_cpus=cfg.ray.num_cpus or None) as info:
+        return _run_stages(cfg, run_dir, info)
+
+
+def _run_stages(cfg: ChainConfig, run_dir: Path, info: dict) -> ChainResult:
+    from orchestrator.data.build import build_corpus
+    from orchestrator.pretrain.trainer import pretrain
+    from orchestrator.sweep.runner import run_sweep
+
     log.info("Ray %s with %s", info["mode"], {k: v for k, v in info["resources"].items() if k in ("CPU", "GPU")})
     tracking_uri = cfg.tracking.resolve_uri(run_dir)
     cache = _StageCache(run_dir)

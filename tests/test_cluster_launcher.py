@@ -7,6 +7,8 @@ port, HOME redirected to a temp dir, so the real home is never touched).
 """
 from __future__ import annotations
 
+import getpass
+import hashlib
 import ipaddress
 import json
 import os
@@ -255,3 +257,7 @@ def test_ray_up_submit_down_over_ssh(tmp_path, sshd):
         shutil.rmtree(temp_dir, ignore_errors=True)
         for leftover in (state_file, state_file.with_suffix(".lock")):
             leftover.unlink(missing_ok=True)
+        # Ray's SSH control sockets for this cluster: /tmp/ray_ssh_<user hash>/<cluster hash>
+        user_hash = hashlib.sha256(getpass.getuser().encode()).hexdigest()[:10]
+        cluster_hash = hashlib.sha256(f"orchtest{gcs}".encode()).hexdigest()[:10]
+        shutil.rmtree(Path("/tmp") / f"ray_ssh_{user_hash}" / cluster_hash, ignore_errors=True)

@@ -56,3 +56,11 @@ def test_registry_duplicates_and_suggestions():
 def test_input_error_names_file_line_expected(tmp_path):
     err = InputError(tmp_path / "train.tsv", "wrong column count", line=7, expected="4 tab-separated columns")
     assert str(err) == f"{tmp_path / 'train.tsv'}:7: wrong column count (expected 4 tab-separated columns)"
+
+
+def test_input_error_survives_pickling():
+    import pickle
+
+    err = pickle.loads(pickle.dumps(InputError("a.tsv", "empty sentence", line=3, expected="text")))
+    assert isinstance(err, InputError) and (err.path, err.line, err.expected) == ("a.tsv", 3, "text")
+    assert str(err) == "a.tsv:3: empty sentence (expected text)"

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 from pathlib import Path
 
@@ -278,3 +279,20 @@ def test_mdapt_build_jsonl_pages_unique_across_languages_with_dynamic_masking(ra
     table = pq.read_table(sorted(result.instances[64].glob("part-*.parquet")))
     assert set(table.column("source").to_pylist()) >= {"pubmed", "wiki_de"}
     assert all(not x for x in table.column("masked_lm_positions").to_pylist())
+
+
+def test_job_dry_run_on_the_tiny_preset(monkeypatch, capsys):
+    """jobs/build_corpus.py --dry-run parses the shipped sample corpus and prints the plan, building nothing."""
+    root = Path(__file__).resolve().parents[1]
+    if not (root / "orchestrator" / "sample_data" / "corpus" / "in_domain.txt").is_file():
+        pytest.skip("shipped sample corpus not present")
+    spec = importlib.util.spec_from_file_location("build_corpus_job", root / "jobs" / "build_corpus.py")
+    job = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(job)
+    monkeypatch.chdir(root)
+    assert job.main(["--dry-run", "out_dir=/nonexistent/never-written"]) == 0
+    out = capsys.readouterr().out
+    assert "source in_domain: 1 file(s)" in out and "AmpV, small corpus x3" in out
+    assert not Path("/nonexistent/never-written").exists()
+    assert job.main(["--dry-run", "corpus.mixer.name=simpy"]) == 2
+    assert "did you mean 'simpt'" in capsys.readouterr().err

@@ -322,3 +322,18 @@ def test_worker_killed_mid_run_resumes_from_checkpoint_and_schedule(corpus, ray_
     # Re-running the same call finds the finished run and does not train again.
     again = pretrain(cfg, {32: corpus[32]}, corpus["tokenizer"], tmp_path / "out")
     assert [h["step"] for h in again.history] == steps
+
+
+def test_persistent_nan_loss_stops_with_clear_error(corpus, ray_local, tmp_path):
+    from orchestrator.pretrain.loop import TrainingDiverged
+    from orchestrator.pretrain.trainer import pretrain, special_ids
+
+    special = special_ids(corpus["tokenizer"])
+    model, _ = _tiny_module(vocab=special.vocab_size)
+    with torch.no_grad():
+        model.bert.embeddings.word_embeddings.weight.fill_(float("nan"))
+    model.save_pretrained(str(tmp_path / "broken"))
+    cfg = _cfg(**{"model.init_from": str(tmp_path / "broken"), "phase1.steps": 20, "phase2.steps": 0,
+                  "num_workers": 1, "max_nonfinite_steps": 3, "max_failures": 0})
+    with pytest.raises(TrainingDiverged, match="NaN/inf for 3 consecutive steps"):
+        pretrain(cfg, {32: corpus[32]}, corpus["tokenizer"], tmp_path / "out")

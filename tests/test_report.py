@@ -69,6 +69,13 @@ def test_build_table_ranks_columns_as_seed_000():
     # the summary sd is recomputed over seeds from the per-task test scores
     assert table.cell("base", "clinical").sd == pytest.approx(0.01)
     assert seed_sd(make_results(), "base", ["BIOSSES", "ErrTask"]) == pytest.approx(0.015)
+    paired = make_results()
+    for row in paired["cells"].values():  # seeds listed in a different order per task: paired by seed
+        row["BIOSSES"]["seeds"], row["ErrTask"]["seeds"] = [1, 2, 3], [3, 1, 2]
+        row["ErrTask"]["test_scores"] = [row["ErrTask"]["test_scores"][i] for i in (2, 0, 1)]
+    assert seed_sd(paired, "base", ["BIOSSES", "ErrTask"]) == pytest.approx(0.015)
+    paired["cells"]["base"]["ErrTask"]["seeds"] = [4, 5, 6]
+    assert seed_sd(paired, "base", ["BIOSSES", "ErrTask"]) is None  # no common seeds: no sd claimed
 
 
 def test_markdown_cells():

@@ -94,8 +94,8 @@ def test_sweep_on_ray_tune_with_mlflow_nesting_and_restore(tiny_bert, ray_local,
     from orchestrator.sweep.runner import plan_sweep, run_sweep
     from orchestrator.track import TrackingConfig
 
-    cfg = SweepConfig(search_space="tiny", tasks=("biosses", "chemprot"), seeds=(1, 2),
-                      epochs={"biosses": (1, 2), "chemprot": (1, 2)})
+    cfg = SweepConfig(search_space="tiny", tasks=("biosses", "bc5cdr_chemical"), seeds=(1, 2),
+                      epochs={"biosses": (1, 2), "bc5cdr_chemical": (1, 2)})
     models = {"tiny": tiny_bert}
     assert "4 trial(s)" in plan_sweep(cfg, models)
     out = tmp_path / "sweep"
@@ -105,13 +105,17 @@ def test_sweep_on_ray_tune_with_mlflow_nesting_and_restore(tiny_bert, ray_local,
 
     results = json.loads((out / "results.json").read_text())
     assert results["models"] == ["tiny"]
-    assert [t["name"] for t in results["tasks"]] == ["BIOSSES", "ChemProt"]
-    for task in ("BIOSSES", "ChemProt"):
+    assert [t["name"] for t in results["tasks"]] == ["BIOSSES", "BC5CDR-chemical"]
+    for task in ("BIOSSES", "BC5CDR-chemical"):
         cell = results["cells"]["tiny"][task]
         assert cell["n"] == 2 and len(cell["test_scores"]) == 2
         assert cell["selected"]["epochs"] in (1, 2) and [p["epoch"] for p in cell["curve"]] == [1, 2]
     assert results["summary"]["tiny"]["biomedical"] == pytest.approx(
-        (results["cells"]["tiny"]["BIOSSES"]["mean"] + results["cells"]["tiny"]["ChemProt"]["mean"]) / 2)
+        (results["cells"]["tiny"]["BIOSSES"]["mean"] + results["cells"]["tiny"]["BC5CDR-chemical"]["mean"]) / 2)
+    per_tag = results["cells"]["tiny"]["BC5CDR-chemical"]["per_tag"]  # seed 001's per-tag report
+    assert set(per_tag) == {"Chemical"} and set(per_tag["Chemical"]) == {"precision", "recall", "f1", "support"}
+    assert per_tag["Chemical"]["support"] > 0 and "per_tag" not in results["cells"]["tiny"]["BIOSSES"]
+    assert len(list((out / "cache" / "encoded").glob("*.json"))) == 6  # tokenised once per (task, split)
     assert (out / "manifest.json").is_file() and len(list((out / "trials").glob("*.json"))) == 4
 
     mlflow.set_tracking_uri(tracking.resolve_uri(tmp_path))
@@ -120,7 +124,9 @@ def test_sweep_on_ray_tune_with_mlflow_nesting_and_restore(tiny_bert, ray_local,
     parent = by_id[first.parent_run_id]
     assert parent.data.tags["orchestrator.kind"] == "sweep" and parent.data.tags["git_commit"]
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == first.parent_run_id]
-    assert sorted(r.data.tags["task"] for r in children) == ["BIOSSES", "ChemProt"]
+    assert sorted(r.data.tags["task"] for r in children) == ["BC5CDR-chemical", "BIOSSES"]
+    ner_child = next(r for r in children if r.data.tags["task"] == "BC5CDR-chemical")
+    assert ner_child.data.metrics["per_tag.Chemical.f1"] == pytest.approx(per_tag["Chemical"]["f1"])
     for child in children:
         assert "test_mean" in child.data.metrics and "selected.learning_rate" in child.data.params
         trials = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == child.info.run_id]
@@ -130,7 +136,16 @@ def test_sweep_on_ray_tune_with_mlflow_nesting_and_restore(tiny_bert, ray_local,
         assert [m.step for m in history] == [1, 2]
 
     # restore: a lost record is re-run, the finished ones are skipped
-    next((out / "trials").glob("tiny__chemprot__*s2.json")).unlink()
+    next((out / "trials").glob("tiny__bc5cdr_chemical__*s2.json")).unlink()
     second = run_sweep(cfg, models, out, TrackingConfig(enabled=False), tmp_path)
     assert (second.ran, second.skipped) == (1, 3)
     assert second.results["cells"]["tiny"]["BIOSSES"] == results["cells"]["tiny"]["BIOSSES"]
+
+    # the same sweep again logs into the same MLflow parent run, without duplicate children
+    third = run_sweep(cfg, models, out, tracking, tmp_path)
+    assert (third.ran, third.parent_run_id) == (0, first.parent_run_id)
+    runs = mlflow.search_runs(experiment_names=["test-sweep"], output_format="list")
+    assert len([r for r in runs if r.data.tags.get("orchestrator.kind") == "sweep"]) == 1
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == first.parent_run_id]
+    assert sorted(r.data.tags["task"] for r in children) == ["BC5CDR-chemical", "BIOSSES"]
+    assert len([r for r in runs if r.data.tags.get("orchestrator.kind") == "trial"]) == 4

@@ -78,3 +78,15 @@ def test_ampv_keeps_more_biomedical_terms_whole_than_plain(tmp_path):
     assert report["terms_whole_ampv"] > report["terms_whole_plain"] + 0.02
     assert report["continued_words_ampv"] < report["continued_words_plain"]
     assert 3.0 < report["changed_tokens_percent"] < 60.0
+
+
+def test_target_lines_from_task_files(tmp_path):
+    """Continued words are measured on the text field of BLUE task files, not on labels or tags."""
+    from orchestrator.text.vocabulary import read_target_lines
+
+    iob = tmp_path / "ner.tsv"
+    iob.write_text("Selegiline\tB-Chemical\n-\tO\n\ninduced\tO\n", encoding="utf-8")
+    hoc = tmp_path / "hoc.tsv"
+    hoc.write_text("labels\tsentence\tindex\n0_0,1_1\tTumour cells invade the stroma .\t123_s1\n", encoding="utf-8")
+    assert read_target_lines([str(iob)], 10) == ["Selegiline", "-", "induced"]
+    assert read_target_lines([str(hoc)], 10)[1] == "Tumour cells invade the stroma ."

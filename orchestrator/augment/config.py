@@ -61,6 +61,8 @@ class SimilarityConfig:
     minn: int = field(3, help="shortest character n-gram (0 disables subwords)")
     maxn: int = field(6, help="longest character n-gram")
     bucket: int = field(200000, help="n-gram hash buckets; fastText's 2M default makes an 800 MB .bin")
+    center: bool = field(True, help="subtract the vocabulary's mean vector before the cosine (small "
+                                    "corpora give every pair a high raw cosine)")
     cache_dir: str = field("", help="where trained vectors are kept, keyed by corpus and settings; "
                                     "empty = <out_dir>/../fasttext_cache")
 

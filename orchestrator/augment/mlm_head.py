@@ -56,7 +56,7 @@ def fit_mlm_head(encoder_dir: str | Path, corpus: list[Path], out_dir: str | Pat
         loss.backward()
         optim.step()
         optim.zero_grad(set_to_none=True)
-        losses.append(float(loss))
+        losses.append(loss.item())
         if step % 50 == 0 or step == steps:
             log.info("mlm head step %d/%d: loss %.3f", step, steps, sum(losses[-50:]) / len(losses[-50:]))
     with atomic_dir(out_dir) as tmp:

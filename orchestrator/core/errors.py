@@ -17,6 +17,7 @@ class InputError(OrchestratorError):
 
     def __init__(self, path: str | Path, message: str, line: int | None = None, expected: str | None = None):
         self.path = str(path)
+        self.message = message
         self.line = line
         self.expected = expected
         where = self.path if line is None else f"{self.path}:{line}"
@@ -24,3 +25,7 @@ class InputError(OrchestratorError):
         if expected:
             text += f" (expected {expected})"
         super().__init__(text)
+
+    def __reduce__(self):
+        # Rebuild from the constructor's arguments so the error survives a Ray task boundary.
+        return (type(self), (self.path, self.message, self.line, self.expected))

@@ -43,7 +43,10 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, num_gpus: 
     target = cluster_address(address)
     # Project code and sample data must be importable by every Ray worker.
     project_root = str(Path(__file__).resolve().parents[2])
-    env = {"env_vars": {"PYTHONPATH": _pythonpath_with(project_root), "TOKENIZERS_PARALLELISM": "false"}}
+    env = {"env_vars": {"PYTHONPATH": _pythonpath_with(project_root), "TOKENIZERS_PARALLELISM": "false",
+                        # Fine-tuning loads pretraining checkpoints without their heads on purpose;
+                        # transformers' per-key load report would drown the progress output.
+                        "TRANSFORMERS_VERBOSITY": os.environ.get("TRANSFORMERS_VERBOSITY", "error")}}
     if target is None:
         _force_loopback()
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")

@@ -11,6 +11,8 @@ would; ``benchmarks/sweep_epoch_sharing.py`` measures whether the selection chan
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import logging
 import math
 import random
@@ -21,10 +23,11 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from orchestrator.core.manifest import atomic_write_json, file_sha256
 from orchestrator.core.runtime import seed_everything
-from orchestrator.finetune.metrics import METRICS
+from orchestrator.finetune.metrics import METRICS, ner_per_tag
 from orchestrator.finetune.model import TaskModel
-from orchestrator.finetune.readers import Example, read_split
+from orchestrator.finetune.readers import Example, read_split, stratified_folds
 from orchestrator.finetune.spec import TaskSpec, load_task
 
 log = logging.getLogger(__name__)
@@ -50,6 +53,8 @@ class TrialSpec:
     warmup_proportion: float = 0.1
     num_threads: int = 1
     device: str = "auto"
+    fold: int = -1  # cross-validated tasks: the held-out fold of this trial (-1: fixed splits)
+    cache_dir: str = ""  # where tokenised splits are kept between trials ("" = no disk cache)
 
     @property
     def max_epochs(self) -> int:
@@ -72,6 +77,62 @@ def _cap(examples: list[Example], n: int) -> list[Example]:
         return examples
     keep = sorted(random.Random(0).sample(range(len(examples)), n))
     return [examples[i] for i in keep]
+
+
+CV_SPLIT_SEED = 0  # folds and dev carve-outs are the same for every seed and learning rate
+CV_DEV_SHARE = 0.1  # share of the training folds held out as dev for selecting lr / epochs
+
+
+def load_splits(spec: TaskSpec, trial: TrialSpec) -> dict[str, list[Example]]:
+    """train / dev / test examples of one trial. Fixed splits are read from their files (capped);
+    a cross-validated task reads its one file, holds out fold ``trial.fold`` as test and carves a
+    stratified dev share from the remaining folds (seed 000's DocClsJp: 5-fold stratified CV)."""
+    if not spec.cv_folds:
+        return {split: _cap(read_split(spec, trial.data_dir, split),
+                            trial.max_train_examples if split == "train" else trial.max_eval_examples)
+                for split in ("train", "dev", "test")}
+    from sklearn.model_selection import train_test_split
+
+    examples = read_split(spec, trial.data_dir, "all")
+    folds = stratified_folds(examples, spec.cv_folds, CV_SPLIT_SEED)
+    if not 0 <= trial.fold < len(folds):
+        raise ValueError(f"trial {trial.trial_id}: fold {trial.fold} outside 0..{len(folds) - 1}")
+    rest, test = folds[trial.fold]
+    labels = [examples[i].label for i in rest]
+    counts = {x: labels.count(x) for x in labels}
+    stratify = labels if min(counts.values()) >= 2 else None  # a singleton class cannot be split
+    train, dev = train_test_split(rest, test_size=CV_DEV_SHARE, random_state=CV_SPLIT_SEED, stratify=stratify)
+    pick = lambda idx: [examples[i] for i in sorted(idx)]  # noqa: E731
+    return {"train": _cap(pick(train), trial.max_train_examples), "dev": pick(dev), "test": pick(test)}
+
+
+def _encoding_key(spec: TaskSpec, trial: TrialSpec, split: str, examples: list[Example], tokenizer) -> str:
+    """Everything the tokenised tensors depend on: the examples' text, the tokenizer's vocabulary
+    and settings, the length limit, the task's label order (targets are label indices)."""
+    h = hashlib.sha256()
+    vocab = sorted(tokenizer.get_vocab().items())
+    h.update(json.dumps([type(tokenizer).__name__, getattr(tokenizer, "do_lower_case", None), vocab,
+                         trial.max_seq_length, spec.family, list(spec.labels), split]).encode())
+    for ex in examples:
+        h.update(json.dumps([ex.text_a, ex.text_b, ex.label], default=list).encode())
+    return h.hexdigest()[:24]
+
+
+def encode_cached(spec: TaskSpec, trial: TrialSpec, split: str, examples: list[Example], tokenizer) -> Encoded:
+    """``encode`` through a JSON cache in ``trial.cache_dir``: every trial of a (task, tokenizer)
+    after the first reads the tokenised split instead of tokenising it again."""
+    if not trial.cache_dir:
+        return encode(spec, examples, tokenizer, trial.max_seq_length)
+    path = Path(trial.cache_dir) / f"{_encoding_key(spec, trial, split, examples, tokenizer)}.json"
+    if path.is_file():
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            return Encoded(data["features"], data["targets"], examples, data["word_index"])
+        except (json.JSONDecodeError, KeyError):
+            log.warning("unreadable encoding cache %s: tokenising again", path)
+    enc = encode(spec, examples, tokenizer, trial.max_seq_length)
+    atomic_write_json(path, {"features": enc.features, "targets": enc.targets, "word_index": enc.word_index})
+    return enc
 
 
 def encode(spec: TaskSpec, examples: list[Example], tokenizer, max_len: int) -> Encoded:
@@ -171,13 +232,11 @@ def run_trial(trial: TrialSpec, report: Callable[[dict], None] | None = None,
     spec = dataclasses.replace(task_spec or load_task(trial.task), dir="")
     torch.set_num_threads(max(1, trial.num_threads))
     device = choose_device(trial.device)
-    train = _cap(read_split(spec, trial.data_dir, "train"), trial.max_train_examples)
-    dev = _cap(read_split(spec, trial.data_dir, "dev"), trial.max_eval_examples)
-    test = _cap(read_split(spec, trial.data_dir, "test"), trial.max_eval_examples)
+    splits = load_splits(spec, trial)
+    train, dev, test = splits["train"], splits["dev"], splits["test"]
     tokenizer = AutoTokenizer.from_pretrained(trial.model_dir)
     pad_id = tokenizer.pad_token_id or 0
-    enc = {name: encode(spec, exs, tokenizer, trial.max_seq_length)
-           for name, exs in (("train", train), ("dev", dev), ("test", test))}
+    enc = {name: encode_cached(spec, trial, name, exs, tokenizer) for name, exs in splits.items()}
 
     seed_everything(trial.seed)
     model = TaskModel(trial.model_dir, spec).to(device)
@@ -193,6 +252,7 @@ def run_trial(trial: TrialSpec, report: Callable[[dict], None] | None = None,
 
     epochs: list[dict] = []
     predictions: dict[str, dict[str, list]] = {}
+    per_tag: dict[str, dict[str, dict[str, float]]] = {}  # NER: epoch -> entity type -> P/R/F1/support
     counts = {"train_examples": 0, "eval_examples": 0}
     started = time.time()
     for epoch in range(1, trial.max_epochs + 1):
@@ -217,12 +277,14 @@ def run_trial(trial: TrialSpec, report: Callable[[dict], None] | None = None,
             row["dev"] = score(spec, dev, dev_pred)
             row["test"] = score(spec, test, test_pred)
             predictions[str(epoch)] = {"test": _jsonable(test_pred)}
+            if spec.family == "ner":
+                per_tag[str(epoch)] = ner_per_tag([ex.label for ex in test], test_pred)
         epochs.append(row)
         log.info("%s epoch %d: %s", trial.trial_id, epoch, {k: round(v, 4) for k, v in row.items()})
         if report is not None:
             report(dict(row))
     return {"trial_id": trial.trial_id, "trial": dataclasses.asdict(trial), "task": spec.name,
-            "metric": spec.metric, "epochs": epochs, "predictions": predictions,
+            "metric": spec.metric, "epochs": epochs, "predictions": predictions, "per_tag": per_tag,
             "counts": {**counts, "train_size": len(train), "dev_size": len(dev), "test_size": len(test)},
             "seconds": round(time.time() - started, 3)}
 

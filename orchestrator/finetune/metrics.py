@@ -105,6 +105,13 @@ def ner_report(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -> 
     return {tag: {k: float(v) for k, v in row.items()} for tag, row in report.items()}
 
 
+def ner_per_tag(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -> dict[str, dict[str, float]]:
+    """Entity types only, keys named for results.json: {type: {precision, recall, f1, support}}."""
+    names = {"precision": "precision", "recall": "recall", "f1-score": "f1", "support": "support"}
+    return {tag: {names[k]: v for k, v in row.items() if k in names}
+            for tag, row in ner_report(gold, pred).items() if not tag.endswith(" avg")}
+
+
 @dataclasses.dataclass(frozen=True)
 class ExampleBasedPRF:
     precision: float

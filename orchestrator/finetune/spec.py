@@ -42,16 +42,20 @@ class TaskSpec:
     negative_labels: tuple[str, ...] = field((), help="relation classes excluded from micro-F1 (false, DDI-false)")
     entity_type: str = field("", help="NER: entity type appended to bare B/I tags of BLUE's 4-column files")
     group_separator: str = field("", help="multilabel: document id = row id up to this separator")
-    k_folds: int = field(0, help="doccls: stratified k-fold cross-validation on the 'all' file")
+    cv_folds: int = field(0, help="k >= 2: stratified k-fold cross-validation on the 'all' file (seed 000's "
+                                  "DocClsJp); each fold is the test set once, dev is carved from the rest")
     include: str = field("", help="family template this task was built on (resolved at load time)")
 
     def __post_init__(self):
         from orchestrator.finetune.metrics import METRICS
 
         METRICS.get(self.metric)
-        if self.family == "doccls":
-            if self.k_folds < 2 or "all" not in self.files:
-                raise ConfigError(f"task {self.name}: doccls needs k_folds >= 2 and files.all")
+        if self.cv_folds or self.family == "doccls":
+            if self.cv_folds < 2 or "all" not in self.files:
+                raise ConfigError(f"task {self.name}: cross-validation needs cv_folds >= 2 and files.all")
+            if self.family not in ("doccls", "re", "nli"):
+                raise ConfigError(f"task {self.name}: cv_folds needs a single-label family (doccls, re, nli) "
+                                  f"to stratify by, not {self.family}")
         elif not {"train", "dev", "test"} <= set(self.files):
             raise ConfigError(f"task {self.name}: files must name train, dev and test (got {sorted(self.files)})")
         if self.family in ("re", "nli", "multilabel", "ner", "doccls") and not self.labels:

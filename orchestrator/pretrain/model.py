@@ -101,7 +101,8 @@ class PretrainingModule(torch.nn.Module):
         targets = labels[masked]
         heads = self.model.cls
         logits = heads.predictions(out.last_hidden_state[masked])
-        mlm_loss = F.cross_entropy(logits.float(), targets)
+        # A micro-batch with nothing masked contributes zero loss (cross-entropy of nothing is NaN).
+        mlm_loss = F.cross_entropy(logits.float(), targets) if targets.numel() else logits.sum() * 0.0
         result = {"mlm_loss": mlm_loss, "mlm_correct": (logits.argmax(-1) == targets).sum(),
                   "mlm_count": targets.new_tensor(targets.numel())}
         loss = mlm_loss

@@ -151,16 +151,21 @@ def seed_sd(results: dict, model: str, task_names: list[str]) -> float | None:
     """Sample sd over seeds of the per-seed average of ``task_names`` (None if not computable).
 
     A summary score's sd in Table 7 is the spread of the score over the five seeds. It can be
-    recomputed from the per-task ``test_scores`` when every task has one score per seed.
+    recomputed from the per-task ``test_scores``, paired by the cells' ``seeds`` when given
+    (else by position), when every task has a score for the same two or more seeds.
     """
     rows = results["cells"].get(model, {})
-    per_task = [rows.get(t, {}).get("test_scores") for t in task_names]
-    if not task_names or any(not s for s in per_task) or len({len(s) for s in per_task}) != 1:
+    per_task: list[dict[Any, float]] = []
+    for name in task_names:
+        cell = rows.get(name) or {}
+        scores = cell.get("test_scores") or []
+        seeds = cell.get("seeds") or list(range(len(scores)))
+        if not scores or len(seeds) != len(scores) or not all(_is_number(v) for v in scores):
+            return None
+        per_task.append(dict(zip(seeds, scores)))
+    if not per_task or any(set(p) != set(per_task[0]) for p in per_task) or len(per_task[0]) < 2:
         return None
-    n_seeds = len(per_task[0])
-    if n_seeds < 2:
-        return None
-    per_seed = [statistics.fmean(scores[i] for scores in per_task) for i in range(n_seeds)]
+    per_seed = [statistics.fmean(p[seed] for p in per_task) for seed in per_task[0]]
     return statistics.stdev(per_seed)
 
 
@@ -265,7 +270,8 @@ def render_html(table: BlueTable, title: str = "BLUE results", curves_png: str |
     for col in table.columns:
         arrow = "" if col.higher_is_better else " (lower is better)"
         metric = f'<br><span class="metric">{esc(col.metric)}{arrow}</span>' if col.metric else ""
-        out.append(f'<th class="{col.kind}" data-column="{esc(col.key)}">{esc(col.label)}{metric}</th>')
+        group = f' data-group="{esc(col.group)}"' if col.group else ""
+        out.append(f'<th class="{col.kind}" data-column="{esc(col.key)}"{group}>{esc(col.label)}{metric}</th>')
     out.append("</tr></thead><tbody>")
     for model in table.models:
         out.append(f'<tr data-model="{esc(model)}"><td class="model">{esc(model)}</td>')

@@ -57,13 +57,16 @@ def plan_sweep(cfg: SweepConfig, models: dict[str, Path]) -> str:
         spec = load_task(task)
         data_dir = task_data_dir(cfg, task, spec)
         flat = dataclasses.replace(spec, dir="")
-        sizes = {split: len(read_split(flat, data_dir, split)) for split in ("train", "dev", "test")}
+        splits = ("all",) if spec.cv_folds else ("train", "dev", "test")
+        sizes = {split: len(read_split(flat, data_dir, split)) for split in splits}
+        if spec.cv_folds:
+            sizes["cv_folds"] = spec.cv_folds
         from orchestrator.sweep.space import epoch_grid
 
         lines.append(f"task {spec.name} ({spec.family}, {spec.metric}, {spec.group}): {data_dir} "
                      f"{sizes}; epochs {list(epoch_grid(space, task, spec))}")
     n = len(build_trials(cfg, space, models))
-    lines.append(f"{n} trial(s) (one per model x task x lr x seed; epochs shared within a trial)")
+    lines.append(f"{n} trial(s) (one per model x task x lr x seed [x fold]; epochs shared within a trial)")
     return "\n".join(lines)
 
 
@@ -128,7 +131,8 @@ def _run_tune(cfg: SweepConfig, todo: list[TrialSpec], out_dir: Path, trials_dir
     param_space = {"trial": tune.grid_search([dataclasses.asdict(t) for t in todo])}
     tuner = tune.Tuner(
         trainable, param_space=param_space,
-        tune_config=tune.TuneConfig(max_concurrent_trials=cfg.max_concurrent_trials or None),
+        # reuse_actors: a worker process imports torch/transformers once, not once per trial
+        tune_config=tune.TuneConfig(max_concurrent_trials=cfg.max_concurrent_trials or None, reuse_actors=True),
         run_config=tune.RunConfig(name=f"sweep-{time.strftime('%Y%m%d-%H%M%S')}",
                                   storage_path=str((out_dir / "tune").resolve()),
                                   callbacks=[_record_writer(trials_dir)], verbose=1))
@@ -153,7 +157,9 @@ def run_sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, tracking
     trials_dir.mkdir(parents=True, exist_ok=True)
     space = resolve_space(cfg)
     specs = {task: load_task(task) for task in space.tasks}
-    trials = build_trials(cfg, space, models)
+    # tokenised splits are shared by every trial of a (task, tokenizer): see finetune.loop.encode_cached
+    cache_dir = str(out_dir / "cache" / "encoded")
+    trials = [dataclasses.replace(t, cache_dir=cache_dir) for t in build_trials(cfg, space, models)]
     todo = [t for t in trials if _finished(trials_dir, t) is None]
     skipped = len(trials) - len(todo)
     msg = f"sweep: {len(trials)} trial(s); skipping {skipped} finished, running {len(todo)}"

@@ -97,7 +97,9 @@ def _safe(text: str) -> str:
 
 
 def build_trials(cfg: SweepConfig, space: SearchSpace, models: dict[str, Path]) -> list[TrialSpec]:
-    """One TrialSpec per (model, task, learning rate, seed), in a stable order."""
+    """One TrialSpec per (model, task, learning rate, seed), and per fold for a cross-validated
+    task, in a stable order."""
+    import itertools
     import os
 
     threads = max(1, int(cfg.cpus_per_trial))
@@ -107,20 +109,22 @@ def build_trials(cfg: SweepConfig, space: SearchSpace, models: dict[str, Path]) 
             spec = load_task(task)
             grid = epoch_grid(space, task, spec)
             data_dir = task_data_dir(cfg, task, spec)
-            for lr in space.learning_rates:
-                for seed in space.seeds:
-                    trial_id = _safe(f"{model_name}__{task_key(task)}__lr{lr:g}__s{seed}")
-                    trials.append(TrialSpec(
-                        trial_id=trial_id, model_name=model_name, model_dir=str(Path(model_dir).resolve()),
-                        task=str(Path(task).resolve()) if os.sep in task else task, data_dir=data_dir,
-                        learning_rate=float(lr), seed=int(seed), eval_epochs=grid, batch_size=space.batch_size,
-                        max_seq_length=space.max_seq_length, max_train_examples=space.max_train_examples,
-                        max_eval_examples=space.max_eval_examples, weight_decay=space.weight_decay,
-                        warmup_proportion=space.warmup_proportion, num_threads=threads))
+            folds = range(spec.cv_folds) if spec.cv_folds else (-1,)
+            for lr, seed, fold in itertools.product(space.learning_rates, space.seeds, folds):
+                suffix = f"__f{fold}" if fold >= 0 else ""
+                trial_id = _safe(f"{model_name}__{task_key(task)}__lr{lr:g}__s{seed}{suffix}")
+                trials.append(TrialSpec(
+                    trial_id=trial_id, model_name=model_name, model_dir=str(Path(model_dir).resolve()),
+                    task=str(Path(task).resolve()) if os.sep in task else task, data_dir=data_dir,
+                    learning_rate=float(lr), seed=int(seed), eval_epochs=grid, batch_size=space.batch_size,
+                    max_seq_length=space.max_seq_length, max_train_examples=space.max_train_examples,
+                    max_eval_examples=space.max_eval_examples, weight_decay=space.weight_decay,
+                    warmup_proportion=space.warmup_proportion, num_threads=threads, fold=fold))
     return trials
 
 
 def trial_fingerprint(trial: TrialSpec) -> str:
     """What makes a finished trial reusable: every setting except where it runs."""
-    data = {k: v for k, v in dataclasses.asdict(trial).items() if k not in ("num_threads", "device")}
+    data = {k: v for k, v in dataclasses.asdict(trial).items()
+            if k not in ("num_threads", "device", "cache_dir") and not (k == "fold" and v == -1)}
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -143,7 +143,25 @@ def read_terms(path: str | Path) -> list[str]:
     return terms
 
 
+_IOB_TAG = re.compile(r"^(O|[BIES]-\S+)$")
+
+
+def target_text(line: str, tabular: bool) -> str:
+    """The text of one line of a target file: the whole line, or for TSV task files the text field.
+
+    BLUE/BLURB task files differ in layout, so for ``.tsv`` the text is taken as the first
+    column of a token/IOB-tag pair, else the longest field (the sentence, not labels or ids).
+    """
+    if not tabular:
+        return line
+    fields = line.split("\t")
+    if len(fields) == 2 and _IOB_TAG.match(fields[1]):
+        return fields[0]
+    return max(fields, key=len)
+
+
 def read_target_lines(paths: Iterable[str], limit: int) -> list[str]:
+    """Up to ``limit`` non-empty text lines of the target files (plain text or TSV task files)."""
     out: list[str] = []
     for raw in paths:
         path = Path(raw)
@@ -151,8 +169,9 @@ def read_target_lines(paths: Iterable[str], limit: int) -> list[str]:
             raise InputError(path, "vocab target file does not exist")
         with open(path, encoding="utf-8", errors="strict") as f:
             for line in f:
-                if line.strip():
-                    out.append(line.strip())
+                text = target_text(line.rstrip("\r\n"), path.suffix == ".tsv").strip()
+                if text:
+                    out.append(text)
                 if len(out) >= limit:
                     return out
     return out

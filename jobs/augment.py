@@ -1,0 +1,30 @@
+"""Filtered-BERT augmentation of an NER task's training split (seed 001) on a Ray Data actor pool.
+
+    python jobs/augment.py model_dir=runs/pretrain/pretrain/final      # tiny preset: the shipped sample
+    python jobs/augment.py --config my_augment.yaml augment.words_per_sentence=3 ray.actors=4
+    python jobs/augment.py --dry-run                                   # check inputs, print the plan
+"""
+from __future__ import annotations
+
+import sys
+
+from orchestrator.augment.config import AugmentJobConfig
+from orchestrator.augment.pipeline import plan_augment_job, run_augment_job
+from orchestrator.core.cli import JobSpec, run_job
+
+SPEC = JobSpec(
+    name="augment",
+    description=__doc__.split("\n\n")[0],
+    config_cls=AugmentJobConfig,
+    run=run_augment_job,
+    dry_run=plan_augment_job,
+    default_preset="augment_tiny",
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_job(SPEC, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,279 @@
+"""The augmentation stage on Ray Data: planned rows -> MLM actor pool -> augmented task directory.
+
+    result = augment_task(spec, data_dir, out_dir, model_dir, AugmentConfig(), SimilarityConfig(),
+                          AugmentRayConfig())
+
+Each actor loads the MLM and the fastText vectors once and augments whole batches of rows with
+batched forward passes (``FilteredAugmenter.augment``). Rows are planned on the driver with
+per-row seeds, so the output is the same for any number of actors or batch size.
+
+Output directory (a drop-in task directory for the sweep):
+
+    <train file>         original sentences (optional) + augmented ones, in the task's format
+    <dev/test files>     copied unchanged
+    replacements.jsonl   per augmented sentence: replaced words, rejected proposals, kept words
+    examples.md          accepted and rejected replacements in context, to judge the filter
+    manifest.json        config, inputs, counts (replaced words, rejected candidates, unchanged ...)
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import shutil
+import time
+from pathlib import Path
+
+from orchestrator.augment.config import AugmentConfig, AugmentJobConfig, AugmentRayConfig, SimilarityConfig
+from orchestrator.augment.filtered import FilteredAugmenter, MaskedWordPredictor, plan_rows
+from orchestrator.augment.similarity import WordVectors, train_vectors
+from orchestrator.core.config import to_dict
+from orchestrator.core.errors import ConfigError, InputError
+from orchestrator.core.manifest import atomic_dir, atomic_write_text, write_manifest
+from orchestrator.finetune.readers import Example, read_split
+from orchestrator.finetune.spec import SAMPLE_DIR, TaskSpec, load_task
+
+log = logging.getLogger(__name__)
+
+REPLACEMENTS = "replacements.jsonl"
+EXAMPLES = "examples.md"
+
+
+@dataclasses.dataclass
+class AugmentResult:
+    out_dir: Path
+    counts: dict[str, int]
+    seconds: float
+
+    def summary(self) -> str:
+        c = self.counts
+        return (f"augmented {c['augmented_sentences']} sentences from {c['sentences']} in {self.seconds:.1f} s: "
+                f"{c['replaced_words']} words replaced, {c['rejected_candidates']} proposals rejected, "
+                f"{c['unchanged_sentences']} sentences unchanged -> {self.out_dir}")
+
+
+# ------------------------------------------------------------------------------------ the actors
+class AugmentActor:
+    """Ray Data callable class: model and vectors loaded once per actor."""
+
+    def __init__(self, cfg: dict, model_dir: str, vectors: str, center: bool, device: str, threads: int):
+        import torch
+
+        torch.set_num_threads(max(1, threads))
+        acfg = AugmentConfig(**cfg)
+        predictor = MaskedWordPredictor(model_dir, device=device, max_seq_length=acfg.max_seq_length,
+                                        batch_size=acfg.batch_size)
+        self.augmenter = FilteredAugmenter(acfg, predictor, WordVectors(vectors, center=center).similarity)
+
+    def __call__(self, batch: dict) -> dict:
+        import numpy as np
+
+        rows = [json.loads(text) for text in batch["row"]]
+        results = self.augmenter.augment(rows)
+        return {"uid": np.asarray([r["uid"] for r in results]),
+                "result": np.asarray([json.dumps(r) for r in results], dtype=object)}
+
+
+def _actor_gpus(ray_cfg: AugmentRayConfig, device: str) -> float:
+    import ray
+
+    if device == "cpu":
+        return 0.0
+    if ray_cfg.gpus_per_actor >= 0:
+        return ray_cfg.gpus_per_actor
+    return 1.0 if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
+
+
+def run_actor_pool(rows: list[dict], cfg: AugmentConfig, model_dir: Path, vectors: Path, center: bool,
+                   ray_cfg: AugmentRayConfig, device: str = "auto") -> list[dict]:
+    """Augment planned rows on a Ray Data actor pool (Ray must be initialised); results by uid."""
+    import ray
+
+    if not rows:
+        return []
+    gpus = _actor_gpus(ray_cfg, device)
+    actor_device = "cuda" if gpus > 0 else "cpu"
+    blocks = max(ray_cfg.actors * 4, min(len(rows) // max(1, cfg.batch_size // 4), 64))
+    ds = ray.data.from_items([{"uid": r["uid"], "row": json.dumps(r)} for r in rows],
+                             override_num_blocks=min(len(rows), blocks))
+    ds = ds.map_batches(AugmentActor, batch_size=max(1, cfg.batch_size // 4), batch_format="numpy",
+                        compute=ray.data.ActorPoolStrategy(size=ray_cfg.actors),
+                        fn_constructor_kwargs={"cfg": to_dict(cfg), "model_dir": str(model_dir),
+                                               "vectors": str(vectors), "center": center,
+                                               "device": actor_device,
+                                               "threads": int(ray_cfg.cpus_per_actor)},
+                        num_cpus=ray_cfg.cpus_per_actor, num_gpus=gpus)
+    results = [json.loads(r["result"]) for r in ds.take_all()]
+    results.sort(key=lambda r: r["uid"])
+    if [r["uid"] for r in results] != [r["uid"] for r in rows]:
+        raise RuntimeError("augmentation lost or duplicated rows")  # a Ray Data contract, not user input
+    return results
+
+
+# ------------------------------------------------------------------------------------ the outputs
+def format_token_file(spec: TaskSpec, sentences: list[tuple[list[str], list[str], str]]) -> str:
+    """Sentences (tokens, tags, document id) in the task's own file format, so ``read_file``
+    reads them back: 2 columns (iob, conll) or BLUE's 4 columns with bare B/I tags."""
+    lines: list[str] = []
+    for tokens, tags, doc in sentences:
+        offset = 0
+        for i, (tok, tag) in enumerate(zip(tokens, tags)):
+            if spec.format == "blue_ner":
+                bare = tag[:1] if spec.entity_type and tag.endswith(f"-{spec.entity_type}") else tag
+                lines.append(f"{tok}\t{doc if i == 0 else '-'}\t{offset}\t{bare}")
+                offset += len(tok) + 1
+            else:
+                lines.append(f"{tok}\t{tag}")
+        lines.append("")
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def _marked(tokens: list[str], pos: int, new: str) -> str:
+    return " ".join(f"[{t} -> {new}]" if i == pos else t for i, t in enumerate(tokens))
+
+
+def examples_markdown(rows: list[dict], results: list[dict], limit: int = 25) -> str:
+    """Accepted and rejected replacements in their sentences, for a person to judge the filter."""
+    accepted, rejected = [], []
+    for row, res in zip(rows, results):
+        for rep in res["replaced"]:
+            if len(accepted) < limit:
+                accepted.append(f"- cos {rep['similarity']:+.3f}, rank {rep['rank']}: "
+                                f"{_marked(row['tokens'], rep['position'], rep['replacement'])}")
+        for rej in res["rejected"]:
+            if len(rejected) < limit and rej["similarity"] != 1.0:
+                sim = "no vector" if rej["similarity"] is None else f"cos {rej['similarity']:+.3f}"
+                rejected.append(f"- {sim}: {_marked(row['tokens'], rej['position'], rej['candidate'])}")
+    return ("# Filtered-BERT replacements\n\n## Accepted\n\n" + "\n".join(accepted or ["(none)"])
+            + "\n\n## Rejected by the similarity filter\n\n" + "\n".join(rejected or ["(none)"]) + "\n")
+
+
+def count(rows: list[dict], results: list[dict], sentences: int) -> dict[str, int]:
+    return {
+        "sentences": sentences,
+        "augmented_sentences": len(results),
+        "masked_words": sum(len(r["positions"]) for r in rows),
+        "replaced_words": sum(len(r["replaced"]) for r in results),
+        "rejected_candidates": sum(len(r["rejected"]) for r in results),
+        "words_kept": sum(len(r["kept"]) for r in results),
+        "unchanged_sentences": sum(1 for r in results if not r["replaced"]),
+        "sentences_without_eligible_words": sum(1 for r in rows if not r["positions"]),
+    }
+
+
+# ------------------------------------------------------------------------------------- the stage
+def training_sentences(spec: TaskSpec, data_dir: Path, max_sentences: int = 0) -> list[Example]:
+    """The training split, or the fixed subset that the sweep's ``max_train_examples`` picks."""
+    from orchestrator.finetune.loop import _cap
+
+    if spec.family != "ner":
+        raise ConfigError(f"task {spec.name} is family {spec.family}; augmentation needs token "
+                          "classification (ner)")
+    return _cap(read_split(spec, data_dir, "train"), max_sentences)
+
+
+def resolve_vectors(sim: SimilarityConfig, examples: list[Example], cache_dir: Path) -> Path:
+    """The vectors file to filter with: given by path, or trained (and cached) on the corpus."""
+    if sim.vectors:
+        path = Path(sim.vectors)
+        if not path.is_file():
+            raise InputError(path, "similarity.vectors not found", expected="a fastText .bin or .vec file")
+        return path
+    corpus = [Path(p) for p in sim.corpus]
+    if not corpus:
+        text = "\n".join(" ".join(ex.text_a) for ex in examples) + "\n"
+        corpus = [atomic_write_text(cache_dir / "train_sentences.txt", text)]
+    return train_vectors(sim, corpus, cache_dir)
+
+
+def augment_task(spec: TaskSpec, data_dir: str | Path, out_dir: str | Path, model_dir: str | Path,
+                 cfg: AugmentConfig, sim: SimilarityConfig, ray_cfg: AugmentRayConfig, *,
+                 max_train_sentences: int = 0, device: str = "auto") -> AugmentResult:
+    """Augment one NER task's training split into ``out_dir`` (dev/test copied). Starts an
+    embedded Ray unless one is running."""
+    from orchestrator.core.runtime import ray_session
+
+    started = time.time()
+    spec = dataclasses.replace(spec, dir="")
+    data_dir, out_dir, model_dir = Path(data_dir), Path(out_dir), Path(model_dir)
+    examples = training_sentences(spec, data_dir, max_train_sentences)
+    cache_dir = Path(sim.cache_dir) if sim.cache_dir else out_dir.parent / "fasttext_cache"
+    vectors = resolve_vectors(sim, examples, cache_dir)
+    rows = plan_rows([(ex.text_a, ex.label) for ex in examples], cfg)
+    log.info("augmenting %d sentences into %d (k=%d, %s masking) with %d actors", len(examples), len(rows),
+             cfg.words_per_sentence, cfg.mask_mode, ray_cfg.actors)
+    with ray_session(address=ray_cfg.address or None):
+        results = run_actor_pool(rows, cfg, model_dir, vectors, sim.center, ray_cfg, device)
+    counts = count(rows, results, len(examples))
+    with atomic_dir(out_dir) as tmp:
+        originals = [(list(ex.text_a), list(ex.label), ex.doc or f"train-{ex.line}") for ex in examples]
+        augmented = [(r["tokens"], r["tags"], f"aug{r['copy']}-{originals[r['source']][2]}") for r in results]
+        train_name = spec.files["train"]
+        atomic_write_text(tmp / train_name, format_token_file(
+            spec, (originals if cfg.include_original else []) + augmented))
+        for split in ("dev", "test"):
+            src = spec.split_path(data_dir, split)
+            if not src.is_file():
+                raise InputError(src, f"{split} split not found", expected=f"the task's {split} file")
+            shutil.copyfile(src, tmp / src.name)
+        lines = [json.dumps({**{k: r[k] for k in ("uid", "copy", "replaced", "rejected", "kept")},
+                             "source_line": examples[r["source"]].line}) for r in results]
+        atomic_write_text(tmp / REPLACEMENTS, "\n".join(lines) + "\n")
+        atomic_write_text(tmp / EXAMPLES, examples_markdown(rows, results))
+        write_manifest(tmp, stage="augment", seed=cfg.seed,
+                       config={"task": spec.name, "format": spec.format, "augment": cfg, "similarity": sim,
+                               "ray": ray_cfg, "max_train_sentences": max_train_sentences,
+                               "model_dir": str(model_dir), "vectors": str(vectors)},
+                       inputs=[spec.split_path(data_dir, "train"), model_dir, vectors],
+                       counts={**counts, "train_sentences_written": len(augmented) + (
+                           len(originals) if cfg.include_original else 0)})
+    result = AugmentResult(out_dir, counts, time.time() - started)
+    log.info(result.summary())
+    return result
+
+
+# -------------------------------------------------------------------------------------- the job
+def job_spec(cfg: AugmentJobConfig) -> tuple[TaskSpec, Path]:
+    spec = load_task(cfg.task)
+    if cfg.format:
+        spec = from_format(spec, cfg.format)
+    data_dir = Path(cfg.data_dir) if cfg.data_dir else SAMPLE_DIR / spec.dir
+    return spec, data_dir
+
+
+def from_format(spec: TaskSpec, fmt: str) -> TaskSpec:
+    from orchestrator.core.config import from_dict
+
+    return from_dict(TaskSpec, {**to_dict(spec), "format": fmt}, where=f"task {spec.name}")
+
+
+def plan_augment_job(cfg: AugmentJobConfig) -> str:
+    """Dry run: the task parses, the MLM directory has a head, the vectors or corpus exist."""
+    spec, data_dir = job_spec(cfg)
+    examples = training_sentences(dataclasses.replace(spec, dir=""), data_dir, cfg.max_train_sentences)
+    model_dir = Path(cfg.model_dir)
+    if not cfg.model_dir or not (model_dir / "config.json").is_file():
+        raise InputError(model_dir, "MLM directory not found", expected="a BertForMaskedLM / BertForPreTraining "
+                                                                        "directory (e.g. run jobs/pretrain.py "
+                                                                        "--preset pretrain_tiny first)")
+    for path in ([cfg.similarity.vectors] if cfg.similarity.vectors else list(cfg.similarity.corpus)):
+        if not Path(path).is_file():
+            raise InputError(path, "similarity input not found", expected="a vectors file or corpus text")
+    total = int(round(len(examples) * cfg.augment.multiple))
+    sim = cfg.similarity.vectors or (", ".join(cfg.similarity.corpus) or "the training sentences")
+    return "\n".join([
+        f"task: {spec.name} ({spec.format}) from {data_dir}: {len(examples)} training sentences",
+        f"augment: {total} sentences, k={cfg.augment.words_per_sentence} words each, {cfg.augment.mask_mode} "
+        f"masking, up to {cfg.augment.candidates} proposals, accept {cfg.augment.min_similarity} < cos <= "
+        f"{cfg.augment.max_similarity}, entities {'replaced' if cfg.augment.replace_entities else 'kept'}",
+        f"MLM: {model_dir}",
+        f"similarity: {sim}",
+        f"ray: {cfg.ray.actors} actors x {cfg.ray.cpus_per_actor} CPU",
+        f"output: {Path(cfg.out_dir).resolve()}",
+    ])
+
+
+def run_augment_job(cfg: AugmentJobConfig) -> AugmentResult:
+    spec, data_dir = job_spec(cfg)
+    return augment_task(spec, data_dir, cfg.out_dir, cfg.model_dir, cfg.augment, cfg.similarity, cfg.ray,
+                        max_train_sentences=cfg.max_train_sentences, device=cfg.device)

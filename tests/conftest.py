@@ -1,0 +1,27 @@
+"""Shared test helpers: where the real data lives, how to run a job as a user would."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = ROOT.parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"real data not available at {SHARED_DATA}")
+    return SHARED_DATA
+
+
+def run_job(script: str, *args: str, timeout: int = 900, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    """Run `python jobs/<script>` exactly as a user would, from the project root."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return subprocess.run([sys.executable, str(ROOT / "jobs" / script), *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)

