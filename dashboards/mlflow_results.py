@@ -77,7 +77,7 @@ def find_sweep_run(client, experiment: str, run_id: str | None = None):
 
 def find_artifact(client, run_id: str, name: str = RESULTS_ARTIFACT, path: str | None = None,
                   depth: int = 3) -> str | None:
-    """Artifact path of the first file called ``name`` (breadth-first, ``depth`` folders deep)."""
+    """Artifact path of a file called ``name``: at this level first, then up to ``depth`` folders down."""
     entries = client.list_artifacts(run_id, path)
     for entry in entries:
         if not entry.is_dir and Path(entry.path).name == name:

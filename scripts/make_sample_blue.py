@@ -159,16 +159,20 @@ HALLMARKS = ["invasion and metastasis", "immune evasion", "aerobic glycolysis", 
 
 
 def hoc(rng: random.Random, split: str, n_rows: int) -> str:
-    """One row per sentence; labels as BLUE's k_v cells; index PMID_s<n>."""
+    """One row per sentence; labels as BLUE's k_v cells; index PMID_s<n>. Most sentences state a
+    hallmark (each hallmark twice per document, in its own words): with ten sigmoid outputs, a
+    rarer cue leaves a small model predicting no label at all for many epochs."""
     rows = []
     doc = 0
     while len(rows) < n_rows:
         pmid = 20000000 + doc + {"train": 0, "dev": 10000, "test": 20000}[split]
-        chosen = rng.sample(range(len(HALLMARKS)), rng.choice([1, 1, 2]))
+        chosen = rng.sample(range(len(HALLMARKS)), rng.choice([2, 3]))
         sentences = [(f"{rng.choice(GENES)} was examined in {rng.choice(DISEASES)} samples.", set())]
         for k in chosen:
             sentences.append((f"{rng.choice(GENES)} drives {HALLMARKS[k]} {rng.choice(FILLERS)}.", {k}))
-        sentences.append((f"Samples were analysed {rng.choice(FILLERS)}.", set()))
+            sentences.append((f"Markers of {HALLMARKS[k]} rose {rng.choice(FILLERS)}.", {k}))
+        pair = rng.sample(chosen, 2) if len(chosen) > 1 else chosen
+        sentences.append((f"Both {' and '.join(HALLMARKS[k] for k in pair)} were seen.", set(pair)))
         for s, (text, ks) in enumerate(sentences):
             cells = ",".join(f"{k}_{int(k in ks)}" for k in range(len(HALLMARKS)))
             rows.append([cells, text, f"{pmid}_s{s}"])

@@ -15,6 +15,8 @@ log() { printf '[setup] %s\n' "$*"; }
 # ---- Debian packages (KenLM build deps; for tests also sshd, rsync, nc, chromium) -------------
 apt_pkgs="build-essential cmake zlib1g-dev libbz2-dev liblzma-dev libboost-program-options-dev libboost-system-dev libboost-thread-dev libboost-test-dev"
 [ $WANT_TEST = 1 ] && apt_pkgs="$apt_pkgs openssh-server openssh-client rsync netcat-openbsd chromium"
+# Debian/Ubuntu system Pythons need python3-venv for `python3 -m venv` (ensurepip).
+"$PY" -c "import ensurepip" >/dev/null 2>&1 || apt_pkgs="$apt_pkgs python3-venv"
 missing=""
 if command -v dpkg-query >/dev/null 2>&1; then
   for p in $apt_pkgs; do

@@ -164,14 +164,14 @@ def sshd(tmp_path):
         "PasswordAuthentication no", "KbdInteractiveAuthentication no", "PubkeyAuthentication yes",
         "StrictModes no", "UsePAM no", f"SetEnv HOME={home}", "Subsystem sftp internal-sftp", ""]))
     Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege-separation directory
-    proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdout=subprocess.DEVNULL,
-                            stderr=open(d / "sshd.log", "w"))
-    try:
-        wait_port(port, timeout=15)
-        yield {"port": port, "key": d / "client_key", "home": home, "log": d / "sshd.log"}
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with open(d / "sshd.log", "w") as log:
+        proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdout=subprocess.DEVNULL, stderr=log)
+        try:
+            wait_port(port, timeout=15)
+            yield {"port": port, "key": d / "client_key", "home": home, "log": d / "sshd.log"}
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
 
 
 def write_local_cluster(tmp_path: Path, sshd: dict, temp_dir: Path, gcs: int, dashboard: int) -> Path:
@@ -205,6 +205,7 @@ def write_local_cluster(tmp_path: Path, sshd: dict, temp_dir: Path, gcs: int, da
 
 
 @needs_ssh
+@pytest.mark.slow  # with the main job's smoke preset inside: ~4 min on an idle 2-core machine
 def test_ray_up_submit_down_over_ssh(tmp_path, sshd):
     temp_dir, gcs, dashboard = private_temp_dir(), free_port(), free_port()
     local_home = tmp_path / "local_home"
@@ -219,7 +220,7 @@ def test_ray_up_submit_down_over_ssh(tmp_path, sshd):
 
     try:
         up = ray_cli("up", "-y", "--no-config-cache", "--log-style=record", str(yaml_path))
-        assert up.returncode == 0, up.stdout[-4000:] + up.stderr[-4000:]
+        assert up.returncode == 0, up.stdout[-4000:] + up.stderr[-4000:] + sshd["log"].read_text()[-2000:]
         assert (sshd["home"] / ".bashrc").is_file()  # setup ran in the redirected remote home
         assert not (Path.home() / "orch_env").exists()
         assert loopback_only(gcs)
@@ -227,7 +228,7 @@ def test_ray_up_submit_down_over_ssh(tmp_path, sshd):
         if SMOKE_PRESET.is_file():  # the main job at its smallest preset, on this cluster
             runs = tmp_path / "runs"
             submit = ray_cli("submit", "--log-style=record", str(yaml_path), str(ROOT / "jobs" / "blue_sweep.py"),
-                             "--", "--preset", "smoke", f"runs_root={runs}", "run_name=cluster", timeout=420)
+                             "--", "--preset", "smoke", f"runs_root={runs}", "run_name=cluster", timeout=600)
             assert submit.returncode == 0, submit.stdout[-4000:] + submit.stderr[-4000:]
             output = submit.stdout + submit.stderr
             assert "ray cluster" in output  # attached to the launched head, not an embedded Ray

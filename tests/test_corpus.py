@@ -296,3 +296,22 @@ def test_job_dry_run_on_the_tiny_preset(monkeypatch, capsys):
     assert not Path("/nonexistent/never-written").exists()
     assert job.main(["--dry-run", "corpus.mixer.name=simpy"]) == 2
     assert "did you mean 'simpt'" in capsys.readouterr().err
+
+
+@needs_data
+def test_instances_do_not_depend_on_worker_count(simpt_build, tmp_path):
+    """Per-unit RNGs: one worker reproduces, shard for shard, what two workers wrote."""
+    import pyarrow.parquet as pq
+
+    from orchestrator.data.build import load_plan
+    from orchestrator.text.instances import InstanceConfig, run_units
+
+    result, _ = simpt_build
+    _, plan = load_plan(result.corpus_dir)
+    total = run_units(plan.units, result.vocab_dir, tmp_path, InstanceConfig(max_seq_lengths=(64,)), 64, 12345,
+                      workers=1, cpus_per_worker=0.5)
+    assert total["instances"] == result.counts["instances"][64]["instances"]
+    ours = sorted(p.name for p in tmp_path.glob("part-*.parquet"))
+    assert ours == sorted(p.name for p in result.instances[64].glob("part-*.parquet"))
+    for name in ours:
+        assert pq.read_table(tmp_path / name).equals(pq.read_table(result.instances[64] / name))

@@ -188,3 +188,19 @@ def test_entity_masker_hook_chooses_targets():
     assert all(x.entity_stats is not None for x in instances)
     assert sum(x.entity_stats["entities"] for x in instances) > 0
     assert sum(x.entity_stats["masked_entities"] for x in instances) > 0
+
+
+def test_same_type_grouping_puts_associated_sentences_next_to_each_other():
+    from orchestrator.text.entity_masking import EntityMasker, EntityMaskingConfig
+    from orchestrator.text.instances import group_sentences
+
+    vocab = SPECIAL + ["a", "liver", "tumor", "cat", "sat", "hcc", "washout", "."]
+    index = {t: i for i, t in enumerate(vocab)}
+    sentences = ["a liver tumor .", "a cat sat .", "hcc washout .", "cat sat ."]
+    doc = [[index[w] for w in s.split()] for s in sentences]
+    masker = EntityMasker(EntityMaskingConfig(same_type_grouping=True))
+    regrouped = [" ".join(vocab[t] for t in s) for s in group_sentences(doc, masker, vocab)]
+    assert sorted(regrouped) == sorted(sentences)
+    # the two sentences holding associated entities now sit side by side
+    a, b = regrouped.index("a liver tumor ."), regrouped.index("hcc washout .")
+    assert abs(a - b) == 1

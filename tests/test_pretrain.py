@@ -337,3 +337,18 @@ def test_persistent_nan_loss_stops_with_clear_error(corpus, ray_local, tmp_path)
                   "num_workers": 1, "max_nonfinite_steps": 3, "max_failures": 0})
     with pytest.raises(TrainingDiverged, match="NaN/inf for 3 consecutive steps"):
         pretrain(cfg, {32: corpus[32]}, corpus["tokenizer"], tmp_path / "out")
+
+
+def test_job_dry_run_checks_inputs_and_batch_arithmetic(corpus):
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    args = [sys.executable, str(root / "jobs" / "pretrain.py"), "--dry-run",
+            f"instances_dir={corpus['root'] / 'instances'}", f"tokenizer_dir={corpus['tokenizer']}",
+            "pretrain.phase1.max_seq_length=32", "pretrain.phase2.max_seq_length=64", "pretrain.phase2.steps=2"]
+    ok = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0, ok.stderr
+    assert "global batch 16 = 2 x 8 x 1 accumulation" in ok.stdout and "(vocabulary " in ok.stdout
+    bad = subprocess.run(args + ["pretrain.phase1.global_batch_size=24"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "not divisible" in bad.stderr

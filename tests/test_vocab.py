@@ -90,3 +90,31 @@ def test_target_lines_from_task_files(tmp_path):
     hoc.write_text("labels\tsentence\tindex\n0_0,1_1\tTumour cells invade the stroma .\t123_s1\n", encoding="utf-8")
     assert read_target_lines([str(iob)], 10) == ["Selegiline", "-", "induced"]
     assert read_target_lines([str(hoc)], 10)[1] == "Tumour cells invade the stroma ."
+
+
+@pytest.mark.skipif(not PUBMED.is_file(), reason="../shared/data not present")
+def test_saved_vocabulary_is_canonical_across_processes(tmp_path):
+    """Ids are a function of the token set alone, whatever order the trainer produced.
+
+    The trainer breaks ties between equally frequent merges by hash-map order, which changes
+    from process to process: the token sets of two trainings may differ in a few tokens (the
+    manifest's vocab_sha256 pins the one every later stage used), but never the numbering rule.
+    """
+    import subprocess
+    import sys
+
+    script = ("import sys\nfrom pathlib import Path\n"
+              "from orchestrator.text.vocabulary import VocabConfig, save_tokenizer, train_wordpiece\n"
+              f"text = open({str(PUBMED)!r}, encoding='utf-8').read().splitlines()[:300]\n"
+              "save_tokenizer(train_wordpiece(text, VocabConfig(vocab_size=3000)), Path(sys.argv[1]))\n")
+    vocabs = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        subprocess.run([sys.executable, "-c", script, str(tmp_path / name)], check=True,
+                       cwd=Path(__file__).resolve().parents[1])
+        vocab = (tmp_path / name / "vocab.txt").read_text(encoding="utf-8").splitlines()
+        assert vocab[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] and vocab[5:] == sorted(vocab[5:])
+        tok = json.loads((tmp_path / name / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"]
+        assert tok == {t: i for i, t in enumerate(vocab)}
+        vocabs.append(set(vocab))
+    assert len(vocabs[0] ^ vocabs[1]) <= 0.01 * len(vocabs[0])

@@ -9,7 +9,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import multiprocessing
 import re
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Iterable
 
@@ -123,13 +125,22 @@ def vectors_key(cfg: SimilarityConfig, corpus: Iterable[str | Path]) -> str:
     return digest.hexdigest()[:16]
 
 
+def _fit_skipgram(text: str, out: str, settings: dict) -> int:
+    """Train and save in a fresh process: measured here, fastText 0.9.2 trained in a process that had
+    already trained once (or written a manifest) gave different vectors and sometimes NaN, while a
+    fresh process with thread=1 is bit-for-bit repeatable."""
+    import fasttext
+
+    model = fasttext.train_unsupervised(text, model="skipgram", thread=1, verbose=0, **settings)
+    model.save_model(out)
+    return len(model.words)
+
+
 def train_vectors(cfg: SimilarityConfig, corpus: list[Path], cache_dir: Path) -> Path:
     """Skipgram vectors on ``corpus`` (normalised words), cached under ``cache_dir/<key>/``.
 
     Returns the ``.bin`` path. A cached model is reused when the corpus bytes and settings match.
     """
-    import fasttext
-
     for path in corpus:
         if not Path(path).is_file():
             raise InputError(path, "similarity corpus file not found", expected="a plain-text file")
@@ -152,13 +163,12 @@ def train_vectors(cfg: SimilarityConfig, corpus: list[Path], cache_dir: Path) ->
             raise InputError(corpus[0], "no words in the similarity corpus", expected="plain text")
         min_count = cfg.min_count if words >= 1000 else 1  # a tiny corpus would leave no vocabulary
         log.info("training fastText skipgram (dim %d, %d epochs) on %d words", cfg.dim, cfg.epochs, words)
-        model = fasttext.train_unsupervised(str(text), model="skipgram", dim=cfg.dim, epoch=cfg.epochs,
-                                            minCount=min_count, minn=cfg.minn, maxn=cfg.maxn,
-                                            bucket=cfg.bucket, thread=1, verbose=0)
-        model.save_model(str(tmp / MODEL_FILE))
+        settings = {"dim": cfg.dim, "epoch": cfg.epochs, "minCount": min_count, "minn": cfg.minn,
+                    "maxn": cfg.maxn, "bucket": cfg.bucket}
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            vocabulary = pool.submit(_fit_skipgram, str(text), str(tmp / MODEL_FILE), settings).result()
         text.unlink()
         write_manifest(tmp, stage="similarity", config=cfg, inputs=corpus,
-                       counts={"words": words, "vocabulary": len(model.words)},
-                       extra={"min_count_used": min_count})
+                       counts={"words": words, "vocabulary": vocabulary}, extra={"min_count_used": min_count})
     return out / MODEL_FILE
 

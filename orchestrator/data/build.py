@@ -3,11 +3,21 @@
     from orchestrator.data.build import CorpusConfig, build_corpus, plan_corpus
     result = build_corpus(cfg, run_dir)      # run_dir/corpus, run_dir/vocab, run_dir/instances/len<L>
 
+Layout under ``out_dir``:
+
+    corpus/shards/<source>/shard-NNNNN.parquet   sentence-split documents (source, doc_id, page,
+                                                 language, sentences, n_bytes), ~shard_bytes each
+    corpus/shards.json, corpus/plan.json         per-shard document sizes; the mixer's units
+    vocab/                                       HF tokenizer dir + vocab_report.json
+    instances/len<L>/part-NNNNNN.parquet         one shard per unit (schema: docs/ARCHITECTURE.md)
+
 Each of the three outputs is written atomically with a manifest.json. A stage whose manifest
 records the same inputs (config + upstream manifest) is reused, so re-running a build skips
 work already done. Ray is used at the edges: reading and sentence splitting (one streamed
 task per file) and instance creation (a pool of actors writing parquet shards as they finish);
 the driver only streams documents into fixed-size shard files and holds per-shard metadata.
+On a multi-node cluster, source paths and ``out_dir`` must be on storage every node mounts
+(workers read the sources and write instance shards by path).
 """
 from __future__ import annotations
 
@@ -39,13 +49,21 @@ SMALL_ROLES = ("small", "domain")
 class RaySettings:
     address: str = field("", help="Ray address; empty = embedded local Ray unless RAY_ADDRESS is set")
     num_cpus: int = field(0, help="CPUs for an embedded Ray; 0 = all")
-    workers: int = field(2, help="instance-building actors (and concurrent read tasks)")
+    workers: int = field(0, help="instance-building actors; 0 = one per CPU of the Ray cluster (at most "
+                                 "one per unit)")
     cpus_per_worker: float = field(0.5, help="CPUs reserved per actor; fractional so that reads can be "
                                              "scheduled beside them on a 2-core machine")
 
     def __post_init__(self) -> None:
-        if self.num_cpus < 0 or self.workers < 1 or self.cpus_per_worker <= 0:
-            raise ConfigError("ray.num_cpus >= 0, ray.workers >= 1, ray.cpus_per_worker > 0 required")
+        if self.num_cpus < 0 or self.workers < 0 or self.cpus_per_worker <= 0:
+            raise ConfigError("ray.num_cpus >= 0, ray.workers >= 0, ray.cpus_per_worker > 0 required")
+
+    def resolved_workers(self, units: int) -> int:
+        """Actors to start: as configured, or one per cluster CPU; never more than there are units."""
+        import ray
+
+        n = self.workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
+        return max(1, min(n, units))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,6 +175,7 @@ def _write_shards(src: SourceConfig, out: Path, shard_bytes: int) -> list[ShardI
     """Stream a source's documents (read and sentence-split on Ray) into shards of ~shard_bytes."""
     import pyarrow as pa
     import pyarrow.parquet as pq
+    import ray.data
 
     out.mkdir(parents=True, exist_ok=True)
     shards: list[ShardInfo] = []
@@ -175,6 +194,9 @@ def _write_shards(src: SourceConfig, out: Path, shard_bytes: int) -> list[ShardI
             v.clear()
 
     size = 0
+    options = ray.data.DataContext.get_current().execution_options
+    keep_order = options.preserve_order
+    options.preserve_order = True  # file order -> shard contents -> mixing plan: reproducible
     try:
         for batch in read_source(src).iter_batches(batch_size=None, batch_format="pyarrow"):
             for row in batch.to_pylist():
@@ -189,6 +211,8 @@ def _write_shards(src: SourceConfig, out: Path, shard_bytes: int) -> list[ShardI
         if found is not None:
             raise found from None
         raise
+    finally:
+        options.preserve_order = keep_order
     flush()
     if not shards:
         raise InputError(", ".join(src.paths), f"source {src.name!r} yielded no sentences",
@@ -263,7 +287,8 @@ def _instances_stage(cfg: CorpusConfig, corpus_dir: Path, vocab_dir: Path, inst_
     shards, plan = load_plan(corpus_dir)
     by_path = {s.path: s for s in shards}
     with atomic_dir(inst_dir) as tmp:
-        total = run_units(plan.units, vocab_dir, tmp, cfg.instances, length, cfg.seed, cfg.ray.workers,
+        total = run_units(plan.units, vocab_dir, tmp, cfg.instances, length, cfg.seed,
+                          cfg.ray.resolved_workers(len(plan.units)),
                           cfg.ray.cpus_per_worker)
         if total["instances"] == 0:
             raise InputError(corpus_dir, "no instances were created", expected="documents with tokens")

@@ -107,8 +107,8 @@ class PretrainConfig:
     num_workers: int = field(2, help="Ray Train workers (one per GPU on a cluster)")
     use_gpu: bool = field(False, help="one GPU per worker, NCCL; false = CPU workers, gloo")
     cpus_per_worker: float = field(1.0, help="CPUs reserved per worker")
-    resources_per_worker: dict[str, float] = field(default_factory=dict,
-                                                   help="extra Ray resources per worker, e.g. {accelerator_type:H100: 1}")
+    resources_per_worker: dict[str, float] = field(
+        default_factory=dict, help="extra Ray resources per worker, e.g. {accelerator_type:H100: 1}")
     checkpoint_every: int = field(0, help="save a checkpoint every N optimizer steps (0 = only at phase ends)")
     keep_checkpoints: int = field(2, help="keep the last K checkpoints")
     max_failures: int = field(1, help="restart the workers from the latest checkpoint this many times")

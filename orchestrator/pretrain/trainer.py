@@ -28,7 +28,8 @@ from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
 from orchestrator.core.manifest import atomic_dir, atomic_write_json, write_manifest
 from orchestrator.pretrain.checkpoint import HF_FILES, latest_checkpoint
 from orchestrator.pretrain.config import PretrainConfig, batch_plan
-from orchestrator.pretrain.data import COLUMNS, InstanceInfo, SpecialIds, check_vocab_matches, read_instance_info
+from orchestrator.pretrain.data import (COLUMNS, InstanceInfo, SpecialIds, check_vocab_matches,
+                                        read_instance_info)
 from orchestrator.pretrain.loop import TrainingDiverged, train_loop_per_worker
 
 log = logging.getLogger(__name__)
@@ -141,6 +142,7 @@ def _start_tracking(cfg: PretrainConfig, tracking, run_dir: Path, out_dir: Path)
     if tracking is None or not tracking.enabled:
         return None
     import mlflow
+    from mlflow.exceptions import MlflowException
 
     from orchestrator.core.config import flatten
 
@@ -155,7 +157,7 @@ def _start_tracking(cfg: PretrainConfig, tracking, run_dir: Path, out_dir: Path)
         try:
             client.get_run(run_id)
             return {"uri": uri, "run_id": run_id}
-        except mlflow.exceptions.MlflowException:
+        except MlflowException:
             pass
     parent = mlflow.active_run()
     tags = {"stage": "pretrain"}
@@ -263,8 +265,8 @@ def plan_pretrain(cfg: PretrainConfig, instances: dict[int, Path] | None, tokeni
     for name, phase in cfg.active_phases():
         plan = batch_plan(phase.global_batch_size, cfg.num_workers, phase.device_batch_size, where=name)
         lines.append(f"{name}: len {phase.max_seq_length}, {phase.steps} steps, global batch {plan.global_batch} = "
-                     f"{plan.workers} x {plan.device_batch} x {plan.accumulation} accumulation, lr {phase.learning_rate:g}, "
-                     f"warm-up {int(phase.warmup_proportion * phase.steps)} steps")
+                     f"{plan.workers} x {plan.device_batch} x {plan.accumulation} accumulation, "
+                     f"lr {phase.learning_rate:g}, warm-up {int(phase.warmup_proportion * phase.steps)} steps")
     if tokenizer_dir is not None:
         special = special_ids(Path(tokenizer_dir))
         _check_init_from(cfg, special.vocab_size)

@@ -250,6 +250,20 @@ def dynamic_mask(input_ids: Sequence[int], rng: random.Random, sp: Specials, mas
     return out, positions, labels
 
 
+def group_sentences(document: Sequence[Sequence[int]], masker: Any, id_to_token: Sequence[str]) -> list:
+    """Reorder a document so that sentences of the same entity type group are adjacent (seed 003).
+
+    BERT packs *consecutive* sentences into one input, so putting each group's sentences next
+    to each other (groups in order of their first sentence, document order inside a group) is
+    what sends associated sentences into the same input. The "real next" segment of NSP is
+    then the next sentence of the group rather than of the document.
+    """
+    from orchestrator.text.entity_masking import group_same_type
+
+    groups = group_same_type([[id_to_token[t] for t in s] for s in document], masker)
+    return [document[i] for group in groups for i in group]
+
+
 def unit_rng(seed: int, max_seq_length: int, unit_id: int) -> random.Random:
     """A per-unit RNG: results do not depend on which worker runs a unit, or in what order."""
     return random.Random(f"{seed}:{max_seq_length}:{unit_id}")
@@ -359,10 +373,11 @@ class UnitWorker:
         table = pq.read_table(path, columns=["sentences", "source"]).to_pydict()
         flat = [s for doc in table["sentences"] for s in doc]
         encodings = self.tokenizer.encode_batch_fast(flat, add_special_tokens=False) if flat else []
+        group = self.masker is not None and self.cfg.entity_masking.same_type_grouping
         docs, k = [], 0
         for doc in table["sentences"]:
-            ids = [array("i", e.ids) for e in encodings[k:k + len(doc)]]
-            docs.append([s for s in ids if len(s)])
+            ids = [s for s in (array("i", e.ids) for e in encodings[k:k + len(doc)]) if len(s)]
+            docs.append(group_sentences(ids, self.masker, self.id_to_token) if group and len(ids) > 1 else ids)
             k += len(doc)
         value = (docs, table["source"])
         self.cache[path] = value

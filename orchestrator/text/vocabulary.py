@@ -77,15 +77,25 @@ def train_wordpiece(texts: Iterable[str], cfg: VocabConfig):
     return tok._tokenizer
 
 
+def canonical_vocab(tokens: Iterable[str]) -> dict[str, int]:
+    """Special tokens first, then every other token in code-point order.
+
+    The trainer's token *set* is reproducible but its id order is not (it changes from process
+    to process), and ids are what instances store. WordPiece tokenization depends on the set
+    only, so renumbering canonically makes vocab.txt, its sha256 and the instances reproducible.
+    """
+    rest = sorted(t for t in set(tokens) if t not in SPECIAL_TOKENS)
+    return {t: i for i, t in enumerate([*SPECIAL_TOKENS, *rest])}
+
+
 def save_tokenizer(tokenizer, out_dir: Path) -> Path:
     """Write a Hugging Face BERT tokenizer directory (vocab.txt, tokenizer.json, tokenizer_config.json)."""
     from transformers import BertTokenizer
 
-    vocab = tokenizer.get_vocab()
+    vocab = canonical_vocab(tokenizer.get_vocab())
     hf = BertTokenizer(vocab=vocab, do_lower_case=True)
     hf.save_pretrained(str(out_dir))
-    ordered = sorted(vocab, key=vocab.__getitem__)
-    atomic_write_text(out_dir / "vocab.txt", "".join(t + "\n" for t in ordered))
+    atomic_write_text(out_dir / "vocab.txt", "".join(t + "\n" for t in vocab))
     return out_dir
 
 
