@@ -1,0 +1,41 @@
+"""Every job is a thin entry script with --help, --dry-run and a tiny preset that validates."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, run_job
+
+JOBS = sorted(p.name for p in (ROOT / "jobs").glob("*.py"))
+
+
+def test_all_expected_jobs_exist():
+    assert {"blue_sweep.py", "build_corpus.py", "pretrain.py", "score_sources.py", "report.py",
+            "augment.py"} <= set(JOBS)
+
+
+@pytest.mark.parametrize("job", JOBS)
+def test_job_has_help_with_dry_run(job):
+    res = run_job(job, "--help", timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "--dry-run" in res.stdout and "--config" in res.stdout
+
+
+@pytest.mark.parametrize("job", JOBS)
+def test_job_does_no_work_at_import(job):
+    """Entry scripts only parse and call run(cfg): nothing but defs, imports and the main guard."""
+    tree = ast.parse((ROOT / "jobs" / job).read_text())
+    for node in tree.body:
+        allowed = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign)
+        is_doc = isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+        is_main_guard = isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)
+        assert isinstance(node, allowed) or is_doc or is_main_guard, f"{job}: top-level {ast.unparse(node)[:80]}"
+
+
+@pytest.mark.parametrize("job", ["blue_sweep.py", "build_corpus.py"])
+def test_default_preset_dry_run_passes(job, tmp_path):
+    res = run_job(job, "--dry-run", timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "dry run" in res.stdout
