@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--vocab-size", type=int, default=8000)
     args = p.parse_args(argv)
 
-    from orchestrator.core.runtime import init_ray
+    from orchestrator.core.runtime import ray_session
     from orchestrator.pretrain.data import read_instance_info
 
     with tempfile.TemporaryDirectory(prefix="pretrain_vs_hf-") as tmp:
@@ -112,8 +112,8 @@ def main(argv: list[str] | None = None) -> dict:
             args.tokenizer = fx.build_tokenizer(docs, tmp / "vocab", vocab_size=args.vocab_size)
             args.instances = fx.build_instances(docs, args.tokenizer, tmp / "len", args.length)
         length = read_instance_info(args.instances).max_seq_length
-        init_ray(num_cpus=args.cpus + 1, log_to_driver=False)
-        ours = run_engine(args.instances, args.tokenizer, length, args, tmp / "ours")
+        with ray_session(num_cpus=args.cpus + 1):  # one worker of --cpus threads plus a CPU for Ray Data
+            ours = run_engine(args.instances, args.tokenizer, length, args, tmp / "ours")
         hf = run_hf(args.instances, args.tokenizer, args, tmp / "hf")
     summary = {"speedup": round(ours / hf, 3), "engine_steps_per_s": round(ours, 3), "hf_steps_per_s": round(hf, 3),
                "size": args.size, "batch": args.batch, "length": length, "cpus": args.cpus, "steps": args.steps}

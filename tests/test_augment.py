@@ -238,3 +238,26 @@ def test_job_dry_run_and_run(ray_local, tiny_mlm, vectors, tmp_path, capsys):
     assert not out.exists()
     assert main(args) == 0
     assert read_manifest(out)["counts"]["augmented_sentences"] == 8
+
+
+def test_sweep_option_adds_augmented_twins_of_ner_trials(ray_local, tiny_mlm, vectors, tmp_path):
+    from orchestrator.augment.sweep import SweepAugmentConfig, augmented_trials
+    from orchestrator.finetune.loop import TrialSpec
+
+    spec = load_task("bc5cdr_chemical")
+    base = dict(model_name="tiny", model_dir=str(tiny_mlm), data_dir=str(SAMPLE_DIR / spec.dir),
+                learning_rate=5e-5, eval_epochs=(1,), max_train_examples=6)
+    trials = [TrialSpec(trial_id=f"t{s}", task="bc5cdr_chemical", seed=s, **base) for s in (1, 2)]
+    trials.append(TrialSpec(trial_id="sts", task="biosses", seed=1, **{**base, "data_dir": "unused"}))
+    cfg = from_dict(SweepAugmentConfig, {"enabled": True, "similarity": {"vectors": str(vectors)},
+                                         "augment": {"words_per_sentence": 2, "candidates": 3}})
+    assert augmented_trials(dataclasses.replace(cfg, enabled=False), trials, tmp_path) == []
+    twins = augmented_trials(cfg, trials, tmp_path)
+    assert [t.model_name for t in twins] == ["tiny+filtered-bert"] * 2  # the STS task has no twin
+    assert {t.data_dir for t in twins} == {str(tmp_path / "augmented" / "tiny" / "bc5cdr_chemical")}
+    assert all(t.max_train_examples == 0 and t.seed == o.seed for t, o in zip(twins, trials))
+    train = read_split(dataclasses.replace(spec, dir=""), twins[0].data_dir, "train")
+    assert len(train) == 12  # the 6 capped originals + 6 augmented
+    stamp = (Path(twins[0].data_dir) / "manifest.json").stat().st_mtime_ns
+    augmented_trials(cfg, trials, tmp_path)
+    assert (Path(twins[0].data_dir) / "manifest.json").stat().st_mtime_ns == stamp  # reused

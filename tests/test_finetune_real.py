@@ -84,7 +84,7 @@ def test_real_minilm_beats_trivial_baselines_on_real_blue_subsets(tmp_path):
     data = tmp_path / "data"
     _write(data / "chem_iob.yaml", "include: bc5cdr_chemical.yaml\nformat: iob\nname: BC5CDR-chem-iob\n"
                                    "files: {train: train.tsv, dev: devel.tsv, test: test.tsv}\n")
-    for split, n in (("train", 120), ("devel", 40), ("test", 80)):
+    for split, n in (("train", 160), ("devel", 40), ("test", 80)):
         _iob_subset(DATA / "ner" / "BC5CDR-chem-IOB" / f"{split}.tsv", data / "chem" / f"{split}.tsv", n)
     for split, n in (("train", 20), ("dev", 8), ("test", 15)):
         _hoc_subset(DATA / "hoc" / f"{split}.tsv", data / "hoc" / f"{split}.tsv", n)
@@ -92,8 +92,8 @@ def test_real_minilm_beats_trivial_baselines_on_real_blue_subsets(tmp_path):
     task_dirs = {"biosses": str(DATA / "biosses" / "blue"), "chem_iob": str(data / "chem"),
                  "hoc": str(data / "hoc"), "chemprot": str(data / "chemprot")}
     tasks = ("biosses", str(data / "chem_iob.yaml"), "hoc", "chemprot")
-    epochs = {"biosses": (4,), "chem_iob": (2,), "hoc": (3,), "chemprot": (3,)}  # one evaluation each: CPU
-    cfg = SweepConfig(search_space="tiny", tasks=tasks, learning_rates=(1e-4,), seeds=(1,), epochs=epochs,
+    epochs = {"biosses": (4,), "chem_iob": (3,), "hoc": (4,), "chemprot": (4,)}  # one evaluation each: CPU
+    cfg = SweepConfig(search_space="tiny", tasks=tasks, learning_rates=(3e-4,), seeds=(1,), epochs=epochs,
                       task_dirs=task_dirs, cpus_per_trial=1.0, log_predictions=False)
     started = not ray.is_initialized()
     if started:

@@ -204,3 +204,198 @@ def test_same_type_grouping_puts_associated_sentences_next_to_each_other():
     # the two sentences holding associated entities now sit side by side
     a, b = regrouped.index("a liver tumor ."), regrouped.index("hcc washout .")
     assert abs(a - b) == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# The vectorised path (default): same algorithm, same distributions, its own random stream
+
+
+def _fast(corpus, vocab, seed=1, length=64, dupe=2, wwm=False, static=True, short_seq_prob=0.1):
+    """Instances of the vectorised path as python rows, plus the merged summary."""
+    import pyarrow as pa
+
+    from orchestrator.text.instances import TokenizedDocs, instance_batches, merge_summaries
+
+    sp = Specials.from_vocab({t: i for i, t in enumerate(vocab)})
+    p = Params(length, short_seq_prob, 0.15, InstanceConfig().max_predictions(length), wwm, static)
+    docs = TokenizedDocs.from_sentence_ids(_ids(corpus, vocab), [f"s{i % 2}" for i in range(len(corpus))])
+    parts = list(instance_batches(docs, dupe, p, sp, sp.continuation_mask(), random.Random(seed), batch_size=256))
+    table = pa.Table.from_batches([b for b, _ in parts])
+    return table.to_pylist(), merge_summaries(s for _, s in parts), sp
+
+
+def _originals(row):
+    original = list(row["input_ids"])
+    for pos, label in zip(row["masked_lm_positions"], row["masked_lm_ids"]):
+        original[pos] = label
+    return original
+
+
+def test_fast_layout_lengths_segments_and_summary(corpus, vocab):
+    rows, summary, sp = _fast(corpus, vocab, length=64, dupe=3)
+    assert summary["instances"] == len(rows) > 100
+    assert summary["tokens"] == sum(len(r["input_ids"]) for r in rows)
+    assert summary["masked"] == sum(len(r["masked_lm_positions"]) for r in rows)
+    assert summary["random_next"] == sum(r["next_sentence_label"] for r in rows)
+    assert {s: c["instances"] for s, c in summary["by_source"].items()} == {
+        s: sum(r["source"] == s for r in rows) for s in ("s0", "s1")}
+    for r in rows:
+        original = _originals(r)
+        assert len(original) <= 64 and original[0] == sp.cls and original[-1] == sp.sep
+        seps = [i for i, t in enumerate(original) if t == sp.sep]
+        assert len(seps) == 2 and seps[0] >= 2 and len(original) - seps[0] >= 3  # A and B non-empty
+        assert r["token_type_ids"] == [0] * (seps[0] + 1) + [1] * (len(original) - seps[0] - 1)
+        positions = r["masked_lm_positions"]
+        assert positions == sorted(set(positions)) and 1 <= len(positions) <= 10
+        assert len(positions) == min(10, max(1, round(len(original) * 0.15)))
+        assert all(original[p] not in (sp.cls, sp.sep) for p in positions)
+
+
+def test_fast_segments_are_runs_of_whole_sentences_or_truncated_pairs(vocab):
+    """Segment A starts a sentence of the document; B continues it, or comes from another document."""
+    rng = random.Random(5)
+    docs = [[[f"w{d}"] + [f"w{100 + s}"] * rng.randint(3, 9) for s in range(rng.randint(2, 9))] for d in range(50)]
+    rows, _, sp = _fast(docs, vocab, length=128, dupe=2, static=False, short_seq_prob=0.0)
+    index = {t: i for i, t in enumerate(vocab)}
+    doc_of = {index[f"w{d}"]: d for d in range(50)}
+    for r in rows:
+        ids = r["input_ids"]
+        sep = ids.index(sp.sep)
+        a, b = ids[1:sep], ids[sep + 1:-1]
+        assert a[0] in doc_of  # not truncated (short documents): A starts at a sentence start
+        a_docs = {doc_of[t] for t in a if t in doc_of}
+        b_docs = {doc_of[t] for t in b if t in doc_of}
+        assert len(a_docs) == 1 and len(b_docs) == 1
+        if r["next_sentence_label"]:
+            assert b_docs != a_docs  # 50 docs: 10 tries always find another one
+        else:
+            assert b_docs == a_docs
+
+
+def test_fast_mask_rate_80_10_10_nsp_half_like_the_reference(corpus, vocab):
+    rows, summary, sp = _fast(corpus, vocab, length=128, dupe=5)
+    exact, _ = _build(corpus, vocab, length=128, dupe=5)
+    exact_masked = sum(len(x.masked_lm_positions) for x in exact) / sum(len(x.input_ids) for x in exact)
+    assert abs(summary["masked"] / summary["tokens"] - exact_masked) < 0.005
+    mask = same = other = 0
+    for r in rows:
+        for pos, label in zip(r["masked_lm_positions"], r["masked_lm_ids"]):
+            token = r["input_ids"][pos]
+            mask += token == sp.mask
+            same += token == label
+            other += token not in (sp.mask, label)
+    n = mask + same + other
+    assert abs(mask / n - 0.8) < 0.02 and abs(same / n - 0.1) < 0.02 and abs(other / n - 0.1) < 0.02
+    exact_next = sum(x.is_random_next for x in exact) / len(exact)
+    assert abs(summary["random_next"] / summary["instances"] - exact_next) < 0.04
+
+
+def test_fast_nsp_is_half_random_with_multi_sentence_chunks(vocab):
+    rng = random.Random(11)
+    words = [t for t in vocab if t.startswith("w")]
+    docs = [[[rng.choice(words) for _ in range(rng.randint(8, 16))] for _ in range(30)] for _ in range(40)]
+    # without short targets (which make single-sentence chunks, always random next) the coin decides;
+    # a document's last chunk can still be a single sentence, so both paths sit a little above 50 %
+    fast = [_fast(docs, vocab, seed=seed, length=128, dupe=3, short_seq_prob=0.0)[1] for seed in range(4)]
+    fast_rate = sum(s["random_next"] for s in fast) / sum(s["instances"] for s in fast)
+    sp = Specials.from_vocab({t: i for i, t in enumerate(vocab)})
+    exact = [x.is_random_next for seed in range(4) for x in create_training_instances(
+        _ids(docs, vocab), ["s"] * len(docs), 3, Params(128, 0.0, 0.15, 20, False, False), sp, random.Random(seed))]
+    assert sum(s["instances"] for s in fast) > 2000
+    assert 0.47 < fast_rate < 0.57 and abs(fast_rate - sum(exact) / len(exact)) < 0.03
+
+
+def test_fast_length_distribution_matches_the_reference_incl_short_sequences(corpus, vocab):
+    """Instance counts, mean length and the share of short instances (short_seq_prob) match the exact path."""
+    def stats(lengths):
+        return len(lengths), sum(lengths) / len(lengths), sum(n < 32 for n in lengths) / len(lengths)
+
+    means = {}
+    for short_seq_prob in (0.1, 0.5):
+        fast = [len(r["input_ids"]) for seed in range(4)
+                for r in _fast(corpus, vocab, seed=seed, length=128, dupe=5, static=False,
+                               short_seq_prob=short_seq_prob)[0]]
+        sp = Specials.from_vocab({t: i for i, t in enumerate(vocab)})
+        p = Params(128, short_seq_prob, 0.15, 20, False, False)
+        exact = [len(x.input_ids) for seed in range(4) for x in create_training_instances(
+            _ids(corpus, vocab), ["s"] * len(corpus), 5, p, sp, random.Random(seed))]
+        (n_f, mean_f, short_f), (n_e, mean_e, short_e) = stats(fast), stats(exact)
+        assert abs(n_f / n_e - 1) < 0.05 and abs(mean_f / mean_e - 1) < 0.05
+        assert abs(short_f - short_e) < 0.03
+        assert max(fast) <= 128
+        means[short_seq_prob] = mean_f
+    assert means[0.5] < 0.9 * means[0.1]  # the knob moves the distribution
+
+
+def test_fast_whole_word_masking_masks_every_piece_of_a_word(corpus, vocab):
+    rows, _, sp = _fast(corpus, vocab, wwm=True, dupe=3)
+    checked = 0
+    for r in rows:
+        masked = set(r["masked_lm_positions"])
+        original = _originals(r)
+        for pos in masked:
+            if original[pos] in sp.continuation and original[pos - 1] not in (sp.cls, sp.sep):
+                assert pos - 1 in masked
+                checked += 1
+            if pos + 1 < len(original) and original[pos + 1] in sp.continuation:
+                assert pos + 1 in masked
+        assert len(masked) <= 10
+    assert checked > 50
+
+
+def test_fast_deterministic_by_seed_and_batch_size_free(corpus, vocab):
+    import pyarrow as pa
+
+    from orchestrator.text.instances import TokenizedDocs, instance_batches
+
+    a, _, _ = _fast(corpus, vocab, seed=3)
+    b, _, _ = _fast(corpus, vocab, seed=3)
+    c, _, _ = _fast(corpus, vocab, seed=4)
+    assert a == b and a != c
+    sp = Specials.from_vocab({t: i for i, t in enumerate(vocab)})
+    docs = TokenizedDocs.from_sentence_ids(_ids(corpus, vocab), [f"s{i % 2}" for i in range(len(corpus))])
+    p = Params(64, 0.1, 0.15, 10, False, False)  # unmasked: the layout does not depend on batching
+    one = pa.Table.from_batches([x for x, _ in instance_batches(docs, 2, p, sp, sp.continuation_mask(),
+                                                                random.Random(3), batch_size=10_000)])
+    many = pa.Table.from_batches([x for x, _ in instance_batches(docs, 2, p, sp, sp.continuation_mask(),
+                                                                 random.Random(3), batch_size=7)])
+    assert one.equals(many)
+
+
+def test_truncate_spans_removes_what_truncate_seq_pair_removes():
+    """Same lengths as BERT's loop for every (len A, len B), and a fair front/back split."""
+    import numpy as np
+
+    from orchestrator.text.instances import Spans, truncate_spans
+
+    pairs = [(la, lb) for la in range(1, 40) for lb in range(1, 40)]
+    for la, lb in pairs:
+        a, b = list(range(la)), list(range(lb))
+        truncate_seq_pair(a, b, 30, random.Random(0))
+        z = np.zeros(1, dtype=np.int64)
+        out = truncate_spans(Spans(z + 100, z + la, z + 500, z + lb, np.zeros(1, bool), z), 30,
+                             np.random.default_rng(0))
+        assert (out.a_len[0], out.b_len[0]) == (len(a), len(b))
+        assert 100 <= out.a_start[0] <= 100 + la - len(a) and 500 <= out.b_start[0] <= 500 + lb - len(b)
+    n = 20_000
+    z = np.zeros(n, dtype=np.int64)
+    out = truncate_spans(Spans(z, z + 60, z, z + 10, np.zeros(n, bool), z), 30, np.random.default_rng(1))
+    assert (out.a_len == 20).all() and (out.b_len == 10).all()
+    assert abs(out.a_start.mean() - 20) < 0.2  # 40 coins, front or back
+
+
+def test_tokenized_docs_select_and_concat_keep_the_right_tokens():
+    import numpy as np
+
+    from orchestrator.text.instances import TokenizedDocs
+
+    docs = [[[1, 2], [3]], [], [[4, 5, 6], [], [7]], [[8]]]
+    td = TokenizedDocs.from_sentence_ids(docs, ["a", "b", "c", "d"])
+    assert td.n_docs == 4 and td.ids.tolist() == [1, 2, 3, 4, 5, 6, 7, 8]
+    picked = td.select([3, 0, 2])
+    assert picked.sources == ["d", "a", "c"] and picked.ids.tolist() == [8, 1, 2, 3, 4, 5, 6, 7]
+    assert np.diff(picked.sent_starts).tolist() == [1, 2, 1, 3, 1]
+    both = TokenizedDocs.concat([picked, td.select([1, 3])])
+    assert both.n_docs == 5 and both.sources == ["d", "a", "c", "b", "d"]
+    assert both.ids.tolist() == [8, 1, 2, 3, 4, 5, 6, 7, 8]
+    assert np.diff(both.doc_starts).tolist() == [1, 2, 2, 0, 1]

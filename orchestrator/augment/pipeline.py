@@ -188,9 +188,11 @@ def resolve_vectors(sim: SimilarityConfig, examples: list[Example], cache_dir: P
 
 def augment_task(spec: TaskSpec, data_dir: str | Path, out_dir: str | Path, model_dir: str | Path,
                  cfg: AugmentConfig, sim: SimilarityConfig, ray_cfg: AugmentRayConfig, *,
-                 max_train_sentences: int = 0, device: str = "auto") -> AugmentResult:
+                 max_train_sentences: int = 0, device: str = "auto",
+                 extra_manifest: dict | None = None) -> AugmentResult:
     """Augment one NER task's training split into ``out_dir`` (dev/test copied). Starts an
-    embedded Ray unless one is running."""
+    embedded Ray unless one is running. ``extra_manifest`` is merged into the manifest (a caller's
+    key for reuse)."""
     from orchestrator.core.runtime import ray_session
 
     started = time.time()
@@ -226,7 +228,7 @@ def augment_task(spec: TaskSpec, data_dir: str | Path, out_dir: str | Path, mode
                                "model_dir": str(model_dir), "vectors": str(vectors)},
                        inputs=[spec.split_path(data_dir, "train"), model_dir, vectors],
                        counts={**counts, "train_sentences_written": len(augmented) + (
-                           len(originals) if cfg.include_original else 0)})
+                           len(originals) if cfg.include_original else 0)}, extra=extra_manifest)
     result = AugmentResult(out_dir, counts, time.time() - started)
     log.info(result.summary())
     return result

@@ -253,9 +253,10 @@ def run_trial(trial: TrialSpec, report: Callable[[dict], None] | None = None,
     epochs: list[dict] = []
     predictions: dict[str, dict[str, list]] = {}
     per_tag: dict[str, dict[str, dict[str, float]]] = {}  # NER: epoch -> entity type -> P/R/F1/support
-    counts = {"train_examples": 0, "eval_examples": 0}
+    counts = {"train_examples": 0, "eval_examples": 0, "train_seconds": 0.0, "eval_seconds": 0.0}
     started = time.time()
     for epoch in range(1, trial.max_epochs + 1):
+        tick = time.perf_counter()
         model.train()
         losses = []
         order = rng.permutation(len(train)).tolist()
@@ -269,8 +270,10 @@ def run_trial(trial: TrialSpec, report: Callable[[dict], None] | None = None,
             optim.zero_grad(set_to_none=True)
             losses.append(loss.item())
         counts["train_examples"] += len(train)
+        counts["train_seconds"] += time.perf_counter() - tick
         row: dict[str, Any] = {"epoch": epoch, "train_loss": float(np.mean(losses))}
         if epoch in trial.eval_epochs:
+            tick = time.perf_counter()
             dev_pred = predict(model, spec, enc["dev"], trial.batch_size, pad_id, device)
             test_pred = predict(model, spec, enc["test"], trial.batch_size, pad_id, device)
             counts["eval_examples"] += len(dev) + len(test)
@@ -279,6 +282,7 @@ def run_trial(trial: TrialSpec, report: Callable[[dict], None] | None = None,
             predictions[str(epoch)] = {"test": _jsonable(test_pred)}
             if spec.family == "ner":
                 per_tag[str(epoch)] = ner_per_tag([ex.label for ex in test], test_pred)
+            counts["eval_seconds"] += time.perf_counter() - tick
         epochs.append(row)
         log.info("%s epoch %d: %s", trial.trial_id, epoch, {k: round(v, 4) for k, v in row.items()})
         if report is not None:
