@@ -145,12 +145,12 @@ def _start_tracking(cfg: PretrainConfig, tracking, run_dir: Path, out_dir: Path)
     from mlflow.exceptions import MlflowException
 
     from orchestrator.core.config import flatten
+    from orchestrator.track.experiments import ensure_experiment
 
     uri = tracking.resolve_uri(run_dir)
     mlflow.set_tracking_uri(uri)
     client = mlflow.MlflowClient(uri)
-    experiment = client.get_experiment_by_name(tracking.experiment)
-    experiment_id = experiment.experiment_id if experiment else client.create_experiment(tracking.experiment)
+    experiment_id = ensure_experiment(uri, tracking.experiment, run_dir)
     marker = out_dir / "mlflow_run.json"
     if marker.is_file():
         run_id = json.loads(marker.read_text())["run_id"]
