@@ -399,3 +399,45 @@ def test_tokenized_docs_select_and_concat_keep_the_right_tokens():
     assert both.n_docs == 5 and both.sources == ["d", "a", "c", "b", "d"]
     assert both.ids.tolist() == [8, 1, 2, 3, 4, 5, 6, 7, 8]
     assert np.diff(both.doc_starts).tolist() == [1, 2, 2, 0, 1]
+
+
+def test_unit_worker_writes_both_paths_from_a_real_tokenizer(tmp_path):
+    """UnitWorker (no Ray): the default vectorised path and exact_reference_rng write the same kind of shard,
+    and the exact one is create_training_instances on the tokenizer's ids, instance for instance."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from orchestrator.core.config import to_dict
+    from orchestrator.text.instances import UnitWorker
+    from orchestrator.text.vocabulary import VocabConfig, save_tokenizer, train_wordpiece
+
+    rng = random.Random(0)
+    words = "the kinase binds a protein in tumour cells and growth factors signal through receptors".split()
+    docs = [[" ".join(rng.choice(words) for _ in range(rng.randint(5, 15))) + "." for _ in range(rng.randint(1, 8))]
+            for _ in range(80)]
+    save_tokenizer(train_wordpiece((s for d in docs for s in d), VocabConfig(vocab_size=300)), tmp_path / "vocab")
+    shard = tmp_path / "shard.parquet"
+    pq.write_table(pa.table({"source": ["pubmed"] * len(docs), "sentences": docs}), shard)
+    members = [{"path": str(shard), "rows": list(range(0, 80, 2))}]
+    tables, summaries = {}, {}
+    for exact in (False, True):
+        out = tmp_path / f"out-{exact}"
+        out.mkdir()
+        worker = UnitWorker(str(tmp_path / "vocab"), str(out), 7, to_dict(InstanceConfig(exact_reference_rng=exact)),
+                            64)
+        summaries[exact] = worker.build_unit(3, members, 2)
+        tables[exact] = pq.read_table(out / "part-000003.parquet")
+    assert tables[True].schema == tables[False].schema
+    assert summaries[False]["documents"] == summaries[True]["documents"] == 40
+    assert abs(summaries[False]["instances"] / summaries[True]["instances"] - 1) < 0.15
+    assert tables[False].num_rows == summaries[False]["instances"]
+    from tokenizers import Tokenizer
+
+    from orchestrator.text.instances import unit_rng
+
+    tok = Tokenizer.from_file(str(tmp_path / "vocab" / "tokenizer.json"))
+    ids = [[tok.encode(s, add_special_tokens=False).ids for s in docs[r]] for r in range(0, 80, 2)]
+    p = Params(64, 0.1, 0.15, InstanceConfig().max_predictions(64), False)
+    expected = create_training_instances(ids, ["pubmed"] * 40, 2, p, Specials.from_vocab(tok.get_vocab()),
+                                         unit_rng(7, 64, 3))
+    assert tables[True].column("input_ids").to_pylist() == [list(x.input_ids) for x in expected]

@@ -254,10 +254,9 @@ def plan_augment_job(cfg: AugmentJobConfig) -> str:
     spec, data_dir = job_spec(cfg)
     examples = training_sentences(dataclasses.replace(spec, dir=""), data_dir, cfg.max_train_sentences)
     model_dir = Path(cfg.model_dir)
-    if not cfg.model_dir or not (model_dir / "config.json").is_file():
-        raise InputError(model_dir, "MLM directory not found", expected="a BertForMaskedLM / BertForPreTraining "
-                                                                        "directory (e.g. run jobs/pretrain.py "
-                                                                        "--preset pretrain_tiny first)")
+    model_note = "" if (model_dir / "config.json").is_file() else (
+        "  (not built yet: a BertForMaskedLM / BertForPreTraining directory, e.g. from "
+        "`python jobs/pretrain.py --preset pretrain_tiny`)")
     for path in ([cfg.similarity.vectors] if cfg.similarity.vectors else list(cfg.similarity.corpus)):
         if not Path(path).is_file():
             raise InputError(path, "similarity input not found", expected="a vectors file or corpus text")
@@ -268,7 +267,7 @@ def plan_augment_job(cfg: AugmentJobConfig) -> str:
         f"augment: {total} sentences, k={cfg.augment.words_per_sentence} words each, {cfg.augment.mask_mode} "
         f"masking, up to {cfg.augment.candidates} proposals, accept {cfg.augment.min_similarity} < cos <= "
         f"{cfg.augment.max_similarity}, entities {'replaced' if cfg.augment.replace_entities else 'kept'}",
-        f"MLM: {model_dir}",
+        f"MLM: {model_dir}{model_note}",
         f"similarity: {sim}",
         f"ray: {cfg.ray.actors} actors x {cfg.ray.cpus_per_actor} CPU",
         f"output: {Path(cfg.out_dir).resolve()}",
@@ -277,5 +276,9 @@ def plan_augment_job(cfg: AugmentJobConfig) -> str:
 
 def run_augment_job(cfg: AugmentJobConfig) -> AugmentResult:
     spec, data_dir = job_spec(cfg)
+    if not (Path(cfg.model_dir) / "config.json").is_file():
+        raise InputError(cfg.model_dir or "model_dir", "MLM directory not found",
+                         expected="a BertForMaskedLM / BertForPreTraining directory (e.g. run "
+                                  "`python jobs/pretrain.py --preset pretrain_tiny` first)")
     return augment_task(spec, data_dir, cfg.out_dir, cfg.model_dir, cfg.augment, cfg.similarity, cfg.ray,
                         max_train_sentences=cfg.max_train_sentences, device=cfg.device)

@@ -17,13 +17,14 @@ It exists here in two forms:
 
 Each mixing *unit* (a set of shards, see ``orchestrator.data.mixing``) is one run of the
 algorithm with an RNG seeded by (seed, max_seq_length, unit id), so output does not depend on
-the worker count; units run in Ray Data actors that write one parquet shard each as soon as
+the worker count; units run as Ray Data tasks that write one parquet shard each as soon as
 it is finished.
 """
 from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import itertools
 import json
 import os
@@ -422,9 +423,9 @@ def plan_spans(docs: TokenizedDocs, dupe_factor: int, max_seq_length: int, short
                     doc_of.append(d)
                     chunk = i + 1
                 i += 1
-    as_int = lambda xs: np.asarray(xs, dtype=np.int64)  # noqa: E731
-    return Spans(as_int(a_start), as_int(a_len), as_int(b_start), as_int(b_len), np.asarray(is_random, dtype=bool),
-                 as_int(doc_of))
+    a_start_, a_len_, b_start_, b_len_, doc_ = (np.asarray(x, dtype=np.int64)
+                                                for x in (a_start, a_len, b_start, b_len, doc_of))
+    return Spans(a_start_, a_len_, b_start_, b_len_, np.asarray(is_random, dtype=bool), doc_)
 
 
 def truncate_spans(spans: Spans, max_num_tokens: int, gen: np.random.Generator) -> Spans:
@@ -665,7 +666,7 @@ def merge_summaries(parts: Iterable[dict]) -> dict:
 # Ray Data worker
 
 class UnitWorker:
-    """A Ray Data actor: tokenizes member shards (cached), builds a unit's instances, writes its shard.
+    """Builds units in a Ray worker process: tokenizes member shards (cached), builds instances, writes shards.
 
     The vectorised path is the default; the per-instance path runs when asked for
     (``exact_reference_rng``) or when entity masking needs token strings per instance.
@@ -677,6 +678,9 @@ class UnitWorker:
 
         from orchestrator.core.config import from_dict
 
+        # One thread per worker: Ray reserved ~1 CPU for it, and the tokenizer's own thread pool
+        # would otherwise compete with the other workers (scaling comes from workers, not threads).
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
         self.tokenizer = Tokenizer.from_file(str(Path(tokenizer_dir) / "tokenizer.json"))
         vocab = self.tokenizer.get_vocab()
         self.specials = Specials.from_vocab(vocab)
@@ -773,9 +777,21 @@ class UnitWorker:
         return out
 
 
+@functools.lru_cache(maxsize=2)
+def _unit_worker(tokenizer_dir: str, out_dir: str, seed: int, cfg_json: str, max_seq_length: int) -> UnitWorker:
+    """One UnitWorker per Ray worker process and run, reused by every unit task that lands there."""
+    return UnitWorker(tokenizer_dir, out_dir, seed, json.loads(cfg_json), max_seq_length)
+
+
+def build_units(batch: dict[str, Any], tokenizer_dir: str, out_dir: str, seed: int, cfg_json: str,
+                max_seq_length: int) -> dict[str, list]:
+    """The Ray Data task body: build the batch's units with this process's cached UnitWorker."""
+    return _unit_worker(tokenizer_dir, out_dir, seed, cfg_json, max_seq_length)(batch)
+
+
 def run_units(units: Sequence[Any], tokenizer_dir: Path, out_dir: Path, cfg: InstanceConfig, max_seq_length: int,
               seed: int, workers: int, cpus_per_worker: float) -> dict:
-    """Build every unit's instances on a pool of Ray Data actors; returns the merged summary.
+    """Build every unit's instances as Ray Data tasks (at most ``workers`` at once); returns the merged summary.
 
     ``units`` are ``orchestrator.data.mixing.Unit``. Shards are written into ``out_dir`` as
     units finish; only the small per-unit summaries travel back to the driver.
@@ -789,10 +805,14 @@ def run_units(units: Sequence[Any], tokenizer_dir: Path, out_dir: Path, cfg: Ins
              "members": json.dumps([{"path": m.path, "rows": list(m.rows) if m.rows is not None else None}
                                     for m in u.members])} for u in units]
     ds = ray.data.from_items(rows, override_num_blocks=max(1, len(rows)))
-    ds = ds.map_batches(UnitWorker, batch_size=1, compute=ray.data.ActorPoolStrategy(size=max(1, workers)),
+    # Tasks, not an actor pool: tasks run in Ray's already started worker processes, where a new
+    # actor pays a process start and every import first (~10 s on a loaded 2-core machine, more
+    # than the work); the per-process worker cache keeps what an actor would (tokenizer, shards).
+    ds = ds.map_batches(build_units, batch_size=1, compute=ray.data.TaskPoolStrategy(size=max(1, workers)),
                         num_cpus=cpus_per_worker,
-                        fn_constructor_kwargs={"tokenizer_dir": str(tokenizer_dir), "out_dir": str(out_dir),
-                                               "seed": seed, "cfg": to_dict(cfg), "max_seq_length": max_seq_length})
+                        fn_kwargs={"tokenizer_dir": str(tokenizer_dir), "out_dir": str(out_dir), "seed": seed,
+                                   "cfg_json": json.dumps(to_dict(cfg), sort_keys=True),
+                                   "max_seq_length": max_seq_length})
     summaries = []
     with tqdm(total=len(rows), desc=f"instances len{max_seq_length}", unit="unit", leave=False) as bar:
         for row in ds.iter_rows():
