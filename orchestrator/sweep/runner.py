@@ -22,6 +22,7 @@ from orchestrator.finetune.readers import read_split
 from orchestrator.finetune.spec import load_task
 from orchestrator.sweep.config import SweepConfig
 from orchestrator.sweep.selection import build_results
+from orchestrator.augment.sweep import augmented_trials
 from orchestrator.sweep.space import build_trials, resolve_space, task_data_dir, trial_fingerprint
 from orchestrator.track import TrackingConfig, log_sweep
 
@@ -160,6 +161,8 @@ def run_sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, tracking
     # tokenised splits are shared by every trial of a (task, tokenizer): see finetune.loop.encode_cached
     cache_dir = str(out_dir / "cache" / "encoded")
     trials = [dataclasses.replace(t, cache_dir=cache_dir) for t in build_trials(cfg, space, models)]
+    twins = augmented_trials(cfg.augment, trials, out_dir)
+    trials += twins
     todo = [t for t in trials if _finished(trials_dir, t) is None]
     skipped = len(trials) - len(todo)
     msg = f"sweep: {len(trials)} trial(s); skipping {skipped} finished, running {len(todo)}"
@@ -172,7 +175,8 @@ def run_sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, tracking
     missing = [t.trial_id for t, r in zip(trials, records) if r is None]
     if missing:
         raise OrchestratorError(f"{len(missing)} trial(s) left no record, e.g. {missing[0]}")
-    results = build_results({s.name: s for s in specs.values()}, list(models), records)
+    model_names = list(models) + sorted({t.model_name for t in twins})
+    results = build_results({s.name: s for s in specs.values()}, model_names, records)
     atomic_write_json(out_dir / "results.json", results)
     selection = {m: {t: c["selected"] for t, c in cells.items()} for m, cells in results["cells"].items()}
     atomic_write_json(out_dir / "selection.json", selection)

@@ -813,6 +813,9 @@ def run_units(units: Sequence[Any], tokenizer_dir: Path, out_dir: Path, cfg: Ins
                         fn_kwargs={"tokenizer_dir": str(tokenizer_dir), "out_dir": str(out_dir), "seed": seed,
                                    "cfg_json": json.dumps(to_dict(cfg), sort_keys=True),
                                    "max_seq_length": max_seq_length})
+    # Ray Data's per-operator reservation gives this map ~half the CPUs on a small node (one task
+    # at a time on 2 CPUs): the pool size above is the intended limit, so lift it for this dataset.
+    ds.context.op_resource_reservation_enabled = False
     summaries = []
     with tqdm(total=len(rows), desc=f"instances len{max_seq_length}", unit="unit", leave=False) as bar:
         for row in ds.iter_rows():

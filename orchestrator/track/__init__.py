@@ -11,16 +11,21 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class TrackingConfig:
-    tracking_uri: str = field("", help="MLflow tracking URI; empty = sqlite:///<run_dir>/mlflow.db "
-                                       "(a remote server, e.g. http://head:5000, on a cluster)")
+    tracking_uri: str = field("", help="MLflow tracking URI; empty = $MLFLOW_TRACKING_URI if set, else "
+                                       "sqlite:///<run_dir>/mlflow.db (a server, e.g. http://head:5000, "
+                                       "on a cluster)")
     experiment: str = field("bioptorch", help="MLflow experiment name")
     enabled: bool = field(True, help="log to MLflow at all")
 
     def resolve_uri(self, run_dir) -> str:
         from pathlib import Path
 
+        import os
+
         if self.tracking_uri:
             return self.tracking_uri
+        if os.environ.get("MLFLOW_TRACKING_URI"):
+            return os.environ["MLFLOW_TRACKING_URI"]
         return f"sqlite:///{(Path(run_dir) / 'mlflow.db').resolve()}"
 
 
@@ -55,9 +60,11 @@ def start_tracking(tracking: TrackingConfig, run_dir) -> str | None:
         return None
     import mlflow
 
+    from orchestrator.track.experiments import ensure_experiment
+
     uri = tracking.resolve_uri(run_dir)
     mlflow.set_tracking_uri(uri)
-    mlflow.set_experiment(tracking.experiment)
+    mlflow.set_experiment(experiment_id=ensure_experiment(uri, tracking.experiment, run_dir))
     return uri
 
 
