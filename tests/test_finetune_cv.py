@@ -64,7 +64,8 @@ def test_cv_task_validation_and_trial_expansion(doccls_task):
         dataclasses.replace(load_task(str(doccls_task)), cv_folds=1)
     with pytest.raises(ConfigError, match="single-label family"):
         dataclasses.replace(load_task("bc5cdr_chemical"), cv_folds=5, files={"all": "x.tsv"})
-    cfg = SweepConfig(search_space="tiny", tasks=(str(doccls_task),), seeds=(1, 2), epochs={"doccls": (1, 2)})
+    cfg = SweepConfig(search_space="tiny", tasks=(str(doccls_task),), learning_rates=(5e-4,), seeds=(1, 2),
+                      epochs={"doccls": (1, 2)})
     trials = build_trials(cfg, resolve_space(cfg), {"m": Path("/nonexistent")})
     assert len(trials) == 2 * 5 and sorted({t.fold for t in trials}) == [0, 1, 2, 3, 4]
     assert len({trial_fingerprint(t) for t in trials}) == 10

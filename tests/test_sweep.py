@@ -94,7 +94,7 @@ def test_sweep_on_ray_tune_with_mlflow_nesting_and_restore(tiny_bert, ray_local,
     from orchestrator.sweep.runner import plan_sweep, run_sweep
     from orchestrator.track import TrackingConfig
 
-    cfg = SweepConfig(search_space="tiny", tasks=("biosses", "bc5cdr_chemical"), seeds=(1, 2),
+    cfg = SweepConfig(search_space="tiny", tasks=("biosses", "bc5cdr_chemical"), learning_rates=(5e-4,), seeds=(1, 2),
                       epochs={"biosses": (1, 2), "bc5cdr_chemical": (1, 2)})
     models = {"tiny": tiny_bert}
     assert "4 trial(s)" in plan_sweep(cfg, models)

@@ -11,21 +11,18 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class TrackingConfig:
-    tracking_uri: str = field("", help="MLflow tracking URI; empty = $MLFLOW_TRACKING_URI if set, else "
-                                       "sqlite:///<run_dir>/mlflow.db (a server, e.g. http://head:5000, "
-                                       "on a cluster)")
+    tracking_uri: str = field("", help="MLflow tracking URI; empty = sqlite:///<run_dir>/mlflow.db "
+                                       "(a server, e.g. http://head:5000, on a cluster)")
     experiment: str = field("bioptorch", help="MLflow experiment name")
     enabled: bool = field(True, help="log to MLflow at all")
 
     def resolve_uri(self, run_dir) -> str:
         from pathlib import Path
 
-        import os
-
+        # Deliberately not $MLFLOW_TRACKING_URI: mlflow.set_tracking_uri() exports it, so any
+        # earlier stage in this process would silently redirect the next run's store.
         if self.tracking_uri:
             return self.tracking_uri
-        if os.environ.get("MLFLOW_TRACKING_URI"):
-            return os.environ["MLFLOW_TRACKING_URI"]
         return f"sqlite:///{(Path(run_dir) / 'mlflow.db').resolve()}"
 
 
