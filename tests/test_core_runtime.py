@@ -52,3 +52,17 @@ def test_seed_everything_is_repeatable():
     runtime.seed_everything(123)
     assert a == (random.random(), np.random.rand(), torch.rand(1).item())
     assert runtime.choose_device("auto").type in ("cpu", "cuda")
+
+
+def test_embedded_ray_can_restart_in_one_process(monkeypatch, tmp_path):
+    """A second embedded Ray after a shutdown must not try to reach the first (dead) one."""
+    import os
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(runtime, "_CLUSTER_MARKER", tmp_path / "absent")
+    if ray.is_initialized():
+        ray.shutdown()
+    for _ in range(2):
+        runtime.init_ray(num_cpus=1)
+        assert ray.is_initialized() and "RAY_ADDRESS" not in os.environ
+        ray.shutdown()

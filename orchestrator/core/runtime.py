@@ -52,9 +52,6 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, num_gpus: 
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
                  log_to_driver=log_to_driver, runtime_env=env, _node_ip_address="127.0.0.1")
-        # Ray's own helper processes (e.g. Train's placement-group cleaner) connect with
-        # address="auto", which is ambiguous when other Ray instances run on this machine.
-        os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
         mode = "local"
     else:
         ray.init(address=target, log_to_driver=log_to_driver, runtime_env=env)
@@ -88,14 +85,14 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
     import ray
 
     started = not ray.is_initialized()
-    saved = {k: os.environ.get(k) for k in ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_ADDRESS")}
+    saved = {k: os.environ.get(k) for k in ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER",)}
     info = init_ray(address=address, num_cpus=num_cpus)
     try:
         yield info
     finally:
         if started:
             ray.shutdown()
-            # Leak neither the loopback switch nor our address into later processes or sessions.
+            # Do not leak the loopback switch into processes started later (e.g. `ray start`).
             for key, value in saved.items():
                 if value is None:
                     os.environ.pop(key, None)
