@@ -12,6 +12,13 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
 
 
+@pytest.fixture(autouse=True)
+def _no_inherited_ray_address(monkeypatch):
+    """Each test starts without RAY_ADDRESS, so an embedded Ray never tries to reach a cluster
+    that an earlier test (or the developer's shell) pointed at and that is gone."""
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     if not SHARED_DATA.is_dir():

@@ -66,3 +66,18 @@ def test_embedded_ray_can_restart_in_one_process(monkeypatch, tmp_path):
         runtime.init_ray(num_cpus=1)
         assert ray.is_initialized() and "RAY_ADDRESS" not in os.environ
         ray.shutdown()
+
+
+def test_unreachable_cluster_fails_fast_with_a_clear_error(monkeypatch):
+    import socket
+
+    import pytest
+
+    from orchestrator.core.errors import OrchestratorError
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")
+    with pytest.raises(OrchestratorError, match="not reachable.*unset RAY_ADDRESS"):
+        runtime.init_ray()

@@ -54,11 +54,28 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, num_gpus: 
                  log_to_driver=log_to_driver, runtime_env=env, _node_ip_address="127.0.0.1")
         mode = "local"
     else:
+        _check_reachable(target)
         ray.init(address=target, log_to_driver=log_to_driver, runtime_env=env)
         mode = "cluster"
     res = ray.cluster_resources()
     log.info("ray %s: %s", mode, {k: v for k, v in res.items() if k in ("CPU", "GPU", "memory")})
     return {"mode": mode, "address": target, "resources": res}
+
+
+def _check_reachable(address: str, timeout: float = 5.0) -> None:
+    """Fail fast on a host:port nobody listens on (Ray itself retries for minutes)."""
+    import socket
+
+    from orchestrator.core.errors import OrchestratorError
+
+    host, sep, port = address.rpartition(":")
+    if not sep or "://" in address or not port.isdigit():
+        return  # "auto", ray:// client addresses and dashboard URLs are resolved by Ray
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise OrchestratorError(f"Ray cluster at {address} (from RAY_ADDRESS or config) is not reachable: {exc}; "
+                                "unset RAY_ADDRESS to run on an embedded local Ray") from None
 
 
 def _force_loopback() -> None:
