@@ -32,3 +32,12 @@ def run_job(script: str, *args: str, timeout: int = 900, cwd: Path = ROOT) -> su
     env.setdefault("PYTHONUNBUFFERED", "1")
     return subprocess.run([sys.executable, str(ROOT / "jobs" / script), *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    """An embedded 2-CPU Ray on 127.0.0.1 for one test module (shut down after it if it started it)."""
+    from orchestrator.core.runtime import ray_session
+
+    with ray_session(num_cpus=2, log_to_driver=False):
+        yield

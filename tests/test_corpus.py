@@ -100,19 +100,6 @@ def test_config_rejects_bad_sources_and_roles(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def ray_local():
-    import ray
-
-    from orchestrator.core.runtime import init_ray
-
-    started = not ray.is_initialized()
-    init_ray(num_cpus=2, log_to_driver=False)
-    yield
-    if started:
-        ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def samples(tmp_path_factory) -> dict[str, Path]:
     """~110 KB of PubMed abstracts (small) and ~330 KB of WikiText (large), like the tiny preset."""
     if not PUBMED.is_file() or not WIKI.is_file():

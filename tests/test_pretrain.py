@@ -222,19 +222,6 @@ def corpus(tmp_path_factory):
             "docs": docs, "root": root}
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    import ray
-
-    from orchestrator.core.runtime import init_ray
-
-    started = not ray.is_initialized()
-    init_ray(num_cpus=2, log_to_driver=False)
-    yield
-    if started:
-        ray.shutdown()
-
-
 def _cfg(**over) -> PretrainConfig:
     from orchestrator.core.config import from_dict
 

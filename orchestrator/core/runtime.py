@@ -97,13 +97,14 @@ def _pythonpath_with(root: str) -> str:
 
 
 @contextlib.contextmanager
-def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iterator[dict]:
+def ray_session(address: str | None = None, num_cpus: int | None = None,
+                log_to_driver: bool = True) -> Iterator[dict]:
     """init_ray for the block; shuts Ray down afterwards only if this block started it."""
     import ray
 
     started = not ray.is_initialized()
     saved = {k: os.environ.get(k) for k in ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER",)}
-    info = init_ray(address=address, num_cpus=num_cpus)
+    info = init_ray(address=address, num_cpus=num_cpus, log_to_driver=log_to_driver)
     try:
         yield info
     finally:
