@@ -1,6 +1,7 @@
 """Instance creation: the Ray Data pipeline vs the single-process reference port of BERT's script.
 
-Both run on the same sentence-split documents (the PubMed sample, repeated ``--copies`` times)
+Both run on the same sentence-split documents (the PubMed sample and WikiText-2, ~3.4 MB of
+distinct text; ``--copies`` repeats it)
 with the same WordPiece vocabulary, max_seq_length, dupe factor and masking settings:
 
 - reference: ``benchmarks/reference_create_pretraining_data.py`` exactly as the original runs —
@@ -13,7 +14,7 @@ Measured: instance tokens written per second of wall time. Ray start-up is exclu
 (``warm_up_ray_data``) — while our tasks' imports and tokenizer loading are included. The
 machine may be shared: numbers are noisy. Last line: JSON.
 
-    python benchmarks/instances_vs_reference.py [--copies 3 --dupe-factor 5 --max-seq-length 128]
+    python benchmarks/instances_vs_reference.py [--copies 1 --dupe-factor 5 --max-seq-length 128]
 """
 from __future__ import annotations
 
@@ -27,7 +28,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_INPUT = ROOT.parent / "shared" / "data" / "pubmed_sample" / "PubMedAbstract_1MB.txt"
+DATA = ROOT.parent / "shared" / "data"
+DEFAULT_INPUTS = (f"text:{DATA / 'pubmed_sample' / 'PubMedAbstract_1MB.txt'}",
+                  f"wikitext:{DATA / 'general_en' / 'wikitext2_tokenized' / 'valid.txt'}",
+                  f"wikitext:{DATA / 'general_en' / 'wikitext2_tokenized' / 'test.txt'}")
 
 
 def _reference_module():
@@ -38,8 +42,10 @@ def _reference_module():
     return module
 
 
-def prepare(input_path: Path, copies: int, shard_bytes: int, vocab_size: int, work: Path):
-    """Sentence-split documents -> BERT-format text file, project shards, vocabulary."""
+def prepare(inputs: list[str], copies: int, shard_bytes: int, vocab_size: int, work: Path):
+    """Sentence-split documents -> BERT-format text file, project shards, vocabulary.
+
+    ``inputs`` are ``FORMAT:PATH`` (a source format of ``orchestrator.data.sources``)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -48,8 +54,12 @@ def prepare(input_path: Path, copies: int, shard_bytes: int, vocab_size: int, wo
     from orchestrator.text.sentences import split_sentences
     from orchestrator.text.vocabulary import VocabConfig, save_tokenizer, train_wordpiece
 
-    src = SourceConfig(name="pubmed", paths=(str(input_path),), role="small")
-    docs = [split_sentences(d.text) for d in iter_source(src)] * copies
+    docs = []
+    for spec in inputs:
+        fmt, path = spec.split(":", 1)
+        src = SourceConfig(name="corpus", paths=(path,), format=fmt, role="small")
+        docs += [split_sentences(d.text) for d in iter_source(src)]
+    docs = docs * copies
     with open(work / "bert_input.txt", "w", encoding="utf-8") as f:
         for doc in docs:
             f.write("\n".join(doc) + "\n\n")
@@ -60,8 +70,8 @@ def prepare(input_path: Path, copies: int, shard_bytes: int, vocab_size: int, wo
             return
         path = work / f"shard-{len(shards):04d}.parquet"
         sizes = [len(" ".join(d).encode()) for d in buf]
-        pq.write_table(pa.table({"source": ["pubmed"] * len(buf), "sentences": buf}), path)
-        shards.append(ShardInfo(str(path), "pubmed", "small", "en", sum(sizes), tuple(map(str, range(len(buf)))),
+        pq.write_table(pa.table({"source": ["corpus"] * len(buf), "sentences": buf}), path)
+        shards.append(ShardInfo(str(path), "corpus", "small", "en", sum(sizes), tuple(map(str, range(len(buf)))),
                                 tuple(len(d) for d in buf), tuple(sizes)))
         buf.clear()
 
@@ -130,8 +140,11 @@ def warm_up_ray_data() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--input", type=Path, default=DEFAULT_INPUT, help="one document per line")
-    p.add_argument("--copies", type=int, default=3, help="repeat the input this many times")
+    p.add_argument("--input", nargs="+", default=list(DEFAULT_INPUTS),
+                   help="FORMAT:PATH documents (text = one per line, wikitext, jsonl, parquet); default: the "
+                        "PubMed sample and WikiText-2 valid+test, ~3.4 MB of distinct real text")
+    p.add_argument("--copies", type=int, default=1, help="repeat the input this many times (repeated text makes "
+                                                          "tokenization caches look better than on a real corpus)")
     p.add_argument("--dupe-factor", type=int, default=5)
     p.add_argument("--max-seq-length", type=int, default=128)
     p.add_argument("--max-predictions", type=int, default=20)
@@ -139,8 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shard-bytes", type=int, default=250_000)
     p.add_argument("--cpus-per-worker", type=float, default=0.9)
     args = p.parse_args(argv)
-    if not args.input.is_file():
-        print(f"input not found: {args.input}", file=sys.stderr)
+    missing = [spec for spec in args.input if ":" not in spec or not Path(spec.split(":", 1)[1]).is_file()]
+    if missing:
+        print(f"input not found (expected FORMAT:PATH to a file): {missing}", file=sys.stderr)
         return 2
     import ray
     import ray.data
@@ -150,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         shards, vocab_dir, n_sentences = prepare(args.input, args.copies, args.shard_bytes, args.vocab_size, work)
-        print(f"input: {args.input.name} x{args.copies}: {n_sentences} sentences, {len(shards)} shards")
+        print(f"input: {[Path(x).name for x in args.input]} x{args.copies}: {n_sentences} sentences, "
+              f"{len(shards)} shards")
         reference = run_reference(work, vocab_dir, args)
         print(f"reference (1 process): {reference}")
         init_ray(num_cpus=2, log_to_driver=False)

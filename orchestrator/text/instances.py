@@ -38,6 +38,7 @@ import numpy as np
 
 from orchestrator.core.config import field
 from orchestrator.core.errors import ConfigError
+from orchestrator.text.encoding import SentenceEncoder
 from orchestrator.text.entity_masking import EntityMaskingConfig
 
 
@@ -392,37 +393,38 @@ def plan_spans(docs: TokenizedDocs, dupe_factor: int, max_seq_length: int, short
             target = max_num_tokens
             if draw() < short_seq_prob:
                 target = randint(2, max_num_tokens)
-            chunk = i = first
-            while i < last:
-                if i == last - 1 or starts[i + 1] - starts[chunk] >= target:
-                    n_chunk = i + 1 - chunk
-                    a_end = chunk + (randint(1, n_chunk - 1) if n_chunk >= 2 else 1)
-                    a_lo, a_hi = starts[chunk], starts[a_end]
-                    if n_chunk == 1 or draw() < 0.5:
-                        for _ in range(10):
-                            r = randint(0, n_docs - 1)
-                            if r != document_index:
-                                break
-                        rd = order[r]
-                        r_first, r_last = doc_starts[rd], doc_starts[rd + 1]
-                        s = r_first + randint(0, r_last - r_first - 1)
-                        b_lo = starts[s]
-                        # sentences s.. until B reaches target - len(A) (at least one sentence)
-                        end = min(bisect.bisect_left(starts, b_lo + target - (a_hi - a_lo), s + 1, r_last + 1), r_last)
-                        b_hi = starts[end]
-                        random_next = True
-                        i = a_end - 1  # put the unused sentences back
-                    else:
-                        b_lo, b_hi = a_hi, starts[i + 1]
-                        random_next = False
-                    a_start.append(a_lo)
-                    a_len.append(a_hi - a_lo)
-                    b_start.append(b_lo)
-                    b_len.append(b_hi - b_lo)
-                    is_random.append(random_next)
-                    doc_of.append(d)
-                    chunk = i + 1
-                i += 1
+            chunk = first
+            while chunk < last:
+                # the chunk grows one sentence at a time until it reaches the target length or
+                # the document ends: its last sentence i is found by bisection on the offsets
+                i = bisect.bisect_left(starts, starts[chunk] + target, chunk + 1, last) - 1
+                n_chunk = i + 1 - chunk
+                a_end = chunk + (randint(1, n_chunk - 1) if n_chunk >= 2 else 1)
+                a_lo, a_hi = starts[chunk], starts[a_end]
+                if n_chunk == 1 or draw() < 0.5:
+                    for _ in range(10):
+                        r = randint(0, n_docs - 1)
+                        if r != document_index:
+                            break
+                    rd = order[r]
+                    r_first, r_last = doc_starts[rd], doc_starts[rd + 1]
+                    s = r_first + randint(0, r_last - r_first - 1)
+                    b_lo = starts[s]
+                    # sentences s.. until B reaches target - len(A) (at least one sentence)
+                    end = min(bisect.bisect_left(starts, b_lo + target - (a_hi - a_lo), s + 1, r_last + 1), r_last)
+                    b_hi = starts[end]
+                    random_next = True
+                    i = a_end - 1  # put the unused sentences back
+                else:
+                    b_lo, b_hi = a_hi, starts[i + 1]
+                    random_next = False
+                a_start.append(a_lo)
+                a_len.append(a_hi - a_lo)
+                b_start.append(b_lo)
+                b_len.append(b_hi - b_lo)
+                is_random.append(random_next)
+                doc_of.append(d)
+                chunk = i + 1
     a_start_, a_len_, b_start_, b_len_, doc_ = (np.asarray(x, dtype=np.int64)
                                                 for x in (a_start, a_len, b_start, b_len, doc_of))
     return Spans(a_start_, a_len_, b_start_, b_len_, np.asarray(is_random, dtype=bool), doc_)
@@ -587,7 +589,10 @@ def write_batches(batches: Iterable[tuple[Any, dict]], path: Path) -> dict:
     try:
         for batch, summary in batches:
             if writer is None:
-                writer = pq.ParquetWriter(tmp, batch.schema)
+                # no general-purpose codec (dictionary-encoded ids are already ~3x smaller; snappy
+                # saved 8 % of the bytes for a quarter of the write time) and no column statistics
+                # (no reader filters instances by value): together ~35 % less write time
+                writer = pq.ParquetWriter(tmp, batch.schema, compression="none", write_statistics=False)
             writer.write_batch(batch)
             summaries.append(summary)
     finally:
@@ -682,6 +687,7 @@ class UnitWorker:
         # would otherwise compete with the other workers (scaling comes from workers, not threads).
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
         self.tokenizer = Tokenizer.from_file(str(Path(tokenizer_dir) / "tokenizer.json"))
+        self.encoder = SentenceEncoder(self.tokenizer)
         vocab = self.tokenizer.get_vocab()
         self.specials = Specials.from_vocab(vocab)
         self.continuation = self.specials.continuation_mask()
@@ -711,15 +717,14 @@ class UnitWorker:
 
         table = pq.read_table(path, columns=["sentences", "source"])
         sentences = table.column("sentences").combine_chunks()
-        flat = sentences.flatten().to_pylist()
-        encodings = self.tokenizer.encode_batch_fast(flat, add_special_tokens=False) if flat else []
         sources = table.column("source").to_pylist()
         if self.exact:
+            flat = sentences.flatten().to_pylist()
+            encodings = self.tokenizer.encode_batch_fast(flat, add_special_tokens=False) if flat else []
             value = self._exact_docs(sentences.to_pylist(), encodings, sources)
         else:
-            id_lists = [e.ids for e in encodings]
-            lengths = np.fromiter(map(len, id_lists), dtype=np.int64, count=len(id_lists))
-            ids = np.fromiter(itertools.chain.from_iterable(id_lists), dtype=np.int32, count=int(lengths.sum()))
+            ids, starts = self.encoder.encode_flat(sentences.flatten())
+            lengths = np.diff(starts)
             sent_doc = np.repeat(np.arange(len(sources)), np.diff(sentences.offsets.to_numpy()))
             kept = lengths > 0  # sentences without tokens are dropped, as in the exact path
             value = TokenizedDocs(ids, np.concatenate([[0], np.cumsum(lengths[kept])]),
