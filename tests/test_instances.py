@@ -441,3 +441,27 @@ def test_unit_worker_writes_both_paths_from_a_real_tokenizer(tmp_path):
     expected = create_training_instances(ids, ["pubmed"] * 40, 2, p, Specials.from_vocab(tok.get_vocab()),
                                          unit_rng(7, 64, 3))
     assert tables[True].column("input_ids").to_pylist() == [list(x.input_ids) for x in expected]
+
+
+def test_shard_tokens_reuses_a_shard_across_runs_and_rereads_a_rewritten_one(tmp_path):
+    import os
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from orchestrator.text.instances import ShardTokens
+    from orchestrator.text.vocabulary import VocabConfig, save_tokenizer, train_wordpiece
+
+    texts = ["the cell divides", "a protein binds the receptor", "the receptor is a protein"] * 20
+    save_tokenizer(train_wordpiece(texts, VocabConfig(vocab_size=60, report=False)), tmp_path / "vocab")
+    shard = tmp_path / "shard.parquet"
+    pq.write_table(pa.table({"source": ["a", "b"], "sentences": [["the cell divides", ""], ["a protein"]]}), shard)
+    tokens = ShardTokens(str(tmp_path / "vocab"))
+    first = tokens.get(str(shard))
+    assert tokens.get(str(shard)) is first  # the next length's pass pays no tokenization
+    assert first.n_docs == 2 and len(first.sent_starts) == 3  # the empty sentence is dropped
+    assert first.ids.tolist() == tokens.tokenizer.encode("the cell divides a protein", add_special_tokens=False).ids
+    pq.write_table(pa.table({"source": ["a"], "sentences": [["the receptor binds"]]}), shard)
+    os.utime(shard, ns=(1, 1))  # a different modification time even on a coarse clock
+    again = tokens.get(str(shard))
+    assert again is not first and again.n_docs == 1

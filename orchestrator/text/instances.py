@@ -670,6 +670,53 @@ def merge_summaries(parts: Iterable[dict]) -> dict:
 # ---------------------------------------------------------------------------------------------
 # Ray Data worker
 
+class ShardTokens:
+    """Shards tokenized into TokenizedDocs, LRU-cached per worker process and tokenizer.
+
+    One per process (``shard_tokens``), not per run: a build makes instances at several
+    lengths (128, then 512) from the same shards, and a worker that meets a shard again tokenizes
+    it once. Entries are keyed by path, size and modification time, so a rewritten file is read
+    again; the encoder's word cache is shared the same way.
+    """
+
+    def __init__(self, tokenizer_dir: str, cache_shards: int = 32):
+        from tokenizers import Tokenizer
+
+        self.tokenizer = Tokenizer.from_file(str(Path(tokenizer_dir) / "tokenizer.json"))
+        self.encoder = SentenceEncoder(self.tokenizer)
+        self.cache: OrderedDict[tuple, TokenizedDocs] = OrderedDict()
+        self.cache_shards = cache_shards
+
+    def get(self, path: str) -> TokenizedDocs:
+        import pyarrow.parquet as pq
+
+        stat = os.stat(path)
+        key = (path, stat.st_size, stat.st_mtime_ns)
+        if key in self.cache:
+            self.cache.move_to_end(key)
+            return self.cache[key]
+        table = pq.read_table(path, columns=["sentences", "source"])
+        sentences = table.column("sentences").combine_chunks()
+        sources = table.column("source").to_pylist()
+        ids, starts = self.encoder.encode_flat(sentences.flatten())
+        lengths = np.diff(starts)
+        sent_doc = np.repeat(np.arange(len(sources)), np.diff(sentences.offsets.to_numpy()))
+        kept = lengths > 0  # sentences without tokens are dropped, as in the exact path
+        docs = TokenizedDocs(ids, np.concatenate([[0], np.cumsum(lengths[kept])]),
+                             np.concatenate([[0], np.cumsum(np.bincount(sent_doc[kept], minlength=len(sources)))]),
+                             sources)
+        self.cache[key] = docs
+        if len(self.cache) > self.cache_shards:
+            self.cache.popitem(last=False)
+        return docs
+
+
+@functools.lru_cache(maxsize=2)
+def shard_tokens(tokenizer_dir: str) -> ShardTokens:
+    """This process's ShardTokens for a tokenizer directory."""
+    return ShardTokens(tokenizer_dir)
+
+
 class UnitWorker:
     """Builds units in a Ray worker process: tokenizes member shards (cached), builds instances, writes shards.
 
@@ -679,15 +726,13 @@ class UnitWorker:
 
     def __init__(self, tokenizer_dir: str, out_dir: str, seed: int, cfg: dict, max_seq_length: int,
                  cache_shards: int = 32):
-        from tokenizers import Tokenizer
-
         from orchestrator.core.config import from_dict
 
         # One thread per worker: Ray reserved ~1 CPU for it, and the tokenizer's own thread pool
         # would otherwise compete with the other workers (scaling comes from workers, not threads).
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
-        self.tokenizer = Tokenizer.from_file(str(Path(tokenizer_dir) / "tokenizer.json"))
-        self.encoder = SentenceEncoder(self.tokenizer)
+        self.shards = shard_tokens(tokenizer_dir)
+        self.tokenizer = self.shards.tokenizer
         vocab = self.tokenizer.get_vocab()
         self.specials = Specials.from_vocab(vocab)
         self.continuation = self.specials.continuation_mask()
@@ -704,12 +749,14 @@ class UnitWorker:
         self.exact = self.cfg.exact_reference_rng or self.masker is not None
         self.out_dir = Path(out_dir)
         self.seed = seed
-        self.cache: OrderedDict[str, Any] = OrderedDict()
+        self.cache: OrderedDict[str, Any] = OrderedDict()  # the exact path's shards (masker-dependent)
         self.cache_shards = cache_shards
 
     def tokenized_shard(self, path: str) -> Any:
         """A shard's documents, tokenized once and LRU-cached: TokenizedDocs, or (for the exact path)
         (lists of per-sentence id arrays, sources)."""
+        if not self.exact:
+            return self.shards.get(path)
         if path in self.cache:
             self.cache.move_to_end(path)
             return self.cache[path]
@@ -717,19 +764,9 @@ class UnitWorker:
 
         table = pq.read_table(path, columns=["sentences", "source"])
         sentences = table.column("sentences").combine_chunks()
-        sources = table.column("source").to_pylist()
-        if self.exact:
-            flat = sentences.flatten().to_pylist()
-            encodings = self.tokenizer.encode_batch_fast(flat, add_special_tokens=False) if flat else []
-            value = self._exact_docs(sentences.to_pylist(), encodings, sources)
-        else:
-            ids, starts = self.encoder.encode_flat(sentences.flatten())
-            lengths = np.diff(starts)
-            sent_doc = np.repeat(np.arange(len(sources)), np.diff(sentences.offsets.to_numpy()))
-            kept = lengths > 0  # sentences without tokens are dropped, as in the exact path
-            value = TokenizedDocs(ids, np.concatenate([[0], np.cumsum(lengths[kept])]),
-                                  np.concatenate([[0], np.cumsum(np.bincount(sent_doc[kept], minlength=len(sources)))]),
-                                  sources)
+        flat = sentences.flatten().to_pylist()
+        encodings = self.tokenizer.encode_batch_fast(flat, add_special_tokens=False) if flat else []
+        value = self._exact_docs(sentences.to_pylist(), encodings, table.column("source").to_pylist())
         self.cache[path] = value
         if len(self.cache) > self.cache_shards:
             self.cache.popitem(last=False)
