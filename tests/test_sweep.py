@@ -64,18 +64,6 @@ def tiny_bert(tmp_path_factory) -> Path:
     return out
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    import ray
-
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
-    yield
-    if started:
-        ray.shutdown()
-
-
 def test_run_trial_is_deterministic_per_seed(tiny_bert):
     from orchestrator.finetune.loop import TrialSpec, run_trial
     from orchestrator.finetune.spec import SAMPLE_DIR
