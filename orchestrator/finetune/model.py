@@ -7,6 +7,7 @@ checkpoints load through AutoModel (the MLM/NSP heads are simply not used).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 import torch
 from torch import nn
@@ -16,6 +17,14 @@ from orchestrator.finetune.spec import TaskSpec
 
 def num_outputs(spec: TaskSpec) -> int:
     return 1 if spec.family == "sts" else len(spec.labels)
+
+
+def prior_log_odds(targets: Sequence[Sequence[float]]) -> torch.Tensor:
+    """Log-odds of each label's frequency in 0/1 training targets (examples x labels), with half a
+    count added to both outcomes so a label never (or always) seen keeps a finite bias."""
+    t = torch.as_tensor(targets, dtype=torch.float64)
+    p = (t.sum(0) + 0.5) / (t.shape[0] + 1.0)
+    return torch.log(p / (1 - p)).float()
 
 
 class TaskModel(nn.Module):
@@ -32,6 +41,15 @@ class TaskModel(nn.Module):
         self.head = nn.Linear(hidden, num_outputs(spec))
         nn.init.normal_(self.head.weight, std=0.02)
         nn.init.zeros_(self.head.bias)
+
+    def init_bias_to_prior(self, targets: Sequence[Sequence[float]]) -> None:
+        """Multilabel: start each sigmoid output at its label's training frequency instead of 0.5.
+        With the zero bias of BERT's heads, Adam moves the bias only ~lr per step, so on a short run
+        the encoder itself is pushed to emit the label prior and every output stays below 0.5."""
+        if self.family != "multilabel":
+            raise ValueError(f"a prior bias is defined for sigmoid (multilabel) heads, not {self.family}")
+        with torch.no_grad():
+            self.head.bias.copy_(prior_log_odds(targets))
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:

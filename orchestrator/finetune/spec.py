@@ -42,6 +42,11 @@ class TaskSpec:
     negative_labels: tuple[str, ...] = field((), help="relation classes excluded from micro-F1 (false, DDI-false)")
     entity_type: str = field("", help="NER: entity type appended to bare B/I tags of BLUE's 4-column files")
     group_separator: str = field("", help="multilabel: document id = row id up to this separator")
+    head_bias_init: Literal["zero", "prior"] = field(
+        "zero", help="multilabel: 'zero' starts every sigmoid output at 0.5 (BERT / BLUE); 'prior' starts each "
+                     "output's bias at the log-odds of its label's training frequency, so the first Adam steps do "
+                     "not bend the encoder towards the label prior (the head's bias moves only ~lr per step); "
+                     "needed when training is short (few hundred sentences, a few epochs)")
     cv_folds: int = field(0, help="k >= 2: stratified k-fold cross-validation on the 'all' file (seed 000's "
                                   "DocClsJp); each fold is the test set once, dev is carved from the rest")
     include: str = field("", help="family template this task was built on (resolved at load time)")
@@ -60,6 +65,9 @@ class TaskSpec:
             raise ConfigError(f"task {self.name}: files must name train, dev and test (got {sorted(self.files)})")
         if self.family in ("re", "nli", "multilabel", "ner", "doccls") and not self.labels:
             raise ConfigError(f"task {self.name}: family {self.family} needs a closed label set (labels)")
+        if self.head_bias_init == "prior" and self.family != "multilabel":
+            raise ConfigError(f"task {self.name}: head_bias_init 'prior' is defined for the multilabel family "
+                              f"(sigmoid outputs), not {self.family}")
         unknown = [x for x in self.negative_labels if x not in self.labels]
         if unknown:
             raise ConfigError(f"task {self.name}: negative_labels {unknown} are not in labels")
