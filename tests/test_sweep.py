@@ -48,6 +48,27 @@ def test_unknown_space_and_bad_values_are_config_errors():
         SweepConfig(cpus_per_trial=0)
 
 
+def test_fingerprint_follows_the_task_definition_and_the_model_not_only_their_names(tmp_path):
+    from orchestrator.finetune.loop import TrialSpec
+    from orchestrator.sweep.space import trial_fingerprint
+
+    task = tmp_path / "hoc_small.yaml"
+    task.write_text("include: hoc.yaml\nname: HoC-small\n", encoding="utf-8")
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"hidden_size": 32}', encoding="utf-8")
+    (model / "model.safetensors").write_bytes(b"x" * 10)
+    trial = TrialSpec(trial_id="t", model_name="m", model_dir=str(model), task=str(task), data_dir=str(tmp_path),
+                      learning_rate=1e-3, seed=1, eval_epochs=(1, 2))
+    before = trial_fingerprint(trial)
+    assert trial_fingerprint(trial) == before
+    task.write_text("include: hoc.yaml\nname: HoC-small\nhead_bias_init: prior\n", encoding="utf-8")
+    edited_task = trial_fingerprint(trial)
+    assert edited_task != before  # an edited task YAML is not answered by the old trial
+    (model / "model.safetensors").write_bytes(b"x" * 11)
+    assert trial_fingerprint(trial) != edited_task  # nor is a model re-saved into the same directory
+
+
 @pytest.fixture(scope="module")
 def tiny_bert(tmp_path_factory) -> Path:
     import torch

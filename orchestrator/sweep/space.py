@@ -12,8 +12,9 @@ import json
 import re
 from pathlib import Path
 
-from orchestrator.core.config import field, from_dict, read_yaml
+from orchestrator.core.config import field, from_dict, read_yaml, to_dict
 from orchestrator.core.errors import ConfigError
+from orchestrator.core.manifest import manifest_hash
 from orchestrator.core.registry import suggest
 from orchestrator.finetune.loop import TrialSpec
 from orchestrator.finetune.spec import SAMPLE_DIR, TaskSpec, load_task
@@ -124,7 +125,27 @@ def build_trials(cfg: SweepConfig, space: SearchSpace, models: dict[str, Path]) 
 
 
 def trial_fingerprint(trial: TrialSpec) -> str:
-    """What makes a finished trial reusable: every setting except where it runs."""
+    """What makes a finished trial reusable: every setting except where it runs, plus what the
+    task name and model path stand for -- the resolved task definition (an edited task YAML) and
+    the model's identity (a model re-trained into the same directory) -- so neither is reused stale."""
     data = {k: v for k, v in dataclasses.asdict(trial).items()
             if k not in ("num_threads", "device", "cache_dir") and not (k == "fold" and v == -1)}
+    data["task_spec"] = {k: v for k, v in to_dict(load_task(trial.task)).items() if k != "dir"}
+    data["model_identity"] = model_identity(trial.model_dir)
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def model_identity(model_dir: str | Path) -> str:
+    """The model's manifest hash when it is a stage output of this project; otherwise a hash of its
+    config.json and the names and sizes of its weight files (cheap, and changes when it is re-saved)."""
+    path = Path(model_dir)
+    found = manifest_hash(path)
+    if found:
+        return found
+    digest = hashlib.sha256()
+    config = path / "config.json"
+    if config.is_file():
+        digest.update(config.read_bytes())
+    for weights in sorted(path.glob("*.safetensors")) + sorted(path.glob("*.bin")):
+        digest.update(f"{weights.name}:{weights.stat().st_size}".encode())
+    return digest.hexdigest()[:16]
