@@ -70,24 +70,33 @@ class SentenceEncoder:
         column = pc.fill_null(column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column, "")
         if self.word_tokenizer is None:
             return self._encode_with_tokenizer(column)
-        shortcut = pc.string_is_ascii(column)
+        no_added = np.ones(len(column), dtype=bool)  # added tokens are matched in the raw text: tokenizer
         for token in self.added_raw:
-            shortcut = pc.and_(shortcut, pc.invert(pc.match_substring(column, token)))
+            no_added &= ~pc.match_substring(column, token).to_numpy(zero_copy_only=False)
         for token in self.added_normalized:
-            shortcut = pc.and_(shortcut, pc.invert(pc.match_substring(column, token, ignore_case=True)))
-        fast = np.flatnonzero(shortcut.to_numpy(zero_copy_only=False))
-        ids, starts = self._encode_words(column.take(pa.array(fast)))
+            no_added &= ~pc.match_substring(column, token, ignore_case=True).to_numpy(zero_copy_only=False)
+        ascii_ = pc.string_is_ascii(column).to_numpy(zero_copy_only=False)
+        fast = np.flatnonzero(ascii_ & no_added)
+        parts = [(*self._encode_words(column.take(pa.array(fast))), fast)]
         if len(fast) == len(column):
-            return ids, starts
-        # merge with the sentences only the tokenizer can do, back in their order
-        slow = np.setdiff1d(np.arange(len(column)), fast)
-        slow_ids, slow_starts = self._encode_with_tokenizer(column.take(pa.array(slow)))
+            return parts[0][0], parts[0][1]
+        # Non-ASCII sentences that the normalizer turns into ASCII ("rôle" -> "role") take the
+        # shortcut after normalizing; the rest go through the tokenizer.
+        candidates = np.flatnonzero(~ascii_ & no_added)
+        normalized = [self.tokenizer.normalizer.normalize_str(t) for t in column.take(pa.array(candidates)).to_pylist()]
+        to_ascii = np.fromiter(map(str.isascii, normalized), dtype=bool, count=len(normalized))
+        if to_ascii.any():
+            parts.append((*self._encode_words(pa.array([t for t, ok in zip(normalized, to_ascii) if ok], pa.string())),
+                          candidates[to_ascii]))
+        slow = np.sort(np.concatenate([np.flatnonzero(~no_added), candidates[~to_ascii]]))
+        parts.append((*self._encode_with_tokenizer(column.take(pa.array(slow))), slow))
+        # merge the parts back into sentence order
         lengths = np.zeros(len(column), dtype=np.int64)
-        lengths[fast] = np.diff(starts)
-        lengths[slow] = np.diff(slow_starts)
+        for _, part_starts, rows in parts:
+            lengths[rows] = np.diff(part_starts)
         out_starts = np.concatenate([[0], np.cumsum(lengths)])
         out = np.empty(int(out_starts[-1]), dtype=np.int32)
-        for part_ids, part_starts, rows in ((ids, starts, fast), (slow_ids, slow_starts, slow)):
+        for part_ids, part_starts, rows in parts:
             n = np.diff(part_starts)
             out[np.repeat(out_starts[rows] - part_starts[:-1], n) + np.arange(int(n.sum()))] = part_ids
         return out, out_starts
