@@ -465,3 +465,8 @@ def test_shard_tokens_reuses_a_shard_across_runs_and_rereads_a_rewritten_one(tmp
     os.utime(shard, ns=(1, 1))  # a different modification time even on a coarse clock
     again = tokens.get(str(shard))
     assert again is not first and again.n_docs == 1
+    tokens.cache_bytes = again.nbytes  # room for one shard: the least recently used one goes
+    other = tmp_path / "other.parquet"
+    pq.write_table(pa.table({"source": ["a"], "sentences": [["the cell binds the protein"]]}), other)
+    tokens.get(str(other))
+    assert [key[0] for key in tokens.cache] == [str(other)]

@@ -344,6 +344,10 @@ class TokenizedDocs:
     def n_docs(self) -> int:
         return len(self.doc_starts) - 1
 
+    @property
+    def nbytes(self) -> int:
+        return self.ids.nbytes + self.sent_starts.nbytes + self.doc_starts.nbytes
+
 
 @dataclasses.dataclass(frozen=True)
 class Spans:
@@ -679,13 +683,13 @@ class ShardTokens:
     again; the encoder's word cache is shared the same way.
     """
 
-    def __init__(self, tokenizer_dir: str, cache_shards: int = 32):
+    def __init__(self, tokenizer_dir: str, cache_bytes: int = 256 << 20):
         from tokenizers import Tokenizer
 
         self.tokenizer = Tokenizer.from_file(str(Path(tokenizer_dir) / "tokenizer.json"))
         self.encoder = SentenceEncoder(self.tokenizer)
         self.cache: OrderedDict[tuple, TokenizedDocs] = OrderedDict()
-        self.cache_shards = cache_shards
+        self.cache_bytes = cache_bytes  # ~4 bytes a token: 256 MB hold ~25 seed-size (10 MB) shards
 
     def get(self, path: str) -> TokenizedDocs:
         import pyarrow.parquet as pq
@@ -706,7 +710,7 @@ class ShardTokens:
                              np.concatenate([[0], np.cumsum(np.bincount(sent_doc[kept], minlength=len(sources)))]),
                              sources)
         self.cache[key] = docs
-        if len(self.cache) > self.cache_shards:
+        while len(self.cache) > 1 and sum(d.nbytes for d in self.cache.values()) > self.cache_bytes:
             self.cache.popitem(last=False)
         return docs
 
