@@ -11,8 +11,11 @@ with the same WordPiece vocabulary, max_seq_length, dupe factor and masking sett
 
 Measured: instance tokens written per second of wall time. Ray start-up is excluded —
 ``ray.init``, Ray Data's one-off system actors and two started worker processes
-(``warm_up_ray_data``) — while our tasks' imports and tokenizer loading are included. The
-machine may be shared: numbers are noisy. Last line: JSON.
+(``warm_up_ray_data``, before each run: Ray reaps a worker process idle for ~1 s, so the
+2-worker run would otherwise wait for a new one) — while our tasks' imports and tokenizer
+loading are included. Each run reads its own copy of the shards and vocabulary, so nothing
+tokenized by an earlier run is reused. The machine may be shared: numbers are noisy. Last
+line: JSON.
 
     python benchmarks/instances_vs_reference.py [--copies 1 --dupe-factor 5 --max-seq-length 128]
 """
@@ -104,10 +107,28 @@ def run_reference(work: Path, vocab_dir: Path, args) -> dict:
             "tokens_per_s": round(tokens / wall)}
 
 
+def fresh_copy(shards, vocab_dir: Path, dst: Path):
+    """The shards and vocabulary under new paths: worker processes cache tokenized shards and words
+    by path (a real build's second length reuses them), and a second measured run must not."""
+    import dataclasses
+    import shutil
+
+    dst.mkdir()
+    shutil.copytree(vocab_dir, dst / "vocab")
+    copies = []
+    for shard in shards:
+        path = dst / Path(shard.path).name
+        shutil.copyfile(shard.path, path)
+        copies.append(dataclasses.replace(shard, path=str(path)))
+    return copies, dst / "vocab"
+
+
 def run_ours(shards, vocab_dir: Path, work: Path, workers: int, args) -> dict:
     from orchestrator.data.mixing import MIXERS, MixerConfig
     from orchestrator.text.instances import InstanceConfig, run_units
 
+    shards, vocab_dir = fresh_copy(shards, vocab_dir, work / f"input-{workers}")
+    warm_up_ray_data()  # two started worker processes, as after ray.init (idle ones are reaped after ~1 s)
     plan = MIXERS.get("conventional")(shards, MixerConfig(name="conventional", dupe_factor=args.dupe_factor),
                                       random.Random(0))
     cfg = InstanceConfig(max_seq_lengths=(args.max_seq_length,), max_predictions_per_seq=args.max_predictions)
@@ -170,7 +191,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"reference (1 process): {reference}")
         init_ray(num_cpus=2, log_to_driver=False)
         try:
-            warm_up_ray_data()
             one = run_ours(shards, vocab_dir, work, 1, args)
             print(f"ours, 1 worker:        {one}")
             two = run_ours(shards, vocab_dir, work, 2, args)
