@@ -470,3 +470,13 @@ def test_shard_tokens_reuses_a_shard_across_runs_and_rereads_a_rewritten_one(tmp
     pq.write_table(pa.table({"source": ["a"], "sentences": [["the cell binds the protein"]]}), other)
     tokens.get(str(other))
     assert [key[0] for key in tokens.cache] == [str(other)]
+
+
+def test_units_per_task_batches_small_units_but_keeps_three_tasks_per_worker():
+    from orchestrator.text.instances import units_per_task
+
+    assert units_per_task([50_000_000] * 40, workers=8) == 1  # seed-size shards: one unit a task
+    assert units_per_task([1_250_000] * 13, workers=2) == 2   # 250 KB shards x 5 passes: 7 tasks
+    assert units_per_task([1_250_000] * 13, workers=1) == 4   # ceil(4 MB / 1.25 MB), 4 tasks
+    assert units_per_task([100] * 1000, workers=4) == 83      # tiny units: bounded by 3 tasks a worker
+    assert units_per_task([100] * 2, workers=4) == 1 and units_per_task([], workers=2) == 1

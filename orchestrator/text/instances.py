@@ -27,6 +27,7 @@ import dataclasses
 import functools
 import itertools
 import json
+import math
 import os
 import random
 from array import array
@@ -835,6 +836,34 @@ def build_units(batch: dict[str, Any], tokenizer_dir: str, out_dir: str, seed: i
     return _unit_worker(tokenizer_dir, out_dir, seed, cfg_json, max_seq_length)(batch)
 
 
+def unit_work_bytes(unit: Any) -> int:
+    """Text a unit turns into instances, in shard-file bytes times its passes (a cost estimate)."""
+    total = 0
+    for member in unit.members:
+        size = os.path.getsize(member.path)
+        if member.rows is not None:
+            import pyarrow.parquet as pq
+
+            size = size * len(member.rows) // max(1, pq.ParquetFile(member.path).metadata.num_rows)
+        total += size
+    return total * unit.dupe_factor
+
+
+def units_per_task(work_bytes: Sequence[int], workers: int, min_task_bytes: int = 4_000_000) -> int:
+    """How many units one Ray Data task builds.
+
+    Each task costs ~30-60 ms of scheduling, and on a small machine the driver that schedules
+    competes with the workers for the same cores. At seed 000's 10 MB shards a unit is seconds of
+    work and one unit per task is right; small shards would make that overhead a large share, so
+    units are batched up to ~``min_task_bytes`` of work -- but never into fewer than three tasks
+    per worker, so the last tasks still balance across workers.
+    """
+    if not work_bytes:
+        return 1
+    mean = max(1, sum(work_bytes) // len(work_bytes))
+    return max(1, min(math.ceil(min_task_bytes / mean), len(work_bytes) // (3 * max(1, workers))))
+
+
 def run_units(units: Sequence[Any], tokenizer_dir: Path, out_dir: Path, cfg: InstanceConfig, max_seq_length: int,
               seed: int, workers: int, cpus_per_worker: float) -> dict:
     """Build every unit's instances as Ray Data tasks (at most ``workers`` at once); returns the merged summary.
@@ -850,12 +879,18 @@ def run_units(units: Sequence[Any], tokenizer_dir: Path, out_dir: Path, cfg: Ins
     rows = [{"unit_id": u.unit_id, "dupe_factor": u.dupe_factor,
              "members": json.dumps([{"path": m.path, "rows": list(m.rows) if m.rows is not None else None}
                                     for m in u.members])} for u in units]
-    ds = ray.data.from_items(rows, override_num_blocks=max(1, len(rows)))
+    per_task = units_per_task([unit_work_bytes(u) for u in units], workers)
+    ds = ray.data.from_items(rows, override_num_blocks=max(1, math.ceil(len(rows) / per_task)))
     # Tasks, not an actor pool: tasks run in Ray's already started worker processes, where a new
     # actor pays a process start and every import first (~10 s on a loaded 2-core machine, more
     # than the work); the per-process worker cache keeps what an actor would (tokenizer, shards).
-    ds = ds.map_batches(build_units, batch_size=1, compute=ray.data.TaskPoolStrategy(size=max(1, workers)),
-                        num_cpus=cpus_per_worker,
+    # Twice ``workers`` tasks in flight, each reserving enough CPU that only ``workers`` fit: the
+    # spare ones wait in Ray's queue and start the moment a CPU frees, instead of after a round
+    # trip to this driver's scheduling loop (~0.2 s a task when the workers fill every core).
+    workers = max(1, workers)
+    num_cpus = max(cpus_per_worker, ray.cluster_resources().get("CPU", workers) / (workers + 0.5))
+    ds = ds.map_batches(build_units, batch_size=per_task, compute=ray.data.TaskPoolStrategy(size=2 * workers),
+                        num_cpus=num_cpus,
                         fn_kwargs={"tokenizer_dir": str(tokenizer_dir), "out_dir": str(out_dir), "seed": seed,
                                    "cfg_json": json.dumps(to_dict(cfg), sort_keys=True),
                                    "max_seq_length": max_seq_length})
