@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> dict:
 
         model_dir = args.work_dir / "minilm_mlm"
         if not (model_dir / "manifest.json").is_file():
-            fit_mlm_head(get_model_path(), corpus, model_dir, steps=600, encode_batches=60)
+            fit_mlm_head(get_model_path(), corpus, model_dir)
     vectors = train_vectors(SimilarityConfig(), corpus, args.work_dir / "fasttext_cache")
     cfg = AugmentConfig(words_per_sentence=args.words, batch_size=args.batch_size)
     examples = training_sentences(spec, data_dir, args.sentences)

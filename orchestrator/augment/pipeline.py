@@ -163,13 +163,14 @@ def count(rows: list[dict], results: list[dict], sentences: int) -> dict[str, in
 
 # ------------------------------------------------------------------------------------- the stage
 def training_sentences(spec: TaskSpec, data_dir: Path, max_sentences: int = 0) -> list[Example]:
-    """The training split, or the fixed subset that the sweep's ``max_train_examples`` picks."""
-    from orchestrator.finetune.loop import _cap
+    """The training split, or the fixed subset that a sweep trial with ``max_train_examples`` =
+    ``max_sentences`` trains on (the trial's own ``fixed_subset``, so the two cannot drift apart)."""
+    from orchestrator.finetune.loop import fixed_subset
 
     if spec.family != "ner":
         raise ConfigError(f"task {spec.name} is family {spec.family}; augmentation needs token "
                           "classification (ner)")
-    return _cap(read_split(spec, data_dir, "train"), max_sentences)
+    return fixed_subset(read_split(spec, data_dir, "train"), max_sentences)
 
 
 def resolve_vectors(sim: SimilarityConfig, examples: list[Example], cache_dir: Path) -> Path:

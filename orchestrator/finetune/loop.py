@@ -71,7 +71,7 @@ class Encoded:
     word_index: list[list[int]] | None = None  # NER: token position of each word's first piece
 
 
-def _cap(examples: list[Example], n: int) -> list[Example]:
+def fixed_subset(examples: list[Example], n: int) -> list[Example]:
     """A fixed (seed-independent) subsample, so every trial of a sweep sees the same data."""
     if not n or len(examples) <= n:
         return examples
@@ -88,7 +88,7 @@ def load_splits(spec: TaskSpec, trial: TrialSpec) -> dict[str, list[Example]]:
     a cross-validated task reads its one file, holds out fold ``trial.fold`` as test and carves a
     stratified dev share from the remaining folds (seed 000's DocClsJp: 5-fold stratified CV)."""
     if not spec.cv_folds:
-        return {split: _cap(read_split(spec, trial.data_dir, split),
+        return {split: fixed_subset(read_split(spec, trial.data_dir, split),
                             trial.max_train_examples if split == "train" else trial.max_eval_examples)
                 for split in ("train", "dev", "test")}
     from sklearn.model_selection import train_test_split
@@ -103,7 +103,7 @@ def load_splits(spec: TaskSpec, trial: TrialSpec) -> dict[str, list[Example]]:
     stratify = labels if min(counts.values()) >= 2 else None  # a singleton class cannot be split
     train, dev = train_test_split(rest, test_size=CV_DEV_SHARE, random_state=CV_SPLIT_SEED, stratify=stratify)
     pick = lambda idx: [examples[i] for i in sorted(idx)]  # noqa: E731
-    return {"train": _cap(pick(train), trial.max_train_examples), "dev": pick(dev), "test": pick(test)}
+    return {"train": fixed_subset(pick(train), trial.max_train_examples), "dev": pick(dev), "test": pick(test)}
 
 
 def _encoding_key(spec: TaskSpec, trial: TrialSpec, split: str, examples: list[Example], tokenizer) -> str:
