@@ -141,7 +141,7 @@ def log_sweep(tracking: TrackingConfig, run_dir, *, name: str, config, results: 
         for model, summary in results["summary"].items():
             for key, value in summary.items():
                 if value is not None:
-                    mlflow.log_metric(f"{model}.{key}", value)
+                    mlflow.log_metric(_metric_key(f"{model}.{key}"), value)
         for path in artifacts:
             mlflow.log_artifact(str(path))
         old = {(r.data.tags.get("model"), r.data.tags.get("task")): r for r in _children(parent.info.run_id)
