@@ -56,10 +56,19 @@ def private_temp_dir() -> Path:
 
 def head_command(temp_dir: Path, gcs: int, dashboard: int, num_cpus: int = 2) -> list[str]:
     """`ray start --head` on loopback with every port chosen, so it cannot collide with other Rays."""
-    ports = {f"--{name}": str(free_port()) for name in (
-        "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "runtime-env-agent-port", "metrics-export-port",
-        "ray-client-server-port", "node-manager-port", "object-manager-port")}
+    names = ("dashboard-agent-listen-port", "dashboard-agent-grpc-port", "runtime-env-agent-port",
+             "metrics-export-port", "ray-client-server-port", "node-manager-port", "object-manager-port")
+    taken = {gcs, dashboard}
+    ports = {}
+    for name in names:  # distinct from each other and from the given ones
+        port = free_port()
+        while port in taken:
+            port = free_port()
+        taken.add(port)
+        ports[f"--{name}"] = str(port)
     low = free_port()
+    while any(low <= port <= low + 50 for port in taken):  # Ray refuses a worker range holding a chosen port
+        low = free_port()
     return [str(RAY), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={gcs}",
             "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}", f"--temp-dir={temp_dir}",
             f"--num-cpus={num_cpus}", "--disable-usage-stats", f"--min-worker-port={low}",
