@@ -472,11 +472,11 @@ def test_shard_tokens_reuses_a_shard_across_runs_and_rereads_a_rewritten_one(tmp
     assert [key[0] for key in tokens.cache] == [str(other)]
 
 
-def test_units_per_task_batches_small_units_but_keeps_three_tasks_per_worker():
+def test_units_per_task_batches_small_units_but_keeps_two_tasks_per_worker():
     from orchestrator.text.instances import units_per_task
 
     assert units_per_task([50_000_000] * 40, workers=8) == 1  # seed-size shards: one unit a task
-    assert units_per_task([1_250_000] * 13, workers=2) == 2   # 250 KB shards x 5 passes: 7 tasks
+    assert units_per_task([1_250_000] * 13, workers=2) == 3   # 250 KB shards x 5 passes: 5 tasks
     assert units_per_task([1_250_000] * 13, workers=1) == 4   # ceil(4 MB / 1.25 MB), 4 tasks
-    assert units_per_task([100] * 1000, workers=4) == 83      # tiny units: bounded by 3 tasks a worker
+    assert units_per_task([100] * 1000, workers=4) == 125     # tiny units: bounded by 2 tasks a worker
     assert units_per_task([100] * 2, workers=4) == 1 and units_per_task([], workers=2) == 1
