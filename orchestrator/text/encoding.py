@@ -97,8 +97,7 @@ class SentenceEncoder:
         out_starts = np.concatenate([[0], np.cumsum(lengths)])
         out = np.empty(int(out_starts[-1]), dtype=np.int32)
         for part_ids, part_starts, rows in parts:
-            n = np.diff(part_starts)
-            out[np.repeat(out_starts[rows] - part_starts[:-1], n) + np.arange(int(n.sum()))] = part_ids
+            out[run_indices(out_starts[rows], np.diff(part_starts))] = part_ids
         return out, out_starts
 
     def _encode_with_tokenizer(self, column: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -130,9 +129,7 @@ class SentenceEncoder:
             self._piece_starts = np.concatenate([self._piece_starts, self._piece_starts[-1] + starts[1:]])
         word = global_code[encoded.indices.to_numpy(zero_copy_only=False)]
         n_pieces = np.diff(self._piece_starts)[word]
-        out_first = np.cumsum(n_pieces) - n_pieces
-        ids = self._piece_ids[np.repeat(self._piece_starts[word] - out_first, n_pieces)
-                              + np.arange(int(n_pieces.sum()))]
+        ids = self._piece_ids[run_indices(self._piece_starts[word], n_pieces)]
         token_end = np.concatenate([[0], np.cumsum(n_pieces)])
         return ids, token_end[np.concatenate([[0], np.cumsum(words_per_sentence)])]
 
@@ -151,6 +148,14 @@ class SentenceEncoder:
         self._codes: dict[str, int] = {}                 # word -> its entry in the piece table
         self._piece_ids = np.zeros(0, dtype=np.int32)   # the pieces of every cached word, in code order
         self._piece_starts = np.zeros(1, dtype=np.int64)
+
+
+def run_indices(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """``starts[i] .. starts[i] + lengths[i] - 1`` for every i, concatenated: a ragged gather (or
+    scatter) as one numpy index."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    first_out = np.cumsum(lengths) - lengths
+    return np.repeat(np.asarray(starts, dtype=np.int64) - first_out, lengths) + np.arange(int(lengths.sum()))
 
 
 def _flatten(id_lists: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:

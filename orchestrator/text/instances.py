@@ -39,7 +39,7 @@ import numpy as np
 
 from orchestrator.core.config import field
 from orchestrator.core.errors import ConfigError
-from orchestrator.text.encoding import SentenceEncoder
+from orchestrator.text.encoding import SentenceEncoder, run_indices
 from orchestrator.text.entity_masking import EntityMaskingConfig
 
 
@@ -325,10 +325,9 @@ class TokenizedDocs:
         rows = np.asarray(rows, dtype=np.int64)
         first, last = self.doc_starts[rows], self.doc_starts[rows + 1]
         n_sent = last - first
-        sent_idx = np.repeat(first - np.concatenate([[0], np.cumsum(n_sent)[:-1]]), n_sent) + np.arange(n_sent.sum())
+        sent_idx = run_indices(first, n_sent)
         lengths = self.sent_starts[sent_idx + 1] - self.sent_starts[sent_idx]
-        tok_idx = (np.repeat(self.sent_starts[sent_idx] - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
-                   + np.arange(lengths.sum()))
+        tok_idx = run_indices(self.sent_starts[sent_idx], lengths)
         return TokenizedDocs(self.ids[tok_idx], np.concatenate([[0], np.cumsum(lengths)]),
                              np.concatenate([[0], np.cumsum(n_sent)]), [self.sources[r] for r in rows.tolist()])
 
@@ -468,8 +467,7 @@ def assemble(ids: np.ndarray, spans: Spans, max_seq_length: int, sp: Specials
                         np.ones(n, np.int64)], axis=1).ravel()
     run_src = np.stack([np.full(n, cls_at), spans.a_start, np.full(n, sep_at), spans.b_start,
                         np.full(n, sep_at)], axis=1).ravel()
-    run_out = np.cumsum(run_len) - run_len  # where each run starts in the flat output
-    flat = ids[np.repeat(run_src - run_out, run_len) + np.arange(int(run_len.sum()))]
+    flat = ids[run_indices(run_src, run_len)]
     segments = np.repeat(np.tile(np.array([0, 0, 0, 1, 1], dtype=np.int8), n), run_len)
     valid = np.arange(max_seq_length)[None, :] < lengths[:, None]
     padded = np.zeros((n, max_seq_length), dtype=np.int32)
