@@ -472,11 +472,21 @@ def test_shard_tokens_reuses_a_shard_across_runs_and_rereads_a_rewritten_one(tmp
     assert [key[0] for key in tokens.cache] == [str(other)]
 
 
-def test_units_per_task_batches_small_units_but_keeps_two_tasks_per_worker():
-    from orchestrator.text.instances import units_per_task
+def test_plan_tasks_factoring_large_tasks_first_single_units_last():
+    from orchestrator.text.instances import plan_tasks
 
-    assert units_per_task([50_000_000] * 40, workers=8) == 1  # seed-size shards: one unit a task
-    assert units_per_task([1_250_000] * 13, workers=2) == 3   # 250 KB shards x 5 passes: 5 tasks
-    assert units_per_task([1_250_000] * 13, workers=1) == 4   # ceil(4 MB / 1.25 MB), 4 tasks
-    assert units_per_task([100] * 1000, workers=4) == 125     # tiny units: bounded by 2 tasks a worker
-    assert units_per_task([100] * 2, workers=4) == 1 and units_per_task([], workers=2) == 1
+    def sizes(groups):
+        return [len(g) for g in groups]
+
+    # each round of `workers` equal tasks takes half the work left; the tail is single units
+    assert sizes(plan_tasks([700_000] * 23, workers=2)) == [6, 6, 3, 3, 1, 1, 1, 1, 1]
+    assert sizes(plan_tasks([700_000] * 23, workers=1)) == [12, 6, 3, 1, 1]
+    seed_size = plan_tasks([50_000_000] * 40, workers=8)  # 10 MB shards x 5 passes
+    assert sizes(seed_size)[:8] == [3] * 8 and sizes(seed_size)[-16:] == [1] * 16
+    assert sizes(plan_tasks([100] * 1000, workers=4)) == [1000]  # 100 KB of work in all: one task
+    assert plan_tasks([], workers=2) == [] and sizes(plan_tasks([5_000_000] * 2, workers=4)) == [1, 1]
+    for work in ([700_000] * 23, [50_000_000] * 40, [9_000_000] + [1_000_000] * 9, [3, 1_000_000, 7]):
+        groups = plan_tasks(work, workers=3)
+        assert [u for g in groups for u in g] == list(range(len(work)))  # every unit once, in order
+    # cut by work, not by count: a big unit is a task of its own
+    assert plan_tasks([9_000_000] + [1_000_000] * 9, workers=2) == [[0], [1, 2, 3, 4, 5], [6], [7], [8], [9]]

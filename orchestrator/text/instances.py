@@ -814,11 +814,13 @@ class UnitWorker:
         return summary
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, list]:
+        """A batch of tasks (``units``: JSON lists of unit specs) -> one summary row per unit."""
         out: dict[str, list] = {"unit_id": [], "summary": []}
-        for unit_id, members, dupe in zip(batch["unit_id"], batch["members"], batch["dupe_factor"]):
-            summary = self.build_unit(int(unit_id), json.loads(members), int(dupe))
-            out["unit_id"].append(int(unit_id))
-            out["summary"].append(json.dumps(summary))
+        for task in batch["units"]:
+            for unit in json.loads(task):
+                summary = self.build_unit(int(unit["unit_id"]), unit["members"], int(unit["dupe_factor"]))
+                out["unit_id"].append(int(unit["unit_id"]))
+                out["summary"].append(json.dumps(summary))
         return out
 
 
@@ -847,20 +849,31 @@ def unit_work_bytes(unit: Any) -> int:
     return total * unit.dupe_factor
 
 
-def units_per_task(work_bytes: Sequence[int], workers: int, min_task_bytes: int = 4_000_000) -> int:
-    """How many units one Ray Data task builds.
+def plan_tasks(work_bytes: Sequence[int], workers: int, min_task_bytes: int = 1_000_000) -> list[list[int]]:
+    """Units (indices into ``work_bytes``, a cost estimate each) grouped into Ray Data tasks, in order.
 
-    Each task costs ~30-60 ms of scheduling, and on a small machine the driver that schedules
-    competes with the workers for the same cores. At seed 000's 10 MB shards a unit is seconds of
-    work and one unit per task is right; small shards would make that overhead a large share, so
-    units are batched up to ~``min_task_bytes`` of work -- but never into fewer than two tasks
-    per worker, so the last tasks still balance across workers (measured on 2 CPUs: one unit per
-    task scaled 1 -> 2 workers by ~1.0, two tasks per worker by 1.3-1.6).
+    Factoring (Hummel, Schonberg & Flynn, 1992): each round of ``workers`` equal tasks takes half
+    of the work still left, so the first tasks are large (few scheduling round trips, ~10-60 ms each) and the
+    last ones are single units that even out the workers' finishing times, whatever the error of
+    the estimate (WikiText costs ~30 % more per byte than PubMed here). A task is never smaller
+    than ``min_task_bytes`` of work unless it is one unit. Equal tasks, by contrast, leave a
+    whole task of imbalance: 23 equal units in 5 tasks give one of 2 workers 13 units and the
+    other 10 (measured on 2 CPUs: scaling 1.42 there).
     """
-    if not work_bytes:
-        return 1
-    mean = max(1, sum(work_bytes) // len(work_bytes))
-    return max(1, min(math.ceil(min_task_bytes / mean), len(work_bytes) // (2 * max(1, workers))))
+    n, workers = len(work_bytes), max(1, workers)
+    groups, lo, left = [], 0, float(sum(work_bytes))
+    while lo < n:
+        target = max(left / (2 * workers), float(min_task_bytes))  # one round: a task per worker
+        for _ in range(workers):
+            if lo == n:
+                break
+            hi, acc = lo + 1, float(work_bytes[lo])
+            while hi < n and acc + work_bytes[hi] / 2 <= target:  # the next unit mostly fits
+                acc += work_bytes[hi]
+                hi += 1
+            groups.append(list(range(lo, hi)))
+            lo, left = hi, left - acc
+    return groups
 
 
 def run_units(units: Sequence[Any], tokenizer_dir: Path, out_dir: Path, cfg: InstanceConfig, max_seq_length: int,
@@ -875,29 +888,34 @@ def run_units(units: Sequence[Any], tokenizer_dir: Path, out_dir: Path, cfg: Ins
 
     from orchestrator.core.config import to_dict
 
-    rows = [{"unit_id": u.unit_id, "dupe_factor": u.dupe_factor,
-             "members": json.dumps([{"path": m.path, "rows": list(m.rows) if m.rows is not None else None}
-                                    for m in u.members])} for u in units]
-    per_task = units_per_task([unit_work_bytes(u) for u in units], workers)
-    ds = ray.data.from_items(rows, override_num_blocks=max(1, math.ceil(len(rows) / per_task)))
+    specs = [{"unit_id": u.unit_id, "dupe_factor": u.dupe_factor,
+              "members": [{"path": m.path, "rows": list(m.rows) if m.rows is not None else None} for m in u.members]}
+             for u in units]
+    rows = [{"units": json.dumps([specs[i] for i in group])}
+            for group in plan_tasks([unit_work_bytes(u) for u in units], workers)]
+    ds = ray.data.from_items(rows, override_num_blocks=max(1, len(rows)))
     # Tasks, not an actor pool: tasks run in Ray's already started worker processes, where a new
     # actor pays a process start and every import first (~10 s on a loaded 2-core machine, more
     # than the work); the per-process worker cache keeps what an actor would (tokenizer, shards).
-    # Twice ``workers`` tasks in flight, each reserving enough CPU that only ``workers`` fit: the
-    # spare ones wait in Ray's queue and start the moment a CPU frees, instead of after a round
-    # trip to this driver's scheduling loop (~0.2 s a task when the workers fill every core).
+    # Every task is submitted at once, each reserving enough CPU that only ``workers`` run: the
+    # rest wait in Ray's queue and start the moment a CPU frees, instead of after a round trip to
+    # this driver's scheduling loop, which the workers starve of CPU when they fill every core
+    # (with 2 x workers in flight the last small tasks of a 2-CPU run went to one worker while
+    # the other sat idle). plan_tasks keeps the number of tasks small.
     workers = max(1, workers)
     num_cpus = max(cpus_per_worker, ray.cluster_resources().get("CPU", workers) / (workers + 0.5))
-    ds = ds.map_batches(build_units, batch_size=per_task, compute=ray.data.TaskPoolStrategy(size=2 * workers),
+    ds = ds.map_batches(build_units, batch_size=1, compute=ray.data.TaskPoolStrategy(size=max(1, len(rows))),
                         num_cpus=num_cpus,
                         fn_kwargs={"tokenizer_dir": str(tokenizer_dir), "out_dir": str(out_dir), "seed": seed,
                                    "cfg_json": json.dumps(to_dict(cfg), sort_keys=True),
                                    "max_seq_length": max_seq_length})
     # Ray Data's per-operator reservation gives this map ~half the CPUs on a small node (one task
-    # at a time on 2 CPUs): the pool size above is the intended limit, so lift it for this dataset.
+    # at a time on 2 CPUs): the CPU request above is the intended limit, so lift it for this
+    # dataset. Its own progress bars cost the driver CPU the workers need; the bar below is ours.
     ds.context.op_resource_reservation_enabled = False
+    ds.context.enable_progress_bars = False
     summaries = []
-    with tqdm(total=len(rows), desc=f"instances len{max_seq_length}", unit="unit", leave=False) as bar:
+    with tqdm(total=len(units), desc=f"instances len{max_seq_length}", unit="unit", leave=False) as bar:
         for row in ds.iter_rows():
             summaries.append(json.loads(row["summary"]))
             bar.update(1)
