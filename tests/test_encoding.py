@@ -113,3 +113,16 @@ def test_arrow_columns_chunked_sliced_or_with_nulls_encode_like_lists(bert_token
     sliced = pa.array(["skip me"] + texts)[1:]
     assert _split(*encoder.encode_flat(sliced)) == _reference(bert_tokenizer, texts)
     assert _split(*encoder.encode_flat(pa.array(["a b", None]))) == _reference(bert_tokenizer, ["a b", ""])
+
+
+def test_word_tokenizing_falls_back_per_word_when_words_do_not_map_one_to_one(bert_tokenizer):
+    """``_tokenize_words`` encodes new words joined by spaces and splits the pieces by word id; a
+    "word" the pre-tokenizer splits again, or one without pieces, must not shift the others."""
+    encoder = SentenceEncoder(bert_tokenizer)
+    words = ["protein", "il-2", "", "cell", "a.b"]  # "il-2" and "a.b" are 3 pre-tokens each; "" none
+    ids, starts = encoder._tokenize_words(words)
+    expected = [bert_tokenizer.encode(w, add_special_tokens=False).ids for w in words]
+    assert _split(ids, starts) == expected
+    assert expected[2] == [] and len(expected[1]) >= 3
+    ids, starts = encoder._tokenize_words(["protein", "cell"])  # the one-encoding path
+    assert _split(ids, starts) == [bert_tokenizer.encode(w, add_special_tokens=False).ids for w in ("protein", "cell")]
