@@ -443,6 +443,50 @@ def test_unit_worker_writes_both_paths_from_a_real_tokenizer(tmp_path):
     assert tables[True].column("input_ids").to_pylist() == [list(x.input_ids) for x in expected]
 
 
+def test_unit_worker_exact_form_follows_its_tokens_and_groups_when_asked(tmp_path):
+    """The exact path takes the process's tokenized shard (ShardTokens), caches its list form beside
+    it, re-derives it when the file is rewritten, and applies same-type grouping when configured."""
+    import os
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from tokenizers import Tokenizer
+
+    from orchestrator.core.config import to_dict
+    from orchestrator.text.entity_masking import EntityMasker, EntityMaskingConfig
+    from orchestrator.text.instances import UnitWorker, group_sentences
+    from orchestrator.text.vocabulary import VocabConfig, save_tokenizer, train_wordpiece
+
+    docs = [["a liver tumor was seen.", "the cat sat.", "hcc showed washout."], ["", "one more sentence."]]
+    save_tokenizer(train_wordpiece((s for d in docs * 20 for s in d), VocabConfig(vocab_size=200)),
+                   tmp_path / "vocab")
+    shard = tmp_path / "shard.parquet"
+    pq.write_table(pa.table({"source": ["a", "b"], "sentences": docs}), shard)
+    tok = Tokenizer.from_file(str(tmp_path / "vocab" / "tokenizer.json"))
+    worker = UnitWorker(str(tmp_path / "vocab"), str(tmp_path), 7, to_dict(InstanceConfig(exact_reference_rng=True)),
+                        64)
+    first = worker.tokenized_shard(str(shard))
+    assert worker.tokenized_shard(str(shard)) is first
+    assert [[list(s) for s in d] for d in first[0]] == [
+        [tok.encode(s, add_special_tokens=False).ids for s in d if s] for d in docs]  # the empty one dropped
+    assert first[1] == ["a", "b"]
+    pq.write_table(pa.table({"source": ["c"], "sentences": [["the cat sat."]]}), shard)
+    os.utime(shard, ns=(1, 1))
+    again = worker.tokenized_shard(str(shard))
+    assert again is not first and again[1] == ["c"] and len(again[0]) == 1
+
+    pq.write_table(pa.table({"source": ["a", "b"], "sentences": docs}), shard)
+    masking = {"exact_reference_rng": True, "entity_masking": {"same_type_grouping": True}}
+    grouped = UnitWorker(str(tmp_path / "vocab"), str(tmp_path), 7, masking, 64)
+    masker = EntityMasker(EntityMaskingConfig(same_type_grouping=True))
+    plain = [[tok.encode(s, add_special_tokens=False).ids for s in d if s] for d in docs]
+    regrouped = grouped.tokenized_shard(str(shard))[0]
+    assert [[list(s) for s in d] for d in regrouped] == [
+        [list(s) for s in group_sentences(d, masker, grouped.id_to_token)] if len(d) > 1 else d for d in plain]
+    # the sentence with the associated entities (hcc, washout) now follows the liver tumor one
+    assert [list(s) for s in regrouped[0]] == [plain[0][0], plain[0][2], plain[0][1]]
+
+
 def test_shard_tokens_reuses_a_shard_across_runs_and_rereads_a_rewritten_one(tmp_path):
     import os
 

@@ -752,37 +752,35 @@ class UnitWorker:
         self.exact = self.cfg.exact_reference_rng or self.masker is not None
         self.out_dir = Path(out_dir)
         self.seed = seed
-        self.cache: OrderedDict[str, Any] = OrderedDict()  # the exact path's shards (masker-dependent)
+        self.cache: OrderedDict[str, tuple] = OrderedDict()  # the exact path's form of shards (masker-dependent)
         self.cache_shards = cache_shards
 
     def tokenized_shard(self, path: str) -> Any:
-        """A shard's documents, tokenized once and LRU-cached: TokenizedDocs, or (for the exact path)
-        (lists of per-sentence id arrays, sources)."""
+        """A shard's documents, tokenized once per process (``ShardTokens``): TokenizedDocs, or for the
+        exact path (lists of per-sentence id arrays, sources), grouped by entity association when
+        asked; the exact form is LRU-cached per worker beside the tokens it came from."""
+        docs = self.shards.get(path)
         if not self.exact:
-            return self.shards.get(path)
-        if path in self.cache:
+            return docs
+        cached = self.cache.get(path)
+        if cached is not None and cached[0] is docs:  # the same tokens: the file was not rewritten
             self.cache.move_to_end(path)
-            return self.cache[path]
-        import pyarrow.parquet as pq
-
-        table = pq.read_table(path, columns=["sentences", "source"])
-        sentences = table.column("sentences").combine_chunks()
-        flat = sentences.flatten().to_pylist()
-        encodings = self.tokenizer.encode_batch_fast(flat, add_special_tokens=False) if flat else []
-        value = self._exact_docs(sentences.to_pylist(), encodings, table.column("source").to_pylist())
-        self.cache[path] = value
+            return cached[1]
+        value = self._exact_docs(docs)
+        self.cache[path] = (docs, value)
+        self.cache.move_to_end(path)
         if len(self.cache) > self.cache_shards:
             self.cache.popitem(last=False)
         return value
 
-    def _exact_docs(self, documents: list[list[str]], encodings: list, sources: list[str]) -> tuple[list, list]:
+    def _exact_docs(self, docs: TokenizedDocs) -> tuple[list, list]:
         group = self.masker is not None and self.cfg.entity_masking.same_type_grouping
-        docs, k = [], 0
-        for doc in documents:
-            ids = [s for s in (array("i", e.ids) for e in encodings[k:k + len(doc)]) if len(s)]
-            docs.append(group_sentences(ids, self.masker, self.id_to_token) if group and len(ids) > 1 else ids)
-            k += len(doc)
-        return docs, sources
+        out = []
+        for d in range(docs.n_docs):
+            bounds = docs.sent_starts[docs.doc_starts[d]:docs.doc_starts[d + 1] + 1]
+            ids = [array("i", docs.ids[a:b].tobytes()) for a, b in zip(bounds[:-1], bounds[1:])]
+            out.append(group_sentences(ids, self.masker, self.id_to_token) if group and len(ids) > 1 else ids)
+        return out, list(docs.sources)
 
     def build_unit(self, unit_id: int, members: list[dict], dupe_factor: int) -> dict:
         """One unit's instances written to ``part-<unit_id>.parquet``; returns its summary."""
