@@ -254,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=5, help="timed runs per worker count (alternating); the "
                                                           "median is reported")
     args = p.parse_args(argv)
+    if min(args.repeats, args.copies, args.scaling_copies) < 1:
+        p.error("--repeats, --copies and --scaling-copies must be >= 1")
     missing = [spec for spec in args.input if ":" not in spec or not Path(spec.split(":", 1)[1]).is_file()]
     if missing:
         print(f"input not found (expected FORMAT:PATH to a file): {missing}", file=sys.stderr)
