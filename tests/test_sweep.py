@@ -41,6 +41,28 @@ def test_blue_space_is_seed_000_table_4():
     assert {t.max_epochs for t in trials if t.task == "hoc"} == {15}
 
 
+def test_space_file_task_paths_are_relative_to_the_space_and_names_must_be_unique(tmp_path):
+    from orchestrator.finetune.spec import load_task
+
+    space = resolve_space(SweepConfig(search_space="tiny"))  # the demo's HoC: tasks/hoc_prior.yaml
+    hoc = [t for t in space.tasks if t.endswith("hoc_prior.yaml")]
+    assert len(hoc) == 1 and Path(hoc[0]).is_absolute() and Path(hoc[0]).is_file()
+    spec = load_task(hoc[0])
+    assert (spec.name, spec.head_bias_init) == ("HoC", "prior") and load_task("hoc").head_bias_init == "zero"
+    trials = build_trials(SweepConfig(search_space="tiny"), space, {"m": Path("/nonexistent")})
+    assert {t.max_epochs for t in trials if t.task == hoc[0]} == {20}
+    assert any("__hoc_prior__" in t.trial_id for t in trials)
+
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "mine.yaml").write_text("include: hoc.yaml\n", encoding="utf-8")  # also named HoC
+    (tmp_path / "space.yaml").write_text("tasks: [hoc, sub/mine.yaml]\nlearning_rates: [1.0e-3]\nseeds: [1]\n"
+                                         "epochs: {hoc: [1], mine: [1]}\n", encoding="utf-8")
+    clash = resolve_space(SweepConfig(search_space=str(tmp_path / "space.yaml")))
+    assert clash.tasks[1] == str((tmp_path / "sub" / "mine.yaml").resolve())  # beside the space, not the cwd
+    with pytest.raises(ConfigError, match="both named 'HoC'"):
+        build_trials(SweepConfig(), clash, {"m": Path("/nonexistent")})
+
+
 def test_unknown_space_and_bad_values_are_config_errors():
     with pytest.raises(ConfigError, match="did you mean 'tiny'"):
         resolve_space(SweepConfig(search_space="tiyn"))

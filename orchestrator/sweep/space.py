@@ -60,6 +60,9 @@ def resolve_space(cfg: SweepConfig) -> SearchSpace:
     """The space's YAML with the sweep config's non-empty overrides applied."""
     path = space_path(cfg.search_space)
     data = read_yaml(path)
+    # a task YAML named in a space file is found relative to that file (overrides: to the cwd)
+    data["tasks"] = [str((path.parent / t).resolve()) if str(t).endswith((".yaml", ".yml"))
+                     and not Path(t).is_absolute() else t for t in data.get("tasks") or []]
     for key in ("tasks", "learning_rates", "seeds"):
         if getattr(cfg, key):
             data[key] = list(getattr(cfg, key))
@@ -104,10 +107,17 @@ def build_trials(cfg: SweepConfig, space: SearchSpace, models: dict[str, Path]) 
     import os
 
     threads = max(1, int(cfg.cpus_per_trial))
+    specs = {task: load_task(task) for task in space.tasks}
+    named: dict[str, str] = {}
+    for task, spec in specs.items():  # results, reports and MLflow key a task by its name
+        if spec.name in named:
+            raise ConfigError(f"search space: tasks {named[spec.name]!r} and {task!r} are both named "
+                              f"{spec.name!r}; give one of them a distinct `name:` in its YAML")
+        named[spec.name] = task
     trials = []
     for model_name, model_dir in models.items():
         for task in space.tasks:
-            spec = load_task(task)
+            spec = specs[task]
             grid = epoch_grid(space, task, spec)
             data_dir = task_data_dir(cfg, task, spec)
             folds = range(spec.cv_folds) if spec.cv_folds else (-1,)
