@@ -183,10 +183,7 @@ def run_ours(shards, vocab_dir: Path, work: Path, workers: int, args, name: str)
 def _spin(n: int, start: Any, done: Any) -> None:
     """Pure-Python CPU work (no I/O, no shared state) once ``start`` is set; reports on ``done``."""
     start.wait()
-    total = 0
-    for i in range(n):
-        total += i * i
-    done.put(total)
+    done.put(_spin_loop(n))
 
 
 def _spin_wall(n: int, processes: int) -> float:
@@ -219,19 +216,21 @@ def machine_scaling(seconds: float, repeats: int) -> list[float]:
     return [round(_spin_wall(n, 1) / _spin_wall(n, 2), 2) for _ in range(repeats)]
 
 
-def _spin_loop(n: int) -> None:
+def _spin_loop(n: int) -> int:
     total = 0
     for i in range(n):
         total += i * i
+    return total
 
 
-def median(values: list[float]) -> float:
-    return sorted(values)[(len(values) - 1) // 2]
+def median(values: list, key: Any = None) -> Any:
+    """The median element (the lower middle one for an even count)."""
+    return sorted(values, key=key)[(len(values) - 1) // 2]
 
 
 def median_run(runs: list[dict]) -> dict:
-    """The run with the median throughput (the lower middle one for an even count)."""
-    return sorted(runs, key=lambda r: r["tokens_per_s"])[(len(runs) - 1) // 2]
+    """The run with the median throughput."""
+    return median(runs, key=lambda r: r["tokens_per_s"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -261,7 +260,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"input not found (expected FORMAT:PATH to a file): {missing}", file=sys.stderr)
         return 2
     import ray
-    import ray.data
 
     from orchestrator.core.runtime import init_ray
 

@@ -89,7 +89,7 @@ def load_splits(spec: TaskSpec, trial: TrialSpec) -> dict[str, list[Example]]:
     stratified dev share from the remaining folds (seed 000's DocClsJp: 5-fold stratified CV)."""
     if not spec.cv_folds:
         return {split: fixed_subset(read_split(spec, trial.data_dir, split),
-                            trial.max_train_examples if split == "train" else trial.max_eval_examples)
+                                    trial.max_train_examples if split == "train" else trial.max_eval_examples)
                 for split in ("train", "dev", "test")}
     from sklearn.model_selection import train_test_split
 

@@ -19,11 +19,10 @@ from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
 from orchestrator.core.manifest import atomic_write_json, manifest_hash, write_manifest
 from orchestrator.finetune.loop import TrialSpec, model_dir_ok, run_trial
 from orchestrator.finetune.readers import read_split
-from orchestrator.finetune.spec import load_task
 from orchestrator.sweep.config import SweepConfig
 from orchestrator.sweep.selection import build_results
 from orchestrator.augment.sweep import augmented_trials
-from orchestrator.sweep.space import build_trials, resolve_space, task_data_dir, trial_fingerprint
+from orchestrator.sweep.space import build_trials, resolve_space, space_tasks, task_data_dir, trial_fingerprint
 from orchestrator.track import TrackingConfig, log_sweep
 
 log = logging.getLogger(__name__)
@@ -54,8 +53,7 @@ def plan_sweep(cfg: SweepConfig, models: dict[str, Path]) -> str:
     for name, path in models.items():
         ok = model_dir_ok(path)
         lines.append(f"model {name}: {path}" + ("" if ok else "  (not built yet: produced by an earlier stage)"))
-    for task in space.tasks:
-        spec = load_task(task)
+    for task, spec in space_tasks(space).items():
         data_dir = task_data_dir(cfg, task, spec)
         flat = dataclasses.replace(spec, dir="")
         splits = ("all",) if spec.cv_folds else ("train", "dev", "test")
@@ -157,7 +155,7 @@ def run_sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, tracking
     trials_dir = out_dir / "trials"
     trials_dir.mkdir(parents=True, exist_ok=True)
     space = resolve_space(cfg)
-    specs = {task: load_task(task) for task in space.tasks}
+    specs = space_tasks(space)
     # tokenised splits are shared by every trial of a (task, tokenizer): see finetune.loop.encode_cached
     cache_dir = str(out_dir / "cache" / "encoded")
     trials = [dataclasses.replace(t, cache_dir=cache_dir) for t in build_trials(cfg, space, models)]

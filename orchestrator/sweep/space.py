@@ -100,6 +100,19 @@ def _safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")
 
 
+def space_tasks(space: SearchSpace) -> dict[str, TaskSpec]:
+    """Each of the space's tasks (as named there) -> its loaded TaskSpec. Display names must be
+    unique: results, reports and MLflow key a task by its name."""
+    specs = {task: load_task(task) for task in space.tasks}
+    named: dict[str, str] = {}
+    for task, spec in specs.items():
+        if spec.name in named:
+            raise ConfigError(f"search space: tasks {named[spec.name]!r} and {task!r} are both named "
+                              f"{spec.name!r}; give one of them a distinct `name:` in its YAML")
+        named[spec.name] = task
+    return specs
+
+
 def build_trials(cfg: SweepConfig, space: SearchSpace, models: dict[str, Path]) -> list[TrialSpec]:
     """One TrialSpec per (model, task, learning rate, seed), and per fold for a cross-validated
     task, in a stable order."""
@@ -107,13 +120,7 @@ def build_trials(cfg: SweepConfig, space: SearchSpace, models: dict[str, Path]) 
     import os
 
     threads = max(1, int(cfg.cpus_per_trial))
-    specs = {task: load_task(task) for task in space.tasks}
-    named: dict[str, str] = {}
-    for task, spec in specs.items():  # results, reports and MLflow key a task by its name
-        if spec.name in named:
-            raise ConfigError(f"search space: tasks {named[spec.name]!r} and {task!r} are both named "
-                              f"{spec.name!r}; give one of them a distinct `name:` in its YAML")
-        named[spec.name] = task
+    specs = space_tasks(space)
     trials = []
     for model_name, model_dir in models.items():
         for task in space.tasks:
