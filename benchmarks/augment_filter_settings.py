@@ -47,7 +47,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                    "rejected_by_filter": sum(1 for res in results for r in res["rejected"]
                                              if r["similarity"] != 1.0),  # 1.0: the original word itself
                    "function_word_replacements": len(replaced) - len(content),
-                   "examples": [f"{r['original']} -> {r['replacement']} ({r['similarity']:+.2f})" for r in content[:12]]}
+                   "examples": [f"{r['original']} -> {r['replacement']} ({r['similarity']:+.2f})"
+                                for r in content[:12]]}
             print(json.dumps(row), flush=True)
             out.append(row)
     return out

@@ -20,8 +20,9 @@ from pathlib import Path
 from orchestrator.augment.config import AugmentConfig, AugmentRayConfig, SimilarityConfig
 from orchestrator.augment.pipeline import augment_task, from_format
 from orchestrator.core.runtime import available_cpus, ray_session
-from orchestrator.finetune.loop import TrialSpec, run_trial
+from orchestrator.finetune.loop import run_trial
 from orchestrator.finetune.spec import load_task
+from orchestrator.finetune.trial import TrialSpec
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 TASKS = {"bc5cdr_chemical": "BC5CDR-chem-IOB", "bc5cdr_disease": "BC5CDR-disease-IOB"}

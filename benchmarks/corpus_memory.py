@@ -31,16 +31,18 @@ CHILD = """
 import sys
 from pathlib import Path
 from orchestrator.core.config import from_dict
-from orchestrator.data.build import CorpusConfig, build_corpus
+from orchestrator.chain import CorpusBuildConfig, build_corpus
 work = Path(sys.argv[1])
-cfg = from_dict(CorpusConfig, {
-    "sources": [{"name": "pubmed", "paths": [str(work / "small.txt")], "role": "small"},
-                {"name": "wiki", "paths": [str(work / "large.txt")], "format": "wikitext", "role": "large"}],
-    "mixer": {"name": "simpt", "shard_bytes": 50000, "dupe_factor": 1},
+cfg = from_dict(CorpusBuildConfig, {
+    "out_dir": str(work / "out"),
+    "corpus": {"sources": [{"name": "pubmed", "paths": [str(work / "small.txt")], "role": "small"},
+                           {"name": "wiki", "paths": [str(work / "large.txt")], "format": "wikitext",
+                            "role": "large"}],
+               "mixer": {"name": "simpt", "shard_bytes": 50000, "dupe_factor": 1}},
     "vocab": {"vocab_size": 4000},
-    "instances": {"max_seq_lengths": [128]},
-    "ray": {"num_cpus": 2, "workers": 2, "cpus_per_worker": 0.5}})
-result = build_corpus(cfg, work / "out")
+    "instances": {"max_seq_lengths": [128], "workers": 2, "cpus_per_worker": 0.5},
+    "ray": {"num_cpus": 2}})
+result = build_corpus(cfg)
 print("INSTANCES", result.counts["instances"][128]["instances"], result.counts["instances"][128]["tokens"])
 """
 

@@ -6,7 +6,7 @@ WordPiece vocabulary, max_seq_length, dupe factor and masking settings:
 
 - reference: ``benchmarks/reference_create_pretraining_data.py`` exactly as the original runs --
   pure-Python FullTokenizer, one process, one RNG, then ids written to parquet;
-- ours: ``orchestrator.text.instances.run_units`` over conventional shards (Rust tokenizer, Ray
+- ours: ``orchestrator.instances.build.run_units`` over conventional shards (Rust tokenizer, Ray
   Data tasks, parquet shards written as units finish).
 
 Measured: instance tokens written per second of wall time.
@@ -71,9 +71,9 @@ def hoc_documents(path: str) -> list[list[str]]:
 
 def read_documents(inputs: list[str]) -> list[list[str]]:
     """Sentence-split documents from ``FORMAT:PATH`` inputs: a source format of
-    ``orchestrator.data.sources``, or ``hoc`` (BLUE's HoC files, already split into sentences)."""
-    from orchestrator.data.sources import SourceConfig, iter_source
-    from orchestrator.text.sentences import split_sentences
+    ``orchestrator.corpus.sources``, or ``hoc`` (BLUE's HoC files, already split into sentences)."""
+    from orchestrator.corpus.sentences import split_sentences
+    from orchestrator.corpus.sources import SourceConfig, iter_source
 
     docs = []
     for spec in inputs:
@@ -91,7 +91,7 @@ def write_shards(docs: list[list[str]], shard_bytes: int, dst: Path) -> list:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from orchestrator.data.mixing import ShardInfo
+    from orchestrator.core.artifacts import ShardInfo
 
     dst.mkdir(parents=True, exist_ok=True)
     shards, buf = [], []
@@ -119,7 +119,7 @@ def write_shards(docs: list[list[str]], shard_bytes: int, dst: Path) -> list:
 
 def prepare(inputs: list[str], copies: int, shard_bytes: int, vocab_size: int, work: Path):
     """Documents -> BERT-format text file (the reference's input), project shards, vocabulary."""
-    from orchestrator.text.vocabulary import VocabConfig, save_tokenizer, train_wordpiece
+    from orchestrator.vocab.wordpiece import VocabConfig, save_tokenizer, train_wordpiece
 
     docs = read_documents(inputs) * copies
     with open(work / "bert_input.txt", "w", encoding="utf-8") as f:
@@ -164,8 +164,9 @@ def fresh_copy(shards, vocab_dir: Path, dst: Path):
 
 
 def run_ours(shards, vocab_dir: Path, work: Path, workers: int, args, name: str) -> dict:
-    from orchestrator.data.mixing import MIXERS, MixerConfig
-    from orchestrator.text.instances import InstanceConfig, run_units
+    from orchestrator.corpus.mixing import MIXERS, MixerConfig
+    from orchestrator.instances.config import InstanceConfig
+    from orchestrator.instances.workers import run_units
 
     shards, vocab_dir = fresh_copy(shards, vocab_dir, work / f"input-{name}")
     plan = MIXERS.get("conventional")(shards, MixerConfig(name="conventional", dupe_factor=args.dupe_factor),

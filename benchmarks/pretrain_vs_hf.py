@@ -101,8 +101,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--vocab-size", type=int, default=8000)
     args = p.parse_args(argv)
 
+    from orchestrator.core.artifacts import read_instance_info
     from orchestrator.core.runtime import ray_session
-    from orchestrator.pretrain.data import read_instance_info
 
     with tempfile.TemporaryDirectory(prefix="pretrain_vs_hf-") as tmp:
         tmp = Path(tmp)

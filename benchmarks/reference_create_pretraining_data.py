@@ -1,6 +1,6 @@
 """Reference: a faithful single-process port of google-research/bert ``create_pretraining_data.py``.
 
-Kept as the yardstick for ``orchestrator.text.instances``: the same algorithm, in the
+Kept as the yardstick for ``orchestrator.instances.build``: the same algorithm, in the
 original's shape — pure-Python ``FullTokenizer`` (BasicTokenizer + greedy WordPiece) over a
 ``vocab.txt``, string tokens, one ``random.Random`` for the whole run, input files with one
 sentence per line and a blank line between documents. TensorFlow is replaced by a parquet
@@ -16,7 +16,6 @@ import argparse
 import collections
 import random
 import unicodedata
-
 
 # ---------------------------------------------------------------------------------------------
 # tokenization.py

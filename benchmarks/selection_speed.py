@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from orchestrator.data.selection import SelectionConfig, score_sources
+from orchestrator.selection.scoring import SelectionConfig, score_sources
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 TARGETS = [DATA / "ner" / "BC5CDR-chem-IOB" / "devel.tsv", DATA / "hoc" / "dev.tsv", DATA / "chemprot" / "dev.tsv"]

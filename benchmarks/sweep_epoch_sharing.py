@@ -85,8 +85,9 @@ def _tiny_bert(out: Path) -> Path:
 
 
 def measure(seeds: list[int], grid: list[int], lr: float, chemprot_sizes: tuple[int, int] = (800, 300)) -> dict:
-    from orchestrator.finetune.loop import TrialSpec, run_trial
+    from orchestrator.finetune.loop import run_trial
     from orchestrator.finetune.spec import load_task
+    from orchestrator.finetune.trial import TrialSpec
     from orchestrator.sweep.selection import select_cell
 
     tmp = Path(tempfile.mkdtemp(prefix="epoch-sharing-"))
@@ -135,7 +136,8 @@ def measure(seeds: list[int], grid: list[int], lr: float, chemprot_sizes: tuple[
             "wall_ratio": wall["shared"] / wall["naive"], "counted_ratio_small": counted["ratio"],
             "same_selection": same, "small_sizes": sizes,
             "overhead_s": {k: round(v, 2) for k, v in overhead.items()},
-            "measured_eval_weight": round(eval_weight, 4), "counted_ratio_small_at_measured_weight": at_measured["ratio"]}
+            "measured_eval_weight": round(eval_weight, 4),
+            "counted_ratio_small_at_measured_weight": at_measured["ratio"]}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,7 +18,7 @@ SPEC = JobSpec(
     config_cls=AugmentJobConfig,
     run=run_augment_job,
     dry_run=plan_augment_job,
-    default_preset="augment_tiny",
+    default_preset="tiny",
 )
 
 

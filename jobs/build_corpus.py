@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import sys
 
+from orchestrator.chain import CorpusBuildConfig, build_corpus, plan_build_corpus
 from orchestrator.core.cli import JobSpec, run_job
-from orchestrator.data.build import CorpusJobConfig, plan_corpus_job, run_corpus_job
 
 SPEC = JobSpec(
     name="build_corpus",
     description=__doc__.split("\n\n")[0],
-    config_cls=CorpusJobConfig,
-    run=run_corpus_job,
-    dry_run=plan_corpus_job,
-    default_preset="corpus_tiny",
+    config_cls=CorpusBuildConfig,
+    run=build_corpus,
+    dry_run=plan_build_corpus,
+    default_preset="tiny",
 )
 
 

@@ -1,7 +1,7 @@
 """Pretrain (or continue pretraining) a BERT on Ray Train from the corpus stage's instances.
 
     python jobs/pretrain.py instances_dir=runs/x/data/instances tokenizer_dir=runs/x/data/vocab
-    python jobs/pretrain.py --preset pretrain_seed000 pretrain.num_workers=16 pretrain.use_gpu=true ...
+    python jobs/pretrain.py --preset seed000 pretrain.num_workers=16 pretrain.use_gpu=true ...
     python jobs/pretrain.py --dry-run ...    # checks inputs and prints the batch plan, trains nothing
 
 Re-running the same command resumes from the latest checkpoint in out_dir/checkpoints.
@@ -19,7 +19,7 @@ SPEC = JobSpec(
     config_cls=PretrainJobConfig,
     run=run,
     dry_run=plan,
-    default_preset="pretrain_tiny",
+    default_preset="tiny",
 )
 
 

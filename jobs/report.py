@@ -40,7 +40,7 @@ class ReportConfig:
             raise ConfigError("out_dir is required when run_dir is not given")
 
     def resolved_uri(self) -> str:
-        from dashboards.mlflow_results import default_tracking_uri
+        from orchestrator.report.mlflow_results import default_tracking_uri
 
         return self.tracking_uri or default_tracking_uri(self.run_dir)
 
@@ -62,7 +62,7 @@ def run(cfg: ReportConfig) -> dict[str, Path]:
             raise InputError(path, f"invalid JSON: {exc.msg}", line=exc.lineno) from None
         paths = write_report(results, cfg.resolved_out(), title=cfg.title or "BLUE results", source=path)
     else:
-        from dashboards.mlflow_results import regenerate_report
+        from orchestrator.report.mlflow_results import regenerate_report
 
         paths = regenerate_report(cfg.resolved_out(), cfg.resolved_uri(), cfg.experiment, cfg.run_id or None,
                                   title=cfg.title or None)
@@ -81,7 +81,8 @@ def plan(cfg: ReportConfig) -> str:
         uri = cfg.resolved_uri()
         if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
             raise InputError(uri[len("sqlite:///"):], "MLflow store not found", expected="the run's mlflow.db")
-        source = f"MLflow {uri}, experiment {cfg.experiment!r}, run {cfg.run_id or 'newest tagged orchestrator.kind=sweep'}"
+        run = cfg.run_id or "newest tagged orchestrator.kind=sweep"
+        source = f"MLflow {uri}, experiment {cfg.experiment!r}, run {run}"
     return f"report: read {source}\n        write {cfg.resolved_out()}/ (blue_table.md, .html, .png, curves.png)"
 
 

@@ -16,7 +16,7 @@ import json
 import sys
 
 from orchestrator.core.cli import JobSpec, run_job
-from orchestrator.data.selection import SelectionConfig, plan_selection, score_sources
+from orchestrator.selection.scoring import SelectionConfig, plan_selection, score_sources
 
 
 def shorthand_overrides(argv: list[str]) -> list[str]:

@@ -1,32 +1,42 @@
-"""The whole method as one run: corpus -> vocab -> instances -> pretrain -> BLUE sweep -> report.
+"""The one place that wires stages: corpus -> vocab -> instances -> pretrain -> augment -> sweep -> report.
 
-This is what `python jobs/blue_sweep.py` runs. Each stage is the real stage module (the same code
-the per-stage jobs call); the chain only wires artifacts together, skips stages whose output is
-already complete for the same config (so a re-run resumes), and says where things are.
+This is what `python jobs/blue_sweep.py` runs (and `jobs/build_corpus.py`, its first three
+stages). Every stage is its own module reading the previous stage's output from disk; the chain
+gives each stage its config and its inputs, and the key of both (``orchestrator.core.reuse``):
+a stage whose output records the same key is reused, so a re-run resumes where it stopped and a
+changed setting re-runs exactly the stages downstream of it.
+
+Importing this module is cheap (configs only): the stage implementations, with torch and Ray
+behind them, are imported when a stage runs.
 """
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 from pathlib import Path
-from typing import Literal
 
+from orchestrator.augment.config import AugmentStageConfig
+from orchestrator.core.artifacts import SMALL_ROLES
 from orchestrator.core.config import field, to_dict
 from orchestrator.core.errors import ConfigError
-from orchestrator.core.manifest import atomic_write_json, is_complete
+from orchestrator.core.manifest import atomic_write_json, hash_inputs, read_manifest
+from orchestrator.core.reuse import content_key, output_key, reusable, run_stage, stamp
 from orchestrator.core.runtime import ray_session, seed_everything
-from orchestrator.data.build import CorpusConfig
-from orchestrator.data.sources import SourceConfig
+from orchestrator.corpus.sources import SourceConfig
+from orchestrator.corpus.stage import CorpusConfig, input_stats, source_sizes
+from orchestrator.instances.config import InstanceConfig
 from orchestrator.pretrain.config import PretrainConfig
 from orchestrator.sweep.config import SweepConfig
 from orchestrator.track import TrackingConfig
+from orchestrator.vocab.wordpiece import VocabConfig
 
 log = logging.getLogger("chain")
 
-Stage = Literal["corpus", "pretrain", "sweep", "report"]
-ALL_STAGES: tuple[str, ...] = ("corpus", "pretrain", "sweep", "report")
+ALL_STAGES: tuple[str, ...] = ("corpus", "vocab", "instances", "pretrain", "augment", "sweep", "report")
+#: Each stage and the stage whose output it reads (the augment stage reads the models, as the sweep does).
+UPSTREAM = {"vocab": "corpus", "instances": "vocab", "pretrain": "instances"}
+AUGMENTED_SUFFIX = "+filtered-bert"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,30 +60,39 @@ class ChainConfig:
     run_name: str = field("default", help="run directory name under runs_root")
     runs_root: str = field("runs", help="where run directories are created")
     model_name: str = field("ours", help="display name of the model pretrained by this run")
-    stages: tuple[str, ...] = field(ALL_STAGES, help="stages to run, in order (corpus, pretrain, sweep, report)")
+    stages: tuple[str, ...] = field(ALL_STAGES, help=f"stages to run, in order ({', '.join(ALL_STAGES)}); "
+                                                     "augment runs only when augment.enabled")
     compare_models: dict[str, str] = field(default_factory=dict,
                                            help="extra Hugging Face BERT directories to fine-tune alongside "
                                                 "(name: path), e.g. a published biomedical BERT on disk")
     seed: int = field(42, help="global seed")
     ray: RayConfig = field(default_factory=RayConfig, help="Ray runtime")
     tracking: TrackingConfig = field(default_factory=TrackingConfig, help="MLflow tracking")
-    corpus: CorpusConfig = field(default_factory=sample_corpus,
-                                 help="corpus stage: sources, mixing, vocabulary, instances")
+    corpus: CorpusConfig = field(default_factory=sample_corpus, help="corpus stage: sources and mixing")
+    vocab: VocabConfig = field(default_factory=VocabConfig, help="vocabulary stage: WordPiece / AmpV")
+    instances: InstanceConfig = field(default_factory=InstanceConfig, help="instances stage: NSP + MLM")
     pretrain: PretrainConfig = field(default_factory=PretrainConfig, help="pretraining stage")
+    augment: AugmentStageConfig = field(default_factory=AugmentStageConfig,
+                                        help="filtered-BERT augmentation of the sweep's NER tasks (seed 001)")
     sweep: SweepConfig = field(default_factory=SweepConfig, help="BLUE fine-tuning sweep")
 
     def __post_init__(self):
         bad = [s for s in self.stages if s not in ALL_STAGES]
         if bad:
             raise ConfigError(f"stages: unknown stage(s) {bad}; valid: {list(ALL_STAGES)}")
-        if "pretrain" in self.stages and "corpus" not in self.stages:
-            raise ConfigError("stages: pretrain needs the corpus stage (its vocabulary and instances)")
+        for stage, upstream in UPSTREAM.items():
+            if stage in self.stages and upstream not in self.stages:
+                raise ConfigError(f"stages: {stage} needs the {upstream} stage (its output is {stage}'s input)")
         if "sweep" in self.stages and "pretrain" not in self.stages and not self.compare_models:
             raise ConfigError("stages: a sweep without pretraining needs compare_models (name: HF directory)")
 
     @property
     def run_dir(self) -> Path:
         return Path(self.runs_root).resolve() / self.run_name
+
+    @property
+    def active_stages(self) -> tuple[str, ...]:
+        return tuple(s for s in self.stages if s != "augment" or self.augment.enabled)
 
 
 @dataclasses.dataclass
@@ -100,28 +119,134 @@ class ChainResult:
         return "\n".join(lines)
 
 
-def fingerprint(*parts) -> str:
-    text = json.dumps([to_dict(p) for p in parts], sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+# ---------------------------------------------------------------------------------------------
+# The first three stages (also jobs/build_corpus.py)
+
+@dataclasses.dataclass
+class CorpusResult:
+    corpus_dir: Path
+    vocab_dir: Path
+    instances: dict[int, Path]
+    counts: dict
+
+    def summary(self) -> str:
+        lines = [f"corpus:    {self.corpus_dir}", f"vocab:     {self.vocab_dir}"]
+        for length, path in sorted(self.instances.items()):
+            c = self.counts["instances"][length]
+            lines.append(f"instances: {path}  ({c['instances']} instances, {c['tokens']} tokens)")
+        return "\n".join(lines)
 
 
-class _StageCache:
-    """Remembers which stage outputs are complete for which config, so a re-run skips them."""
+def corpus_stages(corpus: CorpusConfig, vocab: VocabConfig, instances: InstanceConfig, run_dir: Path,
+                  stages: tuple[str, ...] = ("corpus", "vocab", "instances")) -> CorpusResult:
+    """corpus -> vocab -> instances/len<L> under ``run_dir`` (Ray must be running), each reused by key."""
+    from orchestrator.corpus.stage import build_corpus  # heavy: Ray Data, pyarrow, tokenizers behind these
+    from orchestrator.instances.stage import build_instances
+    from orchestrator.vocab.stage import build_vocab
 
-    def __init__(self, run_dir: Path):
-        self.path = run_dir / "chain_state.json"
-        self.state = json.loads(self.path.read_text()) if self.path.is_file() else {}
+    run_dir = Path(run_dir)
+    corpus_key = content_key("corpus", corpus, input_stats(corpus))
+    corpus_dir = run_stage("corpus", run_dir / "corpus", corpus_key, lambda tmp: build_corpus(corpus, tmp))
+    vocab_dir = run_dir / "vocab"
+    inst_dirs: dict[int, Path] = {}
+    if "vocab" in stages:
+        vocab_key = content_key("vocab", vocab, hash_inputs(vocab.target_paths), output_key(corpus_dir))
+        run_stage("vocab", vocab_dir, vocab_key, lambda tmp: build_vocab(vocab, corpus_dir, tmp))
+    if "instances" in stages:
+        for length in instances.max_seq_lengths:
+            key = content_key("instances", instances.output_fields(), length, output_key(corpus_dir),
+                              output_key(vocab_dir))
+            inst_dirs[length] = run_stage(
+                f"instances len{length}", run_dir / "instances" / f"len{length}", key,
+                lambda tmp, n=length: build_instances(instances, corpus_dir, vocab_dir, tmp, n))
+    counts = {"corpus": read_manifest(corpus_dir)["counts"],
+              "vocab": read_manifest(vocab_dir)["counts"] if "vocab" in stages else {},
+              "instances": {n: read_manifest(p)["counts"] for n, p in inst_dirs.items()}}
+    return CorpusResult(corpus_dir, vocab_dir, inst_dirs, counts)
 
-    def done(self, stage: str, key: str, out: Path) -> bool:
-        return self.state.get(stage) == key and is_complete(out)
 
-    def mark(self, stage: str, key: str) -> None:
-        self.state[stage] = key
-        atomic_write_json(self.path, self.state)
+def plan_corpus_stages(corpus: CorpusConfig, vocab: VocabConfig, instances: InstanceConfig,
+                       stages: tuple[str, ...] = ("corpus", "vocab", "instances")) -> str:
+    """Dry run of the first three stages: every source parses; what each stage would build."""
+    from orchestrator.corpus.stage import plan_corpus  # heavy: the stage's implementation
+    from orchestrator.instances.stage import plan_instances
+    from orchestrator.vocab.stage import plan_vocab
 
+    lines = [plan_corpus(corpus)]
+    if "vocab" in stages:
+        sizes = source_sizes(corpus)
+        small = sum(sizes[s.name] for s in corpus.sources if s.role in SMALL_ROLES)
+        lines.append("  " + plan_vocab(vocab, small, sum(sizes.values()) - small))
+    if "instances" in stages:
+        lines.append("  " + plan_instances(instances))
+    return "\n".join(lines)
+
+
+@dataclasses.dataclass(frozen=True)
+class CorpusBuildConfig:
+    out_dir: str = field("runs/corpus", help="run directory: corpus/, vocab/, instances/len<L>/ go inside")
+    corpus: CorpusConfig = field(default_factory=sample_corpus, help="corpus stage: sources and mixing")
+    vocab: VocabConfig = field(default_factory=VocabConfig, help="vocabulary stage: WordPiece / AmpV")
+    instances: InstanceConfig = field(default_factory=InstanceConfig, help="instances stage: NSP + MLM")
+    ray: RayConfig = field(default_factory=RayConfig, help="Ray runtime")
+
+
+def build_corpus(cfg: CorpusBuildConfig) -> CorpusResult:
+    """``python jobs/build_corpus.py``: the first three stages of the chain."""
+    input_stats(cfg.corpus)  # fail fast, before Ray starts, on missing or empty source files
+    with ray_session(address=cfg.ray.address or None, num_cpus=cfg.ray.num_cpus or None):
+        return corpus_stages(cfg.corpus, cfg.vocab, cfg.instances, Path(cfg.out_dir))
+
+
+def plan_build_corpus(cfg: CorpusBuildConfig) -> str:
+    return plan_corpus_stages(cfg.corpus, cfg.vocab, cfg.instances) + f"\n  run directory: {cfg.out_dir}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The augmentation stage
+
+def augment_stage(cfg: AugmentStageConfig, sweep: SweepConfig, models: dict[str, Path], run_dir: Path) -> list:
+    """Every NER task of the sweep's space augmented once per model (``run_dir/augment/<model>/<task>``,
+    reused by key); returns the sweep variants ``<model>+filtered-bert`` that fine-tune on them."""
+    from orchestrator.augment.pipeline import augment_key, augment_task  # heavy: torch, fastText
+    from orchestrator.sweep.space import Variant, resolve_space, space_tasks, task_data_dir, task_key
+
+    space = resolve_space(sweep)
+    ner = {task: spec for task, spec in space_tasks(space).items() if spec.family == "ner"}
+    if not ner:
+        log.warning("augment: the search space has no NER task; nothing to augment")
+        return []
+    variants = []
+    for name, model_dir in models.items():
+        mlm = Path(cfg.model_dir or model_dir)
+        task_dirs = {}
+        for task, spec in ner.items():
+            data_dir = task_data_dir(sweep, task, spec)
+            flat = dataclasses.replace(spec, dir="")
+
+            def build(tmp: Path, flat=flat, data_dir=data_dir, mlm=mlm) -> None:
+                augment_task(flat, data_dir, tmp, mlm, cfg.augment, cfg.similarity, cfg.ray,
+                             max_train_sentences=space.max_train_examples)
+
+            key = augment_key(flat, data_dir, mlm, cfg.augment, cfg.similarity, space.max_train_examples)
+            out = run_stage(f"augment {name}/{spec.name}", run_dir / "augment" / _safe(name) / task_key(task),
+                            key, build)
+            task_dirs[task] = str(out)
+        variants.append(Variant(name + AUGMENTED_SUFFIX, str(model_dir), task_dirs))
+    return variants
+
+
+def _safe(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "._-" else "-" for c in text).strip("-")
+
+
+# ---------------------------------------------------------------------------------------------
+# The whole chain
 
 def run(cfg: ChainConfig) -> ChainResult:
     run_dir = cfg.run_dir
+    if "corpus" in cfg.stages:
+        input_stats(cfg.corpus)  # fail fast, before Ray starts, on missing or empty source files
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(run_dir / "chain_config.json", to_dict(cfg))
     seed_everything(cfg.seed)
@@ -131,59 +256,58 @@ def run(cfg: ChainConfig) -> ChainResult:
 
 
 def _run_stages(cfg: ChainConfig, run_dir: Path, info: dict) -> ChainResult:
-    from orchestrator.data.build import build_corpus
-    from orchestrator.pretrain.trainer import pretrain
+    from orchestrator.pretrain.trainer import pretrain  # heavy: torch, transformers
     from orchestrator.sweep.runner import run_sweep
 
     log.info("Ray %s with %s", info["mode"], {k: v for k, v in info["resources"].items() if k in ("CPU", "GPU")})
     tracking_uri = cfg.tracking.resolve_uri(run_dir)
-    cache = _StageCache(run_dir)
-    total = len(cfg.stages)
+    stages = cfg.active_stages
+    total = len(stages)
 
-    def banner(i: int, text: str) -> None:
-        log.info("[%d/%d] %s", i, total, text)
+    def banner(stage: str, text: str) -> None:
+        log.info("[%d/%d] %s: %s", stages.index(stage) + 1, total, stage, text)
 
-    step = 0
     models = {name: Path(path) for name, path in cfg.compare_models.items()}
     pretrain_loss = None
-    if "corpus" in cfg.stages:
-        step += 1
-        banner(step, "corpus: mixing, AmpV vocabulary, pretraining instances (Ray Data)")
-        # The corpus stage reuses its own complete outputs when config and inputs are unchanged.
-        corpus = build_corpus(cfg.corpus, run_dir)
-        cache.mark("corpus", fingerprint(cfg.corpus, corpus.counts))
-    if "pretrain" in cfg.stages:
-        step += 1
-        banner(step, f"pretrain: BERT on Ray Train ({cfg.pretrain.num_workers} workers)")
+    corpus = None
+    if "corpus" in stages:
+        banner("corpus", "sources -> mixed shards (Ray Data)")
+        if "vocab" in stages:
+            banner("vocab", "AmpV WordPiece vocabulary")
+        if "instances" in stages:
+            banner("instances", "NSP + MLM instances (Ray Data)")
+        corpus = corpus_stages(cfg.corpus, cfg.vocab, cfg.instances, run_dir,
+                               tuple(s for s in stages if s in ("corpus", "vocab", "instances")))
+    if "pretrain" in stages:
+        banner("pretrain", f"BERT on Ray Train ({cfg.pretrain.num_workers} workers)")
         out = run_dir / "pretrain"
-        key = fingerprint(cfg.pretrain, cache.state.get("corpus"))
-        if cache.done("pretrain", key, out):
-            model_dir = out / "final"
-            log.info("pretrain: output complete for this config, skipped (%s)", model_dir)
-            manifest = json.loads((out / "manifest.json").read_text())
-            counts = manifest.get("counts", {})
+        key = content_key("pretrain", cfg.pretrain, {n: output_key(p) for n, p in corpus.instances.items()},
+                          output_key(corpus.vocab_dir))
+        if reusable(out, key):
+            log.info("pretrain: output complete for this config, skipped (%s)", out / "final")
+            counts = read_manifest(out)["counts"]
             if "first_loss" in counts:
                 pretrain_loss = (counts["first_loss"], counts["last_loss"])
         else:
             result = pretrain(cfg.pretrain, corpus.instances, corpus.vocab_dir, out, cfg.tracking, run_dir)
-            model_dir = result.model_dir
+            stamp(out, key)
             pretrain_loss = (result.first_loss, result.last_loss)
-            cache.mark("pretrain", key)
-        models = {cfg.model_name: Path(model_dir), **models}
+        models = {cfg.model_name: out / "final", **models}
+    variants = []
+    if "augment" in stages:
+        banner("augment", f"filtered-BERT augmentation of the NER tasks for {len(models)} model(s)")
+        variants = augment_stage(cfg.augment, cfg.sweep, models, run_dir)
     results: dict = {}
-    if "sweep" in cfg.stages:
-        step += 1
-        banner(step, f"sweep: BLUE fine-tuning on Ray Tune over {len(models)} model(s)")
-        sweep = run_sweep(cfg.sweep, models, run_dir / "sweep", cfg.tracking, run_dir)
-        results = sweep.results
+    if "sweep" in stages:
+        banner("sweep", f"BLUE fine-tuning on Ray Tune over {len(models) + len(variants)} model(s)")
+        results = run_sweep(cfg.sweep, models, run_dir / "sweep", cfg.tracking, run_dir, variants).results
     elif (run_dir / "sweep" / "results.json").is_file():
         results = json.loads((run_dir / "sweep" / "results.json").read_text())
     report: dict[str, Path] = {}
-    if "report" in cfg.stages and results:
-        from orchestrator.report.blue_table import write_report
+    if "report" in stages and results:
+        from orchestrator.report.blue_table import write_report  # heavy: the stage's implementation
 
-        step += 1
-        banner(step, "report: BLUE table (HTML, Markdown, PNG)")
+        banner("report", "BLUE table (HTML, Markdown, PNG)")
         report = write_report(results, run_dir / "report")
     return ChainResult(run_dir=run_dir, report=report, results=results, tracking_uri=tracking_uri,
                        pretrain_loss=pretrain_loss)
@@ -191,22 +315,28 @@ def _run_stages(cfg: ChainConfig, run_dir: Path, info: dict) -> ChainResult:
 
 def plan(cfg: ChainConfig) -> str:
     """Dry run: validate every stage's config and inputs, and say what would run."""
-    from orchestrator.data.build import plan_corpus
-    from orchestrator.pretrain.trainer import plan_pretrain
+    from orchestrator.pretrain.trainer import plan_pretrain  # heavy: the stage's implementation
     from orchestrator.sweep.runner import plan_sweep
 
-    lines = [f"run directory: {cfg.run_dir}", f"stages: {' -> '.join(cfg.stages)}",
+    stages = cfg.active_stages
+    lines = [f"run directory: {cfg.run_dir}", f"stages: {' -> '.join(stages)}",
              f"tracking: {cfg.tracking.resolve_uri(cfg.run_dir)} (experiment {cfg.tracking.experiment!r})"]
     for name, path in cfg.compare_models.items():
         if not (Path(path) / "config.json").is_file():
             raise ConfigError(f"compare_models.{name}: {path} is not a Hugging Face model directory "
                               "(no config.json)")
-    if "corpus" in cfg.stages:
-        lines += ["", "== corpus ==", plan_corpus(cfg.corpus)]
-    if "pretrain" in cfg.stages:
+    if "corpus" in stages:
+        lines += ["", "== corpus, vocab, instances ==",
+                  plan_corpus_stages(cfg.corpus, cfg.vocab, cfg.instances,
+                                     tuple(s for s in stages if s in ("corpus", "vocab", "instances")))]
+    if "pretrain" in stages:
         lines += ["", "== pretrain ==", plan_pretrain(cfg.pretrain, None, None)]
-    if "sweep" in cfg.stages:
-        names = ([cfg.model_name] if "pretrain" in cfg.stages else []) + list(cfg.compare_models)
+    if "augment" in stages:
+        lines += ["", "== augment ==", f"MLM: {cfg.augment.model_dir or 'each model itself'}; k="
+                  f"{cfg.augment.augment.words_per_sentence}, cos > {cfg.augment.augment.min_similarity}; "
+                  f"every NER task of the sweep gets a row <model>{AUGMENTED_SUFFIX}"]
+    if "sweep" in stages:
+        names = ([cfg.model_name] if "pretrain" in stages else []) + list(cfg.compare_models)
         models = {n: Path(cfg.compare_models.get(n) or cfg.run_dir / "pretrain" / "final") for n in names}
         lines += ["", "== sweep ==", plan_sweep(cfg.sweep, models)]
     return "\n".join(lines)

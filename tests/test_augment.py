@@ -16,8 +16,15 @@ from pathlib import Path
 import pytest
 
 from orchestrator.augment.config import AugmentConfig, AugmentJobConfig, AugmentRayConfig, SimilarityConfig
-from orchestrator.augment.filtered import (FilteredAugmenter, MaskedWordPredictor, choose_positions,
-                                           eligible_positions, filter_candidates, match_case, plan_rows)
+from orchestrator.augment.filtered import (
+    FilteredAugmenter,
+    MaskedWordPredictor,
+    choose_positions,
+    eligible_positions,
+    filter_candidates,
+    match_case,
+    plan_rows,
+)
 from orchestrator.augment.pipeline import augment_task, format_token_file, training_sentences
 from orchestrator.augment.similarity import WordVectors, cosine, normalise_words, train_vectors
 from orchestrator.core.config import from_dict
@@ -251,27 +258,33 @@ def test_job_dry_run_and_run(ray_local, tiny_mlm, vectors, tmp_path, capsys):
     assert read_manifest(out)["counts"]["augmented_sentences"] == 8
 
 
-def test_sweep_option_adds_augmented_twins_of_ner_trials(ray_local, tiny_mlm, vectors, tmp_path):
-    from orchestrator.augment.sweep import SweepAugmentConfig, augmented_trials
-    from orchestrator.finetune.loop import TrialSpec
+def test_augment_stage_gives_one_variant_per_model_over_the_ner_tasks(ray_local, tiny_mlm, vectors, tmp_path):
+    from orchestrator.augment.config import AugmentStageConfig
+    from orchestrator.chain import augment_stage
+    from orchestrator.sweep.config import SweepConfig
+    from orchestrator.sweep.space import build_trials, resolve_space
 
-    spec = load_task("bc5cdr_chemical")
-    base = dict(model_name="tiny", model_dir=str(tiny_mlm), data_dir=str(SAMPLE_DIR / spec.dir),
-                learning_rate=5e-5, eval_epochs=(1,), max_train_examples=6)
-    trials = [TrialSpec(trial_id=f"t{s}", task="bc5cdr_chemical", seed=s, **base) for s in (1, 2)]
-    trials.append(TrialSpec(trial_id="sts", task="biosses", seed=1, **{**base, "data_dir": "unused"}))
-    cfg = from_dict(SweepAugmentConfig, {"enabled": True, "similarity": {"vectors": str(vectors)},
+    sweep = from_dict(SweepConfig, {"search_space": "tiny", "tasks": ["bc5cdr_chemical", "biosses"], "seeds": [1, 2],
+                                    "learning_rates": [5e-5], "max_train_examples": 6,
+                                    "epochs": {"bc5cdr_chemical": [1], "biosses": [1]}})
+    cfg = from_dict(AugmentStageConfig, {"enabled": True, "similarity": {"vectors": str(vectors)},
                                          "augment": {"words_per_sentence": 2, "candidates": 3}})
-    assert augmented_trials(dataclasses.replace(cfg, enabled=False), trials, tmp_path) == []
-    twins = augmented_trials(cfg, trials, tmp_path)
-    assert [t.model_name for t in twins] == ["tiny+filtered-bert"] * 2  # the STS task has no twin
-    assert {t.data_dir for t in twins} == {str(tmp_path / "augmented" / "tiny" / "bc5cdr_chemical")}
-    assert all(t.max_train_examples == 0 and t.seed == o.seed for t, o in zip(twins, trials))
-    train = read_split(dataclasses.replace(spec, dir=""), twins[0].data_dir, "train")
+    variants = augment_stage(cfg, sweep, {"tiny": tiny_mlm}, tmp_path)
+    out = tmp_path / "augment" / "tiny" / "bc5cdr_chemical"
+    assert [(v.name, v.task_dirs) for v in variants] == [("tiny+filtered-bert", {"bc5cdr_chemical": str(out)})]
+    spec = load_task("bc5cdr_chemical")
+    train = read_split(dataclasses.replace(spec, dir=""), out, "train")
     assert len(train) == 12  # the 6 capped originals + 6 augmented
-    stamp = (Path(twins[0].data_dir) / "manifest.json").stat().st_mtime_ns
-    augmented_trials(cfg, trials, tmp_path)
-    assert (Path(twins[0].data_dir) / "manifest.json").stat().st_mtime_ns == stamp  # reused
+    trials = build_trials(sweep, resolve_space(sweep), {"tiny": tiny_mlm}, variants)
+    twins = [t for t in trials if t.model_name == "tiny+filtered-bert"]
+    assert [t.task for t in twins] == ["bc5cdr_chemical"] * 2  # the STS task has no twin
+    assert all(t.max_train_examples == 0 and t.data_dir == str(out) for t in twins)
+    stamp = (out / "manifest.json").stat().st_mtime_ns
+    augment_stage(cfg, sweep, {"tiny": tiny_mlm}, tmp_path)
+    assert (out / "manifest.json").stat().st_mtime_ns == stamp  # reused: same key
+    changed = dataclasses.replace(cfg, augment=dataclasses.replace(cfg.augment, words_per_sentence=3))
+    augment_stage(changed, sweep, {"tiny": tiny_mlm}, tmp_path)
+    assert (out / "manifest.json").stat().st_mtime_ns != stamp  # another setting: augmented again
 
 
 # ------------------------------------------------------------------------------- through the sweep
@@ -296,10 +309,12 @@ def write_blue_ner(path: Path, n: int, offset: int) -> None:
 
 
 def test_sweep_augment_end_to_end_reports_both_rows_in_results_and_mlflow(ray_local, tiny_mlm, vectors, tmp_path):
-    """sweep.augment through run_sweep: the augmented twin trains on more, changed sentences and
-    lands in results.json (with per-tag P/R/F1) and in MLflow next to the original row."""
+    """The augment stage's variant through run_sweep: the augmented twin trains on more, changed
+    sentences and lands in results.json (with per-tag P/R/F1) and in MLflow next to the original row."""
     import mlflow
 
+    from orchestrator.augment.config import AugmentStageConfig
+    from orchestrator.chain import augment_stage
     from orchestrator.sweep.config import SweepConfig
     from orchestrator.sweep.runner import run_sweep
     from orchestrator.track import TrackingConfig
@@ -310,11 +325,13 @@ def test_sweep_augment_end_to_end_reports_both_rows_in_results_and_mlflow(ray_lo
         write_blue_ner(data / name, n, offset)
     cfg = from_dict(SweepConfig, {
         "search_space": "tiny", "tasks": ["bc5cdr_chemical"], "learning_rates": [1e-3], "seeds": [1],
-        "epochs": {"bc5cdr_chemical": [1]}, "max_train_examples": 20, "task_dirs": {"bc5cdr_chemical": str(data)},
-        "augment": {"enabled": True, "similarity": {"vectors": str(vectors)},
-                    "augment": {"words_per_sentence": 2, "candidates": 5}, "ray": {"actors": 1}}})
+        "epochs": {"bc5cdr_chemical": [1]}, "max_train_examples": 20, "task_dirs": {"bc5cdr_chemical": str(data)}})
+    augment = from_dict(AugmentStageConfig, {"enabled": True, "similarity": {"vectors": str(vectors)},
+                                             "augment": {"words_per_sentence": 2, "candidates": 5},
+                                             "ray": {"actors": 1}})
+    variants = augment_stage(augment, cfg, {"tiny": tiny_mlm}, tmp_path)
     tracking = TrackingConfig(experiment="test-augment-sweep")
-    result = run_sweep(cfg, {"tiny": tiny_mlm}, tmp_path / "sweep", tracking, tmp_path)
+    result = run_sweep(cfg, {"tiny": tiny_mlm}, tmp_path / "sweep", tracking, tmp_path, variants)
 
     assert result.results["models"] == ["tiny", "tiny+filtered-bert"]
     for model in result.results["models"]:

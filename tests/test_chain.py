@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from pathlib import Path
 
 import mlflow
@@ -69,7 +68,8 @@ def _assert_chain_outcome(run_dir: Path, stdout: str, models: set[str], tasks: s
     children = runs[runs["run_id"].isin(set(trials["tags.mlflow.parentRunId"]))]
     assert set(children["tags.mlflow.parentRunId"]) <= set(parent["run_id"])
     metric_cols = [c for c in trials.columns if c.startswith("metrics.")]
-    assert any(c.startswith("metrics.dev") for c in metric_cols) and any(c.startswith("metrics.test") for c in metric_cols)
+    assert any(c.startswith("metrics.dev") for c in metric_cols)
+    assert any(c.startswith("metrics.test") for c in metric_cols)
     assert trials[[c for c in metric_cols if c.startswith("metrics.test")]].notna().any(axis=1).all()
     # The report: a row per model, a column per task.
     results = json.loads((run_dir / "sweep" / "results.json").read_text())
@@ -79,7 +79,8 @@ def _assert_chain_outcome(run_dir: Path, stdout: str, models: set[str], tasks: s
     header = next(line for line in md.splitlines() if line.startswith("| Model"))
     for task in tasks:
         assert f"| {task} " in header or f"| {task}|" in header
-    rows = [line for line in md.split("## ")[1].splitlines() if line.startswith("| ") and not line.startswith("| Model")]
+    rows = [line for line in md.split("## ")[1].splitlines()
+            if line.startswith("| ") and not line.startswith("| Model")]
     assert {r.split("|")[1].strip() for r in rows} == models
     assert (run_dir / "report" / "blue_table.html").stat().st_size > 500
 

@@ -1,6 +1,7 @@
 """Typed config loading: YAML + dotted overrides, unknown keys rejected with a suggestion."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
@@ -36,7 +37,7 @@ def test_yaml_then_overrides_win(tmp_path):
     assert cfg.seed == 3
     assert cfg.optim == Optim(learning_rate=0.002, warmup_steps=99, name="adamw")
     assert cfg.lrs == (3e-5, 4e-5)
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.seed = 5  # frozen
 
 

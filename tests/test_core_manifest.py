@@ -6,8 +6,7 @@ import json
 import pytest
 
 from orchestrator.core.errors import ConfigError, InputError
-from orchestrator.core.manifest import (atomic_dir, atomic_write_json, is_complete, read_manifest,
-                                        write_manifest)
+from orchestrator.core.manifest import atomic_dir, atomic_write_json, is_complete, read_manifest, write_manifest
 from orchestrator.core.registry import Registry
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from orchestrator.core.config import from_dict
 from orchestrator.core.errors import ConfigError, InputError
-from orchestrator.data.sources import SourceConfig, iter_source, source_files
+from orchestrator.corpus.sources import SourceConfig, iter_source, source_files
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 PUBMED = DATA / "pubmed_sample" / "PubMedAbstract_1MB.txt"
@@ -85,7 +85,7 @@ def test_missing_and_empty_files(tmp_path):
 
 
 def test_config_rejects_bad_sources_and_roles(tmp_path):
-    from orchestrator.data.build import CorpusConfig
+    from orchestrator.corpus.stage import CorpusConfig
 
     with pytest.raises(ConfigError, match="empty"):
         from_dict(CorpusConfig, {})
@@ -118,22 +118,28 @@ def samples(tmp_path_factory) -> dict[str, Path]:
     return {"pubmed": d / "pubmed.txt", "wiki": d / "wiki.txt"}
 
 
-def _config(samples, mixer: str, lengths=(64,), report=True):
-    from orchestrator.data.build import CorpusConfig
+def _config(samples, mixer: str, lengths=(64,), report=True, sources=None, **sections):
+    """The first three stages' config (jobs/build_corpus.py's) on the samples."""
+    from orchestrator.chain import CorpusBuildConfig
 
-    return from_dict(CorpusConfig, {
-        "sources": [{"name": "pubmed", "paths": [str(samples["pubmed"])], "role": "small"},
-                    {"name": "wiki", "paths": [str(samples["wiki"])], "format": "wikitext", "role": "large"}],
-        "mixer": {"name": mixer, "shard_bytes": 20_000, "dupe_factor": 2},
+    return from_dict(CorpusBuildConfig, {
+        "corpus": {"sources": sources or [
+            {"name": "pubmed", "paths": [str(samples["pubmed"])], "role": "small"},
+            {"name": "wiki", "paths": [str(samples["wiki"])], "format": "wikitext", "role": "large"}],
+            "mixer": {"name": mixer, "shard_bytes": 20_000, "dupe_factor": 2}},
         "vocab": {"vocab_size": 2000, "report": report},
-        "instances": {"max_seq_lengths": list(lengths)},
-        "ray": {"workers": 2, "cpus_per_worker": 0.5}})
+        "instances": {"max_seq_lengths": list(lengths), "workers": 2, "cpus_per_worker": 0.5}, **sections})
+
+
+def build_corpus(cfg, out: Path):
+    """corpus -> vocab -> instances under ``out``, as the chain runs them."""
+    from orchestrator.chain import corpus_stages
+
+    return corpus_stages(cfg.corpus, cfg.vocab, cfg.instances, out)
 
 
 @pytest.fixture(scope="module")
 def simpt_build(ray_local, samples, tmp_path_factory):
-    from orchestrator.data.build import build_corpus
-
     out = tmp_path_factory.mktemp("simpt")
     return build_corpus(_config(samples, "simpt", lengths=(64, 128)), out), out
 
@@ -176,8 +182,6 @@ def test_build_writes_every_stage_with_manifests(simpt_build):
 
 @needs_data
 def test_rerun_reuses_finished_stages(simpt_build, samples):
-    from orchestrator.data.build import build_corpus
-
     result, out = simpt_build
     before = {p: p.stat().st_mtime_ns for p in [result.corpus_dir / "manifest.json", result.vocab_dir / "manifest.json",
                                                result.instances[64] / "manifest.json"]}
@@ -189,7 +193,6 @@ def test_rerun_reuses_finished_stages(simpt_build, samples):
 @needs_data
 def test_simpt_gives_small_corpus_about_half_conventional_its_size_share(simpt_build, samples, tmp_path):
     from orchestrator.core.manifest import read_manifest
-    from orchestrator.data.build import build_corpus
 
     simpt, _ = simpt_build
     cfg = _config(samples, "conventional", report=False)
@@ -207,12 +210,10 @@ def test_simpt_gives_small_corpus_about_half_conventional_its_size_share(simpt_b
 
 @needs_data
 def test_bad_bytes_inside_a_ray_read_name_file_and_line(ray_local, samples, tmp_path):
-    from orchestrator.data.build import CorpusConfig, build_corpus
-
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"A fine sentence.\nAnother one.\nBroken \xc3\x28 here.\n")
-    cfg = from_dict(CorpusConfig, {"sources": [{"name": "pubmed", "paths": [str(bad)], "role": "small"},
-                                               {"name": "wiki", "paths": [str(samples["wiki"])], "role": "large"}]})
+    cfg = _config(samples, "simpt", sources=[{"name": "pubmed", "paths": [str(bad)], "role": "small"},
+                                             {"name": "wiki", "paths": [str(samples["wiki"])], "role": "large"}])
     with pytest.raises(InputError, match="invalid UTF-8") as info:
         build_corpus(cfg, tmp_path / "out")
     assert info.value.path == str(bad) and info.value.line == 3
@@ -221,9 +222,9 @@ def test_bad_bytes_inside_a_ray_read_name_file_and_line(ray_local, samples, tmp_
 
 @needs_data
 def test_plan_corpus_parses_sources_and_describes_the_build(samples):
-    from orchestrator.data.build import plan_corpus
+    from orchestrator.chain import plan_build_corpus
 
-    text = plan_corpus(_config(samples, "simpt"))
+    text = plan_build_corpus(_config(samples, "simpt"))
     assert "source pubmed: 1 file(s), 80 documents" in text and "AmpV, small corpus x3" in text
 
 
@@ -235,22 +236,24 @@ def test_mdapt_build_jsonl_pages_unique_across_languages_with_dynamic_masking(ra
     """PubMed as domain text, parallel Wikipedia (XQuAD) in en/de/es as general JSONL pages."""
     import pyarrow.parquet as pq
 
+    from orchestrator.chain import CorpusBuildConfig
+    from orchestrator.core.artifacts import load_plan
     from orchestrator.core.manifest import read_manifest
-    from orchestrator.data.build import CorpusConfig, build_corpus, load_plan
 
     sources = [{"name": "pubmed", "paths": [str(samples["pubmed"])], "role": "domain"}]
     for lang in ("en", "de", "es"):
         data = json.loads((XQUAD / f"xquad.{lang}.json").read_text(encoding="utf-8"))["data"]
         path = tmp_path / f"wiki_{lang}.jsonl"
-        path.write_text("".join(json.dumps({"title": a["title"], "text": "\n".join(p["context"] for p in a["paragraphs"])})
+        path.write_text("".join(json.dumps({"title": a["title"],
+                                            "text": "\n".join(p["context"] for p in a["paragraphs"])})
                                 + "\n" for a in data), encoding="utf-8")
         sources.append({"name": f"wiki_{lang}", "paths": [str(path)], "format": "jsonl", "page_field": "title",
                         "role": "general", "language": lang})
-    cfg = from_dict(CorpusConfig, {"sources": sources,
-                                   "mixer": {"name": "mdapt", "sentence_budget": 1500, "dupe_factor": 1,
-                                             "shard_bytes": 30_000},
-                                   "vocab": {"vocab_size": 2500, "report": False},
-                                   "instances": {"max_seq_lengths": [64], "masking": "dynamic"}})
+    cfg = from_dict(CorpusBuildConfig, {
+        "corpus": {"sources": sources, "mixer": {"name": "mdapt", "sentence_budget": 1500, "dupe_factor": 1,
+                                                 "shard_bytes": 30_000}},
+        "vocab": {"vocab_size": 2500, "report": False},
+        "instances": {"max_seq_lengths": [64], "masking": "dynamic"}})
     result = build_corpus(cfg, tmp_path / "run")
     notes = read_manifest(result.corpus_dir)["plan"]
     assert notes["total_sentences"] >= 1500
@@ -290,8 +293,9 @@ def test_instances_do_not_depend_on_worker_count(simpt_build, tmp_path):
     """Per-unit RNGs: one worker reproduces, shard for shard, what two workers wrote."""
     import pyarrow.parquet as pq
 
-    from orchestrator.data.build import load_plan
-    from orchestrator.text.instances import InstanceConfig, run_units
+    from orchestrator.core.artifacts import load_plan
+    from orchestrator.instances.config import InstanceConfig
+    from orchestrator.instances.workers import run_units
 
     result, _ = simpt_build
     _, plan = load_plan(result.corpus_dir)

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 
-from orchestrator.text.encoding import SentenceEncoder
-from orchestrator.text.vocabulary import VocabConfig, train_wordpiece
+from orchestrator.instances.encoding import SentenceEncoder
+from orchestrator.vocab.wordpiece import VocabConfig, train_wordpiece
 
 SAMPLE = Path(__file__).resolve().parents[1] / "orchestrator" / "sample_data" / "corpus"
 

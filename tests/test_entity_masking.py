@@ -7,8 +7,14 @@ from pathlib import Path
 import pytest
 
 from orchestrator.core.errors import ConfigError, InputError
-from orchestrator.text.entity_masking import (EntityMasker, EntityMaskingConfig, group_same_type,
-                                              load_association, same_type_sentences, split_words)
+from orchestrator.instances.entity_masking import (
+    EntityMasker,
+    EntityMaskingConfig,
+    group_same_type,
+    load_association,
+    same_type_sentences,
+    split_words,
+)
 
 # FIG. 7 of the patent, WordPiece-tokenized ("s3" -> s ##3, "washout" -> wash ##out, "hcc" -> hc ##c).
 FIG7 = ("[CLS] tumor having a size of a diameter of 6 cm is recognized in a liver s ##3 . "

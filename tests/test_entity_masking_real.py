@@ -9,8 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.text.entity_masking import (DEFAULT_ASSOCIATION, DEFAULT_DICTIONARY, EntityMasker,
-                                              EntityMaskingConfig, group_same_type)
+from orchestrator.instances.entity_masking import (
+    DEFAULT_ASSOCIATION,
+    DEFAULT_DICTIONARY,
+    EntityMasker,
+    EntityMaskingConfig,
+    group_same_type,
+)
 
 PUBMED = Path(__file__).resolve().parents[2] / "shared" / "data" / "pubmed_sample" / "PubMedAbstract_1MB.txt"
 SHIPPED = Path(DEFAULT_DICTIONARY).parents[1]
@@ -77,7 +82,7 @@ def test_grouping_keeps_every_sentence_once(instances):
 
 
 def test_bio_spans_known_answers():
-    from orchestrator.text.entity_masking import bio_spans
+    from orchestrator.instances.entity_masking import bio_spans
 
     assert bio_spans(["B-Chemical", "I-Chemical", "O", "I-Disease", "I-Disease", "B-Disease", "I-Chemical"]) == [
         (0, 2, "chemical"), (3, 5, "disease"), (5, 6, "disease"), (6, 7, "chemical")]

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from orchestrator.core.errors import ConfigError
-from orchestrator.finetune.loop import TrialSpec, load_splits
+from orchestrator.finetune.loop import load_splits
 from orchestrator.finetune.metrics import ner_per_tag
 from orchestrator.finetune.spec import load_task
+from orchestrator.finetune.trial import TrialSpec
 from orchestrator.sweep.config import SweepConfig
 from orchestrator.sweep.selection import select_cell
 from orchestrator.sweep.space import build_trials, resolve_space, trial_fingerprint
@@ -72,7 +73,8 @@ def test_cv_task_validation_and_trial_expansion(doccls_task):
     # fixed-split trials keep the fingerprints they had before folds existed (restore still works)
     plain = build_trials(SweepConfig(search_space="tiny"), resolve_space(SweepConfig(search_space="tiny")),
                          {"m": Path("/x")})[0]
-    assert plain.fold == -1 and trial_fingerprint(plain) == trial_fingerprint(dataclasses.replace(plain, cache_dir="/c"))
+    assert plain.fold == -1
+    assert trial_fingerprint(plain) == trial_fingerprint(dataclasses.replace(plain, cache_dir="/c"))
 
 
 def test_cv_selection_reports_mean_sd_over_folds():

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from orchestrator.core.errors import ConfigError
-from orchestrator.finetune.loop import TrialSpec, run_trial, score
+from orchestrator.finetune.loop import run_trial, score
 from orchestrator.finetune.model import prior_log_odds
 from orchestrator.finetune.readers import read_split
 from orchestrator.finetune.spec import SAMPLE_DIR, load_task
+from orchestrator.finetune.trial import TrialSpec
 
 
 @pytest.fixture(scope="module")

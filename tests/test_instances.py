@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.text.instances import (InstanceConfig, Params, Specials, create_training_instances,
-                                         dynamic_mask, truncate_seq_pair)
+from orchestrator.instances.config import InstanceConfig, Params, Specials
+from orchestrator.instances.exact import create_training_instances, truncate_seq_pair
+from orchestrator.instances.masking import dynamic_mask
 
 ROOT = Path(__file__).resolve().parents[1]
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -174,7 +175,7 @@ def test_config_checks():
 
 
 def test_entity_masker_hook_chooses_targets():
-    from orchestrator.text.entity_masking import EntityMasker, EntityMaskingConfig
+    from orchestrator.instances.entity_masking import EntityMasker, EntityMaskingConfig
 
     vocab = SPECIAL + ["the", "liver", "tumor", "shows", "early", "enhancement", "and", "washout", "in", "."]
     index = {t: i for i, t in enumerate(vocab)}
@@ -191,8 +192,8 @@ def test_entity_masker_hook_chooses_targets():
 
 
 def test_same_type_grouping_puts_associated_sentences_next_to_each_other():
-    from orchestrator.text.entity_masking import EntityMasker, EntityMaskingConfig
-    from orchestrator.text.instances import group_sentences
+    from orchestrator.instances.entity_masking import EntityMasker, EntityMaskingConfig
+    from orchestrator.instances.exact import group_sentences
 
     vocab = SPECIAL + ["a", "liver", "tumor", "cat", "sat", "hcc", "washout", "."]
     index = {t: i for i, t in enumerate(vocab)}
@@ -214,7 +215,8 @@ def _fast(corpus, vocab, seed=1, length=64, dupe=2, wwm=False, static=True, shor
     """Instances of the vectorised path as python rows, plus the merged summary."""
     import pyarrow as pa
 
-    from orchestrator.text.instances import TokenizedDocs, instance_batches, merge_summaries
+    from orchestrator.instances.packing import TokenizedDocs, instance_batches
+    from orchestrator.instances.parquet import merge_summaries
 
     sp = Specials.from_vocab({t: i for i, t in enumerate(vocab)})
     p = Params(length, short_seq_prob, 0.15, InstanceConfig().max_predictions(length), wwm, static)
@@ -346,7 +348,7 @@ def test_fast_whole_word_masking_masks_every_piece_of_a_word(corpus, vocab):
 def test_fast_deterministic_by_seed_and_batch_size_free(corpus, vocab):
     import pyarrow as pa
 
-    from orchestrator.text.instances import TokenizedDocs, instance_batches
+    from orchestrator.instances.packing import TokenizedDocs, instance_batches
 
     a, _, _ = _fast(corpus, vocab, seed=3)
     b, _, _ = _fast(corpus, vocab, seed=3)
@@ -366,7 +368,7 @@ def test_truncate_spans_removes_what_truncate_seq_pair_removes():
     """Same lengths as BERT's loop for every (len A, len B), and a fair front/back split."""
     import numpy as np
 
-    from orchestrator.text.instances import Spans, truncate_spans
+    from orchestrator.instances.packing import Spans, truncate_spans
 
     pairs = [(la, lb) for la in range(1, 40) for lb in range(1, 40)]
     for la, lb in pairs:
@@ -387,7 +389,7 @@ def test_truncate_spans_removes_what_truncate_seq_pair_removes():
 def test_tokenized_docs_select_and_concat_keep_the_right_tokens():
     import numpy as np
 
-    from orchestrator.text.instances import TokenizedDocs
+    from orchestrator.instances.packing import TokenizedDocs
 
     docs = [[[1, 2], [3]], [], [[4, 5, 6], [], [7]], [[8]]]
     td = TokenizedDocs.from_sentence_ids(docs, ["a", "b", "c", "d"])
@@ -408,8 +410,8 @@ def test_unit_worker_writes_both_paths_from_a_real_tokenizer(tmp_path):
     import pyarrow.parquet as pq
 
     from orchestrator.core.config import to_dict
-    from orchestrator.text.instances import UnitWorker
-    from orchestrator.text.vocabulary import VocabConfig, save_tokenizer, train_wordpiece
+    from orchestrator.instances.workers import UnitWorker
+    from orchestrator.vocab.wordpiece import VocabConfig, save_tokenizer, train_wordpiece
 
     rng = random.Random(0)
     words = "the kinase binds a protein in tumour cells and growth factors signal through receptors".split()
@@ -433,7 +435,7 @@ def test_unit_worker_writes_both_paths_from_a_real_tokenizer(tmp_path):
     assert tables[False].num_rows == summaries[False]["instances"]
     from tokenizers import Tokenizer
 
-    from orchestrator.text.instances import unit_rng
+    from orchestrator.instances.exact import unit_rng
 
     tok = Tokenizer.from_file(str(tmp_path / "vocab" / "tokenizer.json"))
     ids = [[tok.encode(s, add_special_tokens=False).ids for s in docs[r]] for r in range(0, 80, 2)]
@@ -453,9 +455,10 @@ def test_unit_worker_exact_form_follows_its_tokens_and_groups_when_asked(tmp_pat
     from tokenizers import Tokenizer
 
     from orchestrator.core.config import to_dict
-    from orchestrator.text.entity_masking import EntityMasker, EntityMaskingConfig
-    from orchestrator.text.instances import UnitWorker, group_sentences
-    from orchestrator.text.vocabulary import VocabConfig, save_tokenizer, train_wordpiece
+    from orchestrator.instances.entity_masking import EntityMasker, EntityMaskingConfig
+    from orchestrator.instances.exact import group_sentences
+    from orchestrator.instances.workers import UnitWorker
+    from orchestrator.vocab.wordpiece import VocabConfig, save_tokenizer, train_wordpiece
 
     docs = [["a liver tumor was seen.", "the cat sat.", "hcc showed washout."], ["", "one more sentence."]]
     save_tokenizer(train_wordpiece((s for d in docs * 20 for s in d), VocabConfig(vocab_size=200)),
@@ -493,8 +496,8 @@ def test_shard_tokens_reuses_a_shard_across_runs_and_rereads_a_rewritten_one(tmp
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from orchestrator.text.instances import ShardTokens
-    from orchestrator.text.vocabulary import VocabConfig, save_tokenizer, train_wordpiece
+    from orchestrator.instances.workers import ShardTokens
+    from orchestrator.vocab.wordpiece import VocabConfig, save_tokenizer, train_wordpiece
 
     texts = ["the cell divides", "a protein binds the receptor", "the receptor is a protein"] * 20
     save_tokenizer(train_wordpiece(texts, VocabConfig(vocab_size=60, report=False)), tmp_path / "vocab")
@@ -517,7 +520,7 @@ def test_shard_tokens_reuses_a_shard_across_runs_and_rereads_a_rewritten_one(tmp
 
 
 def test_plan_tasks_factoring_large_tasks_first_single_units_last():
-    from orchestrator.text.instances import plan_tasks
+    from orchestrator.instances.workers import plan_tasks
 
     def sizes(groups):
         return [len(g) for g in groups]

@@ -6,8 +6,16 @@ import numpy as np
 import pytest
 from sklearn.metrics import confusion_matrix
 
-from orchestrator.finetune.metrics import (METRICS, accuracy, blue_summary, example_based_prf, hoc_example_f1,
-                                           micro_f1_positive, ner_f1, ner_report, pearson)
+from orchestrator.finetune.metrics import (
+    METRICS,
+    accuracy,
+    example_based_prf,
+    hoc_example_f1,
+    micro_f1_positive,
+    ner_f1,
+    ner_report,
+    pearson,
+)
 
 
 # ---- references ported from BLUE_Benchmark (blue/eval_hoc.py, blue/eval_rel.py + ext/pmetrics.py)
@@ -101,10 +109,3 @@ def test_hoc_scores_documents_not_sentences():
     f1 = hoc_example_f1(gold, pred, labels=[str(i) for i in range(3)], docs=["A", "A", "B"])
     # doc A: P=1 R=1; doc B: P=0 (nothing predicted) R=0 -> mean P .5, mean R .5 -> F1 .5
     assert f1 == pytest.approx(0.5)
-
-
-def test_blue_total_clinical_biomedical():
-    scores = {"MedSTS": 0.8, "BIOSSES": 0.9, "MedNLI": 0.6, "HoC": 0.7}
-    groups = {"MedSTS": "clinical", "MedNLI": "clinical", "BIOSSES": "biomedical", "HoC": "biomedical"}
-    assert blue_summary(scores, groups) == pytest.approx({"total": 0.75, "clinical": 0.7, "biomedical": 0.8})
-    assert blue_summary({"HoC": 0.7}, {"HoC": "biomedical"})["clinical"] is None

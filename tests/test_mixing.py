@@ -5,9 +5,16 @@ import random
 
 import pytest
 
+from orchestrator.core.artifacts import ShardInfo
 from orchestrator.core.errors import ConfigError, InputError
-from orchestrator.data.mixing import (MIXERS, MixerConfig, ShardInfo, allocate_budget, planned_bytes,
-                                      select_pages, smoothed_probabilities)
+from orchestrator.corpus.mixing import (
+    MIXERS,
+    MixerConfig,
+    allocate_budget,
+    planned_bytes,
+    select_pages,
+    smoothed_probabilities,
+)
 
 
 def _shards(source: str, role: str, n: int, size: int = 1000, language: str = "en", docs: int = 4,
@@ -16,7 +23,8 @@ def _shards(source: str, role: str, n: int, size: int = 1000, language: str = "e
     for i in range(n):
         page_ids = tuple(pages[i * docs:(i + 1) * docs]) if pages else tuple(f"{source}{i}.{j}" for j in range(docs))
         out.append(ShardInfo(path=f"{source}/shard-{i}.parquet", source=source, role=role, language=language,
-                             n_bytes=size, pages=page_ids, doc_sentences=(10,) * docs, doc_bytes=(size // docs,) * docs))
+                             n_bytes=size, pages=page_ids, doc_sentences=(10,) * docs,
+                             doc_bytes=(size // docs,) * docs))
     return out
 
 

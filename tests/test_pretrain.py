@@ -8,13 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from test_pretrain_fixtures import DATA, build_instances, build_tokenizer, documents
 
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.pretrain.config import OptimConfig, PhaseConfig, PretrainConfig, batch_plan
 from orchestrator.pretrain.data import IGNORE_INDEX, SpecialIds, collate, dynamic_mask
 from orchestrator.pretrain.optim import Lamb, lr_factor
-
-from test_pretrain_fixtures import DATA, build_instances, build_tokenizer, documents
 
 SPECIAL = SpecialIds(pad=0, mask=4, vocab_size=100, never_mask=(0, 1, 2, 3, 4))
 needs_data = pytest.mark.skipif(not (DATA / "pubmed_sample").is_dir(), reason="../shared/data not present")
@@ -124,7 +123,7 @@ def test_fp16_overflow_skips_step_lowers_scale_then_trains():
 
 def test_accumulation_equals_one_big_batch():
     from orchestrator.pretrain.loop import make_scaler, train_step
-    from orchestrator.pretrain.optim import build_optimizer, build_scheduler
+    from orchestrator.pretrain.optim import build_scheduler
 
     results = []
     for split in (False, True):
@@ -252,7 +251,6 @@ def test_vocab_mismatch_refused_before_training(corpus, tmp_path):
 
 def test_checkpoint_of_other_architecture_refused(corpus, tmp_path):
     from orchestrator.pretrain.checkpoint import save_checkpoint
-    from orchestrator.pretrain.loop import make_scaler
     from orchestrator.pretrain.optim import build_optimizer, build_scheduler
     from orchestrator.pretrain.trainer import pretrain, special_ids
 

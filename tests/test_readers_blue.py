@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.core.errors import ConfigError, InputError
-from orchestrator.finetune.readers import read_file, read_split, stratified_folds, Example
+from orchestrator.finetune.readers import Example, read_file, read_split, stratified_folds
 from orchestrator.finetune.spec import SAMPLE_DIR, load_task, task_names
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

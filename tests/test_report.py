@@ -13,6 +13,7 @@ import pytest
 
 from orchestrator.core.errors import InputError
 from orchestrator.core.manifest import read_manifest
+from orchestrator.core.results import summarize
 from orchestrator.report.blue_table import build_table, rank_top2, render_markdown, seed_sd, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,7 +104,7 @@ def test_no_clinical_task_means_no_clinical_column():
 
 @pytest.mark.parametrize("mutate, message", [
     (lambda r: r.pop("cells"), "missing key 'cells'"),
-    (lambda r: r["tasks"][0].update(group="oncology"), "group 'oncology'"),
+    (lambda r: r["tasks"][0].update(group=""), "has group ''"),
     (lambda r: r["cells"]["base"]["BIOSSES"].update(mean="high"), "BIOSSES"),
     (lambda r: r["cells"].update(ghost={}), "'ghost' not listed"),
     (lambda r: r["cells"]["base"].update(Unknown={"mean": 1.0}), "'Unknown' not listed"),
@@ -135,7 +136,7 @@ def test_failed_report_leaves_previous_output(tmp_path):
     write_report(make_results(), out)
     before = (out / "blue_table.md").read_text()
     broken = make_results()
-    broken["tasks"][0]["group"] = "nowhere"
+    broken["cells"]["base"]["BIOSSES"]["mean"] = "high"
     with pytest.raises(InputError):
         write_report(broken, out)
     assert (out / "blue_table.md").read_text() == before
@@ -200,74 +201,79 @@ def test_html_rendered_by_headless_chromium(tmp_path):
     assert shown("simpt", "MedNLI")[1:] == (True, False)
     assert shown("base", "MedNLI")[1:] == (False, True)
     bold_per_column = {}
-    for (model, column), c in cells.items():
+    for (_, column), c in cells.items():
         bold_per_column[column] = bold_per_column.get(column, 0) + (int(c["data-weight"]) >= 600)
     assert all(n >= 1 for n in bold_per_column.values())
 
 
 # ---------------------------------------------------------------------------------------------
-def log_sweep(tracking_uri: str, results: dict) -> str:
-    """Log a sweep with orchestrator.track's conventions: a parent tagged orchestrator.kind=sweep
-    with <model>.<summary> metrics and a results.json artifact, a child per (model, task) tagged
-    model/task with test/dev metrics, selected.* params and curve.dev/curve.test per epoch, and a
-    nested trial run under each child."""
-    from mlflow import MlflowClient
-    from mlflow.entities import Metric, Param
+def log_sweep(run_dir: Path, results: dict) -> str:
+    """Log ``results`` as a finished sweep with the sweep's own writer (orchestrator.track.sweep)."""
+    from orchestrator.track import TrackingConfig
+    from orchestrator.track.sweep import log_sweep as log
 
-    client = MlflowClient(tracking_uri)
-    exp = client.create_experiment("bioptorch")
-    pid = client.create_run(exp, tags={"orchestrator.kind": "sweep"}, run_name="sweep:demo").info.run_id
-    client.log_batch(pid, metrics=[Metric(f"{m}.{k}", v, 0, 0) for m, row in results["summary"].items()
-                                   for k, v in row.items()])
-    metric_of = {t["name"]: t["metric"] for t in results["tasks"]}
-    for model, row in results["cells"].items():
-        for task, cell in row.items():
-            tags = {"mlflow.parentRunId": pid, "orchestrator.kind": "model_task", "model": model, "task": task}
-            cid = client.create_run(exp, run_name=f"{model}/{task}", tags=tags).info.run_id
-            metrics = [Metric(k, cell[v], 0, 0) for k, v in (("test_mean", "mean"), ("test_sd", "sd"),
-                                                               ("dev_mean", "dev_mean"))]
-            metrics += [Metric(f"curve.{split}", p[split], 0, p["epoch"]) for p in cell["curve"]
-                        for split in ("dev", "test")]
-            params = [Param("metric", metric_of[task])] + [Param(f"selected.{k}", str(v))
-                                                          for k, v in cell["selected"].items()]
-            client.log_batch(cid, metrics=metrics, params=params)
-            trial = client.create_run(exp, tags={**tags, "mlflow.parentRunId": cid, "orchestrator.kind": "trial"})
-            client.log_metric(trial.info.run_id, "dev", cell["dev_mean"], step=1)
-    client.log_dict(pid, results, "results.json")
-    return pid
+    sweep_dir = run_dir / "sweep"
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    (sweep_dir / "results.json").write_text(json.dumps(results))
+    records = [{"trial": {"model_name": m, "learning_rate": 5e-5, "seed": 1}, "task": t, "trial_id": f"{m}-{t}-s1",
+                "epochs": [{"epoch": 1, "dev": 0.5, "test": 0.4}], "seconds": 1.0}
+               for m in results["models"] for t in results["cells"][m]]
+    return log(TrackingConfig(), run_dir, name="demo", config={"sweep": {"seeds": [1]}}, results=results,
+               records=records, model_tags={}, artifacts=[sweep_dir / "results.json"])
 
 
 def test_report_job_rebuilds_from_mlflow_alone(tmp_path):
+    """The artifact and the metric fallback both give back the document the sweep logged: cells,
+    curves, selections, and each task's group and direction from its tags (no re-coded task list)."""
     from mlflow import MlflowClient
 
-    from dashboards.mlflow_results import default_tracking_uri, load_results, results_from_children
+    from orchestrator.report.mlflow_results import default_tracking_uri, load_results, results_from_children
 
     run_dir = tmp_path / "runs" / "demo"
     run_dir.mkdir(parents=True)
     results = make_results()
+    results["summary"] = summarize(results["tasks"], results["cells"])
     uri = default_tracking_uri(run_dir)
-    pid = log_sweep(uri, results)
+    pid = log_sweep(run_dir, results)
     loaded = load_results(uri)
     assert loaded.run_id == pid and loaded.source == "artifact" and loaded.results == results
 
     client = MlflowClient(uri)
     rebuilt = results_from_children(client, client.get_run(pid))  # the fallback: metrics, no artifact
-    assert rebuilt["models"] == results["models"]
+    assert sorted(rebuilt["models"]) == sorted(results["models"])  # order: as logged (track sorts by name)
     for model in results["models"]:
-        for task in ("BIOSSES", "MedNLI", "ErrTask"):
-            got, want = rebuilt["cells"][model][task], results["cells"][model][task]
-            assert got["mean"] == pytest.approx(want["mean"]) and got["selected"] == want["selected"]
-            assert [p["epoch"] for p in got["curve"]] == [1, 2]
-        assert rebuilt["summary"][model]["total"] == pytest.approx(results["summary"][model]["total"])
-    tasks = {t["name"]: t for t in rebuilt["tasks"]}
-    assert tasks["ErrTask"]["higher_is_better"] is False  # from the metric's name (mae) when not tagged
-    assert tasks["MedNLI"]["group"] == "clinical" and tasks["BIOSSES"]["group"] == "biomedical"
+        for task, want in results["cells"][model].items():
+            got = rebuilt["cells"][model][task]
+            assert got["mean"] == pytest.approx(want["mean"]) and got["sd"] == pytest.approx(want["sd"])
+            assert got["selected"] == want["selected"] and got["n"] == want["n"]
+            assert [(p["epoch"], p["dev"]) for p in got["curve"]] == [(p["epoch"], p["dev"]) for p in want["curve"]]
+        for key in ("total", "clinical", "biomedical"):
+            assert rebuilt["summary"][model][key] == pytest.approx(results["summary"][model][key])
+    assert {t["name"]: (t["group"], t["higher_is_better"]) for t in rebuilt["tasks"]} == {
+        t["name"]: (t["group"], t["higher_is_better"]) for t in results["tasks"]}
 
     job = report_job("--run-dir", str(run_dir))
     assert job.returncode == 0, job.stderr[-3000:]
     md = (run_dir / "report" / "blue_table.md").read_text()
     assert "**90.0**" in md and "<u>85.0</u>" in md
     assert (run_dir / "report" / "curves.png").is_file()
+
+
+def test_metric_fallback_refuses_runs_without_group_and_direction(tmp_path):
+    """A (model, task) run without the group / higher_is_better tags is refused by name, not guessed."""
+    from mlflow import MlflowClient
+
+    from orchestrator.report.mlflow_results import default_tracking_uri, results_from_children
+    from orchestrator.track import schema as S
+
+    uri = default_tracking_uri(tmp_path)
+    client = MlflowClient(uri)
+    exp = client.create_experiment("bioptorch")
+    pid = client.create_run(exp, tags={S.KIND: S.KIND_SWEEP}).info.run_id
+    cid = client.create_run(exp, tags={S.PARENT: pid, S.KIND: S.KIND_MODEL_TASK, S.MODEL: "m", S.TASK: "T"})
+    client.log_metric(cid.info.run_id, S.TEST_MEAN, 0.5)
+    with pytest.raises(InputError, match=r"lacks tags \['group', 'higher_is_better'\]"):
+        results_from_children(client, client.get_run(pid))
 
 
 def report_job(*args: str) -> subprocess.CompletedProcess:
@@ -284,40 +290,3 @@ def test_report_job_errors(tmp_path):
     broken = report_job(f"results_json={bad}", f"out_dir={tmp_path / 'r'}")
     assert broken.returncode == 2 and f"{bad}:1" in broken.stderr
     assert report_job().returncode == 2  # nothing to read from
-
-
-def test_rebuild_from_what_orchestrator_track_logs(tmp_path):
-    """The contract with the sweep's own MLflow logging: the artifact and the metric fallback both
-    give back the document that was logged."""
-    track = pytest.importorskip("orchestrator.track")
-    if not hasattr(track, "log_sweep"):
-        pytest.skip("orchestrator.track.log_sweep not available")
-    from mlflow import MlflowClient
-
-    from dashboards.mlflow_results import default_tracking_uri, load_results, results_from_children
-
-    results = make_results()
-    sweep_dir = tmp_path / "sweep"
-    sweep_dir.mkdir()
-    (sweep_dir / "results.json").write_text(json.dumps(results))
-    records = [{"trial": {"model_name": m, "learning_rate": 5e-5, "seed": 1}, "task": t, "trial_id": f"{m}-{t}-s1",
-                "epochs": [{"epoch": 1, "dev": 0.5, "test": 0.4}], "seconds": 1.0}
-               for m in results["models"] for t in results["cells"][m]]
-    tracking = track.TrackingConfig()
-    pid = track.log_sweep(tracking, tmp_path, name="demo", config={"sweep": {"seeds": [1]}}, results=results,
-                          records=records, model_tags={}, artifacts=[sweep_dir / "results.json"])
-    uri = default_tracking_uri(tmp_path)
-    loaded = load_results(uri, tracking.experiment)
-    assert loaded.run_id == pid and loaded.source == "artifact" and loaded.results == results
-
-    client = MlflowClient(uri)
-    rebuilt = results_from_children(client, client.get_run(pid))
-    assert sorted(rebuilt["models"]) == sorted(results["models"])  # order: as logged (track sorts by name)
-    for model in results["models"]:
-        for task, cell in results["cells"][model].items():
-            got = rebuilt["cells"][model][task]
-            assert got["mean"] == pytest.approx(cell["mean"]) and got["sd"] == pytest.approx(cell["sd"])
-            assert got["selected"] == cell["selected"]
-            assert [(p["epoch"], p["dev"]) for p in got["curve"]] == [(p["epoch"], p["dev"]) for p in cell["curve"]]
-        for key in ("total", "clinical", "biomedical"):
-            assert rebuilt["summary"][model][key] == pytest.approx(results["summary"][model][key])

@@ -50,7 +50,7 @@ def test_next_sentences_share_more_than_random_ones():
                 df[w] = df.get(w, 0) + 1
         common = {w for w, n in df.items() if n > 0.1 * len(docs)}  # template words say nothing
 
-        def specific(text: str) -> set[str]:
+        def specific(text: str, common: set[str] = common) -> set[str]:
             return words(text) - common
 
         real = rand = pairs = 0

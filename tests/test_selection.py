@@ -11,9 +11,22 @@ import pytest
 from scipy.spatial.distance import jensenshannon
 
 from orchestrator.core.errors import ConfigError, InputError
-from orchestrator.data.selection import (SelectionConfig, correlations, is_content_word, jensen_shannon, ngrams,
-                                         perplexity, plan_samples, profile_target, ranked_table, read_units,
-                                         score_source, tokenize, type_token_ratio, vocabulary_covered)
+from orchestrator.selection.scoring import (
+    SelectionConfig,
+    correlations,
+    is_content_word,
+    jensen_shannon,
+    ngrams,
+    perplexity,
+    plan_samples,
+    profile_target,
+    ranked_table,
+    read_units,
+    score_source,
+    tokenize,
+    type_token_ratio,
+    vocabulary_covered,
+)
 
 
 def test_tokenize_lowercases_and_splits_punctuation():
@@ -162,7 +175,7 @@ def test_source_smaller_than_budget_errors_or_is_scored_whole(tmp_path: Path):
 
 
 def test_target_tasks_group_files_by_task_name():
-    from orchestrator.data.selection import target_tasks
+    from orchestrator.selection.scoring import target_tasks
 
     assert target_tasks(["d/hoc/train.tsv", "d/hoc/dev.tsv", "d/BC5CDR-chem-IOB/devel.tsv", "x/notes.txt",
                          "mine=a.txt", "mine=b.txt"]) == {
@@ -172,7 +185,7 @@ def test_target_tasks_group_files_by_task_name():
 
 def test_whole_source_mode_scores_per_task_with_real_kenlm(tmp_path: Path):
     pytest.importorskip("kenlm")
-    from orchestrator.data.selection import kenlm_binary
+    from orchestrator.selection.scoring import kenlm_binary
 
     try:
         kenlm_binary("lmplz")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.core.manifest import read_manifest
-from orchestrator.data.selection import kenlm_binary
+from orchestrator.selection.scoring import kenlm_binary
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 TARGETS = [DATA / "ner" / "BC5CDR-chem-IOB" / "devel.tsv", DATA / "hoc" / "dev.tsv", DATA / "chemprot" / "dev.tsv"]
@@ -76,7 +76,7 @@ def test_pubmed_scores_closest_on_ppl_jsd_tvc(tmp_path: Path, capsys):
 
 def test_bad_source_in_a_ray_task_is_reported_by_file_and_line(tmp_path: Path):
     from orchestrator.core.errors import InputError, OrchestratorError
-    from orchestrator.data.selection import SelectionConfig, score_sources
+    from orchestrator.selection.scoring import SelectionConfig, score_sources
 
     good = tmp_path / "good.txt"
     good.write_text("the liver tumor shows early enhancement .\n" * 50, encoding="utf-8")

@@ -71,7 +71,7 @@ def test_unknown_space_and_bad_values_are_config_errors():
 
 
 def test_fingerprint_follows_the_task_definition_and_the_model_not_only_their_names(tmp_path):
-    from orchestrator.finetune.loop import TrialSpec
+    from orchestrator.finetune.trial import TrialSpec
     from orchestrator.sweep.space import trial_fingerprint
 
     task = tmp_path / "hoc_small.yaml"
@@ -108,8 +108,9 @@ def tiny_bert(tmp_path_factory) -> Path:
 
 
 def test_run_trial_is_deterministic_per_seed(tiny_bert):
-    from orchestrator.finetune.loop import TrialSpec, run_trial
+    from orchestrator.finetune.loop import run_trial
     from orchestrator.finetune.spec import SAMPLE_DIR
+    from orchestrator.finetune.trial import TrialSpec
 
     spec = TrialSpec(trial_id="t", model_name="tiny", model_dir=str(tiny_bert), task="chemprot",
                      data_dir=str(SAMPLE_DIR / "ChemProt"), learning_rate=1e-3, seed=3, eval_epochs=(1,),

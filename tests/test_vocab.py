@@ -6,8 +6,17 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.text.vocabulary import (VocabConfig, amplification_factor, amplified, build_vocabulary,
-                                          changed_share, continued_words, domain_terms, kept_whole, train_wordpiece)
+from orchestrator.vocab.wordpiece import (
+    VocabConfig,
+    amplification_factor,
+    amplified,
+    build_vocabulary,
+    changed_share,
+    continued_words,
+    domain_terms,
+    kept_whole,
+    train_wordpiece,
+)
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 PUBMED = DATA / "pubmed_sample" / "PubMedAbstract_1MB.txt"
@@ -82,7 +91,7 @@ def test_ampv_keeps_more_biomedical_terms_whole_than_plain(tmp_path):
 
 def test_target_lines_from_task_files(tmp_path):
     """Continued words are measured on the text field of BLUE task files, not on labels or tags."""
-    from orchestrator.text.vocabulary import read_target_lines
+    from orchestrator.vocab.wordpiece import read_target_lines
 
     iob = tmp_path / "ner.tsv"
     iob.write_text("Selegiline\tB-Chemical\n-\tO\n\ninduced\tO\n", encoding="utf-8")
@@ -104,7 +113,7 @@ def test_saved_vocabulary_is_canonical_across_processes(tmp_path):
     import sys
 
     script = ("import sys\nfrom pathlib import Path\n"
-              "from orchestrator.text.vocabulary import VocabConfig, save_tokenizer, train_wordpiece\n"
+              "from orchestrator.vocab.wordpiece import VocabConfig, save_tokenizer, train_wordpiece\n"
               f"text = open({str(PUBMED)!r}, encoding='utf-8').read().splitlines()[:300]\n"
               "save_tokenizer(train_wordpiece(text, VocabConfig(vocab_size=3000)), Path(sys.argv[1]))\n")
     vocabs = []

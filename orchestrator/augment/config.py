@@ -116,3 +116,19 @@ class AugmentJobConfig:
             raise ConfigError("out_dir must be set")
         if self.max_train_sentences < 0:
             raise ConfigError("max_train_sentences must be >= 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class AugmentStageConfig:
+    """The main job's augmentation stage: every NER task of the sweep is also fine-tuned on a
+    filtered-BERT augmented copy of its training split, reported as a second model
+    ``<model>+filtered-bert`` (same per-tag precision / recall / F1 as the original row)."""
+
+    enabled: bool = field(False, help="augment the training split of every NER task of the sweep, once per model, "
+                                      "and fine-tune on it too (rows <model>+filtered-bert)")
+    model_dir: str = field("", help="MLM proposing replacements; empty = each swept model itself (needs an "
+                                    "MLM head: this project's pretrain output has one)")
+    augment: AugmentConfig = field(default_factory=AugmentConfig, help="the algorithm")
+    similarity: SimilarityConfig = field(default_factory=SimilarityConfig, help="the similarity filter")
+    ray: AugmentRayConfig = field(default_factory=AugmentRayConfig, help="actor pool placement")
+

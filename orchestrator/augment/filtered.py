@@ -16,8 +16,8 @@ import dataclasses
 import logging
 import random
 import re
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from orchestrator.augment.config import AugmentConfig
 from orchestrator.core.errors import InputError
@@ -131,7 +131,7 @@ class MaskedWordPredictor:
 
     def __init__(self, model_dir: str | Path, device: str = "cpu", max_seq_length: int = 128,
                  batch_size: int = 64):
-        import torch
+        import torch  # heavy: torch, transformers
         from transformers import AutoTokenizer, BertForMaskedLM
 
         model_dir = Path(model_dir)
@@ -191,7 +191,7 @@ class MaskedWordPredictor:
 
     def propose(self, inputs: list[tuple[list[int], dict[int, int]]], top_n: int) -> list[dict[int, list[str]]]:
         """For each input, {word position: up to top_n usable proposals, best first}."""
-        import torch
+        import torch  # heavy: torch
 
         out: list[dict[int, list[str]]] = []
         fetch = min(len(self.vocab), top_n * 4 + 16)  # room for pieces filtered out as unusable

@@ -27,10 +27,12 @@ from pathlib import Path
 from orchestrator.augment.config import AugmentConfig, AugmentJobConfig, AugmentRayConfig, SimilarityConfig
 from orchestrator.augment.filtered import FilteredAugmenter, MaskedWordPredictor, plan_rows
 from orchestrator.augment.similarity import WordVectors, train_vectors
-from orchestrator.core.config import to_dict
+from orchestrator.core.config import from_dict, to_dict
 from orchestrator.core.errors import ConfigError, InputError
-from orchestrator.core.manifest import atomic_dir, atomic_write_text, write_manifest
-from orchestrator.finetune.readers import Example, read_split
+from orchestrator.core.manifest import atomic_write_text, hash_inputs, read_manifest, write_manifest
+from orchestrator.core.reuse import content_key, model_identity, run_stage
+from orchestrator.core.runtime import ray_session
+from orchestrator.finetune.readers import Example, fixed_subset, read_split
 from orchestrator.finetune.spec import SAMPLE_DIR, TaskSpec, load_task
 
 log = logging.getLogger(__name__)
@@ -57,7 +59,7 @@ class AugmentActor:
     """Ray Data callable class: model and vectors loaded once per actor."""
 
     def __init__(self, cfg: dict, model_dir: str, vectors: str, center: bool, device: str, threads: int):
-        import torch
+        import torch  # heavy: torch
 
         torch.set_num_threads(max(1, threads))
         acfg = AugmentConfig(**cfg)
@@ -66,7 +68,7 @@ class AugmentActor:
         self.augmenter = FilteredAugmenter(acfg, predictor, WordVectors(vectors, center=center).similarity)
 
     def __call__(self, batch: dict) -> dict:
-        import numpy as np
+        import numpy as np  # heavy: numpy
 
         rows = [json.loads(text) for text in batch["row"]]
         results = self.augmenter.augment(rows)
@@ -75,7 +77,7 @@ class AugmentActor:
 
 
 def _actor_gpus(ray_cfg: AugmentRayConfig, device: str) -> float:
-    import ray
+    import ray  # heavy: ray
 
     if device == "cpu":
         return 0.0
@@ -87,7 +89,7 @@ def _actor_gpus(ray_cfg: AugmentRayConfig, device: str) -> float:
 def run_actor_pool(rows: list[dict], cfg: AugmentConfig, model_dir: Path, vectors: Path, center: bool,
                    ray_cfg: AugmentRayConfig, device: str = "auto") -> list[dict]:
     """Augment planned rows on a Ray Data actor pool (Ray must be initialised); results by uid."""
-    import ray
+    import ray  # heavy: ray
 
     if not rows:
         return []
@@ -165,8 +167,6 @@ def count(rows: list[dict], results: list[dict], sentences: int) -> dict[str, in
 def training_sentences(spec: TaskSpec, data_dir: Path, max_sentences: int = 0) -> list[Example]:
     """The training split, or the fixed subset that a sweep trial with ``max_train_examples`` =
     ``max_sentences`` trains on (the trial's own ``fixed_subset``, so the two cannot drift apart)."""
-    from orchestrator.finetune.loop import fixed_subset
-
     if spec.family != "ner":
         raise ConfigError(f"task {spec.name} is family {spec.family}; augmentation needs token "
                           "classification (ner)")
@@ -189,16 +189,14 @@ def resolve_vectors(sim: SimilarityConfig, examples: list[Example], cache_dir: P
 
 def augment_task(spec: TaskSpec, data_dir: str | Path, out_dir: str | Path, model_dir: str | Path,
                  cfg: AugmentConfig, sim: SimilarityConfig, ray_cfg: AugmentRayConfig, *,
-                 max_train_sentences: int = 0, device: str = "auto",
-                 extra_manifest: dict | None = None) -> AugmentResult:
-    """Augment one NER task's training split into ``out_dir`` (dev/test copied). Starts an
-    embedded Ray unless one is running. ``extra_manifest`` is merged into the manifest (a caller's
-    key for reuse)."""
-    from orchestrator.core.runtime import ray_session
-
+                 max_train_sentences: int = 0, device: str = "auto") -> AugmentResult:
+    """Augment one NER task's training split into ``out_dir`` (dev/test copied): a fresh directory
+    that ``orchestrator.core.reuse.run_stage`` renames into place. Starts an embedded Ray unless one
+    is running."""
     started = time.time()
     spec = dataclasses.replace(spec, dir="")
     data_dir, out_dir, model_dir = Path(data_dir), Path(out_dir), Path(model_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
     examples = training_sentences(spec, data_dir, max_train_sentences)
     cache_dir = Path(sim.cache_dir) if sim.cache_dir else out_dir.parent / "fasttext_cache"
     vectors = resolve_vectors(sim, examples, cache_dir)
@@ -208,31 +206,38 @@ def augment_task(spec: TaskSpec, data_dir: str | Path, out_dir: str | Path, mode
     with ray_session(address=ray_cfg.address or None):
         results = run_actor_pool(rows, cfg, model_dir, vectors, sim.center, ray_cfg, device)
     counts = count(rows, results, len(examples))
-    with atomic_dir(out_dir) as tmp:
-        originals = [(list(ex.text_a), list(ex.label), ex.doc or f"train-{ex.line}") for ex in examples]
-        augmented = [(r["tokens"], r["tags"], f"aug{r['copy']}-{originals[r['source']][2]}") for r in results]
-        train_name = spec.files["train"]
-        atomic_write_text(tmp / train_name, format_token_file(
-            spec, (originals if cfg.include_original else []) + augmented))
-        for split in ("dev", "test"):
-            src = spec.split_path(data_dir, split)
-            if not src.is_file():
-                raise InputError(src, f"{split} split not found", expected=f"the task's {split} file")
-            shutil.copyfile(src, tmp / src.name)
-        lines = [json.dumps({**{k: r[k] for k in ("uid", "copy", "replaced", "rejected", "kept")},
-                             "source_line": examples[r["source"]].line}) for r in results]
-        atomic_write_text(tmp / REPLACEMENTS, "\n".join(lines) + "\n")
-        atomic_write_text(tmp / EXAMPLES, examples_markdown(rows, results))
-        write_manifest(tmp, stage="augment", seed=cfg.seed,
-                       config={"task": spec.name, "format": spec.format, "augment": cfg, "similarity": sim,
-                               "ray": ray_cfg, "max_train_sentences": max_train_sentences,
-                               "model_dir": str(model_dir), "vectors": str(vectors)},
-                       inputs=[spec.split_path(data_dir, "train"), model_dir, vectors],
-                       counts={**counts, "train_sentences_written": len(augmented) + (
-                           len(originals) if cfg.include_original else 0)}, extra=extra_manifest)
+    originals = [(list(ex.text_a), list(ex.label), ex.doc or f"train-{ex.line}") for ex in examples]
+    augmented = [(r["tokens"], r["tags"], f"aug{r['copy']}-{originals[r['source']][2]}") for r in results]
+    train_name = spec.files["train"]
+    atomic_write_text(out_dir / train_name, format_token_file(
+        spec, (originals if cfg.include_original else []) + augmented))
+    for split in ("dev", "test"):
+        src = spec.split_path(data_dir, split)
+        if not src.is_file():
+            raise InputError(src, f"{split} split not found", expected=f"the task's {split} file")
+        shutil.copyfile(src, out_dir / src.name)
+    lines = [json.dumps({**{k: r[k] for k in ("uid", "copy", "replaced", "rejected", "kept")},
+                         "source_line": examples[r["source"]].line}) for r in results]
+    atomic_write_text(out_dir / REPLACEMENTS, "\n".join(lines) + "\n")
+    atomic_write_text(out_dir / EXAMPLES, examples_markdown(rows, results))
+    write_manifest(out_dir, stage="augment", seed=cfg.seed,
+                   config={"task": spec.name, "format": spec.format, "augment": cfg, "similarity": sim,
+                           "ray": ray_cfg, "max_train_sentences": max_train_sentences,
+                           "model_dir": str(model_dir), "vectors": str(vectors)},
+                   inputs=[spec.split_path(data_dir, "train"), model_dir, vectors],
+                   counts={**counts, "train_sentences_written": len(augmented) + (
+                       len(originals) if cfg.include_original else 0)})
     result = AugmentResult(out_dir, counts, time.time() - started)
     log.info(result.summary())
     return result
+
+
+def augment_key(spec: TaskSpec, data_dir: str | Path, model_dir: str | Path, cfg: AugmentConfig,
+                sim: SimilarityConfig, max_train_sentences: int) -> str:
+    """What an augmented task directory depends on: the task's files, the MLM, the settings."""
+    files = [spec.split_path(Path(data_dir), split) for split in ("train", "dev", "test")]
+    return content_key("augment", spec, hash_inputs([f for f in files if f.is_file()]), model_identity(model_dir),
+                       cfg, sim, max_train_sentences)
 
 
 # -------------------------------------------------------------------------------------- the job
@@ -245,8 +250,6 @@ def job_spec(cfg: AugmentJobConfig) -> tuple[TaskSpec, Path]:
 
 
 def from_format(spec: TaskSpec, fmt: str) -> TaskSpec:
-    from orchestrator.core.config import from_dict
-
     return from_dict(TaskSpec, {**to_dict(spec), "format": fmt}, where=f"task {spec.name}")
 
 
@@ -257,7 +260,7 @@ def plan_augment_job(cfg: AugmentJobConfig) -> str:
     model_dir = Path(cfg.model_dir)
     model_note = "" if (model_dir / "config.json").is_file() else (
         "  (not built yet: a BertForMaskedLM / BertForPreTraining directory, e.g. from "
-        "`python jobs/pretrain.py --preset pretrain_tiny`)")
+        "`python jobs/pretrain.py`)")
     for path in ([cfg.similarity.vectors] if cfg.similarity.vectors else list(cfg.similarity.corpus)):
         if not Path(path).is_file():
             raise InputError(path, "similarity input not found", expected="a vectors file or corpus text")
@@ -280,6 +283,10 @@ def run_augment_job(cfg: AugmentJobConfig) -> AugmentResult:
     if not (Path(cfg.model_dir) / "config.json").is_file():
         raise InputError(cfg.model_dir or "model_dir", "MLM directory not found",
                          expected="a BertForMaskedLM / BertForPreTraining directory (e.g. run "
-                                  "`python jobs/pretrain.py --preset pretrain_tiny` first)")
-    return augment_task(spec, data_dir, cfg.out_dir, cfg.model_dir, cfg.augment, cfg.similarity, cfg.ray,
-                        max_train_sentences=cfg.max_train_sentences, device=cfg.device)
+                                  "`python jobs/pretrain.py` first)")
+    spec = dataclasses.replace(spec, dir="")
+    key = augment_key(spec, data_dir, cfg.model_dir, cfg.augment, cfg.similarity, cfg.max_train_sentences)
+    out = run_stage("augment", cfg.out_dir, key, lambda tmp: augment_task(
+        spec, data_dir, tmp, cfg.model_dir, cfg.augment, cfg.similarity, cfg.ray,
+        max_train_sentences=cfg.max_train_sentences, device=cfg.device))
+    return AugmentResult(out, read_manifest(out)["counts"], 0.0)

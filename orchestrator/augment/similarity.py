@@ -6,20 +6,19 @@ filter). Training uses one thread: fastText 0.9 has no seed and only thread=1 is
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import multiprocessing
 import re
+from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 
 from orchestrator.augment.config import SimilarityConfig
 from orchestrator.core.errors import InputError
 from orchestrator.core.manifest import atomic_dir, file_sha256, is_complete, write_manifest
+from orchestrator.core.reuse import content_key
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +60,7 @@ class WordVectors:
         if self.path.suffix == ".vec" or self.path.suffix == ".txt":
             self._table = _read_vec(self.path)
         else:
-            import fasttext
+            import fasttext  # heavy: fasttext
 
             try:
                 self._model = fasttext.load_model(str(self.path))
@@ -119,17 +118,14 @@ def _read_vec(path: Path) -> dict[str, np.ndarray]:
 def vectors_key(cfg: SimilarityConfig, corpus: Iterable[str | Path]) -> str:
     """Cache key: the corpus files' contents and every training setting."""
     settings = {k: getattr(cfg, k) for k in ("dim", "epochs", "min_count", "minn", "maxn", "bucket")}
-    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
-    for path in corpus:
-        digest.update(file_sha256(path).encode())
-    return digest.hexdigest()[:16]
+    return content_key(settings, [file_sha256(path) for path in corpus])
 
 
 def _fit_skipgram(text: str, out: str, settings: dict) -> int:
     """Train and save in a fresh process: measured here, fastText 0.9.2 trained in a process that had
     already trained once (or written a manifest) gave different vectors and sometimes NaN, while a
     fresh process with thread=1 is bit-for-bit repeatable."""
-    import fasttext
+    import fasttext  # heavy: fasttext
 
     model = fasttext.train_unsupervised(text, model="skipgram", thread=1, verbose=0, **settings)
     model.save_model(out)

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import logging
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
@@ -37,14 +37,17 @@ class JobSpec:
     default_preset: str | None = None
 
 
-def preset_names() -> list[str]:
-    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+def preset_names(job: str) -> list[str]:
+    """The presets of one job: ``orchestrator/presets/<job>/<name>.yaml``."""
+    return sorted(p.stem for p in (PRESET_DIR / job).glob("*.yaml"))
 
 
-def load_preset(name: str) -> dict:
-    path = PRESET_DIR / f"{name}.yaml"
+def load_preset(job: str, name: str) -> dict:
+    path = PRESET_DIR / job / f"{name}.yaml"
     if not path.is_file():
-        raise OrchestratorError(f"unknown preset {name!r}{suggest(name, preset_names())}")
+        names = preset_names(job)
+        raise OrchestratorError(f"unknown preset {name!r} for jobs/{job}.py"
+                                + (suggest(name, names) if names else " (this job has no presets)"))
     return read_yaml(path)
 
 
@@ -54,8 +57,9 @@ def build_parser(spec: JobSpec) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=f"python jobs/{spec.name}.py", description=spec.description, epilog=epilog,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", type=Path, help="YAML config file (applied over the preset)")
+    names = preset_names(spec.name)
     p.add_argument("--preset", default=spec.default_preset,
-                   help=f"named preset under orchestrator/presets ({', '.join(preset_names())}); "
+                   help=f"named preset under orchestrator/presets/{spec.name} ({', '.join(names) or 'none'}); "
                         f"default: {spec.default_preset}")
     p.add_argument("--dry-run", action="store_true",
                    help="validate the config and that every input exists and parses, print the plan, train nothing")
@@ -66,7 +70,7 @@ def build_parser(spec: JobSpec) -> argparse.ArgumentParser:
 
 
 def resolve_config(spec: JobSpec, args: argparse.Namespace):
-    base = load_preset(args.preset) if args.preset and args.preset != "none" else {}
+    base = load_preset(spec.name, args.preset) if args.preset and args.preset != "none" else {}
     return load_config(spec.config_cls, args.config, args.overrides, base=base)
 
 
@@ -96,7 +100,3 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-
-
-def dump_json(obj: Any) -> str:
-    return json.dumps(to_dict(obj), indent=2, default=str)

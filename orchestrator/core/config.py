@@ -235,8 +235,6 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
             return value
         return from_dict(tp, value, where)
     if origin in (list, tuple):
-        if isinstance(value, (str, int, float)) and not isinstance(value, bool) and origin is tuple and False:
-            pass
         if not isinstance(value, (list, tuple)):
             if isinstance(value, str) and "," in value:
                 value = [v.strip() for v in value.split(",")]

@@ -19,8 +19,9 @@ import shutil
 import subprocess
 import time
 import uuid
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from orchestrator.core.config import to_dict
 

@@ -10,10 +10,13 @@ import contextlib
 import logging
 import os
 import random
+import socket
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
+
+from orchestrator.core.errors import OrchestratorError
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +39,7 @@ def cluster_address(explicit: str | None = None) -> str | None:
 def init_ray(address: str | None = None, num_cpus: int | None = None, num_gpus: int | None = None,
              log_to_driver: bool = True) -> dict:
     """Start or attach Ray once per process. Returns a description of what it did."""
-    import ray
+    import ray  # heavy: ray
 
     if ray.is_initialized():
         return {"mode": "already", "resources": ray.cluster_resources()}
@@ -64,10 +67,6 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, num_gpus: 
 
 def _check_reachable(address: str, timeout: float = 5.0) -> None:
     """Fail fast on a host:port nobody listens on (Ray itself retries for minutes)."""
-    import socket
-
-    from orchestrator.core.errors import OrchestratorError
-
     host, sep, port = address.rpartition(":")
     if not sep or "://" in address or not port.isdigit():
         return  # "auto", ray:// client addresses and dashboard URLs are resolved by Ray
@@ -86,7 +85,7 @@ def _force_loopback() -> None:
     constant for this one in case ray was imported before us.
     """
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-    from ray._private import ray_constants
+    from ray._private import ray_constants  # heavy: ray
 
     ray_constants.ENABLE_RAY_CLUSTER = False
 
@@ -100,7 +99,7 @@ def _pythonpath_with(root: str) -> str:
 def ray_session(address: str | None = None, num_cpus: int | None = None,
                 log_to_driver: bool = True) -> Iterator[dict]:
     """init_ray for the block; shuts Ray down afterwards only if this block started it."""
-    import ray
+    import ray  # heavy: ray
 
     started = not ray.is_initialized()
     saved = {k: os.environ.get(k) for k in ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER",)}
@@ -122,7 +121,7 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % (2**32))
     try:
-        import torch
+        import torch  # heavy: torch
 
         torch.manual_seed(seed)
     except ImportError:  # pragma: no cover - torch is a hard dependency
@@ -131,7 +130,7 @@ def seed_everything(seed: int) -> None:
 
 def choose_device(prefer: str = "auto"):
     """'auto' -> cuda if available else cpu; or an explicit torch device string."""
-    import torch
+    import torch  # heavy: torch
 
     if prefer == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -11,54 +11,27 @@ would; ``benchmarks/sweep_epoch_sharing.py`` measures whether the selection chan
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import math
-import random
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
 
-from orchestrator.core.manifest import atomic_write_json, file_sha256
-from orchestrator.core.runtime import seed_everything
+from orchestrator.core.manifest import atomic_write_json
+from orchestrator.core.reuse import content_key
+from orchestrator.core.runtime import choose_device, seed_everything
 from orchestrator.finetune.metrics import METRICS, ner_per_tag
 from orchestrator.finetune.model import TaskModel
-from orchestrator.finetune.readers import Example, read_split, stratified_folds
+from orchestrator.finetune.readers import Example, fixed_subset, read_split, stratified_folds
 from orchestrator.finetune.spec import TaskSpec, load_task
+from orchestrator.finetune.trial import TrialSpec
 
 log = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass(frozen=True)
-class TrialSpec:
-    """Everything one trial needs; plain values so it travels to a Ray worker as a dict."""
-
-    trial_id: str
-    model_name: str
-    model_dir: str
-    task: str
-    data_dir: str  # the directory holding this task's split files
-    learning_rate: float
-    seed: int
-    eval_epochs: tuple[int, ...]
-    batch_size: int = 32
-    max_seq_length: int = 128
-    max_train_examples: int = 0
-    max_eval_examples: int = 0
-    weight_decay: float = 0.01
-    warmup_proportion: float = 0.1
-    num_threads: int = 1
-    device: str = "auto"
-    fold: int = -1  # cross-validated tasks: the held-out fold of this trial (-1: fixed splits)
-    cache_dir: str = ""  # where tokenised splits are kept between trials ("" = no disk cache)
-
-    @property
-    def max_epochs(self) -> int:
-        return max(self.eval_epochs)
 
 
 @dataclasses.dataclass
@@ -69,14 +42,6 @@ class Encoded:
     targets: list[Any]
     examples: list[Example]
     word_index: list[list[int]] | None = None  # NER: token position of each word's first piece
-
-
-def fixed_subset(examples: list[Example], n: int) -> list[Example]:
-    """A fixed (seed-independent) subsample, so every trial of a sweep sees the same data."""
-    if not n or len(examples) <= n:
-        return examples
-    keep = sorted(random.Random(0).sample(range(len(examples)), n))
-    return [examples[i] for i in keep]
 
 
 CV_SPLIT_SEED = 0  # folds and dev carve-outs are the same for every seed and learning rate
@@ -91,7 +56,7 @@ def load_splits(spec: TaskSpec, trial: TrialSpec) -> dict[str, list[Example]]:
         return {split: fixed_subset(read_split(spec, trial.data_dir, split),
                                     trial.max_train_examples if split == "train" else trial.max_eval_examples)
                 for split in ("train", "dev", "test")}
-    from sklearn.model_selection import train_test_split
+    from sklearn.model_selection import train_test_split  # heavy: sklearn
 
     examples = read_split(spec, trial.data_dir, "all")
     folds = stratified_folds(examples, spec.cv_folds, CV_SPLIT_SEED)
@@ -109,13 +74,10 @@ def load_splits(spec: TaskSpec, trial: TrialSpec) -> dict[str, list[Example]]:
 def _encoding_key(spec: TaskSpec, trial: TrialSpec, split: str, examples: list[Example], tokenizer) -> str:
     """Everything the tokenised tensors depend on: the examples' text, the tokenizer's vocabulary
     and settings, the length limit, the task's label order (targets are label indices)."""
-    h = hashlib.sha256()
     vocab = sorted(tokenizer.get_vocab().items())
-    h.update(json.dumps([type(tokenizer).__name__, getattr(tokenizer, "do_lower_case", None), vocab,
-                         trial.max_seq_length, spec.family, list(spec.labels), split]).encode())
-    for ex in examples:
-        h.update(json.dumps([ex.text_a, ex.text_b, ex.label], default=list).encode())
-    return h.hexdigest()[:24]
+    return content_key([type(tokenizer).__name__, getattr(tokenizer, "do_lower_case", None), vocab,
+                        trial.max_seq_length, spec.family, list(spec.labels), split],
+                       [[ex.text_a, ex.text_b, ex.label] for ex in examples], length=24)
 
 
 def encode_cached(spec: TaskSpec, trial: TrialSpec, split: str, examples: list[Example], tokenizer) -> Encoded:
@@ -224,9 +186,7 @@ def score(spec: TaskSpec, examples: list[Example], preds: list[Any]) -> float:
 def run_trial(trial: TrialSpec, report: Callable[[dict], None] | None = None,
               task_spec: TaskSpec | None = None) -> dict:
     """Fine-tune, evaluating at ``trial.eval_epochs``; returns the trial record (JSON-safe)."""
-    from transformers import AutoTokenizer, get_linear_schedule_with_warmup
-
-    from orchestrator.core.runtime import choose_device
+    from transformers import AutoTokenizer, get_linear_schedule_with_warmup  # heavy: transformers
 
     # trial.data_dir already is the task's own directory (see orchestrator.sweep.space.task_data_dir)
     spec = dataclasses.replace(task_spec or load_task(trial.task), dir="")

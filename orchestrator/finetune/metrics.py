@@ -19,7 +19,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -56,7 +57,7 @@ def _register(name: str, higher_is_better: bool = True):
 @_register("pearson")
 def pearson(gold: Sequence[float], pred: Sequence[float], **_: Any) -> float:
     """Pearson's r (BLUE ``eval_sts.py``: ``pandas.Series.corr``); 0.0 for a constant input."""
-    from scipy.stats import pearsonr
+    from scipy.stats import pearsonr  # heavy: scipy
 
     gold_a, pred_a = np.asarray(gold, dtype=float), np.asarray(pred, dtype=float)
     if len(gold_a) < 2 or np.ptp(gold_a) == 0 or np.ptp(pred_a) == 0:
@@ -70,7 +71,7 @@ def pearson(gold: Sequence[float], pred: Sequence[float], **_: Any) -> float:
 @_register("accuracy")
 def accuracy(gold: Sequence, pred: Sequence, **_: Any) -> float:
     """Overall accuracy (MedNLI; DocClsJp's micro-accuracy)."""
-    from sklearn.metrics import accuracy_score
+    from sklearn.metrics import accuracy_score  # heavy: sklearn
 
     return float(accuracy_score(list(gold), list(pred)))
 
@@ -80,7 +81,7 @@ def micro_f1_positive(gold: Sequence[str], pred: Sequence[str], *, labels: Seque
                       negative_labels: Sequence[str] = (), **_: Any) -> float:
     """Micro-F1 over the positive relation classes of the task's declared label set
     (ChemProt CPR:3,4,5,6,9; DDI without DDI-false; i2b2 without false)."""
-    from sklearn.metrics import precision_recall_fscore_support
+    from sklearn.metrics import precision_recall_fscore_support  # heavy: sklearn
 
     positive = [x for x in (labels or sorted(set(gold) | set(pred))) if x not in set(negative_labels)]
     _, _, f1, _ = precision_recall_fscore_support(list(gold), list(pred), labels=positive, average="micro",
@@ -91,14 +92,14 @@ def micro_f1_positive(gold: Sequence[str], pred: Sequence[str], *, labels: Seque
 @_register("ner_f1")
 def ner_f1(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]], **_: Any) -> float:
     """Entity-level F1 with exact (strict) span and type match, CoNLL-style chunking (seqeval)."""
-    from seqeval.metrics import f1_score
+    from seqeval.metrics import f1_score  # heavy: seqeval
 
     return float(f1_score([list(g) for g in gold], [list(p) for p in pred], zero_division=0))
 
 
 def ner_report(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -> dict[str, dict[str, float]]:
     """Per-tag precision / recall / F1 / support, plus micro avg (seed 001's NER tables)."""
-    from seqeval.metrics import classification_report
+    from seqeval.metrics import classification_report  # heavy: seqeval
 
     report = classification_report([list(g) for g in gold], [list(p) for p in pred], output_dict=True,
                                    zero_division=0)
@@ -122,7 +123,7 @@ class ExampleBasedPRF:
 def example_based_prf(gold: np.ndarray, pred: np.ndarray) -> ExampleBasedPRF:
     """Per-document precision and recall averaged over documents, F1 of the two means
     (BLUE HoC: 2 * mean P * mean R / (mean P + mean R)); inputs are 0/1 matrices docs x labels."""
-    from sklearn.metrics import precision_score, recall_score
+    from sklearn.metrics import precision_score, recall_score  # heavy: sklearn
 
     gold = np.asarray(gold, dtype=int)
     pred = np.asarray(pred, dtype=int)
@@ -155,17 +156,3 @@ def documents_to_matrix(gold: Sequence[Sequence[int]], pred: Sequence[Sequence[i
         gold_m[order[d], list(g)] = 1
         pred_m[order[d], list(p)] = 1
     return gold_m, pred_m
-
-
-# ------------------------------------------------------------------------------- BLUE summary
-def blue_summary(scores: dict[str, float], groups: dict[str, str]) -> dict[str, float | None]:
-    """BLUE total = macro average over tasks; seed 000's clinical / biomedical scores = macro
-    averages over the tasks of each group. ``None`` where a group has no task."""
-    def mean(names: list[str]) -> float | None:
-        vals = [scores[n] for n in names if scores.get(n) is not None]
-        return float(np.mean(vals)) if vals else None
-
-    names = list(scores)
-    return {"total": mean(names),
-            "clinical": mean([n for n in names if groups.get(n) == "clinical"]),
-            "biomedical": mean([n for n in names if groups.get(n) == "biomedical"])}

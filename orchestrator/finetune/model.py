@@ -6,8 +6,8 @@ checkpoints load through AutoModel (the MLM/NSP heads are simply not used).
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import torch
 from torch import nn
@@ -32,7 +32,7 @@ class TaskModel(nn.Module):
 
     def __init__(self, model_dir: str | Path, spec: TaskSpec):
         super().__init__()
-        from transformers import AutoModel
+        from transformers import AutoModel  # heavy: transformers
 
         self.family = spec.family
         self.encoder = AutoModel.from_pretrained(str(model_dir))

@@ -8,9 +8,11 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import random
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from orchestrator.core.errors import InputError
 from orchestrator.finetune.spec import TaskSpec
@@ -96,7 +98,8 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict]]:
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise InputError(path, f"invalid JSON: {exc.msg}", line=line_no, expected="one JSON object per line")
+                raise InputError(path, f"invalid JSON: {exc.msg}", line=line_no,
+                                 expected="one JSON object per line") from None
             if not isinstance(obj, dict):
                 raise InputError(path, "not a JSON object", line=line_no, expected="one JSON object per line")
             yield line_no, obj
@@ -129,7 +132,8 @@ def _parse_label(spec: TaskSpec, path: Path, line: int, raw: Any) -> Any:
         try:
             return float(raw)
         except (TypeError, ValueError):
-            raise InputError(path, f"score {raw!r} is not a number", line=line, expected="a similarity score")
+            raise InputError(path, f"score {raw!r} is not a number", line=line,
+                             expected="a similarity score") from None
     if spec.family == "multilabel":
         return _parse_multilabel(spec, path, line, raw)
     label = str(raw).strip() if raw is not None else ""
@@ -224,10 +228,18 @@ def _normalise_tag(spec: TaskSpec, tag: str) -> str:
     return tag
 
 
+def fixed_subset(examples: list[Example], n: int) -> list[Example]:
+    """A fixed (seed-independent) subsample, so every trial of a sweep sees the same data."""
+    if not n or len(examples) <= n:
+        return examples
+    keep = sorted(random.Random(0).sample(range(len(examples)), n))
+    return [examples[i] for i in keep]
+
+
 # --------------------------------------------------------------------------------- cross-validation
 def stratified_folds(examples: list[Example], k: int, seed: int) -> list[tuple[list[int], list[int]]]:
     """(train indices, test indices) per fold, stratified by label (seed 000's DocClsJp protocol)."""
-    from sklearn.model_selection import StratifiedKFold
+    from sklearn.model_selection import StratifiedKFold  # heavy: sklearn
 
     labels = [ex.label for ex in examples]
     splitter = StratifiedKFold(n_splits=k, shuffle=True, random_state=seed)

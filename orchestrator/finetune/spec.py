@@ -15,6 +15,7 @@ from typing import Literal
 from orchestrator.core.config import field, from_dict, merge, read_yaml
 from orchestrator.core.errors import ConfigError
 from orchestrator.core.registry import suggest
+from orchestrator.finetune.metrics import METRICS
 
 TASK_DIR = Path(__file__).resolve().parent / "tasks"
 SAMPLE_DIR = Path(__file__).resolve().parents[1] / "sample_data" / "blue"
@@ -52,8 +53,6 @@ class TaskSpec:
     include: str = field("", help="family template this task was built on (resolved at load time)")
 
     def __post_init__(self):
-        from orchestrator.finetune.metrics import METRICS
-
         METRICS.get(self.metric)
         if self.cv_folds or self.family == "doccls":
             if self.cv_folds < 2 or "all" not in self.files:

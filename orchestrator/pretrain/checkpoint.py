@@ -61,7 +61,7 @@ def save_checkpoint(out_dir: Path, model: PreTrainedModel, tokenizer_dir: Path, 
 
 def load_weights(model: PreTrainedModel, ckpt_dir: Path) -> None:
     """Load the weights of a checkpoint into an already built model of the same architecture."""
-    from safetensors.torch import load_file
+    from safetensors.torch import load_file  # heavy: safetensors
 
     ckpt_dir = Path(ckpt_dir)
     state = load_file(str(ckpt_dir / "model.safetensors"))

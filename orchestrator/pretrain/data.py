@@ -8,16 +8,16 @@ The parquet schema is the instances stage's (docs/ARCHITECTURE.md): unpadded ``i
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import numpy as np
 
+from orchestrator.core.artifacts import InstanceInfo
 from orchestrator.core.errors import InputError
-from orchestrator.core.manifest import file_sha256, read_manifest
+from orchestrator.core.manifest import file_sha256
 
 IGNORE_INDEX = -100
-COLUMNS = ("input_ids", "token_type_ids", "masked_lm_positions", "masked_lm_ids", "next_sentence_label")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,39 +27,6 @@ class SpecialIds:
     mask: int
     vocab_size: int
     never_mask: tuple[int, ...]
-
-
-@dataclasses.dataclass(frozen=True)
-class InstanceInfo:
-    """What an instances directory promises, read from its manifest."""
-    path: Path
-    max_seq_length: int
-    masking: str
-    vocab_size: int
-    vocab_sha256: str
-    instances: int | None
-
-
-def read_instance_info(path: Path) -> InstanceInfo:
-    """Read and check an instances directory's manifest (counts/extra hold the stage's promises)."""
-    path = Path(path)
-    try:
-        manifest = read_manifest(path)
-    except FileNotFoundError:
-        raise InputError(path, "not a finished instances directory", expected="manifest.json from the "
-                                                                              "instances stage") from None
-    merged = {**manifest.get("counts", {}), **manifest.get("extra", {}), **manifest}
-    missing = [k for k in ("max_seq_length", "masking", "vocab_size", "vocab_sha256") if k not in merged]
-    if missing:
-        raise InputError(path / "manifest.json", f"missing {', '.join(missing)}",
-                         expected="counts/extra with max_seq_length, masking, vocab_size, vocab_sha256")
-    if merged["masking"] not in ("static", "dynamic"):
-        raise InputError(path / "manifest.json", f"masking is {merged['masking']!r}",
-                         expected="'static' or 'dynamic'")
-    if not list(path.glob("*.parquet")):
-        raise InputError(path, "no parquet shards", expected="part-*.parquet")
-    return InstanceInfo(path, int(merged["max_seq_length"]), str(merged["masking"]), int(merged["vocab_size"]),
-                        str(merged["vocab_sha256"]), merged.get("instances"))
 
 
 def check_vocab_matches(info: InstanceInfo, tokenizer_dir: Path, tokenizer_vocab_size: int) -> None:

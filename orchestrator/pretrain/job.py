@@ -4,18 +4,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.core.artifacts import read_instance_info
 from orchestrator.core.config import field
 from orchestrator.core.errors import ConfigError, InputError
+from orchestrator.core.runtime import ray_session
 from orchestrator.pretrain.config import PretrainConfig
-from orchestrator.pretrain.data import read_instance_info
 from orchestrator.track import TrackingConfig
 
 
 @dataclass(frozen=True)
 class PretrainJobConfig:
     instances_dir: str = field("", help="directory holding the instances stage's len<L>/ subdirectories "
-                                        "(e.g. runs/<name>/data/instances)")
-    tokenizer_dir: str = field("", help="HF tokenizer directory with vocab.txt (e.g. runs/<name>/data/vocab)")
+                                        "(e.g. runs/<name>/instances)")
+    tokenizer_dir: str = field("", help="HF tokenizer directory with vocab.txt (e.g. runs/<name>/vocab)")
     out_dir: str = field("runs/pretrain/pretrain", help="where checkpoints/, final/ and manifest.json go")
     run_dir: str = field("", help="run directory for the default MLflow store (empty = parent of out_dir)")
     ray_address: str = field("", help="Ray cluster address; empty = RAY_ADDRESS / cluster head / embedded local")
@@ -43,8 +44,7 @@ def find_instances(instances_dir: Path) -> dict[int, Path]:
 
 
 def run(cfg: PretrainJobConfig):
-    from orchestrator.core.runtime import ray_session
-    from orchestrator.pretrain.trainer import pretrain
+    from orchestrator.pretrain.trainer import pretrain  # heavy: torch, Ray Train (--help stays quick)
 
     out_dir = Path(cfg.out_dir).resolve()
     run_dir = Path(cfg.run_dir).resolve() if cfg.run_dir else out_dir.parent
@@ -54,7 +54,7 @@ def run(cfg: PretrainJobConfig):
 
 
 def plan(cfg: PretrainJobConfig) -> str:
-    from orchestrator.pretrain.trainer import plan_pretrain
+    from orchestrator.pretrain.trainer import plan_pretrain  # heavy: torch, Ray Train (--help stays quick)
 
     instances = find_instances(Path(cfg.instances_dir))
     return f"output: {Path(cfg.out_dir).resolve()}\n" + plan_pretrain(cfg.pretrain, instances,

@@ -13,16 +13,23 @@ import math
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import torch
 
 from orchestrator.core.config import from_dict
 from orchestrator.core.errors import OrchestratorError
+from orchestrator.core.runtime import seed_everything
+from orchestrator.pretrain.adapters import add_adapters, parameter_counts
+from orchestrator.pretrain.checkpoint import checkpoint_name, load_training_state, load_weights, save_checkpoint
 from orchestrator.pretrain.config import PhaseConfig, PretrainConfig, batch_plan
 from orchestrator.pretrain.data import SpecialIds, collate, predictions_cap
+from orchestrator.pretrain.model import PretrainingModule, build_model, check_same_architecture
+from orchestrator.pretrain.optim import build_optimizer, build_scheduler
+from orchestrator.track.runs import RankZeroLogger
 
 log = logging.getLogger(__name__)
 
@@ -158,36 +165,12 @@ def _to_device(batch: dict[str, np.ndarray], device: torch.device, objective_nsp
 
 
 def _all_reduce(values: list[float], device: torch.device) -> list[float]:
-    import torch.distributed as dist
+    import torch.distributed as dist  # heavy: torch
 
     t = torch.tensor(values, dtype=torch.float64, device=device)
     if dist.is_available() and dist.is_initialized():
         dist.all_reduce(t)
     return t.tolist()
-
-
-class _RankZeroTracker:
-    """MLflow from rank 0 only; other ranks get nothing to call."""
-
-    def __init__(self, tracking: dict | None):
-        self.active = False
-        if not tracking:
-            return
-        import mlflow
-
-        mlflow.set_tracking_uri(tracking["uri"])
-        self.client = mlflow.MlflowClient(tracking["uri"])
-        self.run_id = tracking["run_id"]
-        self.active = True
-
-    def log(self, metrics: dict[str, float], step: int) -> None:
-        if not self.active:
-            return
-        from mlflow.entities import Metric
-
-        now = int(time.time() * 1000)
-        self.client.log_batch(self.run_id, metrics=[Metric(k, float(v), now, step) for k, v in metrics.items()
-                                                    if v is not None and math.isfinite(float(v))])
 
 
 def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
@@ -197,15 +180,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
 
     Returns (rank 0) {"history": [...], "diverged": message or None, "params": counts}.
     """
-    import ray.train
+    import ray.train  # heavy: ray
     import ray.train.torch
-
-    from orchestrator.core.runtime import seed_everything
-    from orchestrator.pretrain.adapters import add_adapters, parameter_counts
-    from orchestrator.pretrain.checkpoint import (checkpoint_name, load_training_state, load_weights,
-                                                  save_checkpoint)
-    from orchestrator.pretrain.model import PretrainingModule, build_model, check_same_architecture
-    from orchestrator.pretrain.optim import build_optimizer, build_scheduler
 
     cfg: PretrainConfig = from_dict(PretrainConfig, config["cfg"])
     tokenizer_dir = Path(config["tokenizer_dir"])
@@ -236,7 +212,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     nsp = cfg.model.objective == "mlm_nsp"
     module = ray.train.torch.prepare_model(PretrainingModule(model))
     params = [p for p in model.parameters() if p.requires_grad]
-    tracker = _RankZeroTracker(config.get("tracking") if rank == 0 else None)
+    tracker = RankZeroLogger(config.get("tracking") if rank == 0 else None)
     fail_at = config.get("fail_at")
     diverged = None
     nonfinite_run = 0
@@ -325,7 +301,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
 def _report_checkpoint(rank, model, tokenizer_dir, optimizer, scheduler, scaler, state, save_checkpoint,
                        checkpoint_name) -> None:
     """Every rank reports (a barrier); rank 0 attaches the checkpoint Ray persists to storage."""
-    import ray.train
+    import ray.train  # heavy: ray
 
     metrics = {"step": state["step"]}
     if state["history"]:

@@ -9,7 +9,7 @@ a different torch than the pinned 2.13.
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 

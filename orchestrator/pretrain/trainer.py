@@ -17,20 +17,23 @@ arithmetic, data size) is checked here, in the driver, so a mistake fails in sec
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import shutil
 from pathlib import Path
 from typing import Any
 
+from orchestrator.core.artifacts import INSTANCE_COLUMNS, InstanceInfo, read_instance_info
 from orchestrator.core.config import to_dict
 from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
 from orchestrator.core.manifest import atomic_dir, atomic_write_json, write_manifest
+from orchestrator.core.runtime import ray_session
 from orchestrator.pretrain.checkpoint import HF_FILES, latest_checkpoint
 from orchestrator.pretrain.config import PretrainConfig, batch_plan
-from orchestrator.pretrain.data import (COLUMNS, InstanceInfo, SpecialIds, check_vocab_matches,
-                                        read_instance_info)
+from orchestrator.pretrain.data import SpecialIds, check_vocab_matches
 from orchestrator.pretrain.loop import TrainingDiverged, train_loop_per_worker
+from orchestrator.pretrain.model import SIZE_PRESETS, bert_config, check_same_architecture, model_class, read_hf_config
+from orchestrator.track import schema as S
+from orchestrator.track.runs import end_stage_run, start_stage_run
 
 log = logging.getLogger(__name__)
 CHECKPOINTS = "checkpoints"
@@ -52,7 +55,7 @@ class PretrainResult:
 
 def special_ids(tokenizer_dir: Path) -> SpecialIds:
     """Token ids masking needs, read from the tokenizer directory (AutoTokenizer)."""
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # heavy: transformers
 
     try:
         tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
@@ -107,8 +110,6 @@ def _phase_inputs(cfg: PretrainConfig, instances: dict[int, Path]) -> dict[str, 
 
 def _check_existing_checkpoint(cfg: PretrainConfig, out_dir: Path, vocab_size: int, pad: int) -> Path | None:
     """A checkpoint already in out_dir must be of the architecture this config builds."""
-    from orchestrator.pretrain.model import bert_config, check_same_architecture, read_hf_config
-
     latest = latest_checkpoint(out_dir / CHECKPOINTS)
     if latest is None:
         return None
@@ -122,8 +123,6 @@ def _check_existing_checkpoint(cfg: PretrainConfig, out_dir: Path, vocab_size: i
 
 
 def _check_init_from(cfg: PretrainConfig, vocab_size: int) -> None:
-    from orchestrator.pretrain.model import read_hf_config
-
     if not cfg.model.init_from:
         return
     hf = read_hf_config(Path(cfg.model.init_from))
@@ -137,49 +136,13 @@ def _check_init_from(cfg: PretrainConfig, vocab_size: int) -> None:
                           "model.allow_vocab_resize=true to resize the embeddings")
 
 
-def _start_tracking(cfg: PretrainConfig, tracking, run_dir: Path, out_dir: Path) -> dict | None:
-    """Create (or reopen, on resume) the MLflow run in the driver; rank 0 logs metrics into it."""
-    if tracking is None or not tracking.enabled:
-        return None
-    import mlflow
-    from mlflow.exceptions import MlflowException
-
-    from orchestrator.core.config import flatten
-    from orchestrator.track.experiments import ensure_experiment
-
-    uri = tracking.resolve_uri(run_dir)
-    mlflow.set_tracking_uri(uri)
-    client = mlflow.MlflowClient(uri)
-    experiment_id = ensure_experiment(uri, tracking.experiment, run_dir)
-    marker = out_dir / "mlflow_run.json"
-    if marker.is_file():
-        run_id = json.loads(marker.read_text())["run_id"]
-        try:
-            client.get_run(run_id)
-            return {"uri": uri, "run_id": run_id}
-        except MlflowException:
-            pass
-    parent = mlflow.active_run()
-    tags = {"stage": "pretrain"}
-    if parent is not None:
-        tags["mlflow.parentRunId"] = parent.info.run_id
-    run = client.create_run(experiment_id, run_name="pretrain", tags=tags)
-    params = {k: str(v)[:500] for k, v in flatten(to_dict(cfg)).items()}
-    for key, value in params.items():
-        client.log_param(run.info.run_id, key, value)
-    atomic_write_json(marker, {"run_id": run.info.run_id, "uri": uri})
-    return {"uri": uri, "run_id": run.info.run_id}
-
-
 def pretrain(cfg: PretrainConfig, instances: dict[int, Path], tokenizer_dir: Path, out_dir: Path,
              tracking=None, run_dir: Path | None = None, *, fail_at: dict | None = None) -> PretrainResult:
     """Train (or resume) and export ``out_dir/final``. ``fail_at`` is a test hook (see loop)."""
-    import ray
+    import ray  # heavy: ray
     import ray.data
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
-
-    from orchestrator.core.runtime import ray_session
 
     out_dir = Path(out_dir).resolve()
     tokenizer_dir = Path(tokenizer_dir)
@@ -193,11 +156,12 @@ def pretrain(cfg: PretrainConfig, instances: dict[int, Path], tokenizer_dir: Pat
     resume_dir = _check_existing_checkpoint(cfg, out_dir, special.vocab_size, special.pad)
     if resume_dir:
         log.info("pretrain: found %s; training resumes from it", resume_dir.name)
-    tracking_info = _start_tracking(cfg, tracking, run_dir, out_dir)
+    tracking_info = start_stage_run(tracking, run_dir, stage=S.KIND_PRETRAIN, params=cfg,
+                                    marker=out_dir / "mlflow_run.json")
 
     with ray_session():
         datasets = {name: ray.data.read_parquet(sorted(str(p) for p in info.path.glob("*.parquet")))
-                    .select_columns(list(COLUMNS)) for name, info in infos.items()}
+                    .select_columns(list(INSTANCE_COLUMNS)) for name, info in infos.items()}
         loop_config = {"cfg": to_dict(cfg), "tokenizer_dir": str(tokenizer_dir.resolve()),
                        "special": dataclasses.asdict(special), "tracking": tracking_info,
                        "dynamic": {name: info.masking == "dynamic" for name, info in infos.items()},
@@ -235,19 +199,14 @@ def pretrain(cfg: PretrainConfig, instances: dict[int, Path], tokenizer_dir: Pat
                    counts={"steps": history[-1]["step"] if history else 0, "first_loss": first, "last_loss": last,
                            "trainable_params": params.get("trainable"), "total_params": params.get("total")},
                    extra={"final": str(final), "mlflow_run_id": (tracking_info or {}).get("run_id")})
-    if tracking_info:
-        import mlflow
-
-        mlflow.MlflowClient(tracking_info["uri"]).set_terminated(tracking_info["run_id"])
+    end_stage_run(tracking_info)
     return PretrainResult(model_dir=final, history=history, first_loss=first, last_loss=last,
                           checkpoints_dir=out_dir / CHECKPOINTS, params=params)
 
 
 def plan_pretrain(cfg: PretrainConfig, instances: dict[int, Path] | None, tokenizer_dir: Path | None) -> str:
     """Dry run: the model, batch arithmetic per phase and, when given, checked inputs. Trains nothing."""
-    import torch
-
-    from orchestrator.pretrain.model import SIZE_PRESETS, model_class, read_hf_config
+    import torch  # heavy: torch
 
     lines = []
     if cfg.model.init_from:
@@ -271,7 +230,6 @@ def plan_pretrain(cfg: PretrainConfig, instances: dict[int, Path] | None, tokeni
         special = special_ids(Path(tokenizer_dir))
         _check_init_from(cfg, special.vocab_size)
         if not cfg.model.init_from:
-            from orchestrator.pretrain.model import bert_config
 
             with torch.device("meta"):
                 model = model_class(cfg.model.objective)(bert_config(cfg.model, special.vocab_size, special.pad))

@@ -14,6 +14,7 @@ the renderers only format it.
 """
 from __future__ import annotations
 
+import base64
 import html
 import logging
 import math
@@ -22,13 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.core.errors import InputError
 from orchestrator.core.manifest import atomic_dir, atomic_write_json, atomic_write_text, write_manifest
+from orchestrator.core.results import PARTIAL, summary_members, validate_results
 
 log = logging.getLogger(__name__)
 
-GROUPS = ("clinical", "biomedical")
-SUMMARY_KEYS = ("total",) + GROUPS
+DAGGER = "\u2020"
 FILES = {"md": "blue_table.md", "html": "blue_table.html", "png": "blue_table.png", "curves": "curves.png",
          "results": "results.json"}
 
@@ -55,6 +55,7 @@ class Cell:
     rank: int | None
     selected: tuple[tuple[str, Any], ...] = ()
     dev_mean: float | None = None
+    partial: bool = False  # a summary over fewer tasks than its column's: shown with a dagger, never ranked
 
 
 @dataclass(frozen=True)
@@ -77,66 +78,6 @@ class BlueTable:
 
 # ---------------------------------------------------------------------------------------------
 # Pure: validate, rank, build
-def validate_results(results: Any, source: str | Path = "results.json") -> None:
-    """Raise InputError naming ``source`` and the first place the document breaks the schema."""
-
-    def bad(message: str, expected: str) -> InputError:
-        return InputError(source, message, expected=expected)
-
-    if not isinstance(results, dict):
-        raise bad(f"top level is {type(results).__name__}", "a JSON object with tasks, models, cells, summary")
-    for key in ("tasks", "models", "cells"):
-        if key not in results:
-            raise bad(f"missing key {key!r}", "keys tasks, models, cells (and summary)")
-    tasks = results["tasks"]
-    if not isinstance(tasks, list) or not tasks:
-        raise bad("'tasks' is empty or not a list", "a non-empty list of task objects")
-    names = []
-    for i, task in enumerate(tasks):
-        if not isinstance(task, dict) or not isinstance(task.get("name"), str):
-            raise bad(f"tasks[{i}] has no name", '{"name": str, "metric": str, "higher_is_better": bool, "group": str}')
-        if not isinstance(task.get("higher_is_better", True), bool):
-            raise bad(f"tasks[{i}].higher_is_better is {task['higher_is_better']!r}", "true or false")
-        if task.get("group") not in GROUPS:
-            raise bad(f"tasks[{i}] ({task['name']}) has group {task.get('group')!r}", " or ".join(GROUPS))
-        names.append(task["name"])
-    if len(set(names)) != len(names):
-        raise bad(f"duplicate task names in {names}", "unique task names")
-    models = results["models"]
-    if not isinstance(models, list) or not models or not all(isinstance(m, str) for m in models):
-        raise bad("'models' is empty or not a list of names", "a non-empty list of model names")
-    cells = results["cells"]
-    if not isinstance(cells, dict):
-        raise bad("'cells' is not an object", '{"<model>": {"<task>": {"mean": .., "sd": ..}}}')
-    for model, row in cells.items():
-        if model not in models:
-            raise bad(f"cells has model {model!r} not listed in 'models'", f"one of {models}")
-        if not isinstance(row, dict):
-            raise bad(f"cells[{model!r}] is not an object", "an object keyed by task name")
-        for task, cell in row.items():
-            if task not in names:
-                raise bad(f"cells[{model!r}] has task {task!r} not listed in 'tasks'", f"one of {names}")
-            if not isinstance(cell, dict) or not _is_number_or_none(cell.get("mean")):
-                raise bad(f"cells[{model!r}][{task!r}].mean is {cell.get('mean') if isinstance(cell, dict) else cell!r}",
-                          "a number or null")
-            if not _is_number_or_none(cell.get("sd")):
-                raise bad(f"cells[{model!r}][{task!r}].sd is {cell['sd']!r}", "a number or null")
-            for j, point in enumerate(cell.get("curve") or []):
-                if not isinstance(point, dict) or not _is_number(point.get("epoch")):
-                    raise bad(f"cells[{model!r}][{task!r}].curve[{j}] has no numeric epoch",
-                              '{"epoch": int, "dev": float, "test": float}')
-    summary = results.get("summary") or {}
-    if not isinstance(summary, dict):
-        raise bad("'summary' is not an object", '{"<model>": {"total": .., "clinical": .., "biomedical": ..}}')
-    for model, row in summary.items():
-        for key in SUMMARY_KEYS:
-            value = (row or {}).get(key)
-            if isinstance(value, dict):
-                value = value.get("mean")
-            if not _is_number_or_none(value):
-                raise bad(f"summary[{model!r}].{key} is {value!r}", "a number, {mean, sd}, or null")
-
-
 def rank_top2(values: list[float | None], higher_is_better: bool = True) -> list[int | None]:
     """Rank 1 for the best value, 2 for the second best distinct value, None otherwise.
 
@@ -176,23 +117,26 @@ def build_table(results: dict, scale: float = 100.0, digits: int = 1,
     tasks = results["tasks"]
     models = tuple(results["models"])
     summary = results.get("summary") or {}
-    by_group = {g: [t["name"] for t in tasks if t["group"] == g] for g in GROUPS}
-    members = {"total": [t["name"] for t in tasks], **by_group}
+    members = summary_members(tasks)
 
     columns: list[Column] = []
     raw: dict[tuple[str, str], tuple[float | None, float | None, int | None]] = {}
     chosen: dict[tuple[str, str], tuple[tuple[tuple[str, Any], ...], float | None]] = {}
-    for key in SUMMARY_KEYS:
-        if not members[key]:
-            continue  # e.g. no clinical task in this sweep: no clinical column
+    partial: set[tuple[str, str]] = set()
+    for key, names in members.items():
+        if not names:
+            continue
         columns.append(Column(key=key, label=key.capitalize(), higher_is_better=True, kind="summary"))
         for model in models:
-            value = (summary.get(model) or {}).get(key)
+            row = summary.get(model) or {}
+            value = row.get(key)
             if isinstance(value, dict):
                 mean, sd = value.get("mean"), value.get("sd")
             else:
-                mean, sd = value, seed_sd(results, model, members[key])
+                mean, sd = value, seed_sd(results, model, names)
             raw[(model, key)] = (_clean(mean), _clean(sd), None)
+            if key in row.get(PARTIAL, []):
+                partial.add((model, key))
     for task in tasks:
         name = task["name"]
         columns.append(Column(key=name, label=name, higher_is_better=task.get("higher_is_better", True),
@@ -204,11 +148,13 @@ def build_table(results: dict, scale: float = 100.0, digits: int = 1,
 
     cells: dict[tuple[str, str], Cell] = {}
     for col in columns:
-        ranks = rank_top2([raw[(m, col.key)][0] for m in models], col.higher_is_better)
+        ranked = [None if (m, col.key) in partial else raw[(m, col.key)][0] for m in models]
+        ranks = rank_top2(ranked, col.higher_is_better)
         for model, rank in zip(models, ranks):
             mean, sd, n = raw[(model, col.key)]
             selected, dev_mean = chosen.get((model, col.key), ((), None))
-            cells[(model, col.key)] = Cell(mean=mean, sd=sd, n=n, rank=rank, selected=selected, dev_mean=dev_mean)
+            cells[(model, col.key)] = Cell(mean=mean, sd=sd, n=n, rank=rank, selected=selected, dev_mean=dev_mean,
+                                           partial=(model, col.key) in partial)
     return BlueTable(models=models, columns=tuple(columns), cells=cells, scale=scale, digits=digits)
 
 
@@ -217,12 +163,13 @@ def build_table(results: dict, scale: float = 100.0, digits: int = 1,
 def render_markdown(table: BlueTable, title: str = "BLUE results", curves: str | None = None) -> str:
     """GitHub Markdown: best ``**bold**``, second ``<u>underlined</u>`` as in the seed's tables."""
     head = ["Model"] + [c.label for c in table.columns]
-    lines = [f"# {title}", "", "| " + " | ".join(head) + " |", "|" + "|".join(["---"] + [":---:"] * len(table.columns)) + "|"]
+    rule = "|" + "|".join(["---"] + [":---:"] * len(table.columns)) + "|"
+    lines = [f"# {title}", "", "| " + " | ".join(head) + " |", rule]
     for model in table.models:
         row = [_md_escape(model)]
         for col in table.columns:
             cell = table.cell(model, col.key)
-            mean = table.text(cell.mean)
+            mean = table.text(cell.mean) + (DAGGER if cell.partial else "")
             if cell.rank == 1:
                 mean = f"**{mean}**"
             elif cell.rank == 2:
@@ -277,7 +224,7 @@ def render_html(table: BlueTable, title: str = "BLUE results", curves_png: str |
         out.append(f'<tr data-model="{esc(model)}"><td class="model">{esc(model)}</td>')
         for col in table.columns:
             cell = table.cell(model, col.key)
-            mean = esc(table.text(cell.mean))
+            mean = esc(table.text(cell.mean) + (DAGGER if cell.partial else ""))
             if cell.rank == 1:
                 mean = f"<b>{mean}</b>"
             elif cell.rank == 2:
@@ -293,7 +240,8 @@ def render_html(table: BlueTable, title: str = "BLUE results", curves_png: str |
     tasks = [c for c in table.columns if c.kind == "task"]
     if any(table.cell(m, c.key).selected for m in table.models for c in tasks):
         out.append('<h2>Settings selected on dev</h2><table class="blue" id="selection"><thead><tr>'
-                   '<th class="model">Model</th>' + "".join(f"<th>{esc(c.label)}</th>" for c in tasks) + "</tr></thead><tbody>")
+                   '<th class="model">Model</th>' + "".join(f"<th>{esc(c.label)}</th>" for c in tasks)
+                   + "</tr></thead><tbody>")
         for model in table.models:
             out.append(f'<tr><td class="model">{esc(model)}</td>' + "".join(
                 f"<td>{esc(_selection_text(table, table.cell(model, c.key)))}</td>" for c in tasks) + "</tr>")
@@ -306,10 +254,10 @@ def render_html(table: BlueTable, title: str = "BLUE results", curves_png: str |
 
 def render_table_png(table: BlueTable, path: Path, title: str = "BLUE results") -> Path:
     """The table as an image: bold for best, mathtext underline for second best."""
-    import matplotlib
+    import matplotlib  # heavy: matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: matplotlib
 
     header = ["Model"] + [c.label for c in table.columns]
     rows, ranks = [], []
@@ -317,7 +265,7 @@ def render_table_png(table: BlueTable, path: Path, title: str = "BLUE results") 
         row, rrow = [model], [None]
         for col in table.columns:
             cell = table.cell(model, col.key)
-            mean = table.text(cell.mean)
+            mean = table.text(cell.mean) + (DAGGER if cell.partial else "")
             if cell.rank == 2:
                 mean = rf"$\underline{{\mathrm{{{mean}}}}}$"
             row.append(mean if cell.sd is None else f"{mean} ({table.text(cell.sd)})")
@@ -351,10 +299,10 @@ def render_curves_png(results: dict, path: Path) -> Path | None:
              if any((results["cells"].get(m, {}).get(t["name"]) or {}).get("curve") for m in results["models"])]
     if not tasks:
         return None
-    import matplotlib
+    import matplotlib  # heavy: matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: matplotlib
     from matplotlib.ticker import MaxNLocator
 
     ncols = min(3, len(tasks))
@@ -400,8 +348,6 @@ def write_report(results: dict, out_dir: Path, title: str = "BLUE results", scal
     Returns the final paths by kind: md, html, png, curves (when any cell has a curve), results,
     manifest.
     """
-    import base64
-
     out_dir = Path(out_dir)
     table = build_table(results, scale=scale, digits=digits, source=source)
     with atomic_dir(out_dir) as tmp:
@@ -435,10 +381,15 @@ def _selection_text(table: BlueTable, cell: Cell) -> str:
 
 def _notes(table: BlueTable) -> str:
     scale = "" if table.scale == 1 else f" Scores x {table.scale:g}."
+    partial = ""
+    if any(c.partial for c in table.cells.values()):
+        partial = (f" {DAGGER} averages only the tasks that model was fine-tuned on (e.g. an augmented row has "
+                   "NER tasks only): it is not comparable with the full scores and is not ranked.")
     return ("The numbers are means (standard deviations) over random seeds at the setting selected on dev; "
             "the best score per column is bold and the second best underlined (ranked on unrounded means; "
             "for a metric where lower is better the lowest ranks first). Total is the macro average over "
-            f"all tasks; clinical and biomedical average the tasks of each group.{scale}")
+            f"all tasks; each group's score (clinical, biomedical) averages the tasks of that group.{scale}"
+            f"{partial}")
 
 
 def _md_escape(text: str) -> str:
@@ -447,10 +398,6 @@ def _md_escape(text: str) -> str:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
-
-
-def _is_number_or_none(value: Any) -> bool:
-    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
 
 
 def _clean(value: Any) -> float | None:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from orchestrator.augment.sweep import SweepAugmentConfig
 from orchestrator.core.config import field
 from orchestrator.core.errors import ConfigError
 
@@ -29,9 +28,6 @@ class SweepConfig:
                                              "fractions (0.5) pack trials onto one GPU")
     max_concurrent_trials: int = field(0, help="0 = as many as resources allow")
     log_predictions: bool = field(True, help="log each trial's test predictions to MLflow as artifacts")
-    augment: SweepAugmentConfig = field(default_factory=SweepAugmentConfig,
-                                        help="filtered-BERT augmentation of NER tasks: when enabled, each NER "
-                                             "task is also fine-tuned on augmented data (rows <model>+filtered-bert)")
 
     def __post_init__(self):
         if self.cpus_per_trial <= 0:

@@ -12,18 +12,30 @@ import dataclasses
 import json
 import logging
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from orchestrator.core.config import to_dict
 from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
 from orchestrator.core.manifest import atomic_write_json, manifest_hash, write_manifest
-from orchestrator.finetune.loop import TrialSpec, model_dir_ok, run_trial
+from orchestrator.core.runtime import init_ray
+from orchestrator.finetune.loop import model_dir_ok, run_trial
 from orchestrator.finetune.readers import read_split
+from orchestrator.finetune.trial import TrialSpec
 from orchestrator.sweep.config import SweepConfig
 from orchestrator.sweep.selection import build_results
-from orchestrator.augment.sweep import augmented_trials
-from orchestrator.sweep.space import build_trials, resolve_space, space_tasks, task_data_dir, trial_fingerprint
-from orchestrator.track import TrackingConfig, log_sweep
+from orchestrator.sweep.space import (
+    Variant,
+    build_trials,
+    epoch_grid,
+    resolve_space,
+    space_tasks,
+    task_data_dir,
+    trial_fingerprint,
+)
+from orchestrator.track import TrackingConfig
+from orchestrator.track import schema as S
+from orchestrator.track.sweep import log_sweep
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +72,6 @@ def plan_sweep(cfg: SweepConfig, models: dict[str, Path]) -> str:
         sizes = {split: len(read_split(flat, data_dir, split)) for split in splits}
         if spec.cv_folds:
             sizes["cv_folds"] = spec.cv_folds
-        from orchestrator.sweep.space import epoch_grid
-
         lines.append(f"task {spec.name} ({spec.family}, {spec.metric}, {spec.group}): {data_dir} "
                      f"{sizes}; epochs {list(epoch_grid(space, task, spec))}")
     n = len(build_trials(cfg, space, models))
@@ -87,7 +97,7 @@ def _finished(trials_dir: Path, trial: TrialSpec) -> dict | None:
 def _tune_trainable(config: dict) -> None:
     """Runs in a Ray worker: the real per-trial loop, reporting every epoch to Tune; the last
     report carries the whole trial record so the driver can persist it."""
-    from ray import tune
+    from ray import tune  # heavy: ray
 
     trial = TrialSpec(**{**config["trial"], "eval_epochs": tuple(config["trial"]["eval_epochs"])})
     record = run_trial(trial, report=tune.report)
@@ -95,7 +105,7 @@ def _tune_trainable(config: dict) -> None:
 
 
 def _record_writer(trials_dir: Path):
-    from ray import tune
+    from ray import tune  # heavy: ray
 
     class RecordWriter(tune.Callback):
         """Driver side: persist each trial's record as soon as it arrives (restore unit)."""
@@ -112,7 +122,7 @@ def _record_writer(trials_dir: Path):
 
 
 def _resources(cfg: SweepConfig) -> dict[str, float]:
-    import ray
+    import ray  # heavy: ray
 
     gpus = cfg.gpus_per_trial
     if gpus == -1:
@@ -121,7 +131,7 @@ def _resources(cfg: SweepConfig) -> dict[str, float]:
 
 
 def _run_tune(cfg: SweepConfig, todo: list[TrialSpec], out_dir: Path, trials_dir: Path) -> None:
-    from ray import tune
+    from ray import tune  # heavy: ray
 
     resources = _resources(cfg)
     if resources["gpu"] > 0:
@@ -142,10 +152,10 @@ def _run_tune(cfg: SweepConfig, todo: list[TrialSpec], out_dir: Path, trials_dir
 
 
 def run_sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, tracking: TrackingConfig | None,
-              run_dir: Path) -> SweepResult:
-    """Run (or complete) the sweep; write results.json, selection.json and a manifest into out_dir."""
-    from orchestrator.core.runtime import init_ray
+              run_dir: Path, variants: Sequence[Variant] = ()) -> SweepResult:
+    """Run (or complete) the sweep; write results.json, selection.json and a manifest into out_dir.
 
+    ``variants`` add rows of models fine-tuned on other data for some tasks (``Variant``)."""
     if not models:
         raise ConfigError("run_sweep: no models given (name -> Hugging Face BERT directory)")
     bad = [f"{n}: {p}" for n, p in models.items() if not model_dir_ok(p)]
@@ -158,9 +168,7 @@ def run_sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, tracking
     specs = space_tasks(space)
     # tokenised splits are shared by every trial of a (task, tokenizer): see finetune.loop.encode_cached
     cache_dir = str(out_dir / "cache" / "encoded")
-    trials = [dataclasses.replace(t, cache_dir=cache_dir) for t in build_trials(cfg, space, models)]
-    twins = augmented_trials(cfg.augment, trials, out_dir)
-    trials += twins
+    trials = [dataclasses.replace(t, cache_dir=cache_dir) for t in build_trials(cfg, space, models, variants)]
     todo = [t for t in trials if _finished(trials_dir, t) is None]
     skipped = len(trials) - len(todo)
     msg = f"sweep: {len(trials)} trial(s); skipping {skipped} finished, running {len(todo)}"
@@ -173,7 +181,7 @@ def run_sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, tracking
     missing = [t.trial_id for t, r in zip(trials, records) if r is None]
     if missing:
         raise OrchestratorError(f"{len(missing)} trial(s) left no record, e.g. {missing[0]}")
-    model_names = list(models) + sorted({t.model_name for t in twins})
+    model_names = list(models) + [v.name for v in variants]
     results = build_results({s.name: s for s in specs.values()}, model_names, records)
     atomic_write_json(out_dir / "results.json", results)
     selection = {m: {t: c["selected"] for t, c in cells.items()} for m, cells in results["cells"].items()}
@@ -183,8 +191,8 @@ def run_sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, tracking
                    extra={"search_space": to_dict(space), "models": {k: str(v) for k, v in models.items()}})
     parent = None
     if tracking is not None:
-        model_tags = {m: {"model_dir": str(p), "model_manifest_hash": manifest_hash(p) or "none"}
-                      for m, p in models.items()}
+        model_tags = {m: {S.MODEL_DIR: str(p), S.MODEL_HASH: manifest_hash(p) or "none"}
+                      for m, p in [*models.items(), *((v.name, Path(v.model_dir)) for v in variants)]}
         parent = log_sweep(tracking, run_dir, name=out_dir.parent.name or "sweep",
                            config={"sweep": to_dict(cfg), "space": to_dict(space)}, results=results,
                            records=records, model_tags=model_tags,

@@ -13,11 +13,12 @@ support at the selected setting (mean over seeds and folds; seed 001's per-tag t
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 
-from orchestrator.finetune.metrics import METRICS, blue_summary
+from orchestrator.core.results import summarize
+from orchestrator.finetune.metrics import METRICS
 from orchestrator.finetune.spec import TaskSpec
 
 
@@ -85,13 +86,10 @@ def build_results(specs: dict[str, TaskSpec], models: list[str], records: list[d
     tasks = [{"name": s.name, "metric": s.metric, "higher_is_better": METRICS.get(s.metric).higher_is_better,
               "group": s.group} for s in specs.values()]
     cells: dict[str, dict[str, dict]] = {}
-    summary: dict[str, dict] = {}
-    groups = {s.name: s.group for s in specs.values()}
     for model in models:
         cells[model] = {}
         for spec in specs.values():
             recs = grouped.get((model, spec.name))
             if recs:
                 cells[model][spec.name] = select_cell(recs, METRICS.get(spec.metric).higher_is_better)
-        summary[model] = blue_summary({t: c["mean"] for t, c in cells[model].items()}, groups)
-    return {"tasks": tasks, "models": list(models), "cells": cells, "summary": summary}
+    return {"tasks": tasks, "models": list(models), "cells": cells, "summary": summarize(tasks, cells)}

@@ -7,20 +7,20 @@ epoch value of the range.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
+import itertools
+import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from orchestrator.core.config import field, from_dict, read_yaml, to_dict
 from orchestrator.core.errors import ConfigError
-from orchestrator.core.manifest import manifest_hash
 from orchestrator.core.registry import suggest
-from orchestrator.finetune.loop import TrialSpec
+from orchestrator.core.reuse import content_key, model_identity
 from orchestrator.finetune.spec import SAMPLE_DIR, TaskSpec, load_task
+from orchestrator.finetune.trial import TrialSpec
 from orchestrator.sweep.config import SweepConfig
-
-SPACE_DIR = Path(__file__).resolve().parents[2] / "search_spaces"
+from search_spaces import SPACE_DIR
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,20 +113,38 @@ def space_tasks(space: SearchSpace) -> dict[str, TaskSpec]:
     return specs
 
 
-def build_trials(cfg: SweepConfig, space: SearchSpace, models: dict[str, Path]) -> list[TrialSpec]:
-    """One TrialSpec per (model, task, learning rate, seed), and per fold for a cross-validated
-    task, in a stable order."""
-    import itertools
-    import os
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """A model fine-tuned on other data for some of the space's tasks (e.g. an augmented training
+    split): its trials run on those tasks only, read each task's files from the directory given
+    here, and take the training split whole (the directory already holds the chosen subset)."""
 
-    threads = max(1, int(cfg.cpus_per_trial))
+    name: str
+    model_dir: str
+    task_dirs: dict[str, str]  # task, as named in the space -> directory holding its split files
+
+
+def build_trials(cfg: SweepConfig, space: SearchSpace, models: dict[str, Path],
+                 variants: Sequence[Variant] = ()) -> list[TrialSpec]:
+    """One TrialSpec per (model, task, learning rate, seed), and per fold for a cross-validated
+    task, in a stable order; then the trials of each variant on its tasks."""
     specs = space_tasks(space)
+    entries = [(name, str(path), {task: (task_data_dir(cfg, task, specs[task]), space.max_train_examples)
+                                  for task in space.tasks}) for name, path in models.items()]
+    for v in variants:
+        unknown = sorted(set(v.task_dirs) - set(space.tasks))
+        if unknown:
+            raise ConfigError(f"variant {v.name!r}: tasks {unknown} are not in the search space {list(space.tasks)}")
+        entries.append((v.name, v.model_dir, {task: (str(Path(d).resolve()), 0) for task, d in v.task_dirs.items()}))
+    threads = max(1, int(cfg.cpus_per_trial))
     trials = []
-    for model_name, model_dir in models.items():
+    for model_name, model_dir, task_inputs in entries:
         for task in space.tasks:
+            if task not in task_inputs:
+                continue
+            data_dir, max_train = task_inputs[task]
             spec = specs[task]
             grid = epoch_grid(space, task, spec)
-            data_dir = task_data_dir(cfg, task, spec)
             folds = range(spec.cv_folds) if spec.cv_folds else (-1,)
             for lr, seed, fold in itertools.product(space.learning_rates, space.seeds, folds):
                 suffix = f"__f{fold}" if fold >= 0 else ""
@@ -135,7 +153,7 @@ def build_trials(cfg: SweepConfig, space: SearchSpace, models: dict[str, Path]) 
                     trial_id=trial_id, model_name=model_name, model_dir=str(Path(model_dir).resolve()),
                     task=str(Path(task).resolve()) if os.sep in task else task, data_dir=data_dir,
                     learning_rate=float(lr), seed=int(seed), eval_epochs=grid, batch_size=space.batch_size,
-                    max_seq_length=space.max_seq_length, max_train_examples=space.max_train_examples,
+                    max_seq_length=space.max_seq_length, max_train_examples=max_train,
                     max_eval_examples=space.max_eval_examples, weight_decay=space.weight_decay,
                     warmup_proportion=space.warmup_proportion, num_threads=threads, fold=fold))
     return trials
@@ -149,20 +167,4 @@ def trial_fingerprint(trial: TrialSpec) -> str:
             if k not in ("num_threads", "device", "cache_dir") and not (k == "fold" and v == -1)}
     data["task_spec"] = {k: v for k, v in to_dict(load_task(trial.task)).items() if k != "dir"}
     data["model_identity"] = model_identity(trial.model_dir)
-    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def model_identity(model_dir: str | Path) -> str:
-    """The model's manifest hash when it is a stage output of this project; otherwise a hash of its
-    config.json and the names and sizes of its weight files (cheap, and changes when it is re-saved)."""
-    path = Path(model_dir)
-    found = manifest_hash(path)
-    if found:
-        return found
-    digest = hashlib.sha256()
-    config = path / "config.json"
-    if config.is_file():
-        digest.update(config.read_bytes())
-    for weights in sorted(path.glob("*.safetensors")) + sorted(path.glob("*.bin")):
-        digest.update(f"{weights.name}:{weights.stat().st_size}".encode())
-    return digest.hexdigest()[:16]
+    return content_key(data)

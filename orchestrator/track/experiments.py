@@ -11,7 +11,7 @@ from pathlib import Path
 
 def ensure_experiment(uri: str, name: str, run_dir: str | Path | None) -> str:
     """The id of experiment ``name`` at ``uri``, created (artifacts beside a local store) if absent."""
-    import mlflow
+    import mlflow  # heavy: mlflow
 
     client = mlflow.MlflowClient(uri)
     experiment = client.get_experiment_by_name(name)

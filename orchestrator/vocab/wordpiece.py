@@ -18,8 +18,8 @@ import logging
 import math
 import re
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
 
 from orchestrator.core.config import field
 from orchestrator.core.errors import ConfigError, InputError
@@ -68,7 +68,7 @@ def amplified(small: Callable[[], Iterable[str]], large: Callable[[], Iterable[s
 
 def train_wordpiece(texts: Iterable[str], cfg: VocabConfig):
     """An uncased BERT WordPiece tokenizer (tokenizers.Tokenizer) trained on ``texts``."""
-    from tokenizers import BertWordPieceTokenizer
+    from tokenizers import BertWordPieceTokenizer  # heavy: tokenizers
 
     tok = BertWordPieceTokenizer(lowercase=True, clean_text=True, handle_chinese_chars=True, strip_accents=None)
     tok.train_from_iterator(texts, vocab_size=cfg.vocab_size, min_frequency=cfg.min_frequency,
@@ -90,7 +90,7 @@ def canonical_vocab(tokens: Iterable[str]) -> dict[str, int]:
 
 def save_tokenizer(tokenizer, out_dir: Path) -> Path:
     """Write a Hugging Face BERT tokenizer directory (vocab.txt, tokenizer.json, tokenizer_config.json)."""
-    from transformers import BertTokenizer
+    from transformers import BertTokenizer  # heavy: transformers
 
     vocab = canonical_vocab(tokenizer.get_vocab())
     hf = BertTokenizer(vocab=vocab, do_lower_case=True)

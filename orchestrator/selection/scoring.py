@@ -31,6 +31,7 @@ Pure functions (readers, sampling plan, JSD/TVC/TTR, perplexity) are tested with
 from __future__ import annotations
 
 import contextlib
+import csv
 import json
 import logging
 import math
@@ -42,14 +43,17 @@ import tempfile
 import time
 import zlib
 from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Literal, Mapping, Sequence
+from typing import Literal
 
 import numpy as np
 
 from orchestrator.core.config import field
 from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
+from orchestrator.core.manifest import atomic_dir, atomic_write_json, atomic_write_text, write_manifest
+from orchestrator.core.runtime import ray_session
 
 log = logging.getLogger(__name__)
 
@@ -219,7 +223,7 @@ def _read_jsonl(path: Path, key: str) -> Iterator[str]:
 
 
 def _read_parquet(path: Path, column: str) -> Iterator[str]:
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # heavy: pyarrow
 
     try:
         pf = pq.ParquetFile(path)
@@ -251,8 +255,6 @@ def _read_iob(path: Path) -> Iterator[str]:
 
 def _read_blue(path: Path) -> Iterator[str]:
     """BLUE/BLURB TSV: sentence columns named by the header, or column 2 of headerless RE files."""
-    import csv
-
     text = "\n".join(line for _, line in _lines(path))
     rows = list(csv.reader(text.splitlines(), delimiter="\t", quoting=csv.QUOTE_NONE))
     header = [c.strip().lower() for c in rows[0]]
@@ -429,7 +431,7 @@ def kenlm_binary(name: str) -> str:
 
 def build_kenlm(text_file: Path, work: Path, order: int, memory: str):
     """Kneser-Ney model with lmplz (discount fallback for tiny samples), binarized, loaded."""
-    import kenlm
+    import kenlm  # heavy: kenlm
 
     arpa, binary = work / "model.arpa", work / "model.bin"
     cmd = [kenlm_binary("lmplz"), "-o", str(order), "-S", memory, "-T", str(work), "--discount_fallback",
@@ -567,7 +569,7 @@ def correlations(scores: Mapping[str, Mapping[str, float]], gains: Mapping[str, 
     Raw r: a useful similarity measure shows r < 0 for PPL and JSD (lower = closer) and r > 0
     for TVC. With fewer than 3 points or a constant series r is None, with the reason.
     """
-    from scipy.stats import pearsonr
+    from scipy.stats import pearsonr  # heavy: scipy
 
     points = [(name, g) for name, values in gains.items() if name in scores for g in values]
     out = {}
@@ -668,8 +670,6 @@ def plan_selection(cfg: SelectionConfig) -> str:
 
 def score_sources(cfg: SelectionConfig) -> SelectionResult:
     """Score every source against the targets; write scores.json, samples.json, table.txt, manifest."""
-    from orchestrator.core.manifest import atomic_dir, atomic_write_json, atomic_write_text, write_manifest
-
     if not cfg.sources:
         raise ConfigError("no sources: give --source NAME=PATH ... or sources={name: path}")
     for tool in ("lmplz", "build_binary"):  # fail before any work, not after the first source
@@ -732,9 +732,7 @@ def _score_source_task(name: str, path: str, targets: Mapping[str, TargetProfile
 
 def _score_on_ray(targets: dict[str, TargetProfile], cfg: SelectionConfig) -> list[SourceScore]:
     """One Ray task per source (each runs its own lmplz); the first failure is raised with its message."""
-    import ray
-
-    from orchestrator.core.runtime import ray_session
+    import ray  # heavy: ray
 
     with ray_session(num_cpus=cfg.num_cpus or None):
         task = ray.remote(num_cpus=1)(_score_source_task)

@@ -24,9 +24,9 @@ from __future__ import annotations
 import math
 import random
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import yaml
 
@@ -44,18 +44,18 @@ _PUNCT = re.compile(r"(\W)", re.UNICODE)
 class EntityMaskingConfig:
     dictionaries: tuple[str, ...] = field(
         (), help="YAML typed term lists (types -> name -> terms/patterns); empty = the shipped "
-                 "orchestrator/text/term_lists/radiology.yaml")
+                 "orchestrator/instances/term_lists/radiology.yaml")
     ner_model: str = field(
         "", help="Hugging Face token-classification directory (e.g. this project's fine-tuned BC5CDR NER): "
                  "entities and their types come from its BIO predictions instead of the dictionaries; types "
                  "are the label suffixes lowercased (B-Chemical -> chemical)")
     association: str = field(
         "", help="YAML type-pair table of degrees of association; empty = the patent's FIG. 8 "
-                 "(orchestrator/text/association/patent_fig8.yaml)")
+                 "(orchestrator/instances/association/patent_fig8.yaml)")
     threshold: float = field(8.0, help="entities whose association with a selected target is >= this stay "
                                        "visible (8 on FIG. 8's 0-10 scale in the patent)")
-    masked_fraction: float = field(0.15, help="share of tokens to mask when num_to_predict() sizes the budget "
-                                              "(rounded up, as the patent's 25 x 0.15 -> 4)")
+    masked_fraction: float = field(0.15, help="share of the text's tokens masked, special tokens not counted, "
+                                              "rounded up (the patent's condition 1: 25 tokens x 0.15 -> 4)")
     plain_random_share: float = field(0.1, help="share of instances that keep plain random whole-word masking")
     same_type_grouping: bool = field(False, help="put sentences holding associated entities into the same "
                                                  "input (group_same_type, Embodiment 3_1)")
@@ -219,7 +219,7 @@ class NerExtractor:
     """
 
     def __init__(self, model_dir: str | Path):
-        from transformers import AutoModelForTokenClassification, AutoTokenizer
+        from transformers import AutoModelForTokenClassification, AutoTokenizer  # heavy: transformers
 
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
         self.model = AutoModelForTokenClassification.from_pretrained(str(model_dir)).eval()
@@ -232,7 +232,7 @@ class NerExtractor:
 
     def __call__(self, words: list[str]) -> list[tuple[int, int, str]]:
         """(first word, end word, type) spans for one run of words."""
-        import torch
+        import torch  # heavy: torch
 
         enc = self.tokenizer(words, is_split_into_words=True, truncation=True, return_tensors="pt")
         with torch.no_grad():

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -40,7 +40,7 @@ class SentenceEncoder:
     """
 
     def __init__(self, tokenizer: Any, max_cached_words: int = 500_000):
-        from tokenizers import Tokenizer
+        from tokenizers import Tokenizer  # heavy: tokenizers
 
         self.tokenizer = tokenizer
         spec = json.loads(tokenizer.to_str())
@@ -63,7 +63,7 @@ class SentenceEncoder:
 
         ``sentences`` is an Arrow string array (a parquet column, no copy) or a sequence of str.
         """
-        import pyarrow as pa
+        import pyarrow as pa  # heavy: pyarrow
         import pyarrow.compute as pc
 
         column = sentences if isinstance(sentences, (pa.Array, pa.ChunkedArray)) else pa.array(sentences, pa.string())
@@ -107,7 +107,7 @@ class SentenceEncoder:
 
     def _encode_words(self, column: Any) -> tuple[np.ndarray, np.ndarray]:
         """ASCII sentences -> ids: normalize and split with Arrow kernels; only new words hit the tokenizer."""
-        import pyarrow.compute as pc
+        import pyarrow.compute as pc  # heavy: pyarrow
 
         if self.lowercase:
             column = pc.ascii_lower(column)

@@ -14,12 +14,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Any, Literal
 
 from orchestrator.core.config import field, to_dict
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.registry import Registry
+from orchestrator.corpus.sentences import split_sentences
 
 Format = Literal["text", "wikitext", "jsonl", "parquet"]
 Role = Literal["small", "large", "domain", "general"]
@@ -86,11 +88,6 @@ def source_files(src: SourceConfig) -> list[Path]:
             raise InputError(path, f"source {src.name!r}: file is empty (0 bytes)",
                              expected="at least one document")
     return files
-
-
-def source_bytes(src: SourceConfig) -> int:
-    """Total size on disk; AmpV and SimPT plans are stated in file sizes, as in seed 000."""
-    return sum(p.stat().st_size for p in source_files(src))
 
 
 def iter_documents(src: SourceConfig, path: Path, file_index: int = 0) -> Iterator[Document]:
@@ -184,7 +181,7 @@ def _read_jsonl(path: Path, src: SourceConfig) -> Iterator[tuple[int, str, str]]
 
 @READERS.register("parquet")
 def _read_parquet(path: Path, src: SourceConfig) -> Iterator[tuple[int, str, str]]:
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # heavy: pyarrow
 
     try:
         pf = pq.ParquetFile(path)
@@ -211,8 +208,6 @@ def _read_parquet(path: Path, src: SourceConfig) -> Iterator[tuple[int, str, str
 def document_rows(src: SourceConfig, path: Path, file_index: int, batch_docs: int = 256
                   ) -> Iterator[dict[str, list]]:
     """Columnar batches of sentence-split documents from one file (what each read task yields)."""
-    from orchestrator.text.sentences import split_sentences
-
     batch: dict[str, list] = {k: [] for k in ("source", "doc_id", "page", "language", "sentences", "n_bytes")}
     for doc in iter_documents(src, path, file_index):
         if src.sentence_split:
@@ -241,7 +236,7 @@ class RemoteInputError(Exception):
         super().__init__(path, message, line, expected)
 
     @classmethod
-    def wrap(cls, exc: InputError) -> "RemoteInputError":
+    def wrap(cls, exc: InputError) -> RemoteInputError:
         where = exc.path if exc.line is None else f"{exc.path}:{exc.line}"
         message = str(exc).removeprefix(f"{where}: ")
         if exc.expected:
@@ -265,7 +260,7 @@ def _read_file_batches(batch: dict[str, Any], source: dict) -> Iterator[dict[str
 
 def read_source(src: SourceConfig, num_cpus: float = 1.0):
     """A ray.data.Dataset of sentence-split documents of ``src`` (one streamed read task per file)."""
-    import ray.data
+    import ray.data  # heavy: ray
 
     files = source_files(src)
     items = [{"path": str(p), "file_index": i} for i, p in enumerate(files)]

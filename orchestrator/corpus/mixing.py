@@ -21,8 +21,9 @@ import dataclasses
 import math
 import random
 from collections import defaultdict
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
+from orchestrator.core.artifacts import Member, MixPlan, ShardInfo, Unit
 from orchestrator.core.config import field
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.registry import Registry
@@ -56,49 +57,6 @@ class MixerConfig:
             raise ConfigError("mixer.units must be >= 0 and mixer.sentence_budget >= 1")
         if not 0.0 < self.alpha <= 1.0:
             raise ConfigError("mixer.alpha must be in (0, 1]")
-
-
-@dataclasses.dataclass(frozen=True)
-class ShardInfo:
-    """One shard file of one source, with per-document sizes (MDAPT selects documents)."""
-
-    path: str
-    source: str
-    role: str
-    language: str
-    n_bytes: int
-    pages: tuple[str, ...]
-    doc_sentences: tuple[int, ...]
-    doc_bytes: tuple[int, ...]
-
-    @property
-    def n_docs(self) -> int:
-        return len(self.doc_sentences)
-
-    @property
-    def n_sentences(self) -> int:
-        return sum(self.doc_sentences)
-
-
-@dataclasses.dataclass(frozen=True)
-class Member:
-    """A shard taken into a unit: all its documents, or only the listed rows."""
-
-    path: str
-    rows: tuple[int, ...] | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class Unit:
-    unit_id: int
-    members: tuple[Member, ...]
-    dupe_factor: int
-
-
-@dataclasses.dataclass(frozen=True)
-class MixPlan:
-    units: tuple[Unit, ...]
-    notes: dict
 
 
 Mixer = Callable[[Sequence[ShardInfo], MixerConfig, random.Random], MixPlan]

@@ -1,0 +1,161 @@
+"""The artifacts that cross stages, in one place both sides import.
+
+A stage writes its output directory; the next stage reads it. What such a directory holds is
+defined here, not in either stage, so that neither has to import the other:
+
+- the corpus stage's shards and mixing plan (``shards.json``, ``plan.json``): ``ShardInfo``,
+  ``Unit``/``Member``/``MixPlan``, written by ``write_plan`` and read by ``load_plan``;
+  the sentences of its shard files, read by ``shard_sentences`` (the vocabulary stage);
+- the instances stage's parquet schema (``instance_schema``) and its manifest's promises
+  (``InstanceInfo``, read by ``read_instance_info``: the pretraining stage).
+
+The results document of a sweep is ``orchestrator.core.results``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from orchestrator.core.errors import InputError
+from orchestrator.core.manifest import atomic_write_json, read_manifest
+
+#: Source roles on the small (in-domain) side of SimPT, AmpV and MDAPT; every other role is the large side.
+SMALL_ROLES = ("small", "domain")
+#: Columns of a corpus shard file (one row per document).
+SHARD_COLUMNS = ("source", "doc_id", "page", "language", "sentences", "n_bytes")
+#: Columns of an instances shard that training reads (``source`` is provenance only).
+INSTANCE_COLUMNS = ("input_ids", "token_type_ids", "masked_lm_positions", "masked_lm_ids", "next_sentence_label")
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardInfo:
+    """One shard file of one source, with per-document sizes (MDAPT selects documents)."""
+
+    path: str
+    source: str
+    role: str
+    language: str
+    n_bytes: int
+    pages: tuple[str, ...]
+    doc_sentences: tuple[int, ...]
+    doc_bytes: tuple[int, ...]
+
+    @property
+    def n_docs(self) -> int:
+        return len(self.doc_sentences)
+
+    @property
+    def n_sentences(self) -> int:
+        return sum(self.doc_sentences)
+
+    @property
+    def is_small(self) -> bool:
+        return self.role in SMALL_ROLES
+
+
+@dataclasses.dataclass(frozen=True)
+class Member:
+    """A shard taken into a unit: all its documents, or only the listed rows."""
+
+    path: str
+    rows: tuple[int, ...] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Unit:
+    unit_id: int
+    members: tuple[Member, ...]
+    dupe_factor: int
+
+
+@dataclasses.dataclass(frozen=True)
+class MixPlan:
+    units: tuple[Unit, ...]
+    notes: dict
+
+
+# ---------------------------------------------------------------------------------------------
+# The corpus stage's output
+
+def write_plan(corpus_dir: Path, shards: Sequence[ShardInfo], plan: MixPlan) -> None:
+    """``shards.json`` and ``plan.json`` (shard paths relative to ``corpus_dir``)."""
+    atomic_write_json(corpus_dir / "shards.json", [dataclasses.asdict(s) for s in shards])
+    atomic_write_json(corpus_dir / "plan.json", {"units": [dataclasses.asdict(u) for u in plan.units],
+                                                 "notes": plan.notes})
+
+
+def load_plan(corpus_dir: Path) -> tuple[list[ShardInfo], MixPlan]:
+    """Shards and units of a finished corpus stage, with shard paths made absolute."""
+    corpus_dir = Path(corpus_dir)
+    shards = [ShardInfo(**{**s, "path": str(corpus_dir / s["path"]), "pages": tuple(s["pages"]),
+                           "doc_sentences": tuple(s["doc_sentences"]), "doc_bytes": tuple(s["doc_bytes"])})
+              for s in json.loads((corpus_dir / "shards.json").read_text())]
+    raw = json.loads((corpus_dir / "plan.json").read_text())
+    units = tuple(Unit(u["unit_id"], tuple(Member(str(corpus_dir / m["path"]),
+                                                  tuple(m["rows"]) if m["rows"] is not None else None)
+                                           for m in u["members"]), u["dupe_factor"]) for u in raw["units"])
+    return shards, MixPlan(units, raw["notes"])
+
+
+def shard_sentences(paths: Sequence[str]) -> Iterator[str]:
+    """Every sentence of the given shard files, streamed in file order."""
+    import pyarrow.parquet as pq  # heavy: pyarrow
+
+    for path in paths:
+        for batch in pq.ParquetFile(path).iter_batches(columns=["sentences"], batch_size=512):
+            for doc in batch.column(0).to_pylist():
+                yield from doc
+
+
+# ---------------------------------------------------------------------------------------------
+# The instances stage's output
+
+def instance_schema():
+    """One row per instance: unpadded ids (masked already under static masking), segment ids,
+    masked positions and original ids (empty under dynamic masking), the NSP label (0 = B is the
+    real next segment, 1 = random, HF's convention) and the source of segment A."""
+    import pyarrow as pa  # heavy: pyarrow
+
+    return pa.schema([("input_ids", pa.list_(pa.int32())), ("token_type_ids", pa.list_(pa.int8())),
+                      ("masked_lm_positions", pa.list_(pa.int32())), ("masked_lm_ids", pa.list_(pa.int32())),
+                      ("next_sentence_label", pa.int8()), ("source", pa.string())])
+
+
+@dataclasses.dataclass(frozen=True)
+class InstanceInfo:
+    """What an instances directory promises, read from its manifest."""
+    path: Path
+    max_seq_length: int
+    masking: str
+    vocab_size: int
+    vocab_sha256: str
+    instances: int | None
+    masked_lm_prob: float = 0.15
+    max_predictions_per_seq: int = 20
+    whole_word_mask: bool = False
+
+
+def read_instance_info(path: Path) -> InstanceInfo:
+    """Read and check an instances directory's manifest (counts/extra hold the stage's promises)."""
+    path = Path(path)
+    try:
+        manifest = read_manifest(path)
+    except FileNotFoundError:
+        raise InputError(path, "not a finished instances directory",
+                         expected="manifest.json from the instances stage") from None
+    merged = {**manifest.get("counts", {}), **manifest.get("extra", {}), **manifest}
+    missing = [k for k in ("max_seq_length", "masking", "vocab_size", "vocab_sha256") if k not in merged]
+    if missing:
+        raise InputError(path / "manifest.json", f"missing {', '.join(missing)}",
+                         expected="counts/extra with max_seq_length, masking, vocab_size, vocab_sha256")
+    if merged["masking"] not in ("static", "dynamic"):
+        raise InputError(path / "manifest.json", f"masking is {merged['masking']!r}",
+                         expected="'static' or 'dynamic'")
+    if not list(path.glob("*.parquet")):
+        raise InputError(path, "no parquet shards", expected="part-*.parquet")
+    return InstanceInfo(path, int(merged["max_seq_length"]), str(merged["masking"]), int(merged["vocab_size"]),
+                        str(merged["vocab_sha256"]), merged.get("instances"),
+                        float(merged.get("masked_lm_prob", 0.15)), int(merged.get("max_predictions_per_seq", 20)),
+                        bool(merged.get("whole_word_mask", False)))

@@ -1,0 +1,33 @@
+"""One fine-tuning trial's settings: plain values, so a trial travels to a Ray worker as a dict
+and the sweep can plan trials without importing torch."""
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialSpec:
+    """Everything one trial needs; plain values so it travels to a Ray worker as a dict."""
+
+    trial_id: str
+    model_name: str
+    model_dir: str
+    task: str
+    data_dir: str  # the directory holding this task's split files
+    learning_rate: float
+    seed: int
+    eval_epochs: tuple[int, ...]
+    batch_size: int = 32
+    max_seq_length: int = 128
+    max_train_examples: int = 0
+    max_eval_examples: int = 0
+    weight_decay: float = 0.01
+    warmup_proportion: float = 0.1
+    num_threads: int = 1
+    device: str = "auto"
+    fold: int = -1  # cross-validated tasks: the held-out fold of this trial (-1: fixed splits)
+    cache_dir: str = ""  # where tokenised splits are kept between trials ("" = no disk cache)
+
+    @property
+    def max_epochs(self) -> int:
+        return max(self.eval_epochs)

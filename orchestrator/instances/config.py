@@ -1,0 +1,97 @@
+"""What the instances stage is told (``InstanceConfig``) and what its algorithms share: BERT's
+parameters of one run (``Params``) and the vocabulary's special ids (``Specials``)."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+import numpy as np
+
+from orchestrator.core.config import field, to_dict
+from orchestrator.core.errors import ConfigError
+from orchestrator.instances.entity_masking import EntityMaskingConfig
+
+Masking = Literal["static", "dynamic"]
+
+
+@dataclasses.dataclass(frozen=True)
+class InstanceConfig:
+    max_seq_lengths: tuple[int, ...] = field((128,), help="one instances/len<L>/ directory per length "
+                                                         "(seed 000: 128, then 512)")
+    short_seq_prob: float = field(0.1, help="probability of a shorter random target length (BERT: 0.1)")
+    masked_lm_prob: float = field(0.15, help="share of tokens masked (BERT: 0.15)")
+    max_predictions_per_seq: int = field(0, help="cap on masked tokens; 0 = BERT's ratio, 20 per 128 tokens")
+    whole_word_mask: bool = field(False, help="mask all pieces of a word together")
+    masking: Masking = field("static", help="static: masks drawn here, dupe_factor times; dynamic: "
+                                            "unmasked instances, masks drawn at load time (dynamic_mask)")
+    entity_masking: EntityMaskingConfig | None = field(
+        None, help="entity-aware target selection (seed 003); null = BERT's random masking")
+    exact_reference_rng: bool = field(
+        False, help="run BERT's per-instance Python algorithm, random call for random call as the reference "
+                    "port (slow; for equivalence checks). Default: the vectorised path, same distributions. "
+                    "Entity masking always uses the per-instance path")
+    seed: int = field(12345, help="seed of instance creation; each unit's RNG is seeded by (seed, length, unit)")
+    workers: int = field(0, help="Ray tasks building units at once; 0 = one per CPU of the Ray cluster "
+                                 "(at most one per unit)")
+    cpus_per_worker: float = field(0.5, help="CPUs reserved per task at the least; fractional so that reads "
+                                             "can be scheduled beside them on a 2-core machine")
+
+    def __post_init__(self) -> None:
+        if not self.max_seq_lengths or any(n < 8 for n in self.max_seq_lengths):
+            raise ConfigError("instances.max_seq_lengths must be non-empty, each >= 8")
+        if len(set(self.max_seq_lengths)) != len(self.max_seq_lengths):
+            raise ConfigError("instances.max_seq_lengths has duplicates")
+        if not 0.0 <= self.short_seq_prob <= 1.0:
+            raise ConfigError("instances.short_seq_prob must be in [0, 1]")
+        if not 0.0 < self.masked_lm_prob < 1.0:
+            raise ConfigError("instances.masked_lm_prob must be in (0, 1)")
+        if self.max_predictions_per_seq < 0:
+            raise ConfigError("instances.max_predictions_per_seq must be >= 0")
+        if self.workers < 0 or self.cpus_per_worker <= 0:
+            raise ConfigError("instances.workers must be >= 0 and instances.cpus_per_worker > 0")
+
+    def max_predictions(self, max_seq_length: int) -> int:
+        return self.max_predictions_per_seq or max(1, round(max_seq_length * 20 / 128))
+
+    def output_fields(self) -> dict:
+        """The settings one length's instances depend on: not where or how many at once they are built."""
+        return {k: v for k, v in to_dict(self).items() if k not in ("max_seq_lengths", "workers", "cpus_per_worker")}
+
+    def resolved_workers(self, units: int) -> int:
+        """Tasks to run at once: as configured, or one per cluster CPU; never more than there are units."""
+        import ray  # heavy: ray
+
+        n = self.workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
+        return max(1, min(n, units))
+
+
+@dataclasses.dataclass(frozen=True)
+class Specials:
+    """Ids the algorithm needs: [CLS], [SEP], [MASK], the vocabulary size, and word continuations."""
+
+    cls: int
+    sep: int
+    mask: int
+    vocab_size: int
+    continuation: frozenset[int]
+
+    @classmethod
+    def from_vocab(cls, vocab: dict[str, int]) -> Specials:
+        return cls(cls=vocab["[CLS]"], sep=vocab["[SEP]"], mask=vocab["[MASK]"], vocab_size=len(vocab),
+                   continuation=frozenset(i for t, i in vocab.items() if t.startswith("##")))
+
+    def continuation_mask(self) -> np.ndarray:
+        """``continuation`` as a bool lookup table over ids, for the vectorised whole-word masking."""
+        mask = np.zeros(self.vocab_size, dtype=bool)
+        mask[list(self.continuation)] = True
+        return mask
+
+
+@dataclasses.dataclass(frozen=True)
+class Params:
+    max_seq_length: int
+    short_seq_prob: float
+    masked_lm_prob: float
+    max_predictions_per_seq: int
+    whole_word_mask: bool
+    static_masking: bool = True

@@ -1,0 +1,76 @@
+"""The instances stage: a finished corpus and vocabulary -> parquet shards of NSP + MLM instances.
+
+    build_instances(cfg, corpus_dir, vocab_dir, out_dir, max_seq_length)   # out_dir/part-NNNNNN.parquet
+
+One run per ``max_seq_length`` (``instances/len<L>/``). The manifest records what the
+pretraining stage relies on: the length, the masking (static/dynamic) and its parameters, the
+vocabulary's size and sha256, counts per source.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from orchestrator.core.artifacts import MixPlan, ShardInfo, load_plan
+from orchestrator.core.errors import InputError
+from orchestrator.core.manifest import read_manifest, write_manifest
+from orchestrator.instances.config import InstanceConfig
+from orchestrator.instances.entity_masking import EntityMasker
+from orchestrator.instances.workers import run_units
+
+log = logging.getLogger(__name__)
+
+
+def build_instances(cfg: InstanceConfig, corpus_dir: Path, vocab_dir: Path, out_dir: Path,
+                    max_seq_length: int) -> Path:
+    """Every unit of the corpus's mixing plan turned into instances of ``max_seq_length`` (Ray running)."""
+    shards, plan = load_plan(corpus_dir)
+    by_path = {s.path: s for s in shards}
+    total = run_units(plan.units, vocab_dir, out_dir, cfg, max_seq_length, cfg.seed,
+                      cfg.resolved_workers(len(plan.units)), cfg.cpus_per_worker)
+    if total["instances"] == 0:
+        raise InputError(corpus_dir, "no instances were created", expected="documents with tokens")
+    vcounts = read_manifest(vocab_dir)["counts"]
+    counts = {"max_seq_length": max_seq_length, "masking": cfg.masking,
+              "vocab_size": vcounts["vocab_size"], "vocab_sha256": vcounts["vocab_sha256"],
+              "instances": total["instances"], "tokens": total["tokens"],
+              "masked_lm_prob": cfg.masked_lm_prob,
+              "max_predictions_per_seq": cfg.max_predictions(max_seq_length),
+              "whole_word_mask": cfg.whole_word_mask,
+              "masked_tokens": total["masked"], "random_next": total["random_next"],
+              "units": len(plan.units), "document_uses": total["document_uses"]}
+    if cfg.entity_masking is not None:
+        counts["entity_masking"] = total["entity"]
+    promised = ("max_seq_length", "masking", "vocab_size", "vocab_sha256", "masked_lm_prob",
+                "max_predictions_per_seq", "whole_word_mask")
+    write_manifest(out_dir, stage="instances", config=cfg, inputs=[corpus_dir, vocab_dir], counts=counts,
+                   seed=cfg.seed, extra={"provenance": _provenance(plan, by_path, total),
+                                         **{k: counts[k] for k in promised}})
+    log.info("instances len%d: %d instances, %d tokens", max_seq_length, total["instances"], total["tokens"])
+    return out_dir
+
+
+def _provenance(plan: MixPlan, by_path: dict[str, ShardInfo], total: dict) -> dict[str, dict]:
+    """Per source: distinct documents used, instances and tokens (by segment A's document)."""
+    docs: dict[str, set] = {}
+    for unit in plan.units:
+        for m in unit.members:
+            shard = by_path[m.path]
+            rows = range(shard.n_docs) if m.rows is None else m.rows
+            docs.setdefault(shard.source, set()).update((m.path, r) for r in rows)
+    tokens_all = max(1, total["tokens"])
+    out = {}
+    for name in sorted(set(docs) | set(total["by_source"])):
+        c = total["by_source"].get(name, {"instances": 0, "tokens": 0})
+        out[name] = {"documents": len(docs.get(name, ())), "instances": c["instances"], "tokens": c["tokens"],
+                     "token_share": round(c["tokens"] / tokens_all, 4)}
+    return out
+
+
+def plan_instances(cfg: InstanceConfig) -> str:
+    """Dry run: what would be built (the entity-masking dictionaries and tables parse)."""
+    if cfg.entity_masking is not None and not cfg.entity_masking.ner_model:
+        EntityMasker(cfg.entity_masking)  # loads and checks the dictionaries and the association table
+    return (f"instances: max_seq_lengths={list(cfg.max_seq_lengths)}, masking={cfg.masking}, "
+            f"whole_word_mask={cfg.whole_word_mask}, "
+            f"entity_masking={'on' if cfg.entity_masking else 'off'}, seed={cfg.seed}")

@@ -1,0 +1,53 @@
+"""The names this project gives MLflow runs, tags, params, metrics and artifacts: one module that
+the writer (``orchestrator.track``), the reader (``orchestrator.report.mlflow_results``) and the tests
+import, so none of them spells a name of its own.
+
+Run tree of a sweep:
+
+    sweep parent        tags KIND=sweep, SWEEP_FINGERPRINT, GIT_COMMIT; metrics summary_metric(model, key)
+      (model, task)     tags KIND=model_task, MODEL, TASK, GROUP, HIGHER_IS_BETTER, CELL_DIGEST, MODEL_DIR, ...
+                        params MODEL, TASK, METRIC, selected.<key>; metrics TEST_MEAN, TEST_SD, DEV_MEAN, N,
+                        CURVE_DEV / CURVE_TEST per epoch (step = epoch), per_tag.<tag>.<measure>
+        trial           tags KIND=trial; per-epoch train_loss, dev, test
+
+A pretraining run carries KIND=pretrain and is a child of the run active when it started.
+"""
+from __future__ import annotations
+
+import re
+
+KIND = "orchestrator.kind"
+KIND_SWEEP, KIND_MODEL_TASK, KIND_TRIAL, KIND_PRETRAIN = "sweep", "model_task", "trial", "pretrain"
+SWEEP_FINGERPRINT = "orchestrator.sweep_fingerprint"
+CELL_DIGEST = "orchestrator.cell_digest"
+GIT_COMMIT = "git_commit"
+PARENT = "mlflow.parentRunId"
+
+MODEL, TASK, GROUP, HIGHER_IS_BETTER, METRIC = "model", "task", "group", "higher_is_better", "metric"
+MODEL_DIR, MODEL_HASH = "model_dir", "model_manifest_hash"
+SELECTED_PREFIX = "selected."
+TEST_MEAN, TEST_SD, DEV_MEAN, N = "test_mean", "test_sd", "dev_mean", "n"
+CURVE_DEV, CURVE_TEST = "curve.dev", "curve.test"
+RESULTS_ARTIFACT = "results.json"
+
+
+def metric_key(text: str) -> str:
+    """MLflow metric names allow letters, digits, _ - . / and spaces: anything else becomes _."""
+    return re.sub(r"[^A-Za-z0-9_./ -]+", "_", text)
+
+
+def summary_metric(model: str, key: str) -> str:
+    """The sweep parent's metric holding a model's summary score (``key``: total or a group)."""
+    return metric_key(f"{model}.{key}")
+
+
+def per_tag_metric(tag: str, measure: str) -> str:
+    return metric_key(f"per_tag.{tag}.{measure}")
+
+
+def bool_tag(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def read_bool_tag(text: str) -> bool:
+    return text.strip().lower() in ("true", "1", "yes")

@@ -1,0 +1,133 @@
+"""A finished sweep into MLflow: a parent run, a child per (model, task), a nested run per trial."""
+from __future__ import annotations
+
+import logging
+
+from orchestrator.core.manifest import git_commit
+from orchestrator.core.reuse import content_key
+from orchestrator.track import TrackingConfig, flat_params, log_params, start_tracking
+from orchestrator.track import schema as S
+
+log = logging.getLogger(__name__)
+
+
+def sweep_fingerprint(config, model_tags: dict[str, dict[str, str]]) -> str:
+    """What makes two sweeps the same sweep for MLflow: the resolved configuration and the
+    models compared (names, directories, manifest hashes)."""
+    return content_key({"config": config, "models": model_tags})
+
+
+def _find_parent(experiment: str, fingerprint: str) -> str | None:
+    import mlflow  # heavy: mlflow
+
+    runs = mlflow.search_runs(experiment_names=[experiment], output_format="list",
+                              filter_string=f"tags.`{S.SWEEP_FINGERPRINT}` = '{fingerprint}'",
+                              order_by=["attributes.start_time ASC"])
+    return runs[0].info.run_id if runs else None
+
+
+def _children(parent_id: str) -> list:
+    import mlflow  # heavy: mlflow
+
+    exp = mlflow.get_run(parent_id).info.experiment_id
+    return mlflow.search_runs(experiment_ids=[exp], output_format="list",
+                              filter_string=f"tags.`{S.PARENT}` = '{parent_id}'")
+
+
+def _delete_tree(run_id: str) -> None:
+    """Mark a (model, task) run and its trial runs deleted (MLflow's soft delete)."""
+    from mlflow.tracking import MlflowClient  # heavy: mlflow
+
+    client = MlflowClient()
+    for child in _children(run_id):
+        client.delete_run(child.info.run_id)
+    client.delete_run(run_id)
+
+
+def log_sweep(tracking: TrackingConfig, run_dir, *, name: str, config, results: dict, records: list[dict],
+              model_tags: dict[str, dict[str, str]], artifacts: list, log_predictions: bool = True) -> str | None:
+    """Driver-side MLflow logging of a finished sweep: a parent run, a child run per
+    (model, task) with the selected setting, test mean/sd and (NER) per-tag scores, and a
+    nested run per trial with per-epoch train loss and dev/test metrics (and its test
+    predictions). Returns the parent id. Names: ``orchestrator.track.schema``.
+
+    Re-running the same sweep (same ``sweep_fingerprint``) reuses its parent run: a (model,
+    task) child whose cell and trials are unchanged is kept as it is; a changed one is replaced
+    (the old child and its trial runs are soft-deleted), so the parent never holds duplicates."""
+    if start_tracking(tracking, run_dir) is None:
+        return None
+    import mlflow  # heavy: mlflow
+
+    by_cell: dict[tuple[str, str], list[dict]] = {}
+    for rec in records:
+        by_cell.setdefault((rec["trial"]["model_name"], rec["task"]), []).append(rec)
+    task_of = {t["name"]: t for t in results["tasks"]}
+    fingerprint = sweep_fingerprint(config, model_tags)
+    existing = _find_parent(tracking.experiment, fingerprint)
+    if existing:
+        log.info("sweep: reusing MLflow parent run %s (sweep fingerprint %s)", existing, fingerprint)
+    tags = {S.GIT_COMMIT: git_commit() or "unknown", S.KIND: S.KIND_SWEEP, S.SWEEP_FINGERPRINT: fingerprint}
+    with mlflow.start_run(run_id=existing, run_name=None if existing else f"sweep:{name}", tags=tags) as parent:
+        if not existing:
+            log_params(flat_params(config))
+        for model, summary in results["summary"].items():
+            for key, value in summary.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    mlflow.log_metric(S.summary_metric(model, key), value)
+        for path in artifacts:
+            mlflow.log_artifact(str(path))
+        old = {(r.data.tags.get(S.MODEL), r.data.tags.get(S.TASK)): r for r in _children(parent.info.run_id)
+               if r.data.tags.get(S.KIND) == S.KIND_MODEL_TASK} if existing else {}
+        for (model, task), recs in sorted(by_cell.items()):
+            cell = results["cells"].get(model, {}).get(task)
+            digest = _cell_digest(cell, recs)
+            previous = old.get((model, task))
+            if previous is not None and previous.data.tags.get(S.CELL_DIGEST) == digest:
+                continue
+            if previous is not None:
+                _delete_tree(previous.info.run_id)
+            info = task_of[task]
+            _log_cell(model, task, cell, recs, info["metric"], digest,
+                      {S.KIND: S.KIND_MODEL_TASK, S.MODEL: model, S.TASK: task, S.GROUP: info["group"],
+                       S.HIGHER_IS_BETTER: S.bool_tag(info["higher_is_better"]), **model_tags.get(model, {})},
+                      log_predictions)
+        return parent.info.run_id
+
+
+def _cell_digest(cell: dict | None, recs: list[dict]) -> str:
+    return content_key({"cell": cell, "trials": sorted(r.get("fingerprint", r["trial_id"]) for r in recs)})
+
+
+def _log_cell(model: str, task: str, cell: dict | None, recs: list[dict], metric: str, digest: str,
+              tags: dict[str, str], log_predictions: bool) -> None:
+    import mlflow  # heavy: mlflow
+
+    with mlflow.start_run(run_name=f"{model}/{task}", nested=True, tags={**tags, S.CELL_DIGEST: digest}):
+        mlflow.log_params({S.MODEL: model, S.TASK: task, S.METRIC: metric})
+        if cell:
+            mlflow.log_params({S.SELECTED_PREFIX + k: v for k, v in cell["selected"].items()})
+            mlflow.log_metrics({k: v for k, v in ((S.TEST_MEAN, cell["mean"]), (S.TEST_SD, cell["sd"]),
+                                                  (S.DEV_MEAN, cell.get("dev_mean")), (S.N, cell.get("n")))
+                                if v is not None})
+            for point in cell["curve"]:
+                mlflow.log_metrics({S.CURVE_DEV: point["dev"], S.CURVE_TEST: point["test"]}, step=point["epoch"])
+            if cell.get("per_tag"):
+                mlflow.log_metrics({S.per_tag_metric(tag, k): v for tag, row in cell["per_tag"].items()
+                                    for k, v in row.items()})
+                mlflow.log_dict(cell["per_tag"], "per_tag.json")
+            mlflow.log_dict(cell, "selection.json")
+        for rec in sorted(recs, key=lambda r: r["trial_id"]):
+            _log_trial(rec, tags, log_predictions)
+
+
+def _log_trial(rec: dict, tags: dict[str, str], log_predictions: bool) -> None:
+    import mlflow  # heavy: mlflow
+
+    trial = rec["trial"]
+    with mlflow.start_run(run_name=rec["trial_id"], nested=True, tags={**tags, S.KIND: S.KIND_TRIAL}):
+        log_params(flat_params({k: v for k, v in trial.items() if k not in ("model_dir", "data_dir")}))
+        for row in rec["epochs"]:
+            mlflow.log_metrics({k: v for k, v in row.items() if k != "epoch"}, step=row["epoch"])
+        mlflow.log_metrics({"seconds": rec["seconds"]})
+        if log_predictions and rec.get("predictions"):
+            mlflow.log_dict(rec["predictions"], "predictions.json")

