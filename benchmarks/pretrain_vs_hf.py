@@ -51,9 +51,10 @@ def run_hf(instances: Path, tokenizer: Path, args, out: Path) -> float:
     import torch
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
+    from orchestrator.core.artifacts import read_instance_info
     from orchestrator.core.runtime import seed_everything
     from orchestrator.pretrain.config import ModelConfig
-    from orchestrator.pretrain.data import collate
+    from orchestrator.pretrain.data import collate, masking_rule
     from orchestrator.pretrain.model import build_model
     from orchestrator.pretrain.trainer import special_ids
 
@@ -61,13 +62,13 @@ def run_hf(instances: Path, tokenizer: Path, args, out: Path) -> float:
     seed_everything(0)
     special = special_ids(tokenizer)
     table = pq.read_table(sorted(instances.glob("*.parquet"))).to_pylist()
-    dynamic = all(len(r["masked_lm_positions"]) == 0 for r in table[:50])
-    rng = np.random.default_rng(0)
+    rule = masking_rule(read_instance_info(instances)) if read_instance_info(instances).masking == "dynamic" else None
+    gen = np.random.default_rng(0)
 
     def collator(rows):
         cols = {k: [r[k] for r in rows] for k in ("input_ids", "token_type_ids", "masked_lm_positions",
                                                   "masked_lm_ids", "next_sentence_label")}
-        batch = collate(cols, special, dynamic=dynamic, rng=rng)
+        batch = collate(cols, special, rule=rule, gen=gen)
         return {k: torch.from_numpy(v) for k, v in batch.items()}
 
     class Times(TrainerCallback):

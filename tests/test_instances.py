@@ -5,11 +5,12 @@ import importlib.util
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from orchestrator.instances.config import InstanceConfig, Params, Specials
+from orchestrator.instances.config import InstanceConfig, MaskingRule, Params, Specials
 from orchestrator.instances.exact import create_training_instances, truncate_seq_pair
-from orchestrator.instances.masking import dynamic_mask
+from orchestrator.instances.masking import mask_batch
 
 ROOT = Path(__file__).resolve().parents[1]
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -153,9 +154,10 @@ def test_deterministic_by_seed(corpus, vocab):
 def test_dynamic_masking_leaves_instances_unmasked_and_masks_at_load_time(corpus, vocab):
     instances, sp = _build(corpus, vocab, static=False)
     assert all(not x.masked_lm_positions and sp.mask not in x.input_ids for x in instances)
-    ids, positions, labels = dynamic_mask(instances[0].input_ids, random.Random(0), sp, 0.15, 20)
-    assert positions and len(ids) == len(instances[0].input_ids)
-    assert [instances[0].input_ids[p] for p in positions] == list(labels)
+    ids = np.array([list(instances[0].input_ids)])
+    chosen, labels = mask_batch(ids, np.array([ids.shape[1]]), MaskingRule(), sp, sp.continuation_mask(),
+                                np.random.default_rng(0))
+    assert chosen.any() and [instances[0].input_ids[p] for p in np.flatnonzero(chosen[0])] == list(labels)
 
 
 def test_truncate_seq_pair_trims_the_longer_side():

@@ -38,3 +38,13 @@ def test_default_preset_dry_run_passes(job, tmp_path):
     res = run_job(job, "--dry-run", timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "dry run" in res.stdout
+
+
+def test_presets_belong_to_their_job():
+    """`blue_sweep --preset tiny` used to load the augment job's preset and fail on its keys; each job now
+    offers its own presets only, and an unknown one is named with the job's choices."""
+    res = run_job("blue_sweep.py", "--preset", "tiny", "--dry-run", timeout=300)
+    assert res.returncode == 2
+    assert "unknown preset 'tiny' for jobs/blue_sweep.py" in res.stderr and "default" in res.stderr
+    help_text = run_job("pretrain.py", "--help", timeout=300).stdout
+    assert "orchestrator/presets/pretrain" in help_text and "seed000" in help_text and "smoke" not in help_text

@@ -11,11 +11,13 @@ import torch
 from test_pretrain_fixtures import DATA, build_instances, build_tokenizer, documents
 
 from orchestrator.core.errors import ConfigError, InputError
+from orchestrator.instances.config import MaskingRule, Specials
 from orchestrator.pretrain.config import OptimConfig, PhaseConfig, PretrainConfig, batch_plan
-from orchestrator.pretrain.data import IGNORE_INDEX, SpecialIds, collate, dynamic_mask
+from orchestrator.pretrain.data import IGNORE_INDEX, collate
 from orchestrator.pretrain.optim import Lamb, lr_factor
 
-SPECIAL = SpecialIds(pad=0, mask=4, vocab_size=100, never_mask=(0, 1, 2, 3, 4))
+# [PAD] 0, [UNK] 1, [CLS] 2, [SEP] 3, [MASK] 4; ids 50-99 are ## continuation pieces
+SPECIAL = Specials(cls=2, sep=3, mask=4, vocab_size=100, continuation=frozenset(range(50, 100)), pad=0)
 needs_data = pytest.mark.skipif(not (DATA / "pubmed_sample").is_dir(), reason="../shared/data not present")
 
 
@@ -30,23 +32,68 @@ def test_batch_plan_splits_and_fails_loudly():
         PretrainConfig(phase1=PhaseConfig(global_batch_size=10, device_batch_size=4), num_workers=2)
 
 
-def test_dynamic_mask_80_10_10_and_never_special():
-    rng = np.random.default_rng(0)
-    ids = np.array([2] + list(range(10, 100)) * 5 + [3])
+def test_dynamic_masking_80_10_10_never_cls_or_sep_and_bert_count():
+    """Masks drawn at load time follow the instance builder's rule: round(len x prob) targets counted
+    over the whole sequence, [CLS] and [SEP] included, as BERT does: 32 tokens give 5 targets (before,
+    the collator counted the 30 maskable ones: 4)."""
+    gen = np.random.default_rng(0)
+    ids = np.array([2] + list(range(10, 40)) + [3])
+    rows = {"input_ids": [ids] * 60, "token_type_ids": [np.zeros(len(ids), np.int64)] * 60,
+            "next_sentence_label": np.zeros(60, np.int64)}
     masked_total = replaced_mask = kept = 0
-    for _ in range(300):
-        out, pos, orig = dynamic_mask(ids, rng, SPECIAL, 0.15, 1000)
-        assert len(pos) == round(450 * 0.15)
-        assert 0 not in pos and len(ids) - 1 not in pos  # [CLS] / [SEP] never chosen
-        assert np.array_equal(orig, ids[pos])
-        unchanged = out != ids
-        assert np.array_equal(np.flatnonzero(unchanged), np.intersect1d(np.flatnonzero(unchanged), pos))
-        masked_total += len(pos)
-        replaced_mask += int((out[pos] == SPECIAL.mask).sum())
-        kept += int((out[pos] == ids[pos]).sum())
+    for _ in range(30):
+        b = collate(rows, SPECIAL, rule=MaskingRule(0.15, 20, False), gen=gen)
+        for out, labels in zip(b["input_ids"], b["labels"]):
+            pos = np.flatnonzero(labels != IGNORE_INDEX)
+            assert len(pos) == 5
+            assert 0 not in pos and len(ids) - 1 not in pos  # [CLS] / [SEP] never chosen
+            assert np.array_equal(labels[pos], ids[pos])
+            assert np.array_equal(np.flatnonzero(out != ids), np.intersect1d(np.flatnonzero(out != ids), pos))
+            masked_total += len(pos)
+            replaced_mask += int((out[pos] == SPECIAL.mask).sum())
+            kept += int((out[pos] == ids[pos]).sum())
     assert abs(replaced_mask / masked_total - 0.8) < 0.02
     # 10% unchanged, plus the random replacements that happen to draw the same id (1%).
     assert abs(kept / masked_total - 0.101) < 0.02
+
+
+def test_dynamic_masking_keeps_the_whole_word_mask_the_instances_manifest_records():
+    """Issue 11: the collator ignored `whole_word_mask`. Words here are an id < 50 followed by ## pieces
+    (ids >= 50): every masked word must be masked with all of its pieces."""
+    words = [[10, 50, 51], [11], [12, 52], [13, 53, 54, 55], [14], [15, 56]] * 4
+    ids = np.array([2] + [t for w in words for t in w] + [3])
+    word_of = np.concatenate([[-1]] + [np.full(len(w), i) for i, w in enumerate(words)] + [[-1]])
+    rows = {"input_ids": [ids] * 32, "token_type_ids": [np.zeros(len(ids), np.int64)] * 32,
+            "next_sentence_label": np.zeros(32, np.int64)}
+    def split_words(whole_word_mask: bool) -> int:
+        b = collate(rows, SPECIAL, rule=MaskingRule(0.15, 20, whole_word_mask), gen=np.random.default_rng(1))
+        split = 0
+        for labels in b["labels"]:
+            chosen = set(np.flatnonzero(labels != IGNORE_INDEX).tolist())
+            assert chosen
+            for w in {int(word_of[i]) for i in chosen}:
+                split += not set(np.flatnonzero(word_of == w).tolist()) <= chosen
+        return split
+
+    assert split_words(True) == 0
+    assert split_words(False) > 0  # the control: piece-wise masking does split words
+
+
+def test_dynamic_and_static_masking_are_the_same_function():
+    """The collator's draw equals the instance builder's vectorised masking under the same generator."""
+    from orchestrator.instances.masking import mask_batch
+
+    ids = np.array([[2, 10, 50, 11, 12, 52, 13, 3, 0, 0], [2, 14, 15, 56, 16, 17, 18, 19, 20, 3]])
+    lengths = np.array([8, 10])
+    rows = {"input_ids": [ids[0, :8], ids[1]], "token_type_ids": [np.zeros(8), np.zeros(10)],
+            "next_sentence_label": np.zeros(2)}
+    rule = MaskingRule(0.3, 20, True)
+    b = collate(rows, SPECIAL, rule=rule, gen=np.random.default_rng(7))
+    static = ids.copy()
+    chosen, originals = mask_batch(static, lengths, rule, SPECIAL, SPECIAL.continuation_mask(),
+                                   np.random.default_rng(7))
+    assert np.array_equal(b["input_ids"][:, :10] * (np.arange(10) < lengths[:, None]), static)
+    assert np.array_equal(b["labels"] != IGNORE_INDEX, chosen) and np.array_equal(b["labels"][chosen], originals)
 
 
 def test_collate_pads_and_sets_labels_only_at_masked_positions():
@@ -54,7 +101,7 @@ def test_collate_pads_and_sets_labels_only_at_masked_positions():
             "token_type_ids": [np.array([0, 0, 1, 1]), np.array([0, 0, 1])],
             "masked_lm_positions": [np.array([2]), np.array([1])], "masked_lm_ids": [np.array([13]), np.array([12])],
             "next_sentence_label": np.array([0, 1])}
-    b = collate(rows, SPECIAL, dynamic=False, rng=None, pad_to_multiple=8)
+    b = collate(rows, SPECIAL, pad_to_multiple=8)
     assert b["input_ids"].shape == (2, 8)
     assert b["attention_mask"][1].tolist() == [1, 1, 1, 0, 0, 0, 0, 0]
     assert b["labels"][0].tolist() == [IGNORE_INDEX, IGNORE_INDEX, 13] + [IGNORE_INDEX] * 5
@@ -96,7 +143,7 @@ def _tiny_module(objective: str = "mlm_nsp", vocab: int = 100):
 def _batch(seed: int = 0) -> dict[str, torch.Tensor]:
     rows = {"input_ids": [np.array([2] + list(range(10 + i, 30 + i)) + [3]) for i in range(4)],
             "token_type_ids": [np.zeros(22, np.int64)] * 4, "next_sentence_label": np.array([0, 1, 0, 1])}
-    b = collate(rows, SPECIAL, dynamic=True, rng=np.random.default_rng(seed))
+    b = collate(rows, SPECIAL, rule=MaskingRule(), gen=np.random.default_rng(seed))
     return {k: torch.from_numpy(v) for k, v in b.items()}
 
 

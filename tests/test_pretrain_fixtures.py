@@ -47,12 +47,13 @@ def build_instances(docs: list[list[str]], tokenizer_dir: Path, out: Path, max_s
     """NSP pairs ([CLS] A [SEP] B [SEP], B random half the time) written as one parquet shard + manifest."""
     from transformers import AutoTokenizer
 
-    from orchestrator.pretrain.data import SpecialIds, dynamic_mask
+    from orchestrator.instances.config import MaskingRule, Specials
+    from orchestrator.instances.masking import mask_batch
 
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     rng = random.Random(seed)
     nprng = np.random.default_rng(seed)
-    special = SpecialIds(tok.pad_token_id, tok.mask_token_id, len(tok), tuple(tok.all_special_ids))
+    special = Specials.from_tokenizer(tok)
     encoded = [[tok(s, add_special_tokens=False)["input_ids"] for s in d] for d in docs]
     encoded = [d for d in encoded if len(d) >= 2]
     rows = {k: [] for k in ("input_ids", "token_type_ids", "masked_lm_positions", "masked_lm_ids",
@@ -75,8 +76,10 @@ def build_instances(docs: list[list[str]], tokenizer_dir: Path, out: Path, max_s
             types = [0] * (len(a) + 2) + [1] * (len(b) + 1)
             positions, originals = [], []
             if masking == "static":
-                masked, pos, orig = dynamic_mask(np.array(ids), nprng, special, 0.15, 20)
-                ids, positions, originals = masked.tolist(), pos.tolist(), orig.tolist()
+                masked = np.array([ids])
+                chosen, orig = mask_batch(masked, np.array([len(ids)]), MaskingRule(), special,
+                                          special.continuation_mask(), nprng)
+                ids, positions, originals = masked[0].tolist(), np.flatnonzero(chosen[0]).tolist(), orig.tolist()
             rows["input_ids"].append(ids)
             rows["token_type_ids"].append(types)
             rows["masked_lm_positions"].append(positions)

@@ -67,24 +67,53 @@ class InstanceConfig:
 
 @dataclasses.dataclass(frozen=True)
 class Specials:
-    """Ids the algorithm needs: [CLS], [SEP], [MASK], the vocabulary size, and word continuations."""
+    """Ids the algorithm needs: [CLS], [SEP], [MASK], [PAD], the vocabulary size, and word continuations."""
 
     cls: int
     sep: int
     mask: int
     vocab_size: int
     continuation: frozenset[int]
+    pad: int = 0
 
     @classmethod
     def from_vocab(cls, vocab: dict[str, int]) -> Specials:
         return cls(cls=vocab["[CLS]"], sep=vocab["[SEP]"], mask=vocab["[MASK]"], vocab_size=len(vocab),
-                   continuation=frozenset(i for t, i in vocab.items() if t.startswith("##")))
+                   continuation=frozenset(i for t, i in vocab.items() if t.startswith("##")),
+                   pad=vocab.get("[PAD]", 0))
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer) -> Specials:
+        """From a Hugging Face BERT tokenizer, whatever its special tokens are called."""
+        vocab = tokenizer.get_vocab()
+        return cls(cls=tokenizer.cls_token_id, sep=tokenizer.sep_token_id, mask=tokenizer.mask_token_id,
+                   vocab_size=len(tokenizer), continuation=frozenset(i for t, i in vocab.items() if t.startswith("##")),
+                   pad=tokenizer.pad_token_id)
+
+    def to_dict(self) -> dict:
+        """Plain values (the continuation ids as a sorted list), to travel to a Ray worker."""
+        return {**dataclasses.asdict(self), "continuation": sorted(self.continuation)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Specials:
+        return cls(**{**data, "continuation": frozenset(data["continuation"])})
 
     def continuation_mask(self) -> np.ndarray:
         """``continuation`` as a bool lookup table over ids, for the vectorised whole-word masking."""
         mask = np.zeros(self.vocab_size, dtype=bool)
         mask[list(self.continuation)] = True
         return mask
+
+
+@dataclasses.dataclass(frozen=True)
+class MaskingRule:
+    """Which tokens of an instance become masked-LM targets: BERT's ``masked_lm_prob`` of its length
+    (at least one, at most ``max_predictions_per_seq``), whole words or single pieces. The instances
+    manifest records it, so masks drawn at load time (``masking: dynamic``) follow the same rule."""
+
+    masked_lm_prob: float = 0.15
+    max_predictions_per_seq: int = 20
+    whole_word_mask: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,3 +124,7 @@ class Params:
     max_predictions_per_seq: int
     whole_word_mask: bool
     static_masking: bool = True
+
+    @property
+    def masking(self) -> MaskingRule:
+        return MaskingRule(self.masked_lm_prob, self.max_predictions_per_seq, self.whole_word_mask)

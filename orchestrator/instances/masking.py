@@ -3,8 +3,9 @@
 - ``create_masked_lm_predictions``: the per-instance form, RNG call for RNG call BERT's
   (the exact path; entity-aware masking supplies the candidate positions);
 - ``mask_batch``: the same rule for a batch of instances as numpy operations (the fast path);
-- ``dynamic_mask``: masks drawn at load time for instances written unmasked (``masking: dynamic``),
-  used by the pretraining collator with the same parameters the instances manifest records.
+  the pretraining collator calls it too, for instances written unmasked (``masking: dynamic``),
+  with the ``MaskingRule`` the instances manifest records: masks drawn at load time follow the
+  same rule as masks drawn when the instances were built.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.instances.config import Params, Specials
+from orchestrator.instances.config import MaskingRule, Params, Specials
 
 
 def create_masked_lm_predictions(tokens: list[int], p: Params, sp: Specials, rng: random.Random,
@@ -72,11 +73,13 @@ def _replacement(token: int, sp: Specials, rng: random.Random) -> int:
     return rng.randint(0, sp.vocab_size - 1)
 
 
-def mask_batch(input_ids: np.ndarray, lengths: np.ndarray, p: Params, sp: Specials, continuation: np.ndarray,
+def mask_batch(input_ids: np.ndarray, lengths: np.ndarray, p: MaskingRule, sp: Specials, continuation: np.ndarray,
                gen: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """BERT's masked LM for a batch of instances, in place: (the [n, L] bool mask of targets, their original ids).
 
-    Per instance: ``min(max_predictions, max(1, round(len * masked_lm_prob)))`` targets drawn
+    ``input_ids`` is [n, L], padded beyond ``lengths``; ``continuation`` the bool table of ## ids
+    (``Specials.continuation_mask``). Per instance: ``min(max_predictions, max(1, round(len *
+    masked_lm_prob)))`` targets (``len`` counts [CLS] and [SEP], as BERT does) drawn
     uniformly without replacement among the non-special tokens (random keys, smallest k) —
     with ``whole_word_mask`` among whole words, taken in random order and skipped when they
     would overflow, exactly BERT's greedy rule — then 80 % [MASK], 10 % kept, 10 % a random id.
@@ -123,12 +126,3 @@ def mask_batch(input_ids: np.ndarray, lengths: np.ndarray, p: Params, sp: Specia
                            np.where(random_id, gen.integers(0, sp.vocab_size, count), original))
     input_ids[chosen] = replacement
     return chosen, original
-
-
-def dynamic_mask(input_ids: Sequence[int], rng: random.Random, sp: Specials, masked_lm_prob: float = 0.15,
-                 max_predictions_per_seq: int = 20, whole_word_mask: bool = False
-                 ) -> tuple[list[int], list[int], list[int]]:
-    """Masks for an unmasked instance at load time (dynamic masking): (input_ids, positions, labels)."""
-    p = Params(len(input_ids), 0.0, masked_lm_prob, max_predictions_per_seq, whole_word_mask)
-    out, positions, labels, _ = create_masked_lm_predictions(list(input_ids), p, sp, rng)
-    return out, positions, labels

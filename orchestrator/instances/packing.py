@@ -222,7 +222,7 @@ def instance_batches(docs: TokenizedDocs, dupe_factor: int, p: Params, sp: Speci
         part = spans.take(slice(lo, lo + batch_size))
         input_ids, valid, segments, lengths = assemble(ids, part, p.max_seq_length, sp)
         if p.static_masking:
-            chosen, labels = mask_batch(input_ids, lengths, p, sp, continuation, gen)
+            chosen, labels = mask_batch(input_ids, lengths, p.masking, sp, continuation, gen)
         else:
             chosen, labels = np.zeros(input_ids.shape, dtype=bool), np.zeros(0, dtype=np.int32)
         source = doc_source[part.doc]

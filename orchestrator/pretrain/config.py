@@ -101,9 +101,6 @@ class PretrainConfig:
     init_loss_scale: float = field(2.0 ** 16, help="fp16: initial loss scale")
     max_nonfinite_steps: int = field(
         20, help="stop with an error after this many consecutive steps with a NaN/inf loss")
-    mlm_probability: float = field(0.15, help="dynamic masking: fraction of tokens predicted (80/10/10)")
-    max_predictions_per_seq: int = field(20, help="dynamic masking: cap on predicted tokens per sequence "
-                                                  "(scaled by length/128 for longer phases, as BERT did)")
     num_workers: int = field(2, help="Ray Train workers (one per GPU on a cluster)")
     use_gpu: bool = field(False, help="one GPU per worker, NCCL; false = CPU workers, gloo")
     cpus_per_worker: float = field(1.0, help="CPUs reserved per worker")
@@ -127,10 +124,8 @@ class PretrainConfig:
                                   f"model.max_position_embeddings {self.model.max_position_embeddings}")
             # Fail at config time, not hours into a cluster run, when the batch does not divide.
             batch_plan(phase.global_batch_size, self.num_workers, phase.device_batch_size, where=name)
-        if not 0 < self.mlm_probability < 1:
-            raise ConfigError("mlm_probability must be in (0, 1)")
-        if self.max_predictions_per_seq < 1 or self.max_nonfinite_steps < 1 or self.log_every < 1:
-            raise ConfigError("max_predictions_per_seq, max_nonfinite_steps, log_every must be >= 1")
+        if self.max_nonfinite_steps < 1 or self.log_every < 1:
+            raise ConfigError("max_nonfinite_steps and log_every must be >= 1")
         if self.checkpoint_every < 0 or self.keep_checkpoints < 1 or self.max_failures < 0:
             raise ConfigError("checkpoint_every >= 0, keep_checkpoints >= 1, max_failures >= 0")
         if self.init_loss_scale <= 0:

@@ -23,10 +23,11 @@ import torch
 from orchestrator.core.config import from_dict
 from orchestrator.core.errors import OrchestratorError
 from orchestrator.core.runtime import seed_everything
+from orchestrator.instances.config import MaskingRule, Specials
 from orchestrator.pretrain.adapters import add_adapters, parameter_counts
 from orchestrator.pretrain.checkpoint import checkpoint_name, load_training_state, load_weights, save_checkpoint
-from orchestrator.pretrain.config import PhaseConfig, PretrainConfig, batch_plan
-from orchestrator.pretrain.data import SpecialIds, collate, predictions_cap
+from orchestrator.pretrain.config import PretrainConfig, batch_plan
+from orchestrator.pretrain.data import collate
 from orchestrator.pretrain.model import PretrainingModule, build_model, check_same_architecture
 from orchestrator.pretrain.optim import build_optimizer, build_scheduler
 from orchestrator.track.runs import RankZeroLogger
@@ -137,21 +138,21 @@ def estimate_mfu(n_params: int, layers: int, hidden: int, seq_len: float, tokens
 
 
 # --------------------------------------------------------------------------------------------- Ray edge
-def _micro_batches(shard, phase: PhaseConfig, device_batch: int, special: SpecialIds, cfg: PretrainConfig,
-                   dynamic: bool, seed_key: tuple[int, ...], pad_to: int) -> Iterator[dict[str, np.ndarray]]:
-    """Endless stream of collated micro-batches from this worker's Ray Data shard, epoch after epoch."""
-    cap = predictions_cap(cfg.max_predictions_per_seq, phase.max_seq_length)
+def _micro_batches(shard, device_batch: int, special: Specials, cfg: PretrainConfig, rule: MaskingRule | None,
+                   seed_key: tuple[int, ...], pad_to: int) -> Iterator[dict[str, np.ndarray]]:
+    """Endless stream of collated micro-batches from this worker's Ray Data shard, epoch after epoch;
+    ``rule``: the instances' masking rule when their masks are drawn here (dynamic masking)."""
+    continuation = special.continuation_mask()
     epoch = 0
     while True:
-        rng = np.random.default_rng((cfg.seed, *seed_key, epoch))
+        gen = np.random.default_rng((cfg.seed, *seed_key, epoch))
         produced = 0
         for rows in shard.iter_batches(batch_size=device_batch, batch_format="numpy", drop_last=True,
                                        prefetch_batches=cfg.dataloader_prefetch,
                                        local_shuffle_buffer_size=device_batch * 4,
                                        local_shuffle_seed=cfg.seed + epoch):
             produced += 1
-            yield collate(rows, special, dynamic=dynamic, rng=rng, probability=cfg.mlm_probability,
-                          max_predictions=cap, pad_to_multiple=pad_to)
+            yield collate(rows, special, rule=rule, gen=gen, continuation=continuation, pad_to_multiple=pad_to)
         if produced == 0:
             raise OrchestratorError(f"a worker's data shard yielded no full batch of {device_batch} sequences")
         epoch += 1
@@ -174,8 +175,9 @@ def _all_reduce(values: list[float], device: torch.device) -> list[float]:
 
 
 def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
-    """Ray Train entry point. ``config``: cfg (dict), tokenizer_dir, special, dynamic (per phase name),
-    tracking ({uri, run_id} or None), resume_dir (a checkpoint to start from when Ray has none),
+    """Ray Train entry point. ``config``: cfg (dict), tokenizer_dir, special, dynamic (per phase name:
+    its masking rule, or None for static masks), tracking ({uri, run_id} or None), resume_dir (a
+    checkpoint to start from when Ray has none),
     fail_at (test hook: {step, marker} makes rank 1 die once at that step).
 
     Returns (rank 0) {"history": [...], "diverged": message or None, "params": counts}.
@@ -185,7 +187,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
 
     cfg: PretrainConfig = from_dict(PretrainConfig, config["cfg"])
     tokenizer_dir = Path(config["tokenizer_dir"])
-    special = SpecialIds(**{**config["special"], "never_mask": tuple(config["special"]["never_mask"])})
+    special = Specials.from_dict(config["special"])
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     device = ray.train.torch.get_device()
@@ -234,7 +236,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
             state["phase_step"] = 0
         state["phase"] = phase_index
         shard = ray.train.get_dataset_shard(phase_name)
-        stream = _micro_batches(shard, phase, plan.device_batch, special, cfg, config["dynamic"][phase_name],
+        rule = config["dynamic"][phase_name]
+        stream = _micro_batches(shard, plan.device_batch, special, cfg, MaskingRule(**rule) if rule else None,
                                 (rank, phase_index, state["step"]), 8 if device.type == "cuda" else 1)
         if rank == 0:
             log.info("%s: %d steps, global batch %d = %d workers x %d x %d accumulation, lr %g", phase_name,

@@ -27,9 +27,10 @@ from orchestrator.core.config import to_dict
 from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
 from orchestrator.core.manifest import atomic_dir, atomic_write_json, write_manifest
 from orchestrator.core.runtime import ray_session
+from orchestrator.instances.config import Specials
 from orchestrator.pretrain.checkpoint import HF_FILES, latest_checkpoint
 from orchestrator.pretrain.config import PretrainConfig, batch_plan
-from orchestrator.pretrain.data import SpecialIds, check_vocab_matches
+from orchestrator.pretrain.data import check_vocab_matches, masking_rule
 from orchestrator.pretrain.loop import TrainingDiverged, train_loop_per_worker
 from orchestrator.pretrain.model import SIZE_PRESETS, bert_config, check_same_architecture, model_class, read_hf_config
 from orchestrator.track import schema as S
@@ -53,8 +54,8 @@ class PretrainResult:
                 f"trainable params {self.params.get('trainable', 0):,}; model: {self.model_dir}")
 
 
-def special_ids(tokenizer_dir: Path) -> SpecialIds:
-    """Token ids masking needs, read from the tokenizer directory (AutoTokenizer)."""
+def special_ids(tokenizer_dir: Path) -> Specials:
+    """Token ids collation and masking need, read from the tokenizer directory (AutoTokenizer)."""
     from transformers import AutoTokenizer  # heavy: transformers
 
     try:
@@ -62,10 +63,11 @@ def special_ids(tokenizer_dir: Path) -> SpecialIds:
     except (OSError, ValueError) as exc:
         raise InputError(tokenizer_dir, f"cannot load tokenizer: {exc}", expected="an HF tokenizer directory") \
             from None
-    if tok.mask_token_id is None or tok.pad_token_id is None:
-        raise InputError(tokenizer_dir, "tokenizer has no [MASK] or [PAD] token", expected="a BERT WordPiece vocab")
-    return SpecialIds(pad=tok.pad_token_id, mask=tok.mask_token_id, vocab_size=len(tok),
-                      never_mask=tuple(sorted(set(tok.all_special_ids))))
+    missing = [name for name in ("cls", "sep", "mask", "pad") if getattr(tok, f"{name}_token_id") is None]
+    if missing:
+        raise InputError(tokenizer_dir, f"tokenizer has no {', '.join(missing)} token",
+                         expected="a BERT WordPiece vocab")
+    return Specials.from_tokenizer(tok)
 
 
 DATA_CPU_RESERVE = 1.0
@@ -163,8 +165,9 @@ def pretrain(cfg: PretrainConfig, instances: dict[int, Path], tokenizer_dir: Pat
         datasets = {name: ray.data.read_parquet(sorted(str(p) for p in info.path.glob("*.parquet")))
                     .select_columns(list(INSTANCE_COLUMNS)) for name, info in infos.items()}
         loop_config = {"cfg": to_dict(cfg), "tokenizer_dir": str(tokenizer_dir.resolve()),
-                       "special": dataclasses.asdict(special), "tracking": tracking_info,
-                       "dynamic": {name: info.masking == "dynamic" for name, info in infos.items()},
+                       "special": special.to_dict(), "tracking": tracking_info,
+                       "dynamic": {name: dataclasses.asdict(masking_rule(info)) if info.masking == "dynamic" else None
+                                   for name, info in infos.items()},
                        "resume_dir": str(resume_dir) if resume_dir else None, "fail_at": fail_at}
         resources = {"CPU": worker_cpus(cfg, ray.cluster_resources().get("CPU", 0.0)),
                      **cfg.resources_per_worker}

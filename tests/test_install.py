@@ -1,0 +1,33 @@
+"""A non-editable install runs the main job's dry run from another directory: search spaces,
+presets, task YAMLs and the bundled sample data ship inside the wheel (issue 11, bug 5)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from conftest import ROOT
+
+
+def test_wheel_install_runs_the_default_dry_run_elsewhere(tmp_path):
+    wheels, site, elsewhere = tmp_path / "wheels", tmp_path / "site", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                            "-w", str(wheels), str(ROOT)], capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stderr[-3000:]
+    (wheel,) = wheels.glob("bioptorch_orchestrator-*.whl")
+    install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site),
+                              str(wheel)], capture_output=True, text=True, timeout=300)
+    assert install.returncode == 0, install.stderr[-3000:]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["PYTHONPATH"] = str(site)  # ahead of the development checkout's editable install
+    where = subprocess.run([sys.executable, "-c", "import orchestrator, search_spaces; "
+                            "print(orchestrator.__file__); print(search_spaces.__file__)"],
+                           cwd=elsewhere, env=env, capture_output=True, text=True, timeout=60)
+    assert all(line.startswith(str(site)) for line in where.stdout.split()), where.stdout + where.stderr
+    res = subprocess.run([sys.executable, str(ROOT / "jobs" / "blue_sweep.py"), "--dry-run",
+                          f"runs_root={tmp_path / 'runs'}"], cwd=elsewhere, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    assert "search space tiny" in res.stdout and "nothing was trained" in res.stdout
+    assert str(site) in res.stdout  # the sample corpus and tasks were read from the installed package
