@@ -3,6 +3,7 @@ presets, task YAMLs and the bundled sample data ship inside the wheel (issue 11,
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -12,8 +13,11 @@ from conftest import ROOT
 def test_wheel_install_runs_the_default_dry_run_elsewhere(tmp_path):
     wheels, site, elsewhere = tmp_path / "wheels", tmp_path / "site", tmp_path / "elsewhere"
     elsewhere.mkdir()
+    source = tmp_path / "source"  # built from a copy: a build leaves build/ and *.egg-info behind
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".git", ".venv", "runs", "build", "*.egg-info",
+                                                                "__pycache__", ".pytest_cache"))
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                            "-w", str(wheels), str(ROOT)], capture_output=True, text=True, timeout=300)
+                            "-w", str(wheels), str(source)], capture_output=True, text=True, timeout=300)
     assert build.returncode == 0, build.stderr[-3000:]
     (wheel,) = wheels.glob("bioptorch_orchestrator-*.whl")
     install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site),
