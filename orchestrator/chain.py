@@ -21,7 +21,7 @@ from orchestrator.core.artifacts import SMALL_ROLES
 from orchestrator.core.config import field, to_dict
 from orchestrator.core.errors import ConfigError
 from orchestrator.core.manifest import atomic_write_json, hash_inputs, read_manifest
-from orchestrator.core.reuse import content_key, output_key, reusable, run_stage, stamp
+from orchestrator.core.reuse import content_key, output_key, run_stage
 from orchestrator.core.runtime import ray_session, seed_everything
 from orchestrator.corpus.sources import SourceConfig
 from orchestrator.corpus.stage import CorpusConfig, input_stats, source_sizes
@@ -157,8 +157,9 @@ def corpus_stages(corpus: CorpusConfig, vocab: VocabConfig, instances: InstanceC
             key = content_key("instances", instances.output_fields(), length, output_key(corpus_dir),
                               output_key(vocab_dir))
             inst_dirs[length] = run_stage(
-                f"instances len{length}", run_dir / "instances" / f"len{length}", key,
-                lambda tmp, n=length: build_instances(instances, corpus_dir, vocab_dir, tmp, n))
+                "instances", run_dir / "instances" / f"len{length}", key,
+                lambda tmp, n=length: build_instances(instances, corpus_dir, vocab_dir, tmp, n),
+                f"instances len{length}")
     counts = {"corpus": read_manifest(corpus_dir)["counts"],
               "vocab": read_manifest(vocab_dir)["counts"] if "vocab" in stages else {},
               "instances": {n: read_manifest(p)["counts"] for n, p in inst_dirs.items()}}
@@ -229,8 +230,8 @@ def augment_stage(cfg: AugmentStageConfig, sweep: SweepConfig, models: dict[str,
                              max_train_sentences=space.max_train_examples)
 
             key = augment_key(flat, data_dir, mlm, cfg.augment, cfg.similarity, space.max_train_examples)
-            out = run_stage(f"augment {name}/{spec.name}", run_dir / "augment" / _safe(name) / task_key(task),
-                            key, build)
+            out = run_stage("augment", run_dir / "augment" / _safe(name) / task_key(task), key, build,
+                            f"augment {name}/{spec.name}")
             task_dirs[task] = str(out)
         variants.append(Variant(name + AUGMENTED_SUFFIX, str(model_dir), task_dirs))
     return variants
@@ -281,17 +282,8 @@ def _run_stages(cfg: ChainConfig, run_dir: Path, info: dict) -> ChainResult:
     if "pretrain" in stages:
         banner("pretrain", f"BERT on Ray Train ({cfg.pretrain.num_workers} workers)")
         out = run_dir / "pretrain"
-        key = content_key("pretrain", cfg.pretrain, {n: output_key(p) for n, p in corpus.instances.items()},
-                          output_key(corpus.vocab_dir))
-        if reusable(out, key):
-            log.info("pretrain: output complete for this config, skipped (%s)", out / "final")
-            counts = read_manifest(out)["counts"]
-            if "first_loss" in counts:
-                pretrain_loss = (counts["first_loss"], counts["last_loss"])
-        else:
-            result = pretrain(cfg.pretrain, corpus.instances, corpus.vocab_dir, out, cfg.tracking, run_dir)
-            stamp(out, key)
-            pretrain_loss = (result.first_loss, result.last_loss)
+        result = pretrain(cfg.pretrain, corpus.instances, corpus.vocab_dir, out, cfg.tracking, run_dir)
+        pretrain_loss = (result.first_loss, result.last_loss)
         models = {cfg.model_name: out / "final", **models}
     variants = []
     if "augment" in stages:

@@ -98,7 +98,7 @@ def test_embedded_default_at_smoke_preset(tmp_path):
     again = run_job("blue_sweep.py", "--preset", "smoke", f"runs_root={tmp_path}", timeout=900)
     assert again.returncode == 0, again.stderr[-3000:]
     log = again.stdout + again.stderr
-    assert "pretrain: output complete for this config, skipped" in log
+    assert "pretrain: output complete for this config and inputs, reused" in log
     assert re.search(r"skipping (\d+) finished, running 0", log)
 
 

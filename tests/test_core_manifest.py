@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from orchestrator.core.errors import ConfigError, InputError
+from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
 from orchestrator.core.manifest import atomic_dir, atomic_write_json, is_complete, read_manifest, write_manifest
 from orchestrator.core.registry import Registry
 
@@ -13,7 +13,7 @@ from orchestrator.core.registry import Registry
 def test_atomic_dir_leaves_nothing_on_failure(tmp_path):
     out = tmp_path / "stage"
     with pytest.raises(RuntimeError):
-        with atomic_dir(out) as tmp:
+        with atomic_dir(out, "demo") as tmp:
             (tmp / "part-0.parquet").write_text("half")
             raise RuntimeError("boom")
     assert not out.exists()
@@ -23,7 +23,7 @@ def test_atomic_dir_leaves_nothing_on_failure(tmp_path):
 def test_atomic_dir_replaces_previous_output(tmp_path):
     out = tmp_path / "stage"
     for n in (1, 2):
-        with atomic_dir(out) as tmp:
+        with atomic_dir(out, "demo") as tmp:
             (tmp / "v.txt").write_text(str(n))
             write_manifest(tmp, stage="demo", config={"n": n}, inputs=[tmp / "v.txt"], counts={"rows": n}, seed=n)
     assert (out / "v.txt").read_text() == "2"
@@ -63,3 +63,62 @@ def test_input_error_survives_pickling():
     err = pickle.loads(pickle.dumps(InputError("a.tsv", "empty sentence", line=3, expected="text")))
     assert isinstance(err, InputError) and (err.path, err.line, err.expected) == ("a.tsv", 3, "text")
     assert str(err) == "a.tsv:3: empty sentence (expected text)"
+
+
+def test_atomic_dir_never_replaces_what_the_project_did_not_write(tmp_path):
+    """Issue 12: an output directory pointed at a user's folder deleted that folder."""
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep me")
+    entered = []
+    with pytest.raises(OrchestratorError, match="not an output of this project"):
+        with atomic_dir(foreign, "report"):
+            entered.append(True)
+    assert not entered and (foreign / "notes.txt").read_text() == "keep me"  # refused before any work
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
+    other = tmp_path / "sweep"
+    with atomic_dir(other, "sweep") as tmp:
+        write_manifest(tmp, stage="sweep", config={})
+    with pytest.raises(OrchestratorError, match="output of stage 'sweep'"):
+        with atomic_dir(other, "report"):
+            pass
+    (tmp_path / "empty").mkdir()
+    with atomic_dir(tmp_path / "empty", "report") as tmp:
+        write_manifest(tmp, stage="report", config={})
+    assert is_complete(tmp_path / "empty")
+
+
+def test_model_identity_is_the_content_not_the_shape(tmp_path, monkeypatch):
+    """Issue 12: two models of one shape with other weights had one identity, so a sweep answered a
+    re-pretrained model with the old model's trials."""
+    import shutil
+
+    import torch
+    from transformers import BertConfig, BertModel
+
+    from orchestrator.core.reuse import model_file_record, model_identity
+
+    monkeypatch.setenv("ORCH_CACHE_DIR", str(tmp_path / "cache"))
+    config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32)
+    ids = []
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        BertModel(config).save_pretrained(str(tmp_path / f"m{seed}"))
+        ids.append(model_identity(tmp_path / f"m{seed}"))
+    assert ids[0] != ids[1]
+    sizes = {(tmp_path / m / "model.safetensors").stat().st_size for m in ("m1", "m2")}
+    assert len(sizes) == 1  # the same shape
+    shutil.copytree(tmp_path / "m1", tmp_path / "copy")
+    assert model_identity(tmp_path / "copy") == ids[0]  # a copy is the same model
+    cached = json.loads((tmp_path / "cache" / "file_sha256.json").read_text())
+    assert any(key.startswith(str((tmp_path / "m1" / "model.safetensors").resolve())) for key in cached)
+    # a directory the project wrote carries the hashes in its manifest: the same identity, no hashing
+    write_manifest(tmp_path / "m2", stage="model", config={}, extra={"model_files": model_file_record(tmp_path / "m2")})
+    (tmp_path / "cache" / "file_sha256.json").unlink()
+    assert model_identity(tmp_path / "m2") == ids[1]
+    assert not (tmp_path / "cache" / "file_sha256.json").exists()
+    # re-trained in place (same names, same sizes): the recorded hashes no longer apply
+    torch.manual_seed(3)
+    BertModel(config).save_pretrained(str(tmp_path / "m2"))
+    assert model_identity(tmp_path / "m2") not in ids

@@ -296,19 +296,69 @@ def test_vocab_mismatch_refused_before_training(corpus, tmp_path):
         pretrain(_cfg(), {32: corpus[32]}, corpus["tokenizer"], tmp_path / "out")
 
 
-def test_checkpoint_of_other_architecture_refused(corpus, tmp_path):
+def _fake_checkpoint(corpus, ckpt_dir: Path, hidden: int | None = None) -> None:
     from orchestrator.pretrain.checkpoint import save_checkpoint
     from orchestrator.pretrain.optim import build_optimizer, build_scheduler
-    from orchestrator.pretrain.trainer import pretrain, special_ids
+    from orchestrator.pretrain.trainer import special_ids
 
-    vocab = special_ids(corpus["tokenizer"]).vocab_size
-    model, _ = _tiny_module(vocab=vocab)  # max_position_embeddings 64 here, as in _cfg; change the width:
-    model.config.hidden_size = 96
+    model, _ = _tiny_module(vocab=special_ids(corpus["tokenizer"]).vocab_size)
+    if hidden:
+        model.config.hidden_size = hidden
     opt = build_optimizer(model, OptimConfig(), 1e-3)
-    save_checkpoint(tmp_path / "out" / "checkpoints" / "ckpt-0000005", model, corpus["tokenizer"], optimizer=opt,
-                    scheduler=build_scheduler(opt, 1, 2, 1.0), scaler=None, state={"step": 5})
+    save_checkpoint(ckpt_dir, model, corpus["tokenizer"], optimizer=opt, scheduler=build_scheduler(opt, 1, 2, 1.0),
+                    scaler=None, state={"step": 5})
+
+
+def test_checkpoint_of_other_architecture_refused(corpus, tmp_path):
+    from orchestrator.core.manifest import atomic_write_json
+    from orchestrator.pretrain.config import pretrain_key
+    from orchestrator.pretrain.trainer import pretrain
+
+    inputs = {32: corpus[32], 64: corpus[64]}
+    _fake_checkpoint(corpus, tmp_path / "out" / "checkpoints" / "ckpt-0000005", hidden=96)
+    atomic_write_json(tmp_path / "out" / "checkpoints" / "run.json",  # of this very run, yet another width
+                      {"key": pretrain_key(_cfg(), inputs, corpus["tokenizer"]), "config": {}})
     with pytest.raises(InputError, match="another architecture.*hidden_size"):
-        pretrain(_cfg(), {32: corpus[32], 64: corpus[64]}, corpus["tokenizer"], tmp_path / "out")
+        pretrain(_cfg(), inputs, corpus["tokenizer"], tmp_path / "out")
+
+
+def test_checkpoints_of_another_run_are_refused_or_discarded(corpus, tmp_path):
+    """Issue 12: resume compared only the architecture, so a changed learning rate continued the old run."""
+    from orchestrator.core.manifest import atomic_write_json
+    from orchestrator.pretrain.config import pretrain_key
+    from orchestrator.pretrain.trainer import _check_run
+
+    inputs = {32: corpus[32], 64: corpus[64]}
+    out = tmp_path / "out"
+    _fake_checkpoint(corpus, out / "checkpoints" / "ckpt-0000005")
+    atomic_write_json(out / "checkpoints" / "run.json", {"key": pretrain_key(_cfg(), inputs, corpus["tokenizer"]),
+                                                         "config": _cfg().training_fields()})
+    changed = _cfg(**{"phase1.learning_rate": 1e-3, "seed": 7})
+    key = pretrain_key(changed, inputs, corpus["tokenizer"])
+    with pytest.raises(ConfigError, match=r"another run \(phase1.learning_rate 0.05 -> 0.001, seed 42 -> 7\)"):
+        _check_run(changed, key, out)
+    assert (out / "checkpoints" / "ckpt-0000005").is_dir()
+    _check_run(_cfg(**{"phase1.learning_rate": 1e-3, "on_mismatch": "restart"}), key, out)
+    assert not (out / "checkpoints" / "ckpt-0000005").exists()
+    assert json.loads((out / "checkpoints" / "run.json").read_text())["key"] == key
+    # the operational settings are not the run: changing them resumes
+    assert pretrain_key(_cfg(keep_checkpoints=5, log_every=3), inputs, corpus["tokenizer"]) == \
+        pretrain_key(_cfg(), inputs, corpus["tokenizer"])
+
+
+def test_a_checkpoint_cut_off_while_copied_is_never_taken(corpus, tmp_path):
+    from orchestrator.pretrain.checkpoint import is_checkpoint, latest_checkpoint
+
+    root = tmp_path / "checkpoints"
+    _fake_checkpoint(corpus, root / "ckpt-0000005")
+    _fake_checkpoint(corpus, root / "ckpt-0000010")
+    assert latest_checkpoint(root).name == "ckpt-0000010"
+    weights = root / "ckpt-0000010" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])  # the copy stopped half-way
+    assert not is_checkpoint(root / "ckpt-0000010")
+    assert latest_checkpoint(root).name == "ckpt-0000005"
+    (root / "ckpt-0000005" / "training_state.pt").unlink()
+    assert latest_checkpoint(root) is None
 
 
 def test_two_workers_two_phases_loss_falls_checkpoints_and_mlflow(corpus, ray_local, tmp_path):
@@ -332,6 +382,13 @@ def test_two_workers_two_phases_loss_falls_checkpoints_and_mlflow(corpus, ray_lo
     assert model.config.vocab_size == len(tok)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["stage"] == "pretrain" and manifest["counts"]["steps"] == 34
+    # final/ carries its content identity: the sha256 of every model file
+    from orchestrator.core.manifest import file_sha256
+
+    final = json.loads((result.model_dir / "manifest.json").read_text())
+    assert final["stage"] == "model"
+    assert final["model_files"]["model.safetensors"]["sha256"] == file_sha256(result.model_dir / "model.safetensors")
+    assert {"config.json", "vocab.txt", "tokenizer_config.json"} <= set(final["model_files"])
     client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     run = client.get_run(manifest["mlflow_run_id"])
     assert len(client.get_metric_history(run.info.run_id, "mlm_loss")) == 34
@@ -354,6 +411,10 @@ def test_worker_killed_mid_run_resumes_from_checkpoint_and_schedule(corpus, ray_
     # Re-running the same call finds the finished run and does not train again.
     again = pretrain(cfg, {32: corpus[32]}, corpus["tokenizer"], tmp_path / "out")
     assert [h["step"] for h in again.history] == steps
+    # A changed learning rate is another run: refused, not continued (issue 12).
+    with pytest.raises(ConfigError, match="phase1.learning_rate"):
+        pretrain(_cfg(**{"phase1.steps": 12, "phase2.steps": 0, "checkpoint_every": 5, "optim.name": "adamw",
+                         "phase1.learning_rate": 1e-3}), {32: corpus[32]}, corpus["tokenizer"], tmp_path / "out")
 
 
 def test_persistent_nan_loss_stops_with_clear_error(corpus, ray_local, tmp_path):

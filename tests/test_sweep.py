@@ -181,3 +181,26 @@ def test_sweep_on_ray_tune_with_mlflow_nesting_and_restore(tiny_bert, ray_local,
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == first.parent_run_id]
     assert sorted(r.data.tags["task"] for r in children) == ["BC5CDR-chemical", "BIOSSES"]
     assert len([r for r in runs if r.data.tags.get("orchestrator.kind") == "trial"]) == 4
+
+
+def test_a_re_pretrained_model_retrains_every_trial(tiny_bert, ray_local, tmp_path):
+    """Issue 12: a model re-pretrained into the same directory (another seed: other weights, same shape)
+    was answered with the old model's finished trials."""
+    import shutil
+
+    import torch
+    from transformers import BertConfig, BertModel
+
+    from orchestrator.sweep.runner import run_sweep
+
+    model = tmp_path / "pretrain" / "final"
+    shutil.copytree(tiny_bert, model)
+    cfg = SweepConfig(search_space="tiny", tasks=("biosses",), learning_rates=(5e-4,), seeds=(1, 2),
+                      epochs={"biosses": (1,)})
+    out = tmp_path / "sweep"
+    assert run_sweep(cfg, {"ours": model}, out, None, tmp_path).ran == 2
+    torch.manual_seed(5)
+    BertModel(BertConfig.from_pretrained(model)).save_pretrained(model)
+    again = run_sweep(cfg, {"ours": model}, out, None, tmp_path)
+    assert (again.ran, again.skipped) == (2, 0)
+    assert run_sweep(cfg, {"ours": model}, out, None, tmp_path).skipped == 2

@@ -105,7 +105,7 @@ def fit_mlm_head(encoder_dir: str | Path, corpus: list[Path], out_dir: str | Pat
         losses.append(loss.item())
         if step % 100 == 0 or step == steps:
             log.info("mlm head step %d/%d: loss %.3f", step, steps, sum(losses[-50:]) / len(losses[-50:]))
-    with atomic_dir(out_dir) as tmp:
+    with atomic_dir(out_dir, "mlm_head") as tmp:
         model.save_pretrained(str(tmp))
         tokenizer.save_pretrained(str(tmp))
         write_manifest(tmp, stage="mlm_head", config={"encoder_dir": str(encoder_dir), "steps": steps,

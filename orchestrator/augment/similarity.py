@@ -144,7 +144,7 @@ def train_vectors(cfg: SimilarityConfig, corpus: list[Path], cache_dir: Path) ->
     if is_complete(out) and (out / MODEL_FILE).is_file():
         log.info("reusing fastText vectors %s", out / MODEL_FILE)
         return out / MODEL_FILE
-    with atomic_dir(out) as tmp:
+    with atomic_dir(out, "similarity") as tmp:
         text = tmp / "corpus.txt"
         words = 0
         with open(text, "w", encoding="utf-8") as w:

@@ -5,7 +5,10 @@
         write_manifest(tmp, stage="corpus", config=cfg, inputs=[...], counts={...}, seed=1)
     # out now exists, complete, or not at all
 
-A directory without a manifest.json is never taken as a finished stage output.
+A directory without a manifest.json is never taken as a finished stage output, and never replaced:
+``atomic_dir`` renames its result onto ``final`` only when ``final`` does not exist, is empty, or
+is an earlier output of the same stage (its manifest says so). A folder holding anything else is
+the user's, and writing there stops with an error before any work is done.
 """
 from __future__ import annotations
 
@@ -24,28 +27,53 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.core.config import to_dict
+from orchestrator.core.errors import OrchestratorError
 
 MANIFEST = "manifest.json"
 _TRACKED_LIBS = ("torch", "ray", "transformers", "tokenizers", "mlflow", "kenlm", "fasttext-numpy2-wheel",
                  "numpy", "pandas", "pyarrow", "scikit-learn", "scipy", "seqeval")
 
 
-@contextlib.contextmanager
-def atomic_dir(final: str | Path, overwrite: bool = True) -> Iterator[Path]:
-    """Yield a sibling temp directory; rename it onto ``final`` only if the block succeeds."""
+def check_replaceable(final: str | Path, stage: str) -> None:
+    """Raise unless ``final`` may be (re)written by ``stage``: absent, an empty directory, or a
+    directory whose manifest.json is ``stage``'s. Nothing the project did not write is replaced."""
     final = Path(final)
+    if not final.exists():
+        return
+    if final.is_dir() and not any(final.iterdir()):
+        return
+    found = None
+    if final.is_dir() and (final / MANIFEST).is_file():
+        try:
+            found = json.loads((final / MANIFEST).read_text(encoding="utf-8")).get("stage")
+        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+            found = None
+    if found == stage:
+        return
+    what = "a file" if final.is_file() else (f"the output of stage {found!r}" if found else
+                                              "a folder that is not an output of this project (no manifest.json)")
+    raise OrchestratorError(f"{final} exists and is {what}: the {stage} stage will not replace it; "
+                            "choose another output directory, or move that one away")
+
+
+@contextlib.contextmanager
+def atomic_dir(final: str | Path, stage: str) -> Iterator[Path]:
+    """Yield a sibling temp directory; rename it onto ``final`` only if the block succeeds.
+
+    ``final`` must be replaceable by ``stage`` (``check_replaceable``), checked before the block
+    runs and again before the rename; an earlier output of the same stage is replaced."""
+    final = Path(final)
+    check_replaceable(final, stage)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.parent / f".{final.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
         yield tmp
+        check_replaceable(final, stage)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     if final.exists():
-        if not overwrite:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise FileExistsError(final)
         trash = final.parent / f".{final.name}.old-{uuid.uuid4().hex[:8]}"
         final.rename(trash)
         tmp.rename(final)
@@ -136,11 +164,6 @@ def read_manifest(stage_dir: str | Path) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"{stage_dir} has no {MANIFEST}: not a finished stage output")
     return json.loads(path.read_text(encoding="utf-8"))
-
-
-def manifest_hash(stage_dir: str | Path) -> str | None:
-    path = Path(stage_dir) / MANIFEST
-    return file_sha256(path)[:16] if path.is_file() else None
 
 
 def is_complete(stage_dir: str | Path) -> bool:

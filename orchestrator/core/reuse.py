@@ -15,13 +15,14 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from orchestrator.core.config import to_dict
 from orchestrator.core.errors import OrchestratorError
-from orchestrator.core.manifest import MANIFEST, atomic_dir, atomic_write_json, manifest_hash, read_manifest
+from orchestrator.core.manifest import MANIFEST, atomic_dir, atomic_write_json, file_sha256, read_manifest
 
 log = logging.getLogger(__name__)
 
@@ -58,29 +59,90 @@ def stamp(stage_dir: str | Path, key: str) -> None:
     atomic_write_json(path, {**read_manifest(stage_dir), KEY_FIELD: key})
 
 
-def run_stage(name: str, out_dir: str | Path, key: str, build: Callable[[Path], Any]) -> Path:
-    """Reuse ``out_dir`` if it was made with ``key``; otherwise ``build(tmp)`` and rename it into place."""
+def run_stage(stage: str, out_dir: str | Path, key: str, build: Callable[[Path], Any], label: str = "") -> Path:
+    """Reuse ``out_dir`` if it was made with ``key``; otherwise ``build(tmp)`` and rename it into place.
+
+    ``stage`` is what the stage's manifest calls it; ``label`` names this output in the log."""
     out_dir = Path(out_dir)
     if reusable(out_dir, key):
-        log.info("%s: output complete for this config and inputs, reused (%s)", name, out_dir)
+        log.info("%s: output complete for this config and inputs, reused (%s)", label or stage, out_dir)
         return out_dir
-    with atomic_dir(out_dir) as tmp:
+    with atomic_dir(out_dir, stage) as tmp:
         build(tmp)
         stamp(tmp, key)
     return out_dir
 
 
+#: Files of a Hugging Face model directory that decide what it computes (weights, config, tokenizer).
+MODEL_FILE_PATTERNS = ("config.json", "*.safetensors", "*.bin", "adapter_config.json", "vocab.txt", "tokenizer.json",
+                       "tokenizer_config.json", "special_tokens_map.json")
+MODEL_FILES_FIELD = "model_files"
+
+
+def model_files(model_dir: str | Path) -> list[Path]:
+    model_dir = Path(model_dir)
+    return sorted({p for pattern in MODEL_FILE_PATTERNS for p in model_dir.glob(pattern) if p.is_file()})
+
+
+def model_file_record(model_dir: str | Path) -> dict[str, dict]:
+    """{file name: {sha256, size, mtime_ns}} of a model directory: what its manifest records."""
+    return {p.name: {"sha256": file_sha256(p), "size": p.stat().st_size, "mtime_ns": p.stat().st_mtime_ns}
+            for p in model_files(model_dir)}
+
+
 def model_identity(model_dir: str | Path) -> str:
-    """The model's manifest hash when it is a stage output of this project; otherwise a hash of its
-    config.json and the names and sizes of its weight files (cheap, and changes when it is re-saved)."""
-    path = Path(model_dir)
-    found = manifest_hash(path)
-    if found:
-        return found
-    digest = hashlib.sha256()
-    config = path / "config.json"
-    if config.is_file():
-        digest.update(config.read_bytes())
-    for weights in sorted(path.glob("*.safetensors")) + sorted(path.glob("*.bin")):
-        digest.update(f"{weights.name}:{weights.stat().st_size}".encode())
-    return digest.hexdigest()[:16]
+    """The content identity of a model directory: a hash of its weight, config and tokenizer files'
+    contents. Two models with the same architecture but other weights differ; a copy is the same.
+
+    A file's sha256 comes from the directory's manifest when the project wrote it (and the file's
+    size and modification time are still those recorded), else from a per-user cache keyed by
+    path, size and modification time, else it is computed (once: a 400 MB model is hashed once)."""
+    model_dir = Path(model_dir)
+    files = model_files(model_dir)
+    if not files:
+        raise OrchestratorError(f"{model_dir} holds no model files ({', '.join(MODEL_FILE_PATTERNS)})")
+    recorded: dict = {}
+    try:
+        recorded = read_manifest(model_dir).get(MODEL_FILES_FIELD) or {}
+    except (FileNotFoundError, json.JSONDecodeError):
+        pass
+    cache = _HashCache()
+    digests = {}
+    for path in files:
+        stat = path.stat()
+        entry = recorded.get(path.name) or {}
+        if entry.get("size") == stat.st_size and entry.get("mtime_ns") == stat.st_mtime_ns:
+            digests[path.name] = entry["sha256"]
+        else:
+            digests[path.name] = cache.sha256(path)
+    cache.save()
+    return content_key(digests)
+
+
+class _HashCache:
+    """sha256 of files by (absolute path, size, mtime_ns), kept in ``$ORCH_CACHE_DIR`` (default
+    ``~/.cache/bioptorch-orchestrator``) so that external models are hashed once, not per run."""
+
+    def __init__(self):
+        root = Path(os.environ.get("ORCH_CACHE_DIR") or Path.home() / ".cache" / "bioptorch-orchestrator")
+        self.path = root / "file_sha256.json"
+        try:
+            self.entries = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+            self.entries = {}
+        self.changed = False
+
+    def sha256(self, path: Path) -> str:
+        stat = path.stat()
+        key = f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
+        if key not in self.entries:
+            self.entries[key] = file_sha256(path)
+            self.changed = True
+        return self.entries[key]
+
+    def save(self) -> None:
+        if self.changed:
+            try:
+                atomic_write_json(self.path, self.entries)
+            except OSError as exc:  # a read-only home: hash again next time
+                log.warning("could not keep file hashes in %s: %s", self.path, exc)

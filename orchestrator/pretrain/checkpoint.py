@@ -6,6 +6,8 @@
       adapters.safetensors, adapter_config.json   (adapter training only)
       training_state.pt                       optimizer, scheduler, scaler, step, phase (torch.save)
       trainer_state.json                      step / phase / metrics, human-readable
+      checkpoint.json                         every file above with its size: a copy that was cut off
+                                              (a node lost while Ray persisted it) is never taken
 
 Loading uses safetensors and ``torch.load(weights_only=True)`` only: a checkpoint is data, never code.
 """
@@ -23,6 +25,7 @@ from orchestrator.pretrain.adapters import has_adapters, load_adapters, save_ada
 
 STATE_FILE = "training_state.pt"
 TRAINER_STATE = "trainer_state.json"
+COMPLETE = "checkpoint.json"
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 HF_FILES = ("config.json", "model.safetensors", "generation_config.json", "adapters.safetensors",
             "adapter_config.json") + TOKENIZER_FILES
@@ -56,6 +59,8 @@ def save_checkpoint(out_dir: Path, model: PreTrainedModel, tokenizer_dir: Path, 
                 "scaler": scaler.state_dict() if scaler is not None else None, "state": state},
                Path(out_dir) / STATE_FILE)
     (Path(out_dir) / TRAINER_STATE).write_text(json.dumps(state, indent=2, sort_keys=True, default=float))
+    sizes = {p.name: p.stat().st_size for p in sorted(Path(out_dir).iterdir()) if p.is_file()}
+    (Path(out_dir) / COMPLETE).write_text(json.dumps({"files": sizes}, indent=2))
     return Path(out_dir)
 
 
@@ -84,7 +89,16 @@ def load_training_state(ckpt_dir: Path) -> dict[str, Any]:
 
 
 def is_checkpoint(path: Path) -> bool:
-    return (Path(path) / STATE_FILE).is_file() and (Path(path) / "config.json").is_file()
+    """A complete checkpoint: its ``checkpoint.json`` lists the training state and the config, and
+    every listed file is there with the size it was written with."""
+    path = Path(path)
+    try:
+        files = json.loads((path / COMPLETE).read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    if STATE_FILE not in files or "config.json" not in files:
+        return False
+    return all((path / name).is_file() and (path / name).stat().st_size == size for name, size in files.items())
 
 
 def latest_checkpoint(root: Path) -> Path | None:

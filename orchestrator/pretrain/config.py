@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
-from orchestrator.core.config import field
+from orchestrator.core.config import field, to_dict
 from orchestrator.core.errors import ConfigError
+from orchestrator.core.manifest import file_sha256
+from orchestrator.core.reuse import content_key, output_key
 
 SIZES = ("tiny", "mini", "small", "base", "large")
 
@@ -112,6 +115,9 @@ class PretrainConfig:
     log_every: int = field(1, help="record metrics every N steps")
     dataloader_prefetch: int = field(2, help="batches each worker prefetches from Ray Data")
     seed: int = field(42, help="seed for initialisation and masking")
+    on_mismatch: Literal["refuse", "restart"] = field(
+        "refuse", help="checkpoints in out_dir from another config or other inputs: refuse, saying what changed, "
+                       "or restart (discard them and train from scratch)")
 
     def __post_init__(self):
         if self.num_workers < 1:
@@ -138,6 +144,22 @@ class PretrainConfig:
     @property
     def total_steps(self) -> int:
         return self.phase1.steps + self.phase2.steps
+
+    def training_fields(self) -> dict:
+        """The settings a trained model depends on: not how often it is saved or logged, where its
+        workers run, or what to do with an old run."""
+        operational = {"keep_checkpoints", "max_failures", "log_every", "checkpoint_every", "cpus_per_worker",
+                       "resources_per_worker", "dataloader_prefetch", "on_mismatch"}
+        return {k: v for k, v in to_dict(self).items() if k not in operational}
+
+
+def pretrain_key(cfg: PretrainConfig, instances: dict[int, Path], tokenizer_dir: Path) -> str:
+    """What a pretraining run is: its training settings, its instances (their stage keys) and its
+    vocabulary (vocab.txt's contents). A resume must match it; a finished output is reused by it."""
+    vocab = Path(tokenizer_dir) / "vocab.txt"
+    return content_key("pretrain", cfg.training_fields(),
+                       {str(n): output_key(p) for n, p in sorted(instances.items())},
+                       file_sha256(vocab) if vocab.is_file() else None)
 
 
 @dataclasses.dataclass(frozen=True)

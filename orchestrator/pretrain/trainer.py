@@ -1,35 +1,43 @@
 """The pretraining stage: instances + tokenizer -> a BERT trained on Ray Train.
 
-    result = pretrain(cfg, {128: runs/x/data/instances/len128}, runs/x/data/vocab, runs/x/pretrain,
+    result = pretrain(cfg, {128: runs/x/instances/len128}, runs/x/vocab, runs/x/pretrain,
                       TrackingConfig(), runs/x)
 
 Output (``out_dir``):
     checkpoints/ckpt-<step>/   Ray Train's persisted checkpoints (HF dir + training state), last K kept
-    final/                     the final model: AutoModelForPreTraining / AutoTokenizer load it
+    checkpoints/run.json       the run the checkpoints belong to (its key and training settings)
+    final/                     the final model: AutoModelForPreTraining / AutoTokenizer load it; its
+                               manifest holds the sha256 of every model file (its content identity)
     history.json               one record per logged step
-    manifest.json              config, input hashes, counts (first/last loss, params), seed
+    manifest.json              config, input hashes, counts (first/last loss, params), seed, key
 
-Re-running the same call resumes from the latest checkpoint (Ray Train restores its run from
-``out_dir/checkpoints``); a worker that dies mid-run is restarted from it (``max_failures``).
+A run is its training settings plus its inputs (``pretrain_key``). Re-running the same run resumes
+from its latest complete checkpoint, or reuses a finished output; checkpoints of another run (a
+changed learning rate, seed, corpus ...) are refused with what changed, or discarded with
+``on_mismatch: restart``. A worker that dies mid-run is restarted from the latest checkpoint
+(``max_failures``).
 Everything that can be checked before workers start (vocabulary, architecture, batch
 arithmetic, data size) is checked here, in the driver, so a mistake fails in seconds.
 """
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
+import math
 import shutil
 from pathlib import Path
 from typing import Any
 
 from orchestrator.core.artifacts import INSTANCE_COLUMNS, InstanceInfo, read_instance_info
-from orchestrator.core.config import to_dict
+from orchestrator.core.config import flatten, to_dict
 from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
-from orchestrator.core.manifest import atomic_dir, atomic_write_json, write_manifest
+from orchestrator.core.manifest import atomic_dir, atomic_write_json, check_replaceable, read_manifest, write_manifest
+from orchestrator.core.reuse import KEY_FIELD, MODEL_FILES_FIELD, model_file_record, reusable
 from orchestrator.core.runtime import ray_session
 from orchestrator.instances.config import Specials
-from orchestrator.pretrain.checkpoint import HF_FILES, latest_checkpoint
-from orchestrator.pretrain.config import PretrainConfig, batch_plan
+from orchestrator.pretrain.checkpoint import HF_FILES, TOKENIZER_FILES, latest_checkpoint
+from orchestrator.pretrain.config import PretrainConfig, batch_plan, pretrain_key
 from orchestrator.pretrain.data import check_vocab_matches, masking_rule
 from orchestrator.pretrain.loop import TrainingDiverged, train_loop_per_worker
 from orchestrator.pretrain.model import SIZE_PRESETS, bert_config, check_same_architecture, model_class, read_hf_config
@@ -138,9 +146,73 @@ def _check_init_from(cfg: PretrainConfig, vocab_size: int) -> None:
                           "model.allow_vocab_resize=true to resize the embeddings")
 
 
+RUN_RECORD = "run.json"  # in out_dir/checkpoints: the key and settings of the run the checkpoints belong to
+
+
+def _check_run(cfg: PretrainConfig, key: str, out_dir: Path) -> None:
+    """Checkpoints in ``out_dir`` must come from this very run (same key); else refuse, saying what
+    changed, or (``on_mismatch: restart``) discard them. Records the run before training starts."""
+    ckpt_dir = out_dir / CHECKPOINTS
+    record = ckpt_dir / RUN_RECORD
+    found = latest_checkpoint(ckpt_dir)
+    old = json.loads(record.read_text()) if record.is_file() else None
+    if found is not None and (old is None or old.get("key") != key):
+        changes = _changes(old["config"], cfg.training_fields()) if old else []
+        what = (", ".join(changes) if changes else "the instances or the vocabulary it was trained on") if old else \
+            "they carry no run record (an older version of this project)"
+        if cfg.on_mismatch == "refuse":
+            raise ConfigError(f"pretrain: {ckpt_dir} holds checkpoints of another run ({what}); resuming them would "
+                              "continue that run. Use a fresh output directory, or set "
+                              "pretrain.on_mismatch=restart to discard them and train from scratch")
+        log.warning("pretrain: discarding the checkpoints of another run in %s (%s)", ckpt_dir, what)
+        shutil.rmtree(ckpt_dir)
+    if old is None or old.get("key") != key:
+        atomic_write_json(record, {"key": key, "config": cfg.training_fields()})
+
+
+def _changes(old: dict, new: dict, limit: int = 6) -> list[str]:
+    """'phase1.learning_rate 0.001 -> 0.002' for each setting that differs."""
+    a, b = flatten(old), flatten(new)
+    keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+    return [f"{k} {a.get(k)!r} -> {b.get(k)!r}" for k in keys[:limit]] + (["..."] if len(keys) > limit else [])
+
+
+def _reused(out_dir: Path) -> PretrainResult:
+    manifest = read_manifest(out_dir)
+    history = json.loads((out_dir / "history.json").read_text()) if (out_dir / "history.json").is_file() else []
+    counts = manifest.get("counts", {})
+    log.info("pretrain: output complete for this config and inputs, reused (%s)", out_dir / "final")
+    return PretrainResult(model_dir=out_dir / "final", history=history, first_loss=counts.get("first_loss", math.nan),
+                          last_loss=counts.get("last_loss", math.nan), checkpoints_dir=out_dir / CHECKPOINTS,
+                          params={"trainable": counts.get("trainable_params"), "total": counts.get("total_params")})
+
+
+def _export_final(checkpoint, tokenizer_dir: Path, final: Path, cfg: PretrainConfig, key: str) -> None:
+    """The last checkpoint's model and the tokenizer into ``final/``, with a manifest holding the
+    hash of every model file (its content identity); refuses a tokenizer that does not load back."""
+    from transformers import AutoTokenizer  # heavy: transformers
+
+    with checkpoint.as_directory() as ckpt, atomic_dir(final, "model") as tmp:
+        for name in HF_FILES:
+            if (Path(ckpt) / name).is_file():
+                shutil.copy2(Path(ckpt) / name, tmp / name)
+        missing = [n for n in TOKENIZER_FILES if (Path(tokenizer_dir) / n).is_file() and not (tmp / n).is_file()]
+        try:
+            loaded = AutoTokenizer.from_pretrained(str(tmp)).get_vocab()
+        except (OSError, ValueError) as exc:
+            loaded, missing = {}, missing or [str(exc)]
+        if missing or loaded != AutoTokenizer.from_pretrained(str(tokenizer_dir)).get_vocab():
+            problem = ", ".join(missing) if missing else "its vocabulary differs"
+            raise OrchestratorError(f"pretrain: the final model's tokenizer is incomplete ({problem}): the "
+                                    f"checkpoint {ckpt} lacks files of {tokenizer_dir}")
+        write_manifest(tmp, stage="model", config=cfg, inputs=[tokenizer_dir],
+                       extra={MODEL_FILES_FIELD: model_file_record(tmp), "pretrain_key": key})
+
+
 def pretrain(cfg: PretrainConfig, instances: dict[int, Path], tokenizer_dir: Path, out_dir: Path,
              tracking=None, run_dir: Path | None = None, *, fail_at: dict | None = None) -> PretrainResult:
-    """Train (or resume) and export ``out_dir/final``. ``fail_at`` is a test hook (see loop)."""
+    """Train (or resume) and export ``out_dir/final``; reuse a finished output of the same run.
+    ``fail_at`` is a test hook (see loop)."""
     import ray  # heavy: ray
     import ray.data
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
@@ -149,50 +221,57 @@ def pretrain(cfg: PretrainConfig, instances: dict[int, Path], tokenizer_dir: Pat
     out_dir = Path(out_dir).resolve()
     tokenizer_dir = Path(tokenizer_dir)
     run_dir = Path(run_dir) if run_dir is not None else out_dir.parent
+    instances = {int(k): Path(v) for k, v in instances.items()}
     special = special_ids(tokenizer_dir)
-    infos = _phase_inputs(cfg, {int(k): Path(v) for k, v in instances.items()})
+    infos = _phase_inputs(cfg, instances)
     for info in infos.values():
         check_vocab_matches(info, tokenizer_dir, special.vocab_size)
     _check_init_from(cfg, special.vocab_size)
+    key = pretrain_key(cfg, {info.max_seq_length: info.path for info in infos.values()}, tokenizer_dir)
+    if reusable(out_dir, key) and (out_dir / "final" / "config.json").is_file():
+        return _reused(out_dir)
+    if not (out_dir / CHECKPOINTS / RUN_RECORD).is_file():  # not a run of ours being resumed
+        check_replaceable(out_dir, "pretrain")
     out_dir.mkdir(parents=True, exist_ok=True)
+    _check_run(cfg, key, out_dir)
     resume_dir = _check_existing_checkpoint(cfg, out_dir, special.vocab_size, special.pad)
     if resume_dir:
         log.info("pretrain: found %s; training resumes from it", resume_dir.name)
     tracking_info = start_stage_run(tracking, run_dir, stage=S.KIND_PRETRAIN, params=cfg,
                                     marker=out_dir / "mlflow_run.json")
-
-    with ray_session():
-        datasets = {name: ray.data.read_parquet(sorted(str(p) for p in info.path.glob("*.parquet")))
-                    .select_columns(list(INSTANCE_COLUMNS)) for name, info in infos.items()}
-        loop_config = {"cfg": to_dict(cfg), "tokenizer_dir": str(tokenizer_dir.resolve()),
-                       "special": special.to_dict(), "tracking": tracking_info,
-                       "dynamic": {name: dataclasses.asdict(masking_rule(info)) if info.masking == "dynamic" else None
-                                   for name, info in infos.items()},
-                       "resume_dir": str(resume_dir) if resume_dir else None, "fail_at": fail_at}
-        resources = {"CPU": worker_cpus(cfg, ray.cluster_resources().get("CPU", 0.0)),
-                     **cfg.resources_per_worker}
-        trainer = TorchTrainer(
-            train_loop_per_worker, train_loop_config=loop_config, datasets=datasets,
-            scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu,
-                                         resources_per_worker=resources),
-            run_config=RunConfig(name=CHECKPOINTS, storage_path=str(out_dir),
-                                 checkpoint_config=CheckpointConfig(num_to_keep=cfg.keep_checkpoints),
-                                 failure_config=FailureConfig(max_failures=cfg.max_failures)))
-        try:
-            result = trainer.fit()
-        except Exception as exc:  # Ray wraps worker errors; surface the cause as a user-facing failure
-            raise OrchestratorError(f"pretraining failed: {exc}") from exc
-    returned: dict[str, Any] = result.return_value or {}
-    if returned.get("diverged"):
-        raise TrainingDiverged(returned["diverged"])
-    if result.checkpoint is None:
-        raise OrchestratorError(f"pretraining produced no checkpoint under {out_dir / CHECKPOINTS}")
-    history = returned.get("history", [])
-    final = out_dir / "final"
-    with result.checkpoint.as_directory() as ckpt, atomic_dir(final) as tmp:
-        for name in HF_FILES:
-            if (Path(ckpt) / name).is_file():
-                shutil.copy2(Path(ckpt) / name, tmp / name)
+    try:
+        with ray_session():
+            datasets = {name: ray.data.read_parquet(sorted(str(p) for p in info.path.glob("*.parquet")))
+                        .select_columns(list(INSTANCE_COLUMNS)) for name, info in infos.items()}
+            loop_config = {"cfg": to_dict(cfg), "tokenizer_dir": str(tokenizer_dir.resolve()),
+                           "special": special.to_dict(), "tracking": tracking_info,
+                           "dynamic": {name: dataclasses.asdict(masking_rule(info)) if info.masking == "dynamic"
+                                       else None for name, info in infos.items()},
+                           "resume_dir": str(resume_dir) if resume_dir else None, "fail_at": fail_at}
+            resources = {"CPU": worker_cpus(cfg, ray.cluster_resources().get("CPU", 0.0)),
+                         **cfg.resources_per_worker}
+            trainer = TorchTrainer(
+                train_loop_per_worker, train_loop_config=loop_config, datasets=datasets,
+                scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu,
+                                             resources_per_worker=resources),
+                run_config=RunConfig(name=CHECKPOINTS, storage_path=str(out_dir),
+                                     checkpoint_config=CheckpointConfig(num_to_keep=cfg.keep_checkpoints),
+                                     failure_config=FailureConfig(max_failures=cfg.max_failures)))
+            try:
+                result = trainer.fit()
+            except Exception as exc:  # Ray wraps worker errors; surface the cause as a user-facing failure
+                raise OrchestratorError(f"pretraining failed: {exc}") from exc
+        returned: dict[str, Any] = result.return_value or {}
+        if returned.get("diverged"):
+            raise TrainingDiverged(returned["diverged"])
+        if result.checkpoint is None:
+            raise OrchestratorError(f"pretraining produced no checkpoint under {out_dir / CHECKPOINTS}")
+        history = returned.get("history", [])
+        final = out_dir / "final"
+        _export_final(result.checkpoint, tokenizer_dir, final, cfg, key)
+    except BaseException:
+        end_stage_run(tracking_info, "FAILED")
+        raise
     atomic_write_json(out_dir / "history.json", history)
     losses = [h["loss"] for h in history]
     first, last = (losses[0], losses[-1]) if losses else (float("nan"), float("nan"))
@@ -201,7 +280,8 @@ def pretrain(cfg: PretrainConfig, instances: dict[int, Path], tokenizer_dir: Pat
                    inputs=[info.path for info in infos.values()] + [tokenizer_dir], seed=cfg.seed,
                    counts={"steps": history[-1]["step"] if history else 0, "first_loss": first, "last_loss": last,
                            "trainable_params": params.get("trainable"), "total_params": params.get("total")},
-                   extra={"final": str(final), "mlflow_run_id": (tracking_info or {}).get("run_id")})
+                   extra={"final": str(final), "mlflow_run_id": (tracking_info or {}).get("run_id"),
+                          KEY_FIELD: key})
     end_stage_run(tracking_info)
     return PretrainResult(model_dir=final, history=history, first_loss=first, last_loss=last,
                           checkpoints_dir=out_dir / CHECKPOINTS, params=params)

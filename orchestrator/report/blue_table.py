@@ -350,7 +350,7 @@ def write_report(results: dict, out_dir: Path, title: str = "BLUE results", scal
     """
     out_dir = Path(out_dir)
     table = build_table(results, scale=scale, digits=digits, source=source)
-    with atomic_dir(out_dir) as tmp:
+    with atomic_dir(out_dir, "report") as tmp:
         written = {"md": FILES["md"], "html": FILES["html"], "png": FILES["png"], "results": FILES["results"]}
         curves = render_curves_png(results, tmp / FILES["curves"])
         if curves is not None:

@@ -691,7 +691,7 @@ def score_sources(cfg: SelectionConfig) -> SelectionResult:
     corr = correlations(scores, cfg.gains) if cfg.gains else None
     task_corr = task_correlations(by_task, cfg.task_gains) if cfg.task_gains else None
     out_dir = Path(cfg.out_dir)
-    with atomic_dir(out_dir) as tmp:
+    with atomic_dir(out_dir, "selection") as tmp:
         atomic_write_json(tmp / "scores.json", scores)
         atomic_write_json(tmp / "scores_by_task.json", by_task)
         atomic_write_json(tmp / "samples.json", {

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from orchestrator.core.config import to_dict
 from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
-from orchestrator.core.manifest import atomic_write_json, manifest_hash, write_manifest
+from orchestrator.core.manifest import atomic_write_json, write_manifest
+from orchestrator.core.reuse import model_identity
 from orchestrator.core.runtime import init_ray
 from orchestrator.finetune.loop import model_dir_ok, run_trial
 from orchestrator.finetune.readers import read_split
@@ -191,7 +192,7 @@ def run_sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, tracking
                    extra={"search_space": to_dict(space), "models": {k: str(v) for k, v in models.items()}})
     parent = None
     if tracking is not None:
-        model_tags = {m: {S.MODEL_DIR: str(p), S.MODEL_HASH: manifest_hash(p) or "none"}
+        model_tags = {m: {S.MODEL_DIR: str(p), S.MODEL_IDENTITY: model_identity(p)}
                       for m, p in [*models.items(), *((v.name, Path(v.model_dir)) for v in variants)]}
         parent = log_sweep(tracking, run_dir, name=out_dir.parent.name or "sweep",
                            config={"sweep": to_dict(cfg), "space": to_dict(space)}, results=results,

@@ -5,7 +5,8 @@ import, so none of them spells a name of its own.
 Run tree of a sweep:
 
     sweep parent        tags KIND=sweep, SWEEP_FINGERPRINT, GIT_COMMIT; metrics summary_metric(model, key)
-      (model, task)     tags KIND=model_task, MODEL, TASK, GROUP, HIGHER_IS_BETTER, CELL_DIGEST, MODEL_DIR, ...
+      (model, task)     tags KIND=model_task, MODEL, TASK, GROUP, HIGHER_IS_BETTER, CELL_DIGEST,
+                        MODEL_DIR, MODEL_IDENTITY
                         params MODEL, TASK, METRIC, selected.<key>; metrics TEST_MEAN, TEST_SD, DEV_MEAN, N,
                         CURVE_DEV / CURVE_TEST per epoch (step = epoch), per_tag.<tag>.<measure>
         trial           tags KIND=trial; per-epoch train_loss, dev, test
@@ -24,7 +25,7 @@ GIT_COMMIT = "git_commit"
 PARENT = "mlflow.parentRunId"
 
 MODEL, TASK, GROUP, HIGHER_IS_BETTER, METRIC = "model", "task", "group", "higher_is_better", "metric"
-MODEL_DIR, MODEL_HASH = "model_dir", "model_manifest_hash"
+MODEL_DIR, MODEL_IDENTITY = "model_dir", "model_identity"
 SELECTED_PREFIX = "selected."
 TEST_MEAN, TEST_SD, DEV_MEAN, N = "test_mean", "test_sd", "dev_mean", "n"
 CURVE_DEV, CURVE_TEST = "curve.dev", "curve.test"
