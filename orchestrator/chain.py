@@ -28,7 +28,7 @@ from orchestrator.corpus.stage import CorpusConfig, input_stats, source_sizes
 from orchestrator.instances.config import InstanceConfig
 from orchestrator.pretrain.config import PretrainConfig
 from orchestrator.sweep.config import SweepConfig
-from orchestrator.track import TrackingConfig
+from orchestrator.track import TrackingConfig, effective_uri, local_uri, probe
 from orchestrator.vocab.wordpiece import VocabConfig
 
 log = logging.getLogger("chain")
@@ -113,8 +113,11 @@ class ChainResult:
         for kind in ("html", "md", "png"):
             if kind in self.report:
                 lines.append(f"report ({kind:4}): {self.report[kind]}")
-        lines.append("MLflow UI     : " + self.mlflow_ui_command())
-        lines.append("                then open http://127.0.0.1:5000")
+        if self.tracking_uri:
+            lines.append("MLflow UI     : " + self.mlflow_ui_command())
+            lines.append("                then open http://127.0.0.1:5000")
+        else:
+            lines.append("MLflow        : off (tracking.enabled=false)")
         lines.append("=" * 72)
         return "\n".join(lines)
 
@@ -261,7 +264,7 @@ def _run_stages(cfg: ChainConfig, run_dir: Path, info: dict) -> ChainResult:
     from orchestrator.sweep.runner import run_sweep
 
     log.info("Ray %s with %s", info["mode"], {k: v for k, v in info["resources"].items() if k in ("CPU", "GPU")})
-    tracking_uri = cfg.tracking.resolve_uri(run_dir)
+    tracking_uri = effective_uri(cfg.tracking, run_dir) if cfg.tracking.enabled else ""
     stages = cfg.active_stages
     total = len(stages)
 
@@ -305,14 +308,24 @@ def _run_stages(cfg: ChainConfig, run_dir: Path, info: dict) -> ChainResult:
                        pretrain_loss=pretrain_loss)
 
 
+def _plan_tracking(cfg: ChainConfig) -> str:
+    """The tracking line of a dry run: the store, and whether it answers (a short check)."""
+    if not cfg.tracking.enabled:
+        return "tracking: off"
+    uri = cfg.tracking.resolve_uri(cfg.run_dir)
+    problem = probe(uri)
+    state = "answers" if problem is None else (f"does NOT answer ({problem}): the run would log to "
+                                               f"{local_uri(cfg.run_dir)} instead")
+    return f"tracking: {uri} (experiment {cfg.tracking.experiment!r}) {state}"
+
+
 def plan(cfg: ChainConfig) -> str:
     """Dry run: validate every stage's config and inputs, and say what would run."""
     from orchestrator.pretrain.trainer import plan_pretrain  # heavy: the stage's implementation
     from orchestrator.sweep.runner import plan_sweep
 
     stages = cfg.active_stages
-    lines = [f"run directory: {cfg.run_dir}", f"stages: {' -> '.join(stages)}",
-             f"tracking: {cfg.tracking.resolve_uri(cfg.run_dir)} (experiment {cfg.tracking.experiment!r})"]
+    lines = [f"run directory: {cfg.run_dir}", f"stages: {' -> '.join(stages)}", _plan_tracking(cfg)]
     for name, path in cfg.compare_models.items():
         if not (Path(path) / "config.json").is_file():
             raise ConfigError(f"compare_models.{name}: {path} is not a Hugging Face model directory "

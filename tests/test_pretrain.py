@@ -445,3 +445,37 @@ def test_job_dry_run_checks_inputs_and_batch_arithmetic(corpus):
     assert "global batch 16 = 2 x 8 x 1 accumulation" in ok.stdout and "(vocabulary " in ok.stdout
     bad = subprocess.run(args + ["pretrain.phase1.global_batch_size=24"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "not divisible" in bad.stderr
+
+
+def test_pretraining_and_sweep_finish_with_mlflow_down_and_say_so_once(corpus, ray_local, tmp_path, caplog,
+                                                                        monkeypatch):
+    """Issue 12: with the tracking server unreachable the driver hung for minutes and crashed."""
+    import logging
+    import socket
+
+    import mlflow
+
+    from orchestrator.pretrain.trainer import pretrain
+    from orchestrator.sweep.config import SweepConfig
+    from orchestrator.sweep.runner import run_sweep
+    from orchestrator.track import TrackingConfig
+    from orchestrator.track import schema as S
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    tracking = TrackingConfig(tracking_uri=f"http://127.0.0.1:{port}", experiment="down")
+    cfg = _cfg(**{"phase1.steps": 6, "phase2.steps": 0, "checkpoint_every": 0})
+    with caplog.at_level(logging.WARNING):
+        result = pretrain(cfg, {32: corpus[32]}, corpus["tokenizer"], tmp_path / "pretrain", tracking, tmp_path)
+        sweep = run_sweep(SweepConfig(search_space="tiny", tasks=("biosses",), learning_rates=(5e-4,), seeds=(1,),
+                                      epochs={"biosses": (1,)}), {"ours": result.model_dir}, tmp_path / "sweep",
+                          tracking, tmp_path)
+    assert len(result.history) == 6 and sweep.ran == 1
+    assert len([r for r in caplog.records if "does not answer" in r.getMessage()]) == 1
+    store = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")  # the run directory's own store instead
+    runs = store.search_runs([store.get_experiment_by_name("down").experiment_id])
+    kinds = {r.data.tags.get(S.KIND): r for r in runs}
+    assert kinds[S.KIND_PRETRAIN].info.status == "FINISHED" and S.KIND_SWEEP in kinds
+    assert len(store.get_metric_history(kinds[S.KIND_PRETRAIN].info.run_id, "loss")) == 6

@@ -296,6 +296,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
                 break
         if diverged:
             break
+    tracker.close()
     if diverged:
         ray.train.report({"step": state["step"], "diverged": 1.0})
     return {"history": state["history"], "diverged": diverged, "params": counts} if rank == 0 else {}

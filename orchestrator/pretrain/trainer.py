@@ -42,7 +42,7 @@ from orchestrator.pretrain.data import check_vocab_matches, masking_rule
 from orchestrator.pretrain.loop import TrainingDiverged, train_loop_per_worker
 from orchestrator.pretrain.model import SIZE_PRESETS, bert_config, check_same_architecture, model_class, read_hf_config
 from orchestrator.track import schema as S
-from orchestrator.track.runs import end_stage_run, start_stage_run
+from orchestrator.track.runs import PENDING, end_stage_run, start_stage_run
 
 log = logging.getLogger(__name__)
 CHECKPOINTS = "checkpoints"
@@ -229,6 +229,8 @@ def pretrain(cfg: PretrainConfig, instances: dict[int, Path], tokenizer_dir: Pat
     _check_init_from(cfg, special.vocab_size)
     key = pretrain_key(cfg, {info.max_seq_length: info.path for info in infos.values()}, tokenizer_dir)
     if reusable(out_dir, key) and (out_dir / "final" / "config.json").is_file():
+        if (out_dir / PENDING).is_file():  # metrics an earlier attempt could not send: send them now
+            end_stage_run(start_stage_run(tracking, run_dir, stage=S.KIND_PRETRAIN, params=cfg, out_dir=out_dir))
         return _reused(out_dir)
     if not (out_dir / CHECKPOINTS / RUN_RECORD).is_file():  # not a run of ours being resumed
         check_replaceable(out_dir, "pretrain")
@@ -237,8 +239,7 @@ def pretrain(cfg: PretrainConfig, instances: dict[int, Path], tokenizer_dir: Pat
     resume_dir = _check_existing_checkpoint(cfg, out_dir, special.vocab_size, special.pad)
     if resume_dir:
         log.info("pretrain: found %s; training resumes from it", resume_dir.name)
-    tracking_info = start_stage_run(tracking, run_dir, stage=S.KIND_PRETRAIN, params=cfg,
-                                    marker=out_dir / "mlflow_run.json")
+    tracking_info = start_stage_run(tracking, run_dir, stage=S.KIND_PRETRAIN, params=cfg, out_dir=out_dir)
     try:
         with ray_session():
             datasets = {name: ray.data.read_parquet(sorted(str(p) for p in info.path.glob("*.parquet")))

@@ -194,9 +194,13 @@ def run_sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, tracking
     if tracking is not None:
         model_tags = {m: {S.MODEL_DIR: str(p), S.MODEL_IDENTITY: model_identity(p)}
                       for m, p in [*models.items(), *((v.name, Path(v.model_dir)) for v in variants)]}
-        parent = log_sweep(tracking, run_dir, name=out_dir.parent.name or "sweep",
-                           config={"sweep": to_dict(cfg), "space": to_dict(space)}, results=results,
-                           records=records, model_tags=model_tags,
-                           artifacts=[out_dir / "results.json", out_dir / "selection.json"],
-                           log_predictions=cfg.log_predictions)
+        try:
+            parent = log_sweep(tracking, run_dir, name=out_dir.parent.name or "sweep",
+                               config={"sweep": to_dict(cfg), "space": to_dict(space)}, results=results,
+                               records=records, model_tags=model_tags,
+                               artifacts=[out_dir / "results.json", out_dir / "selection.json"],
+                               log_predictions=cfg.log_predictions)
+        except Exception as exc:  # MLflow raises many types; the results are on disk whatever it does
+            log.warning("MLflow: logging the sweep failed (%s); the results are in %s, and re-running the same "
+                        "sweep logs them (no trial is trained again)", exc, out_dir / "results.json")
     return SweepResult(results=results, out_dir=out_dir, ran=len(todo), skipped=skipped, parent_run_id=parent)

@@ -2,10 +2,20 @@
 
 Logging happens from the driver or from rank 0 only. ``sweep`` logs a finished sweep,
 ``runs`` a stage's own run (pretraining), ``schema`` names everything they write.
+
+MLflow is a side channel: training never stops or waits because of it. ``effective_uri`` checks
+a tracking server once per process with a short timeout; when it does not answer, the run says so
+once and logs to the run directory's own SQLite store instead (``mlflow ui`` opens it as usual),
+so nothing is lost and nothing hangs on MLflow's retries. A server lost mid-run is handled by the
+writers (``runs.RankZeroLogger`` buffers and writes what it could not send to a file it replays
+later; a failed sweep log is re-sent by re-running the sweep).
 """
 from __future__ import annotations
 
 import logging
+import os
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,21 +24,60 @@ from orchestrator.track.experiments import ensure_experiment
 
 log = logging.getLogger(__name__)
 
+#: $MLFLOW_TRACKING_URI as the user set it, read once when this module is first imported:
+#: mlflow.set_tracking_uri() exports the variable, so reading it later would see our own choice.
+USER_TRACKING_URI = os.environ.get("MLFLOW_TRACKING_URI", "")
+PROBE_TIMEOUT_S = 3.0
+_EFFECTIVE: dict[str, str] = {}  # configured URI -> the URI this process logs to
+
 
 @dataclass(frozen=True)
 class TrackingConfig:
-    tracking_uri: str = field("", help="MLflow tracking URI; empty = sqlite:///<run_dir>/mlflow.db "
-                                       "(a server, e.g. http://head:5000, on a cluster)")
+    tracking_uri: str = field("", help="MLflow tracking URI; empty = $MLFLOW_TRACKING_URI if set, else "
+                                       "sqlite:///<run_dir>/mlflow.db (a server, e.g. http://head:5000, on a cluster)")
     experiment: str = field("bioptorch", help="MLflow experiment name")
     enabled: bool = field(True, help="log to MLflow at all")
 
     def resolve_uri(self, run_dir) -> str:
+        """The configured store: ``tracking_uri``, else the user's $MLFLOW_TRACKING_URI (as it was when
+        the job started), else the run directory's SQLite file."""
+        return self.tracking_uri or USER_TRACKING_URI or local_uri(run_dir)
 
-        # Deliberately not $MLFLOW_TRACKING_URI: mlflow.set_tracking_uri() exports it, so any
-        # earlier stage in this process would silently redirect the next run's store.
-        if self.tracking_uri:
-            return self.tracking_uri
-        return f"sqlite:///{(Path(run_dir) / 'mlflow.db').resolve()}"
+
+def local_uri(run_dir) -> str:
+    return f"sqlite:///{(Path(run_dir) / 'mlflow.db').resolve()}"
+
+
+def probe(uri: str, timeout: float = PROBE_TIMEOUT_S) -> str | None:
+    """None when the store at ``uri`` answers, else why not. A server is asked for /health; a
+    SQLite file needs a directory it can be created in; other schemes are left to MLflow."""
+    if uri.startswith(("http://", "https://")):
+        try:
+            with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout) as response:
+                return None if response.status == 200 else f"HTTP {response.status}"
+        except (OSError, urllib.error.URLError) as exc:
+            return str(getattr(exc, "reason", exc))
+    if uri.startswith("sqlite:///"):
+        parent = Path(uri[len("sqlite:///"):]).parent
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+        return None if os.access(parent, os.W_OK) else f"{parent} is not writable"
+    return None
+
+
+def effective_uri(tracking: TrackingConfig, run_dir) -> str:
+    """The store this process logs to: the configured one when it answers (checked once, with a
+    short timeout), else the run directory's SQLite store, with one warning."""
+    configured = tracking.resolve_uri(run_dir)
+    if configured not in _EFFECTIVE:
+        problem = probe(configured)
+        _EFFECTIVE[configured] = configured
+        if problem is not None:
+            fallback = local_uri(run_dir)
+            log.warning("MLflow at %s does not answer (%s): this run logs to %s instead and trains on "
+                        "(open it with: mlflow ui --backend-store-uri %s)", configured, problem, fallback, fallback)
+            _EFFECTIVE[configured] = fallback
+    return _EFFECTIVE[configured]
 
 
 # ------------------------------------------------------------------------------------ helpers
@@ -60,7 +109,7 @@ def start_tracking(tracking: TrackingConfig, run_dir) -> str | None:
         return None
     import mlflow  # heavy: mlflow
 
-    uri = tracking.resolve_uri(run_dir)
+    uri = effective_uri(tracking, run_dir)
     mlflow.set_tracking_uri(uri)
     mlflow.set_experiment(experiment_id=ensure_experiment(uri, tracking.experiment, run_dir))
     return uri

@@ -1,16 +1,21 @@
 """A stage's own MLflow run: created by the driver, written to by rank 0 of the training workers.
 
-    info = start_stage_run(tracking, run_dir, stage="pretrain", params=cfg, marker=out_dir / "mlflow_run.json")
+    info = start_stage_run(tracking, run_dir, stage="pretrain", params=cfg, out_dir=out_dir)
     logger = RankZeroLogger(info if rank == 0 else None)      # in every Ray Train worker
     logger.log({"loss": 2.1}, step=10)
-    end_stage_run(info)
+    logger.close()
+    end_stage_run(info)                                        # FINISHED, or "FAILED"
 
-The run id is kept in ``marker`` beside the stage's output, so a resumed stage keeps logging into
-the run it started. Other ranks get a logger that does nothing.
+The run id is kept in ``out_dir/mlflow_run.json``, so a resumed stage keeps logging into the run it
+started. Other ranks get a logger that does nothing. MLflow trouble never stops training: a logger
+that cannot send warns once, keeps the metrics and retries now and then; what it still could not
+send at the end goes to ``out_dir/mlflow_pending.jsonl``, which the next start of the same stage
+run (a re-run of the same command) sends first.
 """
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 from pathlib import Path
@@ -18,62 +23,112 @@ from typing import Any
 
 from orchestrator.core.config import flatten, to_dict
 from orchestrator.core.manifest import atomic_write_json
-from orchestrator.track import TrackingConfig
+from orchestrator.track import TrackingConfig, effective_uri
 from orchestrator.track import schema as S
 from orchestrator.track.experiments import ensure_experiment
 
+log = logging.getLogger(__name__)
+
+RUN_MARKER = "mlflow_run.json"
+PENDING = "mlflow_pending.jsonl"
+MAX_METRICS_PER_BATCH = 1000  # MLflow's log_batch limit
+
 
 def start_stage_run(tracking: TrackingConfig | None, run_dir: Path, *, stage: str, params: Any,
-                    marker: Path) -> dict | None:
-    """Create (or reopen, on resume) the stage's run; returns {uri, run_id}, or None when tracking is off.
+                    out_dir: Path) -> dict | None:
+    """Create (or reopen, on resume) the stage's run; returns {uri, run_id, pending}, or None when
+    tracking is off or the store cannot be written (said once; the stage trains on).
 
     The run is a child of the run active in this process when it starts (e.g. an experiment's)."""
     if tracking is None or not tracking.enabled:
         return None
     import mlflow  # heavy: mlflow
-    from mlflow.exceptions import MlflowException
+    from mlflow.entities import Param
 
-    uri = tracking.resolve_uri(run_dir)
-    mlflow.set_tracking_uri(uri)
-    client = mlflow.MlflowClient(uri)
-    experiment_id = ensure_experiment(uri, tracking.experiment, run_dir)
-    if marker.is_file():
-        run_id = json.loads(marker.read_text())["run_id"]
-        try:
-            client.get_run(run_id)
-            return {"uri": uri, "run_id": run_id}
-        except MlflowException:
-            pass
-    tags = {S.KIND: stage}
-    parent = mlflow.active_run()
-    if parent is not None:
-        tags[S.PARENT] = parent.info.run_id
-    run = client.create_run(experiment_id, run_name=stage, tags=tags)
-    for key, value in flatten(to_dict(params)).items():
-        client.log_param(run.info.run_id, key[:250], str(value)[:500])
+    uri = effective_uri(tracking, run_dir)
+    marker, pending = Path(out_dir) / RUN_MARKER, Path(out_dir) / PENDING
+    try:
+        mlflow.set_tracking_uri(uri)
+        client = mlflow.MlflowClient(uri)
+        experiment_id = ensure_experiment(uri, tracking.experiment, run_dir)
+        if marker.is_file():
+            recorded = json.loads(marker.read_text())
+            if recorded.get("uri") == uri and _exists(client, recorded["run_id"]):
+                info = {"uri": uri, "run_id": recorded["run_id"], "pending": str(pending)}
+                replay_pending(info)
+                return info
+        tags = {S.KIND: stage}
+        parent = mlflow.active_run()
+        if parent is not None:
+            tags[S.PARENT] = parent.info.run_id
+        run = client.create_run(experiment_id, run_name=stage, tags=tags)
+        values = [Param(key[:250], str(value)[:500]) for key, value in flatten(to_dict(params)).items()]
+        for start in range(0, len(values), 100):
+            client.log_batch(run.info.run_id, params=values[start:start + 100])
+    except Exception as exc:  # MLflow raises many types (HTTP, SQL, its own): none may stop training
+        log.warning("MLflow: cannot start the %s run at %s (%s); the stage trains without it", stage, uri, exc)
+        return None
     atomic_write_json(marker, {"run_id": run.info.run_id, "uri": uri})
-    return {"uri": uri, "run_id": run.info.run_id}
+    return {"uri": uri, "run_id": run.info.run_id, "pending": str(pending)}
 
 
 def end_stage_run(info: dict | None, status: str = "FINISHED") -> None:
-    if info:
-        import mlflow  # heavy: mlflow
+    if not info:
+        return
+    import mlflow  # heavy: mlflow
 
+    try:
         mlflow.MlflowClient(info["uri"]).set_terminated(info["run_id"], status=status)
+    except Exception as exc:  # see start_stage_run
+        log.warning("MLflow: could not mark run %s %s (%s)", info["run_id"], status, exc)
+
+
+def _exists(client, run_id: str) -> bool:
+    from mlflow.exceptions import MlflowException  # heavy: mlflow
+
+    try:
+        client.get_run(run_id)
+        return True
+    except MlflowException:
+        return False
+
+
+def replay_pending(info: dict) -> int:
+    """Send the metrics a logger kept in ``info['pending']``; the file goes once they are sent."""
+    path = Path(info.get("pending") or "")
+    if not path.is_file():
+        return 0
+    from mlflow.entities import Metric  # heavy: mlflow
+
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    logger = RankZeroLogger({**info, "pending": None})
+    logger.queue = [Metric(r["key"], r["value"], r["timestamp"], r["step"]) for r in rows]
+    if logger.flush(force=True):
+        path.unlink()
+        log.info("MLflow: sent %d metrics kept from an earlier attempt (%s)", len(rows), path)
+    return len(rows)
 
 
 class RankZeroLogger:
-    """Metrics into a stage's run from one worker; a logger built with ``None`` does nothing."""
+    """Metrics into a stage's run from one worker; a logger built with ``None`` does nothing.
 
-    def __init__(self, info: dict | None):
-        self.active = False
+    Sending failures are said once; the metrics are kept and sent with a later call (at most one
+    attempt per ``retry_s`` while the store is down), and ``close`` writes what is left to the
+    pending file."""
+
+    def __init__(self, info: dict | None, retry_s: float = 60.0):
+        self.active = bool(info)
+        self.queue: list = []
+        self.retry_s = retry_s
+        self.down_since: float | None = None
+        self.warned = False
         if not info:
             return
         import mlflow  # heavy: mlflow
 
         self.client = mlflow.MlflowClient(info["uri"])
         self.run_id = info["run_id"]
-        self.active = True
+        self.pending = Path(info["pending"]) if info.get("pending") else None
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         if not self.active:
@@ -81,5 +136,39 @@ class RankZeroLogger:
         from mlflow.entities import Metric  # heavy: mlflow
 
         now = int(time.time() * 1000)
-        self.client.log_batch(self.run_id, metrics=[Metric(k, float(v), now, step) for k, v in metrics.items()
-                                                    if v is not None and math.isfinite(float(v))])
+        self.queue += [Metric(k, float(v), now, step) for k, v in metrics.items()
+                       if v is not None and math.isfinite(float(v))]
+        self.flush()
+
+    def flush(self, force: bool = False) -> bool:
+        """Send the queue; True when it is empty afterwards."""
+        if not self.queue:
+            return True
+        if self.down_since is not None and not force and time.monotonic() - self.down_since < self.retry_s:
+            return False
+        try:
+            while self.queue:
+                self.client.log_batch(self.run_id, metrics=self.queue[:MAX_METRICS_PER_BATCH])
+                del self.queue[:MAX_METRICS_PER_BATCH]
+        except Exception as exc:  # MLflow raises many types; logging must never stop training
+            if not self.warned:
+                log.warning("MLflow: logging to run %s failed (%s); training goes on, the metrics are kept and "
+                            "sent when the store answers again", self.run_id, exc)
+                self.warned = True
+            self.down_since = time.monotonic()
+            return False
+        if self.down_since is not None:
+            log.info("MLflow answers again: the kept metrics were sent")
+            self.down_since = None
+        return True
+
+    def close(self) -> None:
+        """A last attempt; what is still unsent goes to the pending file (sent by the next start)."""
+        if not self.active or self.flush(force=True) or self.pending is None:
+            return
+        with open(self.pending, "a", encoding="utf-8") as f:
+            for m in self.queue:
+                f.write(json.dumps({"key": m.key, "value": m.value, "timestamp": m.timestamp, "step": m.step}) + "\n")
+        log.warning("MLflow: %d metrics could not be sent; they are kept in %s and sent when the same command "
+                    "runs again", len(self.queue), self.pending)
+        self.queue = []
