@@ -204,3 +204,42 @@ def test_a_re_pretrained_model_retrains_every_trial(tiny_bert, ray_local, tmp_pa
     again = run_sweep(cfg, {"ours": model}, out, None, tmp_path)
     assert (again.ran, again.skipped) == (2, 0)
     assert run_sweep(cfg, {"ours": model}, out, None, tmp_path).skipped == 2
+
+
+def test_a_trial_whose_worker_is_killed_is_run_again_and_recorded_once(tiny_bert, ray_local, tmp_path):
+    """Issue 12: no FailureConfig, although cluster.yaml says trials recover when a node goes away.
+    A Ray worker process running a trial is killed (SIGKILL) mid-trial; the sweep still finishes."""
+    import threading
+    import time
+
+    import psutil
+
+    from orchestrator.sweep.runner import run_sweep
+
+    cfg = SweepConfig(search_space="tiny", tasks=("biosses",), learning_rates=(5e-4,), seeds=(1, 2),
+                      epochs={"biosses": (40,)}, max_failures=2, max_concurrent_trials=1)
+    killed: list[int] = []
+    sweep_dir = tmp_path / "sweep"
+
+    def kill_one_trial_worker() -> None:
+        """Once a trial has reported an epoch (it is mid-run), kill its worker; before the last trial ends."""
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not killed:
+            reported = any(p.stat().st_size for p in sweep_dir.glob("tune/*/*/result.json"))
+            if reported and len(list(sweep_dir.glob("trials/*.json"))) < 2:
+                for proc in psutil.process_iter(["pid", "cmdline"]):
+                    if "ImplicitFunc" in " ".join(proc.info["cmdline"] or []):
+                        proc.kill()
+                        killed.append(proc.info["pid"])
+                        return
+            time.sleep(0.2)
+
+    killer = threading.Thread(target=kill_one_trial_worker, daemon=True)
+    killer.start()
+    result = run_sweep(cfg, {"tiny": tiny_bert}, sweep_dir, None, tmp_path)
+    killer.join(timeout=5)
+    assert killed, "no trial worker was found to kill"
+    assert (result.ran, result.skipped) == (2, 0)
+    records = sorted(p.name for p in (tmp_path / "sweep" / "trials").glob("*.json"))
+    assert records == ["tiny__biosses__lr0.0005__s1.json", "tiny__biosses__lr0.0005__s2.json"]
+    assert result.results["cells"]["tiny"]["BIOSSES"]["n"] == 2

@@ -27,11 +27,15 @@ class SweepConfig:
     gpus_per_trial: float = field(-1.0, help="GPUs per trial: -1 = 1 when the cluster has GPUs else 0; "
                                              "fractions (0.5) pack trials onto one GPU")
     max_concurrent_trials: int = field(0, help="0 = as many as resources allow")
+    max_failures: int = field(2, help="run a trial again this many times when it fails (its worker died, a spot "
+                                      "node was reclaimed); a trial restarts from its beginning")
     log_predictions: bool = field(True, help="log each trial's test predictions to MLflow as artifacts")
 
     def __post_init__(self):
         if self.cpus_per_trial <= 0:
             raise ConfigError("sweep.cpus_per_trial must be > 0 (a trial always needs some CPU)")
+        if self.max_failures < 0:
+            raise ConfigError("sweep.max_failures must be >= 0")
         if self.gpus_per_trial < 0 and self.gpus_per_trial != -1:
             raise ConfigError("sweep.gpus_per_trial must be -1 (auto) or >= 0")
         if any(lr <= 0 for lr in self.learning_rates):

@@ -145,7 +145,8 @@ def _run_tune(cfg: SweepConfig, todo: list[TrialSpec], out_dir: Path, trials_dir
         tune_config=tune.TuneConfig(max_concurrent_trials=cfg.max_concurrent_trials or None, reuse_actors=True),
         run_config=tune.RunConfig(name=f"sweep-{time.strftime('%Y%m%d-%H%M%S')}",
                                   storage_path=str((out_dir / "tune").resolve()),
-                                  callbacks=[_record_writer(trials_dir)], verbose=1))
+                                  callbacks=[_record_writer(trials_dir)], verbose=1,
+                                  failure_config=tune.FailureConfig(max_failures=cfg.max_failures)))
     grid = tuner.fit()
     failed = [r for r in grid if r.error is not None]
     if failed:
