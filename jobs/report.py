@@ -48,19 +48,30 @@ class ReportConfig:
         return Path(self.out_dir) if self.out_dir else Path(self.run_dir) / "report"
 
 
+def read_results(path: str | Path) -> dict:
+    """A results.json file, parsed and checked against the schema (InputError naming file and place)."""
+    from orchestrator.core.results import validate_results
+
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(path, "file not found", expected="a sweep results.json")
+    try:
+        results = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise InputError(path, f"invalid JSON: {exc.msg}", line=exc.lineno) from None
+    except UnicodeDecodeError as exc:
+        raise InputError(path, f"not UTF-8 text (byte {exc.start})", expected="a sweep results.json") from None
+    validate_results(results, path)
+    return results
+
+
 def run(cfg: ReportConfig) -> dict[str, Path]:
     """Write the report and print where it is."""
     if cfg.results_json:
         from orchestrator.report.blue_table import write_report
 
-        path = Path(cfg.results_json)
-        if not path.is_file():
-            raise InputError(path, "file not found", expected="a sweep results.json")
-        try:
-            results = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise InputError(path, f"invalid JSON: {exc.msg}", line=exc.lineno) from None
-        paths = write_report(results, cfg.resolved_out(), title=cfg.title or "BLUE results", source=path)
+        results = read_results(cfg.results_json)
+        paths = write_report(results, cfg.resolved_out(), title=cfg.title or "BLUE results", source=cfg.results_json)
     else:
         from orchestrator.report.mlflow_results import regenerate_report
 
@@ -72,18 +83,25 @@ def run(cfg: ReportConfig) -> dict[str, Path]:
 
 
 def plan(cfg: ReportConfig) -> str:
-    """Say what would be read and written; check that the store or file is there."""
+    """Read and check what the report would be built from (the file, or the sweep in MLflow), and say
+    where it would go; writes nothing."""
+    from orchestrator.core.manifest import check_replaceable
+
     if cfg.results_json:
-        if not Path(cfg.results_json).is_file():
-            raise InputError(cfg.results_json, "file not found", expected="a sweep results.json")
+        results = read_results(cfg.results_json)
         source = f"results file {cfg.results_json}"
     else:
+        from orchestrator.report.mlflow_results import load_results
+
         uri = cfg.resolved_uri()
         if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
             raise InputError(uri[len("sqlite:///"):], "MLflow store not found", expected="the run's mlflow.db")
-        run = cfg.run_id or "newest tagged orchestrator.kind=sweep"
-        source = f"MLflow {uri}, experiment {cfg.experiment!r}, run {run}"
-    return f"report: read {source}\n        write {cfg.resolved_out()}/ (blue_table.md, .html, .png, curves.png)"
+        found = load_results(uri, cfg.experiment, cfg.run_id or None)
+        results = found.results
+        source = f"MLflow {uri}, experiment {cfg.experiment!r}, run {found.run_id} (from its {found.source})"
+    check_replaceable(cfg.resolved_out(), "report")
+    return (f"report: read {source}: {len(results['models'])} model(s) x {len(results['tasks'])} task(s)\n"
+            f"        write {cfg.resolved_out()}/ (blue_table.md, .html, .png, curves.png)")
 
 
 def expand_shorthands(argv: list[str]) -> list[str]:

@@ -19,7 +19,7 @@ from pathlib import Path
 from orchestrator.augment.config import AugmentStageConfig
 from orchestrator.core.artifacts import SMALL_ROLES
 from orchestrator.core.config import field, to_dict
-from orchestrator.core.errors import ConfigError
+from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.manifest import atomic_write_json, hash_inputs, read_manifest
 from orchestrator.core.reuse import content_key, output_key, run_stage
 from orchestrator.core.runtime import ray_session, seed_everything
@@ -28,6 +28,7 @@ from orchestrator.corpus.stage import CorpusConfig, input_stats, source_sizes
 from orchestrator.instances.config import InstanceConfig
 from orchestrator.pretrain.config import PretrainConfig
 from orchestrator.sweep.config import SweepConfig
+from orchestrator.sweep.space import Variant, resolve_space, space_tasks, task_data_dir, task_key
 from orchestrator.track import TrackingConfig, effective_uri, local_uri, probe
 from orchestrator.vocab.wordpiece import VocabConfig
 
@@ -213,7 +214,6 @@ def augment_stage(cfg: AugmentStageConfig, sweep: SweepConfig, models: dict[str,
     """Every NER task of the sweep's space augmented once per model (``run_dir/augment/<model>/<task>``,
     reused by key); returns the sweep variants ``<model>+filtered-bert`` that fine-tune on them."""
     from orchestrator.augment.pipeline import augment_key, augment_task  # heavy: torch, fastText
-    from orchestrator.sweep.space import Variant, resolve_space, space_tasks, task_data_dir, task_key
 
     space = resolve_space(sweep)
     ner = {task: spec for task, spec in space_tasks(space).items() if spec.family == "ner"}
@@ -247,10 +247,31 @@ def _safe(text: str) -> str:
 # ---------------------------------------------------------------------------------------------
 # The whole chain
 
+def check_inputs(cfg: ChainConfig) -> None:
+    """The checks that cost no pass over the data, made before anything is written or started:
+    source files exist and are not empty, model directories hold a config, task files exist."""
+    if "corpus" in cfg.stages:
+        input_stats(cfg.corpus)
+    if "vocab" in cfg.stages:
+        for path in cfg.vocab.target_paths:
+            if not Path(path).is_file():
+                raise InputError(path, "vocab target file does not exist", expected="a text or task file")
+    for name, path in cfg.compare_models.items():
+        if not (Path(path) / "config.json").is_file():
+            raise ConfigError(f"compare_models.{name}: {path} is not a Hugging Face model directory "
+                              "(no config.json)")
+    if "sweep" in cfg.stages:
+        for task, spec in space_tasks(resolve_space(cfg.sweep)).items():
+            flat = dataclasses.replace(spec, dir="")
+            for split in (("all",) if spec.cv_folds else ("train", "dev", "test")):
+                path = flat.split_path(Path(task_data_dir(cfg.sweep, task, spec)), split)
+                if not path.is_file():
+                    raise InputError(path, f"file not found for task {spec.name}", expected=f"its {split} split")
+
+
 def run(cfg: ChainConfig) -> ChainResult:
     run_dir = cfg.run_dir
-    if "corpus" in cfg.stages:
-        input_stats(cfg.corpus)  # fail fast, before Ray starts, on missing or empty source files
+    check_inputs(cfg)  # before Ray starts and before the run directory is written to
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(run_dir / "chain_config.json", to_dict(cfg))
     seed_everything(cfg.seed)
@@ -326,10 +347,7 @@ def plan(cfg: ChainConfig) -> str:
 
     stages = cfg.active_stages
     lines = [f"run directory: {cfg.run_dir}", f"stages: {' -> '.join(stages)}", _plan_tracking(cfg)]
-    for name, path in cfg.compare_models.items():
-        if not (Path(path) / "config.json").is_file():
-            raise ConfigError(f"compare_models.{name}: {path} is not a Hugging Face model directory "
-                              "(no config.json)")
+    check_inputs(cfg)
     if "corpus" in stages:
         lines += ["", "== corpus, vocab, instances ==",
                   plan_corpus_stages(cfg.corpus, cfg.vocab, cfg.instances,

@@ -249,8 +249,8 @@ def test_job_dry_run_and_run(ray_local, tiny_mlm, vectors, tmp_path, capsys):
             "augment.words_per_sentence=2", "augment.candidates=3"]
     assert main(["--dry-run", *args]) == 0
     assert "8 training sentences" in capsys.readouterr().out
-    assert main(["--dry-run", "model_dir=/nonexistent", f"out_dir={out}"]) == 0
-    assert "not built yet" in capsys.readouterr().out
+    assert main(["--dry-run", "model_dir=/nonexistent", f"out_dir={out}"]) == 2  # issue 12: said "valid"
+    assert "MLM directory not found" in capsys.readouterr().err
     assert main(["model_dir=/nonexistent", f"out_dir={out}"]) == 2
     assert "MLM directory not found" in capsys.readouterr().err
     assert not out.exists()

@@ -41,6 +41,12 @@ def test_bad_config_fails_with_suggestion_and_nonzero_exit(tmp_path):
                                                  f"{{name: y, paths: ['{missing}'], role: large}}]")
     assert res.returncode == 2
     assert str(missing) in res.stderr
+    # a real run checks its inputs before it writes anything (issue 12: chain_config.json came first)
+    res = run_job("blue_sweep.py", f"runs_root={tmp_path / 'runs'}",
+                  f"corpus.sources=[{{name: x, paths: ['{missing}'], role: small}},"
+                  f"{{name: y, paths: ['{missing}'], role: large}}]")
+    assert res.returncode == 2 and str(missing) in res.stderr
+    assert not (tmp_path / "runs").exists()
 
 
 def _mlflow_runs(db: Path) -> pd.DataFrame:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+from pathlib import Path
 
 import pytest
 
@@ -48,3 +49,25 @@ def test_presets_belong_to_their_job():
     assert "unknown preset 'tiny' for jobs/blue_sweep.py" in res.stderr and "default" in res.stderr
     help_text = run_job("pretrain.py", "--help", timeout=300).stdout
     assert "orchestrator/presets/pretrain" in help_text and "seed000" in help_text and "smoke" not in help_text
+
+
+
+def test_an_unexpected_error_is_one_line_and_a_traceback_file(capsys):
+    """A bug inside a job: one line on stderr naming the file that holds the traceback, exit 1."""
+    import re
+    from dataclasses import dataclass
+
+    from orchestrator.core.cli import JobSpec, run_job
+
+    @dataclass(frozen=True)
+    class Empty:
+        pass
+
+    def broken(cfg):
+        raise ZeroDivisionError("division by zero deep inside")
+
+    code = run_job(JobSpec(name="demo", description="demo", config_cls=Empty, run=broken, dry_run=str), [])
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 2 and "unexpected ZeroDivisionError: division by zero deep inside" in err
+    path = Path(re.search(r"traceback is in (\S+)\)", err).group(1))
+    assert "in broken" in path.read_text() and "ZeroDivisionError" in path.read_text()

@@ -289,4 +289,21 @@ def test_report_job_errors(tmp_path):
     bad.write_text('{"tasks": [}')
     broken = report_job(f"results_json={bad}", f"out_dir={tmp_path / 'r'}")
     assert broken.returncode == 2 and f"{bad}:1" in broken.stderr
+    dry = report_job(f"results_json={bad}", f"out_dir={tmp_path / 'r'}", "--dry-run")  # issue 12: said "valid"
+    assert dry.returncode == 2 and f"{bad}:1" in dry.stderr
     assert report_job().returncode == 2  # nothing to read from
+
+
+def test_report_never_replaces_a_folder_it_did_not_write(tmp_path):
+    """Issue 12: `jobs/report.py out_dir=<a folder with other files>` wiped that folder."""
+    good = tmp_path / "results.json"
+    good.write_text(json.dumps(make_results()))
+    mine = tmp_path / "papers"
+    mine.mkdir()
+    (mine / "draft.tex").write_text("my paper")
+    for dry in ((), ("--dry-run",)):
+        res = report_job(f"results_json={good}", f"out_dir={mine}", *dry)
+        assert res.returncode == 2 and "not an output of this project" in res.stderr
+    assert [p.name for p in mine.iterdir()] == ["draft.tex"] and (mine / "draft.tex").read_text() == "my paper"
+    assert report_job(f"results_json={good}", f"out_dir={tmp_path / 'report'}").returncode == 0
+    assert report_job(f"results_json={good}", f"out_dir={tmp_path / 'report'}").returncode == 0  # its own: replaced

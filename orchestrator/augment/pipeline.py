@@ -257,10 +257,7 @@ def plan_augment_job(cfg: AugmentJobConfig) -> str:
     """Dry run: the task parses, the MLM directory has a head, the vectors or corpus exist."""
     spec, data_dir = job_spec(cfg)
     examples = training_sentences(dataclasses.replace(spec, dir=""), data_dir, cfg.max_train_sentences)
-    model_dir = Path(cfg.model_dir)
-    model_note = "" if (model_dir / "config.json").is_file() else (
-        "  (not built yet: a BertForMaskedLM / BertForPreTraining directory, e.g. from "
-        "`python jobs/pretrain.py`)")
+    model_dir = _check_mlm_dir(cfg.model_dir)
     for path in ([cfg.similarity.vectors] if cfg.similarity.vectors else list(cfg.similarity.corpus)):
         if not Path(path).is_file():
             raise InputError(path, "similarity input not found", expected="a vectors file or corpus text")
@@ -271,19 +268,35 @@ def plan_augment_job(cfg: AugmentJobConfig) -> str:
         f"augment: {total} sentences, k={cfg.augment.words_per_sentence} words each, {cfg.augment.mask_mode} "
         f"masking, up to {cfg.augment.candidates} proposals, accept {cfg.augment.min_similarity} < cos <= "
         f"{cfg.augment.max_similarity}, entities {'replaced' if cfg.augment.replace_entities else 'kept'}",
-        f"MLM: {model_dir}{model_note}",
+        f"MLM: {model_dir}",
         f"similarity: {sim}",
         f"ray: {cfg.ray.actors} actors x {cfg.ray.cpus_per_actor} CPU",
         f"output: {Path(cfg.out_dir).resolve()}",
     ])
 
 
-def run_augment_job(cfg: AugmentJobConfig) -> AugmentResult:
-    spec, data_dir = job_spec(cfg)
-    if not (Path(cfg.model_dir) / "config.json").is_file():
-        raise InputError(cfg.model_dir or "model_dir", "MLM directory not found",
+def _check_mlm_dir(model_dir: str) -> Path:
+    """The MLM directory exists and is a BERT with a masked-LM head (or one transformers adds)."""
+    path = Path(model_dir)
+    if not (path / "config.json").is_file():
+        raise InputError(model_dir or "model_dir", "MLM directory not found",
                          expected="a BertForMaskedLM / BertForPreTraining directory (e.g. run "
                                   "`python jobs/pretrain.py` first)")
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(path / "config.json", f"not a JSON model config ({exc})") from None
+    if config.get("model_type") != "bert":
+        raise InputError(path / "config.json", f"model_type is {config.get('model_type')!r}",
+                         expected="a BERT masked language model")
+    if not ((path / "vocab.txt").is_file() or (path / "tokenizer.json").is_file()):
+        raise InputError(path, "no tokenizer (vocab.txt or tokenizer.json)", expected="the MLM's tokenizer files")
+    return path
+
+
+def run_augment_job(cfg: AugmentJobConfig) -> AugmentResult:
+    spec, data_dir = job_spec(cfg)
+    _check_mlm_dir(cfg.model_dir)
     spec = dataclasses.replace(spec, dir="")
     key = augment_key(spec, data_dir, cfg.model_dir, cfg.augment, cfg.similarity, cfg.max_train_sentences)
     out = run_stage("augment", cfg.out_dir, key, lambda tmp: augment_task(

@@ -12,8 +12,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import os
 import sys
+import tempfile
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -83,7 +86,7 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
         if args.print_config:
             print(yaml.safe_dump(to_dict(cfg), sort_keys=False))
             return 0
-        logging.getLogger(spec.name).info("resolved config:\n%s", yaml.safe_dump(to_dict(cfg), sort_keys=False))
+        logging.getLogger(spec.name).debug("resolved config:\n%s", yaml.safe_dump(to_dict(cfg), sort_keys=False))
         if args.dry_run:
             print(spec.dry_run(cfg))
             print("dry run: config and inputs are valid; nothing was trained.")
@@ -97,6 +100,18 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
     except OrchestratorError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:  # a bug, not bad input: one line here, the traceback in a file
+        path = _keep_traceback(spec.name)
+        print(f"error: unexpected {type(exc).__name__}: {exc}\n       (a bug: the traceback is in {path})",
+              file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def _keep_traceback(job: str) -> Path:
+    """The current exception's traceback in a file of the temp directory; returns its path."""
+    path = Path(tempfile.gettempdir()) / f"bioptorch-{job}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
+    path.write_text(traceback.format_exc(), encoding="utf-8")
+    return path
