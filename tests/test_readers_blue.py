@@ -130,3 +130,72 @@ def test_stratified_folds_keep_label_proportions():
     assert sorted(i for _, te in folds for i in te) == list(range(40))
     for _, te in folds:
         assert sum(examples[i].label == "b" for i in te) == 2
+
+
+# ------------------------------------------------------------------------ strict readers (issue 12, finding 5)
+@pytest.mark.parametrize("name, data, line", [
+    ("chemprot", b"index\tsentence\tlabel\na\t@CHEMICAL$ x @GENE$\tCPR:4\nb\t@CHEMICAL$ caf\xe9 @GENE$\tfalse\n", 3),
+    ("biosses", b"\tsentence1\tsentence2\tscore\n0\tA.\tB.\t1.0\n1\tNa\xefve.\tB.\t2.0\n", 3),
+    ("bc5cdr_chemical", b"Aspirin\tdoc1\t0\tB\nw\xe9lls\t-\t8\tO\n", 2),
+    ("hoc", b"labels\tsentence\tindex\r\n0_1\tT\xffext.\t1_s0\r\n", 2),
+], ids=["chemprot", "biosses", "bc5cdr-blue-ner", "hoc-crlf"])
+def test_non_utf8_task_files_name_file_line_and_byte(tmp_path, name, data, line):
+    path = tmp_path / "bad.tsv"
+    path.write_bytes(data)
+    with pytest.raises(InputError, match=r"invalid UTF-8 byte 0x[0-9a-f]{2} at column \d+.*expected UTF-8 text") as err:
+        read_file(flat(name), path)
+    assert err.value.path == str(path) and err.value.line == line
+
+
+def test_bom_and_crlf_are_accepted_in_task_files(tmp_path):
+    nli = tmp_path / "nli.tsv"
+    nli.write_bytes("\ufeffindex\tsentence1\tsentence2\tlabel\r\np1\tHe has fever.\tHe is febrile.\tentailment\r\n"
+                    .encode("utf-8"))
+    assert [(ex.id, ex.label) for ex in read_file(flat("mednli"), nli)] == [("p1", "entailment")]
+    ner = tmp_path / "ner.tsv"
+    ner.write_bytes("\ufeffAspirin\tdoc1\t0\tB\r\nworks\t-\t8\tO\r\n".encode("utf-8"))
+    assert read_file(flat("bc5cdr_chemical"), ner)[0].label == ["B-Chemical", "O"]
+
+
+def test_headerless_tsv_must_have_the_columns_its_positions_name(tmp_path):
+    """ChemProt declares positions id=0, text_a=1, label=2: a headerless file has exactly 3 columns."""
+    two = write(tmp_path / "two.tsv", "a\t@CHEMICAL$ binds @GENE$\n")
+    with pytest.raises(InputError, match=r"2 TAB-separated columns.*expected 3 columns") as err:
+        read_file(flat("chemprot"), two)
+    assert err.value.path == str(two) and err.value.line == 1
+    three = write(tmp_path / "three.tsv", "a\t@CHEMICAL$ binds @GENE$\tCPR:4\nb\tx @CHEMICAL$ @GENE$\tfalse\n")
+    assert [ex.label for ex in read_file(flat("chemprot"), three)] == ["CPR:4", "false"]
+
+
+def test_headerless_sts_file_of_another_width_is_refused_not_misread(tmp_path):
+    """STS positions are id=0 then sentence1, sentence2, score from the end: a headerless file has
+    exactly 4 columns. A fifth (here a year after the score) would shift the score column."""
+    medsts = write(tmp_path / "medsts.tsv", "m1\tPain in chest.\tChest pain.\t4.5\n")
+    assert [(ex.id, ex.text_b, ex.label) for ex in read_file(flat("medsts"), medsts)] == [("m1", "Chest pain.", 4.5)]
+    five = write(tmp_path / "biosses.tsv", "0\tA protein binds.\tA protein is bound.\t3.2\t2019\n")
+    with pytest.raises(InputError, match=r"5 TAB-separated columns.*expected 4 columns") as err:
+        read_file(flat("biosses"), five)
+    assert err.value.path == str(five) and err.value.line == 1
+
+
+@pytest.mark.parametrize("name, score, what", [
+    ("biosses", "2019", "out of range.*in \\[0, 4\\]"),   # a year read as the score: BIOSSES is 0-4
+    ("biosses", "4.2", "out of range"),
+    ("medsts", "5.5", "out of range.*in \\[0, 5\\]"),
+    ("medsts", "-0.5", "out of range"),
+    ("medsts", "nan", "not a finite number"),
+    ("biosses", "inf", "not a finite number"),
+])
+def test_sts_scores_are_finite_and_in_the_declared_range(tmp_path, name, score, what):
+    path = write(tmp_path / "sts.tsv", f"index\tsentence1\tsentence2\tscore\nx1\tA.\tB.\t2.0\nx2\tC.\tD.\t{score}\n")
+    with pytest.raises(InputError, match=what) as err:
+        read_file(flat(name), path)
+    assert err.value.path == str(path) and err.value.line == 3
+
+
+def test_score_range_is_declared_for_blue_sts_tasks_only():
+    assert load_task("biosses").score_range == (0.0, 4.0) and load_task("medsts").score_range == (0.0, 5.0)
+    with pytest.raises(ConfigError, match="score_range is for the sts family"):
+        dataclasses.replace(load_task("chemprot"), score_range=(0.0, 1.0))
+    with pytest.raises(ConfigError, match="low < high"):
+        dataclasses.replace(load_task("medsts"), score_range=(5.0, 0.0))

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import ROOT
+from orchestrator.core.errors import InputError
 from orchestrator.vocab.wordpiece import (
     VocabConfig,
     amplification_factor,
@@ -15,6 +17,8 @@ from orchestrator.vocab.wordpiece import (
     continued_words,
     domain_terms,
     kept_whole,
+    read_target_lines,
+    read_terms,
     train_wordpiece,
 )
 
@@ -90,15 +94,49 @@ def test_ampv_keeps_more_biomedical_terms_whole_than_plain(tmp_path):
 
 
 def test_target_lines_from_task_files(tmp_path):
-    """Continued words are measured on the text field of BLUE task files, not on labels or tags."""
-    from orchestrator.vocab.wordpiece import read_target_lines
-
+    """Continued words are measured on the text of task files, a unit per sentence: never on labels or tags."""
     iob = tmp_path / "ner.tsv"
     iob.write_text("Selegiline\tB-Chemical\n-\tO\n\ninduced\tO\n", encoding="utf-8")
     hoc = tmp_path / "hoc.tsv"
     hoc.write_text("labels\tsentence\tindex\n0_0,1_1\tTumour cells invade the stroma .\t123_s1\n", encoding="utf-8")
-    assert read_target_lines([str(iob)], 10) == ["Selegiline", "-", "induced"]
-    assert read_target_lines([str(hoc)], 10)[1] == "Tumour cells invade the stroma ."
+    sts = tmp_path / "medsts.tsv"
+    sts.write_text("index\tsentence1\tsentence2\tscore\nm1\tPain in chest .\tChest pain .\t4.5\n", encoding="utf-8")
+    plain = tmp_path / "notes.txt"
+    plain.write_bytes("\ufeffFirst note .\r\n\r\nSecond\tnote .\r\n".encode())
+    assert read_target_lines([str(iob)], 10) == ["Selegiline -", "induced"]
+    assert read_target_lines([str(hoc)], 10) == ["Tumour cells invade the stroma ."]
+    assert read_target_lines([str(sts)], 10) == ["Pain in chest .", "Chest pain ."]
+    assert read_target_lines([str(plain)], 10) == ["First note .", "Second\tnote ."]
+    assert read_target_lines([str(iob), str(hoc)], 2) == ["Selegiline -", "induced"]
+
+
+def test_target_lines_of_blue_ner_file_are_its_tokens_not_ids_or_offsets():
+    """Issue 11, bug 1: on BLUE's 4-column NER rows (token, doc id, offset, tag) the longest field was
+    taken as the text: the doc id or the offset instead of the token for 67 of the 395 token lines
+    of the shipped BC5CDR-chem test file (``['.', '-', '53', 'O'] -> '53'``)."""
+    path = ROOT / "orchestrator" / "sample_data" / "blue" / "BC5CDR-chem" / "test.tsv"
+    blocks = path.read_text(encoding="utf-8").strip("\n").split("\n\n")
+    sentences = [" ".join(row.split("\t")[0] for row in block.splitlines()) for block in blocks]
+    assert len(sentences) == 40 and sum(len(s.split()) for s in sentences) == 395
+    assert read_target_lines([str(path)], 10_000) == sentences
+
+
+def test_target_and_term_files_must_be_utf8(tmp_path):
+    bad = tmp_path / "bad.tsv"
+    bad.write_bytes(b"Aspirin\tdoc1\t0\tB\nw\xe9ll\t-\t8\tO\n")
+    with pytest.raises(InputError, match=r"bad.tsv:2: invalid UTF-8 byte 0xe9 at column 2") as err:
+        read_target_lines([str(bad)], 10)
+    assert err.value.line == 2
+    terms = tmp_path / "terms.txt"
+    terms.write_bytes(b"aspirin\nc\xe9cum\n")
+    with pytest.raises(InputError, match=r"terms.txt:2: invalid UTF-8"):
+        read_terms(terms)
+    assert read_terms(_write(tmp_path / "ok.txt", "\ufeffaspirin\r\n\r\n  heparin \r\n")) == ["aspirin", "heparin"]
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_bytes(text.encode("utf-8"))
+    return path
 
 
 @pytest.mark.skipif(not PUBMED.is_file(), reason="../shared/data not present")

@@ -1,18 +1,17 @@
-"""Corpus sources: streamed readers for plain text, WikiText, JSONL and parquet, and their Ray Data edge.
+"""Corpus sources: documents of plain text, WikiText, JSONL and parquet files, and their Ray Data edge.
 
-Every reader is a plain generator over one file (tested without Ray) that yields ``Document``
-rows and never holds more than one document in memory. ``read_source`` turns a source into a
-``ray.data.Dataset`` of sentence-split documents: one read task per file, batches streamed out
-of a generator, so a corpus larger than memory flows through.
+Files are read by ``orchestrator.formats`` (one streaming reader per format, tested without Ray);
+``iter_documents`` turns their records into ``Document`` rows, one in memory at a time.
+``read_source`` turns a source into a ``ray.data.Dataset`` of sentence-split documents: one read
+task per file, batches streamed out of a generator, so a corpus larger than memory flows through.
 
 Bad input fails loudly with an ``InputError`` naming the file and line: a missing path, a 0-byte
 file, bytes that are not UTF-8, a JSONL line that is not an object or lacks the field, or a
-file that holds no document at all. CRLF line ends are accepted.
+file that holds no document at all. CRLF line ends and a UTF-8 BOM are accepted.
 """
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,17 +19,11 @@ from typing import Any, Literal
 
 from orchestrator.core.config import field, to_dict
 from orchestrator.core.errors import ConfigError, InputError
-from orchestrator.core.registry import Registry
 from orchestrator.corpus.sentences import split_sentences
+from orchestrator.formats import Layout, Passage, Row, read
 
 Format = Literal["text", "wikitext", "jsonl", "parquet"]
 Role = Literal["small", "large", "domain", "general"]
-
-#: Registered readers: name -> generator(path, source) yielding (line, text, page).
-READERS: Registry = Registry("source format")
-
-_WIKITEXT_TITLE = re.compile(r"^ ?= ([^=].*?) = ?$")
-_WIKITEXT_SUBHEADING = re.compile(r"^ ?(= ){2,}.*( =){2,} ?$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,9 +85,8 @@ def source_files(src: SourceConfig) -> list[Path]:
 
 def iter_documents(src: SourceConfig, path: Path, file_index: int = 0) -> Iterator[Document]:
     """All documents of one file of a source, streamed; raises InputError if there are none."""
-    reader = READERS.get(src.format)
     count = 0
-    for line, text, page in reader(path, src):
+    for line, text, page in _documents(src, path):
         doc_id = f"{src.name}:{file_index}:{line}"
         count += 1
         yield Document(source=src.name, doc_id=doc_id, page=page or doc_id, language=src.language, text=text)
@@ -108,97 +100,14 @@ def iter_source(src: SourceConfig) -> Iterator[Document]:
         yield from iter_documents(src, path, index)
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(1-based line number, text without line end) streamed; strict UTF-8, CRLF accepted."""
-    with open(path, "rb") as f:
-        for number, raw in enumerate(f, start=1):
-            try:
-                text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
-            except UnicodeDecodeError as exc:
-                raise InputError(path, f"invalid UTF-8 byte 0x{raw[exc.start]:02x} at column {exc.start + 1}",
-                                 line=number, expected="UTF-8 text") from None
-            yield number, text.rstrip("\r\n")
-
-
-@READERS.register("text")
-def _read_text(path: Path, src: SourceConfig) -> Iterator[tuple[int, str, str]]:
-    if src.document_split == "line":
-        for number, text in _lines(path):
-            if text.strip():
-                yield number, text.strip(), ""
-        return
-    start, para = 0, []
-    for number, text in _lines(path):
-        if text.strip():
-            if not para:
-                start = number
-            para.append(text.strip())
-        elif para:
-            yield start, "\n".join(para), ""
-            para = []
-    if para:
-        yield start, "\n".join(para), ""
-
-
-@READERS.register("wikitext")
-def _read_wikitext(path: Path, src: SourceConfig) -> Iterator[tuple[int, str, str]]:
-    """WikiText: a ` = Title = ` line starts a page; ` = = Section = = ` lines are dropped."""
-    start, title, para = 0, "", []
-    for number, text in _lines(path):
-        if _WIKITEXT_SUBHEADING.match(text):
-            continue
-        heading = _WIKITEXT_TITLE.match(text)
-        if heading:
-            if para:
-                yield start, "\n".join(para), title
-            start, title, para = number, heading.group(1).strip(), []
-            continue
-        if text.strip():
-            if not para and not title:
-                start = number
-            para.append(text.strip())
-    if para:
-        yield start, "\n".join(para), title
-
-
-@READERS.register("jsonl")
-def _read_jsonl(path: Path, src: SourceConfig) -> Iterator[tuple[int, str, str]]:
-    for number, text in _lines(path):
-        if not text.strip():
-            continue
-        try:
-            row = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InputError(path, f"invalid JSON: {exc.msg}", line=number, expected="one JSON object per line") \
-                from None
-        if not isinstance(row, dict) or not isinstance(row.get(src.text_field), str):
-            raise InputError(path, f"no string field {src.text_field!r}", line=number,
-                             expected=f'{{"{src.text_field}": "..."}}')
-        body = row[src.text_field].strip()
-        if body:
-            yield number, body, str(row.get(src.page_field, "")) if src.page_field else ""
-
-
-@READERS.register("parquet")
-def _read_parquet(path: Path, src: SourceConfig) -> Iterator[tuple[int, str, str]]:
-    import pyarrow.parquet as pq  # heavy: pyarrow
-
-    try:
-        pf = pq.ParquetFile(path)
-    except Exception as exc:  # pyarrow raises several types for a corrupt file
-        raise InputError(path, f"not a parquet file: {exc}") from None
-    columns = [src.text_field] + ([src.page_field] if src.page_field else [])
-    missing = [c for c in columns if c not in pf.schema_arrow.names]
-    if missing:
-        raise InputError(path, f"no column {missing[0]!r}", expected=f"columns {pf.schema_arrow.names}")
-    row = 0
-    for batch in pf.iter_batches(columns=columns, batch_size=1024):
-        data = batch.to_pydict()
-        pages = data.get(src.page_field) if src.page_field else None
-        for i, body in enumerate(data[src.text_field]):
-            row += 1
-            if body and str(body).strip():
-                yield row, str(body).strip(), str(pages[i]) if pages else ""
+def _documents(src: SourceConfig, path: Path) -> Iterator[tuple[int, str, str]]:
+    """(line, text, page) of every non-empty document of one file, by the ``orchestrator.formats`` reader."""
+    layout = Layout(text_field=src.text_field, page_field=src.page_field, split=src.document_split)
+    for record in read(path, src.format, layout):
+        if isinstance(record, Passage):
+            yield record.line, record.text, record.page
+        elif isinstance(record, Row) and record.text(src.text_field):
+            yield record.line, record.text(src.text_field), record.text(src.page_field) if src.page_field else ""
 
 
 # ---------------------------------------------------------------------------------------------

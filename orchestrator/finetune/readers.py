@@ -1,21 +1,25 @@
-"""Readers for BLUE's official files and for any TSV / CoNLL / JSONL dataset declared in YAML.
+"""Examples of a task from BLUE's official files and from any TSV / CoNLL / JSONL dataset declared in YAML.
 
-Every reader returns a list of ``Example``; malformed input raises ``InputError`` naming the
-file, the 1-based line and what was expected, never a bare KeyError deep in training.
+The file layouts are read by ``orchestrator.formats`` (``TaskSpec.format`` names the reader,
+``columns`` / ``positions`` / ``quoting`` its layout); this module gives the rows their task
+meaning: labels checked against the task's label set, STS scores finite and inside the task's
+``score_range``, HoC's ``k_v`` cells, BLUE's bare B/I tags typed. Malformed input raises
+``InputError`` naming the file, the 1-based line and what was expected, never a bare KeyError
+or IndexError deep in training.
 """
 from __future__ import annotations
 
-import csv
 import dataclasses
-import json
+import math
 import random
 import re
-from collections.abc import Iterator
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from orchestrator.core.errors import InputError
 from orchestrator.finetune.spec import TaskSpec
+from orchestrator.formats import Layout, Sentence, read
 
 _KV_CELL = re.compile(r"^(\d+)_([01])$")
 
@@ -40,77 +44,29 @@ def read_split(spec: TaskSpec, data_root: str | Path, split: str) -> list[Exampl
     return read_file(spec, path)
 
 
+#: TaskSpec.format -> the ``orchestrator.formats`` reader of that file layout.
+READER_OF = {"tsv": "blue_tsv", "blue_ner": "blue_ner", "iob": "iob", "conll": "conll", "jsonl": "jsonl"}
+#: Formats of one token per line (their records are sentences).
+TOKEN_FORMATS = ("blue_ner", "iob", "conll")
+
+
 def read_file(spec: TaskSpec, path: str | Path) -> list[Example]:
     path = Path(path)
     if not path.is_file():
         raise InputError(path, f"file not found for task {spec.name}", expected=f"a {spec.format} file")
-    if spec.format in ("blue_ner", "iob", "conll"):
-        examples = _read_token_file(spec, path)
-    elif spec.format == "jsonl":
-        examples = [_make_example(spec, path, line, row) for line, row in _jsonl_rows(path)]
+    layout = Layout(columns=spec.columns, positions=spec.positions, index_role="id", quoting=spec.quoting,
+                    text_field="")
+    records = read(path, READER_OF[spec.format], layout)
+    if spec.format in TOKEN_FORMATS:
+        examples = [_token_example(spec, path, sentence) for sentence in records]
     else:
-        examples = [_make_example(spec, path, line, row) for line, row in _tsv_rows(spec, path)]
+        examples = [_make_example(spec, path, row.line, row.fields) for row in records]
     if not examples:
         raise InputError(path, "no examples", expected=f"at least one {spec.family} example")
     return examples
 
 
-# --------------------------------------------------------------------------------------------- TSV
-def _tsv_rows(spec: TaskSpec, path: Path) -> Iterator[tuple[int, dict[str, str]]]:
-    """Rows as {role: cell}: by header name when the first line is a header, else by position.
-
-    csv.reader, not str.split: BLUE's pandas-written files quote cells holding a TAB.
-    """
-    quoting = csv.QUOTE_NONE if spec.quoting == "none" else csv.QUOTE_MINIMAL
-    with open(path, encoding="utf-8", newline="") as f:
-        reader = csv.reader(f, delimiter="\t", quoting=quoting)
-        rows = [(reader.line_num, cells) for cells in reader]
-    rows = [(line, cells) for line, cells in rows if cells and any(c.strip() for c in cells)]
-    if not rows:
-        return
-    wanted = {role: col for role, col in spec.columns.items()}
-    header = [h.strip() for h in rows[0][1]]
-    required = {role: col for role, col in wanted.items() if role != "id"}
-    if required and all(c in header for c in required.values()):
-        index = {role: header.index(col) for role, col in wanted.items() if col in header}
-        if "id" not in index and header[0] == "":  # pandas' unnamed index column (BLUE's BIOSSES)
-            index["id"] = 0
-        rows = rows[1:]
-    elif spec.positions and not any(c in header for c in required.values()):
-        index = dict(spec.positions)
-    else:
-        missing = [c for c in required.values() if c not in header]
-        raise InputError(path, f"header lacks columns {missing}", line=rows[0][0],
-                         expected=f"a TAB-separated header naming {list(wanted.values())}")
-    width = len(header)
-    for line, cells in rows:
-        if len(cells) != width:
-            raise InputError(path, f"{len(cells)} TAB-separated columns", line=line,
-                             expected=f"{width} columns like the first line")
-        yield line, {role: cells[i].strip() for role, i in index.items()}
-
-
-def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict]]:
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(path, f"invalid JSON: {exc.msg}", line=line_no,
-                                 expected="one JSON object per line") from None
-            if not isinstance(obj, dict):
-                raise InputError(path, "not a JSON object", line=line_no, expected="one JSON object per line")
-            yield line_no, obj
-
-
-def _make_example(spec: TaskSpec, path: Path, line: int, row: dict) -> Example:
-    if spec.format == "jsonl":
-        missing = [key for role, key in spec.columns.items() if key not in row]
-        if missing:
-            raise InputError(path, f"missing keys {missing}", line=line, expected=f"keys {list(spec.columns.values())}")
-        row = {role: row[key] for role, key in spec.columns.items()}
+def _make_example(spec: TaskSpec, path: Path, line: int, row: Mapping[str, Any]) -> Example:
     text_a = str(row.get("text_a", "")).strip()
     if not text_a:
         raise InputError(path, "empty sentence", line=line, expected="a non-empty text")
@@ -129,17 +85,28 @@ def _make_example(spec: TaskSpec, path: Path, line: int, row: dict) -> Example:
 
 def _parse_label(spec: TaskSpec, path: Path, line: int, raw: Any) -> Any:
     if spec.family == "sts":
-        try:
-            return float(raw)
-        except (TypeError, ValueError):
-            raise InputError(path, f"score {raw!r} is not a number", line=line,
-                             expected="a similarity score") from None
+        return _parse_score(spec, path, line, raw)
     if spec.family == "multilabel":
         return _parse_multilabel(spec, path, line, raw)
     label = str(raw).strip() if raw is not None else ""
     if label not in spec.labels:
         raise InputError(path, f"unknown label {label!r}", line=line, expected=f"one of {list(spec.labels)}")
     return label
+
+
+def _parse_score(spec: TaskSpec, path: Path, line: int, raw: Any) -> float:
+    """A finite similarity score, inside the task's ``score_range`` when it declares one."""
+    expected = "a similarity score" if spec.score_range is None else \
+        f"a similarity score in [{spec.score_range[0]:g}, {spec.score_range[1]:g}]"
+    try:
+        score = float(raw)
+    except (TypeError, ValueError):
+        raise InputError(path, f"score {raw!r} is not a number", line=line, expected=expected) from None
+    if not math.isfinite(score):
+        raise InputError(path, f"score {raw!r} is not a finite number", line=line, expected=expected)
+    if spec.score_range is not None and not spec.score_range[0] <= score <= spec.score_range[1]:
+        raise InputError(path, f"score {raw!r} is out of range", line=line, expected=expected)
+    return score
 
 
 def _parse_multilabel(spec: TaskSpec, path: Path, line: int, raw: Any) -> tuple[int, ...]:
@@ -167,58 +134,14 @@ def _parse_multilabel(spec: TaskSpec, path: Path, line: int, raw: Any) -> tuple[
 
 
 # ------------------------------------------------------------------------------------ token files
-def _read_token_file(spec: TaskSpec, path: Path) -> list[Example]:
-    """BLUE 4-column (token, docid or '-', offset, B/I/O), 2-column IOB, or CoNLL columns;
-    one token per line, a blank line between sentences."""
-    width = {"blue_ner": 4, "iob": 2}.get(spec.format)
-    tok_i = spec.positions.get("token", 0)
-    lab_i = spec.positions.get("label", -1)
-    examples: list[Example] = []
-    tokens: list[str] = []
-    tags: list[str] = []
-    start_line = 0
-    doc = None
-
-    def flush() -> None:
-        nonlocal tokens, tags, doc
-        if tokens:
-            examples.append(Example(id=f"{doc or path.stem}:{start_line}", text_a=tokens, label=tags,
-                                    doc=doc, line=start_line))
-        tokens, tags, doc = [], [], None
-
-    with open(path, encoding="utf-8", newline="") as f:
-        for line_no, raw in enumerate(f, 1):
-            text = raw.rstrip("\r\n")
-            if not text.strip():
-                flush()
-                continue
-            if text.startswith("-DOCSTART-"):
-                flush()
-                continue
-            cells = text.split("\t") if spec.format != "conll" or "\t" in text else text.split()
-            if width is not None and len(cells) != width:
-                raise InputError(path, f"{len(cells)} TAB-separated columns", line=line_no,
-                                 expected=f"{width} columns ({_TOKEN_LAYOUT[spec.format]})")
-            if len(cells) < 2:
-                raise InputError(path, "a token without a tag", line=line_no, expected="token and tag columns")
-            token, tag = cells[tok_i].strip(), cells[lab_i].strip()
-            if not token:
-                raise InputError(path, "empty token", line=line_no, expected="a non-empty token")
-            tag = _normalise_tag(spec, tag)
-            if tag not in spec.labels:
-                raise InputError(path, f"unknown tag {cells[lab_i]!r}", line=line_no,
-                                 expected=f"one of {list(spec.labels)}")
-            if not tokens:
-                start_line = line_no
-                if spec.format == "blue_ner" and cells[1] != "-":
-                    doc = cells[1]
-            tokens.append(token)
-            tags.append(tag)
-    flush()
-    return examples
-
-
-_TOKEN_LAYOUT = {"blue_ner": "token, docid or -, offset, B/I/O", "iob": "token, tag"}
+def _token_example(spec: TaskSpec, path: Path, sentence: Sentence) -> Example:
+    """One NER sentence; BLUE's bare B/I tags get the task's entity type, every tag must be a label."""
+    tags = [_normalise_tag(spec, tag) for tag in sentence.tags]
+    for tag, raw, line in zip(tags, sentence.tags, sentence.lines):
+        if tag not in spec.labels:
+            raise InputError(path, f"unknown tag {raw!r}", line=line, expected=f"one of {list(spec.labels)}")
+    return Example(id=f"{sentence.doc or path.stem}:{sentence.line}", text_a=list(sentence.tokens), label=tags,
+                   doc=sentence.doc or None, line=sentence.line)
 
 
 def _normalise_tag(spec: TaskSpec, tag: str) -> str:

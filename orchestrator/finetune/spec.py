@@ -9,6 +9,7 @@ and file format needs a YAML file and no code.
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 from typing import Literal
 
@@ -37,9 +38,14 @@ class TaskSpec:
     columns: dict[str, str] = field(default_factory=dict,
                                     help="role (id, text_a, text_b, label) -> header column / JSON key")
     positions: dict[str, int] = field(default_factory=dict,
-                                      help="role -> column index, used when a TSV has no header line")
+                                      help="role -> column index, used when a TSV has no header line (negative: "
+                                           "from the end); such a file must have exactly the columns the "
+                                           "positions name: max(positive)+1 plus max(|negative|)")
     quoting: Literal["csv", "none"] = field("csv", help="csv: a real CSV parser (quoted TABs); none: QUOTE_NONE")
     labels: tuple[str, ...] = field((), help="the closed label set (order is significant for HoC's k_v cells)")
+    score_range: tuple[float, float] | None = field(
+        None, help="sts: the [low, high] every gold score must lie in (BIOSSES 0-4, MedSTS 0-5); null = any "
+                   "finite number")
     negative_labels: tuple[str, ...] = field((), help="relation classes excluded from micro-F1 (false, DDI-false)")
     entity_type: str = field("", help="NER: entity type appended to bare B/I tags of BLUE's 4-column files")
     group_separator: str = field("", help="multilabel: document id = row id up to this separator")
@@ -67,6 +73,12 @@ class TaskSpec:
         if self.head_bias_init == "prior" and self.family != "multilabel":
             raise ConfigError(f"task {self.name}: head_bias_init 'prior' is defined for the multilabel family "
                               f"(sigmoid outputs), not {self.family}")
+        if self.score_range is not None:
+            low, high = self.score_range
+            if self.family != "sts":
+                raise ConfigError(f"task {self.name}: score_range is for the sts family, not {self.family}")
+            if not (math.isfinite(low) and math.isfinite(high) and low < high):
+                raise ConfigError(f"task {self.name}: score_range {list(self.score_range)} must be finite, low < high")
         unknown = [x for x in self.negative_labels if x not in self.labels]
         if unknown:
             raise ConfigError(f"task {self.name}: negative_labels {unknown} are not in labels")

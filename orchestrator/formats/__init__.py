@@ -1,1 +1,19 @@
-"""formats stage."""
+"""File formats: ONE registry of streaming readers, one per file layout, and the text view of any file.
+
+    from orchestrator.formats import Layout, read, text_units
+    for row in read("hoc/train.tsv", "blue_tsv", Layout(columns={"text": "sentence", "y": "labels"})):
+        row.line, row.fields["text"], row.fields["y"]
+    list(text_units("BC5CDR-chem/test.tsv"))   # sniffed blue_ner: the tokens of each sentence
+
+Formats (``READERS``): text, wikitext (``Passage``), jsonl, parquet, blue_tsv (``Row``), iob, conll,
+blue_ner (``Sentence``). Every text file is strict UTF-8 with the same ``InputError`` (file, line,
+byte, column); this package knows file layouts only, what a column or tag means is the caller's.
+"""
+from orchestrator.formats import records, text, tokens, tsv  # noqa: F401  (each registers its readers)
+from orchestrator.formats.base import READERS, Layout, Passage, Reader, Record, Row, Sentence, lines
+from orchestrator.formats.files import SUFFIXES, read, resolve, sniff, text_units
+from orchestrator.formats.tokens import TAG
+from orchestrator.formats.tsv import SENTENCE_COLUMNS, positional_width
+
+__all__ = ["READERS", "Layout", "Passage", "Reader", "Record", "Row", "Sentence", "SENTENCE_COLUMNS", "SUFFIXES",
+           "TAG", "lines", "positional_width", "read", "resolve", "sniff", "text_units"]

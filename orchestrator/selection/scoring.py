@@ -25,14 +25,12 @@ Targets are grouped into tasks (``target_tasks``). The headline scores (``scores
 n-gram counts and model also give per-task scores (``scores_by_task.json``), which is what the
 seed correlates with per-task gains (300 source-task-seed points in its Figure 3).
 
-Pure functions (readers, sampling plan, JSD/TVC/TTR, perplexity) are tested without Ray;
-``score_sources`` fans the sources out as Ray tasks.
+Files are read by ``orchestrator.formats`` (``read_units``). Pure functions (sampling plan,
+JSD/TVC/TTR, perplexity) are tested without Ray; ``score_sources`` fans the sources out as Ray tasks.
 """
 from __future__ import annotations
 
 import contextlib
-import csv
-import json
 import logging
 import math
 import re
@@ -54,19 +52,15 @@ from orchestrator.core.config import field
 from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
 from orchestrator.core.manifest import atomic_dir, atomic_write_json, atomic_write_text, write_manifest
 from orchestrator.core.runtime import ray_session
+from orchestrator.formats import SUFFIXES, text_units
 
 log = logging.getLogger(__name__)
 
 MEASURES = ("ppl", "jsd", "tvc", "ttr")
 #: +1: higher is closer to the target, -1: lower is closer, 0: no direction (diversity).
 CLOSER = {"ppl": -1, "jsd": -1, "tvc": 1, "ttr": 0}
-FORMATS = ("auto", "text", "jsonl", "parquet", "iob", "blue")
-#: BLUE/BLURB TSV header names whose columns hold sentences.
-SENTENCE_COLUMNS = ("sentence", "sentence1", "sentence2", "sent1", "sent2", "text")
 _TOKEN = re.compile(r"\w+(?:[-'.]\w+)*|[^\w\s]")
 _WORD = re.compile(r"[^\W\d_]{2,}(?:[-'][^\W\d_]+)*")
-_IOB_TAG = re.compile(r"^(O|[BIES]-\S+)$")
-_SOURCE_SUFFIXES = (".txt", ".jsonl", ".json", ".parquet", ".tsv", ".iob", ".conll")
 
 FUNCTION_WORDS = frozenset("""
 a about above across after afterwards against all almost along already also although always am among
@@ -103,8 +97,10 @@ class SelectionConfig:
     short_source: Literal["error", "whole"] = field(
         "error", help="a source with fewer than sample_tokens tokens: 'error' stops naming the file; "
                       "'whole' scores the whole source in every sub-sample (logged, recorded in scores.json)")
-    input_format: Literal["auto", "text", "jsonl", "parquet", "iob", "blue"] = field(
-        "auto", help="reader for every input; auto: by suffix, and for .tsv by sniffing IOB vs BLUE header")
+    input_format: Literal["auto", "text", "wikitext", "jsonl", "parquet", "iob", "conll", "blue_ner", "blue_tsv",
+                          "blue"] = field(
+        "auto", help="reader for every input (orchestrator.formats; blue = blue_tsv); auto: by suffix, and a .tsv "
+                     "by its first row (IOB / BLUE NER rows end in a tag, a BLUE header names a sentence column)")
     text_field: str = field("text", help="JSONL key / parquet column holding the text")
     gains: dict[str, list[float]] = field(
         default_factory=dict, help="downstream gain per source (one value per task x seed); if given, the "
@@ -147,142 +143,19 @@ def is_content_word(token: str) -> bool:
 
 
 # ----------------------------------------------------------------------------- readers
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(1-based line number, text without line end) of a UTF-8 file; bad bytes name the line."""
-    with open(path, "rb") as f:
-        for number, raw in enumerate(f, 1):
-            try:
-                yield number, raw.decode("utf-8").rstrip("\r\n")
-            except UnicodeDecodeError as exc:
-                raise InputError(path, f"invalid UTF-8 byte 0x{raw[exc.start]:02x} at column {exc.start + 1}",
-                                 line=number, expected="UTF-8 text") from None
-
-
-def sniff_format(path: Path) -> str:
-    """The reader for ``path``: by suffix; a .tsv is IOB when its rows end in a tag, else BLUE."""
-    suffix = path.suffix.lower()
-    if suffix in (".jsonl", ".json"):
-        return "jsonl"
-    if suffix == ".parquet":
-        return "parquet"
-    if suffix in (".iob", ".conll"):
-        return "iob"
-    if suffix != ".tsv":
-        return "text"
-    for _, line in _lines(path):
-        if not line.strip():
-            continue
-        cols = line.split("\t")
-        if any(c.strip().lower() in SENTENCE_COLUMNS for c in cols):
-            return "blue"
-        if len(cols) in (2, 4) and _IOB_TAG.match(cols[-1].strip()):
-            return "iob"
-        if len(cols) == 3:
-            return "blue"  # BLUE relation files without a header: index, sentence, label
-        raise InputError(path, "cannot tell the TSV format from its first row", line=1,
-                         expected="IOB 'token<TAB>tag', a BLUE header naming a sentence column, "
-                                  "or 'index<TAB>sentence<TAB>label'")
-    raise InputError(path, "no text (empty file)", expected="at least one line of text")
-
-
 def read_units(path: str | Path, fmt: str = "auto", text_field: str = "text") -> Iterator[str]:
-    """Text units of one file: lines (text), records (JSONL/parquet), sentences (IOB/BLUE)."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(path, "file not found")
-    if path.stat().st_size == 0:
-        raise InputError(path, "is empty (0 bytes)", expected="text to score")
-    fmt = sniff_format(path) if fmt == "auto" else fmt
-    if fmt == "text":
-        yield from (line.strip() for _, line in _lines(path) if line.strip())
-    elif fmt == "jsonl":
-        yield from _read_jsonl(path, text_field)
-    elif fmt == "parquet":
-        yield from _read_parquet(path, text_field)
-    elif fmt == "iob":
-        yield from _read_iob(path)
-    elif fmt == "blue":
-        yield from _read_blue(path)
-    else:
-        raise ConfigError(f"unknown format {fmt!r}; one of {FORMATS}")
-
-
-def _read_jsonl(path: Path, key: str) -> Iterator[str]:
-    for number, line in _lines(path):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(path, f"invalid JSON: {exc.msg}", line=number,
-                             expected="one JSON object per line") from None
-        if not isinstance(record, dict) or not isinstance(record.get(key), str):
-            raise InputError(path, f"no string field {key!r}", line=number, expected=f'{{"{key}": "..."}}')
-        if record[key].strip():
-            yield record[key].strip()
-
-
-def _read_parquet(path: Path, column: str) -> Iterator[str]:
-    import pyarrow.parquet as pq  # heavy: pyarrow
-
-    try:
-        pf = pq.ParquetFile(path)
-    except Exception as exc:  # pyarrow raises several types for a non-parquet file
-        raise InputError(path, f"not a parquet file: {exc}") from None
-    if column not in pf.schema_arrow.names:
-        raise InputError(path, f"no column {column!r}", expected=f"one of {pf.schema_arrow.names}")
-    for batch in pf.iter_batches(columns=[column], batch_size=4096):
-        for text in batch.column(0).to_pylist():
-            if isinstance(text, str) and text.strip():
-                yield text.strip()
-
-
-def _read_iob(path: Path) -> Iterator[str]:
-    """IOB/CoNLL: first column is the token, blank lines end sentences (BLUE's 4-column NER too)."""
-    words: list[str] = []
-    for _, line in _lines(path):
-        if not line.strip():
-            if words:
-                yield " ".join(words)
-            words = []
-            continue
-        token = line.split("\t")[0].strip()
-        if token:
-            words.append(token)
-    if words:
-        yield " ".join(words)
-
-
-def _read_blue(path: Path) -> Iterator[str]:
-    """BLUE/BLURB TSV: sentence columns named by the header, or column 2 of headerless RE files."""
-    text = "\n".join(line for _, line in _lines(path))
-    rows = list(csv.reader(text.splitlines(), delimiter="\t", quoting=csv.QUOTE_NONE))
-    header = [c.strip().lower() for c in rows[0]]
-    columns = [i for i, name in enumerate(header) if name in SENTENCE_COLUMNS]
-    has_header = bool(columns)
-    body = rows[1:] if has_header else rows
-    if has_header and any(len(r) > len(header) for r in body):
-        # a quoted field holds a TAB (BIOSSES dev.tsv): parse with CSV quoting instead
-        body = list(csv.reader(text.splitlines(), delimiter="\t"))[1:]
-    columns = columns or [1]
-    for number, row in enumerate(body, 2 if has_header else 1):
-        if not any(c.strip() for c in row):
-            continue
-        if len(row) <= max(columns):
-            raise InputError(path, f"row has {len(row)} columns", line=number,
-                             expected=f"at least {max(columns) + 1} tab-separated columns")
-        for i in columns:
-            if row[i].strip():
-                yield row[i].strip()
+    """Text units of one file (``orchestrator.formats.text_units``): lines of text, JSONL/parquet
+    records, sentences of token files (tokens joined by spaces) and of BLUE TSV rows."""
+    return text_units(path, "blue_tsv" if fmt == "blue" else fmt, text_field)
 
 
 def input_files(path: str | Path) -> list[Path]:
     """A file, or every file with a known suffix under a directory (sorted, for determinism)."""
     path = Path(path)
     if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in _SOURCE_SUFFIXES)
+        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in SUFFIXES)
         if not files:
-            raise InputError(path, "directory holds no readable files", expected=f"files ending in {_SOURCE_SUFFIXES}")
+            raise InputError(path, "directory holds no readable files", expected=f"files ending in {SUFFIXES}")
         return files
     if not path.exists():
         raise InputError(path, "file not found")
@@ -746,6 +619,6 @@ def _score_on_ray(targets: dict[str, TargetProfile], cfg: SelectionConfig) -> li
 
 __all__ = ["SelectionConfig", "SelectionResult", "SourceScore", "TargetProfile", "MEASURES", "FUNCTION_WORDS",
            "score_sources", "plan_selection", "score_source", "load_targets", "target_tasks", "merge_profiles",
-           "profile_target", "tokenize", "is_content_word", "read_units", "sniff_format", "input_files", "ngrams",
+           "profile_target", "tokenize", "is_content_word", "read_units", "input_files", "ngrams",
            "jensen_shannon", "type_token_ratio", "vocabulary_covered", "perplexity", "plan_samples",
            "kenlm_binary", "build_kenlm", "correlations", "task_correlations", "ranked_table"]

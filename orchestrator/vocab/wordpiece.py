@@ -24,6 +24,7 @@ from pathlib import Path
 from orchestrator.core.config import field
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.manifest import atomic_write_json, atomic_write_text
+from orchestrator.formats import read, text_units
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +42,11 @@ class VocabConfig:
     term_list: str = field("", help="file with one domain term per line for the report; empty = the "
                                     "`auto_terms` words most over-represented in the small corpus")
     auto_terms: int = field(200, help="size of the automatic domain term list")
-    target_paths: tuple[str, ...] = field((), help="plain-text files whose words are checked for "
-                                                   "continued words; empty = sentences of the small corpus")
-    max_target_lines: int = field(5000, help="lines of target text read for the report")
+    target_paths: tuple[str, ...] = field((), help="target files whose words are checked for continued words: "
+                                                   "plain text (a unit per line) or task files (BLUE TSV, IOB, "
+                                                   "BLUE 4-column NER: a unit per sentence), format sniffed; "
+                                                   "empty = sentences of the small corpus")
+    max_target_lines: int = field(5000, help="units (lines / sentences) of target text read for the report")
 
     def __post_init__(self) -> None:
         if self.vocab_size < len(SPECIAL_TOKENS) + 30:
@@ -144,46 +147,29 @@ def domain_terms(small_texts: Iterable[str], large_texts: Iterable[str], n: int,
 
 
 def read_terms(path: str | Path) -> list[str]:
+    """One term per non-blank line (strict UTF-8: a bad byte names its line)."""
     path = Path(path)
     if not path.is_file():
         raise InputError(path, "term list does not exist")
-    terms = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    terms = [passage.text for passage in read(path, "text")] if path.stat().st_size else []
     if not terms:
         raise InputError(path, "term list is empty", expected="one term per line")
     return terms
 
 
-_IOB_TAG = re.compile(r"^(O|[BIES]-\S+)$")
-
-
-def target_text(line: str, tabular: bool) -> str:
-    """The text of one line of a target file: the whole line, or for TSV task files the text field.
-
-    BLUE/BLURB task files differ in layout, so for ``.tsv`` the text is taken as the first
-    column of a token/IOB-tag pair, else the longest field (the sentence, not labels or ids).
-    """
-    if not tabular:
-        return line
-    fields = line.split("\t")
-    if len(fields) == 2 and _IOB_TAG.match(fields[1]):
-        return fields[0]
-    return max(fields, key=len)
-
-
 def read_target_lines(paths: Iterable[str], limit: int) -> list[str]:
-    """Up to ``limit`` non-empty text lines of the target files (plain text or TSV task files)."""
+    """Up to ``limit`` text units of the target files, each read by its sniffed format
+    (``orchestrator.formats.text_units``): lines of plain text, the sentence columns of BLUE TSV
+    rows, the tokens of each sentence of an IOB / BLUE NER file joined by spaces."""
     out: list[str] = []
     for raw in paths:
         path = Path(raw)
         if not path.is_file():
             raise InputError(path, "vocab target file does not exist")
-        with open(path, encoding="utf-8", errors="strict") as f:
-            for line in f:
-                text = target_text(line.rstrip("\r\n"), path.suffix == ".tsv").strip()
-                if text:
-                    out.append(text)
-                if len(out) >= limit:
-                    return out
+        for unit in text_units(path):
+            out.append(unit)
+            if len(out) >= limit:
+                return out
     return out
 
 

@@ -1,0 +1,67 @@
+"""JSON Lines and parquet: records of named fields, as ``Row`` records.
+
+With ``layout.columns`` (role -> key / column) a row's fields are keyed by role and every key
+must be present; otherwise a row holds the whole object (JSONL) or the text and page columns
+(parquet), and ``layout.text_field``, when set, must name a string field.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+from orchestrator.core.errors import InputError
+from orchestrator.formats.base import READERS, Layout, Row, lines
+
+
+@READERS.register("jsonl")
+def read_jsonl(path: Path, layout: Layout) -> Iterator[Row]:
+    """One JSON object per non-blank line."""
+    for number, text in lines(path):
+        if not text.strip():
+            continue
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(path, f"invalid JSON: {exc.msg}", line=number,
+                             expected="one JSON object per line") from None
+        if not isinstance(obj, dict):
+            raise InputError(path, f"a JSON {type(obj).__name__}, not an object", line=number,
+                             expected="one JSON object per line")
+        if layout.columns:
+            missing = [key for key in layout.columns.values() if key not in obj]
+            if missing:
+                raise InputError(path, f"missing keys {missing}", line=number,
+                                 expected=f"keys {list(layout.columns.values())}")
+            yield Row(number, {role: obj[key] for role, key in layout.columns.items()})
+            continue
+        if layout.text_field and not isinstance(obj.get(layout.text_field), str):
+            raise InputError(path, f"no string field {layout.text_field!r}", line=number,
+                             expected=f'{{"{layout.text_field}": "..."}}')
+        yield Row(number, obj)
+
+
+@READERS.register("parquet")
+def read_parquet(path: Path, layout: Layout) -> Iterator[Row]:
+    """Rows of the needed columns only, streamed in batches; ``line`` is the 1-based row."""
+    import pyarrow.parquet as pq  # heavy: pyarrow
+
+    try:
+        pf = pq.ParquetFile(path)
+    except Exception as exc:  # pyarrow raises several types for a file that is not parquet
+        raise InputError(path, f"not a parquet file: {exc}") from None
+    if layout.columns:
+        roles = dict(layout.columns)
+    else:
+        roles = {name: name for name in (layout.text_field, layout.page_field) if name}
+    names = pf.schema_arrow.names
+    missing = [c for c in roles.values() if c not in names]
+    if missing:
+        raise InputError(path, f"no column {missing[0]!r}", expected=f"one of the columns {names}")
+    columns = list(dict.fromkeys(roles.values()))
+    row = 0
+    for batch in pf.iter_batches(columns=columns, batch_size=1024):
+        data = batch.to_pydict()
+        for i in range(batch.num_rows):
+            row += 1
+            yield Row(row, {role: data[name][i] for role, name in roles.items()})
