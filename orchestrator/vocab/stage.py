@@ -13,9 +13,8 @@ import logging
 from pathlib import Path
 
 from orchestrator.core.artifacts import load_plan, shard_sentences
-from orchestrator.core.errors import InputError
 from orchestrator.core.manifest import atomic_write_json, file_sha256, write_manifest
-from orchestrator.vocab.wordpiece import VocabConfig, build_vocabulary
+from orchestrator.vocab.wordpiece import VocabConfig, build_vocabulary, read_target_lines, read_terms
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +43,12 @@ def build_vocab(cfg: VocabConfig, corpus_dir: Path, out_dir: Path) -> Path:
 
 
 def plan_vocab(cfg: VocabConfig, small_bytes: int, large_bytes: int) -> str:
-    """Dry run: what would be trained (target files are checked to exist)."""
-    for path in cfg.target_paths:
-        if not Path(path).is_file():
-            raise InputError(path, "vocab target file does not exist", expected="a text or task file")
+    """Dry run: what would be trained; the target files (and a term list) are read as the report will."""
+    targets = read_target_lines(cfg.target_paths, cfg.max_target_lines) if cfg.target_paths else []
+    terms = read_terms(cfg.term_list) if cfg.term_list else []
+    extra = (f", report on {len(targets)} target text units" if cfg.target_paths else "") + (
+        f" and {len(terms)} terms" if terms else "")
     if small_bytes and large_bytes and cfg.ampv:
-        return f"vocab: AmpV, small corpus x{max(1, round(large_bytes / small_bytes))}, size {cfg.vocab_size}"
-    return f"vocab: plain WordPiece, size {cfg.vocab_size}"
+        return (f"vocab: AmpV, small corpus x{max(1, round(large_bytes / small_bytes))}, size {cfg.vocab_size}"
+                f"{extra}")
+    return f"vocab: plain WordPiece, size {cfg.vocab_size}{extra}"
