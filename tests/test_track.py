@@ -20,6 +20,11 @@ def test_local_store_artifacts_stay_in_run_dir(tmp_path, monkeypatch):
     exp_id = ensure_experiment(uri, "bioptorch", run_dir)
     assert ensure_experiment(uri, "bioptorch", run_dir) == exp_id  # idempotent
     client = mlflow.MlflowClient(uri)
+    # the MLflow UI opens a model-training experiment on its runs, not on the GenAI traces overview
+    assert client.get_experiment(exp_id).tags["mlflow.experimentKind"] == "custom_model_development"
+    older = client.create_experiment("made-elsewhere")
+    ensure_experiment(uri, "made-elsewhere", run_dir)
+    assert client.get_experiment(older).tags["mlflow.experimentKind"] == "custom_model_development"
     run = client.create_run(exp_id)
     client.log_text(run.info.run_id, "hello", "note.txt")
     assert (run_dir / "mlartifacts" / run.info.run_id / "artifacts" / "note.txt").read_text() == "hello"

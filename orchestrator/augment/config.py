@@ -30,7 +30,8 @@ class AugmentConfig:
     min_word_length: int = field(2, help="words shorter than this, or without a letter, are never replaced")
     max_seq_length: int = field(128, help="word pieces per MLM input; longer sentences are windowed "
                                           "around the masked word")
-    batch_size: int = field(64, help="MLM inputs per forward pass")
+    batch_size: int = field(64, help="most MLM inputs per forward pass (inputs of one length share a pass; "
+                                     "an actor takes batch_size // 2 sentences per call)")
     seed: int = field(13, help="picks the words to replace; same seed, same output")
 
     def __post_init__(self):

@@ -22,6 +22,7 @@ import json
 import logging
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from orchestrator.augment.config import AugmentConfig, AugmentJobConfig, AugmentRayConfig, SimilarityConfig
@@ -61,6 +62,9 @@ class AugmentActor:
     def __init__(self, cfg: dict, model_dir: str, vectors: str, center: bool, device: str, threads: int):
         import torch  # heavy: torch
 
+        # one torch thread per actor unless whole CPUs are given: single-thread actors side by side
+        # use small matrices better than one multi-thread process, and torch's OpenMP threads
+        # spin-wait for each other, which collapses when other jobs share the cores (RESULTS.md)
         torch.set_num_threads(max(1, threads))
         acfg = AugmentConfig(**cfg)
         predictor = MaskedWordPredictor(model_dir, device=device, max_seq_length=acfg.max_seq_length,
@@ -70,10 +74,14 @@ class AugmentActor:
     def __call__(self, batch: dict) -> dict:
         import numpy as np  # heavy: numpy
 
+        began, cpu = time.time(), time.process_time()
         rows = [json.loads(text) for text in batch["row"]]
         results = self.augmenter.augment(rows)
+        n = len(results)
         return {"uid": np.asarray([r["uid"] for r in results]),
-                "result": np.asarray([json.dumps(r) for r in results], dtype=object)}
+                "result": np.asarray([json.dumps(r) for r in results], dtype=object),
+                "began": np.full(n, began), "ended": np.full(n, time.time()),
+                "cpu_s": np.full(n, (time.process_time() - cpu) / max(1, n))}
 
 
 def _actor_gpus(ray_cfg: AugmentRayConfig, device: str) -> float:
@@ -86,26 +94,50 @@ def _actor_gpus(ray_cfg: AugmentRayConfig, device: str) -> float:
     return 1.0 if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
 
 
+@dataclasses.dataclass(frozen=True)
+class CallStats:
+    """One batch of actor results as it arrives: how many rows, when the actor call began and
+    ended (``time.time()`` on the actor), and the CPU seconds the actor process spent on them."""
+
+    rows: int
+    began: float
+    ended: float
+    cpu_s: float
+
+
+def rows_per_call(cfg: AugmentConfig) -> int:
+    """Rows an actor augments per call: enough masked inputs (k per row) for full same-length
+    forward passes, few enough that the last calls do not leave the other actors idle for long."""
+    return max(1, cfg.batch_size // 2)
+
+
 def run_actor_pool(rows: list[dict], cfg: AugmentConfig, model_dir: Path, vectors: Path, center: bool,
-                   ray_cfg: AugmentRayConfig, device: str = "auto") -> list[dict]:
-    """Augment planned rows on a Ray Data actor pool (Ray must be initialised); results by uid."""
+                   ray_cfg: AugmentRayConfig, device: str = "auto",
+                   progress: Callable[[CallStats], None] | None = None) -> list[dict]:
+    """Augment planned rows on a Ray Data actor pool (Ray must be initialised); results by uid.
+    ``progress`` is called as each batch of results arrives."""
     import ray  # heavy: ray
 
     if not rows:
         return []
     gpus = _actor_gpus(ray_cfg, device)
     actor_device = "cuda" if gpus > 0 else "cpu"
-    blocks = max(ray_cfg.actors * 4, min(len(rows) // max(1, cfg.batch_size // 4), 64))
+    per_call = rows_per_call(cfg)
     ds = ray.data.from_items([{"uid": r["uid"], "row": json.dumps(r)} for r in rows],
-                             override_num_blocks=min(len(rows), blocks))
-    ds = ds.map_batches(AugmentActor, batch_size=max(1, cfg.batch_size // 4), batch_format="numpy",
-                        compute=ray.data.ActorPoolStrategy(size=ray_cfg.actors),
+                             override_num_blocks=max(ray_cfg.actors, -(-len(rows) // per_call)))
+    ds = ds.map_batches(AugmentActor, batch_size=per_call, batch_format="numpy",
+                        compute=ray.data.ActorPoolStrategy(size=ray_cfg.actors, max_tasks_in_flight_per_actor=1),
                         fn_constructor_kwargs={"cfg": to_dict(cfg), "model_dir": str(model_dir),
                                                "vectors": str(vectors), "center": center,
                                                "device": actor_device,
                                                "threads": int(ray_cfg.cpus_per_actor)},
                         num_cpus=ray_cfg.cpus_per_actor, num_gpus=gpus)
-    results = [json.loads(r["result"]) for r in ds.take_all()]
+    results = []
+    for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
+        results.extend(json.loads(r) for r in batch["result"])
+        if progress is not None:
+            progress(CallStats(len(batch["result"]), float(batch["began"].min()), float(batch["ended"].max()),
+                               float(batch["cpu_s"].sum())))
     results.sort(key=lambda r: r["uid"])
     if [r["uid"] for r in results] != [r["uid"] for r in rows]:
         raise RuntimeError("augmentation lost or duplicated rows")  # a Ray Data contract, not user input
@@ -187,6 +219,20 @@ def resolve_vectors(sim: SimilarityConfig, examples: list[Example], cache_dir: P
     return train_vectors(sim, corpus, cache_dir)
 
 
+def progress_log(total: int, every_s: float = 30.0) -> Callable[[CallStats], None]:
+    """A ``run_actor_pool`` progress callback that logs the rows done at most every ``every_s``
+    seconds, and once at the end."""
+    done, last = 0, time.time()
+
+    def tick(call: CallStats) -> None:
+        nonlocal done, last
+        done += call.rows
+        if done == total or time.time() - last >= every_s:
+            log.info("augmented %d/%d sentences", done, total)
+            last = time.time()
+    return tick
+
+
 def augment_task(spec: TaskSpec, data_dir: str | Path, out_dir: str | Path, model_dir: str | Path,
                  cfg: AugmentConfig, sim: SimilarityConfig, ray_cfg: AugmentRayConfig, *,
                  max_train_sentences: int = 0, device: str = "auto") -> AugmentResult:
@@ -204,7 +250,8 @@ def augment_task(spec: TaskSpec, data_dir: str | Path, out_dir: str | Path, mode
     log.info("augmenting %d sentences into %d (k=%d, %s masking) with %d actors", len(examples), len(rows),
              cfg.words_per_sentence, cfg.mask_mode, ray_cfg.actors)
     with ray_session(address=ray_cfg.address or None):
-        results = run_actor_pool(rows, cfg, model_dir, vectors, sim.center, ray_cfg, device)
+        results = run_actor_pool(rows, cfg, model_dir, vectors, sim.center, ray_cfg, device,
+                                 progress=progress_log(len(rows)))
     counts = count(rows, results, len(examples))
     originals = [(list(ex.text_a), list(ex.label), ex.doc or f"train-{ex.line}") for ex in examples]
     augmented = [(r["tokens"], r["tags"], f"aug{r['copy']}-{originals[r['source']][2]}") for r in results]

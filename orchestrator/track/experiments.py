@@ -1,27 +1,37 @@
-"""Experiments that keep their artifacts with the run.
+"""Experiments that keep their artifacts with the run and open on their runs in the MLflow UI.
 
 MLflow's default artifact root for a SQLite store is ./mlruns under the *current directory*, so
 artifacts of a run directory's store would land wherever the job was started. A local store gets
 its artifacts in <run_dir>/mlartifacts; a remote server keeps its own artifact root.
+
+MLflow 3's UI opens an experiment without a kind on its GenAI overview (traces); every experiment
+this project creates or logs into is marked a model-training experiment, so the UI opens on the
+runs table and the compare view.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
+from orchestrator.track import schema as S
+
 
 def ensure_experiment(uri: str, name: str, run_dir: str | Path | None) -> str:
-    """The id of experiment ``name`` at ``uri``, created (artifacts beside a local store) if absent."""
+    """The id of experiment ``name`` at ``uri``, created (artifacts beside a local store) if absent,
+    and tagged a model-training experiment."""
     import mlflow  # heavy: mlflow
 
     client = mlflow.MlflowClient(uri)
     experiment = client.get_experiment_by_name(name)
-    if experiment is not None:
-        return experiment.experiment_id
-    artifact_location = None
-    if uri.startswith("sqlite:") and run_dir is not None:
-        artifact_location = (Path(run_dir).resolve() / "mlartifacts").as_uri()
-    try:
-        return client.create_experiment(name, artifact_location=artifact_location)
-    except mlflow.exceptions.MlflowException:
-        # Another process created it between our lookup and create.
-        return client.get_experiment_by_name(name).experiment_id
+    if experiment is None:
+        artifact_location = None
+        if uri.startswith("sqlite:") and run_dir is not None:
+            artifact_location = (Path(run_dir).resolve() / "mlartifacts").as_uri()
+        try:
+            client.create_experiment(name, artifact_location=artifact_location,
+                                     tags={S.EXPERIMENT_KIND: S.MODEL_TRAINING})
+        except mlflow.exceptions.MlflowException:
+            pass  # another process created it between our lookup and create
+        experiment = client.get_experiment_by_name(name)
+    if experiment.tags.get(S.EXPERIMENT_KIND) != S.MODEL_TRAINING:
+        client.set_experiment_tag(experiment.experiment_id, S.EXPERIMENT_KIND, S.MODEL_TRAINING)
+    return experiment.experiment_id

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import re
 
+#: MLflow's experiment tag that decides what its UI opens on: the runs table for model training.
+EXPERIMENT_KIND, MODEL_TRAINING = "mlflow.experimentKind", "custom_model_development"
 KIND = "orchestrator.kind"
 KIND_SWEEP, KIND_MODEL_TASK, KIND_TRIAL, KIND_PRETRAIN = "sweep", "model_task", "trial", "pretrain"
 SWEEP_FINGERPRINT = "orchestrator.sweep_fingerprint"
