@@ -13,10 +13,15 @@ SHARED_DATA = ROOT.parent / "shared" / "data"
 
 
 @pytest.fixture(autouse=True)
-def _no_inherited_ray_address(monkeypatch):
+def _no_inherited_ray_address_or_mlflow_store(monkeypatch):
     """Each test starts without RAY_ADDRESS, so an embedded Ray never tries to reach a cluster
-    that an earlier test (or the developer's shell) pointed at and that is gone."""
+    that an earlier test (or the developer's shell) pointed at and that is gone; and without
+    MLFLOW_TRACKING_URI, which mlflow.set_tracking_uri() exports: the jobs honour a user's
+    MLFLOW_TRACKING_URI, and one left by an earlier test would send a job to that test's store."""
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    yield
+    os.environ.pop("MLFLOW_TRACKING_URI", None)
 
 
 @pytest.fixture(scope="session")
@@ -28,7 +33,7 @@ def shared_data() -> Path:
 
 def run_job(script: str, *args: str, timeout: int = 900, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     """Run `python jobs/<script>` exactly as a user would, from the project root."""
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI")}
     env.setdefault("PYTHONUNBUFFERED", "1")
     return subprocess.run([sys.executable, str(ROOT / "jobs" / script), *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)

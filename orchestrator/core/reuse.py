@@ -99,8 +99,8 @@ def model_identity(model_dir: str | Path) -> str:
     path, size and modification time, else it is computed (once: a 400 MB model is hashed once)."""
     model_dir = Path(model_dir)
     files = model_files(model_dir)
-    if not files:
-        raise OrchestratorError(f"{model_dir} holds no model files ({', '.join(MODEL_FILE_PATTERNS)})")
+    if not files:  # not built yet (a dry run plans trials of a model a stage will write): no content
+        return content_key({"no model files in": str(model_dir.resolve())})
     recorded: dict = {}
     try:
         recorded = read_manifest(model_dir).get(MODEL_FILES_FIELD) or {}
