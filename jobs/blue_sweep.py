@@ -5,13 +5,15 @@
     python jobs/blue_sweep.py --preset smoke       # the smallest preset (tests, cluster smoke runs)
     python jobs/blue_sweep.py --config configs/real_data.yaml sweep.seeds=[1,2,3]
     ray submit cluster.yaml jobs/blue_sweep.py -- --config configs/cluster.yaml
+    python jobs/blue_sweep.py --config experiments/oubiobert_ablation.yaml   # arms, one paired comparison
 """
 from __future__ import annotations
 
 import sys
 
-from orchestrator.chain import ChainConfig, plan, run
+from orchestrator.chain import ChainConfig
 from orchestrator.core.cli import JobSpec, run_job
+from orchestrator.experiment import plan, run
 
 SPEC = JobSpec(
     name="blue_sweep",

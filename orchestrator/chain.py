@@ -14,14 +14,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from orchestrator.augment.config import AugmentStageConfig
 from orchestrator.core.artifacts import SMALL_ROLES
-from orchestrator.core.config import field, to_dict
+from orchestrator.core.config import field, flatten, from_dict, to_dict
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.manifest import atomic_write_json, hash_inputs, read_manifest
-from orchestrator.core.reuse import content_key, output_key, run_stage
+from orchestrator.core.reuse import content_key, run_stage
 from orchestrator.core.runtime import ray_session, seed_everything
 from orchestrator.corpus.sources import SourceConfig
 from orchestrator.corpus.stage import CorpusConfig, input_stats, source_sizes
@@ -38,6 +40,13 @@ ALL_STAGES: tuple[str, ...] = ("corpus", "vocab", "instances", "pretrain", "augm
 #: Each stage and the stage whose output it reads (the augment stage reads the models, as the sweep does).
 UPSTREAM = {"vocab": "corpus", "instances": "vocab", "pretrain": "instances"}
 AUGMENTED_SUFFIX = "+filtered-bert"
+#: Keys an experiment's arm may not change: every arm runs in the same place, on the same Ray, into
+#: the same MLflow experiment, and through the one paired sweep.
+ARM_FIXED = ("run_name", "runs_root", "model_name", "stages", "compare_models", "ray", "tracking", "sweep",
+             "arms", "baseline")
+#: Arm keys that are not config overrides: a published model (no corpus, no pretraining), or the
+#: untrained floor of the arm's architecture (random initialisation).
+ARM_MODEL, ARM_INIT = "model", "init"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +85,14 @@ class ChainConfig:
     augment: AugmentStageConfig = field(default_factory=AugmentStageConfig,
                                         help="filtered-BERT augmentation of the sweep's NER tasks (seed 001)")
     sweep: SweepConfig = field(default_factory=SweepConfig, help="BLUE fine-tuning sweep")
+    arms: dict[str, dict[str, Any]] = field(
+        default_factory=dict, help="an experiment: arm name -> dotted overrides of this config (corpus, vocab, "
+                                   "instances, pretrain, augment keys, e.g. {corpus.mixer.name: simpt}); or "
+                                   "{model: <HF directory>} for a published model; or {init: random} for the "
+                                   "untrained floor. Stages the arms share run once; every arm goes through one "
+                                   "sweep, paired by seed. Empty = one model, as before")
+    baseline: str = field("", help="the arm the report's paired differences are taken against (default: the "
+                                   "first arm)")
 
     def __post_init__(self):
         bad = [s for s in self.stages if s not in ALL_STAGES]
@@ -86,6 +103,48 @@ class ChainConfig:
                 raise ConfigError(f"stages: {stage} needs the {upstream} stage (its output is {stage}'s input)")
         if "sweep" in self.stages and "pretrain" not in self.stages and not self.compare_models:
             raise ConfigError("stages: a sweep without pretraining needs compare_models (name: HF directory)")
+        if self.baseline and self.baseline not in self.arms:
+            raise ConfigError(f"baseline {self.baseline!r} is not an arm (arms: {list(self.arms)})")
+        for name in self.arms:
+            self.arm(name)  # every arm's config is checked when the experiment's config is read
+
+    def arm(self, name: str) -> ChainConfig:
+        """The chain config of one arm: this config with the arm's overrides (and no arms)."""
+        arm = flatten(self.arms[name])
+        if not name or _safe(name) != name:
+            raise ConfigError(f"arms: {name!r} is not a usable arm name (letters, digits, . _ -)")
+        fixed = [k for k in arm if k.split(".")[0] in ARM_FIXED]
+        if fixed:
+            raise ConfigError(f"arms.{name}.{fixed[0]}: an arm cannot change {fixed[0].split('.')[0]} (every arm "
+                              "shares the run directory, Ray, MLflow and the one paired sweep)")
+        if ARM_INIT in arm and arm[ARM_INIT] != "random":
+            raise ConfigError(f"arms.{name}.init: {arm[ARM_INIT]!r}; the only value is 'random' (the untrained floor)")
+        if ARM_MODEL in arm and len(arm) > 1:
+            raise ConfigError(f"arms.{name}: a published model ({ARM_MODEL}: <dir>) takes no other keys")
+        data = {k: v for k, v in to_dict(self).items() if k not in ("arms", "baseline")}
+        for key, value in arm.items():
+            if key in (ARM_MODEL, ARM_INIT):
+                continue
+            node = data
+            parts = key.split(".")
+            for part in parts[:-1]:
+                if not isinstance(node.get(part), dict):
+                    raise ConfigError(f"arms.{name}.{key}: {part!r} is not a config section")
+                node = node[part]
+            node[parts[-1]] = value
+        try:
+            return from_dict(ChainConfig, data)
+        except ConfigError as exc:
+            raise ConfigError(f"arms.{name}: {exc}") from None
+
+    def arm_kind(self, name: str) -> str:
+        """'model' (a published model), 'random' (the untrained floor) or 'pretrain'."""
+        arm = flatten(self.arms[name])
+        return "model" if ARM_MODEL in arm else "random" if ARM_INIT in arm else "pretrain"
+
+    @property
+    def baseline_arm(self) -> str:
+        return self.baseline or next(iter(self.arms), "")
 
     @property
     def run_dir(self) -> Path:
@@ -103,12 +162,15 @@ class ChainResult:
     results: dict
     tracking_uri: str
     pretrain_loss: tuple[float, float] | None = None
+    arms: dict[str, dict] = dataclasses.field(default_factory=dict)  # an experiment's arms: status, error
 
     def mlflow_ui_command(self) -> str:
         return f"mlflow ui --backend-store-uri {self.tracking_uri} --host 127.0.0.1 --port 5000"
 
     def summary(self) -> str:
         lines = ["", "=" * 72, f"run directory : {self.run_dir}"]
+        for name, arm in self.arms.items():
+            lines.append(f"arm {name:<10}: {arm['status']}" + (f" ({arm['error']})" if arm.get("error") else ""))
         if self.pretrain_loss:
             lines.append(f"pretraining   : loss {self.pretrain_loss[0]:.3f} -> {self.pretrain_loss[1]:.3f}")
         for kind in ("html", "md", "png"):
@@ -141,27 +203,48 @@ class CorpusResult:
         return "\n".join(lines)
 
 
+#: Where a stage output lives: (output name, e.g. "corpus" or "instances/len128"; its key) -> directory.
+Place = Callable[[str, str], Path]
+
+
+def corpus_keys(corpus: CorpusConfig, vocab: VocabConfig, instances: InstanceConfig,
+                stages: tuple[str, ...] = ("corpus", "vocab", "instances")) -> dict[str, str]:
+    """The key of every output of the first three stages, from configs and input files alone (a
+    finished stage records its key, so a downstream key never needs the upstream output itself).
+    Reads the sources' sizes and the vocabulary's target files; builds nothing."""
+    keys = {"corpus": content_key("corpus", corpus, input_stats(corpus))}
+    if "vocab" not in stages:
+        return keys
+    keys["vocab"] = content_key("vocab", vocab, hash_inputs(vocab.target_paths), keys["corpus"])
+    for length in instances.max_seq_lengths if "instances" in stages else ():
+        keys[f"instances/len{length}"] = content_key("instances", instances.output_fields(), length, keys["corpus"],
+                                                     keys["vocab"])
+    return keys
+
+
 def corpus_stages(corpus: CorpusConfig, vocab: VocabConfig, instances: InstanceConfig, run_dir: Path,
-                  stages: tuple[str, ...] = ("corpus", "vocab", "instances")) -> CorpusResult:
-    """corpus -> vocab -> instances/len<L> under ``run_dir`` (Ray must be running), each reused by key."""
+                  stages: tuple[str, ...] = ("corpus", "vocab", "instances"), place: Place | None = None,
+                  keys: dict[str, str] | None = None) -> CorpusResult:
+    """corpus -> vocab -> instances/len<L> (Ray must be running), each reused by key; by default under
+    ``run_dir`` by name, or wherever ``place`` puts each output (an experiment: by key)."""
     from orchestrator.corpus.stage import build_corpus  # heavy: Ray Data, pyarrow, tokenizers behind these
     from orchestrator.instances.stage import build_instances
     from orchestrator.vocab.stage import build_vocab
 
     run_dir = Path(run_dir)
-    corpus_key = content_key("corpus", corpus, input_stats(corpus))
-    corpus_dir = run_stage("corpus", run_dir / "corpus", corpus_key, lambda tmp: build_corpus(corpus, tmp))
-    vocab_dir = run_dir / "vocab"
+    place = place or (lambda name, key: run_dir / name)
+    keys = keys or corpus_keys(corpus, vocab, instances, stages)
+    corpus_dir = run_stage("corpus", place("corpus", keys["corpus"]), keys["corpus"],
+                           lambda tmp: build_corpus(corpus, tmp))
+    vocab_dir = place("vocab", keys["vocab"]) if "vocab" in stages else run_dir / "vocab"
     inst_dirs: dict[int, Path] = {}
     if "vocab" in stages:
-        vocab_key = content_key("vocab", vocab, hash_inputs(vocab.target_paths), output_key(corpus_dir))
-        run_stage("vocab", vocab_dir, vocab_key, lambda tmp: build_vocab(vocab, corpus_dir, tmp))
+        run_stage("vocab", vocab_dir, keys["vocab"], lambda tmp: build_vocab(vocab, corpus_dir, tmp))
     if "instances" in stages:
         for length in instances.max_seq_lengths:
-            key = content_key("instances", instances.output_fields(), length, output_key(corpus_dir),
-                              output_key(vocab_dir))
+            name = f"instances/len{length}"
             inst_dirs[length] = run_stage(
-                "instances", run_dir / "instances" / f"len{length}", key,
+                "instances", place(name, keys[name]), keys[name],
                 lambda tmp, n=length: build_instances(instances, corpus_dir, vocab_dir, tmp, n),
                 f"instances len{length}")
     counts = {"corpus": read_manifest(corpus_dir)["counts"],
@@ -329,7 +412,7 @@ def _run_stages(cfg: ChainConfig, run_dir: Path, info: dict) -> ChainResult:
                        pretrain_loss=pretrain_loss)
 
 
-def _plan_tracking(cfg: ChainConfig) -> str:
+def plan_tracking(cfg: ChainConfig) -> str:
     """The tracking line of a dry run: the store, and whether it answers (a short check)."""
     if not cfg.tracking.enabled:
         return "tracking: off"
@@ -346,7 +429,7 @@ def plan(cfg: ChainConfig) -> str:
     from orchestrator.sweep.runner import plan_sweep
 
     stages = cfg.active_stages
-    lines = [f"run directory: {cfg.run_dir}", f"stages: {' -> '.join(stages)}", _plan_tracking(cfg)]
+    lines = [f"run directory: {cfg.run_dir}", f"stages: {' -> '.join(stages)}", plan_tracking(cfg)]
     check_inputs(cfg)
     if "corpus" in stages:
         lines += ["", "== corpus, vocab, instances ==",

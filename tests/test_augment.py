@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import stat
 from pathlib import Path
 
 import pytest
@@ -266,7 +267,8 @@ def test_batched_equals_per_word_loop_and_labels_are_carried(tiny_mlm, vectors):
 
 # ---------------------------------------------------------------------------------- Ray stage
 def test_ray_pipeline_writes_a_task_directory(ray_local, tiny_mlm, vectors, tmp_path):
-    spec = load_task("bc5cdr_chemical")
+    # marked as released under a data-use agreement (as ShARe/CLEFE is): the output is owner-only
+    spec = dataclasses.replace(load_task("bc5cdr_chemical"), restricted=True)
     data_dir = SAMPLE_DIR / spec.dir
     cfg = AugmentConfig(words_per_sentence=3, candidates=5, multiple=1.5, batch_size=16)
     out = tmp_path / "aug"
@@ -289,6 +291,8 @@ def test_ray_pipeline_writes_a_task_directory(ray_local, tiny_mlm, vectors, tmp_
     assert sum(len(r["replaced"]) for r in records) == c["replaced_words"]
     assert sum(len(r["rejected"]) for r in records) == c["rejected_candidates"]
     assert "## Accepted" in (out / "examples.md").read_text()
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in [out, *out.rglob("*")]}
+    assert modes["aug"] == 0o700 and set(modes.values()) <= {0o700, 0o600} and 0o600 in modes.values()
     # the actor pool gives what one process gives: rows are seeded, not scheduled
     rows = plan_rows([(ex.text_a, ex.label) for ex in originals], cfg)
     serial = FilteredAugmenter(cfg, MaskedWordPredictor(tiny_mlm), WordVectors(vectors).similarity).augment(rows)

@@ -199,3 +199,39 @@ def test_score_range_is_declared_for_blue_sts_tasks_only():
         dataclasses.replace(load_task("chemprot"), score_range=(0.0, 1.0))
     with pytest.raises(ConfigError, match="low < high"):
         dataclasses.replace(load_task("medsts"), score_range=(5.0, 0.0))
+
+
+def test_only_the_data_use_agreement_tasks_are_restricted():
+    restricted = {load_task(n).name for n in task_names() if load_task(n).restricted}
+    assert restricted == {"MedNLI", "i2b2-2010", "ShARe/CLEFE", "MedSTS"}
+
+
+def test_tokenised_splits_of_a_restricted_task_are_owner_only(tmp_path):
+    """The encoding cache holds token ids (the text, reversibly): for a data-use-agreement task
+    its folder is 0700 and its files 0600; a public task's cache stays where it was."""
+    import os
+    import stat
+
+    from transformers import BertTokenizerFast
+
+    from orchestrator.finetune.loop import encode_cached
+    from orchestrator.finetune.trial import TrialSpec
+
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "he", "has", "fever", "is", "."]) + "\n")
+    tokenizer = BertTokenizerFast(vocab_file=str(vocab))
+    cache = tmp_path / "cache"
+    umask = os.umask(0o022)
+    try:
+        for name in ("mednli", "biosses"):
+            trial = TrialSpec("t", "m", "", name, "", 1e-5, 1, (1,), cache_dir=str(cache))
+            label = "entailment" if name == "mednli" else 1.0
+            encode_cached(flat(name), trial, "train", [Example("a1", "he has fever .", label, "he is .")], tokenizer)
+    finally:
+        os.umask(umask)
+    private = cache / "restricted"
+    (restricted_file,) = private.glob("*.json")
+    assert stat.S_IMODE(private.stat().st_mode) == 0o700
+    assert stat.S_IMODE(restricted_file.stat().st_mode) == 0o600
+    (public_file,) = cache.glob("*.json")
+    assert stat.S_IMODE(public_file.stat().st_mode) == 0o644

@@ -30,7 +30,14 @@ from orchestrator.augment.filtered import FilteredAugmenter, MaskedWordPredictor
 from orchestrator.augment.similarity import WordVectors, train_vectors
 from orchestrator.core.config import from_dict, to_dict
 from orchestrator.core.errors import ConfigError, InputError
-from orchestrator.core.manifest import atomic_write_text, hash_inputs, read_manifest, write_manifest
+from orchestrator.core.manifest import (
+    atomic_write_text,
+    hash_inputs,
+    make_private,
+    private_dir,
+    read_manifest,
+    write_manifest,
+)
 from orchestrator.core.reuse import content_key, model_identity, run_stage
 from orchestrator.core.runtime import ray_session
 from orchestrator.finetune.readers import Example, fixed_subset, read_split
@@ -245,6 +252,9 @@ def augment_task(spec: TaskSpec, data_dir: str | Path, out_dir: str | Path, mode
     out_dir.mkdir(parents=True, exist_ok=True)
     examples = training_sentences(spec, data_dir, max_train_sentences)
     cache_dir = Path(sim.cache_dir) if sim.cache_dir else out_dir.parent / "fasttext_cache"
+    if spec.restricted:  # data-use agreement: nothing derived from its text is readable by other users
+        private_dir(out_dir)
+        private_dir(cache_dir)
     vectors = resolve_vectors(sim, examples, cache_dir)
     rows = plan_rows([(ex.text_a, ex.label) for ex in examples], cfg)
     log.info("augmenting %d sentences into %d (k=%d, %s masking) with %d actors", len(examples), len(rows),
@@ -274,6 +284,8 @@ def augment_task(spec: TaskSpec, data_dir: str | Path, out_dir: str | Path, mode
                    inputs=[spec.split_path(data_dir, "train"), model_dir, vectors],
                    counts={**counts, "train_sentences_written": len(augmented) + (
                        len(originals) if cfg.include_original else 0)})
+    if spec.restricted:
+        make_private(out_dir)
     result = AugmentResult(out_dir, counts, time.time() - started)
     log.info(result.summary())
     return result

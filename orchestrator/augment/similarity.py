@@ -6,6 +6,7 @@ filter). Training uses one thread: fastText 0.9 has no seed and only thread=1 is
 """
 from __future__ import annotations
 
+import importlib.metadata
 import logging
 import multiprocessing
 import re
@@ -116,9 +117,17 @@ def _read_vec(path: Path) -> dict[str, np.ndarray]:
 
 
 def vectors_key(cfg: SimilarityConfig, corpus: Iterable[str | Path]) -> str:
-    """Cache key: the corpus files' contents and every training setting."""
+    """Cache key: the corpus files' contents, every training setting and the fastText release
+    (another build may train other vectors from the same corpus)."""
     settings = {k: getattr(cfg, k) for k in ("dim", "epochs", "min_count", "minn", "maxn", "bucket")}
-    return content_key(settings, [file_sha256(path) for path in corpus])
+    return content_key(settings, [file_sha256(path) for path in corpus], _fasttext_release())
+
+
+def _fasttext_release() -> str:
+    try:
+        return importlib.metadata.version("fasttext")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def _fit_skipgram(text: str, out: str, settings: dict) -> int:

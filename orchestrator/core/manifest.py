@@ -30,7 +30,7 @@ from orchestrator.core.config import to_dict
 from orchestrator.core.errors import OrchestratorError
 
 MANIFEST = "manifest.json"
-_TRACKED_LIBS = ("torch", "ray", "transformers", "tokenizers", "mlflow", "kenlm", "fasttext-numpy2-wheel",
+_TRACKED_LIBS = ("torch", "ray", "transformers", "tokenizers", "mlflow", "kenlm", "fasttext",
                  "numpy", "pandas", "pyarrow", "scikit-learn", "scipy", "seqeval")
 
 
@@ -82,18 +82,46 @@ def atomic_dir(final: str | Path, stage: str) -> Iterator[Path]:
         tmp.rename(final)
 
 
-def atomic_write_text(path: str | Path, text: str) -> Path:
-    """Write a file via a temp sibling and rename, so a reader never sees half of it."""
+def private_dir(path: str | Path) -> Path:
+    """Create ``path`` (or narrow it) so only its owner can enter it (0700): where files derived
+    from a task released under a data-use agreement are kept."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.mkdir(parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
+    return path
+
+
+def make_private(path: str | Path) -> Path:
+    """Narrow a file, or a folder and everything in it, to its owner: folders 0700, files 0600."""
+    path = Path(path)
+    os.chmod(path, 0o700 if path.is_dir() else 0o600)
+    if path.is_dir():
+        for root, dirs, files in os.walk(path):
+            for name in dirs:
+                os.chmod(os.path.join(root, name), 0o700)
+            for name in files:
+                os.chmod(os.path.join(root, name), 0o600)
+    return path
+
+
+def atomic_write_text(path: str | Path, text: str, *, private: bool = False) -> Path:
+    """Write a file via a temp sibling and rename, so a reader never sees half of it. ``private``:
+    the folder is made owner-only and the file is created 0600, readable by no one else at any time."""
+    path = Path(path)
+    if private:
+        private_dir(path.parent)
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    tmp.write_text(text, encoding="utf-8")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if private else 0o666)
+    with open(fd, "w", encoding="utf-8") as f:
+        f.write(text)
     os.replace(tmp, path)
     return path
 
 
-def atomic_write_json(path: str | Path, data: Any) -> Path:
-    return atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+def atomic_write_json(path: str | Path, data: Any, *, private: bool = False) -> Path:
+    return atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n", private=private)
 
 
 def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:

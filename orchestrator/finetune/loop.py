@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from orchestrator.core.manifest import atomic_write_json
+from orchestrator.core.manifest import atomic_write_json, private_dir
 from orchestrator.core.reuse import content_key
 from orchestrator.core.runtime import choose_device, seed_everything
 from orchestrator.finetune.metrics import METRICS, ner_per_tag
@@ -85,7 +85,9 @@ def encode_cached(spec: TaskSpec, trial: TrialSpec, split: str, examples: list[E
     after the first reads the tokenised split instead of tokenising it again."""
     if not trial.cache_dir:
         return encode(spec, examples, tokenizer, trial.max_seq_length)
-    path = Path(trial.cache_dir) / f"{_encoding_key(spec, trial, split, examples, tokenizer)}.json"
+    # a task under a data-use agreement keeps its token ids (its text, reversibly) in an owner-only folder
+    cache_dir = private_dir(Path(trial.cache_dir) / "restricted") if spec.restricted else Path(trial.cache_dir)
+    path = cache_dir / f"{_encoding_key(spec, trial, split, examples, tokenizer)}.json"
     if path.is_file():
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
@@ -93,7 +95,8 @@ def encode_cached(spec: TaskSpec, trial: TrialSpec, split: str, examples: list[E
         except (json.JSONDecodeError, KeyError):
             log.warning("unreadable encoding cache %s: tokenising again", path)
     enc = encode(spec, examples, tokenizer, trial.max_seq_length)
-    atomic_write_json(path, {"features": enc.features, "targets": enc.targets, "word_index": enc.word_index})
+    atomic_write_json(path, {"features": enc.features, "targets": enc.targets, "word_index": enc.word_index},
+                      private=spec.restricted)
     return enc
 
 

@@ -54,6 +54,9 @@ class TaskSpec:
                      "output's bias at the log-odds of its label's training frequency, so the first Adam steps do "
                      "not bend the encoder towards the label prior (the head's bias moves only ~lr per step); "
                      "needed when training is short (few hundred sentences, a few epochs)")
+    restricted: bool = field(False, help="released only under a data-use agreement (MedNLI, i2b2, ShARe/CLEFE, "
+                                          "MedSTS): every file derived from its text (tokenised splits, augmented "
+                                          "splits, their word vectors) is written owner-only: folders 0700, files 0600")
     cv_folds: int = field(0, help="k >= 2: stratified k-fold cross-validation on the 'all' file (seed 000's "
                                   "DocClsJp); each fold is the test set once, dev is carved from the rest")
     include: str = field("", help="family template this task was built on (resolved at load time)")

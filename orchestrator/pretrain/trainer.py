@@ -36,11 +36,18 @@ from orchestrator.core.manifest import atomic_dir, atomic_write_json, check_repl
 from orchestrator.core.reuse import KEY_FIELD, MODEL_FILES_FIELD, model_file_record, reusable
 from orchestrator.core.runtime import ray_session
 from orchestrator.instances.config import Specials
-from orchestrator.pretrain.checkpoint import HF_FILES, TOKENIZER_FILES, latest_checkpoint
+from orchestrator.pretrain.checkpoint import HF_FILES, TOKENIZER_FILES, latest_checkpoint, save_hf
 from orchestrator.pretrain.config import PretrainConfig, batch_plan, pretrain_key
 from orchestrator.pretrain.data import check_vocab_matches, masking_rule
 from orchestrator.pretrain.loop import TrainingDiverged, train_loop_per_worker
-from orchestrator.pretrain.model import SIZE_PRESETS, bert_config, check_same_architecture, model_class, read_hf_config
+from orchestrator.pretrain.model import (
+    SIZE_PRESETS,
+    bert_config,
+    build_model,
+    check_same_architecture,
+    model_class,
+    read_hf_config,
+)
 from orchestrator.track import schema as S
 from orchestrator.track.runs import PENDING, end_stage_run, start_stage_run
 
@@ -210,9 +217,10 @@ def _export_final(checkpoint, tokenizer_dir: Path, final: Path, cfg: PretrainCon
 
 
 def pretrain(cfg: PretrainConfig, instances: dict[int, Path], tokenizer_dir: Path, out_dir: Path,
-             tracking=None, run_dir: Path | None = None, *, fail_at: dict | None = None) -> PretrainResult:
+             tracking=None, run_dir: Path | None = None, *, fail_at: dict | None = None,
+             run_tags: dict[str, str] | None = None) -> PretrainResult:
     """Train (or resume) and export ``out_dir/final``; reuse a finished output of the same run.
-    ``fail_at`` is a test hook (see loop)."""
+    ``run_tags`` go on its MLflow run (an experiment's arm); ``fail_at`` is a test hook (see loop)."""
     import ray  # heavy: ray
     import ray.data
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
@@ -239,7 +247,8 @@ def pretrain(cfg: PretrainConfig, instances: dict[int, Path], tokenizer_dir: Pat
     resume_dir = _check_existing_checkpoint(cfg, out_dir, special.vocab_size, special.pad)
     if resume_dir:
         log.info("pretrain: found %s; training resumes from it", resume_dir.name)
-    tracking_info = start_stage_run(tracking, run_dir, stage=S.KIND_PRETRAIN, params=cfg, out_dir=out_dir)
+    tracking_info = start_stage_run(tracking, run_dir, stage=S.KIND_PRETRAIN, params=cfg, out_dir=out_dir,
+                                    tags=run_tags)
     try:
         with ray_session():
             datasets = {name: ray.data.read_parquet(sorted(str(p) for p in info.path.glob("*.parquet")))
@@ -286,6 +295,31 @@ def pretrain(cfg: PretrainConfig, instances: dict[int, Path], tokenizer_dir: Pat
     end_stage_run(tracking_info)
     return PretrainResult(model_dir=final, history=history, first_loss=first, last_loss=last,
                           checkpoints_dir=out_dir / CHECKPOINTS, params=params)
+
+
+def random_init(cfg: PretrainConfig, tokenizer_dir: Path, out_dir: Path) -> Path:
+    """The floor of an experiment: the model ``cfg`` would pretrain, initialised with ``cfg.seed`` and
+    never trained, written with the tokenizer to ``out_dir/final`` (a stage output, with a manifest).
+    Fine-tuning it measures what the task data alone teach this architecture."""
+    import torch  # heavy: torch
+
+    if cfg.model.init_from:
+        raise ConfigError(f"a random-initialisation arm cannot continue from model.init_from "
+                          f"{cfg.model.init_from}: it is the untrained floor of the architecture")
+    special = special_ids(Path(tokenizer_dir))
+    torch.manual_seed(cfg.seed)
+    model = build_model(cfg.model, special.vocab_size, special.pad)
+    final = Path(out_dir) / "final"
+    final.mkdir(parents=True, exist_ok=True)
+    save_hf(model, Path(tokenizer_dir), final)
+    write_manifest(final, stage="model", config=cfg.model, inputs=[tokenizer_dir], seed=cfg.seed,
+                   extra={MODEL_FILES_FIELD: model_file_record(final), "init": "random"})
+    params = sum(p.numel() for p in model.parameters())
+    write_manifest(out_dir, stage="pretrain", config=cfg, inputs=[tokenizer_dir], seed=cfg.seed,
+                   counts={"steps": 0, "total_params": params, "trainable_params": 0},
+                   extra={"final": str(final), "init": "random"})
+    log.info("random initialisation: %s (%d parameters, seed %d, no training)", final, params, cfg.seed)
+    return final
 
 
 def plan_pretrain(cfg: PretrainConfig, instances: dict[int, Path] | None, tokenizer_dir: Path | None) -> str:

@@ -154,10 +154,12 @@ def _run_tune(cfg: SweepConfig, todo: list[TrialSpec], out_dir: Path, trials_dir
 
 
 def run_sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, tracking: TrackingConfig | None,
-              run_dir: Path, variants: Sequence[Variant] = ()) -> SweepResult:
+              run_dir: Path, variants: Sequence[Variant] = (), *,
+              row_tags: dict[str, dict[str, str]] | None = None) -> SweepResult:
     """Run (or complete) the sweep; write results.json, selection.json and a manifest into out_dir.
 
-    ``variants`` add rows of models fine-tuned on other data for some tasks (``Variant``)."""
+    ``variants`` add rows of models fine-tuned on other data for some tasks (``Variant``);
+    ``row_tags`` adds MLflow tags to a row's (model, task) runs (an experiment's arm)."""
     if not models:
         raise ConfigError("run_sweep: no models given (name -> Hugging Face BERT directory)")
     bad = [f"{n}: {p}" for n, p in models.items() if not model_dir_ok(p)]
@@ -193,7 +195,7 @@ def run_sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, tracking
                    extra={"search_space": to_dict(space), "models": {k: str(v) for k, v in models.items()}})
     parent = None
     if tracking is not None:
-        model_tags = {m: {S.MODEL_DIR: str(p), S.MODEL_IDENTITY: model_identity(p)}
+        model_tags = {m: {S.MODEL_DIR: str(p), S.MODEL_IDENTITY: model_identity(p), **(row_tags or {}).get(m, {})}
                       for m, p in [*models.items(), *((v.name, Path(v.model_dir)) for v in variants)]}
         try:
             parent = log_sweep(tracking, run_dir, name=out_dir.parent.name or "sweep",

@@ -14,10 +14,12 @@ run (a re-run of the same command) sends first.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +37,7 @@ MAX_METRICS_PER_BATCH = 1000  # MLflow's log_batch limit
 
 
 def start_stage_run(tracking: TrackingConfig | None, run_dir: Path, *, stage: str, params: Any,
-                    out_dir: Path) -> dict | None:
+                    out_dir: Path, tags: dict[str, str] | None = None) -> dict | None:
     """Create (or reopen, on resume) the stage's run; returns {uri, run_id, pending}, or None when
     tracking is off or the store cannot be written (said once; the stage trains on).
 
@@ -57,7 +59,7 @@ def start_stage_run(tracking: TrackingConfig | None, run_dir: Path, *, stage: st
                 info = {"uri": uri, "run_id": recorded["run_id"], "pending": str(pending)}
                 replay_pending(info)
                 return info
-        tags = {S.KIND: stage}
+        tags = {**(tags or {}), S.KIND: stage}
         parent = mlflow.active_run()
         if parent is not None:
             tags[S.PARENT] = parent.info.run_id
@@ -172,3 +174,47 @@ class RankZeroLogger:
         log.warning("MLflow: %d metrics could not be sent; they are kept in %s and sent when the same command "
                     "runs again", len(self.queue), self.pending)
         self.queue = []
+
+
+@contextlib.contextmanager
+def parent_run(tracking: TrackingConfig | None, run_dir: Path, *, kind: str, key: str, name: str,
+               params: dict[str, Any] | None = None) -> Iterator[str | None]:
+    """An active parent run for everything started inside the block (stage runs and the sweep
+    become its children); the same ``key`` reopens the run an earlier attempt created, so a re-run
+    never leaves a second parent. Yields the run id, or None when tracking is off or the store
+    fails (said once: the work goes on without it). Ends FINISHED, or FAILED on an exception."""
+    if tracking is None or not tracking.enabled:
+        yield None
+        return
+    import mlflow  # heavy: mlflow
+
+    uri = effective_uri(tracking, run_dir)
+    try:
+        mlflow.set_tracking_uri(uri)
+        experiment_id = ensure_experiment(uri, tracking.experiment, run_dir)
+        found = mlflow.MlflowClient(uri).search_runs([experiment_id], filter_string=f"tags.`{S.EXPERIMENT_KEY}` = "
+                                                                                    f"'{key}'", max_results=1)
+        existing = found[0].info.run_id if found else None
+        run = mlflow.start_run(run_id=existing, experiment_id=experiment_id, run_name=None if existing else name,
+                               tags={S.KIND: kind, S.EXPERIMENT_KEY: key})
+        if not existing and params:
+            mlflow.log_params({k[:250]: str(v)[:500] for k, v in params.items()})
+    except Exception as exc:  # MLflow raises many types (HTTP, SQL, its own): none may stop the work
+        log.warning("MLflow: cannot start the %s run at %s (%s); the work goes on without it", kind, uri, exc)
+        yield None
+        return
+    try:
+        yield run.info.run_id
+    except BaseException:
+        _end_active("FAILED")
+        raise
+    _end_active("FINISHED")
+
+
+def _end_active(status: str) -> None:
+    import mlflow  # heavy: mlflow
+
+    try:
+        mlflow.end_run(status)
+    except Exception as exc:  # the store went away meanwhile: the run's status stays as it was
+        log.warning("MLflow: cannot end the run (%s)", exc)

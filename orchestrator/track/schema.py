@@ -12,6 +12,10 @@ Run tree of a sweep:
         trial           tags KIND=trial; per-epoch train_loss, dev, test
 
 A pretraining run carries KIND=pretrain and is a child of the run active when it started.
+
+Run tree of an experiment (``orchestrator.experiment``): one parent, KIND=experiment, EXPERIMENT_KEY;
+each arm's pretraining run and the sweep parent above are its children; the pretraining run and
+every (model, task) run carry ARM.
 """
 from __future__ import annotations
 
@@ -21,6 +25,9 @@ import re
 EXPERIMENT_KIND, MODEL_TRAINING = "mlflow.experimentKind", "custom_model_development"
 KIND = "orchestrator.kind"
 KIND_SWEEP, KIND_MODEL_TASK, KIND_TRIAL, KIND_PRETRAIN = "sweep", "model_task", "trial", "pretrain"
+KIND_EXPERIMENT = "experiment"
+EXPERIMENT_KEY = "orchestrator.experiment_key"
+ARM = "arm"
 SWEEP_FINGERPRINT = "orchestrator.sweep_fingerprint"
 CELL_DIGEST = "orchestrator.cell_digest"
 GIT_COMMIT = "git_commit"

@@ -67,7 +67,10 @@ def log_sweep(tracking: TrackingConfig, run_dir, *, name: str, config, results: 
     if existing:
         log.info("sweep: reusing MLflow parent run %s (sweep fingerprint %s)", existing, fingerprint)
     tags = {S.GIT_COMMIT: git_commit() or "unknown", S.KIND: S.KIND_SWEEP, S.SWEEP_FINGERPRINT: fingerprint}
-    with mlflow.start_run(run_id=existing, run_name=None if existing else f"sweep:{name}", tags=tags) as parent:
+    # under an experiment's run (active in this process) the sweep parent is its child
+    nested = mlflow.active_run() is not None
+    with mlflow.start_run(run_id=existing, run_name=None if existing else f"sweep:{name}", tags=tags,
+                          nested=nested) as parent:
         if not existing:
             log_params(flat_params(config))
         for model, summary in results["summary"].items():

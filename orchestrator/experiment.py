@@ -1,0 +1,242 @@
+"""Experiments: every arm of a comparison in one job, each stage built once for the arms that share it.
+
+    python jobs/blue_sweep.py --config experiments/oubiobert_ablation.yaml
+    python jobs/blue_sweep.py --config experiments/oubiobert_ablation.yaml --dry-run   # the stage graph
+
+An experiment is a chain config with ``arms:`` (``ChainConfig.arms``): each arm is the base config
+with its overrides, a published model (``{model: <dir>}``), or the untrained floor of the
+architecture (``{init: random}``). Each arm's corpus, vocabulary, instances and pretraining outputs
+live under ``<run_dir>/stages/<output>/<key>``, placed by their content key (``orchestrator.core.reuse``):
+arms whose stage would be identical share one output, built once, and a re-run reuses every
+finished one (a pretraining that was stopped resumes from its checkpoint). Then every arm's model
+goes through one sweep, with the same tasks, settings and seeds, so the differences pair by seed;
+the report compares each arm with the baseline arm.
+
+Arms run one after another: each stage already spreads over the cluster through its own Ray
+parallelism (Ray Data tasks, Train workers, Tune trials). A failing arm does not stop the others:
+its error is recorded in ``experiment.json`` and in the report, its arm is left out of the sweep,
+and a re-run redoes only what did not finish. Without ``arms:`` a config runs the chain as before.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+
+from orchestrator import chain
+from orchestrator.chain import AUGMENTED_SUFFIX, ChainConfig, ChainResult, check_inputs, corpus_keys, corpus_stages
+from orchestrator.core.config import flatten, to_dict
+from orchestrator.core.errors import ConfigError
+from orchestrator.core.manifest import atomic_write_json, is_complete
+from orchestrator.core.reuse import content_key, reusable, run_stage
+from orchestrator.core.runtime import ray_session, seed_everything
+from orchestrator.sweep.space import Variant
+from orchestrator.track import effective_uri
+from orchestrator.track import schema as S
+
+log = logging.getLogger("experiment")
+
+STAGES_DIR = "stages"
+STATUS_FILE = "experiment.json"
+RANDOM_INIT = "random-init"
+
+
+@dataclasses.dataclass(frozen=True)
+class Output:
+    """One stage output of an arm: ``name`` (corpus, vocab, instances/len128, pretrain or
+    random-init), its content key, and where it lives."""
+
+    stage: str
+    name: str
+    key: str
+    path: Path
+
+    def done(self) -> bool:
+        if self.name == "pretrain":  # its manifest records pretraining's own key; the folder is this key's
+            return is_complete(self.path) and (self.path / "final" / "config.json").is_file()
+        return reusable(self.path, self.key) and (self.stage != "pretrain"
+                                                  or (self.path / "final" / "config.json").is_file())
+
+
+@dataclasses.dataclass
+class ArmPlan:
+    name: str
+    kind: str  # pretrain | random | model (see ChainConfig.arm_kind)
+    config: ChainConfig
+    outputs: list[Output]  # in build order
+    model_dir: Path  # what the sweep fine-tunes
+
+    @property
+    def augmented(self) -> bool:
+        return self.kind != "model" and "augment" in self.config.stages and self.config.augment.enabled
+
+
+def arm_plans(cfg: ChainConfig) -> dict[str, ArmPlan]:
+    """Every arm's outputs and model directory, from configs and input files alone (nothing is built)."""
+    root = cfg.run_dir / STAGES_DIR
+    plans = {}
+    for name in cfg.arms:
+        arm, kind = cfg.arm(name), cfg.arm_kind(name)
+        if kind == "model":
+            plans[name] = ArmPlan(name, kind, arm, [], Path(flatten(cfg.arms[name])[chain.ARM_MODEL]))
+            continue
+        if "pretrain" not in arm.stages:
+            raise ConfigError(f"arms.{name}: an arm that pretrains needs the corpus, vocab, instances and pretrain "
+                              f"stages (stages: {list(arm.stages)})")
+        wanted = ("corpus", "vocab") if kind == "random" else ("corpus", "vocab", "instances")
+        keys = corpus_keys(arm.corpus, arm.vocab, arm.instances, wanted)
+        outputs = [Output(n.split("/")[0], n, k, root / n / k) for n, k in keys.items()]
+        if kind == "random":
+            key = content_key("random-init", arm.pretrain.model, arm.pretrain.seed, keys["vocab"])
+            outputs.append(Output("pretrain", RANDOM_INIT, key, root / RANDOM_INIT / key))
+        else:
+            instances = {n: k for n, k in keys.items() if n.startswith("instances/")}
+            key = content_key("pretrain", arm.pretrain, instances, keys["vocab"])
+            outputs.append(Output("pretrain", "pretrain", key, root / "pretrain" / key))
+        plans[name] = ArmPlan(name, kind, arm, outputs, outputs[-1].path / "final")
+    return plans
+
+
+def shared_outputs(plans: dict[str, ArmPlan]) -> dict[str, tuple[Output, list[str]]]:
+    """Each distinct output (by key) and the arms that use it, in build order."""
+    graph: dict[str, tuple[Output, list[str]]] = {}
+    for plan in plans.values():
+        for out in plan.outputs:
+            graph.setdefault(out.key, (out, []))[1].append(plan.name)
+    return graph
+
+
+# ---------------------------------------------------------------------------------------------
+def plan(cfg: ChainConfig) -> str:
+    """Dry run: without arms, the chain's plan; with arms, every arm's config and inputs checked, and
+    the stage graph: which outputs are built, which arms share them, which are reused from disk."""
+    if not cfg.arms:
+        return chain.plan(cfg)
+    from orchestrator.pretrain.trainer import plan_pretrain  # heavy: the stages' implementations
+    from orchestrator.sweep.runner import plan_sweep
+
+    plans = arm_plans(cfg)
+    for arm in plans.values():
+        check_inputs(arm.config)
+    graph = shared_outputs(plans)
+    lines = [f"run directory: {cfg.run_dir}", chain.plan_tracking(cfg),
+             f"experiment: {len(plans)} arm(s), baseline {cfg.baseline_arm}"]
+    for arm in plans.values():
+        what = {"model": f"published model {arm.model_dir}", "random": "untrained floor (random initialisation)",
+                "pretrain": "pretrained"}[arm.kind]
+        overrides = {k: v for k, v in flatten(cfg.arms[arm.name]).items() if k not in (chain.ARM_MODEL,
+                                                                                       chain.ARM_INIT)}
+        lines.append(f"  {arm.name}: {what}" + (f"; {overrides}" if overrides else "")
+                     + ("; NER tasks augmented (filtered-BERT)" if arm.augmented else ""))
+    per_arm = sum(len(p.outputs) for p in plans.values())
+    lines += ["", f"== stage graph: {len(graph)} output(s) for {len(plans)} arm(s) "
+                  f"({per_arm} if each arm ran as its own chain) =="]
+    for out, arms in graph.values():
+        state = "reused" if out.done() else "build"
+        lines.append(f"  {out.name:<16} {out.key[:12]}  {state:<6}  {', '.join(arms)}")
+    seen = set()
+    for arm in plans.values():
+        key = content_key(arm.config.pretrain)
+        if arm.kind == "pretrain" and key not in seen:
+            seen.add(key)
+            lines += ["", f"== pretrain ({arm.name}) ==", plan_pretrain(arm.config.pretrain, None, None)]
+    if "sweep" in cfg.stages:
+        lines += ["", "== sweep (one, over every arm: paired by seed) ==",
+                  plan_sweep(cfg.sweep, {a.name: a.model_dir for a in plans.values()})]
+    return "\n".join(lines)
+
+
+def run(cfg: ChainConfig) -> ChainResult:
+    """``python jobs/blue_sweep.py``: the chain, or with ``arms:`` the experiment."""
+    if not cfg.arms:
+        return chain.run(cfg)
+    plans = arm_plans(cfg)
+    for arm in plans.values():
+        check_inputs(arm.config)  # every arm's inputs, before Ray starts and before anything is written
+    run_dir = cfg.run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(run_dir / "chain_config.json", to_dict(cfg))
+    seed_everything(cfg.seed)
+    with ray_session(address=cfg.ray.address or None, num_cpus=cfg.ray.num_cpus or None) as info:
+        log.info("Ray %s with %s", info["mode"], {k: v for k, v in info["resources"].items() if k in ("CPU", "GPU")})
+        return _run_arms(cfg, plans, run_dir)
+
+
+def _run_arms(cfg: ChainConfig, plans: dict[str, ArmPlan], run_dir: Path) -> ChainResult:
+    from orchestrator.sweep.runner import run_sweep  # heavy: Ray Tune, torch
+    from orchestrator.track.runs import parent_run
+
+    tracking_uri = effective_uri(cfg.tracking, run_dir) if cfg.tracking.enabled else ""
+    status: dict[str, dict] = {name: {"status": "pending", "kind": p.kind} for name, p in plans.items()}
+    key = content_key("experiment", str(run_dir), sorted(cfg.arms))
+    params = {f"arm.{name}.{k}": v for name in cfg.arms for k, v in flatten(cfg.arms[name]).items()}
+    with parent_run(cfg.tracking, run_dir, kind=S.KIND_EXPERIMENT, key=key, name=f"experiment:{cfg.run_name}",
+                    params={**params, "baseline": cfg.baseline_arm}):
+        failed: dict[str, str] = {}  # output key -> the error that stopped it (arms sharing it are not retried)
+        variants = []
+        for i, arm in enumerate(plans.values(), 1):
+            log.info("[arm %d/%d] %s", i, len(plans), arm.name)
+            blocked = next((o for o in arm.outputs if o.key in failed), None)
+            if blocked is not None:
+                status[arm.name] = {"status": "failed", "kind": arm.kind, "stage": blocked.name,
+                                    "error": f"shared with a failed arm: {failed[blocked.key]}"}
+                continue
+            try:
+                variant = _build_arm(cfg, arm, run_dir)
+                if variant is not None:
+                    variants.append(variant)
+                status[arm.name] = {"status": "ok", "kind": arm.kind, "model_dir": str(arm.model_dir)}
+            except Exception as exc:  # one arm's failure never stops the others
+                stage = next((o for o in arm.outputs if not o.done()), None)
+                error = f"{type(exc).__name__}: {exc}"
+                if stage is not None:
+                    failed[stage.key] = error
+                log.error("arm %s failed%s: %s", arm.name, f" in {stage.name}" if stage else "", error)
+                status[arm.name] = {"status": "failed", "kind": arm.kind, "stage": stage.name if stage else None,
+                                    "error": error}
+            atomic_write_json(run_dir / STATUS_FILE, {"baseline": cfg.baseline_arm, "arms": status})
+        ok = [a for a in plans.values() if status[a.name]["status"] == "ok"]
+        models = {a.name: a.model_dir for a in ok if not a.augmented}
+        models.update({name: Path(path) for name, path in cfg.compare_models.items()})
+        results: dict = {}
+        if "sweep" in cfg.stages and (models or variants):
+            log.info("sweep: one paired sweep over %d arm(s)", len(models) + len(variants))
+            row_tags = {a.name: {S.ARM: a.name} for a in ok}
+            results = run_sweep(cfg.sweep, models, run_dir / "sweep", cfg.tracking, run_dir, variants,
+                                row_tags=row_tags).results
+        report = {}
+        if "report" in cfg.stages and results:
+            from orchestrator.report.blue_table import write_report  # heavy: the stage's implementation
+
+            report = write_report(results, run_dir / "report", title=f"Experiment {cfg.run_name}")
+    atomic_write_json(run_dir / STATUS_FILE, {"baseline": cfg.baseline_arm, "arms": status})
+    return ChainResult(run_dir=run_dir, report=report, results=results, tracking_uri=tracking_uri, arms=status)
+
+
+def _build_arm(cfg: ChainConfig, arm: ArmPlan, run_dir: Path) -> Variant | None:
+    """Build (or reuse) the arm's outputs; an augmented arm returns its sweep row."""
+    if arm.kind == "model":
+        return None
+    from orchestrator.pretrain.trainer import pretrain, random_init  # heavy: torch, transformers
+
+    a = arm.config
+    by_name = {o.name: o for o in arm.outputs}
+    wanted = ("corpus", "vocab") if arm.kind == "random" else ("corpus", "vocab", "instances")
+    corpus = corpus_stages(a.corpus, a.vocab, a.instances, run_dir, wanted,
+                           place=lambda name, key: by_name[name].path, keys={o.name: o.key for o in arm.outputs})
+    last = arm.outputs[-1]
+    if arm.kind == "random":
+        run_stage("pretrain", last.path, last.key, lambda tmp: random_init(a.pretrain, corpus.vocab_dir, tmp),
+                  f"random initialisation ({arm.name})")
+    else:
+        pretrain(a.pretrain, corpus.instances, corpus.vocab_dir, last.path, a.tracking, run_dir,
+                 run_tags={S.ARM: arm.name})
+    if not arm.augmented:
+        return None
+    variant, = chain.augment_stage(a.augment, cfg.sweep, {arm.name: arm.model_dir}, run_dir)
+    return dataclasses.replace(variant, name=variant.name.removesuffix(AUGMENTED_SUFFIX))
+
+
+def _failure_notes(status: dict[str, dict]) -> list[str]:
+    return [f"Arm {name} failed" + (f" in {s['stage']}" if s.get("stage") else "") + f": {s['error']}"
+            for name, s in status.items() if s["status"] == "failed"]

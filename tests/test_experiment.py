@@ -1,0 +1,119 @@
+"""Experiments: several arms in one job, shared stages built once, one paired sweep, MLflow nesting."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from conftest import run_job
+from orchestrator.core.cli import load_preset
+from orchestrator.core.config import from_dict, merge
+from orchestrator.core.errors import ConfigError
+from orchestrator.experiment import arm_plans, shared_outputs
+from orchestrator.track import schema as S
+
+#: Two pretrained arms that differ in mixing, and the untrained floor, which shares the first arm's
+#: corpus and vocabulary (the base config mixes conventionally).
+ARMS = {"conventional": {}, "simpt": {"corpus.mixer.name": "simpt"}, "floor": {"init": "random"}}
+
+
+def smoke(tmp_path, **top):
+    from orchestrator.chain import ChainConfig
+
+    base = merge(load_preset("blue_sweep", "smoke"), {"runs_root": str(tmp_path), "run_name": "exp",
+                                                      "corpus": {"mixer": {"name": "conventional"}}})
+    return from_dict(ChainConfig, merge(base, top))
+
+
+def test_an_arm_is_the_base_config_with_its_overrides(tmp_path):
+    cfg = smoke(tmp_path, arms={"a": {"corpus.mixer.name": "simpt"}, "b": {"corpus": {"mixer": {"name": "simpt"}}},
+                                "c": {}})
+    assert cfg.arm("a") == cfg.arm("b")
+    assert cfg.arm("a").corpus.mixer.name == "simpt" and cfg.arm("c").corpus.mixer.name == "conventional"
+    assert cfg.arm("a").pretrain == cfg.pretrain and cfg.arm("a").arms == {}
+    assert cfg.baseline_arm == "a"
+
+
+@pytest.mark.parametrize("arms, baseline, message", [
+    ({"a": {"sweep.seeds": [1, 2]}}, "", "cannot change sweep"),
+    ({"a": {"corpus.mixer.nmae": "simpt"}}, "", "arms.a: unknown config key 'corpus.mixer.nmae'"),
+    ({"a": {"init": "zeros"}}, "", "the only value is 'random'"),
+    ({"a": {"model": "/m", "pretrain.seed": 2}}, "", "takes no other keys"),
+    ({"a b": {}}, "", "not a usable arm name"),
+    ({"a": {}}, "b", "baseline 'b' is not an arm"),
+])
+def test_bad_arms_are_refused_naming_the_arm(tmp_path, arms, baseline, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        smoke(tmp_path, arms=arms, baseline=baseline)
+
+
+def test_the_plan_shares_outputs_between_arms_by_key(tmp_path):
+    plans = arm_plans(smoke(tmp_path, arms=ARMS))
+    graph = shared_outputs(plans)
+    by_name = {}
+    for out, arms in graph.values():
+        by_name.setdefault(out.name, []).append(sorted(arms))
+    assert by_name["corpus"] == [["conventional", "floor"], ["simpt"]]
+    assert by_name["vocab"] == [["conventional", "floor"], ["simpt"]]
+    assert by_name["instances/len64"] == [["conventional"], ["simpt"]]  # the floor needs no instances
+    assert by_name["pretrain"] == [["conventional"], ["simpt"]] and by_name["random-init"] == [["floor"]]
+    assert plans["floor"].model_dir.parent.name == plans["floor"].outputs[-1].key
+    assert len(graph) == 11 and sum(len(p.outputs) for p in plans.values()) == 13
+
+
+def test_dry_run_prints_the_stage_graph_and_builds_nothing(tmp_path):
+    res = run_job("blue_sweep.py", "--preset", "smoke", "--dry-run", f"runs_root={tmp_path}", "run_name=exp",
+                  "corpus.mixer.name=conventional", "arms.conventional={}", "arms.simpt.corpus.mixer.name=simpt",
+                  "arms.floor.init=random", "baseline=conventional", timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "experiment: 3 arm(s), baseline conventional" in res.stdout
+    assert "11 output(s) for 3 arm(s) (13 if each arm ran as its own chain)" in res.stdout
+    assert re.search(r"corpus\s+[0-9a-f]{12}\s+build\s+conventional, floor", res.stdout)
+    assert not (tmp_path / "exp" / "stages").exists()
+
+
+@pytest.mark.slow
+def test_three_arm_experiment_shares_the_corpus_pairs_the_sweep_and_nests_mlflow(tmp_path):
+    args = ["--preset", "smoke", f"runs_root={tmp_path}", "run_name=exp", "corpus.mixer.name=conventional",
+            "arms.conventional={}", "arms.simpt.corpus.mixer.name=simpt", "arms.floor.init=random",
+            "sweep.tasks=[biosses,bc5cdr_chemical]", "sweep.seeds=[1,2]", "instances.max_seq_lengths=[64]",
+            "pretrain.phase1.steps=10", "pretrain.phase2.steps=0"]
+    res = run_job("blue_sweep.py", *args, timeout=1500)
+    assert res.returncode == 0, (res.stdout[-3000:], res.stderr[-5000:])
+    run_dir = tmp_path / "exp"
+    # Counted from the manifests: the mixing stage ran twice for three arms, pretraining twice.
+    corpora = [p for p in (run_dir / "stages" / "corpus").iterdir() if (p / "manifest.json").is_file()]
+    assert len(corpora) == 2
+    assert len(list((run_dir / "stages" / "pretrain").glob("*/final/config.json"))) == 2
+    assert len(list((run_dir / "stages" / "random-init").glob("*/final/model.safetensors"))) == 1
+    status = json.loads((run_dir / "experiment.json").read_text())
+    assert {a: s["status"] for a, s in status["arms"].items()} == dict.fromkeys(ARMS, "ok")
+    results = json.loads((run_dir / "sweep" / "results.json").read_text())
+    assert set(results["models"]) == set(ARMS)
+    for arm in ARMS:  # one sweep: every arm has the same seeds on every task, so differences pair
+        assert {t: c["seeds"] for t, c in results["cells"][arm].items()} == {"BIOSSES": [1, 2],
+                                                                               "BC5CDR-chemical": [1, 2]}
+    assert re.search(r"arm conventional\s*: ok", res.stdout) and re.search(r"arm floor\s*: ok", res.stdout)
+    # MLflow: one experiment parent; each pretraining run and the sweep are its children, tagged by arm.
+    client = MlflowClient(f"sqlite:///{run_dir / 'mlflow.db'}")
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()], max_results=1000)
+    parents = [r for r in runs if r.data.tags.get(S.KIND) == S.KIND_EXPERIMENT]
+    assert len(parents) == 1
+    parent = parents[0].info.run_id
+    pretrains = [r for r in runs if r.data.tags.get(S.KIND) == S.KIND_PRETRAIN]
+    assert sorted(r.data.tags[S.ARM] for r in pretrains) == ["conventional", "simpt"]
+    assert all(r.data.tags[S.PARENT] == parent for r in pretrains)
+    sweeps = [r for r in runs if r.data.tags.get(S.KIND) == S.KIND_SWEEP]
+    assert len(sweeps) == 1 and sweeps[0].data.tags[S.PARENT] == parent
+    cells = [r for r in runs if r.data.tags.get(S.KIND) == S.KIND_MODEL_TASK]
+    assert {(r.data.tags[S.ARM], r.data.tags[S.TASK]) for r in cells} == {
+        (a, t) for a in ARMS for t in ("BIOSSES", "BC5CDR-chemical")}
+    # A re-run redoes nothing: every output and every trial is reused, and MLflow keeps one parent.
+    again = run_job("blue_sweep.py", *args, timeout=900)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert re.search(r"skipping (\d+) finished, running 0", again.stdout + again.stderr)
+    assert (again.stdout + again.stderr).count("pretrain: output complete for this config and inputs, reused") == 2
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()], max_results=1000)
+    assert len([r for r in runs if r.data.tags.get(S.KIND) == S.KIND_EXPERIMENT]) == 1
