@@ -3,9 +3,11 @@
     python jobs/report.py --run-dir runs/demo            # sqlite:///runs/demo/mlflow.db -> runs/demo/report
     python jobs/report.py --tracking-uri http://head:5000 --experiment bioptorch out_dir=report
     python jobs/report.py results_json=runs/demo/sweep/results.json out_dir=/tmp/report
+    python jobs/report.py --run-dir runs/demo baseline=conventional   # + paired differences vs that model
 
-``--run-dir``, ``--tracking-uri``, ``--experiment`` and ``--run-id`` are shorthands for the
-dotted overrides ``run_dir=``, ``tracking_uri=``, ``experiment=`` and ``run_id=``.
+``--run-dir``, ``--tracking-uri``, ``--experiment``, ``--run-id``, ``--out-dir`` and ``--baseline``
+are shorthands for the dotted overrides ``run_dir=``, ``tracking_uri=``, ``experiment=``,
+``run_id=``, ``out_dir=`` and ``baseline=``.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from orchestrator.core.config import field
 from orchestrator.core.errors import ConfigError, InputError
 
 SHORTHANDS = {"--run-dir": "run_dir", "--tracking-uri": "tracking_uri", "--experiment": "experiment",
-              "--run-id": "run_id", "--out-dir": "out_dir"}
+              "--run-id": "run_id", "--out-dir": "out_dir", "--baseline": "baseline"}
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,9 @@ class ReportConfig:
     results_json: str = field("", help="read this results.json file instead of MLflow")
     out_dir: str = field("", help="where the report goes; empty = <run_dir>/report")
     title: str = field("", help="report title; empty = derived from the MLflow run")
+    baseline: str = field("", help="a model of the results: add the paired differences of every other model "
+                                   "against it (per task, with a t-test over seeds and a bootstrap interval) and "
+                                   "comparison.json; empty = the table only")
 
     def __post_init__(self) -> None:
         if not (self.run_dir or self.tracking_uri or self.results_json):
@@ -71,12 +76,13 @@ def run(cfg: ReportConfig) -> dict[str, Path]:
         from orchestrator.report.blue_table import write_report
 
         results = read_results(cfg.results_json)
-        paths = write_report(results, cfg.resolved_out(), title=cfg.title or "BLUE results", source=cfg.results_json)
+        paths = write_report(results, cfg.resolved_out(), title=cfg.title or "BLUE results", source=cfg.results_json,
+                             baseline=cfg.baseline or None)
     else:
         from orchestrator.report.mlflow_results import regenerate_report
 
         paths = regenerate_report(cfg.resolved_out(), cfg.resolved_uri(), cfg.experiment, cfg.run_id or None,
-                                  title=cfg.title or None)
+                                  title=cfg.title or None, baseline=cfg.baseline or None)
     for kind, p in paths.items():
         print(f"{kind:8s} {p}")
     return paths
@@ -99,9 +105,16 @@ def plan(cfg: ReportConfig) -> str:
         found = load_results(uri, cfg.experiment, cfg.run_id or None)
         results = found.results
         source = f"MLflow {uri}, experiment {cfg.experiment!r}, run {found.run_id} (from its {found.source})"
+    files = "blue_table.md, .html, .png, curves.png"
+    if cfg.baseline:
+        from orchestrator.report.compare import check_baseline
+
+        check_baseline(results, cfg.baseline, cfg.results_json or source)
+        if len(results["models"]) > 1:
+            files += f", comparison.json: paired differences vs {cfg.baseline}"
     check_replaceable(cfg.resolved_out(), "report")
     return (f"report: read {source}: {len(results['models'])} model(s) x {len(results['tasks'])} task(s)\n"
-            f"        write {cfg.resolved_out()}/ (blue_table.md, .html, .png, curves.png)")
+            f"        write {cfg.resolved_out()}/ ({files})")
 
 
 def expand_shorthands(argv: list[str]) -> list[str]:

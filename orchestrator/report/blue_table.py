@@ -11,6 +11,12 @@ best underlined, ranked on the unrounded means so that "83.9" can be bold above 
 "83.9", exactly as Table 7 shows. A task whose metric has ``higher_is_better: false`` ranks
 the lowest value best. Building the table (``build_table``) is pure and tested without I/O;
 the renderers only format it.
+
+With ``baseline=<model>`` (and two or more models) the report adds "Paired differences vs
+<baseline>": per model and column the mean difference over seeds with its bootstrap interval,
+``*`` when the paired t-test gives p < 0.05, the p-values in a second table (Markdown) or each
+cell's title (HTML); and seed 001's NER before/after tables. The numbers come from
+``orchestrator.report.compare`` and are written as ``comparison.json``.
 """
 from __future__ import annotations
 
@@ -25,12 +31,16 @@ from typing import Any
 
 from orchestrator.core.manifest import atomic_dir, atomic_write_json, atomic_write_text, write_manifest
 from orchestrator.core.results import PARTIAL, summary_members, validate_results
+from orchestrator.report.compare import check_baseline, comparison_document
 
 log = logging.getLogger(__name__)
 
 DAGGER = "\u2020"
 FILES = {"md": "blue_table.md", "html": "blue_table.html", "png": "blue_table.png", "curves": "curves.png",
-         "results": "results.json"}
+         "results": "results.json", "comparison": "comparison.json"}
+MINUS = "\u2212"
+SIGNIFICANT = "*"
+NER_TITLE = "NER before / after (seed 001, Tables 3 and 4)"
 
 
 @dataclass(frozen=True)
@@ -160,8 +170,10 @@ def build_table(results: dict, scale: float = 100.0, digits: int = 1,
 
 # ---------------------------------------------------------------------------------------------
 # Renderers
-def render_markdown(table: BlueTable, title: str = "BLUE results", curves: str | None = None) -> str:
-    """GitHub Markdown: best ``**bold**``, second ``<u>underlined</u>`` as in the seed's tables."""
+def render_markdown(table: BlueTable, title: str = "BLUE results", curves: str | None = None,
+                    comparison: dict | None = None) -> str:
+    """GitHub Markdown: best ``**bold**``, second ``<u>underlined</u>`` as in the seed's tables;
+    the paired differences after the table when ``comparison`` (``compare.comparison_document``) is given."""
     head = ["Model"] + [c.label for c in table.columns]
     rule = "|" + "|".join(["---"] + [":---:"] * len(table.columns)) + "|"
     lines = [f"# {title}", "", "| " + " | ".join(head) + " |", rule]
@@ -177,6 +189,8 @@ def render_markdown(table: BlueTable, title: str = "BLUE results", curves: str |
             row.append(mean if cell.sd is None else f"{mean} ({table.text(cell.sd)})")
         lines.append("| " + " | ".join(row) + " |")
     lines += ["", _notes(table)]
+    if comparison:
+        lines += ["", comparison_markdown(table, comparison).rstrip("\n")]
     tasks = [c for c in table.columns if c.kind == "task"]
     if any(table.cell(m, c.key).selected for m in table.models for c in tasks):
         lines += ["", "## Settings selected on dev", "",
@@ -204,7 +218,8 @@ img { max-width: 100%; height: auto; }
 """
 
 
-def render_html(table: BlueTable, title: str = "BLUE results", curves_png: str | None = None) -> str:
+def render_html(table: BlueTable, title: str = "BLUE results", curves_png: str | None = None,
+                comparison: dict | None = None) -> str:
     """A self-contained page (inline CSS, no scripts, no external assets).
 
     Each score cell carries ``data-model``, ``data-column`` and ``data-rank`` so tools and
@@ -237,6 +252,8 @@ def render_html(table: BlueTable, title: str = "BLUE results", curves_png: str |
         out.append("</tr>")
     out.append("</tbody></table>")
     out.append(f'<p class="notes">{esc(_notes(table))}</p>')
+    if comparison:
+        out.append(comparison_html(table, comparison))
     tasks = [c for c in table.columns if c.kind == "task"]
     if any(table.cell(m, c.key).selected for m in table.models for c in tasks):
         out.append('<h2>Settings selected on dev</h2><table class="blue" id="selection"><thead><tr>'
@@ -250,6 +267,58 @@ def render_html(table: BlueTable, title: str = "BLUE results", curves_png: str |
         out.append(f'<h2>Learning curves</h2><img alt="learning curves" src="data:image/png;base64,{curves_png}">')
     out.append("</body></html>")
     return "\n".join(out) + "\n"
+
+
+def comparison_markdown(table: BlueTable, comparison: dict) -> str:
+    """The section "Paired differences vs <baseline>" (differences, then p-values) and the NER before/after tables."""
+    columns = _comparison_columns(table, comparison)
+    rule = "|" + "|".join(["---"] + [":---:"] * len(columns)) + "|"
+    head = "| Model | " + " | ".join(_column_label(c) for c in columns) + " |"
+    lines = [f"## Paired differences vs {_md_escape(comparison['baseline'])}", "", head, rule]
+    for model, row in comparison["rows"].items():
+        lines.append(f"| {_md_escape(model)} | " + " | ".join(_diff_text(table, row.get(c["key"])) for c in columns)
+                     + " |")
+    lines += ["", _comparison_notes(table, comparison), "",
+              "### p-values (paired t-test over seeds; n = pairs)", "", head, rule]
+    for model, row in comparison["rows"].items():
+        lines.append(f"| {_md_escape(model)} | " + " | ".join(_p_text(row.get(c["key"])) for c in columns) + " |")
+    if comparison.get("ner"):
+        lines += ["", f"## {NER_TITLE}"]
+    for tasks in comparison.get("ner", {}).values():
+        for task, ner in tasks.items():
+            lines += ["", *_ner_markdown(table, task, ner)]
+    return "\n".join(lines) + "\n"
+
+
+def comparison_html(table: BlueTable, comparison: dict) -> str:
+    """The HTML of ``comparison_markdown``: each difference cell carries ``data-model``, ``data-column``,
+    ``data-significant`` and the test in its ``title`` (p, t, pairs)."""
+    esc = html.escape
+    columns = _comparison_columns(table, comparison)
+    out = [f"<h2>Paired differences vs {esc(comparison['baseline'])}</h2>",
+           '<table class="blue" id="paired-differences"><thead><tr><th class="model">Model</th>']
+    for c in columns:
+        arrow = "" if c["higher_is_better"] else " (lower is better)"
+        metric = f'<br><span class="metric">{esc(c["metric"])}{arrow}</span>' if c["metric"] else ""
+        out.append(f'<th class="{c["kind"]}" data-column="{esc(c["key"])}">{esc(c["label"])}{metric}</th>')
+    out.append("</tr></thead><tbody>")
+    for model, row in comparison["rows"].items():
+        out.append(f'<tr data-model="{esc(model)}"><td class="model">{esc(model)}</td>')
+        for c in columns:
+            entry = row.get(c["key"])
+            significant = "true" if entry and entry["significant"] else "false"
+            out.append(f'<td class="{c["kind"]}" data-model="{esc(model)}" data-column="{esc(c["key"])}" '
+                       f'data-significant="{significant}" title="{esc(_test_text(entry))}">'
+                       f"{esc(_diff_text(table, entry))}</td>")
+        out.append("</tr>")
+    out.append("</tbody></table>")
+    out.append(f'<p class="notes">{esc(_comparison_notes(table, comparison))}</p>')
+    if comparison.get("ner"):
+        out.append(f"<h2>{esc(NER_TITLE)}</h2>")
+    for model, tasks in comparison.get("ner", {}).items():
+        for task, ner in tasks.items():
+            out.append(_ner_html(table, task, ner, model))
+    return "\n".join(out)
 
 
 def render_table_png(table: BlueTable, path: Path, title: str = "BLUE results") -> Path:
@@ -341,29 +410,45 @@ def render_curves_png(results: dict, path: Path) -> Path | None:
 
 # ---------------------------------------------------------------------------------------------
 def write_report(results: dict, out_dir: Path, title: str = "BLUE results", scale: float = 100.0,
-                 digits: int = 1, source: str | Path = "results.json") -> dict[str, Path]:
+                 digits: int = 1, source: str | Path = "results.json", baseline: str | None = None) -> dict[str, Path]:
     """Write Markdown, HTML, PNG table and learning curves atomically into ``out_dir``.
 
     ``out_dir`` appears complete (with a manifest.json and a copy of ``results``) or not at all.
-    Returns the final paths by kind: md, html, png, curves (when any cell has a curve), results,
-    manifest.
+    With ``baseline`` (one of the results' models; InputError naming ``source`` otherwise) and two
+    or more models, the Markdown and HTML add the paired differences against it and
+    ``comparison.json`` holds their numbers. Returns the final paths by kind: md, html, png, curves
+    (when any cell has a curve), results, comparison (with a baseline), manifest; the manifest
+    lists the files.
     """
     out_dir = Path(out_dir)
     table = build_table(results, scale=scale, digits=digits, source=source)
+    comparison = None
+    if baseline is not None:
+        check_baseline(results, baseline, source)
+        if len(table.models) >= 2:
+            comparison = comparison_document(results, baseline, source=source)
+        else:
+            log.info("one model only: no paired differences against %s", baseline)
     with atomic_dir(out_dir, "report") as tmp:
         written = {"md": FILES["md"], "html": FILES["html"], "png": FILES["png"], "results": FILES["results"]}
         curves = render_curves_png(results, tmp / FILES["curves"])
         if curves is not None:
             written["curves"] = FILES["curves"]
         embedded = base64.b64encode(curves.read_bytes()).decode("ascii") if curves else None
-        atomic_write_text(tmp / FILES["md"], render_markdown(table, title, curves=written.get("curves")))
-        atomic_write_text(tmp / FILES["html"], render_html(table, title, curves_png=embedded))
+        atomic_write_text(tmp / FILES["md"], render_markdown(table, title, curves=written.get("curves"),
+                                                             comparison=comparison))
+        atomic_write_text(tmp / FILES["html"], render_html(table, title, curves_png=embedded, comparison=comparison))
         render_table_png(table, tmp / FILES["png"], title)
         atomic_write_json(tmp / FILES["results"], results)
-        write_manifest(tmp, stage="report", config={"title": title, "scale": scale, "digits": digits,
-                                                    "source": str(source)},
+        config = {"title": title, "scale": scale, "digits": digits, "source": str(source), "baseline": baseline}
+        if comparison is not None:
+            atomic_write_json(tmp / FILES["comparison"], comparison)
+            written["comparison"] = FILES["comparison"]
+            config.update(alpha=comparison["alpha"], n_boot=comparison["n_boot"])
+        write_manifest(tmp, stage="report", config=config, seed=comparison["seed"] if comparison else None,
                        counts={"models": len(table.models), "tasks": len(results["tasks"]),
-                               "columns": len(table.columns)})
+                               "columns": len(table.columns)},
+                       extra={"files": sorted(written.values())})
         written["manifest"] = "manifest.json"
     paths = {kind: out_dir / name for kind, name in written.items()}
     log.info("report written: %s", paths["html"])
@@ -390,6 +475,126 @@ def _notes(table: BlueTable) -> str:
             "for a metric where lower is better the lowest ranks first). Total is the macro average over "
             f"all tasks; each group's score (clinical, biomedical) averages the tasks of that group.{scale}"
             f"{partial}")
+
+
+def _comparison_columns(table: BlueTable, comparison: dict) -> list[dict]:
+    """The comparison's columns that the table shows too (a group without tasks has none)."""
+    shown = {c.key for c in table.columns}
+    return [c for c in comparison["columns"] if c["key"] in shown]
+
+
+def _column_label(column: dict) -> str:
+    return column["label"] + ("" if column["higher_is_better"] else " (\u2193)")
+
+
+def _signed(table: BlueTable, value: float) -> str:
+    """'+1.2' / '\u22120.3' in display units; '0.0' when it rounds to zero."""
+    text = f"{abs(value) * table.scale:.{table.digits}f}"
+    if float(text) == 0:
+        return text
+    return ("+" if value > 0 else MINUS) + text
+
+
+def _diff_text(table: BlueTable, entry: dict | None) -> str:
+    """'+1.2 [\u22120.3, +2.7]*' (mean difference, bootstrap interval, * when significant), a dagger
+    when the column is partial, an en dash without pairs."""
+    if not entry or entry["mean_diff"] is None:
+        return "\u2013"
+    text = _signed(table, entry["mean_diff"])
+    if entry["ci"]:
+        text += f" [{_signed(table, entry['ci'][0])}, {_signed(table, entry['ci'][1])}]"
+    return text + (SIGNIFICANT if entry["significant"] else "") + (DAGGER if entry.get("partial") else "")
+
+
+def _p_text(entry: dict | None) -> str:
+    if not entry:
+        return "\u2013"
+    if entry["p"] is None:
+        return f"\u2013 (n={entry['n']})"
+    p = "<0.001" if entry["p"] < 0.001 else f"{entry['p']:.3f}"
+    return f"{p} (n={entry['n']})"
+
+
+def _test_text(entry: dict | None) -> str:
+    """A difference cell's title: the test, the pairs and any note."""
+    if not entry:
+        return "no cell for this task in one of the two models"
+    parts = [] if entry["p"] is None else [f"p = {entry['p']:.4g}, t = {entry['t']:.3g}"]
+    by = "seeds" if entry["pairs_by"] == "seed" else "folds"
+    parts.append(f"n = {entry['n']} pairs ({by} {', '.join(map(str, entry['paired']))})")
+    if entry.get("partial"):
+        parts.append(f"partial: averages {', '.join(entry['tasks'])} only")
+    if entry["note"]:
+        parts.append(entry["note"])
+    return "; ".join(parts)
+
+
+def _comparison_notes(table: BlueTable, comparison: dict) -> str:
+    scale = "" if table.scale == 1 else f" in points (scores x {table.scale:g})"
+    level = f"{comparison['ci_level'] * 100:g} %"
+    partial = ""
+    if any(e.get("partial") for row in comparison["rows"].values() for e in row.values()):
+        partial = (f" {DAGGER} the column averages only the tasks both models have with per-seed scores "
+                   "(the same tasks on both sides); it is not the full column.")
+    return (f"Each cell is the mean over seeds of (model \u2212 {comparison['baseline']}){scale}, paired by seed "
+            f"(by fold for cross-validated tasks), with the {level} percentile bootstrap interval of that mean "
+            f"({comparison['n_boot']} resamples of the pairs). {SIGNIFICANT} marks p < {comparison['alpha']:g} in a "
+            "two-sided paired t-test over the pairs. For a metric where lower is better (\u2193) a negative "
+            "difference is an improvement. Summary columns compare per-seed macro averages. An en dash: no "
+            f"pairs.{partial}")
+
+
+def _ner_rows(table: BlueTable, ner: dict) -> tuple[list[list[str]], list[list[str]]]:
+    """Seed 001's Table 3 (overall: before, after) and Table 4 (per tag: P, R, F1 before/after, support)."""
+    def value(row: dict | None, key: str) -> str:
+        return table.text((row or {}).get(key))
+
+    def support(before: dict | None, after: dict | None) -> str:
+        counts = [r["support"] for r in (before, after) if r]
+        return str(counts[0]) if len(set(counts)) == 1 else " / ".join(map(str, counts)) or "\u2013"
+
+    overall = [[f"{ner['baseline']} (before)", *(value(ner["overall"]["before"], k) for k in ("precision", "recall",
+                                                                                              "f1"))],
+               [f"{ner['model']} (after)", *(value(ner["overall"]["after"], k) for k in ("precision", "recall", "f1"))]]
+    per_tag = []
+    for tag, pair in [*ner["tags"].items(), ("overall", ner["overall"])]:
+        cells = [value(pair[side], k) for k in ("precision", "recall", "f1") for side in ("before", "after")]
+        per_tag.append([tag, *cells, support(pair["before"], pair["after"])])
+    return overall, per_tag
+
+
+_NER_HEAD = ["Tag", "Precision before", "Precision after", "Recall before", "Recall after", "F1 before", "F1 after",
+             "Support"]
+
+
+def _ner_note(ner: dict) -> str:
+    return "Overall: " + "; ".join(f"{k}: {v}" for k, v in ner["overall_method"].items()) + "."
+
+
+def _ner_markdown(table: BlueTable, task: str, ner: dict) -> list[str]:
+    overall, per_tag = _ner_rows(table, ner)
+    lines = [f"### NER {_md_escape(task)}: {_md_escape(ner['baseline'])} (before) vs {_md_escape(ner['model'])} "
+             "(after)", "", "| | Precision | Recall | F1 |", "|---|:---:|:---:|:---:|"]
+    lines += ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in overall]
+    lines += ["", "| " + " | ".join(_NER_HEAD) + " |", "|" + "|".join(["---"] + [":---:"] * 7) + "|"]
+    lines += ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in per_tag]
+    return [*lines, "", _ner_note(ner)]
+
+
+def _ner_html(table: BlueTable, task: str, ner: dict, model: str) -> str:
+    esc = html.escape
+    overall, per_tag = _ner_rows(table, ner)
+    attrs = f'data-model="{esc(model)}" data-task="{esc(task)}"'
+    out = [f"<h3>NER {esc(task)}: {esc(ner['baseline'])} (before) vs {esc(ner['model'])} (after)</h3>",
+           f'<table class="blue ner-overall" {attrs}><thead><tr><th class="model"></th><th>Precision</th>'
+           "<th>Recall</th><th>F1</th></tr></thead><tbody>"]
+    out += ['<tr><td class="model">' + "</td><td>".join(esc(c) for c in row) + "</td></tr>" for row in overall]
+    out.append(f'</tbody></table><table class="blue ner-tags" {attrs}><thead><tr>'
+               + "".join(f"<th>{esc(h)}</th>" for h in _NER_HEAD) + "</tr></thead><tbody>")
+    out += [f'<tr data-tag="{esc(row[0])}"><td class="model">' + "</td><td>".join(esc(c) for c in row)
+            + "</td></tr>" for row in per_tag]
+    out.append(f'</tbody></table><p class="notes">{esc(_ner_note(ner))}</p>')
+    return "\n".join(out)
 
 
 def _md_escape(text: str) -> str:
