@@ -133,9 +133,13 @@ class ChainConfig:
                 node = node[part]
             node[parts[-1]] = value
         try:
-            return from_dict(ChainConfig, data)
+            built = from_dict(ChainConfig, data)
         except ConfigError as exc:
             raise ConfigError(f"arms.{name}: {exc}") from None
+        if ARM_INIT in arm and built.pretrain.model.init_from:
+            raise ConfigError(f"arms.{name}: the untrained floor cannot continue from pretrain.model.init_from "
+                              f"{built.pretrain.model.init_from}")
+        return built
 
     def arm_kind(self, name: str) -> str:
         """'model' (a published model), 'random' (the untrained floor) or 'pretrain'."""
@@ -163,6 +167,11 @@ class ChainResult:
     tracking_uri: str
     pretrain_loss: tuple[float, float] | None = None
     arms: dict[str, dict] = dataclasses.field(default_factory=dict)  # an experiment's arms: status, error
+
+    @property
+    def exit_code(self) -> int:
+        """3 when an experiment's arm failed (the others finished and are reported), else 0."""
+        return 3 if any(arm["status"] == "failed" for arm in self.arms.values()) else 0
 
     def mlflow_ui_command(self) -> str:
         return f"mlflow ui --backend-store-uri {self.tracking_uri} --host 127.0.0.1 --port 5000"

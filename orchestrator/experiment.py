@@ -208,7 +208,11 @@ def _run_arms(cfg: ChainConfig, plans: dict[str, ArmPlan], run_dir: Path) -> Cha
         if "report" in cfg.stages and results:
             from orchestrator.report.blue_table import write_report  # heavy: the stage's implementation
 
-            report = write_report(results, run_dir / "report", title=f"Experiment {cfg.run_name}")
+            baseline = cfg.baseline_arm if cfg.baseline_arm in results["models"] else None
+            if baseline is None:
+                log.warning("the baseline arm %s has no results (it failed): no paired differences", cfg.baseline_arm)
+            report = write_report(results, run_dir / "report", title=f"Experiment {cfg.run_name}",
+                                  baseline=baseline, notes=_failure_notes(status))
     atomic_write_json(run_dir / STATUS_FILE, {"baseline": cfg.baseline_arm, "arms": status})
     return ChainResult(run_dir=run_dir, report=report, results=results, tracking_uri=tracking_uri, arms=status)
 

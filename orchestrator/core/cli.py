@@ -96,7 +96,7 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
         logging.getLogger(spec.name).info("finished in %.1f s", time.time() - start)
         if result is not None and hasattr(result, "summary"):
             print(result.summary())
-        return 0
+        return getattr(result, "exit_code", 0)
     except OrchestratorError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

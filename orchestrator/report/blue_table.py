@@ -25,6 +25,7 @@ import html
 import logging
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -171,7 +172,7 @@ def build_table(results: dict, scale: float = 100.0, digits: int = 1,
 # ---------------------------------------------------------------------------------------------
 # Renderers
 def render_markdown(table: BlueTable, title: str = "BLUE results", curves: str | None = None,
-                    comparison: dict | None = None) -> str:
+                    comparison: dict | None = None, notes: Sequence[str] = ()) -> str:
     """GitHub Markdown: best ``**bold**``, second ``<u>underlined</u>`` as in the seed's tables;
     the paired differences after the table when ``comparison`` (``compare.comparison_document``) is given."""
     head = ["Model"] + [c.label for c in table.columns]
@@ -188,7 +189,7 @@ def render_markdown(table: BlueTable, title: str = "BLUE results", curves: str |
                 mean = f"<u>{mean}</u>"
             row.append(mean if cell.sd is None else f"{mean} ({table.text(cell.sd)})")
         lines.append("| " + " | ".join(row) + " |")
-    lines += ["", _notes(table)]
+    lines += ["", _notes(table)] + [f"\n**{_md_escape(note)}**" for note in notes]
     if comparison:
         lines += ["", comparison_markdown(table, comparison).rstrip("\n")]
     tasks = [c for c in table.columns if c.kind == "task"]
@@ -219,7 +220,7 @@ img { max-width: 100%; height: auto; }
 
 
 def render_html(table: BlueTable, title: str = "BLUE results", curves_png: str | None = None,
-                comparison: dict | None = None) -> str:
+                comparison: dict | None = None, notes: Sequence[str] = ()) -> str:
     """A self-contained page (inline CSS, no scripts, no external assets).
 
     Each score cell carries ``data-model``, ``data-column`` and ``data-rank`` so tools and
@@ -252,6 +253,7 @@ def render_html(table: BlueTable, title: str = "BLUE results", curves_png: str |
         out.append("</tr>")
     out.append("</tbody></table>")
     out.append(f'<p class="notes">{esc(_notes(table))}</p>')
+    out.extend(f'<p class="notes failed"><strong>{esc(note)}</strong></p>' for note in notes)
     if comparison:
         out.append(comparison_html(table, comparison))
     tasks = [c for c in table.columns if c.kind == "task"]
@@ -410,7 +412,8 @@ def render_curves_png(results: dict, path: Path) -> Path | None:
 
 # ---------------------------------------------------------------------------------------------
 def write_report(results: dict, out_dir: Path, title: str = "BLUE results", scale: float = 100.0,
-                 digits: int = 1, source: str | Path = "results.json", baseline: str | None = None) -> dict[str, Path]:
+                 digits: int = 1, source: str | Path = "results.json", baseline: str | None = None,
+                 notes: Sequence[str] = ()) -> dict[str, Path]:
     """Write Markdown, HTML, PNG table and learning curves atomically into ``out_dir``.
 
     ``out_dir`` appears complete (with a manifest.json and a copy of ``results``) or not at all.
@@ -418,7 +421,7 @@ def write_report(results: dict, out_dir: Path, title: str = "BLUE results", scal
     or more models, the Markdown and HTML add the paired differences against it and
     ``comparison.json`` holds their numbers. Returns the final paths by kind: md, html, png, curves
     (when any cell has a curve), results, comparison (with a baseline), manifest; the manifest
-    lists the files.
+    lists the files. ``notes`` are said under the table (an experiment's failed arms).
     """
     out_dir = Path(out_dir)
     table = build_table(results, scale=scale, digits=digits, source=source)
@@ -436,8 +439,9 @@ def write_report(results: dict, out_dir: Path, title: str = "BLUE results", scal
             written["curves"] = FILES["curves"]
         embedded = base64.b64encode(curves.read_bytes()).decode("ascii") if curves else None
         atomic_write_text(tmp / FILES["md"], render_markdown(table, title, curves=written.get("curves"),
-                                                             comparison=comparison))
-        atomic_write_text(tmp / FILES["html"], render_html(table, title, curves_png=embedded, comparison=comparison))
+                                                             comparison=comparison, notes=notes))
+        atomic_write_text(tmp / FILES["html"], render_html(table, title, curves_png=embedded, comparison=comparison,
+                                                           notes=notes))
         render_table_png(table, tmp / FILES["png"], title)
         atomic_write_json(tmp / FILES["results"], results)
         config = {"title": title, "scale": scale, "digits": digits, "source": str(source), "baseline": baseline}
