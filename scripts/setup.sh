@@ -69,6 +69,11 @@ if [ ! -x "$VENV/bin/lmplz" ] || [ ! -x "$VENV/bin/build_binary" ]; then
   log "building KenLM lmplz/build_binary from the kenlm 0.3.0 sdist (~2 min)"
   work=$(mktemp -d)
   "$VPY" -m pip download -q --no-deps --no-build-isolation --no-binary kenlm "kenlm==0.3.0" -d "$work"
+  # the same sdist the lock vetted: its sha256 must be one of kenlm's in requirements/runtime.lock
+  sum=$(sha256sum "$work"/kenlm-0.3.0.tar.gz | cut -d' ' -f1)
+  if ! grep -q "sha256:$sum" requirements/runtime.lock; then
+    log "the kenlm sdist downloaded has sha256 $sum, which requirements/runtime.lock does not list"; exit 1
+  fi
   tar -xzf "$work"/kenlm-0.3.0.tar.gz -C "$work"
   src=$(find "$work" -maxdepth 1 -type d -name 'kenlm*' | head -1)
   mkdir -p "$src/build"
