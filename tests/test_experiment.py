@@ -7,7 +7,7 @@ import re
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import run_job
+from conftest import ROOT, run_job
 from orchestrator.core.cli import load_preset
 from orchestrator.core.config import from_dict, merge
 from orchestrator.core.errors import ConfigError
@@ -148,3 +148,11 @@ def test_a_failing_arm_does_not_stop_the_others(tmp_path):
     report = (tmp_path / "exp" / "report" / "blue_table.md").read_text()
     assert "Arm broken failed in corpus" in report and "bad.txt" in report
     assert re.search(r"arm broken\s*: failed", res.stdout)
+
+
+@pytest.mark.parametrize("config", sorted(p.name for p in (ROOT / "experiments").glob("*.yaml")))
+def test_shipped_experiments_dry_run_on_the_shared_data(config, shared_data):
+    res = run_job("blue_sweep.py", "--config", str(ROOT / "experiments" / config), "--dry-run", timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "dry run: config and inputs are valid" in res.stdout
+    assert re.search(r"stage graph: (\d+) output\(s\) for (\d+) arm\(s\)", res.stdout)
