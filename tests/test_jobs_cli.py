@@ -71,3 +71,12 @@ def test_an_unexpected_error_is_one_line_and_a_traceback_file(capsys):
     assert code == 1 and err.count("\n") == 2 and "unexpected ZeroDivisionError: division by zero deep inside" in err
     path = Path(re.search(r"traceback is in (\S+)\)", err).group(1))
     assert "in broken" in path.read_text() and "ZeroDivisionError" in path.read_text()
+
+
+def test_help_shows_the_values_a_plain_run_uses():
+    """--help shows the default preset applied (issue 19), not the dataclass defaults."""
+    text = run_job("blue_sweep.py", "--help", timeout=300).stdout
+    assert "preset 'default' applied" in text
+    assert "sweep.search_space = 'tiny'" in text  # the dataclass default is 'blue'
+    assert "pretrain.phase1.steps = 1200" in text
+    assert "corpus.sources = ()" not in text and "in_domain" in text

@@ -55,8 +55,15 @@ def load_preset(job: str, name: str) -> dict:
 
 
 def build_parser(spec: JobSpec) -> argparse.ArgumentParser:
-    epilog = "config keys (set in --config YAML or as dotted overrides key.path=value):\n" + "\n".join(
-        describe(spec.config_cls))
+    values, shown = None, "defaults"
+    if spec.default_preset:  # show what a plain run uses: the default preset applied
+        try:
+            values = to_dict(load_config(spec.config_cls, base=load_preset(spec.name, spec.default_preset)))
+            shown = f"the values a plain run uses, preset {spec.default_preset!r} applied"
+        except OrchestratorError:
+            values = None
+    epilog = (f"config keys (set in --config YAML or as dotted overrides key.path=value; shown with {shown}):\n"
+              + "\n".join(describe(spec.config_cls, values=values)))
     p = argparse.ArgumentParser(prog=f"python jobs/{spec.name}.py", description=spec.description, epilog=epilog,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", type=Path, help="YAML config file (applied over the preset)")

@@ -164,17 +164,20 @@ def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def describe(cls: type, prefix: str = "") -> list[str]:
-    """One line per (nested) field: dotted key, type, default, help — for --help."""
+def describe(cls: type, prefix: str = "", values: dict | None = None) -> list[str]:
+    """One line per (nested) field: dotted key, value, help — for --help. The value is taken from
+    ``values`` (a resolved config as a dict: what a plain run uses) when given, else the default."""
     lines = []
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         tp = hints[f.name]
         key = prefix + f.name
         if dataclasses.is_dataclass(tp):
-            lines.extend(describe(tp, key + "."))
+            lines.extend(describe(tp, key + ".", values.get(f.name) if values is not None else None))
             continue
-        if f.default is not dataclasses.MISSING:
+        if values is not None and f.name in values:
+            default = values[f.name]
+        elif f.default is not dataclasses.MISSING:
             default = f.default
         elif f.default_factory is not dataclasses.MISSING:
             default = f.default_factory()
