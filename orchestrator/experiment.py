@@ -91,7 +91,8 @@ def arm_plans(cfg: ChainConfig) -> dict[str, ArmPlan]:
             outputs.append(Output("pretrain", RANDOM_INIT, key, root / RANDOM_INIT / key))
         else:
             instances = {n: k for n, k in keys.items() if n.startswith("instances/")}
-            key = content_key("pretrain", arm.pretrain, instances, keys["vocab"])
+            # what the run is (operational settings such as checkpoint frequency do not count, as in pretrain_key)
+            key = content_key("pretrain", arm.pretrain.training_fields(), instances, keys["vocab"])
             outputs.append(Output("pretrain", "pretrain", key, root / "pretrain" / key))
         plans[name] = ArmPlan(name, kind, arm, outputs, outputs[-1].path / "final")
     return plans

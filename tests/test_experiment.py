@@ -156,3 +156,13 @@ def test_shipped_experiments_dry_run_on_the_shared_data(config, shared_data):
     assert res.returncode == 0, res.stderr[-3000:]
     assert "dry run: config and inputs are valid" in res.stdout
     assert re.search(r"stage graph: (\d+) output\(s\) for (\d+) arm\(s\)", res.stdout)
+
+
+def test_an_operational_setting_keeps_the_pretraining_output_and_a_training_setting_does_not(tmp_path):
+    def pretrain_key(**pretrain):
+        plans = arm_plans(smoke(tmp_path, arms={"a": {}}, pretrain=pretrain))
+        return plans["a"].outputs[-1].key
+
+    base = pretrain_key()
+    assert pretrain_key(log_every=5, checkpoint_every=7, keep_checkpoints=3) == base
+    assert pretrain_key(phase1={"learning_rate": 1.0e-3}) != base
