@@ -20,7 +20,7 @@ from typing import Any
 
 from orchestrator.augment.config import AugmentStageConfig
 from orchestrator.core.artifacts import SMALL_ROLES
-from orchestrator.core.config import field, flatten, from_dict, to_dict
+from orchestrator.core.config import field, flatten, from_dict, set_dotted, to_dict
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.manifest import atomic_write_json, hash_inputs, read_manifest
 from orchestrator.core.reuse import content_key, run_stage
@@ -123,15 +123,8 @@ class ChainConfig:
             raise ConfigError(f"arms.{name}: a published model ({ARM_MODEL}: <dir>) takes no other keys")
         data = {k: v for k, v in to_dict(self).items() if k not in ("arms", "baseline")}
         for key, value in arm.items():
-            if key in (ARM_MODEL, ARM_INIT):
-                continue
-            node = data
-            parts = key.split(".")
-            for part in parts[:-1]:
-                if not isinstance(node.get(part), dict):
-                    raise ConfigError(f"arms.{name}.{key}: {part!r} is not a config section")
-                node = node[part]
-            node[parts[-1]] = value
+            if key not in (ARM_MODEL, ARM_INIT):
+                set_dotted(data, key.split("."), value)  # as a command-line override would
         try:
             built = from_dict(ChainConfig, data)
         except ConfigError as exc:

@@ -52,10 +52,9 @@ class Output:
     path: Path
 
     def done(self) -> bool:
-        if self.name == "pretrain":  # its manifest records pretraining's own key; the folder is this key's
-            return is_complete(self.path) and (self.path / "final" / "config.json").is_file()
-        return reusable(self.path, self.key) and (self.stage != "pretrain"
-                                                  or (self.path / "final" / "config.json").is_file())
+        # pretraining's manifest records its own key (pretrain_key); its folder is named by this one
+        finished = is_complete(self.path) if self.name == "pretrain" else reusable(self.path, self.key)
+        return finished and (self.stage != "pretrain" or (self.path / "final" / "config.json").is_file())
 
 
 @dataclasses.dataclass

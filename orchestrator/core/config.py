@@ -62,16 +62,20 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 def apply_overrides(data: dict, overrides: list[str]) -> dict:
     data = _deep_copy(data)
     for text in overrides:
-        path, value = parse_override(text)
-        node = data
-        for part in path[:-1]:
-            child = node.get(part)
-            if not isinstance(child, dict):
-                child = {}
-                node[part] = child
-            node = child
-        node[path[-1]] = value
+        set_dotted(data, *parse_override(text))
     return data
+
+
+def set_dotted(data: dict, path: list[str], value: Any) -> None:
+    """Set ``value`` at ``path`` (['a', 'b', 'c'] for a.b.c) of a nested mapping, making sections on the way."""
+    node = data
+    for part in path[:-1]:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = {}
+            node[part] = child
+        node = child
+    node[path[-1]] = value
 
 
 def merge(base: dict, top: dict) -> dict:
