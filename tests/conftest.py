@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -46,3 +47,30 @@ def ray_local():
 
     with ray_session(num_cpus=2, log_to_driver=False):
         yield
+
+
+#: Two pretrained arms that differ in mixing, and the untrained floor, which shares the first arm's
+#: corpus and vocabulary (the base config mixes conventionally).
+EXPERIMENT_ARMS = {"conventional": {}, "simpt": {"corpus.mixer.name": "simpt"}, "floor": {"init": "random"}}
+EXPERIMENT_ARGS = ["--preset", "smoke", "run_name=exp", "corpus.mixer.name=conventional",
+                   "arms.conventional={}", "arms.simpt.corpus.mixer.name=simpt", "arms.floor.init=random",
+                   "sweep.tasks=[biosses,bc5cdr_chemical]", "sweep.seeds=[1,2]", "instances.max_seq_lengths=[64]",
+                   "pretrain.phase1.steps=10", "pretrain.phase2.steps=0"]
+
+
+@dataclass
+class ExperimentRun:
+    run_dir: Path
+    first: subprocess.CompletedProcess  # the run that built everything
+    again: subprocess.CompletedProcess  # the same command once more: reuses everything
+
+
+@pytest.fixture(scope="session")
+def experiment_run(tmp_path_factory) -> ExperimentRun:
+    """The 3-arm smoke experiment (EXPERIMENT_ARMS), run to the end, then run again; shared by the
+    experiment, MLflow and dashboard tests (about two minutes on 2 cores)."""
+    root = tmp_path_factory.mktemp("experiment")
+    args = [*EXPERIMENT_ARGS, f"runs_root={root}"]
+    first = run_job("blue_sweep.py", *args, timeout=1500)
+    again = run_job("blue_sweep.py", *args, timeout=900) if first.returncode == 0 else first
+    return ExperimentRun(root / "exp", first, again)

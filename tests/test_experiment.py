@@ -7,16 +7,13 @@ import re
 import pytest
 from mlflow.tracking import MlflowClient
 
+from conftest import EXPERIMENT_ARMS as ARMS
 from conftest import ROOT, run_job
 from orchestrator.core.cli import load_preset
 from orchestrator.core.config import from_dict, merge
 from orchestrator.core.errors import ConfigError
 from orchestrator.experiment import arm_plans, shared_outputs
 from orchestrator.track import schema as S
-
-#: Two pretrained arms that differ in mixing, and the untrained floor, which shares the first arm's
-#: corpus and vocabulary (the base config mixes conventionally).
-ARMS = {"conventional": {}, "simpt": {"corpus.mixer.name": "simpt"}, "floor": {"init": "random"}}
 
 
 def smoke(tmp_path, **top):
@@ -76,14 +73,9 @@ def test_dry_run_prints_the_stage_graph_and_builds_nothing(tmp_path):
 
 
 @pytest.mark.slow
-def test_three_arm_experiment_shares_the_corpus_pairs_the_sweep_and_nests_mlflow(tmp_path):
-    args = ["--preset", "smoke", f"runs_root={tmp_path}", "run_name=exp", "corpus.mixer.name=conventional",
-            "arms.conventional={}", "arms.simpt.corpus.mixer.name=simpt", "arms.floor.init=random",
-            "sweep.tasks=[biosses,bc5cdr_chemical]", "sweep.seeds=[1,2]", "instances.max_seq_lengths=[64]",
-            "pretrain.phase1.steps=10", "pretrain.phase2.steps=0"]
-    res = run_job("blue_sweep.py", *args, timeout=1500)
+def test_three_arm_experiment_shares_the_corpus_pairs_the_sweep_and_nests_mlflow(experiment_run):
+    res, run_dir = experiment_run.first, experiment_run.run_dir
     assert res.returncode == 0, (res.stdout[-3000:], res.stderr[-5000:])
-    run_dir = tmp_path / "exp"
     # Counted from the manifests: the mixing stage ran twice for three arms, pretraining twice.
     corpora = [p for p in (run_dir / "stages" / "corpus").iterdir() if (p / "manifest.json").is_file()]
     assert len(corpora) == 2
@@ -118,7 +110,7 @@ def test_three_arm_experiment_shares_the_corpus_pairs_the_sweep_and_nests_mlflow
     assert {(r.data.tags[S.ARM], r.data.tags[S.TASK]) for r in cells} == {
         (a, t) for a in ARMS for t in ("BIOSSES", "BC5CDR-chemical")}
     # A re-run redoes nothing: every output and every trial is reused, and MLflow keeps one parent.
-    again = run_job("blue_sweep.py", *args, timeout=900)
+    again = experiment_run.again
     assert again.returncode == 0, again.stderr[-3000:]
     assert re.search(r"skipping (\d+) finished, running 0", again.stdout + again.stderr)
     assert (again.stdout + again.stderr).count("pretrain: output complete for this config and inputs, reused") == 2
