@@ -348,7 +348,7 @@ def check_inputs(cfg: ChainConfig) -> None:
     if "sweep" in cfg.stages:
         for task, spec in space_tasks(resolve_space(cfg.sweep)).items():
             flat = dataclasses.replace(spec, dir="")
-            for split in (("all",) if spec.cv_folds else ("train", "dev", "test")):
+            for split in spec.file_splits:
                 path = flat.split_path(Path(task_data_dir(cfg.sweep, task, spec)), split)
                 if not path.is_file():
                     raise InputError(path, f"file not found for task {spec.name}", expected=f"its {split} split")

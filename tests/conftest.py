@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,16 +63,49 @@ EXPERIMENT_ARGS = ["--preset", "smoke", "run_name=exp", "corpus.mixer.name=conve
 @dataclass
 class ExperimentRun:
     run_dir: Path
-    first: subprocess.CompletedProcess  # the run that built everything
+    killed: str  # what the first run printed before it was killed during the second arm's pretraining
+    outputs_at_kill: dict[str, int]  # manifest.json of every finished stage output -> its mtime_ns
+    first: subprocess.CompletedProcess  # the re-run that finished the experiment
     again: subprocess.CompletedProcess  # the same command once more: reuses everything
+
+
+def run_until(script: str, *args: str, marker: str, after: str, timeout: int = 900) -> tuple[str, int | None]:
+    """Run a job in its own process group and SIGKILL the whole group (driver, Ray, Train workers) at
+    the first printed line containing ``marker`` that comes after a line containing ``after``.
+    Returns what it printed and its exit code (None when it was killed)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI")}
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    proc = subprocess.Popen([sys.executable, str(ROOT / "jobs" / script), *args], cwd=ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    lines, armed, deadline = [], False, time.monotonic() + timeout
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            armed = armed or after in line
+            if armed and marker in line:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                return "".join(lines), None
+            if time.monotonic() > deadline:
+                break
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    return "".join(lines), proc.returncode
 
 
 @pytest.fixture(scope="session")
 def experiment_run(tmp_path_factory) -> ExperimentRun:
-    """The 3-arm smoke experiment (EXPERIMENT_ARMS), run to the end, then run again; shared by the
-    experiment, MLflow and dashboard tests (about two minutes on 2 cores)."""
+    """The 3-arm smoke experiment (EXPERIMENT_ARMS): killed (SIGKILL to its whole process group) once the
+    second arm's pretraining has started, re-run to the end, then run once more. Shared by the
+    experiment, MLflow and dashboard tests (about three minutes on 2 cores)."""
     root = tmp_path_factory.mktemp("experiment")
     args = [*EXPERIMENT_ARGS, f"runs_root={root}"]
+    killed, code = run_until("blue_sweep.py", *args, marker="steps, global batch", after="[arm 2/3]")
+    assert code is None, f"the job ended ({code}) before the second arm's pretraining started:\n{killed[-3000:]}"
+    outputs = {str(m): m.stat().st_mtime_ns for m in (root / "exp" / "stages").glob("*/*/manifest.json")}
+    outputs.update({str(m): m.stat().st_mtime_ns for m in (root / "exp" / "stages").glob("*/*/*/manifest.json")})
     first = run_job("blue_sweep.py", *args, timeout=1500)
     again = run_job("blue_sweep.py", *args, timeout=900) if first.returncode == 0 else first
-    return ExperimentRun(root / "exp", first, again)
+    return ExperimentRun(root / "exp", killed, outputs, first, again)

@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
 
 from conftest import EXPERIMENT_ARMS as ARMS
 from conftest import ROOT, run_job
+from orchestrator.chain import ChainConfig
 from orchestrator.core.cli import load_preset
 from orchestrator.core.config import from_dict, merge
 from orchestrator.core.errors import ConfigError
@@ -116,6 +118,28 @@ def test_three_arm_experiment_shares_the_corpus_pairs_the_sweep_and_nests_mlflow
     assert (again.stdout + again.stderr).count("pretrain: output complete for this config and inputs, reused") == 2
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()], max_results=1000)
     assert len([r for r in runs if r.data.tags.get(S.KIND) == S.KIND_EXPERIMENT]) == 1
+
+
+@pytest.mark.slow
+def test_a_killed_experiment_resumes_without_redoing_the_first_arms_stages(experiment_run):
+    """The first run was killed (SIGKILL to driver, Ray and Train workers) during the second arm's
+    pretraining; the re-run reuses every output the first arm had finished, untouched, and finishes."""
+    assert "[arm 2/3] simpt" in experiment_run.killed and "[arm 3/3]" not in experiment_run.killed
+    run_dir, first = experiment_run.run_dir, experiment_run.first
+    assert first.returncode == 0, (first.stdout[-3000:], first.stderr[-5000:])
+    plans = arm_plans(from_dict(ChainConfig, json.loads((run_dir / "chain_config.json").read_text())))
+    conventional = plans["conventional"].outputs
+    finished = {str(o.path / "manifest.json") for o in conventional}
+    assert finished <= set(experiment_run.outputs_at_kill), "the first arm had not finished when killed"
+    for manifest in finished:  # not rewritten by the re-run
+        assert Path(manifest).stat().st_mtime_ns == experiment_run.outputs_at_kill[manifest], manifest
+    log = first.stdout + first.stderr
+    for out in conventional:
+        assert str(out.path) in log, f"{out.name} of the first arm was not reported reused"
+    assert log.count("output complete for this config and inputs, reused") >= len(conventional)
+    # the second arm's pretraining had not finished: the re-run did it, and the third arm ran
+    assert str(plans["simpt"].outputs[-1].path / "manifest.json") not in experiment_run.outputs_at_kill
+    assert (plans["simpt"].model_dir / "config.json").is_file() and "[arm 3/3] floor" in log
 
 
 @pytest.mark.slow

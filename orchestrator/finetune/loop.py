@@ -27,7 +27,7 @@ from orchestrator.core.reuse import content_key
 from orchestrator.core.runtime import choose_device, seed_everything
 from orchestrator.finetune.metrics import METRICS, ner_per_tag
 from orchestrator.finetune.model import TaskModel
-from orchestrator.finetune.readers import Example, fixed_subset, read_split, stratified_folds
+from orchestrator.finetune.readers import Example, document_split, fixed_subset, read_split, stratified_folds
 from orchestrator.finetune.spec import TaskSpec, load_task
 from orchestrator.finetune.trial import TrialSpec
 
@@ -52,6 +52,11 @@ def load_splits(spec: TaskSpec, trial: TrialSpec) -> dict[str, list[Example]]:
     """train / dev / test examples of one trial. Fixed splits are read from their files (capped);
     a cross-validated task reads its one file, holds out fold ``trial.fold`` as test and carves a
     stratified dev share from the remaining folds (seed 000's DocClsJp: 5-fold stratified CV)."""
+    if spec.resplit:
+        splits = document_split(read_split(spec, trial.data_dir, "all"), spec.resplit, spec.group_separator,
+                                CV_SPLIT_SEED)
+        return {split: fixed_subset(splits[split], trial.max_train_examples if split == "train"
+                                    else trial.max_eval_examples) for split in ("train", "dev", "test")}
     if not spec.cv_folds:
         return {split: fixed_subset(read_split(spec, trial.data_dir, split),
                                     trial.max_train_examples if split == "train" else trial.max_eval_examples)

@@ -159,6 +159,28 @@ def fixed_subset(examples: list[Example], n: int) -> list[Example]:
     return [examples[i] for i in keep]
 
 
+def document_split(examples: list[Example], shares: Mapping[str, float], separator: str,
+                   seed: int) -> dict[str, list[Example]]:
+    """Split examples by document (``doc``, else the id up to ``separator``): documents are shuffled
+    with ``seed`` and cut in ``shares`` order by count, so no document crosses splits and the split
+    does not depend on the trial. Examples keep their file order within a split."""
+    def doc_of(ex: Example) -> str:
+        return ex.doc or (ex.id.split(separator, 1)[0] if separator and separator in ex.id else ex.id)
+
+    docs = sorted({doc_of(ex) for ex in examples})
+    random.Random(seed).shuffle(docs)
+    where, start, total = {}, 0, 0.0
+    for i, (split, share) in enumerate(shares.items()):
+        total += share
+        end = len(docs) if i == len(shares) - 1 else round(total * len(docs))
+        where.update(dict.fromkeys(docs[start:end], split))
+        start = end
+    out = {split: [] for split in shares}
+    for ex in examples:
+        out[where[doc_of(ex)]].append(ex)
+    return out
+
+
 # --------------------------------------------------------------------------------- cross-validation
 def stratified_folds(examples: list[Example], k: int, seed: int) -> list[tuple[list[int], list[int]]]:
     """(train indices, test indices) per fold, stratified by label (seed 000's DocClsJp protocol)."""

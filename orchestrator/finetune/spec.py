@@ -59,6 +59,10 @@ class TaskSpec:
                                           "splits, their word vectors) is written owner-only: folders 0700, files 0600")
     cv_folds: int = field(0, help="k >= 2: stratified k-fold cross-validation on the 'all' file (seed 000's "
                                   "DocClsJp); each fold is the test set once, dev is carved from the rest")
+    resplit: dict[str, float] = field(default_factory=dict, help=(
+        "split -> share of documents (train, dev, test; summing to 1): split the one file files.all by "
+        "document (row id up to group_separator), for a corpus whose public release lacks some splits "
+        "(ChemProt's dev file alone). The same split for every seed and run; no document crosses splits"))
     include: str = field("", help="family template this task was built on (resolved at load time)")
 
     def __post_init__(self):
@@ -69,6 +73,13 @@ class TaskSpec:
             if self.family not in ("doccls", "re", "nli"):
                 raise ConfigError(f"task {self.name}: cv_folds needs a single-label family (doccls, re, nli) "
                                   f"to stratify by, not {self.family}")
+        elif self.resplit:
+            if set(self.resplit) != {"train", "dev", "test"} or "all" not in self.files:
+                raise ConfigError(f"task {self.name}: resplit needs files.all and shares for exactly train, dev "
+                                  f"and test (got files {sorted(self.files)}, resplit {sorted(self.resplit)})")
+            if min(self.resplit.values()) <= 0 or not math.isclose(sum(self.resplit.values()), 1.0):
+                raise ConfigError(f"task {self.name}: resplit shares must be > 0 and sum to 1 "
+                                  f"(got {dict(self.resplit)})")
         elif not {"train", "dev", "test"} <= set(self.files):
             raise ConfigError(f"task {self.name}: files must name train, dev and test (got {sorted(self.files)})")
         if self.family in ("re", "nli", "multilabel", "ner", "doccls") and not self.labels:
@@ -85,6 +96,11 @@ class TaskSpec:
         unknown = [x for x in self.negative_labels if x not in self.labels]
         if unknown:
             raise ConfigError(f"task {self.name}: negative_labels {unknown} are not in labels")
+
+    @property
+    def file_splits(self) -> tuple[str, ...]:
+        """The splits read from files: 'all' alone when the task is cross-validated or re-split."""
+        return ("all",) if self.cv_folds or self.resplit else ("train", "dev", "test")
 
     @property
     def positive_labels(self) -> tuple[str, ...]:

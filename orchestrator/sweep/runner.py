@@ -20,8 +20,8 @@ from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
 from orchestrator.core.manifest import atomic_write_json, write_manifest
 from orchestrator.core.reuse import model_identity
 from orchestrator.core.runtime import init_ray
-from orchestrator.finetune.loop import model_dir_ok, run_trial
-from orchestrator.finetune.readers import read_split
+from orchestrator.finetune.loop import CV_SPLIT_SEED, model_dir_ok, run_trial
+from orchestrator.finetune.readers import document_split, read_split
 from orchestrator.finetune.trial import TrialSpec
 from orchestrator.sweep.config import SweepConfig
 from orchestrator.sweep.selection import build_results
@@ -69,8 +69,10 @@ def plan_sweep(cfg: SweepConfig, models: dict[str, Path]) -> str:
     for task, spec in space_tasks(space).items():
         data_dir = task_data_dir(cfg, task, spec)
         flat = dataclasses.replace(spec, dir="")
-        splits = ("all",) if spec.cv_folds else ("train", "dev", "test")
-        sizes = {split: len(read_split(flat, data_dir, split)) for split in splits}
+        sizes = {split: len(read_split(flat, data_dir, split)) for split in spec.file_splits}
+        if spec.resplit:
+            sizes = {s: len(x) for s, x in document_split(read_split(flat, data_dir, "all"), spec.resplit,
+                                                           spec.group_separator, CV_SPLIT_SEED).items()}
         if spec.cv_folds:
             sizes["cv_folds"] = spec.cv_folds
         lines.append(f"task {spec.name} ({spec.family}, {spec.metric}, {spec.group}): {data_dir} "
