@@ -47,6 +47,8 @@ ARM_FIXED = ("run_name", "runs_root", "model_name", "stages", "compare_models", 
 #: Arm keys that are not config overrides: a published model (no corpus, no pretraining), or the
 #: untrained floor of the arm's architecture (random initialisation).
 ARM_MODEL, ARM_INIT = "model", "init"
+#: ChainResult.report's key for an experiment's comparison page (dashboards/, written by jobs/blue_sweep.py).
+PAGE = "page"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,6 +162,7 @@ class ChainResult:
     tracking_uri: str
     pretrain_loss: tuple[float, float] | None = None
     arms: dict[str, dict] = dataclasses.field(default_factory=dict)  # an experiment's arms: status, error
+    mlflow_run_id: str = ""  # an experiment's MLflow parent run ("" without tracking)
 
     @property
     def exit_code(self) -> int:
@@ -175,7 +178,7 @@ class ChainResult:
             lines.append(f"arm {name:<10}: {arm['status']}" + (f" ({arm['error']})" if arm.get("error") else ""))
         if self.pretrain_loss:
             lines.append(f"pretraining   : loss {self.pretrain_loss[0]:.3f} -> {self.pretrain_loss[1]:.3f}")
-        for kind in ("html", "md", "png"):
+        for kind in ("html", "md", "png", PAGE):
             if kind in self.report:
                 lines.append(f"report ({kind:4}): {self.report[kind]}")
         if self.tracking_uri:

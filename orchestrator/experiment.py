@@ -39,6 +39,7 @@ log = logging.getLogger("experiment")
 STAGES_DIR = "stages"
 STATUS_FILE = "experiment.json"
 RANDOM_INIT = "random-init"
+MAX_TAG_TEXT = 4000  # an arm's error on the experiment's MLflow run (MLflow allows 8000 characters)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,14 +165,21 @@ def run(cfg: ChainConfig) -> ChainResult:
 
 def _run_arms(cfg: ChainConfig, plans: dict[str, ArmPlan], run_dir: Path) -> ChainResult:
     from orchestrator.sweep.runner import run_sweep  # heavy: Ray Tune, torch
-    from orchestrator.track.runs import parent_run
+    from orchestrator.track.runs import parent_run, set_run_tags
 
     tracking_uri = effective_uri(cfg.tracking, run_dir) if cfg.tracking.enabled else ""
     status: dict[str, dict] = {name: {"status": "pending", "kind": p.kind} for name, p in plans.items()}
     key = content_key("experiment", str(run_dir), sorted(cfg.arms))
-    params = {f"arm.{name}.{k}": v for name in cfg.arms for k, v in flatten(cfg.arms[name]).items()}
-    with parent_run(cfg.tracking, run_dir, kind=S.KIND_EXPERIMENT, key=key, name=f"experiment:{cfg.run_name}",
-                    params={**params, "baseline": cfg.baseline_arm}):
+    params = {f"{S.ARM_PARAM_PREFIX}{name}.{k}": v for name in cfg.arms for k, v in flatten(cfg.arms[name]).items()}
+    with parent_run(cfg.tracking, run_dir, kind=S.KIND_EXPERIMENT, key=key, name=f"{S.KIND_EXPERIMENT}:{cfg.run_name}",
+                    params={**params, S.BASELINE: cfg.baseline_arm}) as parent_id:
+
+        def record_status() -> None:
+            """experiment.json, and the same on the parent run's tags (what the comparison page reads)."""
+            atomic_write_json(run_dir / STATUS_FILE, {"baseline": cfg.baseline_arm, "arms": status})
+            set_run_tags(tracking_uri, parent_id, _status_tags(cfg, status))
+
+        record_status()
         failed: dict[str, str] = {}  # output key -> the error that stopped it (arms sharing it are not retried)
         variants = []
         for i, arm in enumerate(plans.values(), 1):
@@ -194,7 +202,7 @@ def _run_arms(cfg: ChainConfig, plans: dict[str, ArmPlan], run_dir: Path) -> Cha
                 log.error("arm %s failed%s: %s", arm.name, f" in {stage.name}" if stage else "", error)
                 status[arm.name] = {"status": "failed", "kind": arm.kind, "stage": stage.name if stage else None,
                                     "error": error}
-            atomic_write_json(run_dir / STATUS_FILE, {"baseline": cfg.baseline_arm, "arms": status})
+            record_status()
         ok = [a for a in plans.values() if status[a.name]["status"] == "ok"]
         models = {a.name: a.model_dir for a in ok if not a.augmented}
         models.update({name: Path(path) for name, path in cfg.compare_models.items()})
@@ -213,8 +221,9 @@ def _run_arms(cfg: ChainConfig, plans: dict[str, ArmPlan], run_dir: Path) -> Cha
                 log.warning("the baseline arm %s has no results (it failed): no paired differences", cfg.baseline_arm)
             report = write_report(results, run_dir / "report", title=f"Experiment {cfg.run_name}",
                                   baseline=baseline, notes=_failure_notes(status))
-    atomic_write_json(run_dir / STATUS_FILE, {"baseline": cfg.baseline_arm, "arms": status})
-    return ChainResult(run_dir=run_dir, report=report, results=results, tracking_uri=tracking_uri, arms=status)
+        record_status()
+    return ChainResult(run_dir=run_dir, report=report, results=results, tracking_uri=tracking_uri, arms=status,
+                       mlflow_run_id=parent_id or "")
 
 
 def _build_arm(cfg: ChainConfig, arm: ArmPlan, run_dir: Path) -> Variant | None:
@@ -239,6 +248,17 @@ def _build_arm(cfg: ChainConfig, arm: ArmPlan, run_dir: Path) -> Variant | None:
         return None
     variant, = chain.augment_stage(a.augment, cfg.sweep, {arm.name: arm.model_dir}, run_dir)
     return dataclasses.replace(variant, name=variant.name.removesuffix(AUGMENTED_SUFFIX))
+
+
+def _status_tags(cfg: ChainConfig, status: dict[str, dict]) -> dict[str, str]:
+    """The arms' status as the experiment parent's tags (``orchestrator.track.schema``): names in order,
+    the baseline, and each arm's status, kind, failed stage and error (cut to fit a tag; empty when
+    there is none, so a re-run that fixed an arm clears the error an earlier attempt left)."""
+    tags = {S.ARMS: ",".join(status), S.BASELINE_TAG: cfg.baseline_arm}
+    for name, arm in status.items():
+        for field in S.ARM_FIELDS:
+            tags[S.arm_tag(name, field)] = "" if arm.get(field) is None else str(arm[field])[:MAX_TAG_TEXT]
+    return tags
 
 
 def _failure_notes(status: dict[str, dict]) -> list[str]:

@@ -204,7 +204,7 @@ def render_markdown(table: BlueTable, title: str = "BLUE results", curves: str |
     return "\n".join(lines) + "\n"
 
 
-_CSS = """
+CSS = """
 body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em; color: #222; }
 table.blue { border-collapse: collapse; font-size: 14px; }
 table.blue th, table.blue td { padding: 4px 10px; text-align: center; border-bottom: 1px solid #ddd; }
@@ -228,8 +228,23 @@ def render_html(table: BlueTable, title: str = "BLUE results", curves_png: str |
     """
     esc = html.escape
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', f"<title>{esc(title)}</title>",
-           f"<style>{_CSS}</style></head><body>", f"<h1>{esc(title)}</h1>",
-           '<table class="blue" id="blue-table"><thead><tr><th class="model">Model</th>']
+           f"<style>{CSS}</style></head><body>", f"<h1>{esc(title)}</h1>", table_html(table, notes)]
+    if comparison:
+        out.append(comparison_html(table, comparison))
+    tasks = [c for c in table.columns if c.kind == "task"]
+    if any(table.cell(m, c.key).selected for m in table.models for c in tasks):
+        out.append(selection_html(table))
+    if curves_png:
+        out.append(f'<h2>Learning curves</h2><img alt="learning curves" src="data:image/png;base64,{curves_png}">')
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
+
+
+def table_html(table: BlueTable, notes: Sequence[str] = ()) -> str:
+    """The table itself (``id="blue-table"``), its notes and ``notes`` in bold: a fragment of a page
+    (``render_html``, the experiment page of ``dashboards/``) that ``CSS`` styles."""
+    esc = html.escape
+    out = ['<table class="blue" id="blue-table"><thead><tr><th class="model">Model</th>']
     for col in table.columns:
         arrow = "" if col.higher_is_better else " (lower is better)"
         metric = f'<br><span class="metric">{esc(col.metric)}{arrow}</span>' if col.metric else ""
@@ -254,21 +269,21 @@ def render_html(table: BlueTable, title: str = "BLUE results", curves_png: str |
     out.append("</tbody></table>")
     out.append(f'<p class="notes">{esc(_notes(table))}</p>')
     out.extend(f'<p class="notes failed"><strong>{esc(note)}</strong></p>' for note in notes)
-    if comparison:
-        out.append(comparison_html(table, comparison))
+    return "\n".join(out)
+
+
+def selection_html(table: BlueTable) -> str:
+    """"Settings selected on dev": per model and task the chosen setting and its dev score (a fragment)."""
+    esc = html.escape
     tasks = [c for c in table.columns if c.kind == "task"]
-    if any(table.cell(m, c.key).selected for m in table.models for c in tasks):
-        out.append('<h2>Settings selected on dev</h2><table class="blue" id="selection"><thead><tr>'
-                   '<th class="model">Model</th>' + "".join(f"<th>{esc(c.label)}</th>" for c in tasks)
-                   + "</tr></thead><tbody>")
-        for model in table.models:
-            out.append(f'<tr><td class="model">{esc(model)}</td>' + "".join(
-                f"<td>{esc(_selection_text(table, table.cell(model, c.key)))}</td>" for c in tasks) + "</tr>")
-        out.append("</tbody></table>")
-    if curves_png:
-        out.append(f'<h2>Learning curves</h2><img alt="learning curves" src="data:image/png;base64,{curves_png}">')
-    out.append("</body></html>")
-    return "\n".join(out) + "\n"
+    out = ['<h2>Settings selected on dev</h2><table class="blue" id="selection"><thead><tr>'
+           '<th class="model">Model</th>' + "".join(f"<th>{esc(c.label)}</th>" for c in tasks)
+           + "</tr></thead><tbody>"]
+    for model in table.models:
+        out.append(f'<tr><td class="model">{esc(model)}</td>' + "".join(
+            f"<td>{esc(_selection_text(table, table.cell(model, c.key)))}</td>" for c in tasks) + "</tr>")
+    out.append("</tbody></table>")
+    return "\n".join(out)
 
 
 def comparison_markdown(table: BlueTable, comparison: dict) -> str:

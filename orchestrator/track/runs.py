@@ -211,6 +211,20 @@ def parent_run(tracking: TrackingConfig | None, run_dir: Path, *, kind: str, key
     _end_active("FINISHED")
 
 
+def set_run_tags(uri: str, run_id: str | None, tags: dict[str, str]) -> None:
+    """Set (or update) tags of a run; does nothing without a run, and MLflow trouble is only said
+    (a warning): the work goes on, as everywhere in this module."""
+    if not (uri and run_id and tags):
+        return
+    import mlflow  # heavy: mlflow
+    from mlflow.entities import RunTag
+
+    try:
+        mlflow.MlflowClient(uri).log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+    except Exception as exc:  # see start_stage_run
+        log.warning("MLflow: could not tag run %s (%s)", run_id, exc)
+
+
 def _end_active(status: str) -> None:
     import mlflow  # heavy: mlflow
 

@@ -11,11 +11,15 @@ Run tree of a sweep:
                         CURVE_DEV / CURVE_TEST per epoch (step = epoch), per_tag.<tag>.<measure>
         trial           tags KIND=trial; per-epoch train_loss, dev, test
 
-A pretraining run carries KIND=pretrain and is a child of the run active when it started.
+A pretraining run carries KIND=pretrain and is a child of the run active when it started; its
+metrics are per optimizer step (step = global step), PRETRAIN_LOSS the training loss among them.
 
 Run tree of an experiment (``orchestrator.experiment``): one parent, KIND=experiment, EXPERIMENT_KEY;
 each arm's pretraining run and the sweep parent above are its children; the pretraining run and
-every (model, task) run carry ARM.
+every (model, task) run carry ARM. The parent's tags say what the arms are and how they fared,
+updated as each arm finishes: ARMS (the arm names in config order, comma-separated), BASELINE_TAG,
+and per arm ``arm_tag(name, field)`` for field in ARM_FIELDS; its params are the arms' overrides
+(``ARM_PARAM_PREFIX<name>.<key>``) and BASELINE as first logged.
 """
 from __future__ import annotations
 
@@ -28,6 +32,10 @@ KIND_SWEEP, KIND_MODEL_TASK, KIND_TRIAL, KIND_PRETRAIN = "sweep", "model_task", 
 KIND_EXPERIMENT = "experiment"
 EXPERIMENT_KEY = "orchestrator.experiment_key"
 ARM = "arm"
+ARMS, BASELINE_TAG = "orchestrator.arms", "orchestrator.baseline"
+ARM_FIELDS = ("status", "kind", "stage", "error")  # experiment.json's fields of an arm, as parent-run tags
+ARM_PARAM_PREFIX, BASELINE = "arm.", "baseline"
+PRETRAIN_LOSS = "loss"
 SWEEP_FINGERPRINT = "orchestrator.sweep_fingerprint"
 CELL_DIGEST = "orchestrator.cell_digest"
 GIT_COMMIT = "git_commit"
@@ -49,6 +57,11 @@ def metric_key(text: str) -> str:
 def summary_metric(model: str, key: str) -> str:
     """The sweep parent's metric holding a model's summary score (``key``: total or a group)."""
     return metric_key(f"{model}.{key}")
+
+
+def arm_tag(arm: str, name: str) -> str:
+    """The experiment parent's tag holding one field (ARM_FIELDS) of an arm's status."""
+    return f"orchestrator.arm.{arm}.{name}"
 
 
 def per_tag_metric(tag: str, measure: str) -> str:

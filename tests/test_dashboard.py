@@ -1,0 +1,207 @@
+"""The experiment comparison page (dashboards/experiment_page.py): built from MLflow alone, checked
+against the store it was read from, and opened in headless Chromium (a screenshot, no console message)."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from html import unescape
+from pathlib import Path
+
+import pytest
+from mlflow.entities import Metric, RunTag
+from mlflow.tracking import MlflowClient
+
+from conftest import EXPERIMENT_ARMS as ARMS
+from conftest import ROOT
+from dashboards.experiment_page import PAGE_PATH, build_page
+from orchestrator.core.errors import OrchestratorError
+from orchestrator.track import schema as S
+
+TASKS = ("BIOSSES", "BC5CDR-chemical")
+BASELINE = "conventional"
+CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary on PATH (Debian/Ubuntu: "
+                                                               "apt-get install -y chromium)")
+#: Headless, offline, no profile: nothing is fetched, nothing from an earlier run is reused.
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
+         "--enable-logging=stderr", "--v=0"]
+
+
+def open_in_chromium(page: Path, png: Path, profile: Path, size: tuple[int, int] = (1280, 1800)) -> list[str]:
+    """Screenshot ``page`` into ``png``; returns the console messages the page produced (Chromium writes
+    each as a line with ``:CONSOLE`` on stderr: console.log/error, uncaught exceptions, CSP violations)."""
+    res = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", f"--screenshot={png}",
+                          f"--window-size={size[0]},{size[1]}", page.resolve().as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return [line for line in res.stderr.splitlines() if ":CONSOLE" in line]
+
+
+def section(page: str, start: str, end: str = "</svg>") -> str:
+    """The page's text from ``start`` (a literal) to the next ``end``."""
+    i = page.index(start)
+    return page[i:page.index(end, i)]
+
+
+def text_of(cell_html: str) -> str:
+    return unescape(re.sub(r"<[^>]+>", "", cell_html)).strip()
+
+
+@pytest.fixture(scope="module")
+def store(experiment_run):
+    run = experiment_run
+    assert run.first.returncode == 0, (run.first.stdout[-3000:], run.first.stderr[-5000:])
+    return f"sqlite:///{run.run_dir / 'mlflow.db'}"
+
+
+@pytest.fixture(scope="module")
+def page_file(store, tmp_path_factory) -> Path:
+    return build_page(store, tmp_path_factory.mktemp("page") / "sub" / "experiment.html")
+
+
+@pytest.mark.slow
+def test_the_page_shows_what_mlflow_holds(store, page_file):
+    page = page_file.read_text(encoding="utf-8")
+    client = MlflowClient(store)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()], max_results=5000)
+    by_kind: dict[str, list] = {}
+    for r in runs:
+        by_kind.setdefault(r.data.tags.get(S.KIND), []).append(r)
+    parent, = by_kind[S.KIND_EXPERIMENT]
+    assert "<h1>Experiment exp</h1>" in page and parent.info.run_id in page
+    assert not list(page_file.parent.glob(".*tmp*"))  # written via a temp file and a rename
+    # Arms: one row each, in config order, with status and kind from the parent's tags.
+    arms = re.findall(r'<tr data-arm="([^"]+)" data-status="([^"]+)" data-kind="([^"]*)"', section(page, 'id="arms"',
+                                                                                                 "</table>"))
+    assert arms == [("conventional", "ok", "pretrain"), ("simpt", "ok", "pretrain"), ("floor", "ok", "random")]
+    assert parent.data.tags[S.ARMS] == ",".join(ARMS)
+    # The seed 000 table: a row per arm; each task cell is the (model, task) run's test_mean in points.
+    table = section(page, 'id="blue-table"', "</table>")
+    assert re.findall(r'<tr data-model="([^"]+)"', table) == list(ARMS)
+    cells = {(r.data.tags[S.ARM], r.data.tags[S.TASK]): r.data.metrics for r in by_kind[S.KIND_MODEL_TASK]}
+    assert set(cells) == {(a, t) for a in ARMS for t in TASKS}
+    for (arm, task), metrics in cells.items():
+        cell = re.search(rf'data-model="{arm}" data-column="{task}"[^>]*>(.*?)</td>', table).group(1)
+        assert text_of(cell).startswith(f"{metrics[S.TEST_MEAN] * 100:.1f}"), (arm, task, cell)
+    # Differences: a row per non-baseline arm and task; every seed pairs, so the mean difference is the
+    # difference of the cells' means.
+    diffs = section(page, 'id="differences"', "</table>")
+    for arm in ARMS:
+        for task in TASKS:
+            row = re.search(rf'<tr data-arm="{arm}" data-column="{task}" data-significant="(true|false)"[^>]*>'
+                            r"(.*?)</tr>", diffs)
+            if arm == BASELINE:
+                assert row is None
+                continue
+            assert row, (arm, task)
+            tds = [text_of(td) for td in re.findall(r"<td[^>]*>(.*?)</td>", row.group(2))]
+            assert tds[0] == arm and tds[1] == task and tds[3] == "2"  # two seeds pair
+            expected = (cells[(arm, task)][S.TEST_MEAN] - cells[(BASELINE, task)][S.TEST_MEAN]) * 100
+            assert abs(float(tds[4].replace("\u2212", "-")) - expected) < 0.051, (tds, expected)
+            assert re.fullmatch(r"\[[-+\u2212]?[\d.]+, [-+\u2212]?[\d.]+\]", tds[5]), tds  # the 95 % interval
+            assert (tds[7] == "*") == (row.group(1) == "true")
+    plots = re.findall(r'<svg class="interval-plot" data-column="([^"]+)"', page)
+    assert set(TASKS) <= set(plots) and "total" in plots
+    # Pretraining loss: one series per arm with a pretraining run, every logged step on it.
+    loss = section(page, 'id="pretraining-loss"')
+    series = dict(re.findall(r'<g class="series" data-series="([^"]+)" data-points="(\d+)"', loss))
+    pretrains = {r.data.tags[S.ARM]: r for r in by_kind[S.KIND_PRETRAIN]}
+    assert set(series) == set(pretrains) == {"conventional", "simpt"}
+    for arm, run in pretrains.items():
+        assert int(series[arm]) == len(client.get_metric_history(run.info.run_id, S.PRETRAIN_LOSS)) == 10
+    assert "no pretraining loss logged under this experiment): floor." in page
+    # Fine-tuning curves: per task, a dev and a test series for every arm.
+    for task in TASKS:
+        curves = section(page, f'id="curves-{task}"')
+        got = sorted(re.findall(r'<g class="series" data-series="([^"]+)" data-split="([^"]+)"', curves))
+        assert got == sorted((a, s) for a in ARMS for s in ("dev", "test")), task
+
+
+@pytest.mark.slow
+def test_the_job_writes_the_page_and_names_it(experiment_run):
+    page = experiment_run.run_dir / PAGE_PATH
+    assert page.is_file() and (page.parent / "blue_table.html").is_file()
+    for res in (experiment_run.first, experiment_run.again):  # the re-run writes it again
+        assert f"report (page): {page}" in res.stdout, res.stdout[-2000:]
+    assert 'id="pretraining-loss"' in page.read_text(encoding="utf-8")
+
+
+@pytest.mark.slow
+@needs_chromium
+def test_chromium_renders_the_page_without_a_console_message(page_file, tmp_path):
+    from PIL import Image
+
+    png = tmp_path / "page.png"
+    messages = open_in_chromium(page_file, png, tmp_path / "profile", size=(1280, 1800))
+    assert messages == []
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with Image.open(png) as img:
+        assert img.size == (1280, 1800)
+        rgb = img.convert("RGB")
+        colours = rgb.getcolors(maxcolors=1 << 20)
+        ink = sum(n for n, c in colours if sum(c) < 600) / (img.size[0] * img.size[1])
+    assert len(colours) > 50 and ink > 0.01, (len(colours), ink)  # text, tables and coloured plot lines
+
+
+@needs_chromium
+def test_the_console_check_sees_errors_and_blocked_loads(tmp_path):
+    """The check above would fail on a page that logs an error, throws, or loads anything from outside."""
+    from dashboards.experiment_page import CSP
+
+    bad = tmp_path / "bad.html"
+    bad.write_text(f'<!DOCTYPE html><html><head><meta http-equiv="Content-Security-Policy" content="{CSP}">'
+                   '</head><body><p>x</p><img src="http://example.invalid/a.png"></body></html>')
+    messages = open_in_chromium(bad, tmp_path / "bad.png", tmp_path / "p1", size=(400, 300))
+    assert any("violates the following Content Security Policy" in m for m in messages), messages
+    js = tmp_path / "js.html"
+    js.write_text('<!DOCTYPE html><html><body><script>console.error("deliberate"); notAFunction();</script>'
+                  "</body></html>")
+    messages = open_in_chromium(js, tmp_path / "js.png", tmp_path / "p2", size=(400, 300))
+    assert any("deliberate" in m for m in messages) and any("Uncaught ReferenceError" in m for m in messages)
+
+
+def test_missing_pieces_are_said_not_failed(tmp_path):
+    """A store with an experiment whose second arm failed, whose third is a published model and
+    which has no sweep yet: the page names the failure and the missing sections."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    exp_id = client.create_experiment("bioptorch")
+    parent = client.create_run(exp_id, run_name=f"{S.KIND_EXPERIMENT}:demo", tags={
+        S.KIND: S.KIND_EXPERIMENT, S.ARMS: "a,broken,pub", S.BASELINE_TAG: "a",
+        S.arm_tag("a", "status"): "ok", S.arm_tag("a", "kind"): "pretrain",
+        S.arm_tag("broken", "status"): "failed", S.arm_tag("broken", "kind"): "pretrain",
+        S.arm_tag("broken", "stage"): "corpus", S.arm_tag("broken", "error"): "InputError: bad.txt <not UTF-8>",
+        S.arm_tag("pub", "status"): "ok", S.arm_tag("pub", "kind"): "model"}).info.run_id
+    pre = client.create_run(exp_id, run_name="pretrain", tags={S.KIND: S.KIND_PRETRAIN, S.ARM: "a",
+                                                               S.PARENT: parent}).info.run_id
+    client.log_batch(pre, metrics=[Metric(S.PRETRAIN_LOSS, 8.0 - 0.1 * s, 0, s) for s in range(1, 6)])
+    client.set_terminated(pre)
+    client.set_terminated(parent)
+    out = build_page(uri, tmp_path / "page.html")
+    page = out.read_text(encoding="utf-8")
+    assert re.findall(r'<tr data-arm="([^"]+)" data-status="([^"]+)"', page) == [
+        ("a", "ok"), ("broken", "failed"), ("pub", "ok")]
+    assert "failed in corpus" in page and "InputError: bad.txt &lt;not UTF-8&gt;" in page
+    assert "none: a published model" in page and "no sweep under this experiment yet" in page
+    assert re.findall(r'<g class="series" data-series="([^"]+)" data-points="(\d+)"', page) == [("a", "5")]
+    assert 'id="blue-table"' not in page and 'id="differences"' not in page
+    # A run that is not an experiment's is refused by id; so is a store without an experiment run.
+    with pytest.raises(OrchestratorError, match="is not an experiment's parent run"):
+        build_page(uri, tmp_path / "x.html", experiment_run_id=pre)
+    client.log_batch(parent, tags=[RunTag(S.KIND, S.KIND_SWEEP)])
+    with pytest.raises(OrchestratorError, match="no experiment run at"):
+        build_page(uri, tmp_path / "x.html")
+    assert not (tmp_path / "x.html").exists()
+
+
+def test_the_command_has_help_and_says_what_is_missing(tmp_path):
+    script = str(ROOT / "dashboards" / "experiment_page.py")
+    res = subprocess.run([sys.executable, script, "--help"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and "--tracking-uri" in res.stdout and "--out" in res.stdout
+    res = subprocess.run([sys.executable, script, "--tracking-uri", f"sqlite:///{tmp_path / 'none.db'}", "--out",
+                          str(tmp_path / "p.html")], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "error: no MLflow store at" in res.stderr, res.stderr
+    assert not (tmp_path / "none.db").exists() and not (tmp_path / "p.html").exists()
