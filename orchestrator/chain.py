@@ -40,6 +40,8 @@ ALL_STAGES: tuple[str, ...] = ("corpus", "vocab", "instances", "pretrain", "augm
 #: Each stage and the stage whose output it reads (the augment stage reads the models, as the sweep does).
 UPSTREAM = {"vocab": "corpus", "instances": "vocab", "pretrain": "instances"}
 AUGMENTED_SUFFIX = "+filtered-bert"
+#: The row of the equal-steps control (augment.augment.method: repeat): the originals repeated unchanged.
+REPEATED_SUFFIX = "+repeated"
 #: Keys an experiment's arm may not change: every arm runs in the same place, on the same Ray, into
 #: the same MLflow experiment, and through the one paired sweep.
 ARM_FIXED = ("run_name", "runs_root", "model_name", "stages", "compare_models", "ray", "tracking", "sweep",
@@ -297,7 +299,8 @@ def plan_build_corpus(cfg: CorpusBuildConfig) -> str:
 
 def augment_stage(cfg: AugmentStageConfig, sweep: SweepConfig, models: dict[str, Path], run_dir: Path) -> list:
     """Every NER task of the sweep's space augmented once per model (``run_dir/augment/<model>/<task>``,
-    reused by key); returns the sweep variants ``<model>+filtered-bert`` that fine-tune on them."""
+    reused by key); returns the sweep variants ``<model>+filtered-bert`` that fine-tune on them
+    (``<model>+repeated`` with method ``repeat``, the equal-steps control)."""
     from orchestrator.augment.pipeline import augment_key, augment_task  # heavy: torch, fastText
 
     space = resolve_space(sweep)
@@ -321,8 +324,20 @@ def augment_stage(cfg: AugmentStageConfig, sweep: SweepConfig, models: dict[str,
             out = run_stage("augment", run_dir / "augment" / _safe(name) / task_key(task), key, build,
                             f"augment {name}/{spec.name}")
             task_dirs[task] = str(out)
-        variants.append(Variant(name + AUGMENTED_SUFFIX, str(model_dir), task_dirs))
+        suffix = REPEATED_SUFFIX if cfg.augment.method == "repeat" else AUGMENTED_SUFFIX
+        variants.append(Variant(name + suffix, str(model_dir), task_dirs))
     return variants
+
+
+def augment_plan(cfg: AugmentStageConfig) -> str:
+    """The dry run's line for the augmentation stage."""
+    a = cfg.augment
+    if a.method == "repeat":
+        return (f"repeat (the equal-steps control): every NER task's training sentences plus {a.multiple:g} x as "
+                f"many unchanged copies, as many as filtered-BERT writes; rows <model>{REPEATED_SUFFIX}")
+    return (f"MLM: {cfg.model_dir or 'each model itself'}; k={a.words_per_sentence}, cos > {a.min_similarity}, "
+            f"{a.multiple:g} x the training sentences; every NER task of the sweep gets a row "
+            f"<model>{AUGMENTED_SUFFIX}")
 
 
 def _safe(text: str) -> str:
@@ -440,9 +455,7 @@ def plan(cfg: ChainConfig) -> str:
     if "pretrain" in stages:
         lines += ["", "== pretrain ==", plan_pretrain(cfg.pretrain, None, None)]
     if "augment" in stages:
-        lines += ["", "== augment ==", f"MLM: {cfg.augment.model_dir or 'each model itself'}; k="
-                  f"{cfg.augment.augment.words_per_sentence}, cos > {cfg.augment.augment.min_similarity}; "
-                  f"every NER task of the sweep gets a row <model>{AUGMENTED_SUFFIX}"]
+        lines += ["", "== augment ==", augment_plan(cfg.augment)]
     if "sweep" in stages:
         names = ([cfg.model_name] if "pretrain" in stages else []) + list(cfg.compare_models)
         models = {n: Path(cfg.compare_models.get(n) or cfg.run_dir / "pretrain" / "final") for n in names}

@@ -24,7 +24,7 @@ import logging
 from pathlib import Path
 
 from orchestrator import chain
-from orchestrator.chain import AUGMENTED_SUFFIX, ChainConfig, ChainResult, check_inputs, corpus_keys, corpus_stages
+from orchestrator.chain import ChainConfig, ChainResult, check_inputs, corpus_keys, corpus_stages
 from orchestrator.core.config import flatten, to_dict
 from orchestrator.core.errors import ConfigError
 from orchestrator.core.manifest import atomic_write_json, is_complete
@@ -127,7 +127,7 @@ def plan(cfg: ChainConfig) -> str:
         overrides = {k: v for k, v in flatten(cfg.arms[arm.name]).items() if k not in (chain.ARM_MODEL,
                                                                                        chain.ARM_INIT)}
         lines.append(f"  {arm.name}: {what}" + (f"; {overrides}" if overrides else "")
-                     + ("; NER tasks augmented (filtered-BERT)" if arm.augmented else ""))
+                     + (_augmented_text(arm.config) if arm.augmented else ""))
     per_arm = sum(len(p.outputs) for p in plans.values())
     lines += ["", f"== stage graph: {len(graph)} output(s) for {len(plans)} arm(s) "
                   f"({per_arm} if each arm ran as its own chain) =="]
@@ -238,7 +238,14 @@ def _build_arm(cfg: ChainConfig, arm: ArmPlan, run_dir: Path) -> Variant | None:
     if not arm.augmented:
         return None
     variant, = chain.augment_stage(a.augment, cfg.sweep, {arm.name: arm.model_dir}, run_dir)
-    return dataclasses.replace(variant, name=variant.name.removesuffix(AUGMENTED_SUFFIX))
+    return dataclasses.replace(variant, name=arm.name)
+
+
+def _augmented_text(arm: ChainConfig) -> str:
+    a = arm.augment.augment
+    data = ("the originals repeated unchanged (the equal-steps control)" if a.method == "repeat"
+            else "filtered-BERT augmented training sentences")
+    return f"; NER tasks only, fine-tuned on the originals + {a.multiple:g} x {data}"
 
 
 def _failure_notes(status: dict[str, dict]) -> list[str]:
