@@ -203,7 +203,7 @@ def _run_arms(cfg: ChainConfig, plans: dict[str, ArmPlan], run_dir: Path) -> Cha
                                     "error": error}
             atomic_write_json(run_dir / STATUS_FILE, {"baseline": cfg.baseline_arm, "arms": status})
         ok = [a for a in plans.values() if status[a.name]["status"] == "ok"]
-        scores, scoring_notes = score_arms(cfg, ok, run_dir) if cfg.selection.enabled else ({}, [])
+        scores, scoring_notes = score_arms(cfg, ok) if cfg.selection.enabled else ({}, [])
         models = {a.name: a.model_dir for a in ok if not a.augmented}
         models.update({name: Path(path) for name, path in cfg.compare_models.items()})
         results: dict = {}
@@ -303,9 +303,9 @@ def selection_plan(cfg: ChainConfig, plans: dict[str, ArmPlan]) -> str:
     return "\n".join(lines)
 
 
-def score_arms(cfg: ChainConfig, arms: list[ArmPlan], run_dir: Path) -> tuple[dict[str, dict], list[str]]:
-    """Each pretraining arm's scores (built or reused by key); an arm whose scoring fails is left out
-    of the correlations, and said so in the report's notes."""
+def score_arms(cfg: ChainConfig, arms: list[ArmPlan]) -> tuple[dict[str, dict], list[str]]:
+    """Each pretraining arm's scores (built or reused by key under the run directory's stages/); an
+    arm whose scoring fails is left out of the correlations, and said so in the report's notes."""
     outputs, targets = _scoring_outputs(cfg, arms)
     scores, notes = {}, []
     for name, (key, out, sources) in outputs.items():

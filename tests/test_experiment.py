@@ -193,7 +193,7 @@ def test_source_scoring_is_a_stage_output_per_distinct_corpus_scored_against_the
                                             "corpus.sources": [{"name": "general", "paths": [general]}]}},
                 selection={"enabled": True, "sample_tokens": 3000, "num_samples": 2, "short_source": "whole",
                            "lmplz_memory": "50M"}, sweep={"tasks": ["biosses", "bc5cdr_chemical"]})
-    scores, notes = score_arms(cfg, list(arm_plans(cfg).values()), cfg.run_dir)
+    scores, notes = score_arms(cfg, list(arm_plans(cfg).values()))
     assert notes == [] and set(scores) == {"conventional", "simpt", "general"}
     assert scores["conventional"] == scores["simpt"]  # the same sources: one output, scored once
     assert len(list((cfg.run_dir / "stages" / "selection").glob("*/scores.json"))) == 2
@@ -203,5 +203,5 @@ def test_source_scoring_is_a_stage_output_per_distinct_corpus_scored_against_the
     # the in-domain + general text covers more of the biomedical targets' vocabulary than general alone
     assert scores["conventional"]["measures"]["tvc"] > scores["general"]["measures"]["tvc"]
     with caplog.at_level("INFO"):
-        again, _ = score_arms(cfg, list(arm_plans(cfg).values()), cfg.run_dir)
+        again, _ = score_arms(cfg, list(arm_plans(cfg).values()))
     assert again == scores and caplog.text.count("reused") == 3  # every arm, nothing rebuilt
