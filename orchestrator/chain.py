@@ -25,10 +25,12 @@ from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.manifest import atomic_write_json, hash_inputs, read_manifest
 from orchestrator.core.reuse import content_key, run_stage
 from orchestrator.core.runtime import ray_session, seed_everything
-from orchestrator.corpus.sources import SourceConfig
+from orchestrator.corpus.sources import SourceConfig, source_files
 from orchestrator.corpus.stage import CorpusConfig, input_stats, source_sizes
+from orchestrator.formats import READERS
 from orchestrator.instances.config import InstanceConfig
 from orchestrator.pretrain.config import PretrainConfig
+from orchestrator.selection.arms import ArmScoringConfig
 from orchestrator.sweep.config import SweepConfig
 from orchestrator.sweep.space import Variant, resolve_space, space_tasks, task_data_dir, task_key
 from orchestrator.track import TrackingConfig, effective_uri, local_uri, probe
@@ -40,10 +42,12 @@ ALL_STAGES: tuple[str, ...] = ("corpus", "vocab", "instances", "pretrain", "augm
 #: Each stage and the stage whose output it reads (the augment stage reads the models, as the sweep does).
 UPSTREAM = {"vocab": "corpus", "instances": "vocab", "pretrain": "instances"}
 AUGMENTED_SUFFIX = "+filtered-bert"
+#: The row of the equal-steps control (augment.augment.method: repeat): the originals repeated unchanged.
+REPEATED_SUFFIX = "+repeated"
 #: Keys an experiment's arm may not change: every arm runs in the same place, on the same Ray, into
 #: the same MLflow experiment, and through the one paired sweep.
 ARM_FIXED = ("run_name", "runs_root", "model_name", "stages", "compare_models", "ray", "tracking", "sweep",
-             "arms", "baseline")
+             "arms", "baseline", "selection")
 #: Arm keys that are not config overrides: a published model (no corpus, no pretraining), or the
 #: untrained floor of the arm's architecture (random initialisation).
 ARM_MODEL, ARM_INIT = "model", "init"
@@ -95,6 +99,9 @@ class ChainConfig:
                                    "sweep, paired by seed. Empty = one model, as before")
     baseline: str = field("", help="the arm the report's paired differences are taken against (default: the "
                                    "first arm)")
+    selection: ArmScoringConfig = field(default_factory=ArmScoringConfig,
+                                        help="an experiment's source scoring (seed 004): each pretraining arm's "
+                                             "sources against the sweep's tasks, correlated with its gain")
 
     def __post_init__(self):
         bad = [s for s in self.stages if s not in ALL_STAGES]
@@ -109,6 +116,8 @@ class ChainConfig:
             raise ConfigError(f"baseline {self.baseline!r} is not an arm (arms: {list(self.arms)})")
         for name in self.arms:
             self.arm(name)  # every arm's config is checked when the experiment's config is read
+        if self.selection.enabled and not self.arms:
+            raise ConfigError("selection.enabled scores an experiment's arms: it needs arms: (docs/EXPERIMENTS.md)")
 
     def arm(self, name: str) -> ChainConfig:
         """The chain config of one arm: this config with the arm's overrides (and no arms)."""
@@ -123,7 +132,7 @@ class ChainConfig:
             raise ConfigError(f"arms.{name}.init: {arm[ARM_INIT]!r}; the only value is 'random' (the untrained floor)")
         if ARM_MODEL in arm and len(arm) > 1:
             raise ConfigError(f"arms.{name}: a published model ({ARM_MODEL}: <dir>) takes no other keys")
-        data = {k: v for k, v in to_dict(self).items() if k not in ("arms", "baseline")}
+        data = {k: v for k, v in to_dict(self).items() if k not in ("arms", "baseline", "selection")}
         for key, value in arm.items():
             if key not in (ARM_MODEL, ARM_INIT):
                 set_dotted(data, key.split("."), value)  # as a command-line override would
@@ -300,7 +309,8 @@ def plan_build_corpus(cfg: CorpusBuildConfig) -> str:
 
 def augment_stage(cfg: AugmentStageConfig, sweep: SweepConfig, models: dict[str, Path], run_dir: Path) -> list:
     """Every NER task of the sweep's space augmented once per model (``run_dir/augment/<model>/<task>``,
-    reused by key); returns the sweep variants ``<model>+filtered-bert`` that fine-tune on them."""
+    reused by key); returns the sweep variants ``<model>+filtered-bert`` that fine-tune on them
+    (``<model>+repeated`` with method ``repeat``, the equal-steps control)."""
     from orchestrator.augment.pipeline import augment_key, augment_task  # heavy: torch, fastText
 
     space = resolve_space(sweep)
@@ -324,8 +334,41 @@ def augment_stage(cfg: AugmentStageConfig, sweep: SweepConfig, models: dict[str,
             out = run_stage("augment", run_dir / "augment" / _safe(name) / task_key(task), key, build,
                             f"augment {name}/{spec.name}")
             task_dirs[task] = str(out)
-        variants.append(Variant(name + AUGMENTED_SUFFIX, str(model_dir), task_dirs))
+        suffix = REPEATED_SUFFIX if cfg.augment.method == "repeat" else AUGMENTED_SUFFIX
+        variants.append(Variant(name + suffix, str(model_dir), task_dirs))
     return variants
+
+
+def augment_plan(cfg: AugmentStageConfig) -> str:
+    """The dry run's line for the augmentation stage."""
+    a = cfg.augment
+    if a.method == "repeat":
+        return (f"repeat (the equal-steps control): every NER task's training sentences plus {a.multiple:g} x as "
+                f"many unchanged copies, as many as filtered-BERT writes; rows <model>{REPEATED_SUFFIX}")
+    return (f"MLM: {cfg.model_dir or 'each model itself'}; k={a.words_per_sentence}, cos > {a.min_similarity}, "
+            f"{a.multiple:g} x the training sentences; every NER task of the sweep gets a row "
+            f"<model>{AUGMENTED_SUFFIX}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Source scoring (seed 004) in an experiment: what is scored against what
+
+def selection_sources(corpus: CorpusConfig) -> list[tuple[str, str, str]]:
+    """An arm's pretraining text as scoring inputs: every file of its corpus sources, each with its
+    source's format and text field (``orchestrator.selection.arms.File``)."""
+    return [(str(path), src.format, src.text_field) for src in corpus.sources for path in source_files(src)]
+
+
+def selection_targets(sweep: SweepConfig) -> dict[str, list[tuple[str, str, str]]]:
+    """The target text: the training split of every task of the sweep (the whole split, not the
+    ``max_train_examples`` subset), by the task's display name as the results name it. A token
+    file is read with its own format; BLUE TSV layouts by their header (``auto``)."""
+    targets = {}
+    for task, spec in space_tasks(resolve_space(sweep)).items():
+        flat = dataclasses.replace(spec, dir="")
+        path = flat.split_path(Path(task_data_dir(sweep, task, spec)), "all" if spec.cv_folds else "train")
+        targets[spec.name] = [(str(path), spec.format if spec.format in READERS else "auto", "text")]
+    return targets
 
 
 def _safe(text: str) -> str:
@@ -443,9 +486,7 @@ def plan(cfg: ChainConfig) -> str:
     if "pretrain" in stages:
         lines += ["", "== pretrain ==", plan_pretrain(cfg.pretrain, None, None)]
     if "augment" in stages:
-        lines += ["", "== augment ==", f"MLM: {cfg.augment.model_dir or 'each model itself'}; k="
-                  f"{cfg.augment.augment.words_per_sentence}, cos > {cfg.augment.augment.min_similarity}; "
-                  f"every NER task of the sweep gets a row <model>{AUGMENTED_SUFFIX}"]
+        lines += ["", "== augment ==", augment_plan(cfg.augment)]
     if "sweep" in stages:
         names = ([cfg.model_name] if "pretrain" in stages else []) + list(cfg.compare_models)
         models = {n: Path(cfg.compare_models.get(n) or cfg.run_dir / "pretrain" / "final") for n in names}

@@ -24,12 +24,13 @@ import logging
 from pathlib import Path
 
 from orchestrator import chain
-from orchestrator.chain import AUGMENTED_SUFFIX, ChainConfig, ChainResult, check_inputs, corpus_keys, corpus_stages
+from orchestrator.chain import ChainConfig, ChainResult, check_inputs, corpus_keys, corpus_stages
 from orchestrator.core.config import flatten, to_dict
 from orchestrator.core.errors import ConfigError
 from orchestrator.core.manifest import atomic_write_json, is_complete
 from orchestrator.core.reuse import content_key, reusable, run_stage
 from orchestrator.core.runtime import ray_session, seed_everything
+from orchestrator.selection.arms import read_scores, score_arm, scoring_key
 from orchestrator.sweep.space import Variant
 from orchestrator.track import effective_uri
 from orchestrator.track import schema as S
@@ -128,7 +129,7 @@ def plan(cfg: ChainConfig) -> str:
         overrides = {k: v for k, v in flatten(cfg.arms[arm.name]).items() if k not in (chain.ARM_MODEL,
                                                                                        chain.ARM_INIT)}
         lines.append(f"  {arm.name}: {what}" + (f"; {overrides}" if overrides else "")
-                     + ("; NER tasks augmented (filtered-BERT)" if arm.augmented else ""))
+                     + (_augmented_text(arm.config) if arm.augmented else ""))
     per_arm = sum(len(p.outputs) for p in plans.values())
     lines += ["", f"== stage graph: {len(graph)} output(s) for {len(plans)} arm(s) "
                   f"({per_arm} if each arm ran as its own chain) =="]
@@ -141,6 +142,8 @@ def plan(cfg: ChainConfig) -> str:
         if arm.kind == "pretrain" and key not in seen:
             seen.add(key)
             lines += ["", f"== pretrain ({arm.name}) ==", plan_pretrain(arm.config.pretrain, None, None)]
+    if cfg.selection.enabled:
+        lines += ["", selection_plan(cfg, plans)]
     if "sweep" in cfg.stages:
         lines += ["", "== sweep (one, over every arm: paired by seed) ==",
                   plan_sweep(cfg.sweep, {a.name: a.model_dir for a in plans.values()})]
@@ -154,6 +157,10 @@ def run(cfg: ChainConfig) -> ChainResult:
     plans = arm_plans(cfg)
     for arm in plans.values():
         check_inputs(arm.config)  # every arm's inputs, before Ray starts and before anything is written
+    if cfg.selection.enabled:
+        from orchestrator.selection.scoring import kenlm_binary  # heavy: numpy
+
+        kenlm_binary("lmplz"), kenlm_binary("build_binary")  # fail before any arm is built, not after
     run_dir = cfg.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(run_dir / "chain_config.json", to_dict(cfg))
@@ -204,6 +211,7 @@ def _run_arms(cfg: ChainConfig, plans: dict[str, ArmPlan], run_dir: Path) -> Cha
                                     "error": error}
             record_status()
         ok = [a for a in plans.values() if status[a.name]["status"] == "ok"]
+        scores, scoring_notes = score_arms(cfg, ok) if cfg.selection.enabled else ({}, [])
         models = {a.name: a.model_dir for a in ok if not a.augmented}
         models.update({name: Path(path) for name, path in cfg.compare_models.items()})
         results: dict = {}
@@ -220,7 +228,8 @@ def _run_arms(cfg: ChainConfig, plans: dict[str, ArmPlan], run_dir: Path) -> Cha
             if baseline is None:
                 log.warning("the baseline arm %s has no results (it failed): no paired differences", cfg.baseline_arm)
             report = write_report(results, run_dir / "report", title=f"Experiment {cfg.run_name}",
-                                  baseline=baseline, notes=_failure_notes(status))
+                                  baseline=baseline, notes=_failure_notes(status) + scoring_notes,
+                                  source_scores=scores or None)
         record_status()
     return ChainResult(run_dir=run_dir, report=report, results=results, tracking_uri=tracking_uri, arms=status,
                        mlflow_run_id=parent_id or "")
@@ -247,7 +256,14 @@ def _build_arm(cfg: ChainConfig, arm: ArmPlan, run_dir: Path) -> Variant | None:
     if not arm.augmented:
         return None
     variant, = chain.augment_stage(a.augment, cfg.sweep, {arm.name: arm.model_dir}, run_dir)
-    return dataclasses.replace(variant, name=variant.name.removesuffix(AUGMENTED_SUFFIX))
+    return dataclasses.replace(variant, name=arm.name)
+
+
+def _augmented_text(arm: ChainConfig) -> str:
+    a = arm.augment.augment
+    data = ("the originals repeated unchanged (the equal-steps control)" if a.method == "repeat"
+            else "filtered-BERT augmented training sentences")
+    return f"; NER tasks only, fine-tuned on the originals + {a.multiple:g} x {data}"
 
 
 def _status_tags(cfg: ChainConfig, status: dict[str, dict]) -> dict[str, str]:
@@ -264,3 +280,61 @@ def _status_tags(cfg: ChainConfig, status: dict[str, dict]) -> dict[str, str]:
 def _failure_notes(status: dict[str, dict]) -> list[str]:
     return [f"Arm {name} failed" + (f" in {s['stage']}" if s.get("stage") else "") + f": {s['error']}"
             for name, s in status.items() if s["status"] == "failed"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Source scoring (seed 004): every pretraining arm's sources against the sweep's tasks
+
+def _scoring_outputs(cfg: ChainConfig, arms) -> tuple[dict[str, tuple[str, Path, list]], dict[str, list]]:
+    """{arm: (key, output directory, source files)} for the arms that pretrain, and the targets."""
+    targets = chain.selection_targets(cfg.sweep)
+    outputs = {}
+    for arm in arms:
+        if arm.kind == "pretrain":
+            sources = chain.selection_sources(arm.config.corpus)
+            key = scoring_key(cfg.selection, sources, targets)
+            outputs[arm.name] = (key, cfg.run_dir / STAGES_DIR / "selection" / key, sources)
+    return outputs, targets
+
+
+def selection_plan(cfg: ChainConfig, plans: dict[str, ArmPlan]) -> str:
+    """The dry run's section: which arms are scored (shared by key), against which task text."""
+    from orchestrator.selection.scoring import kenlm_binary, read_units, tokenize  # heavy: numpy
+
+    outputs, targets = _scoring_outputs(cfg, plans.values())
+    s = cfg.selection
+    lines = [f"== source scoring (seed 004): {len(outputs)} pretraining arm(s) x {len(targets)} task(s); "
+             f"{s.num_samples} sub-samples x {s.sample_tokens} tokens; lmplz {kenlm_binary('lmplz')} ==",
+             "  targets: " + ", ".join(f"{task} ({files[0][0]})" for task, files in targets.items())]
+    by_key: dict[str, list[str]] = {}
+    for name, (key, _, _) in outputs.items():
+        by_key.setdefault(key, []).append(name)
+    for key, names in by_key.items():
+        state = "reused" if reusable(outputs[names[0]][1], key) else "build"
+        sources = outputs[names[0]][2]
+        tokens = sum(len(tokenize(u)) for f, fmt, tf in sources for u in read_units(f, fmt, tf))  # every file parses
+        short = "" if tokens >= cfg.selection.sample_tokens else (
+            f"; fewer than sample_tokens: {'stops with an error' if s.short_source == 'error' else 'scored whole'}")
+        files = ", ".join(Path(f).name for f, _, _ in sources)
+        lines.append(f"  {'selection':<16} {key[:12]}  {state:<6}  {', '.join(names)}  "
+                     f"({files}: {tokens} tokens{short})")
+    lines.append(f"  the report correlates each measure with each arm's gain over {cfg.baseline_arm} "
+                 f"({len(outputs) - (cfg.baseline_arm in outputs)} point(s) per column)")
+    return "\n".join(lines)
+
+
+def score_arms(cfg: ChainConfig, arms: list[ArmPlan]) -> tuple[dict[str, dict], list[str]]:
+    """Each pretraining arm's scores (built or reused by key under the run directory's stages/); an
+    arm whose scoring fails is left out of the correlations, and said so in the report's notes."""
+    outputs, targets = _scoring_outputs(cfg, arms)
+    scores, notes = {}, []
+    for name, (key, out, sources) in outputs.items():
+        try:
+            run_stage("selection", out, key, lambda tmp, n=name, src=sources: score_arm(n, cfg.selection, src,
+                                                                                       targets, tmp),
+                      f"source scoring ({name})")
+            scores[name] = read_scores(out)
+        except Exception as exc:  # the analysis of one arm never stops the experiment
+            log.error("source scoring of arm %s failed: %s: %s", name, type(exc).__name__, exc)
+            notes.append(f"Source scoring of arm {name} failed: {type(exc).__name__}: {exc}")
+    return scores, notes

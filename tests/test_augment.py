@@ -25,9 +25,10 @@ from orchestrator.augment.filtered import (
     filter_candidates,
     match_case,
     plan_rows,
+    repeat_rows,
     same_length_batches,
 )
-from orchestrator.augment.pipeline import augment_task, format_token_file, training_sentences
+from orchestrator.augment.pipeline import augment_key, augment_task, format_token_file, training_sentences
 from orchestrator.augment.similarity import WordVectors, cosine, normalise_words, train_vectors
 from orchestrator.core.config import from_dict
 from orchestrator.core.errors import ConfigError, InputError
@@ -98,6 +99,39 @@ def test_plan_rows_size_follows_multiple_and_cycles_sentences():
     rows = plan_rows(sentences, AugmentConfig(multiple=2.5))
     assert [(r["source"], r["copy"]) for r in rows] == [(0, 0), (1, 0), (0, 1), (1, 1), (0, 2)]
     assert rows[1]["positions"] == [1]  # only "helps" is eligible
+
+
+def test_repeat_plans_as_many_rows_as_filtered_bert_and_changes_no_word():
+    """The equal-steps control: the same sentences in the same order as filtered-BERT's plan, so the
+    training file (and the optimizer steps) have the same size, with every word as it was."""
+    sentences = [(TOKENS, TAGS), (["Aspirin", "helps", "."], ["B-Chemical", "O", "O"])]
+    augmented = plan_rows(sentences, AugmentConfig(multiple=1.5))
+    repeated = repeat_rows(plan_rows(sentences, AugmentConfig(multiple=1.5, method="repeat")))
+    assert [(r["source"], r["copy"]) for r in repeated] == [(r["source"], r["copy"]) for r in augmented]
+    assert [(r["tokens"], r["tags"]) for r in repeated] == [(TOKENS, TAGS), sentences[1], (TOKENS, TAGS)]
+    assert all(not r["replaced"] and not r["rejected"] and not r["kept"] for r in repeated)
+    assert augmented[0]["positions"]  # filtered-BERT plans words to replace; repeat plans none
+    with pytest.raises(ConfigError, match="did you mean"):
+        from_dict(AugmentJobConfig, {"augment": {"metod": "repeat"}})
+
+
+def test_repeat_writes_the_originals_twice_without_an_mlm(tmp_path, shared_data):
+    """A real BC5CDR subset through augment_task: no MLM, no vectors, no Ray; the training file holds
+    the capped originals and one unchanged copy of each; dev and test are copied."""
+    spec = dataclasses.replace(load_task("configs/tasks/bc5cdr_chem_iob.yaml"), dir="")
+    data_dir = shared_data / "ner" / "BC5CDR-chem-IOB"
+    cfg = AugmentConfig(method="repeat")
+    result = augment_task(spec, data_dir, tmp_path / "out", tmp_path / "no-mlm", cfg, SimilarityConfig(),
+                          AugmentRayConfig(), max_train_sentences=50)
+    originals = [(ex.text_a, ex.label) for ex in training_sentences(spec, data_dir, 50)]
+    written = [(ex.text_a, ex.label) for ex in read_split(spec, tmp_path / "out", "train")]
+    assert len(originals) == 50 and written == originals + originals
+    assert result.counts["augmented_sentences"] == 50 and result.counts["replaced_words"] == 0
+    assert read_manifest(tmp_path / "out")["counts"]["train_sentences_written"] == 100
+    assert (tmp_path / "out" / spec.files["test"]).read_bytes() == spec.split_path(data_dir, "test").read_bytes()
+    # its key ignores the MLM it never reads; filtered-BERT's does not
+    keys = {augment_key(spec, data_dir, m, cfg, SimilarityConfig(), 50) for m in ("/a", "/b")}
+    assert len(keys) == 1 and augment_key(spec, data_dir, "/a", AugmentConfig(), SimilarityConfig(), 50) not in keys
 
 
 def test_filter_accepts_first_proposal_in_range():

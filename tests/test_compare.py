@@ -294,3 +294,78 @@ def test_report_job_checks_the_baseline(tmp_path):
     ran = report_job(f"results_json={path}", f"out_dir={out}", "baseline=base")
     assert ran.returncode == 0, ran.stderr[-2000:]
     assert json.loads((out / "comparison.json").read_text())["baseline"] == "base"
+
+
+# --------------------------------------------------------------------------------------------- seed 004
+def sources_results() -> dict:
+    """The floor and three arms; each arm's gain is a constant shift of the floor's per-seed scores, so
+    the mean paired difference is known exactly: BIOSSES +0.1/+0.2/+0.3, ERR (lower is better)
+    -0.03/-0.01/-0.02 (gains +0.03/+0.01/+0.02)."""
+    tasks = [{"name": "BIOSSES", "metric": "pearson", "higher_is_better": True, "group": "biomedical"},
+             {"name": "ERR", "metric": "mae", "higher_is_better": False, "group": "clinical"}]
+    floor = {"BIOSSES": [0.40, 0.42, 0.38], "ERR": [0.30, 0.32, 0.31]}
+    shift = {"a": (0.1, -0.03), "b": (0.2, -0.01), "c": (0.3, -0.02)}
+    scores = {"floor": floor, **{arm: {"BIOSSES": [v + s for v in floor["BIOSSES"]],
+                                       "ERR": [v + e for v in floor["ERR"]]} for arm, (s, e) in shift.items()}}
+    cells = {m: {t: cell(v) for t, v in row.items()} for m, row in scores.items()}
+    return {"tasks": tasks, "models": list(scores), "cells": cells, "summary": summarize(tasks, cells)}
+
+
+#: Each arm's measures: pooled (the Total column) and per task.
+SOURCE_SCORES = {
+    arm: {"measures": {"ppl": ppl, "jsd": jsd, "tvc": 0.5, "ttr": ttr},
+          "by_task": {"BIOSSES": {"ppl": ppl, "jsd": jsd, "tvc": tvc_b, "ttr": ttr},
+                      "ERR": {"ppl": 2 * ppl, "jsd": jsd_e, "tvc": 0.1, "ttr": ttr}}}
+    for arm, ppl, jsd, ttr, tvc_b, jsd_e in [("a", 300.0, 0.7, 0.1, 0.2, 0.9),
+                                             ("b", 200.0, 0.9, 0.3, 0.4, 0.3),
+                                             ("c", 100.0, 0.8, 0.2, 0.6, 0.6)]}
+
+
+def test_source_correlations_known_answers_per_task_total_and_pooled():
+    from orchestrator.report.compare import POOLED, source_correlations
+    from orchestrator.selection.scoring import correlations
+
+    comparison = paired_differences(sources_results(), "floor", n_boot=100)
+    doc = source_correlations(comparison, {**SOURCE_SCORES, "floor": SOURCE_SCORES["a"]})
+    assert set(doc["scores"]) == {"a", "b", "c"}  # the baseline is no point of its own
+    assert doc["gains"]["BIOSSES"] == pytest.approx({"a": 0.1, "b": 0.2, "c": 0.3})
+    assert doc["gains"]["ERR"] == pytest.approx({"a": 0.03, "b": 0.01, "c": 0.02})  # lower MAE is a gain
+    biosses = doc["correlations"]["BIOSSES"]
+    assert biosses["ppl"]["r"] == pytest.approx(-1.0) and biosses["tvc"]["r"] == pytest.approx(1.0)
+    assert biosses["jsd"]["r"] == pytest.approx(0.5) and biosses["ttr"]["r"] == pytest.approx(0.5)
+    assert biosses["ppl"]["n"] == 3
+    # ERR: gains 0.03, 0.01, 0.02 against JSD 0.9, 0.3, 0.6 -> r = +1; TVC constant -> no r, said why
+    assert doc["correlations"]["ERR"]["jsd"]["r"] == pytest.approx(1.0)
+    assert doc["correlations"]["ERR"]["tvc"] == {"r": None, "p": None, "n": 3, "why": "constant series"}
+    # the total: per-seed macro averages of BIOSSES and the raw ERR (higher is better for the summary)
+    total = {a: comparison["rows"][a]["total"]["mean_diff"] for a in "abc"}
+    assert doc["gains"]["total"] == pytest.approx(total)
+    r = np.corrcoef([SOURCE_SCORES[a]["measures"]["ttr"] for a in "abc"], [total[a] for a in "abc"])[0, 1]
+    assert doc["correlations"]["total"]["ttr"]["r"] == pytest.approx(r)
+    assert doc["correlations"]["total"]["tvc"]["why"] == "constant series"
+    # pooled over (arm, task): six points, the same r as seed 004's own correlations() on them
+    pooled = {f"{a}/{t}": SOURCE_SCORES[a]["by_task"][t] for a in "abc" for t in ("BIOSSES", "ERR")}
+    gains = {f"{a}/{t}": [doc["gains"][t][a]] for a in "abc" for t in ("BIOSSES", "ERR")}
+    expected = correlations(pooled, gains)
+    for m in ("ppl", "jsd", "tvc", "ttr"):
+        assert doc["correlations"][POOLED][m]["n"] == 6
+        assert doc["correlations"][POOLED][m]["r"] == pytest.approx(expected[m]["r"])
+        assert doc["correlations"][POOLED][m]["p"] == pytest.approx(expected[m]["p"])
+    assert "says next to nothing" in doc["note"]
+
+
+def test_two_arms_give_no_r_and_the_report_carries_the_section(tmp_path):
+    from orchestrator.report.compare import source_correlations
+
+    comparison = paired_differences(sources_results(), "floor", n_boot=100)
+    two = source_correlations(comparison, {a: SOURCE_SCORES[a] for a in "ab"})
+    assert two["correlations"]["BIOSSES"]["ppl"] == {"r": None, "p": None, "n": 2, "why": "fewer than 3 points"}
+    paths = write_report(sources_results(), tmp_path / "report", baseline="floor", source_scores=SOURCE_SCORES)
+    doc = json.loads(paths["comparison"].read_text())
+    assert doc["sources"]["correlations"]["BIOSSES"]["ppl"]["r"] == pytest.approx(-1.0)
+    md = paths["md"].read_text()
+    assert "## Source similarity vs gain (seed 004)" in md
+    assert "| BIOSSES | -1.000 (p=" in md and "| c | 100 | 0.8 | 0.5 | 0.2 |" in md
+    assert "n = 3 gives p < 0.05 only for |r| > 0.997" in md
+    html = paths["html"].read_text()
+    assert 'id="source-correlations"' in html and 'id="source-scores"' in html

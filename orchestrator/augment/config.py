@@ -12,6 +12,11 @@ from orchestrator.core.errors import ConfigError
 class AugmentConfig:
     """The filtered-BERT algorithm. Defaults follow seed 001: 5 words, cosine > 0, one copy."""
 
+    method: Literal["filtered_bert", "repeat"] = field(
+        "filtered_bert", help="filtered_bert: seed 001's MLM replacements; repeat: the equal-steps control, "
+                              "each planned sentence written unchanged (no MLM, no vectors), so the training "
+                              "file holds as many sentences, and fine-tuning takes as many optimizer steps, as "
+                              "with filtered_bert at the same multiple")
     words_per_sentence: int = field(5, help="k: words masked and replaced per sentence (seed 001: 5); "
                                             "fewer when a sentence has fewer eligible words")
     candidates: int = field(10, help="MLM proposals tried per masked word, best first, before the word is "

@@ -48,7 +48,8 @@ def choose_positions(tokens: Sequence[str], tags: Sequence[str], cfg: AugmentCon
 
 def plan_rows(sentences: Sequence[tuple[Sequence[str], Sequence[str]]], cfg: AugmentConfig) -> list[dict]:
     """One row per augmented sentence: round(len(sentences) x multiple) rows, cycling through the
-    sentences (copy c of sentence i is row c * n + i)."""
+    sentences (copy c of sentence i is row c * n + i). Method ``repeat`` replaces no word, so its
+    rows have no positions."""
     n = len(sentences)
     total = int(round(n * cfg.multiple))
     rows = []
@@ -56,8 +57,16 @@ def plan_rows(sentences: Sequence[tuple[Sequence[str], Sequence[str]]], cfg: Aug
         source, copy = uid % n, uid // n
         tokens, tags = sentences[source]
         rows.append({"uid": uid, "source": source, "copy": copy, "tokens": list(tokens), "tags": list(tags),
-                     "positions": choose_positions(tokens, tags, cfg, source, copy)})
+                     "positions": [] if cfg.method == "repeat" else choose_positions(tokens, tags, cfg, source,
+                                                                                       copy)})
     return rows
+
+
+def repeat_rows(rows: Sequence[dict]) -> list[dict]:
+    """Method ``repeat`` (the equal-steps control): each planned row's sentence as it is, in the
+    record format of ``apply_decisions`` (nothing replaced, rejected or kept)."""
+    return [{"uid": r["uid"], "source": r["source"], "copy": r["copy"], "tokens": list(r["tokens"]),
+             "tags": list(r["tags"]), "replaced": [], "rejected": [], "kept": []} for r in rows]
 
 
 # ---------------------------------------------------------------------------------------- filter

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from orchestrator.augment.config import AugmentConfig, AugmentJobConfig, AugmentRayConfig, SimilarityConfig
-from orchestrator.augment.filtered import FilteredAugmenter, MaskedWordPredictor, plan_rows
+from orchestrator.augment.filtered import FilteredAugmenter, MaskedWordPredictor, plan_rows, repeat_rows
 from orchestrator.augment.similarity import WordVectors, train_vectors
 from orchestrator.core.config import from_dict, to_dict
 from orchestrator.core.errors import ConfigError, InputError
@@ -255,13 +255,19 @@ def augment_task(spec: TaskSpec, data_dir: str | Path, out_dir: str | Path, mode
     if spec.restricted:  # data-use agreement: nothing derived from its text is readable by other users
         private_dir(out_dir)
         private_dir(cache_dir)
-    vectors = resolve_vectors(sim, examples, cache_dir)
     rows = plan_rows([(ex.text_a, ex.label) for ex in examples], cfg)
-    log.info("augmenting %d sentences into %d (k=%d, %s masking) with %d actors", len(examples), len(rows),
-             cfg.words_per_sentence, cfg.mask_mode, ray_cfg.actors)
-    with ray_session(address=ray_cfg.address or None):
-        results = run_actor_pool(rows, cfg, model_dir, vectors, sim.center, ray_cfg, device,
-                                 progress=progress_log(len(rows)))
+    if cfg.method == "repeat":  # the equal-steps control: no MLM, no vectors
+        vectors = None
+        log.info("repeating %d sentences into %d unchanged copies (the equal-steps control)", len(examples),
+                 len(rows))
+        results = repeat_rows(rows)
+    else:
+        vectors = resolve_vectors(sim, examples, cache_dir)
+        log.info("augmenting %d sentences into %d (k=%d, %s masking) with %d actors", len(examples), len(rows),
+                 cfg.words_per_sentence, cfg.mask_mode, ray_cfg.actors)
+        with ray_session(address=ray_cfg.address or None):
+            results = run_actor_pool(rows, cfg, model_dir, vectors, sim.center, ray_cfg, device,
+                                     progress=progress_log(len(rows)))
     counts = count(rows, results, len(examples))
     originals = [(list(ex.text_a), list(ex.label), ex.doc or f"train-{ex.line}") for ex in examples]
     augmented = [(r["tokens"], r["tags"], f"aug{r['copy']}-{originals[r['source']][2]}") for r in results]
@@ -280,8 +286,8 @@ def augment_task(spec: TaskSpec, data_dir: str | Path, out_dir: str | Path, mode
     write_manifest(out_dir, stage="augment", seed=cfg.seed,
                    config={"task": spec.name, "format": spec.format, "augment": cfg, "similarity": sim,
                            "ray": ray_cfg, "max_train_sentences": max_train_sentences,
-                           "model_dir": str(model_dir), "vectors": str(vectors)},
-                   inputs=[spec.split_path(data_dir, "train"), model_dir, vectors],
+                           "model_dir": str(model_dir) if vectors else "", "vectors": str(vectors or "")},
+                   inputs=[spec.split_path(data_dir, "train")] + ([model_dir, vectors] if vectors else []),
                    counts={**counts, "train_sentences_written": len(augmented) + (
                        len(originals) if cfg.include_original else 0)})
     if spec.restricted:
@@ -293,8 +299,11 @@ def augment_task(spec: TaskSpec, data_dir: str | Path, out_dir: str | Path, mode
 
 def augment_key(spec: TaskSpec, data_dir: str | Path, model_dir: str | Path, cfg: AugmentConfig,
                 sim: SimilarityConfig, max_train_sentences: int) -> str:
-    """What an augmented task directory depends on: the task's files, the MLM, the settings."""
+    """What an augmented task directory depends on: the task's files, the MLM, the settings (method
+    ``repeat`` reads neither the MLM nor the vectors, so they are not part of its key)."""
     files = [spec.split_path(Path(data_dir), split) for split in ("train", "dev", "test")]
+    if cfg.method == "repeat":
+        return content_key("augment", spec, hash_inputs([f for f in files if f.is_file()]), cfg, max_train_sentences)
     return content_key("augment", spec, hash_inputs([f for f in files if f.is_file()]), model_identity(model_dir),
                        cfg, sim, max_train_sentences)
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from orchestrator.core.manifest import atomic_dir, atomic_write_json, atomic_write_text, write_manifest
 from orchestrator.core.results import PARTIAL, summary_members, validate_results
-from orchestrator.report.compare import check_baseline, comparison_document
+from orchestrator.report.compare import POOLED, check_baseline, comparison_document, source_correlations
 
 log = logging.getLogger(__name__)
 
@@ -304,6 +304,8 @@ def comparison_markdown(table: BlueTable, comparison: dict) -> str:
     for tasks in comparison.get("ner", {}).values():
         for task, ner in tasks.items():
             lines += ["", *_ner_markdown(table, task, ner)]
+    if comparison.get("sources"):
+        lines += ["", *_sources_markdown(table, comparison["sources"])]
     return "\n".join(lines) + "\n"
 
 
@@ -335,6 +337,8 @@ def comparison_html(table: BlueTable, comparison: dict) -> str:
     for model, tasks in comparison.get("ner", {}).items():
         for task, ner in tasks.items():
             out.append(_ner_html(table, task, ner, model))
+    if comparison.get("sources"):
+        out.append(_sources_html(table, comparison["sources"]))
     return "\n".join(out)
 
 
@@ -428,7 +432,7 @@ def render_curves_png(results: dict, path: Path) -> Path | None:
 # ---------------------------------------------------------------------------------------------
 def write_report(results: dict, out_dir: Path, title: str = "BLUE results", scale: float = 100.0,
                  digits: int = 1, source: str | Path = "results.json", baseline: str | None = None,
-                 notes: Sequence[str] = ()) -> dict[str, Path]:
+                 notes: Sequence[str] = (), source_scores: dict[str, dict] | None = None) -> dict[str, Path]:
     """Write Markdown, HTML, PNG table and learning curves atomically into ``out_dir``.
 
     ``out_dir`` appears complete (with a manifest.json and a copy of ``results``) or not at all.
@@ -437,6 +441,9 @@ def write_report(results: dict, out_dir: Path, title: str = "BLUE results", scal
     ``comparison.json`` holds their numbers. Returns the final paths by kind: md, html, png, curves
     (when any cell has a curve), results, comparison (with a baseline), manifest; the manifest
     lists the files. ``notes`` are said under the table (an experiment's failed arms).
+    ``source_scores`` (``{model: {"measures", "by_task"}}``, an experiment's seed 004 scores) add
+    "Source similarity vs gain": the Pearson r of each measure with the gain over the baseline
+    (``compare.source_correlations``, in ``comparison.json`` under ``sources``).
     """
     out_dir = Path(out_dir)
     table = build_table(results, scale=scale, digits=digits, source=source)
@@ -445,6 +452,8 @@ def write_report(results: dict, out_dir: Path, title: str = "BLUE results", scal
         check_baseline(results, baseline, source)
         if len(table.models) >= 2:
             comparison = comparison_document(results, baseline, source=source)
+            if source_scores:
+                comparison["sources"] = source_correlations(comparison, source_scores)
         else:
             log.info("one model only: no paired differences against %s", baseline)
     with atomic_dir(out_dir, "report") as tmp:
@@ -613,6 +622,62 @@ def _ner_html(table: BlueTable, task: str, ner: dict, model: str) -> str:
     out += [f'<tr data-tag="{esc(row[0])}"><td class="model">' + "</td><td>".join(esc(c) for c in row)
             + "</td></tr>" for row in per_tag]
     out.append(f'</tbody></table><p class="notes">{esc(_ner_note(ner))}</p>')
+    return "\n".join(out)
+
+
+SOURCES_TITLE = "Source similarity vs gain (seed 004)"
+
+
+def _sources_rows(table: BlueTable, sources: dict) -> tuple[list[str], list[list[str]], list[str], list[list[str]]]:
+    """Two tables: each arm's measures (all tasks' text pooled) with its gain on the total, and each
+    column's Pearson r per measure."""
+    measures = list(sources["measures"])
+    score_head = ["Arm", *(m.upper() for m in measures), f"Gain on Total vs {sources['baseline']}"]
+    score_rows = []
+    for arm, score in sources["scores"].items():
+        gain = sources["gains"].get("total", {}).get(arm)
+        score_rows.append([arm, *(f"{score['measures'][m]:.4g}" for m in measures),
+                           "\u2013" if gain is None else _signed(table, gain)])
+    r_head = ["Column", *(f"r({m.upper()})" for m in measures)]
+    r_rows = []
+    for column, per in sources["correlations"].items():
+        label = "Total" if column == "total" else column
+
+        def cell(c: dict) -> str:
+            if c["r"] is None:
+                return f"\u2013 (n={c['n']}: {c['why']})"
+            return f"{c['r']:+.3f} (p={c['p']:.2g}, n={c['n']})"
+        r_rows.append([label, *(cell(per[m]) for m in measures)])
+    return score_head, score_rows, r_head, r_rows
+
+
+def _sources_note(sources: dict) -> str:
+    directions = "; ".join(f"{m.upper()}: {d}" for m, d in sources["measures"].items())
+    return (f"Measures of each arm's pretraining sources against the sweep's tasks' training text ({directions}). "
+            f"Gain: the mean paired difference vs {sources['baseline']} in the metric's better direction. "
+            f"{POOLED}: one point per (arm, task), each task's own measures. " + sources["note"])
+
+
+def _sources_markdown(table: BlueTable, sources: dict) -> list[str]:
+    score_head, score_rows, r_head, r_rows = _sources_rows(table, sources)
+    lines = [f"## {SOURCES_TITLE}", "", "| " + " | ".join(score_head) + " |",
+             "|" + "|".join(["---"] + [":---:"] * (len(score_head) - 1)) + "|"]
+    lines += ["| " + " | ".join(_md_escape(v) for v in row) + " |" for row in score_rows]
+    lines += ["", "| " + " | ".join(r_head) + " |", "|" + "|".join(["---"] + [":---:"] * (len(r_head) - 1)) + "|"]
+    lines += ["| " + " | ".join(_md_escape(v) for v in row) + " |" for row in r_rows]
+    return lines + ["", _sources_note(sources)]
+
+
+def _sources_html(table: BlueTable, sources: dict) -> str:
+    esc = html.escape
+    score_head, score_rows, r_head, r_rows = _sources_rows(table, sources)
+    out = [f"<h2>{esc(SOURCES_TITLE)}</h2>"]
+    for ident, head, rows in (("source-scores", score_head, score_rows), ("source-correlations", r_head, r_rows)):
+        out.append(f'<table class="blue" id="{ident}"><thead><tr>' + "".join(f"<th>{esc(h)}</th>" for h in head)
+                   + "</tr></thead><tbody>")
+        out += ["<tr>" + "".join(f"<td>{esc(v)}</td>" for v in row) + "</tr>" for row in rows]
+        out.append("</tbody></table>")
+    out.append(f'<p class="notes">{esc(_sources_note(sources))}</p>')
     return "\n".join(out)
 
 

@@ -336,12 +336,16 @@ class SourceScore:
         return {m: getattr(self, m) for m in MEASURES}
 
 
-def _tokenize_source(files: Sequence[Path], cfg: SelectionConfig, out: Path) -> np.ndarray:
+#: One input file of a source: (path, reader format, JSONL key / parquet column).
+InputFile = tuple[Path, str, str]
+
+
+def _tokenize_source(files: Sequence[InputFile], out: Path) -> np.ndarray:
     """Write the tokenized source, one unit per line; return tokens per unit."""
     counts = []
     with open(out, "w", encoding="utf-8") as f:
-        for path in files:
-            for unit in read_units(path, cfg.input_format, cfg.text_field):
+        for path, fmt, text_field in files:
+            for unit in read_units(path, fmt, text_field):
                 toks = tokenize(unit)
                 if toks:
                     f.write(" ".join(toks) + "\n")
@@ -349,17 +353,24 @@ def _tokenize_source(files: Sequence[Path], cfg: SelectionConfig, out: Path) -> 
     return np.asarray(counts, dtype=np.int64)
 
 
-def score_source(name: str, path: str, targets: Mapping[str, TargetProfile], cfg: SelectionConfig) -> SourceScore:
+def score_source(name: str, path: str | Path | Sequence[InputFile], targets: Mapping[str, TargetProfile],
+                 cfg: SelectionConfig) -> SourceScore:
     """All four measures for one source, each the mean over ``cfg.num_samples`` sub-samples.
 
     ``targets`` maps task names to profiles; the pooled target (all tasks) gives the headline
     measures, each task its own (the same sample, n-gram counts and KenLM model serve all).
+    ``path`` is a file or a directory read with ``cfg.input_format``, or a list of
+    (file, format, text field) for a source whose files differ in format (an experiment arm's corpus).
     """
-    files = input_files(path)
+    if isinstance(path, (str, Path)):
+        files = [(f, cfg.input_format, cfg.text_field) for f in input_files(path)]
+    else:
+        files = [(Path(f), fmt, text_field) for f, fmt, text_field in path]
+        path = ", ".join(str(f) for f, _, _ in files)
     pooled = merge_profiles(targets.values()) if len(targets) > 1 else next(iter(targets.values()))
     with tempfile.TemporaryDirectory(prefix=f"score-{name}-", dir=cfg.work_dir or None) as tmp:
         work = Path(tmp)
-        unit_tokens = _tokenize_source(files, cfg, work / "tokens.txt")
+        unit_tokens = _tokenize_source(files, work / "tokens.txt")
         total = int(unit_tokens.sum())
         if total == 0:
             raise InputError(path, "holds no text", expected="at least one token")
@@ -617,7 +628,8 @@ def _score_on_ray(targets: dict[str, TargetProfile], cfg: SelectionConfig) -> li
     return results
 
 
-__all__ = ["SelectionConfig", "SelectionResult", "SourceScore", "TargetProfile", "MEASURES", "FUNCTION_WORDS",
+__all__ = ["SelectionConfig", "SelectionResult", "SourceScore", "InputFile", "TargetProfile", "MEASURES",
+           "FUNCTION_WORDS",
            "score_sources", "plan_selection", "score_source", "load_targets", "target_tasks", "merge_profiles",
            "profile_target", "tokenize", "is_content_word", "read_units", "input_files", "ngrams",
            "jensen_shannon", "type_token_ratio", "vocabulary_covered", "perplexity", "plan_samples",
