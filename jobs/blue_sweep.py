@@ -51,6 +51,7 @@ SPEC = JobSpec(
     run=run,
     dry_run=plan,
     default_preset="default",
+    preset_only=("arms", "baseline"),
 )
 
 

@@ -80,3 +80,27 @@ def test_help_shows_the_values_a_plain_run_uses():
     assert "sweep.search_space = 'tiny'" in text  # the dataclass default is 'blue'
     assert "pretrain.phase1.steps = 1200" in text
     assert "corpus.sources = ()" not in text and "in_domain" in text
+
+
+def test_a_config_file_does_not_inherit_the_presets_experiment(tmp_path, monkeypatch):
+    """Keys named in `preset_only` (blue_sweep: arms, baseline) come from the preset only when no
+    --config is given: the default's experiment must not turn configs/real_data.yaml into one."""
+    from dataclasses import dataclass, field
+
+    from orchestrator.core import cli
+
+    @dataclass(frozen=True)
+    class Cfg:
+        name: str = "x"
+        arms: dict = field(default_factory=dict)
+
+    (tmp_path / "demo").mkdir()
+    (tmp_path / "demo" / "default.yaml").write_text("name: from-preset\narms: {a: {}, b: {name: y}}\n")
+    (tmp_path / "own.yaml").write_text("name: from-file\n")
+    monkeypatch.setattr(cli, "PRESET_DIR", tmp_path)
+    seen = []
+    spec = cli.JobSpec(name="demo", description="demo", config_cls=Cfg, run=seen.append, dry_run=str,
+                       default_preset="default", preset_only=("arms",))
+    assert cli.run_job(spec, []) == 0 and cli.run_job(spec, ["--config", str(tmp_path / "own.yaml")]) == 0
+    assert seen[0] == Cfg(name="from-preset", arms={"a": {}, "b": {"name": "y"}})
+    assert seen[1] == Cfg(name="from-file", arms={})

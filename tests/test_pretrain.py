@@ -131,6 +131,31 @@ def test_lamb_matches_the_paper_update():
     assert torch.allclose(w.detach(), expected, atol=1e-6)
 
 
+@pytest.mark.parametrize("adapt_all", [False, True])
+def test_lamb_adapts_only_decayed_tensors_unless_told(adapt_all):
+    """NVIDIA's FusedLAMB default (use_nvlamb=False): biases and LayerNorm, which carry no weight decay,
+    take the plain Adam step. With the trust ratio they were pinned at 0: the first oubiobert_ablation run
+    ended with LayerNorm biases at 1e-3 after 800 steps at lr 2e-2 (benchmarks/RESULTS.md)."""
+    torch.manual_seed(0)
+    w, b = torch.nn.Parameter(torch.randn(5, 3)), torch.nn.Parameter(torch.zeros(3))
+    w0 = w.detach().clone()
+    opt = Lamb([{"params": [w], "weight_decay": 0.01}, {"params": [b], "weight_decay": 0.0}], lr=0.1,
+               betas=(0.9, 0.99), eps=1e-6, adapt_all=adapt_all)
+    gb = torch.tensor([0.5, -2.0, 1e-3])
+    for step in range(1, 4):
+        w.grad, b.grad = torch.randn(5, 3), gb.clone()
+        b_before = b.detach().clone()
+        opt.step()
+        adam = gb / (gb.abs() + 1e-6)  # constant gradient: bias-corrected m / (sqrt(v) + eps)
+        plain = b_before - 0.1 * adam
+        if adapt_all and step > 1:  # the step is lr * ||b||: a bias near 0 stays near 0
+            assert torch.allclose(b.detach(), b_before - 0.1 * b_before.norm() / adam.norm() * adam, atol=1e-5)
+        elif not adapt_all:
+            assert torch.allclose(b.detach(), plain, atol=1e-5)
+    assert not torch.equal(w.detach(), w0)
+    assert bool(b.detach().abs().mean() > 0.25) is (not adapt_all)
+
+
 def _tiny_module(objective: str = "mlm_nsp", vocab: int = 100):
     from orchestrator.pretrain.config import ModelConfig
     from orchestrator.pretrain.model import PretrainingModule, build_model

@@ -38,6 +38,9 @@ class JobSpec:
     run: Callable[[Any], Any]
     dry_run: Callable[[Any], str]
     default_preset: str | None = None
+    # Top-level preset keys a --config file does not inherit (e.g. blue_sweep's `arms`: the default
+    # preset's experiment must not turn every --config run into that experiment).
+    preset_only: tuple[str, ...] = ()
 
 
 def preset_names(job: str) -> list[str]:
@@ -81,6 +84,8 @@ def build_parser(spec: JobSpec) -> argparse.ArgumentParser:
 
 def resolve_config(spec: JobSpec, args: argparse.Namespace):
     base = load_preset(spec.name, args.preset) if args.preset and args.preset != "none" else {}
+    if args.config is not None:
+        base = {k: v for k, v in base.items() if k not in spec.preset_only}
     return load_config(spec.config_cls, args.config, args.overrides, base=base)
 
 

@@ -16,13 +16,14 @@ from orchestrator.core.errors import ConfigError
 from orchestrator.core.manifest import file_sha256
 from orchestrator.core.reuse import content_key, output_key
 
-SIZES = ("tiny", "mini", "small", "base", "large")
+SIZES = ("tiny", "bert-tiny", "mini", "small", "base", "large")
 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    size: Literal["tiny", "mini", "small", "base", "large"] = field(
-        "tiny", help="architecture preset (tiny: hidden 64, 2 layers, for tests; base/large: BERT's)")
+    size: Literal["tiny", "bert-tiny", "mini", "small", "base", "large"] = field(
+        "tiny", help="architecture preset (tiny: hidden 64, 2 layers, for tests; bert-tiny/mini/small: Turc et "
+                     "al.'s miniature BERTs, hidden 128/256/512; base/large: BERT's)")
     objective: Literal["mlm_nsp", "mlm"] = field(
         "mlm_nsp", help="mlm_nsp = BertForPreTraining (masked LM + next sentence), mlm = BertForMaskedLM")
     init_from: str = field("", help="continue from this Hugging Face BERT directory (missing heads are added); "

@@ -20,9 +20,11 @@ from orchestrator.pretrain.data import IGNORE_INDEX
 
 log = logging.getLogger(__name__)
 
-# hidden, layers, heads, intermediate
+# hidden, layers, heads, intermediate. bert-tiny, mini and small are the miniature BERTs of Turc et
+# al. 2019 ("Well-Read Students Learn Better"); tiny is half of bert-tiny, for tests.
 SIZE_PRESETS: dict[str, tuple[int, int, int, int]] = {
     "tiny": (64, 2, 2, 256),
+    "bert-tiny": (128, 2, 2, 512),
     "mini": (256, 4, 4, 1024),
     "small": (512, 4, 8, 2048),
     "base": (768, 12, 12, 3072),

@@ -23,13 +23,19 @@ class Lamb(torch.optim.Optimizer):
         m = b1 m + (1 - b1) g,  v = b2 v + (1 - b2) g^2
         u = (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps) + weight_decay * w
         w = w - lr * (||w|| / ||u||) * u        (trust ratio 1 when either norm is 0)
+
+    The trust ratio is applied only to tensors with weight decay, as NVIDIA's FusedLAMB does by
+    default (``use_nvlamb=False``) and Google's reference (``exclude_from_layer_adaptation``
+    defaults to the weight-decay exclusions): biases and LayerNorm parameters take the plain Adam
+    step. ``adapt_all=True`` applies it everywhere (NVLAMB). Adapting a bias that starts at 0 pins
+    it near 0: its first step is tiny (warm-up) and every later one is scaled by its own small norm.
     """
 
     def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-6, weight_decay: float = 0.01):
+                 eps: float = 1e-6, weight_decay: float = 0.01, adapt_all: bool = False):
         if lr <= 0 or eps <= 0 or weight_decay < 0 or not all(0 <= b < 1 for b in betas):
             raise ValueError(f"invalid LAMB hyper-parameters lr={lr} betas={betas} eps={eps} wd={weight_decay}")
-        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, adapt_all=adapt_all))
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -66,6 +72,9 @@ class Lamb(torch.optim.Optimizer):
             torch._foreach_div_(updates, 1 - beta1 ** step)
             if group["weight_decay"]:
                 torch._foreach_add_(updates, params, alpha=group["weight_decay"])
+            elif not group.get("adapt_all", False):
+                torch._foreach_add_(params, updates, alpha=-group["lr"])
+                continue
             w_norms = torch._foreach_norm(params)
             u_norms = torch._foreach_norm(updates)
             for p, u, wn, un in zip(params, updates, w_norms, u_norms):
