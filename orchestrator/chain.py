@@ -47,7 +47,7 @@ REPEATED_SUFFIX = "+repeated"
 #: Keys an experiment's arm may not change: every arm runs in the same place, on the same Ray, into
 #: the same MLflow experiment, and through the one paired sweep.
 ARM_FIXED = ("run_name", "runs_root", "model_name", "stages", "compare_models", "ray", "tracking", "sweep",
-             "arms", "baseline", "selection")
+             "arms", "baseline", "selection", "arm_concurrency")
 #: Arm keys that are not config overrides: a published model (no corpus, no pretraining), or the
 #: untrained floor of the arm's architecture (random initialisation).
 ARM_MODEL, ARM_INIT = "model", "init"
@@ -99,11 +99,18 @@ class ChainConfig:
                                    "sweep, paired by seed. Empty = one model, as before")
     baseline: str = field("", help="the arm the report's paired differences are taken against (default: the "
                                    "first arm)")
+    arm_concurrency: int = field(1, help="arms built at the same time, each submitting its stages to Ray (a stage "
+                                         "two arms share is built once, the other waits for it); 1 = one after "
+                                         "another (a laptop); 0 = as many as the Ray cluster's CPUs (or GPUs) fit "
+                                         "pretraining jobs at once")
     selection: ArmScoringConfig = field(default_factory=ArmScoringConfig,
                                         help="an experiment's source scoring (seed 004): each pretraining arm's "
                                              "sources against the sweep's tasks, correlated with its gain")
 
     def __post_init__(self):
+        if self.arm_concurrency < 0:
+            raise ConfigError(f"arm_concurrency: {self.arm_concurrency}; 1 = one arm at a time, 0 = as many as the "
+                              "cluster fits")
         bad = [s for s in self.stages if s not in ALL_STAGES]
         if bad:
             raise ConfigError(f"stages: unknown stage(s) {bad}; valid: {list(ALL_STAGES)}")

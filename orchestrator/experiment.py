@@ -12,8 +12,12 @@ finished one (a pretraining that was stopped resumes from its checkpoint). Then 
 goes through one sweep, with the same tasks, settings and seeds, so the differences pair by seed;
 the report compares each arm with the baseline arm.
 
-Arms run one after another: each stage already spreads over the cluster through its own Ray
-parallelism (Ray Data tasks, Train workers, Tune trials). A failing arm does not stop the others:
+Arms are built one after another by default (``arm_concurrency: 1``, a laptop): each stage already
+spreads over the cluster through its own Ray parallelism (Ray Data tasks, Train workers, Tune
+trials). With ``arm_concurrency`` above 1 (or 0: as many pretraining jobs as the cluster's CPUs or
+GPUs fit) that many arms are built at once, each from its own driver thread submitting its stages
+to Ray; a stage two of them share is built by the first and reused by the other, which waits for it
+(``orchestrator.core.reuse.output_lock``). A failing arm does not stop the others:
 its error is recorded in ``experiment.json`` and in the report, its arm is left out of the sweep,
 and a re-run redoes only what did not finish. Without ``arms:`` a config runs the chain as before.
 """
@@ -21,6 +25,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from orchestrator import chain
@@ -28,7 +35,7 @@ from orchestrator.chain import ChainConfig, ChainResult, check_inputs, corpus_ke
 from orchestrator.core.config import flatten, to_dict
 from orchestrator.core.errors import ConfigError
 from orchestrator.core.manifest import atomic_write_json, is_complete
-from orchestrator.core.reuse import content_key, reusable, run_stage
+from orchestrator.core.reuse import content_key, output_lock, reusable, run_stage
 from orchestrator.core.runtime import ray_session, seed_everything
 from orchestrator.selection.arms import read_scores, score_arm, scoring_key
 from orchestrator.sweep.space import Variant
@@ -188,28 +195,47 @@ def _run_arms(cfg: ChainConfig, plans: dict[str, ArmPlan], run_dir: Path) -> Cha
 
         record_status()
         failed: dict[str, str] = {}  # output key -> the error that stopped it (arms sharing it are not retried)
-        variants = []
-        for i, arm in enumerate(plans.values(), 1):
+        variants: dict[str, Variant] = {}
+        guard = threading.Lock()  # status, failed, variants and the status records, across arm threads
+
+        def build(i: int, arm: ArmPlan) -> None:
             log.info("[arm %d/%d] %s", i, len(plans), arm.name)
-            blocked = next((o for o in arm.outputs if o.key in failed), None)
-            if blocked is not None:
-                status[arm.name] = {"status": "failed", "kind": arm.kind, "stage": blocked.name,
-                                    "error": f"shared with a failed arm: {failed[blocked.key]}"}
-                continue
+            with guard:
+                blocked = next((o for o in arm.outputs if o.key in failed), None)
+                if blocked is not None:
+                    status[arm.name] = {"status": "failed", "kind": arm.kind, "stage": blocked.name,
+                                        "error": f"shared with a failed arm: {failed[blocked.key]}"}
+                    record_status()
+                    return
+                status[arm.name] = {"status": "running", "kind": arm.kind}
             try:
                 variant = _build_arm(cfg, arm, run_dir)
-                if variant is not None:
-                    variants.append(variant)
-                status[arm.name] = {"status": "ok", "kind": arm.kind, "model_dir": str(arm.model_dir)}
+                result = {"status": "ok", "kind": arm.kind, "model_dir": str(arm.model_dir)}
             except Exception as exc:  # one arm's failure never stops the others
-                stage = next((o for o in arm.outputs if not o.done()), None)
+                variant, stage = None, next((o for o in arm.outputs if not o.done()), None)
                 error = f"{type(exc).__name__}: {exc}"
-                if stage is not None:
-                    failed[stage.key] = error
                 log.error("arm %s failed%s: %s", arm.name, f" in {stage.name}" if stage else "", error)
-                status[arm.name] = {"status": "failed", "kind": arm.kind, "stage": stage.name if stage else None,
-                                    "error": error}
-            record_status()
+                result = {"status": "failed", "kind": arm.kind, "stage": stage.name if stage else None,
+                          "error": error}
+                with guard:
+                    if stage is not None:
+                        failed[stage.key] = error
+            with guard:
+                if variant is not None:
+                    variants[arm.name] = variant
+                status[arm.name] = result
+                record_status()
+
+        workers = arm_workers(cfg, plans)
+        if workers > 1:
+            log.info("building up to %d arms at once", workers)
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="arm") as pool:
+                for future in [pool.submit(build, i, arm) for i, arm in enumerate(plans.values(), 1)]:
+                    future.result()
+        else:
+            for i, arm in enumerate(plans.values(), 1):
+                build(i, arm)
+        variants = [variants[name] for name in plans if name in variants]  # the arms' order, whatever finished first
         ok = [a for a in plans.values() if status[a.name]["status"] == "ok"]
         scores, scoring_notes = score_arms(cfg, ok) if cfg.selection.enabled else ({}, [])
         models = {a.name: a.model_dir for a in ok if not a.augmented}
@@ -235,6 +261,26 @@ def _run_arms(cfg: ChainConfig, plans: dict[str, ArmPlan], run_dir: Path) -> Cha
                        mlflow_run_id=parent_id or "")
 
 
+def arm_workers(cfg: ChainConfig, plans: dict[str, ArmPlan]) -> int:
+    """How many arms to build at once: ``cfg.arm_concurrency``, or for 0 as many pretraining jobs as the
+    connected Ray cluster's GPUs (``use_gpu``) or CPUs hold, at most one per arm that trains."""
+    if cfg.arm_concurrency:
+        return min(cfg.arm_concurrency, len(plans))
+    import ray  # heavy: ray
+
+    from orchestrator.pretrain.trainer import DATA_CPU_RESERVE, worker_cpus  # heavy: torch
+
+    training = [p for p in plans.values() if p.kind == "pretrain"] or list(plans.values())
+    pre = training[0].config.pretrain
+    resources = ray.cluster_resources()
+    if pre.use_gpu:
+        fit = resources.get("GPU", 0.0) // pre.num_workers
+    else:
+        cpus = resources.get("CPU", 0.0)  # every job's Train workers, and CPUs left for the jobs' Ray Data reads
+        fit = (cpus - DATA_CPU_RESERVE) // (pre.num_workers * worker_cpus(pre, cpus) + DATA_CPU_RESERVE)
+    return max(1, min(len(plans), int(fit) if math.isfinite(fit) else 1))
+
+
 def _build_arm(cfg: ChainConfig, arm: ArmPlan, run_dir: Path) -> Variant | None:
     """Build (or reuse) the arm's outputs; an augmented arm returns its sweep row."""
     if arm.kind == "model":
@@ -251,8 +297,9 @@ def _build_arm(cfg: ChainConfig, arm: ArmPlan, run_dir: Path) -> Variant | None:
         run_stage("pretrain", last.path, last.key, lambda tmp: random_init(a.pretrain, corpus.vocab_dir, tmp),
                   f"random initialisation ({arm.name})")
     else:
-        pretrain(a.pretrain, corpus.instances, corpus.vocab_dir, last.path, a.tracking, run_dir,
-                 run_tags={S.ARM: arm.name})
+        with output_lock(last.path):  # an arm sharing this pretraining waits, then reuses it
+            pretrain(a.pretrain, corpus.instances, corpus.vocab_dir, last.path, a.tracking, run_dir,
+                     run_tags={S.ARM: arm.name})
     if not arm.augmented:
         return None
     variant, = chain.augment_stage(a.augment, cfg.sweep, {arm.name: arm.model_dir}, run_dir)

@@ -229,3 +229,27 @@ def test_source_scoring_is_a_stage_output_per_distinct_corpus_scored_against_the
     with caplog.at_level("INFO"):
         again, _ = score_arms(cfg, list(arm_plans(cfg).values()))
     assert again == scores and caplog.text.count("reused") == 3  # every arm, nothing rebuilt
+
+
+def test_arms_built_at_once_share_their_common_stages_and_pretrain_side_by_side(tmp_path):
+    """arm_concurrency 2 on an embedded Ray of 4 logical CPUs: two arms that differ only in the
+    pretraining seed build the corpus, vocabulary and instances once (the second arm waits for the
+    first's), then their two Ray Train jobs run at the same time (their MLflow runs overlap)."""
+    res = run_job("blue_sweep.py", "--preset", "smoke", f"runs_root={tmp_path}", "run_name=exp", "ray.num_cpus=4",
+                  "arm_concurrency=2", "arms.a.pretrain.seed=1", "arms.b.pretrain.seed=2",
+                  "stages=[corpus,vocab,instances,pretrain]", "instances.max_seq_lengths=[64]",
+                  "pretrain.phase1.steps=30", "pretrain.phase2.steps=0", timeout=900)
+    assert res.returncode == 0, (res.stdout[-3000:], res.stderr[-3000:])
+    assert "building up to 2 arms at once" in res.stdout + res.stderr
+    stages = tmp_path / "exp" / "stages"
+    built = {s: len(list((stages / s).glob("*/manifest.json"))) for s in ("corpus", "vocab", "pretrain")}
+    assert built == {"corpus": 1, "vocab": 1, "pretrain": 2}
+    assert len(list((stages / "instances").glob("*/*/manifest.json"))) == 1
+    client = MlflowClient(f"sqlite:///{tmp_path / 'exp' / 'mlflow.db'}")
+    runs = {r.data.tags[S.ARM]: r.info for e in client.search_experiments()
+            for r in client.search_runs([e.experiment_id], f"tags.{S.KIND} = '{S.KIND_PRETRAIN}'")}
+    assert set(runs) == {"a", "b"} and all(r.status == "FINISHED" for r in runs.values())
+    a, b = runs["a"], runs["b"]
+    assert a.start_time < b.end_time and b.start_time < a.end_time, "the two pretraining runs did not overlap"
+    status = json.loads((tmp_path / "exp" / "experiment.json").read_text())["arms"]
+    assert {n: s["status"] for n, s in status.items()} == {"a": "ok", "b": "ok"}

@@ -12,11 +12,13 @@ tokenised split, so there is one definition of "the same".
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -59,17 +61,33 @@ def stamp(stage_dir: str | Path, key: str) -> None:
     atomic_write_json(path, {**read_manifest(stage_dir), KEY_FIELD: key})
 
 
+_LOCKS: dict[str, threading.Lock] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+@contextlib.contextmanager
+def output_lock(out_dir: str | Path) -> Iterator[None]:
+    """Serialise the threads of this process that would build the same output (an experiment's arms
+    built at once share stages): the second waits, then finds the output finished and reuses it."""
+    name = str(Path(out_dir).resolve())
+    with _LOCKS_GUARD:
+        lock = _LOCKS.setdefault(name, threading.Lock())
+    with lock:
+        yield
+
+
 def run_stage(stage: str, out_dir: str | Path, key: str, build: Callable[[Path], Any], label: str = "") -> Path:
     """Reuse ``out_dir`` if it was made with ``key``; otherwise ``build(tmp)`` and rename it into place.
 
     ``stage`` is what the stage's manifest calls it; ``label`` names this output in the log."""
     out_dir = Path(out_dir)
-    if reusable(out_dir, key):
-        log.info("%s: output complete for this config and inputs, reused (%s)", label or stage, out_dir)
-        return out_dir
-    with atomic_dir(out_dir, stage) as tmp:
-        build(tmp)
-        stamp(tmp, key)
+    with output_lock(out_dir):
+        if reusable(out_dir, key):
+            log.info("%s: output complete for this config and inputs, reused (%s)", label or stage, out_dir)
+            return out_dir
+        with atomic_dir(out_dir, stage) as tmp:
+            build(tmp)
+            stamp(tmp, key)
     return out_dir
 
 
