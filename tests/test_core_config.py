@@ -121,3 +121,11 @@ def test_a_dotted_key_past_a_value_or_with_an_empty_part_is_refused(tmp_path):
     for bad in ("tags.=x", "tags..a=x", ".seed=1"):
         with pytest.raises(ConfigError, match="has an empty part"):
             load_config(Job, None, [bad])
+
+
+def test_a_plain_dict_field_takes_a_mapping():
+    @dataclass(frozen=True)
+    class Loose:
+        extra: dict = field(default_factory=dict, help="anything")
+
+    assert load_config(Loose, None, ["extra.a.b=1"]).extra == {"a": {"b": 1}}

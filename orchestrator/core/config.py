@@ -244,7 +244,7 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
             except ConfigError as exc:
                 errors.append(str(exc))
         raise ConfigError(errors[0] if errors else f"{where}: invalid value {value!r}")
-    if isinstance(value, dict) and origin not in (dict, list, tuple) and not dataclasses.is_dataclass(tp):
+    if isinstance(value, dict) and (origin or tp) not in (dict, list, tuple) and not dataclasses.is_dataclass(tp):
         # What a dotted key one level too deep makes: `run_name.x=1` or `compare_models.a.b=/m`.
         raise ConfigError(f"{where}: expected {getattr(tp, '__name__', tp)}, got a mapping {value!r} "
                           f"({where} holds a value, so {where}.{next(iter(value), '')} is not a config key)")
