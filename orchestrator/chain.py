@@ -34,6 +34,7 @@ from orchestrator.selection.arms import ArmScoringConfig
 from orchestrator.sweep.config import SweepConfig
 from orchestrator.sweep.space import Variant, resolve_space, space_tasks, task_data_dir, task_key
 from orchestrator.track import TrackingConfig, effective_uri, local_uri, probe
+from orchestrator.track.experiments import UI_ADDRESS, experiment_id_of, ui_url
 from orchestrator.vocab.wordpiece import VocabConfig
 
 log = logging.getLogger("chain")
@@ -179,6 +180,7 @@ class ChainResult:
     pretrain_loss: tuple[float, float] | None = None
     arms: dict[str, dict] = dataclasses.field(default_factory=dict)  # an experiment's arms: status, error
     mlflow_run_id: str = ""  # an experiment's MLflow parent run ("" without tracking)
+    experiment_id: str = ""  # the MLflow experiment the runs are in ("" without tracking)
 
     @property
     def exit_code(self) -> int:
@@ -199,7 +201,8 @@ class ChainResult:
                 lines.append(f"report ({kind:4}): {self.report[kind]}")
         if self.tracking_uri:
             lines.append("MLflow UI     : " + self.mlflow_ui_command())
-            lines.append("                then open http://127.0.0.1:5000")
+            url = ui_url(self.experiment_id) if self.experiment_id else UI_ADDRESS
+            lines.append(f"                then open {url}")
         else:
             lines.append("MLflow        : off (tracking.enabled=false)")
         lines.append("=" * 72)
@@ -464,7 +467,8 @@ def _run_stages(cfg: ChainConfig, run_dir: Path, info: dict) -> ChainResult:
         banner("report", "BLUE table (HTML, Markdown, PNG)")
         report = write_report(results, run_dir / "report")
     return ChainResult(run_dir=run_dir, report=report, results=results, tracking_uri=tracking_uri,
-                       pretrain_loss=pretrain_loss)
+                       pretrain_loss=pretrain_loss,
+                       experiment_id=experiment_id_of(tracking_uri, cfg.tracking.experiment) if tracking_uri else "")
 
 
 def plan_tracking(cfg: ChainConfig) -> str:

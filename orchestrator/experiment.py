@@ -41,6 +41,7 @@ from orchestrator.selection.arms import read_scores, score_arm, scoring_key
 from orchestrator.sweep.space import Variant
 from orchestrator.track import effective_uri
 from orchestrator.track import schema as S
+from orchestrator.track.experiments import experiment_id_of
 
 log = logging.getLogger("experiment")
 
@@ -258,7 +259,8 @@ def _run_arms(cfg: ChainConfig, plans: dict[str, ArmPlan], run_dir: Path) -> Cha
                                   source_scores=scores or None)
         record_status()
     return ChainResult(run_dir=run_dir, report=report, results=results, tracking_uri=tracking_uri, arms=status,
-                       mlflow_run_id=parent_id or "")
+                       mlflow_run_id=parent_id or "",
+                       experiment_id=experiment_id_of(tracking_uri, cfg.tracking.experiment) if tracking_uri else "")
 
 
 def arm_workers(cfg: ChainConfig, plans: dict[str, ArmPlan]) -> int:

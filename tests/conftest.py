@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,6 +14,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
+
+#: Headless Chromium, for the tests that open a page (tests/test_dashboard.py, tests/test_mlflow_ui.py).
+CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary on PATH (Debian/Ubuntu: "
+                                                               "apt-get install -y chromium)")
+#: Headless, offline, no profile: nothing is fetched, nothing from an earlier run is reused.
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
+         "--enable-logging=stderr", "--v=0"]
 
 
 @pytest.fixture(autouse=True)

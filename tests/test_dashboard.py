@@ -3,7 +3,6 @@ against the store it was read from, and opened in headless Chromium (a screensho
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import sys
 from html import unescape
@@ -13,23 +12,14 @@ import pytest
 from mlflow.entities import Metric, RunTag
 from mlflow.tracking import MlflowClient
 
+from conftest import CHROMIUM, FLAGS, ROOT, needs_chromium
 from conftest import EXPERIMENT_ARMS as ARMS
-from conftest import ROOT
 from dashboards.experiment_page import PAGE_PATH, build_page
 from orchestrator.core.errors import OrchestratorError
 from orchestrator.track import schema as S
 
 TASKS = ("BIOSSES", "BC5CDR-chemical")
 BASELINE = "conventional"
-CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
-needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary on PATH (Debian/Ubuntu: "
-                                                               "apt-get install -y chromium)")
-#: Headless, offline, no profile: nothing is fetched, nothing from an earlier run is reused.
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
-         "--enable-logging=stderr", "--v=0"]
-
-
 def open_in_chromium(page: Path, png: Path, profile: Path, size: tuple[int, int] = (1280, 1800)) -> list[str]:
     """Screenshot ``page`` into ``png``; returns the console messages the page produced (Chromium writes
     each as a line with ``:CONSOLE`` on stderr: console.log/error, uncaught exceptions, CSP violations)."""

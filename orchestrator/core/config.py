@@ -45,18 +45,26 @@ def read_yaml(path: str | Path) -> dict:
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
-    """'a.b.c=value' -> (['a','b','c'], yaml-parsed value)."""
+    """'a.b.c=value' -> (['a','b','c'], yaml-parsed value).
+
+    A dotted key goes into mapping-valued fields too: ``compare_models.biobert=/models/biobert`` sets one
+    entry of ``compare_models`` and keeps the others. That form has no spaces, so it survives shells and
+    launchers that join arguments unquoted (``ray submit cluster.yaml job.py -- ...``), where
+    ``compare_models="{biobert: /models/biobert}"`` would be split in two."""
     if "=" not in text:
         raise ConfigError(f"override {text!r} is not of the form key.path=value")
     key, raw = text.split("=", 1)
     key = key.strip().lstrip("-")
     if not key:
         raise ConfigError(f"override {text!r} has an empty key")
+    path = key.split(".")
+    if not all(path):
+        raise ConfigError(f"override {text!r}: the key {key!r} has an empty part (two dots, or a dot at an end)")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
-    return key.split("."), value
+    return path, value
 
 
 def apply_overrides(data: dict, overrides: list[str]) -> dict:
@@ -69,9 +77,12 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
 def set_dotted(data: dict, path: list[str], value: Any) -> None:
     """Set ``value`` at ``path`` (['a', 'b', 'c'] for a.b.c) of a nested mapping, making sections on the way."""
     node = data
-    for part in path[:-1]:
+    for depth, part in enumerate(path[:-1], 1):
         child = node.get(part)
-        if not isinstance(child, dict):
+        if child is not None and not isinstance(child, dict):
+            raise ConfigError(f"override {'.'.join(path)}: {'.'.join(path[:depth])} is the value {child!r}, "
+                              "which has no keys to set")
+        if child is None:
             child = {}
             node[part] = child
         node = child
@@ -233,6 +244,10 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
             except ConfigError as exc:
                 errors.append(str(exc))
         raise ConfigError(errors[0] if errors else f"{where}: invalid value {value!r}")
+    if isinstance(value, dict) and (origin or tp) not in (dict, list, tuple) and not dataclasses.is_dataclass(tp):
+        # What a dotted key one level too deep makes: `run_name.x=1` or `compare_models.a.b=/m`.
+        raise ConfigError(f"{where}: expected {getattr(tp, '__name__', tp)}, got a mapping {value!r} "
+                          f"({where} holds a value, so {where}.{next(iter(value), '')} is not a config key)")
     if typing.get_origin(tp) is typing.Literal:
         if value not in args:
             raise ConfigError(f"{where}: {value!r} is not one of {list(args)}{suggest(str(value), map(str, args))}")

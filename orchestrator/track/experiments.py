@@ -5,8 +5,10 @@ artifacts of a run directory's store would land wherever the job was started. A 
 its artifacts in <run_dir>/mlartifacts; a remote server keeps its own artifact root.
 
 MLflow 3's UI opens an experiment without a kind on its GenAI overview (traces); every experiment
-this project creates or logs into is marked a model-training experiment, so the UI opens on the
-runs table and the compare view.
+this project creates or logs into is marked a model-training experiment, so that the UI's experiment
+list opens it on the runs table and the compare view. A direct link to an experiment is another matter:
+MLflow 3.17's UI keeps one GenAI / model-training switch for the whole browser (in its local storage,
+GenAI at first) and ignores the tag there, so ``ui_url`` names the model-training view in the link.
 """
 from __future__ import annotations
 
@@ -35,3 +37,27 @@ def ensure_experiment(uri: str, name: str, run_dir: str | Path | None) -> str:
     if experiment.tags.get(S.EXPERIMENT_KIND) != S.MODEL_TRAINING:
         client.set_experiment_tag(experiment.experiment_id, S.EXPERIMENT_KIND, S.MODEL_TRAINING)
     return experiment.experiment_id
+
+
+#: The address ``mlflow ui --host 127.0.0.1 --port 5000`` serves.
+UI_ADDRESS = "http://127.0.0.1:5000"
+
+
+def ui_url(experiment_id: str, address: str = UI_ADDRESS) -> str:
+    """The MLflow UI's page of experiment ``experiment_id``'s runs table (tests/test_mlflow_ui.py opens
+    it in headless Chromium), whatever view the browser had last."""
+    return f"{address.rstrip('/')}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+
+
+def experiment_id_of(uri: str, name: str) -> str:
+    """The id of experiment ``name`` at ``uri``, or "" when the store cannot say (the job's summary then
+    points at the UI's home page)."""
+    import mlflow  # heavy: mlflow
+
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
+        return ""  # nothing was logged; asking would create the file
+    try:
+        experiment = mlflow.MlflowClient(uri).get_experiment_by_name(name)
+    except Exception:  # MLflow raises many types (HTTP, SQL, its own); the job has finished
+        return ""
+    return experiment.experiment_id if experiment is not None else ""
