@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -209,6 +208,7 @@ def _run_arms(cfg: ChainConfig, plans: dict[str, ArmPlan], run_dir: Path) -> Cha
                     record_status()
                     return
                 status[arm.name] = {"status": "running", "kind": arm.kind}
+            stage = None
             try:
                 variant = _build_arm(cfg, arm, run_dir)
                 result = {"status": "ok", "kind": arm.kind, "model_dir": str(arm.model_dir)}
@@ -218,10 +218,9 @@ def _run_arms(cfg: ChainConfig, plans: dict[str, ArmPlan], run_dir: Path) -> Cha
                 log.error("arm %s failed%s: %s", arm.name, f" in {stage.name}" if stage else "", error)
                 result = {"status": "failed", "kind": arm.kind, "stage": stage.name if stage else None,
                           "error": error}
-                with guard:
-                    if stage is not None:
-                        failed[stage.key] = error
             with guard:
+                if stage is not None:
+                    failed[stage.key] = result["error"]
                 if variant is not None:
                     variants[arm.name] = variant
                 status[arm.name] = result
@@ -280,7 +279,7 @@ def arm_workers(cfg: ChainConfig, plans: dict[str, ArmPlan]) -> int:
     else:
         cpus = resources.get("CPU", 0.0)  # every job's Train workers, and CPUs left for the jobs' Ray Data reads
         fit = (cpus - DATA_CPU_RESERVE) // (pre.num_workers * worker_cpus(pre, cpus) + DATA_CPU_RESERVE)
-    return max(1, min(len(plans), int(fit) if math.isfinite(fit) else 1))
+    return max(1, min(len(plans), int(fit)))
 
 
 def _build_arm(cfg: ChainConfig, arm: ArmPlan, run_dir: Path) -> Variant | None:
