@@ -78,6 +78,7 @@ class Experiment:
     results: dict | None = None
     results_source: str = ""
     comparison: dict | None = None
+    source_scores: dict[str, dict] = field(default_factory=dict)  # arm -> seed 004 scores (its selection run)
     notes: list[str] = field(default_factory=list)  # what could not be shown, and why
     git_commit: str = ""
 
@@ -128,7 +129,12 @@ def load_experiment(tracking_uri: str, experiment_run_id: str | None = None, *, 
     children = client.search_runs([parent.info.experiment_id], filter_string=f"tags.`{S.PARENT}` = '{pid}'",
                                   order_by=["attributes.start_time DESC"], max_results=5000)
     pretrains = [r for r in children if r.data.tags.get(S.KIND) == S.KIND_PRETRAIN]
+    scores: dict[str, dict] = {}
     sweeps = [r for r in children if r.data.tags.get(S.KIND) == S.KIND_SWEEP]
+    for run in children:  # newest first: an arm keeps its newest scores
+        arm = run.data.tags.get(S.ARM)
+        if run.data.tags.get(S.KIND) == S.KIND_SELECTION and arm and arm not in scores:
+            scores[arm] = S.read_source_metrics(run.data.metrics)
     # orchestrator.experiment names the run "experiment:<run_name>"
     name = (parent.info.run_name or pid[:8]).removeprefix(f"{S.KIND_EXPERIMENT}:")
     exp = Experiment(tracking_uri=tracking_uri, run_id=pid, name=name,
@@ -155,6 +161,11 @@ def load_experiment(tracking_uri: str, experiment_run_id: str | None = None, *, 
         arm = exp.arms.get(model)
         if arm is not None and not arm.status:
             arm.status = "ok"  # an older run without status tags: in the sweep, so it finished
+    exp.source_scores = scores
+    if scores and exp.comparison is not None:
+        from orchestrator.report.compare import source_correlations  # heavy: scipy
+
+        exp.comparison["sources"] = source_correlations(exp.comparison, scores)
     if not exp.baseline and exp.arms:
         exp.baseline = next(iter(exp.arms))
     return exp
@@ -257,6 +268,7 @@ def render_page(exp: Experiment) -> str:
     out.append(_arms_html(exp, colours))
     out.append(_table_section(exp))
     out.append(_differences_section(exp))
+    out.append(_sources_section(exp))
     out.append(_loss_section(exp, colours))
     out.append(_curves_section(exp, colours))
     out.append("</body></html>")
@@ -324,6 +336,20 @@ def _table_section(exp: Experiment) -> str:
     if any(table.cell(m, c.key).selected for m in table.models for c in tasks):
         parts.append(selection_html(table))
     return "\n".join(parts)
+
+
+def _sources_section(exp: Experiment) -> str:
+    """Seed 004's analysis, when the arms' sources were scored: each arm's measures and gain, and the
+    Pearson r of each measure with the gains (``orchestrator.report.compare.source_correlations``)."""
+    if not exp.source_scores:
+        return ""
+    from orchestrator.report.blue_table import SOURCES_TITLE, build_table, sources_html  # heavy: numpy
+
+    if not (exp.comparison and exp.comparison.get("sources")):
+        return (f"<h2>{html.escape(SOURCES_TITLE)}</h2><p class=\"missing\">Sources of {len(exp.source_scores)} "
+                "arm(s) were scored; their correlation with the gains needs the paired differences.</p>")
+    table = build_table(exp.results, source=f"{exp.tracking_uri} run {exp.sweep_run}")
+    return sources_html(table, exp.comparison["sources"])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -374,6 +374,8 @@ def selection_plan(cfg: ChainConfig, plans: dict[str, ArmPlan]) -> str:
 def score_arms(cfg: ChainConfig, arms: list[ArmPlan]) -> tuple[dict[str, dict], list[str]]:
     """Each pretraining arm's scores (built or reused by key under the run directory's stages/); an
     arm whose scoring fails is left out of the correlations, and said so in the report's notes."""
+    from orchestrator.track.runs import log_stage_result  # heavy: mlflow
+
     outputs, targets = _scoring_outputs(cfg, arms)
     scores, notes = {}, []
     for name, (key, out, sources) in outputs.items():
@@ -382,7 +384,17 @@ def score_arms(cfg: ChainConfig, arms: list[ArmPlan]) -> tuple[dict[str, dict], 
                                                                                        targets, tmp),
                       f"source scoring ({name})")
             scores[name] = read_scores(out)
+            log_stage_result(cfg.tracking, cfg.run_dir, stage=S.KIND_SELECTION, params=cfg.selection,
+                             metrics=_score_metrics(scores[name]), tags={S.ARM: name, S.OUTPUT_KEY: key})
         except Exception as exc:  # the analysis of one arm never stops the experiment
             log.error("source scoring of arm %s failed: %s: %s", name, type(exc).__name__, exc)
             notes.append(f"Source scoring of arm {name} failed: {type(exc).__name__}: {exc}")
     return scores, notes
+
+
+def _score_metrics(scores: dict) -> dict[str, float]:
+    """An arm's scores as the metrics of its source-scoring run (``orchestrator.track.schema``)."""
+    metrics = {S.source_metric(m): v for m, v in scores["measures"].items()}
+    for task, measures in scores.get("by_task", {}).items():
+        metrics.update({S.source_metric(m, task): v for m, v in measures.items()})
+    return metrics

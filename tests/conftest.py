@@ -67,7 +67,10 @@ EXPERIMENT_ARMS = {"conventional": {}, "simpt": {"corpus.mixer.name": "simpt"}, 
 EXPERIMENT_ARGS = ["--preset", "smoke", "run_name=exp", "corpus.mixer.name=conventional",
                    "arms.conventional={}", "arms.simpt.corpus.mixer.name=simpt", "arms.floor.init=random",
                    "sweep.tasks=[biosses,bc5cdr_chemical]", "sweep.seeds=[1,2]", "instances.max_seq_lengths=[64]",
-                   "pretrain.phase1.steps=10", "pretrain.phase2.steps=0"]
+                   "pretrain.phase1.steps=10", "pretrain.phase2.steps=0",
+                   # seed 004's scores of the pretraining arms' sources (the sample is shorter than a sub-sample)
+                   "selection.enabled=true", "selection.sample_tokens=3000", "selection.num_samples=2",
+                   "selection.short_source=whole", "selection.lmplz_memory=50M"]
 
 
 @dataclass

@@ -95,6 +95,14 @@ def test_the_page_shows_what_mlflow_holds(store, page_file):
             assert (tds[7] == "*") == (row.group(1) == "true")
     plots = re.findall(r'<svg class="interval-plot" data-column="([^"]+)"', page)
     assert set(TASKS) <= set(plots) and "total" in plots
+    # Seed 004: each scored arm other than the baseline, its measures as its selection run logged them.
+    scores = section(page, 'id="source-scores"', "</table>")
+    simpt, = [r for r in by_kind[S.KIND_SELECTION] if r.data.tags[S.ARM] == "simpt"]
+    row = re.search(r"<tr><td>simpt</td>(.*?)</tr>", scores).group(1)
+    values = [text_of(td) for td in re.findall(r"<td>(.*?)</td>", row)]
+    measures = S.read_source_metrics(simpt.data.metrics)["measures"]
+    assert values[:4] == [f"{measures[m]:.4g}" for m in ("ppl", "jsd", "tvc", "ttr")]
+    assert 'id="source-correlations"' in page and "fewer than 3 points" in page  # one arm: no r
     # Pretraining loss: one series per arm with a pretraining run, every logged step on it.
     loss = section(page, 'id="pretraining-loss"')
     series = dict(re.findall(r'<g class="series" data-series="([^"]+)" data-points="(\d+)"', loss))

@@ -112,6 +112,16 @@ def test_three_arm_experiment_shares_the_corpus_pairs_the_sweep_and_nests_mlflow
     cells = [r for r in runs if r.data.tags.get(S.KIND) == S.KIND_MODEL_TASK]
     assert {(r.data.tags[S.ARM], r.data.tags[S.TASK]) for r in cells} == {
         (a, t) for a in ARMS for t in ("BIOSSES", "BC5CDR-chemical")}
+    # Each pretraining arm's source scores: a finished child run tagged by arm, the scores.json as metrics.
+    scored = {r.data.tags[S.ARM]: r for r in runs if r.data.tags.get(S.KIND) == S.KIND_SELECTION}
+    assert set(scored) == {"conventional", "simpt"}
+    for run in scored.values():
+        assert run.data.tags[S.PARENT] == parent and run.info.status == "FINISHED"
+        out = run_dir / "stages" / "selection" / run.data.tags[S.OUTPUT_KEY]
+        scores = json.loads((out / "scores.json").read_text())
+        got = S.read_source_metrics(run.data.metrics)
+        assert got["measures"] == pytest.approx(scores["measures"]) and set(got["by_task"]) == set(scores["by_task"])
+        assert got["by_task"]["BIOSSES"] == pytest.approx(scores["by_task"]["BIOSSES"])
     # A re-run redoes nothing: every output and every trial is reused, and MLflow keeps one parent.
     again = experiment_run.again
     assert again.returncode == 0, again.stderr[-3000:]
@@ -119,6 +129,7 @@ def test_three_arm_experiment_shares_the_corpus_pairs_the_sweep_and_nests_mlflow
     assert (again.stdout + again.stderr).count("pretrain: output complete for this config and inputs, reused") == 2
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()], max_results=1000)
     assert len([r for r in runs if r.data.tags.get(S.KIND) == S.KIND_EXPERIMENT]) == 1
+    assert len([r for r in runs if r.data.tags.get(S.KIND) == S.KIND_SELECTION]) == 2  # found, not logged again
 
 
 @pytest.mark.slow

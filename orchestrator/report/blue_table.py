@@ -338,7 +338,7 @@ def comparison_html(table: BlueTable, comparison: dict) -> str:
         for task, ner in tasks.items():
             out.append(_ner_html(table, task, ner, model))
     if comparison.get("sources"):
-        out.append(_sources_html(table, comparison["sources"]))
+        out.append(sources_html(table, comparison["sources"]))
     return "\n".join(out)
 
 
@@ -668,7 +668,7 @@ def _sources_markdown(table: BlueTable, sources: dict) -> list[str]:
     return lines + ["", _sources_note(sources)]
 
 
-def _sources_html(table: BlueTable, sources: dict) -> str:
+def sources_html(table: BlueTable, sources: dict) -> str:
     esc = html.escape
     score_head, score_rows, r_head, r_rows = _sources_rows(table, sources)
     out = [f"<h2>{esc(SOURCES_TITLE)}</h2>"]

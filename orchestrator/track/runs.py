@@ -74,6 +74,42 @@ def start_stage_run(tracking: TrackingConfig | None, run_dir: Path, *, stage: st
     return {"uri": uri, "run_id": run.info.run_id, "pending": str(pending)}
 
 
+def log_stage_result(tracking: TrackingConfig | None, run_dir: Path, *, stage: str, params: Any,
+                     metrics: dict[str, float], tags: dict[str, str]) -> str | None:
+    """A finished stage's result as its own finished run, a child of the active run. A run with the
+    same parent, stage and ``tags`` is looked up first, so a re-run that reuses the output logs
+    nothing again. Returns the run id, or None when tracking is off or the store fails (said: the
+    work goes on)."""
+    if tracking is None or not tracking.enabled:
+        return None
+    import mlflow  # heavy: mlflow
+    from mlflow.entities import Metric, Param
+
+    uri = effective_uri(tracking, run_dir)
+    tags = {**tags, S.KIND: stage}
+    parent = mlflow.active_run()
+    if parent is not None:
+        tags[S.PARENT] = parent.info.run_id
+    try:
+        client = mlflow.MlflowClient(uri)
+        experiment_id = ensure_experiment(uri, tracking.experiment, run_dir)
+        query = " and ".join(f"tags.`{k}` = '{v}'" for k, v in sorted(tags.items()))
+        found = client.search_runs([experiment_id], filter_string=query, max_results=1)
+        if found and found[0].info.status == "FINISHED":
+            return found[0].info.run_id
+        run = client.create_run(experiment_id, run_name=stage, tags=tags)
+        now = int(time.time() * 1000)
+        values = [Param(k[:250], str(v)[:500]) for k, v in flatten(to_dict(params)).items()]
+        scores = [Metric(k, float(v), now, 0) for k, v in metrics.items() if math.isfinite(float(v))]
+        for start in range(0, max(len(values), len(scores)), 100):
+            client.log_batch(run.info.run_id, params=values[start:start + 100], metrics=scores[start:start + 100])
+        client.set_terminated(run.info.run_id, "FINISHED")
+    except Exception as exc:  # see start_stage_run
+        log.warning("MLflow: could not log the %s run at %s (%s)", stage, uri, exc)
+        return None
+    return run.info.run_id
+
+
 def end_stage_run(info: dict | None, status: str = "FINISHED") -> None:
     if not info:
         return

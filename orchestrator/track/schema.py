@@ -19,7 +19,11 @@ each arm's pretraining run and the sweep parent above are its children; the pret
 every (model, task) run carry ARM. The parent's tags say what the arms are and how they fared,
 updated as each arm finishes: ARMS (the arm names in config order, comma-separated), BASELINE_TAG,
 and per arm ``arm_tag(name, field)`` for field in ARM_FIELDS; its params are the arms' overrides
-(``ARM_PARAM_PREFIX<name>.<key>``) and BASELINE as first logged.
+(``ARM_PARAM_PREFIX<name>.<key>``) and BASELINE as first logged. With ``selection.enabled`` each
+pretraining arm also has a source-scoring child run, KIND=selection, tagged ARM and OUTPUT_KEY (the
+scores' content key); its params are the scoring settings, its metrics ``source_metric(measure)``
+(all tasks' text pooled) and ``source_metric(measure, task)`` for seed 004's ppl, jsd, tvc and ttr,
+read back by ``read_source_metrics``.
 """
 from __future__ import annotations
 
@@ -30,7 +34,10 @@ EXPERIMENT_KIND, MODEL_TRAINING = "mlflow.experimentKind", "custom_model_develop
 KIND = "orchestrator.kind"
 KIND_SWEEP, KIND_MODEL_TASK, KIND_TRIAL, KIND_PRETRAIN = "sweep", "model_task", "trial", "pretrain"
 KIND_EXPERIMENT = "experiment"
+KIND_SELECTION = "selection"
+SOURCE_PREFIX = "source."
 EXPERIMENT_KEY = "orchestrator.experiment_key"
+OUTPUT_KEY = "orchestrator.output_key"  # the content key of the stage output a run reports
 ARM = "arm"
 ARMS, BASELINE_TAG = "orchestrator.arms", "orchestrator.baseline"
 ARM_FIELDS = ("status", "kind", "stage", "error")  # experiment.json's fields of an arm, as parent-run tags
@@ -57,6 +64,23 @@ def metric_key(text: str) -> str:
 def summary_metric(model: str, key: str) -> str:
     """The sweep parent's metric holding a model's summary score (``key``: total or a group)."""
     return metric_key(f"{model}.{key}")
+
+
+def source_metric(measure: str, task: str | None = None) -> str:
+    """A source-scoring run's metric: one measure, against all tasks' text or against one task's."""
+    return metric_key(f"{SOURCE_PREFIX}{measure}" if task is None else f"{SOURCE_PREFIX}{task}.{measure}")
+
+
+def read_source_metrics(metrics: dict[str, float]) -> dict:
+    """A source-scoring run's metrics back as ``{"measures": {m: v}, "by_task": {task: {m: v}}}``
+    (the shape of ``orchestrator.selection.arms.read_scores``); a measure's name has no dot."""
+    scores: dict = {"measures": {}, "by_task": {}}
+    for name, value in metrics.items():
+        if not name.startswith(SOURCE_PREFIX):
+            continue
+        task, _, measure = name[len(SOURCE_PREFIX):].rpartition(".")
+        (scores["by_task"].setdefault(task, {}) if task else scores["measures"])[measure] = value
+    return scores
 
 
 def arm_tag(arm: str, name: str) -> str:
