@@ -97,7 +97,7 @@ class ChainConfig:
                                    "instances, pretrain, augment keys, e.g. {corpus.mixer.name: simpt}); or "
                                    "{model: <HF directory>} for a published model; or {init: random} for the "
                                    "untrained floor. Stages the arms share run once; every arm goes through one "
-                                   "sweep, paired by seed. Empty = one model, as before")
+                                   "sweep, paired by seed. Empty (arms={}) = one model")
     baseline: str = field("", help="the arm the report's paired differences are taken against (default: the "
                                    "first arm)")
     arm_concurrency: int = field(1, help="arms built at the same time, each submitting its stages to Ray (a stage "
@@ -120,7 +120,7 @@ class ChainConfig:
                 raise ConfigError(f"stages: {stage} needs the {upstream} stage (its output is {stage}'s input)")
         if "sweep" in self.stages and "pretrain" not in self.stages and not self.compare_models:
             raise ConfigError("stages: a sweep without pretraining needs compare_models (name: HF directory)")
-        if self.baseline and self.baseline not in self.arms:
+        if self.arms and self.baseline and self.baseline not in self.arms:  # without arms it has no use
             raise ConfigError(f"baseline {self.baseline!r} is not an arm (arms: {list(self.arms)})")
         for name in self.arms:
             self.arm(name)  # every arm's config is checked when the experiment's config is read

@@ -90,7 +90,8 @@ def arm_plans(cfg: ChainConfig) -> dict[str, ArmPlan]:
             continue
         if "pretrain" not in arm.stages:
             raise ConfigError(f"arms.{name}: an arm that pretrains needs the corpus, vocab, instances and pretrain "
-                              f"stages (stages: {list(arm.stages)})")
+                              f"stages (stages: {list(arm.stages)}); to fine-tune given models only, drop the arms "
+                              "(arms={}: the default preset is an experiment) or make each one {model: <directory>}")
         wanted = ("corpus", "vocab") if kind == "random" else ("corpus", "vocab", "instances")
         keys = corpus_keys(arm.corpus, arm.vocab, arm.instances, wanted)
         outputs = [Output(n.split("/")[0], n, k, root / n / k) for n, k in keys.items()]
