@@ -29,7 +29,15 @@ def test_dry_run_validates_and_trains_nothing(tmp_path):
     assert "nothing was trained" in res.stdout
     for task in FAMILIES:
         assert task in res.stdout
+    # the default is an experiment: the pretrained model against its untrained floor, in one paired sweep
+    assert "experiment: 2 arm(s), baseline floor" in res.stdout
+    assert re.search(r"random-init\s+\w+\s+build\s+floor", res.stdout)
+    assert re.search(r"vocab\s+\w+\s+build\s+pretrained, floor", res.stdout)  # the floor shares the vocabulary
     assert not (tmp_path / "default").exists()
+    # arms={} runs the one model; the preset's baseline is then of no use and not an error
+    res = run_job("blue_sweep.py", "--dry-run", f"runs_root={tmp_path}", "arms={}")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "experiment:" not in res.stdout and "nothing was trained" in res.stdout
 
 
 def test_bad_config_fails_with_suggestion_and_nonzero_exit(tmp_path):
