@@ -244,7 +244,7 @@ def test_checkpoint_save_reload_every_weight_equal(tmp_path):
 
 
 def test_adapters_start_as_identity_and_freeze_the_base(tmp_path):
-    from orchestrator.pretrain.adapters import add_adapters, load_adapters, save_adapters
+    from orchestrator.modeling.adapters import add_adapters, load_adapters, save_adapters
 
     model, module = _tiny_module()
     model.eval()
@@ -264,6 +264,49 @@ def test_adapters_start_as_identity_and_freeze_the_base(tmp_path):
     load_adapters(other, tmp_path)
     assert torch.equal(other.bert.encoder.layer[1].output.adapter.up.weight,
                        model.bert.encoder.layer[1].output.adapter.up.weight)
+
+
+def test_a_model_pretrained_with_adapters_is_fine_tuned_with_them(tmp_path):
+    """Issue 14: TaskModel used to load the frozen base without its adapters. Adapters trained away
+    from zero are saved beside the HF weights; TaskModel holds them, its [CLS] features are the
+    adapted encoder's (not the base's), and every weight trains in full fine-tuning."""
+    import shutil
+
+    from orchestrator.finetune.model import TaskModel
+    from orchestrator.finetune.spec import load_task
+    from orchestrator.modeling.adapters import (
+        ADAPTER_CONFIG,
+        ADAPTER_WEIGHTS,
+        AdaptedBertOutput,
+        add_adapters,
+        save_adapters,
+    )
+
+    model, _ = _tiny_module()
+    add_adapters(model, reduction_factor=8)
+    torch.manual_seed(1)
+    for layer in model.bert.encoder.layer:  # as if trained at a high learning rate for a few steps
+        torch.nn.init.normal_(layer.output.adapter.up.weight, std=0.5)
+    adapted, base = tmp_path / "adapted", tmp_path / "base"
+    model.save_pretrained(adapted)
+    save_adapters(model, adapted)
+    shutil.copytree(adapted, base)
+    (base / ADAPTER_CONFIG).unlink()
+    (base / ADAPTER_WEIGHTS).unlink()
+    spec = load_task("biosses")
+    with_adapters, without = TaskModel(adapted, spec).eval(), TaskModel(base, spec).eval()
+    assert sum(isinstance(m, AdaptedBertOutput) for m in with_adapters.modules()) == 2
+    assert not any(isinstance(m, AdaptedBertOutput) for m in without.modules())
+    ids = torch.tensor([[2] + list(range(10, 30)) + [3]])
+    mask = torch.ones_like(ids)
+    model.eval()
+    with torch.no_grad():
+        cls = with_adapters.encoder(input_ids=ids, attention_mask=mask).last_hidden_state[:, 0]
+        plain = without.encoder(input_ids=ids, attention_mask=mask).last_hidden_state[:, 0]
+        reference = model.bert(input_ids=ids, attention_mask=mask).last_hidden_state[:, 0]
+    assert torch.allclose(cls, reference, atol=1e-5)
+    assert (cls - plain).abs().max() > 1e-2
+    assert all(p.requires_grad for p in with_adapters.parameters())
 
 
 def test_continue_from_minilm_adds_heads_and_refuses_other_vocab():

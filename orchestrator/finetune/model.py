@@ -1,5 +1,8 @@
 """A BERT encoder (any Hugging Face BERT directory) with one small head per task family.
 
+A directory that carries adapters (``orchestrator.modeling.adapters.save_adapters``, written by a
+pretraining run with ``pretrain.adapters``) is loaded with them in place.
+
 One module instead of an AutoModelFor* per family: the HoC multilabel head and the sentence-pair
 regression head share the [CLS] featuriser, and the pretrain stage's BertForPreTraining
 checkpoints load through AutoModel (the MLM/NSP heads are simply not used).
@@ -34,8 +37,13 @@ class TaskModel(nn.Module):
         super().__init__()
         from transformers import AutoModel  # heavy: transformers
 
+        from orchestrator.modeling.adapters import load_adapters, saved_adapters  # heavy: transformers
+
         self.family = spec.family
         self.encoder = AutoModel.from_pretrained(str(model_dir))
+        if saved_adapters(model_dir):  # a model pretrained with adapters is fine-tuned with them in place
+            load_adapters(self.encoder, Path(model_dir))
+            self.encoder.requires_grad_(True)  # full fine-tuning: the base and its adapters
         hidden = self.encoder.config.hidden_size
         self.dropout = nn.Dropout(getattr(self.encoder.config, "hidden_dropout_prob", 0.1))
         self.head = nn.Linear(hidden, num_outputs(spec))

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
-from orchestrator.pretrain.adapters import has_adapters, load_adapters, save_adapters
+from orchestrator.modeling.adapters import has_adapters, load_adapters, save_adapters
 
 STATE_FILE = "training_state.pt"
 TRAINER_STATE = "trainer_state.json"

@@ -24,7 +24,7 @@ from orchestrator.core.config import from_dict
 from orchestrator.core.errors import OrchestratorError
 from orchestrator.core.runtime import seed_everything
 from orchestrator.instances.config import MaskingRule, Specials
-from orchestrator.pretrain.adapters import add_adapters, parameter_counts
+from orchestrator.modeling.adapters import add_adapters, parameter_counts
 from orchestrator.pretrain.checkpoint import checkpoint_name, load_training_state, load_weights, save_checkpoint
 from orchestrator.pretrain.config import PretrainConfig, batch_plan
 from orchestrator.pretrain.data import collate

@@ -54,7 +54,8 @@ class AdaptedBertOutput(nn.Module):
 
 
 def add_adapters(model: PreTrainedModel, reduction_factor: int, train_heads: bool = True) -> dict[str, int]:
-    """Insert an adapter into every layer, freeze everything else (heads optionally trainable).
+    """Insert an adapter into every layer, freeze everything else (the pretraining heads optionally
+    trainable). ``model`` is a BERT with heads (``model.bert``) or the bare encoder (``BertModel``).
 
     Returns {"trainable": n, "total": n} parameter counts.
     """
@@ -62,9 +63,9 @@ def add_adapters(model: PreTrainedModel, reduction_factor: int, train_heads: boo
     bottleneck = max(1, hidden // reduction_factor)
     for p in model.parameters():
         p.requires_grad_(False)
-    for layer in model.bert.encoder.layer:
+    for layer in getattr(model, "bert", model).encoder.layer:
         layer.output = AdaptedBertOutput(layer.output, bottleneck)
-    if train_heads:
+    if train_heads and hasattr(model, "cls"):
         for name, p in model.named_parameters():
             if name.startswith("cls.") and "word_embeddings" not in name:
                 p.requires_grad_(True)
@@ -95,14 +96,26 @@ def save_adapters(model: PreTrainedModel, out_dir: Path) -> None:
         {"reduction_factor": model.config.adapter_reduction_factor, "placement": "pfeiffer"}, indent=2))
 
 
+def saved_adapters(model_dir: str | Path) -> bool:
+    """Whether a model directory carries adapters (``save_adapters``' two files)."""
+    return (Path(model_dir) / ADAPTER_CONFIG).is_file() and (Path(model_dir) / ADAPTER_WEIGHTS).is_file()
+
+
 def load_adapters(model: PreTrainedModel, model_dir: Path) -> PreTrainedModel:
-    """Re-insert adapters saved by ``save_adapters`` into a model loaded from ``model_dir``."""
+    """Re-insert adapters saved by ``save_adapters`` into a model loaded from ``model_dir``: the
+    model with heads they were trained in, or its bare encoder (``AutoModel``, for fine-tuning).
+    The weights were saved from a model with heads (``bert.encoder...``); a bare encoder's names
+    lack that prefix, so it is matched on the names as saved or with ``bert.`` removed."""
     model_dir = Path(model_dir)
     cfg = json.loads((model_dir / ADAPTER_CONFIG).read_text())
     if not has_adapters(model):
         add_adapters(model, cfg["reduction_factor"])
-    missing = set(adapter_state(model)) - set(state := load_file(str(model_dir / ADAPTER_WEIGHTS)))
+    saved = load_file(str(model_dir / ADAPTER_WEIGHTS))
+    wanted = set(adapter_state(model))
+    if not wanted & set(saved):
+        saved = {k.removeprefix("bert."): v for k, v in saved.items()}
+    missing = wanted - set(saved)
     if missing:
         raise ValueError(f"{model_dir / ADAPTER_WEIGHTS} lacks {sorted(missing)[:3]}")
-    model.load_state_dict(state, strict=False)
+    model.load_state_dict({k: v for k, v in saved.items() if k in wanted}, strict=False)
     return model

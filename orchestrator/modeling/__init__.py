@@ -1,0 +1,1 @@
+"""Model parts that pretraining and fine-tuning share (torch, transformers): bottleneck adapters."""
