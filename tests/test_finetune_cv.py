@@ -75,6 +75,11 @@ def test_cv_task_validation_and_trial_expansion(doccls_task):
                          {"m": Path("/x")})[0]
     assert plain.fold == -1
     assert trial_fingerprint(plain) == trial_fingerprint(dataclasses.replace(plain, cache_dir="/c"))
+    # tune=adapters is another trial; full fine-tuning keeps the fingerprint it had before the option
+    adapters = build_trials(SweepConfig(search_space="tiny", tune="adapters"),
+                            resolve_space(SweepConfig(search_space="tiny", tune="adapters")), {"m": Path("/x")})[0]
+    assert adapters.tune == "adapters" and trial_fingerprint(adapters) != trial_fingerprint(plain)
+    assert trial_fingerprint(plain) == trial_fingerprint(dataclasses.replace(plain, adapter_reduction_factor=4))
 
 
 def test_cv_selection_reports_mean_sd_over_folds():

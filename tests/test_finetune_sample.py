@@ -89,3 +89,47 @@ def test_prior_bias_is_the_smoothed_log_odds_of_each_label():
 def test_prior_bias_is_refused_for_a_softmax_family():
     with pytest.raises(ConfigError, match="head_bias_init 'prior'"):
         dataclasses.replace(load_task("chemprot"), head_bias_init="prior")
+
+
+@pytest.mark.parametrize("pretrained_adapters", [False, True])
+def test_adapter_fine_tuning_changes_only_adapters_and_head(random_tiny_bert, tmp_path, pretrained_adapters):
+    """tune=adapters (seed 002): after a fine-tune, every base weight is as loaded, bit for bit, and
+    every adapter and head weight moved. A model without adapters gets fresh ones (identity at the
+    start); a model saved with adapters keeps and trains its own."""
+    import shutil
+
+    import torch
+    from transformers import BertModel
+
+    from orchestrator.finetune.model import TaskModel
+    from orchestrator.modeling.adapters import add_adapters, save_adapters
+
+    model_dir = random_tiny_bert
+    if pretrained_adapters:
+        model_dir = tmp_path / "adapted"
+        shutil.copytree(random_tiny_bert, model_dir)
+        encoder = BertModel.from_pretrained(str(random_tiny_bert))
+        encoder.config.adapter_reduction_factor = 4
+        add_adapters(encoder, 4)
+        for layer in encoder.encoder.layer:
+            torch.nn.init.normal_(layer.output.adapter.up.weight, std=0.1)
+        save_adapters(encoder, model_dir)
+    spec = load_task("bc5cdr_chemical")
+    before = {k: v.clone() for k, v in TaskModel(model_dir, spec).state_dict().items()}
+    kept = []
+    rec = run_trial(TrialSpec(trial_id="adapters", model_name="tiny", model_dir=str(model_dir), task="bc5cdr_chemical",
+                              data_dir=str(SAMPLE_DIR / spec.dir), learning_rate=1e-2, seed=1, eval_epochs=(2,),
+                              batch_size=16, max_seq_length=64, tune="adapters", adapter_reduction_factor=8),
+                    keep=kept.append)
+    after = kept[0].state_dict()
+    adapters = {k for k in after if ".adapter." in k}
+    assert adapters and all(".adapter." not in k for k in before) != pretrained_adapters
+    for key, value in after.items():
+        if key in adapters or key.startswith("head."):
+            if key in before:  # a trained weight moved
+                assert not torch.equal(value, before[key]), key
+        else:
+            assert torch.equal(value, before[key]), f"{key} is a base weight and changed"
+    width = kept[0].encoder.encoder.layer[0].output.adapter.down.out_features
+    assert width == (32 // 4 if pretrained_adapters else 32 // 8)  # its own adapters, or fresh ones
+    assert rec["epochs"][-1]["train_loss"] < rec["epochs"][0]["train_loss"]

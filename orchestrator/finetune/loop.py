@@ -192,8 +192,9 @@ def score(spec: TaskSpec, examples: list[Example], preds: list[Any]) -> float:
 
 
 def run_trial(trial: TrialSpec, report: Callable[[dict], None] | None = None,
-              task_spec: TaskSpec | None = None) -> dict:
-    """Fine-tune, evaluating at ``trial.eval_epochs``; returns the trial record (JSON-safe)."""
+              task_spec: TaskSpec | None = None, keep: Callable[[TaskModel], None] | None = None) -> dict:
+    """Fine-tune, evaluating at ``trial.eval_epochs``; returns the trial record (JSON-safe).
+    ``report`` gets each epoch's row as it ends; ``keep`` gets the fine-tuned model at the end."""
     from transformers import AutoTokenizer, get_linear_schedule_with_warmup  # heavy: transformers
 
     # trial.data_dir already is the task's own directory (see orchestrator.sweep.space.task_data_dir)
@@ -210,11 +211,13 @@ def run_trial(trial: TrialSpec, report: Callable[[dict], None] | None = None,
     model = TaskModel(trial.model_dir, spec)
     if spec.head_bias_init == "prior":
         model.init_bias_to_prior(enc["train"].targets)
+    if trial.tune == "adapters":
+        model.tune_adapters_only(trial.adapter_reduction_factor)
     model = model.to(device)
     no_decay = ("bias", "LayerNorm.weight", "norm.weight")
-    groups = [{"params": [p for n, p in model.named_parameters() if not n.endswith(no_decay)],
-               "weight_decay": trial.weight_decay},
-              {"params": [p for n, p in model.named_parameters() if n.endswith(no_decay)], "weight_decay": 0.0}]
+    trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    groups = [{"params": [p for n, p in trained if not n.endswith(no_decay)], "weight_decay": trial.weight_decay},
+              {"params": [p for n, p in trained if n.endswith(no_decay)], "weight_decay": 0.0}]
     optim = torch.optim.AdamW(groups, lr=trial.learning_rate)
     steps_per_epoch = math.ceil(len(train) / trial.batch_size)
     total = steps_per_epoch * trial.max_epochs
@@ -258,6 +261,8 @@ def run_trial(trial: TrialSpec, report: Callable[[dict], None] | None = None,
         log.info("%s epoch %d: %s", trial.trial_id, epoch, {k: round(v, 4) for k, v in row.items()})
         if report is not None:
             report(dict(row))
+    if keep is not None:
+        keep(model)
     return {"trial_id": trial.trial_id, "trial": dataclasses.asdict(trial), "task": spec.name,
             "metric": spec.metric, "epochs": epochs, "predictions": predictions, "per_tag": per_tag,
             "counts": {**counts, "train_size": len(train), "dev_size": len(dev), "test_size": len(test)},

@@ -50,6 +50,16 @@ class TaskModel(nn.Module):
         nn.init.normal_(self.head.weight, std=0.02)
         nn.init.zeros_(self.head.bias)
 
+    def tune_adapters_only(self, reduction_factor: int) -> None:
+        """Adapter fine-tuning (seed 002): freeze the encoder but its adapters, fresh ones of hidden /
+        ``reduction_factor`` when it has none; the task head trains."""
+        from orchestrator.modeling.adapters import add_adapters, has_adapters  # heavy: transformers
+
+        if not has_adapters(self.encoder):
+            add_adapters(self.encoder, reduction_factor)
+        for name, p in self.encoder.named_parameters():
+            p.requires_grad_(".adapter." in name)
+
     def init_bias_to_prior(self, targets: Sequence[Sequence[float]]) -> None:
         """Multilabel: start each sigmoid output at its label's training frequency instead of 0.5.
         With the zero bias of BERT's heads, Adam moves the bias only ~lr per step, so on a short run

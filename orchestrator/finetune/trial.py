@@ -27,6 +27,8 @@ class TrialSpec:
     device: str = "auto"
     fold: int = -1  # cross-validated tasks: the held-out fold of this trial (-1: fixed splits)
     cache_dir: str = ""  # where tokenised splits are kept between trials ("" = no disk cache)
+    tune: str = "full"  # "full": every weight trains; "adapters": adapters and head only
+    adapter_reduction_factor: int = 16  # tune="adapters" on a model without adapters: fresh ones of this size
 
     @property
     def max_epochs(self) -> int:

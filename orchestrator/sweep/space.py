@@ -12,6 +12,7 @@ import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Literal
 
 from orchestrator.core.config import field, from_dict, read_yaml, to_dict
 from orchestrator.core.errors import ConfigError
@@ -35,12 +36,20 @@ class SearchSpace:
     max_eval_examples: int = field(0, help="cap dev/test examples per task (0 = all)")
     weight_decay: float = field(0.01, help="AdamW weight decay (biases and LayerNorm excluded)")
     warmup_proportion: float = field(0.1, help="linear warmup share of the trial's steps")
+    tune: Literal["full", "adapters"] = field(
+        "full", help="full: every weight trains (a model's pretrained adapters included); adapters: only the "
+                     "adapters and the task head, the base frozen (seed 002: lr 1e-4, 30 epochs); a model "
+                     "pretrained without adapters gets fresh ones")
+    adapter_reduction_factor: int = field(16, help="tune=adapters on a model without adapters: bottleneck = "
+                                                   "hidden size / this (Pfeiffer et al.'s 16)")
 
     def __post_init__(self):
         if not self.tasks or not self.learning_rates or not self.seeds:
             raise ConfigError("search space needs tasks, learning_rates and seeds")
         if self.batch_size < 1 or self.max_seq_length < 8:
             raise ConfigError("search space: batch_size >= 1 and max_seq_length >= 8")
+        if self.adapter_reduction_factor < 1:
+            raise ConfigError("search space: adapter_reduction_factor must be >= 1")
 
 
 def space_path(name_or_path: str) -> Path:
@@ -68,6 +77,8 @@ def resolve_space(cfg: SweepConfig) -> SearchSpace:
             data[key] = list(getattr(cfg, key))
     if cfg.epochs:
         data["epochs"] = {**data.get("epochs", {}), **{k: list(v) for k, v in cfg.epochs.items()}}
+    if cfg.tune:
+        data["tune"] = cfg.tune
     for key in ("max_train_examples", "max_eval_examples"):
         if getattr(cfg, key) is not None:
             data[key] = getattr(cfg, key)
@@ -155,7 +166,8 @@ def build_trials(cfg: SweepConfig, space: SearchSpace, models: dict[str, Path],
                     learning_rate=float(lr), seed=int(seed), eval_epochs=grid, batch_size=space.batch_size,
                     max_seq_length=space.max_seq_length, max_train_examples=max_train,
                     max_eval_examples=space.max_eval_examples, weight_decay=space.weight_decay,
-                    warmup_proportion=space.warmup_proportion, num_threads=threads, fold=fold))
+                    warmup_proportion=space.warmup_proportion, num_threads=threads, fold=fold, tune=space.tune,
+                    adapter_reduction_factor=space.adapter_reduction_factor))
     return trials
 
 
@@ -164,7 +176,8 @@ def trial_fingerprint(trial: TrialSpec) -> str:
     task name and model path stand for -- the resolved task definition (an edited task YAML) and
     the model's identity (a model re-trained into the same directory) -- so neither is reused stale."""
     data = {k: v for k, v in dataclasses.asdict(trial).items()
-            if k not in ("num_threads", "device", "cache_dir") and not (k == "fold" and v == -1)}
+            if k not in ("num_threads", "device", "cache_dir") and not (k == "fold" and v == -1)
+            and not (k in ("tune", "adapter_reduction_factor") and trial.tune == "full")}  # as before they were
     data["task_spec"] = {k: v for k, v in to_dict(load_task(trial.task)).items() if k != "dir"}
     data["model_identity"] = model_identity(trial.model_dir)
     return content_key(data)
