@@ -239,7 +239,12 @@ def corpus_keys(corpus: CorpusConfig, vocab: VocabConfig, instances: InstanceCon
     keys = {"corpus": content_key("corpus", corpus, input_stats(corpus))}
     if "vocab" not in stages:
         return keys
-    keys["vocab"] = content_key("vocab", vocab, hash_inputs(vocab.target_paths), keys["corpus"])
+    if vocab.from_model:  # the model's tokenizer files alone: arms on other corpora share it
+        from orchestrator.vocab.stage import model_tokenizer_files
+
+        keys["vocab"] = content_key("vocab", vocab, hash_inputs(model_tokenizer_files(vocab.from_model)))
+    else:
+        keys["vocab"] = content_key("vocab", vocab, hash_inputs(vocab.target_paths), keys["corpus"])
     for length in instances.max_seq_lengths if "instances" in stages else ():
         keys[f"instances/len{length}"] = content_key("instances", instances.output_fields(), length, keys["corpus"],
                                                      keys["vocab"])

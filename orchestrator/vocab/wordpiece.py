@@ -47,6 +47,10 @@ class VocabConfig:
                                                    "BLUE 4-column NER: a unit per sentence), format sniffed; "
                                                    "empty = sentences of the small corpus")
     max_target_lines: int = field(5000, help="units (lines / sentences) of target text read for the report")
+    from_model: str = field("", help="a Hugging Face BERT directory: use its WordPiece tokenizer as it is (cased "
+                                     "stays cased, accents stay) instead of training one, to continue that model "
+                                     "(pretrain.model.init_from) on its own vocabulary; the other vocab keys are "
+                                     "then unused")
 
     def __post_init__(self) -> None:
         if self.vocab_size < len(SPECIAL_TOKENS) + 30:
