@@ -32,8 +32,9 @@ def synthetic_batch(batch: int, length: int, vocab: int, device: torch.device, s
 
 def measure(size: str, precision: str, batch: int, length: int, steps: int, warmup: int,
             device: torch.device) -> dict:
+    from orchestrator.modeling.precision import make_scaler
     from orchestrator.pretrain.config import ModelConfig, OptimConfig
-    from orchestrator.pretrain.loop import estimate_mfu, make_scaler, train_step
+    from orchestrator.pretrain.loop import estimate_mfu, train_step
     from orchestrator.pretrain.model import PretrainingModule, build_model
     from orchestrator.pretrain.optim import build_optimizer, build_scheduler
 

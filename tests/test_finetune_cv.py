@@ -80,6 +80,7 @@ def test_cv_task_validation_and_trial_expansion(doccls_task):
                             resolve_space(SweepConfig(search_space="tiny", tune="adapters")), {"m": Path("/x")})[0]
     assert adapters.tune == "adapters" and trial_fingerprint(adapters) != trial_fingerprint(plain)
     assert trial_fingerprint(plain) == trial_fingerprint(dataclasses.replace(plain, adapter_reduction_factor=4))
+    assert trial_fingerprint(dataclasses.replace(plain, precision="bf16")) != trial_fingerprint(plain)
 
 
 def test_cv_selection_reports_mean_sd_over_folds():

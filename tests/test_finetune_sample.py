@@ -133,3 +133,25 @@ def test_adapter_fine_tuning_changes_only_adapters_and_head(random_tiny_bert, tm
     width = kept[0].encoder.encoder.layer[0].output.adapter.down.out_features
     assert width == (32 // 4 if pretrained_adapters else 32 // 8)  # its own adapters, or fresh ones
     assert rec["epochs"][-1]["train_loss"] < rec["epochs"][0]["train_loss"]
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_mixed_precision_fine_tuning_learns_with_fp32_weights(random_tiny_bert, precision):
+    """Seed 000 fine-tuned in FP16: under bf16 or fp16 autocast (fp16 with a dynamic loss scaler,
+    whose scale the epoch rows carry) a tiny BERT still learns the sample NER task, and its weights
+    stay fp32 (autocast computes in half precision, the optimizer updates fp32 masters)."""
+    import torch
+
+    spec = load_task("bc5cdr_chemical")
+    kept = []
+    rec = run_trial(TrialSpec(trial_id=precision, model_name="tiny", model_dir=str(random_tiny_bert),
+                              task="bc5cdr_chemical", data_dir=str(SAMPLE_DIR / spec.dir), learning_rate=5e-3, seed=1,
+                              eval_epochs=(6,), batch_size=16, max_seq_length=64, precision=precision),
+                    keep=kept.append)
+    final = rec["epochs"][-1]
+    assert final["test"] > _majority_baseline("bc5cdr_chemical") + 0.3, final
+    assert all(p.dtype == torch.float32 for p in kept[0].parameters())
+    if precision == "fp16":
+        assert final["loss_scale"] > 0 and final["skipped_steps"] < 10, final
+    else:
+        assert "loss_scale" not in final

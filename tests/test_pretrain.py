@@ -173,7 +173,8 @@ def _batch(seed: int = 0) -> dict[str, torch.Tensor]:
 
 
 def test_fp16_overflow_skips_step_lowers_scale_then_trains():
-    from orchestrator.pretrain.loop import make_scaler, train_step
+    from orchestrator.modeling.precision import make_scaler
+    from orchestrator.pretrain.loop import train_step
     from orchestrator.pretrain.optim import build_optimizer, build_scheduler
 
     model, module = _tiny_module()
@@ -194,7 +195,8 @@ def test_fp16_overflow_skips_step_lowers_scale_then_trains():
 
 
 def test_accumulation_equals_one_big_batch():
-    from orchestrator.pretrain.loop import make_scaler, train_step
+    from orchestrator.modeling.precision import make_scaler
+    from orchestrator.pretrain.loop import train_step
     from orchestrator.pretrain.optim import build_scheduler
 
     results = []
@@ -216,8 +218,8 @@ def test_accumulation_equals_one_big_batch():
 def test_checkpoint_save_reload_every_weight_equal(tmp_path):
     from transformers import AutoModelForPreTraining
 
+    from orchestrator.modeling.precision import make_scaler
     from orchestrator.pretrain.checkpoint import load_training_state, load_weights, save_checkpoint
-    from orchestrator.pretrain.loop import make_scaler
     from orchestrator.pretrain.optim import build_optimizer, build_scheduler
 
     model, _ = _tiny_module()

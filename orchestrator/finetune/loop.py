@@ -30,6 +30,7 @@ from orchestrator.finetune.model import TaskModel
 from orchestrator.finetune.readers import Example, document_split, fixed_subset, read_split, stratified_folds
 from orchestrator.finetune.spec import TaskSpec, load_task
 from orchestrator.finetune.trial import TrialSpec
+from orchestrator.modeling.precision import autocast_context, make_scaler, optimizer_update
 
 log = logging.getLogger(__name__)
 
@@ -219,6 +220,9 @@ def run_trial(trial: TrialSpec, report: Callable[[dict], None] | None = None,
     groups = [{"params": [p for n, p in trained if not n.endswith(no_decay)], "weight_decay": trial.weight_decay},
               {"params": [p for n, p in trained if n.endswith(no_decay)], "weight_decay": 0.0}]
     optim = torch.optim.AdamW(groups, lr=trial.learning_rate)
+    params = [p for _, p in trained]
+    scaler = make_scaler(trial.precision, device, init_scale=2.0 ** 16)
+    skipped_steps = 0  # fp16: steps whose scaled gradients overflowed (the scale halves, the weights stay)
     steps_per_epoch = math.ceil(len(train) / trial.batch_size)
     total = steps_per_epoch * trial.max_epochs
     sched = get_linear_schedule_with_warmup(optim, int(trial.warmup_proportion * total), total)
@@ -235,17 +239,18 @@ def run_trial(trial: TrialSpec, report: Callable[[dict], None] | None = None,
         losses = []
         order = rng.permutation(len(train)).tolist()
         for _, batch, labels in _batches(enc["train"], order, trial.batch_size, pad_id):
-            logits = model(**{k: v.to(device) for k, v in batch.items()})
-            loss = model.loss(logits, labels.to(device))
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optim.step()
-            sched.step()
-            optim.zero_grad(set_to_none=True)
+            with autocast_context(trial.precision, device):
+                logits = model(**{k: v.to(device) for k, v in batch.items()})
+                loss = model.loss(logits.float(), labels.to(device))
+            scaler.scale(loss).backward()
+            _, skipped = optimizer_update(params, optim, sched, scaler, grad_clip=1.0)
+            skipped_steps += skipped
             losses.append(loss.item())
         counts["train_examples"] += len(train)
         counts["train_seconds"] += time.perf_counter() - tick
         row: dict[str, Any] = {"epoch": epoch, "train_loss": float(np.mean(losses))}
+        if trial.precision == "fp16":
+            row["loss_scale"], row["skipped_steps"] = float(scaler.get_scale()), skipped_steps
         if epoch in trial.eval_epochs:
             tick = time.perf_counter()
             dev_pred = predict(model, spec, enc["dev"], trial.batch_size, pad_id, device)

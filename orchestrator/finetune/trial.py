@@ -29,6 +29,7 @@ class TrialSpec:
     cache_dir: str = ""  # where tokenised splits are kept between trials ("" = no disk cache)
     tune: str = "full"  # "full": every weight trains; "adapters": adapters and head only
     adapter_reduction_factor: int = 16  # tune="adapters" on a model without adapters: fresh ones of this size
+    precision: str = "fp32"  # fp32 | bf16 | fp16 (autocast; fp16 with a dynamic loss scaler)
 
     @property
     def max_epochs(self) -> int:

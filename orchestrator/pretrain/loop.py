@@ -1,8 +1,8 @@
 """The per-worker training loop (runs inside Ray Train workers) and its pure building blocks.
 
-``train_step`` and ``optimizer_update`` hold the numerics (accumulation, autocast, loss scaling,
-clipping, skip-on-overflow) and are tested directly, without Ray. ``train_loop_per_worker`` is
-the Ray edge: dataset shards, DDP, checkpoints, resume, metrics.
+``train_step`` and ``orchestrator.modeling.precision.optimizer_update`` hold the numerics
+(accumulation, autocast, loss scaling, clipping, skip-on-overflow) and are tested directly, without
+Ray. ``train_loop_per_worker`` is the Ray edge: dataset shards, DDP, checkpoints, resume, metrics.
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from orchestrator.core.errors import OrchestratorError
 from orchestrator.core.runtime import seed_everything
 from orchestrator.instances.config import MaskingRule, Specials
 from orchestrator.modeling.adapters import add_adapters, parameter_counts
+from orchestrator.modeling.precision import autocast_context, make_scaler, optimizer_update
 from orchestrator.pretrain.checkpoint import checkpoint_name, load_training_state, load_weights, save_checkpoint
 from orchestrator.pretrain.config import PretrainConfig, batch_plan
 from orchestrator.pretrain.data import collate
@@ -56,46 +57,6 @@ class StepStats:
     grad_norm: float
     skipped: bool
     loss_scale: float
-
-
-def autocast_context(precision: str, device: torch.device):
-    if precision == "fp32":
-        return contextlib.nullcontext()
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-    return torch.autocast(device_type=device.type, dtype=dtype)
-
-
-def make_scaler(precision: str, device: torch.device, init_scale: float) -> torch.amp.GradScaler:
-    """A dynamic loss scaler for fp16 (halves on overflow, doubles after 2000 clean steps); inert otherwise."""
-    return torch.amp.GradScaler(device.type, init_scale=init_scale, enabled=precision == "fp16")
-
-
-def optimizer_update(params: list[torch.nn.Parameter], optimizer, scheduler, scaler: torch.amp.GradScaler,
-                     grad_clip: float) -> tuple[float, bool]:
-    """Unscale, clip, step (or skip), update the scale. Returns (gradient norm, skipped).
-
-    A step is skipped when the gradients are not finite: under fp16 the scaler lowers the scale;
-    under fp32/bf16 the weights are left untouched. The LR schedule advances only on real steps.
-    """
-    scaler.unscale_(optimizer)
-    if grad_clip > 0:
-        norm = torch.nn.utils.clip_grad_norm_(params, grad_clip)
-    else:
-        norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
-    norm_value = float(norm)
-    if scaler.is_enabled():
-        before = scaler.get_scale()
-        scaler.step(optimizer)
-        scaler.update()
-        skipped = scaler.get_scale() < before
-    else:
-        skipped = not math.isfinite(norm_value)
-        if not skipped:
-            optimizer.step()
-    if not skipped:
-        scheduler.step()
-    optimizer.zero_grad(set_to_none=True)
-    return norm_value, skipped
 
 
 def train_step(module: torch.nn.Module, micro_batches: list[dict[str, torch.Tensor]], optimizer, scheduler,

@@ -19,6 +19,8 @@ class SweepConfig:
                                                help="override epoch grids per task (stem -> list)")
     max_train_examples: int | None = field(None, help="override: cap training examples per task (0 = all)")
     max_eval_examples: int | None = field(None, help="override: cap dev/test examples per task (0 = all)")
+    precision: str = field("", help="override the space's fine-tuning precision: fp32, bf16 or fp16 (with a loss "
+                                    "scaler)")
     tune: str = field("", help="override the space's tune: full (every weight) or adapters (adapters and head "
                                "only, seed 002)")
     data_dir: str = field("", help="BLUE data root with one directory per task (each task YAML's 'dir'); "

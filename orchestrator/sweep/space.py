@@ -40,6 +40,9 @@ class SearchSpace:
         "full", help="full: every weight trains (a model's pretrained adapters included); adapters: only the "
                      "adapters and the task head, the base frozen (seed 002: lr 1e-4, 30 epochs); a model "
                      "pretrained without adapters gets fresh ones")
+    precision: Literal["fp32", "bf16", "fp16"] = field(
+        "fp32", help="fine-tuning precision: fp32, bf16 autocast, or fp16 autocast with a dynamic loss scaler "
+                     "(seed 000 fine-tuned in FP16); weights stay fp32, evaluation runs in fp32")
     adapter_reduction_factor: int = field(16, help="tune=adapters on a model without adapters: bottleneck = "
                                                    "hidden size / this (Pfeiffer et al.'s 16)")
 
@@ -77,8 +80,9 @@ def resolve_space(cfg: SweepConfig) -> SearchSpace:
             data[key] = list(getattr(cfg, key))
     if cfg.epochs:
         data["epochs"] = {**data.get("epochs", {}), **{k: list(v) for k, v in cfg.epochs.items()}}
-    if cfg.tune:
-        data["tune"] = cfg.tune
+    for key in ("tune", "precision"):
+        if getattr(cfg, key):
+            data[key] = getattr(cfg, key)
     for key in ("max_train_examples", "max_eval_examples"):
         if getattr(cfg, key) is not None:
             data[key] = getattr(cfg, key)
@@ -167,7 +171,7 @@ def build_trials(cfg: SweepConfig, space: SearchSpace, models: dict[str, Path],
                     max_seq_length=space.max_seq_length, max_train_examples=max_train,
                     max_eval_examples=space.max_eval_examples, weight_decay=space.weight_decay,
                     warmup_proportion=space.warmup_proportion, num_threads=threads, fold=fold, tune=space.tune,
-                    adapter_reduction_factor=space.adapter_reduction_factor))
+                    adapter_reduction_factor=space.adapter_reduction_factor, precision=space.precision))
     return trials
 
 
@@ -177,7 +181,8 @@ def trial_fingerprint(trial: TrialSpec) -> str:
     the model's identity (a model re-trained into the same directory) -- so neither is reused stale."""
     data = {k: v for k, v in dataclasses.asdict(trial).items()
             if k not in ("num_threads", "device", "cache_dir") and not (k == "fold" and v == -1)
-            and not (k in ("tune", "adapter_reduction_factor") and trial.tune == "full")}  # as before they were
+            and not (k in ("tune", "adapter_reduction_factor") and trial.tune == "full")
+            and not (k == "precision" and v == "fp32")}  # trials of the defaults keep the keys they had
     data["task_spec"] = {k: v for k, v in to_dict(load_task(trial.task)).items() if k != "dir"}
     data["model_identity"] = model_identity(trial.model_dir)
     return content_key(data)

@@ -1,0 +1,51 @@
+"""Mixed precision, shared by pretraining and fine-tuning: fp32, bf16 autocast, or fp16 autocast
+with a dynamic loss scaler; one optimizer update that unscales, clips and skips a step whose
+gradients are not finite."""
+from __future__ import annotations
+
+import contextlib
+import math
+
+import torch
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+def autocast_context(precision: str, device: torch.device):
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def make_scaler(precision: str, device: torch.device, init_scale: float) -> torch.amp.GradScaler:
+    """A dynamic loss scaler for fp16 (halves on overflow, doubles after 2000 clean steps); inert otherwise."""
+    return torch.amp.GradScaler(device.type, init_scale=init_scale, enabled=precision == "fp16")
+
+
+def optimizer_update(params: list[torch.nn.Parameter], optimizer, scheduler, scaler: torch.amp.GradScaler,
+                     grad_clip: float) -> tuple[float, bool]:
+    """Unscale, clip, step (or skip), update the scale. Returns (gradient norm, skipped).
+
+    A step is skipped when the gradients are not finite: under fp16 the scaler lowers the scale;
+    under fp32/bf16 the weights are left untouched. The LR schedule advances only on real steps.
+    """
+    scaler.unscale_(optimizer)
+    if grad_clip > 0:
+        norm = torch.nn.utils.clip_grad_norm_(params, grad_clip)
+    else:
+        norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+    norm_value = float(norm)
+    if scaler.is_enabled():
+        before = scaler.get_scale()
+        scaler.step(optimizer)
+        scaler.update()
+        skipped = scaler.get_scale() < before
+    else:
+        skipped = not math.isfinite(norm_value)
+        if not skipped:
+            optimizer.step()
+    if not skipped:
+        scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return norm_value, skipped
