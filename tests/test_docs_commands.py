@@ -375,8 +375,11 @@ def test_readme_shows_the_summary_the_job_prints():
     report = {kind.strip(): Path(path) for kind, path in re.findall(r"^report \((\w+ *)\): (.+)$", shown, re.M)}
     uri = re.search(r"--backend-store-uri (\S+)", shown)[1]
     experiment = re.search(r"#/experiments/(\w+)/", shown)
+    arms = {name: {"status": status} for name, status in re.findall(r"^arm (\S+) *: (\w+)$", shown, re.M)}
     printed = ChainResult(run_dir=run_dir, report=report, results={}, tracking_uri=uri,
-                          pretrain_loss=(float(loss[1]), float(loss[2])) if loss else None,
+                          pretrain_loss=(float(loss[1]), float(loss[2])) if loss else None, arms=arms,
                           experiment_id=experiment[1] if experiment else "").summary()
     assert printed.strip("\n") == shown
-    assert loss and {"html", "md", "png"} <= set(report)  # what a plain run of the default job prints
+    # what the default job prints: an experiment of the pretrained model and its floor, with its page
+    assert arms == {"pretrained": {"status": "ok"}, "floor": {"status": "ok"}}
+    assert {"html", "md", "png", "page"} <= set(report)
