@@ -34,7 +34,7 @@ def measure(size: str, precision: str, batch: int, length: int, steps: int, warm
             device: torch.device) -> dict:
     from orchestrator.modeling.precision import make_scaler
     from orchestrator.pretrain.config import ModelConfig, OptimConfig
-    from orchestrator.pretrain.loop import estimate_mfu, train_step
+    from orchestrator.pretrain.loop import estimate_mfu, train_step, training_flops_per_token
     from orchestrator.pretrain.model import PretrainingModule, build_model
     from orchestrator.pretrain.optim import build_optimizer, build_scheduler
 
@@ -62,10 +62,9 @@ def measure(size: str, precision: str, batch: int, length: int, steps: int, warm
     sync()
     elapsed = time.perf_counter() - start
     seq_per_s = batch * steps / elapsed
-    n_params = sum(p.numel() for p in model.parameters())
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    mfu = estimate_mfu(n_params, model.config.num_hidden_layers, model.config.hidden_size, length,
-                       seq_per_s * length, name, precision)
+    masked = float((batches[0]["labels"] != -100).float().mean())
+    mfu = estimate_mfu(training_flops_per_token(model, length, masked), seq_per_s * length, 1, name, precision)
     return {"size": size, "precision": precision, "batch": batch, "length": length, "steps": steps,
             "seq_per_s": round(seq_per_s, 2), "mfu": None if mfu is None else round(mfu, 4), "device": name}
 

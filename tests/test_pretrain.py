@@ -549,3 +549,57 @@ def test_pretraining_and_sweep_finish_with_mlflow_down_and_say_so_once(corpus, r
     kinds = {r.data.tags.get(S.KIND): r for r in runs}
     assert kinds[S.KIND_PRETRAIN].info.status == "FINISHED" and S.KIND_SWEEP in kinds
     assert len(store.get_metric_history(kinds[S.KIND_PRETRAIN].info.run_id, "loss")) == 6
+
+
+@pytest.mark.parametrize("size", ["base", "large"])
+def test_training_flops_and_mfu_match_a_hand_count(size):
+    """Issue 18: MFU counted the embeddings as dense weights and was multiplied by the worker count.
+    BERT-base/large counted by hand: 6 FLOPs a token per trained dense weight, 4 per frozen one (adapters),
+    none for the embedding lookups, the tied decoder at the masked positions only, 12 L H S for attention;
+    MFU is per device whatever the world size."""
+    from transformers import BertConfig, BertForPreTraining
+
+    from orchestrator.modeling.adapters import add_adapters
+    from orchestrator.pretrain.loop import estimate_mfu, training_flops_per_token
+
+    H, L, I = {"base": (768, 12, 3072), "large": (1024, 24, 4096)}[size]  # noqa: E741
+    V, S, masked = 30522, 128, 0.15
+    with torch.device("meta"):
+        model = BertForPreTraining(BertConfig(hidden_size=H, num_hidden_layers=L, intermediate_size=I,
+                                              num_attention_heads=H // 64))
+    layer = 4 * (H * H + H) + (H * I + I) + (I * H + H) + 2 * 2 * H
+    pooler, nsp, transform = H * H + H, 2 * H + 2, H * H + H + 2 * H
+    dense = L * layer + pooler + nsp + transform + V  # + the decoder's bias; its weight is the word embeddings
+    attention = 12 * L * H * S
+    full = 6 * dense + 6 * H * V * masked + attention
+    assert training_flops_per_token(model, S, masked) == pytest.approx(full, rel=1e-12)
+    b = H // 16
+    adapters = L * (H * b + b + b * H + H)
+    add_adapters(model, 16)  # heads train (but the tied decoder weight), the encoder and embeddings are frozen
+    trained = adapters + transform + V + nsp
+    frozen = L * layer + pooler
+    assert training_flops_per_token(model, S, masked) == pytest.approx(
+        6 * trained + 4 * frozen + 4 * H * V * masked + attention, rel=1e-12)
+    # eight devices at 8x the tokens are as busy as one: MFU is per device
+    one = estimate_mfu(full, 1e5, 1, "NVIDIA H100 80GB HBM3", "bf16")
+    assert one == pytest.approx(full * 1e5 / 989e12)
+    assert estimate_mfu(full, 8e5, 8, "NVIDIA H100 80GB HBM3", "bf16") == pytest.approx(one)
+    assert estimate_mfu(full, 1e5, 1, "some other card", "bf16") is None
+
+
+def test_half_precision_weights_load_as_float32_masters(tmp_path):
+    """Issue 18: transformers 5 loads with dtype="auto", so a model saved in bf16 or fp16 was
+    continued (and fine-tuned) with half-precision master weights. Both loaders now give float32."""
+    from orchestrator.finetune.model import TaskModel
+    from orchestrator.finetune.spec import load_task
+    from orchestrator.pretrain.config import ModelConfig
+    from orchestrator.pretrain.model import build_model
+
+    model, _ = _tiny_module()
+    for dtype in (torch.bfloat16, torch.float16):
+        out = tmp_path / str(dtype)
+        model.to(dtype).save_pretrained(out)
+        assert json.loads((out / "config.json").read_text()).get("dtype") in (str(dtype).split(".")[1], None)
+        continued = build_model(ModelConfig(init_from=str(out)), 100, 0)
+        assert {p.dtype for p in continued.parameters()} == {torch.float32}
+        assert {p.dtype for p in TaskModel(out, load_task("biosses")).parameters()} == {torch.float32}

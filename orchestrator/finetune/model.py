@@ -40,7 +40,7 @@ class TaskModel(nn.Module):
         from orchestrator.modeling.adapters import load_adapters, saved_adapters  # heavy: transformers
 
         self.family = spec.family
-        self.encoder = AutoModel.from_pretrained(str(model_dir))
+        self.encoder = AutoModel.from_pretrained(str(model_dir), dtype=torch.float32)  # fp32 masters, as pretraining
         if saved_adapters(model_dir):  # a model pretrained with adapters is fine-tuned with them in place
             load_adapters(self.encoder, Path(model_dir))
             self.encoder.requires_grad_(True)  # full fine-tuning: the base and its adapters

@@ -89,13 +89,33 @@ def train_step(module: torch.nn.Module, micro_batches: list[dict[str, torch.Tens
                      loss_scale=scale)
 
 
-def estimate_mfu(n_params: int, layers: int, hidden: int, seq_len: float, tokens_per_s: float,
-                 device_name: str, precision: str) -> float | None:
-    """Model FLOPs utilisation: (6 N + 12 L H S) FLOPs per token (Kaplan/PaLM) over the device's peak."""
+def training_flops_per_token(model: torch.nn.Module, seq_len: float, masked_fraction: float) -> float:
+    """Training FLOPs per token of a BERT (Kaplan et al. / PaLM's 6N + 12LHS, counted as BERT runs):
+
+    - each weight outside the embeddings costs 6 FLOPs a token when it trains (forward 2, backward
+      2 for the activations' gradient and 2 for its own) and 4 when it is frozen (adapters);
+    - the embedding lookups cost nothing; the MLM decoder, tied to the word embeddings, runs only at
+      the masked positions: 6 (or 4, frozen) x hidden x vocabulary x ``masked_fraction``;
+    - attention scores and their weighted sum: 12 x layers x hidden x ``seq_len``."""
+    embeddings = getattr(model, "bert", model).embeddings
+    lookup = {id(p) for p in embeddings.parameters()}
+    dense = [p for p in model.parameters() if id(p) not in lookup]
+    trained = sum(p.numel() for p in dense if p.requires_grad)
+    frozen = sum(p.numel() for p in dense if not p.requires_grad)
+    config = model.config
+    words = embeddings.word_embeddings.weight
+    decoder = (6 if words.requires_grad else 4) * config.hidden_size * config.vocab_size * masked_fraction
+    return 6 * trained + 4 * frozen + decoder + 12 * config.num_hidden_layers * config.hidden_size * seq_len
+
+
+def estimate_mfu(flops_per_token: float, tokens_per_s: float, world: int, device_name: str,
+                 precision: str) -> float | None:
+    """Model FLOPs utilisation of one device: the cluster's ``tokens_per_s`` spread over ``world``
+    devices, against the peak of ``device_name`` (None for a device the table does not know)."""
     peak = next((v[precision] for k, v in PEAK_FLOPS.items() if k in device_name), None)
     if peak is None:
         return None
-    return (6 * n_params + 12 * layers * hidden * seq_len) * tokens_per_s / peak
+    return flops_per_token * tokens_per_s / world / peak
 
 
 # --------------------------------------------------------------------------------------------- Ray edge
@@ -240,10 +260,9 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
                 if nsp:
                     record["nsp_loss"] = nsp_l / world
                 if device.type == "cuda":
-                    hidden, layers = model.config.hidden_size, model.config.num_hidden_layers
-                    record["mfu"] = estimate_mfu(counts["total"], layers, hidden, toks / max(seqs, 1),
-                                                 record["tokens_per_s"], torch.cuda.get_device_name(device),
-                                                 cfg.precision)
+                    per_token = training_flops_per_token(model, toks / max(seqs, 1), count / max(toks, 1.0))
+                    record["mfu"] = estimate_mfu(per_token, record["tokens_per_s"], world,
+                                                 torch.cuda.get_device_name(device), cfg.precision)
                 state["history"].append(record)
                 tracker.log({k: v for k, v in record.items() if k != "step"}, state["step"])
                 window = {"t": time.perf_counter(), "seq": 0, "tok": 0}

@@ -71,7 +71,9 @@ def build_model(cfg: ModelConfig, vocab_size: int, pad_token_id: int) -> PreTrai
         raise ConfigError(f"model.init_from {source} has vocab_size {hf['vocab_size']} but the tokenizer has "
                           f"{vocab_size}; use that model's own tokenizer, or set model.allow_vocab_resize=true "
                           "to resize the embeddings")
-    model = cls.from_pretrained(str(source))
+    # float32 masters whatever the file holds: transformers 5 loads with dtype="auto", so fp16/bf16
+    # weights would train in half precision (fp16's unscale_ refuses them; bf16 loses small updates)
+    model = cls.from_pretrained(str(source), dtype=torch.float32)
     if model.config.vocab_size != vocab_size:
         log.warning("resizing embeddings of %s from %d to %d", source, model.config.vocab_size, vocab_size)
         model.resize_token_embeddings(vocab_size)
