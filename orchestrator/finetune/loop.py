@@ -30,7 +30,7 @@ from orchestrator.finetune.model import TaskModel
 from orchestrator.finetune.readers import Example, document_split, fixed_subset, read_split, stratified_folds
 from orchestrator.finetune.spec import TaskSpec, load_task
 from orchestrator.finetune.trial import TrialSpec
-from orchestrator.modeling.precision import autocast_context, make_scaler, optimizer_update
+from orchestrator.modeling.precision import allow_tf32, autocast_context, make_scaler, optimizer_update
 
 log = logging.getLogger(__name__)
 
@@ -202,6 +202,7 @@ def run_trial(trial: TrialSpec, report: Callable[[dict], None] | None = None,
     spec = dataclasses.replace(task_spec or load_task(trial.task), dir="")
     torch.set_num_threads(max(1, trial.num_threads))
     device = choose_device(trial.device)
+    allow_tf32(device)
     splits = load_splits(spec, trial)
     train, dev, test = splits["train"], splits["dev"], splits["test"]
     tokenizer = AutoTokenizer.from_pretrained(trial.model_dir)
@@ -236,7 +237,7 @@ def run_trial(trial: TrialSpec, report: Callable[[dict], None] | None = None,
     for epoch in range(1, trial.max_epochs + 1):
         tick = time.perf_counter()
         model.train()
-        losses = []
+        loss_sum, n_batches = torch.zeros((), device=device), 0  # summed on the device: no host sync a step
         order = rng.permutation(len(train)).tolist()
         for _, batch, labels in _batches(enc["train"], order, trial.batch_size, pad_id):
             with autocast_context(trial.precision, device):
@@ -245,10 +246,11 @@ def run_trial(trial: TrialSpec, report: Callable[[dict], None] | None = None,
             scaler.scale(loss).backward()
             _, skipped = optimizer_update(params, optim, sched, scaler, grad_clip=1.0)
             skipped_steps += skipped
-            losses.append(loss.item())
+            loss_sum += loss.detach().float()
+            n_batches += 1
         counts["train_examples"] += len(train)
         counts["train_seconds"] += time.perf_counter() - tick
-        row: dict[str, Any] = {"epoch": epoch, "train_loss": float(np.mean(losses))}
+        row: dict[str, Any] = {"epoch": epoch, "train_loss": float(loss_sum / max(n_batches, 1))}
         if trial.precision == "fp16":
             row["loss_scale"], row["skipped_steps"] = float(scaler.get_scale()), skipped_steps
         if epoch in trial.eval_epochs:

@@ -11,6 +11,14 @@ import torch
 PRECISIONS = ("fp32", "bf16", "fp16")
 
 
+def allow_tf32(device: torch.device) -> None:
+    """On CUDA, let fp32 matrix products and convolutions use TF32 tensor cores (torch's default is
+    full fp32: about 67 instead of about 494 TFLOPS on an H100); nothing elsewhere."""
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+
 def autocast_context(precision: str, device: torch.device):
     if precision == "fp32":
         return contextlib.nullcontext()

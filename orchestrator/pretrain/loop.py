@@ -25,7 +25,7 @@ from orchestrator.core.errors import OrchestratorError
 from orchestrator.core.runtime import seed_everything
 from orchestrator.instances.config import MaskingRule, Specials
 from orchestrator.modeling.adapters import add_adapters, parameter_counts
-from orchestrator.modeling.precision import autocast_context, make_scaler, optimizer_update
+from orchestrator.modeling.precision import allow_tf32, autocast_context, make_scaler, optimizer_update
 from orchestrator.pretrain.checkpoint import checkpoint_name, load_training_state, load_weights, save_checkpoint
 from orchestrator.pretrain.config import PretrainConfig, batch_plan
 from orchestrator.pretrain.data import collate
@@ -172,6 +172,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     device = ray.train.torch.get_device()
+    allow_tf32(device)
     torch.set_num_threads(max(1, int(cfg.cpus_per_worker)))
     seed_everything(cfg.seed)
 
