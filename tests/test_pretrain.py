@@ -187,7 +187,7 @@ def test_fp16_overflow_skips_step_lowers_scale_then_trains():
     stats = train_step(module, [_batch()], opt, sched, scaler, **kw)
     assert stats.skipped and scaler.get_scale() == 2.0 ** 39
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
-    assert sched.last_epoch == 0  # the LR schedule does not advance on a skipped step
+    assert sched.last_epoch == 1  # a skipped step counts toward the phase: the schedule advances with it
     scaler = make_scaler("fp16", torch.device("cpu"), init_scale=2.0 ** 8)
     stats = train_step(module, [_batch(1)], opt, sched, scaler, **kw)
     assert not stats.skipped and math.isfinite(stats.loss)
@@ -603,3 +603,23 @@ def test_half_precision_weights_load_as_float32_masters(tmp_path):
         continued = build_model(ModelConfig(init_from=str(out)), 100, 0)
         assert {p.dtype for p in continued.parameters()} == {torch.float32}
         assert {p.dtype for p in TaskModel(out, load_task("biosses")).parameters()} == {torch.float32}
+
+
+def test_skipped_fp16_steps_do_not_cut_the_schedule_short():
+    """Issue 18: skipped fp16 steps counted toward phase.steps while the scheduler stood still, so
+    the phase ended before its LR schedule did. Over a phase of 12 steps whose first few overflow, the
+    schedule ends where a phase without overflow ends: at 0."""
+    from orchestrator.modeling.precision import make_scaler
+    from orchestrator.pretrain.loop import train_step
+    from orchestrator.pretrain.optim import build_optimizer, build_scheduler
+
+    model, module = _tiny_module()
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = build_optimizer(model, OptimConfig(), 1e-3)
+    steps = 12
+    sched = build_scheduler(opt, 2, steps, 1.0)
+    scaler = make_scaler("fp16", torch.device("cpu"), init_scale=2.0 ** 24)  # overflows until halved a few times
+    skipped = [train_step(module, [_batch(s)], opt, sched, scaler, precision="fp16", device=torch.device("cpu"),
+                          grad_clip=1.0, params=params).skipped for s in range(steps)]
+    assert sum(skipped) >= 3 and not skipped[-1]
+    assert sched.last_epoch == steps and opt.param_groups[0]["lr"] == pytest.approx(0.0, abs=1e-12)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import warnings
 
 import torch
 
@@ -36,7 +37,9 @@ def optimizer_update(params: list[torch.nn.Parameter], optimizer, scheduler, sca
     """Unscale, clip, step (or skip), update the scale. Returns (gradient norm, skipped).
 
     A step is skipped when the gradients are not finite: under fp16 the scaler lowers the scale;
-    under fp32/bf16 the weights are left untouched. The LR schedule advances only on real steps.
+    under fp32/bf16 the weights are left untouched. The LR schedule advances on every step, skipped
+    or not: a skipped step counts toward the phase's steps, so a schedule that waited for real
+    steps would be cut short (the last skipped-step count of it never reached).
     """
     scaler.unscale_(optimizer)
     if grad_clip > 0:
@@ -53,7 +56,8 @@ def optimizer_update(params: list[torch.nn.Parameter], optimizer, scheduler, sca
         skipped = not math.isfinite(norm_value)
         if not skipped:
             optimizer.step()
-    if not skipped:
+    with warnings.catch_warnings():  # torch warns when the schedule moves before a first real step: meant here
+        warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step\\(\\)` before")
         scheduler.step()
     optimizer.zero_grad(set_to_none=True)
     return norm_value, skipped
