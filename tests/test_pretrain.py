@@ -32,6 +32,27 @@ def test_batch_plan_splits_and_fails_loudly():
         PretrainConfig(phase1=PhaseConfig(global_batch_size=10, device_batch_size=4), num_workers=2)
 
 
+def test_a_gpu_model_is_asked_for_as_ray_shares_it():
+    """Issue 18: resources_per_worker {accelerator_type:H100: 1} hangs on a multi-GPU node (Ray gives
+    a node one unit of that resource). It is refused with the way out; accelerator_type asks Ray's
+    ScalingConfig, which takes a fraction per worker, so 8 workers fit an 8-GPU node. Where the
+    workers run is not part of what a run trains: the run's key does not change."""
+    from ray.train import ScalingConfig
+
+    from orchestrator.pretrain.config import pretrain_key
+
+    with pytest.raises(ConfigError, match="set accelerator_type=H100 instead"):
+        PretrainConfig(use_gpu=True, resources_per_worker={"accelerator_type:H100": 1.0})
+    with pytest.raises(ConfigError, match="needs use_gpu=true"):
+        PretrainConfig(accelerator_type="H100")
+    cfg = PretrainConfig(use_gpu=True, accelerator_type="H100", num_workers=8,
+                         phase1=PhaseConfig(global_batch_size=64, device_batch_size=8))
+    share = ScalingConfig(num_workers=8, use_gpu=True, accelerator_type=cfg.accelerator_type)
+    assert 0 < share._resources_per_worker_not_none["accelerator_type:H100"] <= 1 / 8
+    plain = PretrainConfig(use_gpu=True, num_workers=8, phase1=PhaseConfig(global_batch_size=64, device_batch_size=8))
+    assert pretrain_key(cfg, {}, Path("/nonexistent")) == pretrain_key(plain, {}, Path("/nonexistent"))
+
+
 def test_dynamic_masking_80_10_10_never_cls_or_sep_and_bert_count():
     """Masks drawn at load time follow the instance builder's rule: round(len x prob) targets counted
     over the whole sequence, [CLS] and [SEP] included, as BERT does: 32 tokens give 5 targets (before,

@@ -1,8 +1,9 @@
 """Typed configuration of the pretraining stage: model, two length phases, optimiser, precision, scaling.
 
 One config runs on a laptop (2 CPU workers, gloo) and on a GPU cluster (``use_gpu: true``, NCCL):
-only ``num_workers`` / ``use_gpu`` / ``resources_per_worker`` change. Phase 1 is the 128-token
-phase, phase 2 the 512-token phase of NVIDIA's recipe (seed 000); ``phase2.steps: 0`` skips it.
+only ``num_workers`` / ``use_gpu`` / ``accelerator_type`` / ``resources_per_worker`` change. Phase 1
+is the 128-token phase, phase 2 the 512-token phase of NVIDIA's recipe (seed 000); ``phase2.steps: 0``
+skips it.
 """
 from __future__ import annotations
 
@@ -109,7 +110,9 @@ class PretrainConfig:
     use_gpu: bool = field(False, help="one GPU per worker, NCCL; false = CPU workers, gloo")
     cpus_per_worker: float = field(1.0, help="CPUs reserved per worker")
     resources_per_worker: dict[str, float] = field(
-        default_factory=dict, help="extra Ray resources per worker, e.g. {accelerator_type:H100: 1}")
+        default_factory=dict, help="extra custom Ray resources per worker (for a GPU model use accelerator_type)")
+    accelerator_type: str = field("", help="with use_gpu: the GPU model every worker needs, e.g. H100 or A100 "
+                                           "(Ray's ScalingConfig accelerator_type); empty = any GPU")
     checkpoint_every: int = field(0, help="save a checkpoint every N optimizer steps (0 = only at phase ends)")
     keep_checkpoints: int = field(2, help="keep the last K checkpoints")
     max_failures: int = field(1, help="restart the workers from the latest checkpoint this many times")
@@ -137,6 +140,13 @@ class PretrainConfig:
             raise ConfigError("checkpoint_every >= 0, keep_checkpoints >= 1, max_failures >= 0")
         if self.init_loss_scale <= 0:
             raise ConfigError("init_loss_scale must be > 0")
+        if self.accelerator_type and not self.use_gpu:
+            raise ConfigError(f"accelerator_type {self.accelerator_type!r} needs use_gpu=true")
+        pinned = [k for k in self.resources_per_worker if k.startswith("accelerator_type:")]
+        if pinned:  # Ray gives each node one unit of it: two workers asking 1 each never fit one node
+            raise ConfigError(f"resources_per_worker {pinned[0]}: a node has one unit of it, so a multi-GPU node "
+                              f"would hold one worker and the job hang; set accelerator_type="
+                              f"{pinned[0].split(':', 1)[1]} instead")
 
     def active_phases(self) -> list[tuple[str, PhaseConfig]]:
         """The phases with steps > 0, in order."""
@@ -150,7 +160,7 @@ class PretrainConfig:
         """The settings a trained model depends on: not how often it is saved or logged, where its
         workers run, or what to do with an old run."""
         operational = {"keep_checkpoints", "max_failures", "log_every", "checkpoint_every", "cpus_per_worker",
-                       "resources_per_worker", "dataloader_prefetch", "on_mismatch"}
+                       "resources_per_worker", "accelerator_type", "dataloader_prefetch", "on_mismatch"}
         return {k: v for k, v in to_dict(self).items() if k not in operational}
 
 

@@ -281,7 +281,8 @@ def pretrain(cfg: PretrainConfig, instances: dict[int, Path], tokenizer_dir: Pat
             trainer = TorchTrainer(
                 train_loop_per_worker, train_loop_config=loop_config, datasets=datasets,
                 scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu,
-                                             resources_per_worker=resources),
+                                             resources_per_worker=resources,
+                                             accelerator_type=cfg.accelerator_type or None),
                 run_config=RunConfig(name=CHECKPOINTS, storage_path=str(out_dir),
                                      checkpoint_config=CheckpointConfig(num_to_keep=cfg.keep_checkpoints),
                                      failure_config=FailureConfig(max_failures=cfg.max_failures)))
