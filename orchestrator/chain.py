@@ -35,6 +35,7 @@ from orchestrator.sweep.config import SweepConfig
 from orchestrator.sweep.space import Variant, resolve_space, space_tasks, task_data_dir, task_key
 from orchestrator.track import TrackingConfig, effective_uri, local_uri, probe
 from orchestrator.track.experiments import UI_ADDRESS, experiment_id_of, ui_url
+from orchestrator.vocab.stage import model_tokenizer_files
 from orchestrator.vocab.wordpiece import VocabConfig
 
 log = logging.getLogger("chain")
@@ -240,8 +241,6 @@ def corpus_keys(corpus: CorpusConfig, vocab: VocabConfig, instances: InstanceCon
     if "vocab" not in stages:
         return keys
     if vocab.from_model:  # the model's tokenizer files alone: arms on other corpora share it
-        from orchestrator.vocab.stage import model_tokenizer_files
-
         keys["vocab"] = content_key("vocab", vocab, hash_inputs(model_tokenizer_files(vocab.from_model)))
     else:
         keys["vocab"] = content_key("vocab", vocab, hash_inputs(vocab.target_paths), keys["corpus"])

@@ -9,6 +9,7 @@ Field help text lives in ``field(metadata={"help": ...})`` and is shown by ``des
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import types
 import typing
 from pathlib import Path
@@ -157,8 +158,6 @@ def expand_package_paths(data: Any) -> Any:
 
 def package_path(uri: str) -> Path:
     """Resolve one ``pkg://`` path (see ``expand_package_paths``)."""
-    import importlib.util
-
     rest = uri[len(PACKAGE_PREFIX):]
     top = rest.split("/", 1)[0]
     if (PACKAGE_ROOT / top).exists():
