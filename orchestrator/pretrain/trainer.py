@@ -164,9 +164,12 @@ def _check_init_from(cfg: PretrainConfig, vocab_size: int, tokenizer_dir: Path |
         return
     theirs, ours = Path(cfg.model.init_from) / "vocab.txt", Path(tokenizer_dir) / "vocab.txt"
     # the same size but other tokens: every id would be read as another token
-    if theirs.is_file() and ours.is_file() and file_sha256(theirs) != file_sha256(ours):
+    if not (theirs.is_file() and ours.is_file()):
+        return
+    theirs_sha, ours_sha = file_sha256(theirs), file_sha256(ours)
+    if theirs_sha != ours_sha:
         raise ConfigError(f"model.init_from {cfg.model.init_from} was trained with another vocabulary than "
-                          f"{ours} (vocab.txt sha256 {file_sha256(theirs)[:12]} vs {file_sha256(ours)[:12]}); "
+                          f"{ours} (vocab.txt sha256 {theirs_sha[:12]} vs {ours_sha[:12]}); "
                           f"set vocab.from_model={cfg.model.init_from} to build the instances with its own "
                           "tokenizer, or model.allow_vocab_resize=true to accept the mismatch")
 

@@ -45,7 +45,6 @@ def start_stage_run(tracking: TrackingConfig | None, run_dir: Path, *, stage: st
     if tracking is None or not tracking.enabled:
         return None
     import mlflow  # heavy: mlflow
-    from mlflow.entities import Param
 
     uri = effective_uri(tracking, run_dir)
     marker, pending = Path(out_dir) / RUN_MARKER, Path(out_dir) / PENDING
@@ -64,7 +63,7 @@ def start_stage_run(tracking: TrackingConfig | None, run_dir: Path, *, stage: st
         if parent is not None:
             tags[S.PARENT] = parent.info.run_id
         run = client.create_run(experiment_id, run_name=stage, tags=tags)
-        values = [Param(key[:250], str(value)[:500]) for key, value in flatten(to_dict(params)).items()]
+        values = _param_list(params)
         for start in range(0, len(values), 100):
             client.log_batch(run.info.run_id, params=values[start:start + 100])
     except Exception as exc:  # MLflow raises many types (HTTP, SQL, its own): none may stop training
@@ -83,7 +82,7 @@ def log_stage_result(tracking: TrackingConfig | None, run_dir: Path, *, stage: s
     if tracking is None or not tracking.enabled:
         return None
     import mlflow  # heavy: mlflow
-    from mlflow.entities import Metric, Param
+    from mlflow.entities import Metric
 
     uri = effective_uri(tracking, run_dir)
     tags = {**tags, S.KIND: stage}
@@ -99,7 +98,7 @@ def log_stage_result(tracking: TrackingConfig | None, run_dir: Path, *, stage: s
             return found[0].info.run_id
         run = client.create_run(experiment_id, run_name=stage, tags=tags)
         now = int(time.time() * 1000)
-        values = [Param(k[:250], str(v)[:500]) for k, v in flatten(to_dict(params)).items()]
+        values = _param_list(params)
         scores = [Metric(k, float(v), now, 0) for k, v in metrics.items() if math.isfinite(float(v))]
         for start in range(0, max(len(values), len(scores)), 100):
             client.log_batch(run.info.run_id, params=values[start:start + 100], metrics=scores[start:start + 100])
@@ -108,6 +107,13 @@ def log_stage_result(tracking: TrackingConfig | None, run_dir: Path, *, stage: s
         log.warning("MLflow: could not log the %s run at %s (%s)", stage, uri, exc)
         return None
     return run.info.run_id
+
+
+def _param_list(params: Any) -> list:
+    """A config as MLflow params, within MLflow's key and value limits."""
+    from mlflow.entities import Param  # heavy: mlflow
+
+    return [Param(key[:250], str(value)[:500]) for key, value in flatten(to_dict(params)).items()]
 
 
 def end_stage_run(info: dict | None, status: str = "FINISHED") -> None:
