@@ -1,10 +1,10 @@
 """Optimisers and the learning-rate schedule of NVIDIA's BERT recipe (seed 000).
 
 LAMB is implemented here (You et al. 2019, "Large Batch Optimization for Deep Learning",
-Algorithm 2, with bias correction as in NVIDIA's FusedLAMB) because no maintained library fits
-this stack: ``torch-optimizer`` 0.3.0 was last released in 2021, ``pytorch-lamb`` in 2019,
-apex's FusedLAMB needs a CUDA build, and ``timm`` (which ships a Lamb) pulls torchvision and
-a different torch than the pinned 2.13.
+Algorithm 2, with bias correction as in NVIDIA's FusedLAMB). ``pytorch-optimizer``'s ``Lamb`` was
+compared (tests/test_lamb_reference.py): by default it scales the step by 1 / (1 - beta1^t) after
+the trust ratio, leaves v uncorrected, clamps ||w|| at 10 and adapts every tensor, so it is not the
+paper's update; with those undone the two agree to 1e-9. apex's FusedLAMB needs a CUDA build.
 """
 from __future__ import annotations
 
