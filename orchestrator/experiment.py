@@ -86,7 +86,11 @@ def arm_plans(cfg: ChainConfig) -> dict[str, ArmPlan]:
     for name in cfg.arms:
         arm, kind = cfg.arm(name), cfg.arm_kind(name)
         if kind == "model":
-            plans[name] = ArmPlan(name, kind, arm, [], Path(flatten(cfg.arms[name])[chain.ARM_MODEL]))
+            model_dir = Path(flatten(cfg.arms[name])[chain.ARM_MODEL])
+            if not (model_dir / "config.json").is_file():  # a published model: nothing here builds it
+                raise ConfigError(f"arms.{name}.model: {model_dir} is not a Hugging Face model directory "
+                                  "(no config.json)")
+            plans[name] = ArmPlan(name, kind, arm, [], model_dir)
             continue
         if "pretrain" not in arm.stages:
             raise ConfigError(f"arms.{name}: an arm that pretrains needs the corpus, vocab, instances and pretrain "

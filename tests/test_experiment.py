@@ -264,3 +264,9 @@ def test_arms_built_at_once_share_their_common_stages_and_pretrain_side_by_side(
     assert a.start_time < b.end_time and b.start_time < a.end_time, "the two pretraining runs did not overlap"
     status = json.loads((tmp_path / "exp" / "experiment.json").read_text())["arms"]
     assert {n: s["status"] for n, s in status.items()} == {"a": "ok", "b": "ok"}
+
+
+def test_a_published_model_arm_that_is_not_there_is_refused_before_anything_runs(tmp_path):
+    cfg = smoke(tmp_path, arms={"published": {"model": str(tmp_path / "bert-base-cased")}, "a": {}})
+    with pytest.raises(ConfigError, match=r"arms\.published\.model: .*bert-base-cased is not a Hugging Face model"):
+        arm_plans(cfg)
