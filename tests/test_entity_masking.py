@@ -39,12 +39,66 @@ def test_extracts_typed_phrases_across_wordpieces():
     assert [FIG7[p] for p in hcc.positions] == ["hc", "##c"]
 
 
-def test_patent_budget_rounds_up():
+def test_patent_budget_rounds_up_without_a_cap():
     # FIG. 10: 25 tokens x 0.15 = 3.75 -> at least four tokens masked.
     tokens = ["[CLS]"] + [f"w{i}" for i in range(25)] + ["[SEP]"]
-    assert masker().num_to_predict(tokens, max_predictions=20) == 4
-    assert masker().num_to_predict(tokens, max_predictions=3) == 3
-    assert masker().num_to_predict(["[CLS]", "[SEP]"], max_predictions=3) == 0
+    assert masker().num_to_predict(tokens) == 4
+    # condition 1 is a floor: no max_predictions_per_seq cap (200 x 0.15 = 30 > BERT's 20 per 128)
+    assert masker().num_to_predict(["[CLS]"] + ["w"] * 200 + ["[SEP]"]) == 30
+    assert masker().num_to_predict(["[CLS]", "[SEP]"]) == 0
+
+
+# The FIG. 11 sentence as 25 word tokens (the patent's count; its comma before "and HCC" dropped,
+# "early enhancement" two tokens here where the patent's morphemes make it one).
+FIG7_25 = ("tumor having size of diameter of 6 cm is recognized in liver s3 . "
+           "early enhancement and washout are shown and hcc is suspected .").split()
+
+
+def test_patent_conditions_on_fig7_through_the_instance_builder():
+    """Conditions 1-3 of FIG. 10 on the patent's own 25-token text and FIG. 8 table, over many draws,
+    through the instance builder's masking (BERT's max_predictions_per_seq set to 3: not applied)."""
+    from orchestrator.instances.config import Params, Specials
+    from orchestrator.instances.masking import create_masked_lm_predictions
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted(set(FIG7_25))
+    index = {t: i for i, t in enumerate(vocab)}
+    tokens = [index["[CLS]"]] + [index[t] for t in FIG7_25] + [index["[SEP]"]]
+    strings = [vocab[t] for t in tokens]
+    assert len(FIG7_25) == 25
+    m = masker()
+    at = {e.text: set(e.positions) for e in m.extract(strings)}
+    assert set(at) == {"tumor", "size", "diameter", "6 cm", "liver s3", "early enhancement", "washout", "hcc"}
+    p = Params(64, 0.0, 0.15, 3, False)
+    hcc_targets = 0
+    for seed in range(400):
+        _, positions, _, stats = create_masked_lm_predictions(tokens, p, Specials.from_vocab(index),
+                                                              random.Random(seed), m, vocab)
+        masked = set(positions)
+        assert len(masked) == len(positions) >= 4                                  # condition 1: ceil(3.75)
+        assert any(pos <= masked for pos in at.values())                           # condition 2
+        assert stats["masked_entities"] >= 1
+        if at["hcc"] <= masked:                                                    # condition 3
+            hcc_targets += 1
+            for kept in ("tumor", "early enhancement", "washout"):
+                assert not at[kept] & masked, f"{kept} masked with hcc (seed {seed})"
+    assert hcc_targets > 40
+
+
+def test_entity_masking_refuses_dynamic_masking_and_keys_only_its_own_configs():
+    from orchestrator.core.config import from_dict
+    from orchestrator.core.reuse import content_key
+    from orchestrator.instances.config import InstanceConfig
+
+    with pytest.raises(ConfigError, match=r"instances\.masking: dynamic .*instances\.entity_masking"):
+        from_dict(InstanceConfig, {"masking": "dynamic", "entity_masking": {}})
+
+    def key(data: dict) -> str:
+        return content_key("instances", from_dict(InstanceConfig, data).output_fields(), 128, "corpuskey", "vocabkey")
+
+    # keys computed before entity masking had a version: unchanged without it, changed with it
+    assert key({}) == "91ebf873de38c935"
+    assert key({"max_seq_lengths": [64, 128], "whole_word_mask": True, "masking": "dynamic"}) == "c5143752509ac93a"
+    assert key({"entity_masking": {}}) != "9b840f62f040f30c"
 
 
 def test_fig11_masking_hcc_keeps_its_associates_visible():
@@ -123,13 +177,20 @@ def test_no_entities_falls_back_to_random_masking():
     assert len(chosen) == 2 and stats == {"entities": 0, "masked_entities": 0, "protected": 0}
 
 
-def test_entity_longer_than_budget_is_not_a_target():
-    tokens = "[CLS] early enhancement was seen [SEP]".split()
+def test_entity_longer_than_budget_is_still_the_target():
+    tokens, m = "[CLS] early enhancement was seen [SEP]".split(), masker()
     for seed in range(20):
-        chosen, stats = masker().select(tokens, random.Random(seed), 1)
-        # falls back to plain whole-word masking: one word, never the whole two-word entity
-        assert len(chosen) == 1 and not {1, 2} <= set(chosen) and stats["entities"] == 1
-        assert stats["protected"] == 0
+        chosen, stats = m.select(tokens, random.Random(seed), 1)
+        # condition 2 holds over an exact budget: the only entity is masked whole, one token over
+        assert chosen == [1, 2] and stats["masked_entities"] == 1
+
+
+def test_budget_is_a_floor_when_only_longer_units_are_left():
+    # budget 3: hcc (2 pieces) first, then only 2-piece units are left: one more overshoots to 4
+    tokens, m = "[CLS] hc ##c wa ##s ca ##t [SEP]".split(), masker()
+    for seed in range(20):
+        chosen, stats = m.select(tokens, random.Random(seed), 3)
+        assert len(chosen) == 4 and {1, 2} <= set(chosen) and stats["masked_entities"] == 1
 
 
 def test_phrases_do_not_span_special_tokens():

@@ -54,10 +54,10 @@ def test_conditions_hold_on_every_real_instance(instances):
     rng = random.Random(0)
     totals = {"entities": 0, "masked_entities": 0, "protected": 0}
     for tokens in instances:
-        budget = m.num_to_predict(tokens, max_predictions=20)
+        budget = m.num_to_predict(tokens)
         chosen, stats = m.select(tokens, rng, budget)
-        assert len(chosen) == len(set(chosen)) <= budget
-        assert len(chosen) >= budget - 3, "whole-word units fill the budget up to a few tokens"
+        assert len(chosen) == len(set(chosen)) >= budget  # condition 1 is a floor
+        assert len(chosen) <= budget + 4, "whole units overshoot the budget by less than one unit"
         assert all(tokens[p] not in ("[CLS]", "[SEP]") for p in chosen)
         masked = set(chosen)
         hit = [e for e in m.extract(tokens) if set(e.positions) & masked]

@@ -8,9 +8,9 @@ neither can be predicted from the other. The patent's remedy, implemented here:
    a token-classification model (BIO labels; e.g. this project's fine-tuned NER);
 2. derive the degree of association of every pair of entities from a type-pair table
    (YAML; the patent's FIG. 8 is the shipped default);
-3. choose targets so that about 15 % of the tokens are masked, at least one entity is among
-   the targets, and every entity whose association with a selected target is >= the
-   threshold stays visible (FIG. 10, FIG. 11).
+3. choose targets under the patent's three conditions (FIG. 10, FIG. 11): at least 15 % of
+   the text's tokens, rounded up, are masked; at least one entity is among the targets; every
+   entity whose association with a selected target is >= the threshold stays visible.
 
 A configurable share of instances keeps plain random (whole-word) masking, as the patent's
 training texts "also include a certain number" made the typical way. ``group_same_type``
@@ -37,6 +37,10 @@ _HERE = Path(__file__).resolve().parent
 DEFAULT_DICTIONARY = _HERE / "term_lists" / "radiology.yaml"
 DEFAULT_ASSOCIATION = _HERE / "association" / "patent_fig8.yaml"
 SPECIAL_TOKENS = frozenset({"[CLS]", "[SEP]", "[PAD]", "[MASK]"})
+#: Version of the target choice, part of the instances stage's key when entity masking is on
+#: (``InstanceConfig.output_fields``): bumped whenever the same settings give other instances.
+#: 2: condition 1 as a floor without the max_predictions_per_seq cap, entities longer than the budget as targets.
+ENTITY_MASKING_VERSION = 2
 _PUNCT = re.compile(r"(\W)", re.UNICODE)
 
 
@@ -54,8 +58,9 @@ class EntityMaskingConfig:
                  "(orchestrator/instances/association/patent_fig8.yaml)")
     threshold: float = field(8.0, help="entities whose association with a selected target is >= this stay "
                                        "visible (8 on FIG. 8's 0-10 scale in the patent)")
-    masked_fraction: float = field(0.15, help="share of the text's tokens masked, special tokens not counted, "
-                                              "rounded up (the patent's condition 1: 25 tokens x 0.15 -> 4)")
+    masked_fraction: float = field(0.15, help="condition 1: at least this share of the text's tokens is masked, "
+                                              "special tokens not counted, rounded up (25 tokens x 0.15 -> 4); "
+                                              "replaces instances.masked_lm_prob, no max_predictions_per_seq cap")
     plain_random_share: float = field(0.1, help="share of instances that keep plain random whole-word masking")
     same_type_grouping: bool = field(False, help="put sentences holding associated entities into the same "
                                                  "input (group_same_type, Embodiment 3_1)")
@@ -349,19 +354,27 @@ class EntityMasker:
         return found
 
     # ---- selection --------------------------------------------------------------------
-    def num_to_predict(self, tokens: Sequence[str], max_predictions: int) -> int:
-        """The patent's budget: ceil(masked_fraction x ordinary tokens), at least 1, at most max_predictions."""
+    def num_to_predict(self, tokens: Sequence[str]) -> int:
+        """Condition 1's floor: ceil(masked_fraction x the text's tokens), special tokens not counted
+        (25 tokens x 0.15 = 3.75 -> 4); at least 1 for a non-empty text. No cap: condition 1 is a floor."""
         n = sum(1 for t in tokens if t not in SPECIAL_TOKENS)
-        return min(max_predictions, max(1, math.ceil(n * self.cfg.masked_fraction))) if n else 0
+        return max(1, math.ceil(n * self.cfg.masked_fraction)) if n else 0
 
-    def select(self, tokens: list[str], rng: random.Random, num_to_predict: int) -> tuple[list[int], dict]:
+    def select(self, tokens: list[str], rng: random.Random, num_to_predict: int,
+               target: Sequence[int] | None = None) -> tuple[list[int], dict]:
         """Sorted token positions to mask and {"entities", "masked_entities", "protected"} counts.
 
-        With probability ``plain_random_share`` (and whenever no entity fits the budget) the
-        instance keeps plain random whole-word masking. Otherwise a random entity is the first
-        target (condition 2), every entity associated with any selected target at >= threshold
-        is kept visible (condition 3), and the budget of ``num_to_predict`` tokens (condition 1)
-        is filled with further units — entities first when ``prefer_entities`` — each whole.
+        With probability ``plain_random_share`` (and when the text holds no entity) the instance
+        keeps plain random whole-word masking. Otherwise the patent's three conditions hold:
+        an entity is the first target (condition 2) — the entity at the token positions ``target``
+        when the caller chose it beforehand (same-type grouping), else one drawn uniformly among
+        the entities that fit the budget (the shortest when none does); every entity associated
+        with any selected target at >= threshold stays visible (condition 3); at least
+        ``num_to_predict`` tokens are masked (condition 1): the budget is filled with further
+        whole units — unprotected entities first when ``prefer_entities``, then words — and when
+        no unit fits exactly what is left, the smallest ones are taken until the budget is met
+        (an overshoot smaller than one unit). Only when every unprotected token is already
+        masked can the floor be missed.
         """
         words = self.words(tokens)
         entities = self.extract(tokens)
@@ -369,13 +382,13 @@ class EntityMasker:
         plain = rng.random() < self.cfg.plain_random_share
         if num_to_predict <= 0 or not words:
             return [], stats
-        if plain or not any(len(e.positions) <= num_to_predict for e in entities):
+        if plain or not entities:
             return self._plain_random(words, entities, rng, num_to_predict, stats)
 
         # units: ("e", entity index) or ("w", word token positions); entities are masked whole
         in_entity = {j for e in entities for j in range(e.start, e.end)}
         ordinary = [("w", pos) for j, (_, pos) in enumerate(words) if j not in in_entity]
-        first = rng.choice([i for i, e in enumerate(entities) if len(e.positions) <= num_to_predict])
+        first = self._first_target(entities, rng, num_to_predict, target)
         others = [("e", i) for i in range(len(entities)) if i != first]
         rng.shuffle(others)
         rng.shuffle(ordinary)
@@ -387,28 +400,50 @@ class EntityMasker:
         selected: set[int] = set()
         protected: set[int] = set()
 
-        def take(i: int) -> None:
-            chosen.extend(entities[i].positions)
-            selected.add(i)
-            protected.update(j for j, other in enumerate(entities) if j not in selected and
-                             self.association(entities[i].type, other.type) >= self.cfg.threshold)
+        def positions(unit: tuple) -> tuple[int, ...]:
+            return entities[unit[1]].positions if unit[0] == "e" else unit[1]
 
-        take(first)
-        for kind, unit in order:
+        def take(unit: tuple) -> None:
+            chosen.extend(positions(unit))
+            if unit[0] == "e":
+                i = unit[1]
+                selected.add(i)
+                protected.update(j for j, other in enumerate(entities) if j not in selected and
+                                 self.association(entities[i].type, other.type) >= self.cfg.threshold)
+
+        take(("e", first))
+        overflow: list[tuple] = []
+        for unit in order:
             if len(chosen) >= num_to_predict:
                 break
-            if kind == "e" and unit in protected:
+            if unit[0] == "e" and unit[1] in protected:
                 continue
-            positions = entities[unit].positions if kind == "e" else unit
-            if len(chosen) + len(positions) > num_to_predict:
+            if len(chosen) + len(positions(unit)) > num_to_predict:
+                overflow.append(unit)
                 continue
-            if kind == "e":
+            take(unit)
+        for unit in sorted(overflow, key=lambda u: len(positions(u))):  # stable: random order among equals
+            if len(chosen) >= num_to_predict:
+                break
+            if not (unit[0] == "e" and unit[1] in protected):
                 take(unit)
-            else:
-                chosen.extend(positions)
         stats["masked_entities"] = len(selected)
         stats["protected"] = len(protected)
         return sorted(chosen), stats
+
+    def _first_target(self, entities: list[Entity], rng: random.Random, num_to_predict: int,
+                      target: Sequence[int] | None) -> int:
+        """Index of the first target: the entity at ``target`` if there is one, else a uniform draw
+        among the entities that fit the budget, else among the shortest (condition 2 over an exact budget)."""
+        if target is not None:
+            for i, e in enumerate(entities):
+                if e.positions == tuple(target):
+                    return i
+        fitting = [i for i, e in enumerate(entities) if len(e.positions) <= num_to_predict]
+        if not fitting:
+            shortest = min(len(e.positions) for e in entities)
+            fitting = [i for i, e in enumerate(entities) if len(e.positions) == shortest]
+        return rng.choice(fitting)
 
     def _plain_random(self, words, entities, rng, num_to_predict, stats):
         """BERT's whole-word random masking; entities merely counted."""
@@ -470,6 +505,6 @@ def same_type_sentences(sentences: Sequence[Sequence[str]], masker: EntityMasker
         masker.association(a, b) >= masker.cfg.threshold for a in anchors for b in types)]
 
 
-__all__ = ["EntityMaskingConfig", "EntityMasker", "NerExtractor", "bio_spans", "Entity", "AssociationTable",
-           "TermDictionary", "group_same_type", "same_type_sentences", "load_dictionaries", "load_association",
-           "split_words"]
+__all__ = ["ENTITY_MASKING_VERSION", "EntityMaskingConfig", "EntityMasker", "NerExtractor", "bio_spans", "Entity",
+           "AssociationTable", "TermDictionary", "group_same_type", "same_type_sentences", "load_dictionaries",
+           "load_association", "split_words"]
