@@ -10,9 +10,7 @@ from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.instances.entity_masking import (
     EntityMasker,
     EntityMaskingConfig,
-    group_same_type,
     load_association,
-    same_type_sentences,
     split_words,
 )
 
@@ -121,6 +119,19 @@ def test_fig11_masking_hcc_keeps_its_associates_visible():
     assert seen_hcc > 10
 
 
+def test_a_target_chosen_first_is_masked_and_entities_outside_the_group_stay_visible():
+    m = masker()
+    entities = m.extract(FIG7)
+    for e in entities:
+        for seed in range(10):
+            chosen, stats = m.select(FIG7, random.Random(seed), 5, target=e.positions)
+            assert set(e.positions) <= set(chosen) and stats["masked_entities"] >= 1
+    sentence_one = range(1, FIG7.index(".") + 1)  # "tumor ... liver s3 ." as A, the rest another text
+    for seed in range(50):
+        masked = set(m.select(FIG7, random.Random(seed), 5, group=sentence_one)[0])
+        assert not any(masked & set(e.positions) for e in entities if e.positions[0] not in sentence_one)
+
+
 def test_no_two_masked_entities_are_associated_and_entities_are_whole():
     m = masker()
     for seed in range(300):
@@ -198,17 +209,75 @@ def test_phrases_do_not_span_special_tokens():
     assert masker().extract(tokens) == []
 
 
-def test_same_type_grouping_embodiment_3_1():
-    doc = ["tumor having a size of a diameter of 6 cm is recognized in a liver s3 .",
-           "early enhancement is shown , and washout is shown .",
-           "the patient reports no smoking .",
-           "hcc is suspected ."]
-    groups = group_same_type([d.split() for d in doc], masker())
-    assert groups == [[0, 1, 3], [2]]
-    # FIG. 20: with "hcc" (a disease name) the target, the tumor and the enhancement/washout sentences join it
-    assert same_type_sentences([d.split() for d in doc], masker(), 3, "disease_name") == [0, 1, 3]
-    # a quantity target has no associate >= 8: its sentence stays alone
-    assert same_type_sentences([d.split() for d in doc], masker(), 0, "quantity") == [0]
+# FIG. 19 / FIG. 23: the four texts of the patent's Embodiment 3 example.
+REPORT = ["tumor having a size of a diameter of 6 cm is recognized in a liver s3 .",
+          "early enhancement is shown , and washout is shown .",
+          "hcc is suspected .",
+          "no significant change in a cyst of a right kidney ."]
+
+
+def test_same_type_texts_of_embodiments_3_1_and_3_2():
+    texts = [t.split() for t in REPORT]
+    by_assoc = masker(same_type_grouping="association")
+    info = by_assoc.describe(texts)
+    hcc = next(e for e in info[2].entities if e.text == "hcc")
+    size = next(e for e in info[0].entities if e.text == "size")
+    # FIG. 20: with hcc the target, the tumor and the enhancement/washout texts are of its type
+    assert by_assoc.same_type(info[:3], 2, hcc) == [0, 1, 2]
+    # a quantity has no associate >= 8 in FIG. 8: its text stays alone
+    assert by_assoc.same_type(info, 0, size) == [0]
+    # FIG. 8 is a table of types: the kidney text's cyst (lesion name, 9 with a disease name) makes
+    # it of hcc's type too, where the patent's FIG. 19 leaves it out (docs/METHODS.md)
+    assert by_assoc.same_type(info, 2, hcc) == [0, 1, 2, 3]
+    # FIG. 23 / 24 by the organ rule table: the text naming no organ follows the liver text before it
+    by_organ = masker(same_type_grouping="organ")
+    info = by_organ.describe(texts)
+    assert [t.organ for t in info] == ["liver", "liver", "liver", "kidney"]
+    assert by_organ.same_type(info, 2, hcc) == [0, 1, 2]
+    assert by_organ.same_type(info, 3, info[3].entities[0]) == [3]
+    assert [t.organ for t in by_organ.describe([["the", "cat", "sat"], ["in", "the", "kidney"]])] == [None, "kidney"]
+
+
+def test_grouped_inputs_keep_hcc_with_its_texts_and_never_with_the_kidney_text():
+    """Embodiment 3_2 on the patent's four texts, beside three other reports: in every instance built
+    (120 passes, NSP included), a masked hcc has both its liver texts in its input and the kidney
+    text never shares an input with it; no input mixes two organs."""
+    from orchestrator.instances.config import Params, Specials
+    from orchestrator.instances.grouped import create_grouped_instances
+
+    others = [["a nodule in liver s6 shows arterial enhancement .", "hepatocellular carcinoma is likely ."],
+              ["a mass is seen in the right lung .", "lung cancer is considered ."],
+              ["the patient was referred for follow up .", "the study was compared with the prior one ."]]
+    docs = [[t.split() for t in REPORT]] + [[t.split() for t in d] for d in others]
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted({w for d in docs for t in d for w in t})
+    index = {t: i for i, t in enumerate(vocab)}
+    ids = [[[index[w] for w in t] for t in d] for d in docs]
+    m = masker(same_type_grouping="organ")
+    organ_of = {tuple(t): info.organ for d in docs for t, info in zip(d, m.describe(d))}
+    instances = create_grouped_instances(ids, ["r"] * 4, 120, Params(64, 0.1, 0.15, 20, False),
+                                         Specials.from_vocab(index), random.Random(0), m, vocab)
+    liver, enhancement, hcc_text, kidney = (tuple(t.split()) for t in REPORT)
+
+    def holds(words: list[str], text: tuple) -> int | None:
+        n = len(text)
+        return next((k for k in range(len(words) - n + 1) if tuple(words[k:k + n]) == text), None)
+
+    hcc_masked = random_next = 0
+    for x in instances:
+        ids_ = list(x.input_ids)
+        for pos, label in zip(x.masked_lm_positions, x.masked_lm_ids):
+            ids_[pos] = label
+        words = [vocab[t] for t in ids_]
+        present = {text for text in organ_of if holds(words, text) is not None}
+        assert len({organ_of[t] for t in present} - {None}) <= 1, words
+        at = holds(words, hcc_text)
+        if at is not None:
+            assert kidney not in present, words
+            if at in x.masked_lm_positions:  # hcc is the text's first token
+                hcc_masked += 1
+                random_next += x.is_random_next
+                assert liver in present and enhancement in present, words
+    assert hcc_masked >= 15 and 0 < random_next < hcc_masked
 
 
 def test_custom_dictionary_and_association(tmp_path: Path):
@@ -246,6 +315,8 @@ def test_bad_files_name_file_and_line(tmp_path: Path):
         EntityMaskingConfig(dictionaries=(str(tmp_path / "missing.yaml"),))
     with pytest.raises(ConfigError, match="plain_random_share"):
         EntityMaskingConfig(plain_random_share=1.5)
+    with pytest.raises(ConfigError, match="organ_rules is read only with same_type_grouping: organ"):
+        EntityMaskingConfig(organ_rules=str(terms))
 
 
 def test_split_words_matches_bert_basic_tokenizer():
