@@ -10,9 +10,7 @@ from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.instances.entity_masking import (
     EntityMasker,
     EntityMaskingConfig,
-    group_same_type,
     load_association,
-    same_type_sentences,
     split_words,
 )
 
@@ -39,12 +37,66 @@ def test_extracts_typed_phrases_across_wordpieces():
     assert [FIG7[p] for p in hcc.positions] == ["hc", "##c"]
 
 
-def test_patent_budget_rounds_up():
+def test_patent_budget_rounds_up_without_a_cap():
     # FIG. 10: 25 tokens x 0.15 = 3.75 -> at least four tokens masked.
     tokens = ["[CLS]"] + [f"w{i}" for i in range(25)] + ["[SEP]"]
-    assert masker().num_to_predict(tokens, max_predictions=20) == 4
-    assert masker().num_to_predict(tokens, max_predictions=3) == 3
-    assert masker().num_to_predict(["[CLS]", "[SEP]"], max_predictions=3) == 0
+    assert masker().num_to_predict(tokens) == 4
+    # condition 1 is a floor: no max_predictions_per_seq cap (200 x 0.15 = 30 > BERT's 20 per 128)
+    assert masker().num_to_predict(["[CLS]"] + ["w"] * 200 + ["[SEP]"]) == 30
+    assert masker().num_to_predict(["[CLS]", "[SEP]"]) == 0
+
+
+# The FIG. 11 sentence as 25 word tokens (the patent's count; its comma before "and HCC" dropped,
+# "early enhancement" two tokens here where the patent's morphemes make it one).
+FIG7_25 = ("tumor having size of diameter of 6 cm is recognized in liver s3 . "
+           "early enhancement and washout are shown and hcc is suspected .").split()
+
+
+def test_patent_conditions_on_fig7_through_the_instance_builder():
+    """Conditions 1-3 of FIG. 10 on the patent's own 25-token text and FIG. 8 table, over many draws,
+    through the instance builder's masking (BERT's max_predictions_per_seq set to 3: not applied)."""
+    from orchestrator.instances.config import Params, Specials
+    from orchestrator.instances.masking import create_masked_lm_predictions
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted(set(FIG7_25))
+    index = {t: i for i, t in enumerate(vocab)}
+    tokens = [index["[CLS]"]] + [index[t] for t in FIG7_25] + [index["[SEP]"]]
+    strings = [vocab[t] for t in tokens]
+    assert len(FIG7_25) == 25
+    m = masker()
+    at = {e.text: set(e.positions) for e in m.extract(strings)}
+    assert set(at) == {"tumor", "size", "diameter", "6 cm", "liver s3", "early enhancement", "washout", "hcc"}
+    p = Params(64, 0.0, 0.15, 3, False)
+    hcc_targets = 0
+    for seed in range(400):
+        _, positions, _, stats = create_masked_lm_predictions(tokens, p, Specials.from_vocab(index),
+                                                              random.Random(seed), m, vocab)
+        masked = set(positions)
+        assert len(masked) == len(positions) >= 4                                  # condition 1: ceil(3.75)
+        assert any(pos <= masked for pos in at.values())                           # condition 2
+        assert stats["masked_entities"] >= 1
+        if at["hcc"] <= masked:                                                    # condition 3
+            hcc_targets += 1
+            for kept in ("tumor", "early enhancement", "washout"):
+                assert not at[kept] & masked, f"{kept} masked with hcc (seed {seed})"
+    assert hcc_targets > 40
+
+
+def test_entity_masking_refuses_dynamic_masking_and_keys_only_its_own_configs():
+    from orchestrator.core.config import from_dict
+    from orchestrator.core.reuse import content_key
+    from orchestrator.instances.config import InstanceConfig
+
+    with pytest.raises(ConfigError, match=r"instances\.masking: dynamic .*instances\.entity_masking"):
+        from_dict(InstanceConfig, {"masking": "dynamic", "entity_masking": {}})
+
+    def key(data: dict) -> str:
+        return content_key("instances", from_dict(InstanceConfig, data).output_fields(), 128, "corpuskey", "vocabkey")
+
+    # keys computed before entity masking had a version: unchanged without it, changed with it
+    assert key({}) == "91ebf873de38c935"
+    assert key({"max_seq_lengths": [64, 128], "whole_word_mask": True, "masking": "dynamic"}) == "c5143752509ac93a"
+    assert key({"entity_masking": {}}) != "9b840f62f040f30c"
 
 
 def test_fig11_masking_hcc_keeps_its_associates_visible():
@@ -65,6 +117,19 @@ def test_fig11_masking_hcc_keeps_its_associates_visible():
                 assert not pos & masked, f"{text} masked together with hcc (seed {seed})"
             assert stats["protected"] >= 4
     assert seen_hcc > 10
+
+
+def test_a_target_chosen_first_is_masked_and_entities_outside_the_group_stay_visible():
+    m = masker()
+    entities = m.extract(FIG7)
+    for e in entities:
+        for seed in range(10):
+            chosen, stats = m.select(FIG7, random.Random(seed), 5, target=e.positions)
+            assert set(e.positions) <= set(chosen) and stats["masked_entities"] >= 1
+    sentence_one = range(1, FIG7.index(".") + 1)  # "tumor ... liver s3 ." as A, the rest another text
+    for seed in range(50):
+        masked = set(m.select(FIG7, random.Random(seed), 5, group=sentence_one)[0])
+        assert not any(masked & set(e.positions) for e in entities if e.positions[0] not in sentence_one)
 
 
 def test_no_two_masked_entities_are_associated_and_entities_are_whole():
@@ -123,13 +188,20 @@ def test_no_entities_falls_back_to_random_masking():
     assert len(chosen) == 2 and stats == {"entities": 0, "masked_entities": 0, "protected": 0}
 
 
-def test_entity_longer_than_budget_is_not_a_target():
-    tokens = "[CLS] early enhancement was seen [SEP]".split()
+def test_entity_longer_than_budget_is_still_the_target():
+    tokens, m = "[CLS] early enhancement was seen [SEP]".split(), masker()
     for seed in range(20):
-        chosen, stats = masker().select(tokens, random.Random(seed), 1)
-        # falls back to plain whole-word masking: one word, never the whole two-word entity
-        assert len(chosen) == 1 and not {1, 2} <= set(chosen) and stats["entities"] == 1
-        assert stats["protected"] == 0
+        chosen, stats = m.select(tokens, random.Random(seed), 1)
+        # condition 2 holds over an exact budget: the only entity is masked whole, one token over
+        assert chosen == [1, 2] and stats["masked_entities"] == 1
+
+
+def test_budget_is_a_floor_when_only_longer_units_are_left():
+    # budget 3: hcc (2 pieces) first, then only 2-piece units are left: one more overshoots to 4
+    tokens, m = "[CLS] hc ##c wa ##s ca ##t [SEP]".split(), masker()
+    for seed in range(20):
+        chosen, stats = m.select(tokens, random.Random(seed), 3)
+        assert len(chosen) == 4 and {1, 2} <= set(chosen) and stats["masked_entities"] == 1
 
 
 def test_phrases_do_not_span_special_tokens():
@@ -137,17 +209,75 @@ def test_phrases_do_not_span_special_tokens():
     assert masker().extract(tokens) == []
 
 
-def test_same_type_grouping_embodiment_3_1():
-    doc = ["tumor having a size of a diameter of 6 cm is recognized in a liver s3 .",
-           "early enhancement is shown , and washout is shown .",
-           "the patient reports no smoking .",
-           "hcc is suspected ."]
-    groups = group_same_type([d.split() for d in doc], masker())
-    assert groups == [[0, 1, 3], [2]]
-    # FIG. 20: with "hcc" (a disease name) the target, the tumor and the enhancement/washout sentences join it
-    assert same_type_sentences([d.split() for d in doc], masker(), 3, "disease_name") == [0, 1, 3]
-    # a quantity target has no associate >= 8: its sentence stays alone
-    assert same_type_sentences([d.split() for d in doc], masker(), 0, "quantity") == [0]
+# FIG. 19 / FIG. 23: the four texts of the patent's Embodiment 3 example.
+REPORT = ["tumor having a size of a diameter of 6 cm is recognized in a liver s3 .",
+          "early enhancement is shown , and washout is shown .",
+          "hcc is suspected .",
+          "no significant change in a cyst of a right kidney ."]
+
+
+def test_same_type_texts_of_embodiments_3_1_and_3_2():
+    texts = [t.split() for t in REPORT]
+    by_assoc = masker(same_type_grouping="association")
+    info = by_assoc.describe(texts)
+    hcc = next(e for e in info[2].entities if e.text == "hcc")
+    size = next(e for e in info[0].entities if e.text == "size")
+    # FIG. 20: with hcc the target, the tumor and the enhancement/washout texts are of its type
+    assert by_assoc.same_type(info[:3], 2, hcc) == [0, 1, 2]
+    # a quantity has no associate >= 8 in FIG. 8: its text stays alone
+    assert by_assoc.same_type(info, 0, size) == [0]
+    # FIG. 8 is a table of types: the kidney text's cyst (lesion name, 9 with a disease name) makes
+    # it of hcc's type too, where the patent's FIG. 19 leaves it out (docs/METHODS.md)
+    assert by_assoc.same_type(info, 2, hcc) == [0, 1, 2, 3]
+    # FIG. 23 / 24 by the organ rule table: the text naming no organ follows the liver text before it
+    by_organ = masker(same_type_grouping="organ")
+    info = by_organ.describe(texts)
+    assert [t.organ for t in info] == ["liver", "liver", "liver", "kidney"]
+    assert by_organ.same_type(info, 2, hcc) == [0, 1, 2]
+    assert by_organ.same_type(info, 3, info[3].entities[0]) == [3]
+    assert [t.organ for t in by_organ.describe([["the", "cat", "sat"], ["in", "the", "kidney"]])] == [None, "kidney"]
+
+
+def test_grouped_inputs_keep_hcc_with_its_texts_and_never_with_the_kidney_text():
+    """Embodiment 3_2 on the patent's four texts, beside three other reports: in every instance built
+    (120 passes, NSP included), a masked hcc has both its liver texts in its input and the kidney
+    text never shares an input with it; no input mixes two organs."""
+    from orchestrator.instances.config import Params, Specials
+    from orchestrator.instances.grouped import create_grouped_instances
+
+    others = [["a nodule in liver s6 shows arterial enhancement .", "hepatocellular carcinoma is likely ."],
+              ["a mass is seen in the right lung .", "lung cancer is considered ."],
+              ["the patient was referred for follow up .", "the study was compared with the prior one ."]]
+    docs = [[t.split() for t in REPORT]] + [[t.split() for t in d] for d in others]
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted({w for d in docs for t in d for w in t})
+    index = {t: i for i, t in enumerate(vocab)}
+    ids = [[[index[w] for w in t] for t in d] for d in docs]
+    m = masker(same_type_grouping="organ")
+    organ_of = {tuple(t): info.organ for d in docs for t, info in zip(d, m.describe(d))}
+    instances = create_grouped_instances(ids, ["r"] * 4, 120, Params(64, 0.1, 0.15, 20, False),
+                                         Specials.from_vocab(index), random.Random(0), m, vocab)
+    liver, enhancement, hcc_text, kidney = (tuple(t.split()) for t in REPORT)
+
+    def holds(words: list[str], text: tuple) -> int | None:
+        n = len(text)
+        return next((k for k in range(len(words) - n + 1) if tuple(words[k:k + n]) == text), None)
+
+    hcc_masked = random_next = 0
+    for x in instances:
+        ids_ = list(x.input_ids)
+        for pos, label in zip(x.masked_lm_positions, x.masked_lm_ids):
+            ids_[pos] = label
+        words = [vocab[t] for t in ids_]
+        present = {text for text in organ_of if holds(words, text) is not None}
+        assert len({organ_of[t] for t in present} - {None}) <= 1, words
+        at = holds(words, hcc_text)
+        if at is not None:
+            assert kidney not in present, words
+            if at in x.masked_lm_positions:  # hcc is the text's first token
+                hcc_masked += 1
+                random_next += x.is_random_next
+                assert liver in present and enhancement in present, words
+    assert hcc_masked >= 15 and 0 < random_next < hcc_masked
 
 
 def test_custom_dictionary_and_association(tmp_path: Path):
@@ -185,6 +315,8 @@ def test_bad_files_name_file_and_line(tmp_path: Path):
         EntityMaskingConfig(dictionaries=(str(tmp_path / "missing.yaml"),))
     with pytest.raises(ConfigError, match="plain_random_share"):
         EntityMaskingConfig(plain_random_share=1.5)
+    with pytest.raises(ConfigError, match="organ_rules is read only with same_type_grouping: organ"):
+        EntityMaskingConfig(organ_rules=str(terms))
 
 
 def test_split_words_matches_bert_basic_tokenizer():

@@ -193,22 +193,6 @@ def test_entity_masker_hook_chooses_targets():
     assert sum(x.entity_stats["masked_entities"] for x in instances) > 0
 
 
-def test_same_type_grouping_puts_associated_sentences_next_to_each_other():
-    from orchestrator.instances.entity_masking import EntityMasker, EntityMaskingConfig
-    from orchestrator.instances.exact import group_sentences
-
-    vocab = SPECIAL + ["a", "liver", "tumor", "cat", "sat", "hcc", "washout", "."]
-    index = {t: i for i, t in enumerate(vocab)}
-    sentences = ["a liver tumor .", "a cat sat .", "hcc washout .", "cat sat ."]
-    doc = [[index[w] for w in s.split()] for s in sentences]
-    masker = EntityMasker(EntityMaskingConfig(same_type_grouping=True))
-    regrouped = [" ".join(vocab[t] for t in s) for s in group_sentences(doc, masker, vocab)]
-    assert sorted(regrouped) == sorted(sentences)
-    # the two sentences holding associated entities now sit side by side
-    a, b = regrouped.index("a liver tumor ."), regrouped.index("hcc washout .")
-    assert abs(a - b) == 1
-
-
 # ---------------------------------------------------------------------------------------------
 # The vectorised path (default): same algorithm, same distributions, its own random stream
 
@@ -449,7 +433,7 @@ def test_unit_worker_writes_both_paths_from_a_real_tokenizer(tmp_path):
 
 def test_unit_worker_exact_form_follows_its_tokens_and_groups_when_asked(tmp_path):
     """The exact path takes the process's tokenized shard (ShardTokens), caches its list form beside
-    it, re-derives it when the file is rewritten, and applies same-type grouping when configured."""
+    it, re-derives it when the file is rewritten, and builds same-type groups when configured."""
     import os
 
     import pyarrow as pa
@@ -457,8 +441,6 @@ def test_unit_worker_exact_form_follows_its_tokens_and_groups_when_asked(tmp_pat
     from tokenizers import Tokenizer
 
     from orchestrator.core.config import to_dict
-    from orchestrator.instances.entity_masking import EntityMasker, EntityMaskingConfig
-    from orchestrator.instances.exact import group_sentences
     from orchestrator.instances.workers import UnitWorker
     from orchestrator.vocab.wordpiece import VocabConfig, save_tokenizer, train_wordpiece
 
@@ -481,15 +463,27 @@ def test_unit_worker_exact_form_follows_its_tokens_and_groups_when_asked(tmp_pat
     assert again is not first and again[1] == ["c"] and len(again[0]) == 1
 
     pq.write_table(pa.table({"source": ["a", "b"], "sentences": docs}), shard)
-    masking = {"exact_reference_rng": True, "entity_masking": {"same_type_grouping": True}}
+    masking = {"entity_masking": {"same_type_grouping": "association", "plain_random_share": 0.0}}
     grouped = UnitWorker(str(tmp_path / "vocab"), str(tmp_path), 7, masking, 64)
-    masker = EntityMasker(EntityMaskingConfig(same_type_grouping=True))
-    plain = [[tok.encode(s, add_special_tokens=False).ids for s in d if s] for d in docs]
-    regrouped = grouped.tokenized_shard(str(shard))[0]
-    assert [[list(s) for s in d] for d in regrouped] == [
-        [list(s) for s in group_sentences(d, masker, grouped.id_to_token)] if len(d) > 1 else d for d in plain]
-    # the sentence with the associated entities (hcc, washout) now follows the liver tumor one
-    assert [list(s) for s in regrouped[0]] == [plain[0][0], plain[0][2], plain[0][1]]
+    summary = grouped.build_unit(0, [{"path": str(shard), "rows": None}], dupe_factor=20)
+    rows = pq.read_table(tmp_path / "part-000000.parquet").to_pylist()
+    assert summary["instances"] == len(rows) and summary["entity"]["masked_entities"] > 0
+    liver, cat, hcc = (tok.encode(s, add_special_tokens=False).ids for s in docs[0])
+
+    def holds(ids: list[int], text: list[int]) -> bool:
+        return any(ids[k:k + len(text)] == text for k in range(len(ids) - len(text) + 1))
+
+    together = alone = 0
+    for row in rows:
+        ids = list(row["input_ids"])
+        for pos, label in zip(row["masked_lm_positions"], row["masked_lm_ids"]):
+            ids[pos] = label
+        # the text without an entity never shares an input with the entity texts of its document
+        assert not (holds(ids, cat) and (holds(ids, liver) or holds(ids, hcc)))
+        together += holds(ids, liver) and holds(ids, hcc)
+        alone += holds(ids, cat)
+    # associated (anatomy/lesion - disease): grouped unless washout is the target
+    assert together > 5 and alone >= 20
 
 
 def test_shard_tokens_reuses_a_shard_across_runs_and_rereads_a_rewritten_one(tmp_path):

@@ -9,7 +9,7 @@ import numpy as np
 
 from orchestrator.core.config import field, to_dict
 from orchestrator.core.errors import ConfigError
-from orchestrator.instances.entity_masking import EntityMaskingConfig
+from orchestrator.instances.entity_masking import ENTITY_MASKING_VERSION, EntityMaskingConfig
 
 Masking = Literal["static", "dynamic"]
 
@@ -19,11 +19,14 @@ class InstanceConfig:
     max_seq_lengths: tuple[int, ...] = field((128,), help="one instances/len<L>/ directory per length "
                                                          "(seed 000: 128, then 512)")
     short_seq_prob: float = field(0.1, help="probability of a shorter random target length (BERT: 0.1)")
-    masked_lm_prob: float = field(0.15, help="share of tokens masked (BERT: 0.15)")
-    max_predictions_per_seq: int = field(0, help="cap on masked tokens; 0 = BERT's ratio, 20 per 128 tokens")
+    masked_lm_prob: float = field(0.15, help="share of tokens masked (BERT: 0.15); with entity_masking its "
+                                             "masked_fraction applies instead")
+    max_predictions_per_seq: int = field(0, help="cap on masked tokens; 0 = BERT's ratio, 20 per 128 tokens. "
+                                                 "Not applied with entity_masking (its condition 1 is a floor)")
     whole_word_mask: bool = field(False, help="mask all pieces of a word together")
     masking: Masking = field("static", help="static: masks drawn here, dupe_factor times; dynamic: "
-                                            "unmasked instances, masks drawn at load time (dynamic_mask)")
+                                            "unmasked instances, masks drawn at load time (dynamic_mask) by "
+                                            "BERT's random rule, so not with entity_masking")
     entity_masking: EntityMaskingConfig | None = field(
         None, help="entity-aware target selection (seed 003); null = BERT's random masking")
     exact_reference_rng: bool = field(
@@ -49,13 +52,27 @@ class InstanceConfig:
             raise ConfigError("instances.max_predictions_per_seq must be >= 0")
         if self.workers < 0 or self.cpus_per_worker <= 0:
             raise ConfigError("instances.workers must be >= 0 and instances.cpus_per_worker > 0")
+        if self.entity_masking is not None and self.masking == "dynamic":
+            # Masks drawn at load time come from mask_batch (BERT's random rule, in the pretraining
+            # collator): it has no entities, association table or grouping, so the entity-aware
+            # choice would be silently dropped.
+            raise ConfigError("instances.masking: dynamic cannot be combined with instances.entity_masking: "
+                              "dynamic masks are drawn at load time by BERT's random rule, which knows no "
+                              "entities; use instances.masking: static (masks drawn here, dupe_factor times) "
+                              "or set instances.entity_masking: null")
 
     def max_predictions(self, max_seq_length: int) -> int:
         return self.max_predictions_per_seq or max(1, round(max_seq_length * 20 / 128))
 
     def output_fields(self) -> dict:
-        """The settings one length's instances depend on: not where or how many at once they are built."""
-        return {k: v for k, v in to_dict(self).items() if k not in ("max_seq_lengths", "workers", "cpus_per_worker")}
+        """The settings one length's instances depend on: not where or how many at once they are built.
+
+        With entity masking, also the version of its algorithm (``ENTITY_MASKING_VERSION``): the same
+        settings give other instances when it changes. Without it the fields are unchanged."""
+        out = {k: v for k, v in to_dict(self).items() if k not in ("max_seq_lengths", "workers", "cpus_per_worker")}
+        if self.entity_masking is not None:
+            out["entity_masking_version"] = ENTITY_MASKING_VERSION
+        return out
 
     def resolved_workers(self, units: int) -> int:
         """Tasks to run at once: as configured, or one per cluster CPU; never more than there are units."""

@@ -8,13 +8,14 @@ neither can be predicted from the other. The patent's remedy, implemented here:
    a token-classification model (BIO labels; e.g. this project's fine-tuned NER);
 2. derive the degree of association of every pair of entities from a type-pair table
    (YAML; the patent's FIG. 8 is the shipped default);
-3. choose targets so that about 15 % of the tokens are masked, at least one entity is among
-   the targets, and every entity whose association with a selected target is >= the
-   threshold stays visible (FIG. 10, FIG. 11).
+3. choose targets under the patent's three conditions (FIG. 10, FIG. 11): at least 15 % of
+   the text's tokens, rounded up, are masked; at least one entity is among the targets; every
+   entity whose association with a selected target is >= the threshold stays visible.
 
 A configurable share of instances keeps plain random (whole-word) masking, as the patent's
-training texts "also include a certain number" made the typical way. ``group_same_type``
-(Embodiment 3_1) decides which sentences of a document belong in the same input.
+training texts "also include a certain number" made the typical way. Under same-type grouping
+(Embodiment 3) ``EntityMasker.describe``/``same_type`` say which texts of a document share a
+target's input; ``orchestrator.instances.grouped`` builds those inputs.
 
 Everything here is pure Python on WordPiece tokens; the instance builder calls
 ``EntityMasker.select`` and applies BERT's 80/10/10 replacement itself.
@@ -27,6 +28,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import yaml
 
@@ -36,8 +38,15 @@ from orchestrator.core.errors import ConfigError, InputError
 _HERE = Path(__file__).resolve().parent
 DEFAULT_DICTIONARY = _HERE / "term_lists" / "radiology.yaml"
 DEFAULT_ASSOCIATION = _HERE / "association" / "patent_fig8.yaml"
+DEFAULT_ORGAN_RULES = _HERE / "organs" / "radiology.yaml"
 SPECIAL_TOKENS = frozenset({"[CLS]", "[SEP]", "[PAD]", "[MASK]"})
+#: Version of the target choice, part of the instances stage's key when entity masking is on
+#: (``InstanceConfig.output_fields``): bumped whenever the same settings give other instances.
+#: 2: condition 1 as a floor without the max_predictions_per_seq cap, entities longer than the budget as
+#: targets; same-type grouping chooses the target first and builds its input (was: a reorder of sentences).
+ENTITY_MASKING_VERSION = 2
 _PUNCT = re.compile(r"(\W)", re.UNICODE)
+SameTypeRule = Literal["none", "association", "organ"]
 
 
 @dataclass(frozen=True)
@@ -54,11 +63,20 @@ class EntityMaskingConfig:
                  "(orchestrator/instances/association/patent_fig8.yaml)")
     threshold: float = field(8.0, help="entities whose association with a selected target is >= this stay "
                                        "visible (8 on FIG. 8's 0-10 scale in the patent)")
-    masked_fraction: float = field(0.15, help="share of the text's tokens masked, special tokens not counted, "
-                                              "rounded up (the patent's condition 1: 25 tokens x 0.15 -> 4)")
+    masked_fraction: float = field(0.15, help="condition 1: at least this share of the text's tokens is masked, "
+                                              "special tokens not counted, rounded up (25 tokens x 0.15 -> 4); "
+                                              "replaces instances.masked_lm_prob, no max_predictions_per_seq cap")
     plain_random_share: float = field(0.1, help="share of instances that keep plain random whole-word masking")
-    same_type_grouping: bool = field(False, help="put sentences holding associated entities into the same "
-                                                 "input (group_same_type, Embodiment 3_1)")
+    same_type_grouping: SameTypeRule = field(
+        "none", help="Embodiment 3: choose the target first, then build its training input from its text "
+                     "(sentence) and the document's texts of the same type, no text of another type with them, "
+                     "NSP pairs drawn inside that rule. association: texts holding an entity associated with "
+                     "the target at >= threshold (3_1); organ: texts about the same organ by organ_rules (3_2); "
+                     "none: BERT's packing of consecutive sentences")
+    organ_rules: str = field(
+        "", help="YAML organ rule table for same_type_grouping: organ, in the term-list format with organs as "
+                 "the types; a text naming no organ describes the organ of the text before it; empty = "
+                 "orchestrator/instances/organs/radiology.yaml")
     prefer_entities: bool = field(True, help="after the first target entity, fill the budget with further "
                                              "unprotected entities before ordinary words; false = draw the "
                                              "rest uniformly from entities and words")
@@ -81,6 +99,11 @@ class EntityMaskingConfig:
             raise ConfigError(f"ner_model is not a Hugging Face model directory (no config.json): {self.ner_model}")
         if self.association and not Path(self.association).is_file():
             raise ConfigError(f"association table not found: {self.association}")
+        if self.organ_rules and self.same_type_grouping != "organ":
+            raise ConfigError(f"organ_rules is read only with same_type_grouping: organ "
+                              f"(it is {self.same_type_grouping!r})")
+        if self.organ_rules and not Path(self.organ_rules).is_file():
+            raise ConfigError(f"organ rule table not found: {self.organ_rules}")
 
 
 @dataclass(frozen=True)
@@ -258,76 +281,39 @@ def bio_spans(labels: Sequence[str]) -> list[tuple[int, int, str]]:
     return spans
 
 
-# --------------------------------------------------------------------------------- masking
-class EntityMasker:
-    """Chooses masked-LM target positions for one instance under the patent's three conditions."""
+class PhraseMatcher:
+    """Longest-match, left-to-right typed phrases of a TermDictionary in a run of words."""
 
-    def __init__(self, cfg: EntityMaskingConfig):
-        self.cfg = cfg
-        self.ner = NerExtractor(cfg.ner_model) if cfg.ner_model else None
-        self.dictionary = load_dictionaries(() if self.ner else cfg.dictionaries or (DEFAULT_DICTIONARY,),
-                                            cfg.lowercase)
-        types = self.ner.types if self.ner else self.dictionary.types
-        self.association = load_association(cfg.association or DEFAULT_ASSOCIATION, types)
+    def __init__(self, dictionary: TermDictionary, max_phrase_words: int):
+        self.dictionary = dictionary
+        self.max_phrase_words = max_phrase_words
         self._by_first: dict[str, list[tuple[tuple[str, ...], str]]] = {}
-        for words, type_name in self.dictionary.terms.items():
+        for words, type_name in dictionary.terms.items():
             self._by_first.setdefault(words[0], []).append((words, type_name))
         for options in self._by_first.values():
             options.sort(key=lambda item: -len(item[0]))
 
-    # ---- extraction -------------------------------------------------------------------
-    def words(self, tokens: Sequence[str]) -> list[tuple[str, tuple[int, ...]]]:
-        """Whole words rebuilt from WordPiece tokens: (word, token positions); special tokens skipped."""
-        out: list[tuple[str, list[int]]] = []
-        for i, tok in enumerate(tokens):
-            if tok in SPECIAL_TOKENS:
+    def __call__(self, run_words: Sequence[str]) -> list[tuple[int, int, str]]:
+        """(first word, end word, type) spans, as ``NerExtractor`` gives them."""
+        best = self._pattern_matches(run_words)
+        spans: list[tuple[int, int, str]] = []
+        i = 0
+        while i < len(run_words):
+            length, type_name = best.get(i, (0, ""))
+            for phrase, t in self._by_first.get(run_words[i], ()):
+                n = len(phrase)
+                if n <= self.max_phrase_words and n > length and i + n <= len(run_words) and \
+                        tuple(run_words[i:i + n]) == phrase:
+                    length, type_name = n, t
+                    break
+            if length == 0:
+                i += 1
                 continue
-            if tok.startswith("##") and out and out[-1][1][-1] == i - 1:
-                out[-1] = (out[-1][0] + tok[2:], out[-1][1] + [i])
-            else:
-                out.append((tok, [i]))
-        return [(w.lower() if self.cfg.lowercase else w, tuple(p)) for w, p in out]
+            spans.append((i, i + length, type_name))
+            i += length
+        return spans
 
-    def extract(self, tokens: Sequence[str]) -> list[Entity]:
-        """Longest-match, left-to-right typed term phrases; a phrase never spans a special token."""
-        words = self.words(tokens)
-        # runs of words with no special token between them
-        runs: list[list[int]] = []
-        for j, (_, pos) in enumerate(words):
-            if runs and words[runs[-1][-1]][1][-1] + 1 == pos[0]:
-                runs[-1].append(j)
-            else:
-                runs.append([j])
-        entities: list[Entity] = []
-        for run in runs:
-            if self.ner is not None:
-                for start, end, type_name in self.ner([words[j][0] for j in run]):
-                    members = run[start:end]
-                    entities.append(Entity(start=members[0], end=members[-1] + 1,
-                                           positions=tuple(p for j in members for p in words[j][1]),
-                                           type=type_name, text=" ".join(words[j][0] for j in members)))
-                continue
-            best = self._pattern_matches([words[j][0] for j in run])
-            i = 0
-            while i < len(run):
-                length, type_name = best.get(i, (0, ""))
-                for phrase, t in self._by_first.get(words[run[i]][0], ()):
-                    n = len(phrase)
-                    if n <= self.cfg.max_phrase_words and n > length and i + n <= len(run) and \
-                            tuple(words[run[k]][0] for k in range(i, i + n)) == phrase:
-                        length, type_name = n, t
-                        break
-                if length == 0:
-                    i += 1
-                    continue
-                members = run[i:i + length]
-                entities.append(Entity(start=members[0], end=members[-1] + 1,
-                                       positions=tuple(p for j in members for p in words[j][1]), type=type_name,
-                                       text=" ".join(words[j][0] for j in members)))
-                i += length
-        return entities
-
-    def _pattern_matches(self, run_words: list[str]) -> dict[int, tuple[int, str]]:
+    def _pattern_matches(self, run_words: Sequence[str]) -> dict[int, tuple[int, str]]:
         """{start word: (length in words, type)} for regex matches aligned to whole words."""
         if not self.dictionary.patterns:
             return {}
@@ -344,24 +330,96 @@ class EntityMasker:
                     continue
                 first = starts[m.start()]
                 length = text[m.start():m.end()].count(" ") + 1
-                if length <= self.cfg.max_phrase_words and length > found.get(first, (0, ""))[0]:
+                if length <= self.max_phrase_words and length > found.get(first, (0, ""))[0]:
                     found[first] = (length, type_name)
         return found
 
-    # ---- selection --------------------------------------------------------------------
-    def num_to_predict(self, tokens: Sequence[str], max_predictions: int) -> int:
-        """The patent's budget: ceil(masked_fraction x ordinary tokens), at least 1, at most max_predictions."""
-        n = sum(1 for t in tokens if t not in SPECIAL_TOKENS)
-        return min(max_predictions, max(1, math.ceil(n * self.cfg.masked_fraction))) if n else 0
 
-    def select(self, tokens: list[str], rng: random.Random, num_to_predict: int) -> tuple[list[int], dict]:
+def token_words(tokens: Sequence[str], lowercase: bool = True) -> list[tuple[str, tuple[int, ...]]]:
+    """Whole words rebuilt from WordPiece tokens: (word, token positions); special tokens skipped."""
+    out: list[tuple[str, list[int]]] = []
+    for i, tok in enumerate(tokens):
+        if tok in SPECIAL_TOKENS:
+            continue
+        if tok.startswith("##") and out and out[-1][1][-1] == i - 1:
+            out[-1] = (out[-1][0] + tok[2:], out[-1][1] + [i])
+        else:
+            out.append((tok, [i]))
+    return [(w.lower() if lowercase else w, tuple(p)) for w, p in out]
+
+
+@dataclass(frozen=True)
+class TextInfo:
+    """One text (sentence) of a document as same-type grouping sees it: its entities (token
+    positions within the text), their types, and the organ it describes (organ rule only)."""
+    entities: tuple[Entity, ...]
+    types: frozenset[str]
+    organ: str | None
+
+
+# --------------------------------------------------------------------------------- masking
+class EntityMasker:
+    """Chooses masked-LM target positions for one instance under the patent's three conditions,
+    and says which texts are of the same type as a target's text (Embodiment 3)."""
+
+    def __init__(self, cfg: EntityMaskingConfig):
+        self.cfg = cfg
+        self.ner = NerExtractor(cfg.ner_model) if cfg.ner_model else None
+        self.dictionary = load_dictionaries(() if self.ner else cfg.dictionaries or (DEFAULT_DICTIONARY,),
+                                            cfg.lowercase)
+        types = self.ner.types if self.ner else self.dictionary.types
+        self.association = load_association(cfg.association or DEFAULT_ASSOCIATION, types)
+        self.matcher = PhraseMatcher(self.dictionary, cfg.max_phrase_words)
+        self.organs = None
+        if cfg.same_type_grouping == "organ":
+            self.organs = PhraseMatcher(load_dictionaries((cfg.organ_rules or DEFAULT_ORGAN_RULES,), cfg.lowercase),
+                                        cfg.max_phrase_words)
+
+    # ---- extraction -------------------------------------------------------------------
+    def words(self, tokens: Sequence[str]) -> list[tuple[str, tuple[int, ...]]]:
+        """Whole words rebuilt from WordPiece tokens: (word, token positions); special tokens skipped."""
+        return token_words(tokens, self.cfg.lowercase)
+
+    def extract(self, tokens: Sequence[str]) -> list[Entity]:
+        """Typed term phrases (dictionary longest match, or NER spans); a phrase never spans a special token."""
+        words = self.words(tokens)
+        entities: list[Entity] = []
+        for run in _runs(words):
+            spans = self.ner([words[j][0] for j in run]) if self.ner is not None else \
+                self.matcher([words[j][0] for j in run])
+            for start, end, type_name in spans:
+                members = run[start:end]
+                entities.append(Entity(start=members[0], end=members[-1] + 1,
+                                       positions=tuple(p for j in members for p in words[j][1]),
+                                       type=type_name, text=" ".join(words[j][0] for j in members)))
+        return entities
+
+    # ---- selection --------------------------------------------------------------------
+    def num_to_predict(self, tokens: Sequence[str]) -> int:
+        """Condition 1's floor: ceil(masked_fraction x the text's tokens), special tokens not counted
+        (25 tokens x 0.15 = 3.75 -> 4); at least 1 for a non-empty text. No cap: condition 1 is a floor."""
+        n = sum(1 for t in tokens if t not in SPECIAL_TOKENS)
+        return max(1, math.ceil(n * self.cfg.masked_fraction)) if n else 0
+
+    def select(self, tokens: list[str], rng: random.Random, num_to_predict: int,
+               target: Sequence[int] | None = None, group: range | None = None) -> tuple[list[int], dict]:
         """Sorted token positions to mask and {"entities", "masked_entities", "protected"} counts.
 
-        With probability ``plain_random_share`` (and whenever no entity fits the budget) the
-        instance keeps plain random whole-word masking. Otherwise a random entity is the first
-        target (condition 2), every entity associated with any selected target at >= threshold
-        is kept visible (condition 3), and the budget of ``num_to_predict`` tokens (condition 1)
-        is filled with further units — entities first when ``prefer_entities`` — each whole.
+        With probability ``plain_random_share`` (and when the text holds no entity) the instance
+        keeps plain random whole-word masking. Otherwise the patent's three conditions hold:
+        an entity is the first target (condition 2) — the entity at the token positions ``target``
+        when the caller chose it beforehand (same-type grouping), else one drawn uniformly among
+        the entities that fit the budget (the shortest when none does); every entity associated
+        with any selected target at >= threshold stays visible (condition 3); at least
+        ``num_to_predict`` tokens are masked (condition 1): the budget is filled with further
+        whole units — unprotected entities first when ``prefer_entities``, then words — and when
+        no unit fits exactly what is left, the smallest ones are taken until the budget is met
+        (an overshoot smaller than one unit). Only when every unprotected token is already
+        masked can the floor be missed.
+
+        ``group``: the token positions of the texts grouped with the target (same-type grouping,
+        a random next segment beside them); entities outside it are neither targets nor masked,
+        since the texts of their type are not in this input.
         """
         words = self.words(tokens)
         entities = self.extract(tokens)
@@ -369,14 +427,15 @@ class EntityMasker:
         plain = rng.random() < self.cfg.plain_random_share
         if num_to_predict <= 0 or not words:
             return [], stats
-        if plain or not any(len(e.positions) <= num_to_predict for e in entities):
+        if plain or not entities:
             return self._plain_random(words, entities, rng, num_to_predict, stats)
 
         # units: ("e", entity index) or ("w", word token positions); entities are masked whole
         in_entity = {j for e in entities for j in range(e.start, e.end)}
         ordinary = [("w", pos) for j, (_, pos) in enumerate(words) if j not in in_entity]
-        first = rng.choice([i for i, e in enumerate(entities) if len(e.positions) <= num_to_predict])
-        others = [("e", i) for i in range(len(entities)) if i != first]
+        eligible = [i for i, e in enumerate(entities) if group is None or all(q in group for q in e.positions)]
+        first = self._first_target(entities, eligible, rng, num_to_predict, target) if eligible else None
+        others = [("e", i) for i in eligible if i != first]
         rng.shuffle(others)
         rng.shuffle(ordinary)
         order = others + ordinary
@@ -387,28 +446,51 @@ class EntityMasker:
         selected: set[int] = set()
         protected: set[int] = set()
 
-        def take(i: int) -> None:
-            chosen.extend(entities[i].positions)
-            selected.add(i)
-            protected.update(j for j, other in enumerate(entities) if j not in selected and
-                             self.association(entities[i].type, other.type) >= self.cfg.threshold)
+        def positions(unit: tuple) -> tuple[int, ...]:
+            return entities[unit[1]].positions if unit[0] == "e" else unit[1]
 
-        take(first)
-        for kind, unit in order:
+        def take(unit: tuple) -> None:
+            chosen.extend(positions(unit))
+            if unit[0] == "e":
+                i = unit[1]
+                selected.add(i)
+                protected.update(j for j, other in enumerate(entities) if j not in selected and
+                                 self.association(entities[i].type, other.type) >= self.cfg.threshold)
+
+        if first is not None:
+            take(("e", first))
+        overflow: list[tuple] = []
+        for unit in order:
             if len(chosen) >= num_to_predict:
                 break
-            if kind == "e" and unit in protected:
+            if unit[0] == "e" and unit[1] in protected:
                 continue
-            positions = entities[unit].positions if kind == "e" else unit
-            if len(chosen) + len(positions) > num_to_predict:
+            if len(chosen) + len(positions(unit)) > num_to_predict:
+                overflow.append(unit)
                 continue
-            if kind == "e":
+            take(unit)
+        for unit in sorted(overflow, key=lambda u: len(positions(u))):  # stable: random order among equals
+            if len(chosen) >= num_to_predict:
+                break
+            if not (unit[0] == "e" and unit[1] in protected):
                 take(unit)
-            else:
-                chosen.extend(positions)
         stats["masked_entities"] = len(selected)
         stats["protected"] = len(protected)
         return sorted(chosen), stats
+
+    def _first_target(self, entities: list[Entity], eligible: list[int], rng: random.Random, num_to_predict: int,
+                      target: Sequence[int] | None) -> int:
+        """Index of the first target: the entity at ``target`` if there is one, else a uniform draw among
+        the ``eligible`` entities that fit the budget, else among the shortest (condition 2 over an exact budget)."""
+        if target is not None:
+            for i in eligible:
+                if entities[i].positions == tuple(target):
+                    return i
+        fitting = [i for i in eligible if len(entities[i].positions) <= num_to_predict]
+        if not fitting:
+            shortest = min(len(entities[i].positions) for i in eligible)
+            fitting = [i for i in eligible if len(entities[i].positions) == shortest]
+        return rng.choice(fitting)
 
     def _plain_random(self, words, entities, rng, num_to_predict, stats):
         """BERT's whole-word random masking; entities merely counted."""
@@ -425,51 +507,67 @@ class EntityMasker:
         stats["masked_entities"] = sum(1 for e in entities if masked.intersection(e.positions))
         return sorted(chosen), stats
 
+    # ---- same type (Embodiment 3) --------------------------------------------------------
+    def describe(self, texts: Sequence[Sequence[str]]) -> list[TextInfo]:
+        """Each text of one document (WordPiece tokens, or words) with its entities and, under the
+        organ rule, its organ: the organ it names most often (ties: the first named), else the organ
+        of the text before it — a report describes one organ over several texts (Embodiment 3_2's
+        determination model, as a rule table)."""
+        out: list[TextInfo] = []
+        previous: str | None = None
+        for tokens in texts:
+            entities = tuple(self.extract(tokens))
+            organ = None
+            if self.organs is not None:
+                words = self.words(tokens)
+                named = [type_name for run in _runs(words)
+                         for _, _, type_name in self.organs([words[j][0] for j in run])]
+                organ = max(named, key=lambda o: (named.count(o), -named.index(o))) if named else previous
+                previous = organ
+            out.append(TextInfo(entities, frozenset(e.type for e in entities), organ))
+        return out
 
-def group_same_type(sentences: Sequence[Sequence[str]], masker: EntityMasker) -> list[list[int]]:
-    """Which sentences of one document go into the same input (Embodiment 3_1).
+    def kind(self, text: TextInfo, target: Entity | None) -> tuple:
+        """What a text must be to be "of the same type" as ``text`` when ``target`` (one of its
+        entities) is the target: under ``association``, hold an entity whose association with
+        the target's type is >= the threshold (Embodiment 3_1); under ``organ``, describe the
+        same organ, or no organ when ``text`` names none (3_2). A text without a target groups
+        with the texts of no type (``untyped``)."""
+        if self.cfg.same_type_grouping == "organ":
+            return ("organ", text.organ)
+        if target is None:
+            return self.untyped()
+        return ("associated", target.type)
 
-    Two sentences are "of the same type" when an entity of one and an entity of the other
-    have a degree of association >= the threshold; groups are the connected components of
-    that relation, each in document order, groups ordered by their first sentence. A
-    sentence with no associated entity forms its own group. ``sentences`` are WordPiece
-    token lists (or plain word lists: a word is a token without '##').
-    """
-    found = [masker.extract(list(s)) for s in sentences]
-    parent = list(range(len(sentences)))
+    def untyped(self) -> tuple:
+        """The kind of a text of no type: no entity (association), no organ (organ rule)."""
+        return ("organ", None) if self.cfg.same_type_grouping == "organ" else ("untyped",)
 
-    def root(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
+    def is_kind(self, text: TextInfo, kind: tuple) -> bool:
+        if kind[0] == "organ":
+            return text.organ == kind[1]
+        if kind[0] == "untyped":
+            return not text.entities
+        return any(self.association(kind[1], t) >= self.cfg.threshold for t in text.types)
 
-    types = [sorted({e.type for e in ents}) for ents in found]
-    for i in range(len(sentences)):
-        for j in range(i + 1, len(sentences)):
-            if root(i) != root(j) and any(masker.association(a, b) >= masker.cfg.threshold
-                                          for a in types[i] for b in types[j]):
-                parent[root(j)] = root(i)
-    groups: dict[int, list[int]] = {}
-    for i in range(len(sentences)):
-        groups.setdefault(root(i), []).append(i)
-    return sorted(groups.values(), key=lambda g: g[0])
-
-
-def same_type_sentences(sentences: Sequence[Sequence[str]], masker: EntityMasker, target_sentence: int,
-                        target_type: str | None = None) -> list[int]:
-    """The patent's own formulation of Embodiment 3_1, for a chosen target term phrase.
-
-    The sentence holding the target plus every sentence holding an entity whose association
-    with the target (of ``target_type``; default: any entity of the target sentence) is >=
-    the threshold, in document order: the texts "collectively input" with the target text.
-    """
-    found = [{e.type for e in masker.extract(list(s))} for s in sentences]
-    anchors = {target_type} if target_type is not None else found[target_sentence]
-    return [i for i, types in enumerate(found) if i == target_sentence or any(
-        masker.association(a, b) >= masker.cfg.threshold for a in anchors for b in types)]
+    def same_type(self, texts: Sequence[TextInfo], anchor: int, target: Entity | None) -> list[int]:
+        """The texts of one document of the same type as text ``anchor`` with ``target`` its target,
+        in document order, ``anchor`` included: the patent's texts "collectively input" (FIG. 20, 24)."""
+        kind = self.kind(texts[anchor], target)
+        return [i for i, text in enumerate(texts) if i == anchor or self.is_kind(text, kind)]
 
 
-__all__ = ["EntityMaskingConfig", "EntityMasker", "NerExtractor", "bio_spans", "Entity", "AssociationTable",
-           "TermDictionary", "group_same_type", "same_type_sentences", "load_dictionaries", "load_association",
-           "split_words"]
+def _runs(words: Sequence[tuple[str, tuple[int, ...]]]) -> list[list[int]]:
+    """Indices of ``words`` in runs with no special token between them."""
+    runs: list[list[int]] = []
+    for j, (_, pos) in enumerate(words):
+        if runs and words[runs[-1][-1]][1][-1] + 1 == pos[0]:
+            runs[-1].append(j)
+        else:
+            runs.append([j])
+    return runs
+
+
+__all__ = ["ENTITY_MASKING_VERSION", "EntityMaskingConfig", "EntityMasker", "NerExtractor", "PhraseMatcher",
+           "bio_spans", "Entity", "TextInfo", "AssociationTable", "TermDictionary", "load_dictionaries",
+           "load_association", "split_words", "token_words"]

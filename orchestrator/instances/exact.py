@@ -2,7 +2,8 @@
 
 The reference port in ``benchmarks/reference_create_pretraining_data.py`` is matched instance
 for instance (tested), on token ids (``array('i')`` per sentence) instead of strings. Used when
-``instances.exact_reference_rng`` is set and always with entity-aware masking.
+``instances.exact_reference_rng`` is set and always with entity-aware masking (with same-type
+grouping, ``orchestrator.instances.grouped`` builds the inputs instead).
 """
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from orchestrator.instances.config import Params, Specials
-from orchestrator.instances.entity_masking import group_same_type
 from orchestrator.instances.masking import create_masked_lm_predictions
 
 
@@ -28,14 +28,21 @@ class Instance:
     entity_stats: dict | None = None
 
 
-def truncate_seq_pair(tokens_a: list[int], tokens_b: list[int], max_num_tokens: int, rng: random.Random) -> None:
-    """Truncate the longer segment one token at a time, from the front or back at random."""
+def truncate_seq_pair(tokens_a: list[int], tokens_b: list[int], max_num_tokens: int, rng: random.Random
+                      ) -> tuple[int, int]:
+    """Truncate the longer segment one token at a time, from the front or back at random.
+
+    Returns how many tokens left the front of A and of B (for callers that track positions)."""
+    front = [0, 0]
     while len(tokens_a) + len(tokens_b) > max_num_tokens:
-        trunc = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
+        side = 0 if len(tokens_a) > len(tokens_b) else 1
+        trunc = tokens_b if side else tokens_a
         if rng.random() < 0.5:
             del trunc[0]
+            front[side] += 1
         else:
             trunc.pop()
+    return front[0], front[1]
 
 
 def create_instances_from_document(all_documents: Sequence[Sequence[Sequence[int]]], document_index: int,
@@ -116,18 +123,6 @@ def create_training_instances(documents: Sequence[Sequence[Sequence[int]]], sour
                                                             doc_sources[document_index], masker, id_to_token))
     rng.shuffle(instances)
     return instances
-
-
-def group_sentences(document: Sequence[Sequence[int]], masker: Any, id_to_token: Sequence[str]) -> list:
-    """Reorder a document so that sentences of the same entity type group are adjacent (seed 003).
-
-    BERT packs *consecutive* sentences into one input, so putting each group's sentences next
-    to each other (groups in order of their first sentence, document order inside a group) is
-    what sends associated sentences into the same input. The "real next" segment of NSP is
-    then the next sentence of the group rather than of the document.
-    """
-    groups = group_same_type([[id_to_token[t] for t in s] for s in document], masker)
-    return [document[i] for group in groups for i in group]
 
 
 def unit_rng(seed: int, max_seq_length: int, unit_id: int) -> random.Random:

@@ -19,22 +19,23 @@ from orchestrator.instances.config import MaskingRule, Params, Specials
 
 
 def create_masked_lm_predictions(tokens: list[int], p: Params, sp: Specials, rng: random.Random,
-                                 masker: Any = None, id_to_token: Sequence[str] | None = None
+                                 masker: Any = None, id_to_token: Sequence[str] | None = None,
+                                 target: Sequence[int] | None = None, group: range | None = None
                                  ) -> tuple[list[int], list[int], list[int], dict | None]:
     """BERT's masking: shuffle candidate (whole-)words, take them until ~masked_lm_prob, 80/10/10.
 
-    With an entity ``masker`` the budget is the patent's (``masked_fraction`` of the text's tokens,
-    special tokens not counted, rounded up), the positions come from ``masker.select`` (seed 003),
-    and only the 80/10/10 replacement is BERT's.
+    With an entity ``masker`` the patent's conditions replace BERT's rule (seed 003): at least
+    ``masked_fraction`` of the text's tokens, special tokens not counted, rounded up, and no
+    ``max_predictions_per_seq`` cap (condition 1 is a floor); the positions come from
+    ``masker.select``, its first target the entity at ``target`` when given, entities outside
+    ``group`` left visible (same-type grouping); only the 80/10/10 replacement is BERT's.
     """
     num_to_predict = min(p.max_predictions_per_seq, max(1, int(round(len(tokens) * p.masked_lm_prob))))
     output = list(tokens)
     stats = None
     if masker is not None:
         strings = [id_to_token[t] for t in tokens]
-        num_to_predict = masker.num_to_predict(strings, p.max_predictions_per_seq)
-        positions, stats = masker.select(strings, rng, num_to_predict)
-        chosen = sorted(positions)[:num_to_predict]
+        chosen, stats = masker.select(strings, rng, masker.num_to_predict(strings), target, group)
     else:
         cand_indexes: list[list[int]] = []
         for i, token in enumerate(tokens):

@@ -73,4 +73,6 @@ def plan_instances(cfg: InstanceConfig) -> str:
         EntityMasker(cfg.entity_masking)  # loads and checks the dictionaries and the association table
     return (f"instances: max_seq_lengths={list(cfg.max_seq_lengths)}, masking={cfg.masking}, "
             f"whole_word_mask={cfg.whole_word_mask}, "
-            f"entity_masking={'on' if cfg.entity_masking else 'off'}, seed={cfg.seed}")
+            f"entity_masking={'on' if cfg.entity_masking else 'off'}"
+            f"{f' (same_type_grouping={cfg.entity_masking.same_type_grouping})' if cfg.entity_masking else ''}, "
+            f"seed={cfg.seed}")

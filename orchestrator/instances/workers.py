@@ -24,7 +24,8 @@ from orchestrator.core.config import from_dict, to_dict
 from orchestrator.instances.config import InstanceConfig, Params, Specials
 from orchestrator.instances.encoding import SentenceEncoder
 from orchestrator.instances.entity_masking import EntityMasker
-from orchestrator.instances.exact import create_training_instances, group_sentences, unit_rng
+from orchestrator.instances.exact import create_training_instances, unit_rng
+from orchestrator.instances.grouped import create_grouped_instances
 from orchestrator.instances.packing import TokenizedDocs, instance_batches
 from orchestrator.instances.parquet import merge_summaries, summarize, write_batches, write_instances
 
@@ -104,13 +105,13 @@ class UnitWorker:
         self.exact = self.cfg.exact_reference_rng or self.masker is not None
         self.out_dir = Path(out_dir)
         self.seed = seed
-        self.cache: OrderedDict[str, tuple] = OrderedDict()  # the exact path's form of shards (masker-dependent)
+        self.cache: OrderedDict[str, tuple] = OrderedDict()  # the exact path's form of shards
         self.cache_shards = cache_shards
 
     def tokenized_shard(self, path: str) -> Any:
         """A shard's documents, tokenized once per process (``ShardTokens``): TokenizedDocs, or for the
-        exact path (lists of per-sentence id arrays, sources), grouped by entity association when
-        asked; the exact form is LRU-cached per worker beside the tokens it came from."""
+        exact path (lists of per-sentence id arrays, sources); the exact form is LRU-cached per
+        worker beside the tokens it came from."""
         docs = self.shards.get(path)
         if not self.exact:
             return docs
@@ -126,12 +127,10 @@ class UnitWorker:
         return value
 
     def _exact_docs(self, docs: TokenizedDocs) -> tuple[list, list]:
-        group = self.masker is not None and self.cfg.entity_masking.same_type_grouping
         out = []
         for d in range(docs.n_docs):
             bounds = docs.sent_starts[docs.doc_starts[d]:docs.doc_starts[d + 1] + 1]
-            ids = [array("i", docs.ids[a:b].tobytes()) for a, b in zip(bounds[:-1], bounds[1:])]
-            out.append(group_sentences(ids, self.masker, self.id_to_token) if group and len(ids) > 1 else ids)
+            out.append([array("i", docs.ids[a:b].tobytes()) for a, b in zip(bounds[:-1], bounds[1:])])
         return out, list(docs.sources)
 
     def build_unit(self, unit_id: int, members: list[dict], dupe_factor: int) -> dict:
@@ -155,8 +154,11 @@ class UnitWorker:
             rows = member["rows"] if member["rows"] is not None else range(len(docs))
             documents.extend(docs[r] for r in rows)
             sources.extend(srcs[r] for r in rows)
-        instances = create_training_instances(documents, sources, dupe_factor, self.params, self.specials, rng,
-                                              self.masker, self.id_to_token)
+        build = create_training_instances
+        if self.masker is not None and self.cfg.entity_masking.same_type_grouping != "none":
+            build = create_grouped_instances
+        instances = build(documents, sources, dupe_factor, self.params, self.specials, rng, self.masker,
+                          self.id_to_token)
         if instances:
             write_instances(instances, path)
         summary = summarize(instances)
