@@ -207,6 +207,9 @@ def test_an_operational_setting_keeps_the_pretraining_output_and_a_training_sett
     base = pretrain_key()
     assert pretrain_key(log_every=5, checkpoint_every=7, keep_checkpoints=3) == base
     assert pretrain_key(phase1={"learning_rate": 1.0e-3}) != base
+    # a stopping rule is a training setting once set; its window alone (no rule) is not
+    assert pretrain_key(stop={"window": 7}) == base
+    assert pretrain_key(stop={"mlm_accuracy": 0.5}) != base
 
 
 def test_selection_needs_arms(tmp_path):

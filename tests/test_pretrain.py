@@ -12,9 +12,11 @@ from test_pretrain_fixtures import DATA, build_instances, build_tokenizer, docum
 
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.instances.config import MaskingRule, Specials
-from orchestrator.pretrain.config import OptimConfig, PhaseConfig, PretrainConfig, batch_plan
+from orchestrator.pretrain.config import OptimConfig, PhaseConfig, PretrainConfig, StopConfig, batch_plan
 from orchestrator.pretrain.data import IGNORE_INDEX, collate
 from orchestrator.pretrain.optim import Lamb, lr_factor
+from orchestrator.pretrain.stopping import MLM_ACCURACY, PLATEAU, Stopper
+from orchestrator.track import schema as S
 
 # [PAD] 0, [UNK] 1, [CLS] 2, [SEP] 3, [MASK] 4; ids 50-99 are ## continuation pieces
 SPECIAL = Specials(cls=2, sep=3, mask=4, vocab_size=100, continuation=frozenset(range(50, 100)), pad=0)
@@ -135,6 +137,106 @@ def test_lr_schedule_warms_up_then_decays_polynomially():
     assert f[:4] == [0.25, 0.5, 0.75, 1.0]
     assert f[4] == 1.0 and all(a > b for a, b in zip(f[4:], f[5:]))
     assert math.isclose(f[12], ((20 - 12) / 16) ** 0.5)
+
+
+# ------------------------------------------------------------------------- stopping rules (pure)
+def _decisions(stopper, steps):
+    """Feed (mlm_loss, correct, count) per step; [(step, window)] for every window that ended."""
+    return [(i, w) for i, step in enumerate(steps, 1) if (w := stopper.add(*step)) is not None]
+
+
+def test_the_accuracy_rule_fires_at_the_first_window_that_reaches_it_pooled_over_tokens():
+    stopper = Stopper(StopConfig(window=3, mlm_accuracy=0.5))
+    # window 1: one step at 0.9 does not stop mid-window; the window pools the masked tokens: 11 / 110
+    # (the mean of the steps' ratios would be 0.33); window 2: 160 / 300
+    steps = [(7.0, 9, 10), (7.0, 1, 50), (7.0, 1, 50), (6.0, 50, 100), (6.0, 50, 100), (6.0, 60, 100)]
+    ended = _decisions(stopper, steps)
+    assert [i for i, _ in ended] == [3, 6]
+    assert ended[0][1] == {"mlm_loss": 7.0, "mlm_accuracy": pytest.approx(11 / 110), "stopped_by": None}
+    assert ended[1][1]["stopped_by"] == MLM_ACCURACY and ended[1][1]["mlm_accuracy"] == pytest.approx(160 / 300)
+
+
+def test_the_plateau_rule_counts_windows_without_a_relative_improvement():
+    stopper = Stopper(StopConfig(window=2, plateau_patience=2, plateau_min_delta=0.1))
+    # window losses 10 (best), 9.5 (not below 9.0: stale 1), 8.9 (best, stale 0), 8.5 (not below 8.01: 1),
+    # 8.2 (2: stop); a window's loss is the mean of its steps'
+    windows = [(10.0, 10.0), (9.0, 10.0), (8.9, 8.9), (8.5, 8.5), (8.4, 8.0)]
+    ended = _decisions(stopper, [(loss, 0, 10) for pair in windows for loss in pair])
+    assert [(i, w["mlm_loss"], w["stopped_by"]) for i, w in ended] == [
+        (2, 10.0, None), (4, 9.5, None), (6, 8.9, None), (8, 8.5, None), (10, pytest.approx(8.2), PLATEAU)]
+    # no rule set: no windows, no decisions (the loop then adds no collective)
+    assert _decisions(Stopper(StopConfig(window=1)), [(1.0, 1, 1)] * 5) == []
+    with pytest.raises(ConfigError, match="stop.mlm_accuracy"):
+        StopConfig(mlm_accuracy=1.5)
+
+
+def test_a_stopper_restored_from_a_checkpoint_decides_as_the_uninterrupted_one(tmp_path):
+    """The rule's state (the current window's sums, the best loss, the stale count) goes into the
+    checkpoint's training state; cut anywhere, saved and loaded as the loop does, it decides the same."""
+    rule = StopConfig(window=3, plateau_patience=2, plateau_min_delta=0.02, mlm_accuracy=0.6)
+    gen = np.random.default_rng(0)
+    steps = [(float(7 - 0.05 * i + gen.normal(0, 0.3)), float(gen.integers(0, 60)), 100.0) for i in range(40)]
+    whole = _decisions(Stopper(rule), steps)
+    assert any(w["stopped_by"] for _, w in whole)  # the sequence does make the rule fire
+    for cut in range(1, len(steps)):
+        first = Stopper(rule)
+        before = _decisions(first, steps[:cut])
+        torch.save({"state": {"stop": first.state_dict()}}, tmp_path / "state.pt")
+        restored = Stopper.from_state(rule, torch.load(tmp_path / "state.pt", weights_only=True)["state"]["stop"])
+        after = [(i + cut, w) for i, w in _decisions(restored, steps[cut:])]
+        assert before + after == whole, cut
+
+
+def _decide_on_two_ranks(rank: int, store: str, decisions: tuple, out: str) -> None:
+    import torch.distributed as dist
+
+    from orchestrator.pretrain.loop import _check_same_decision  # imported before the fork: no cost here
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    try:
+        _check_same_decision(decisions[rank], 2, torch.device("cpu"), step=10)
+        Path(f"{out}.{rank}").write_text("agreed")
+    except Exception as exc:  # what the rank saw is the result
+        Path(f"{out}.{rank}").write_text(str(exc))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("decisions", [(PLATEAU, PLATEAU), (None, PLATEAU), (MLM_ACCURACY, None)])
+def test_ranks_that_decide_differently_fail_on_every_rank_instead_of_hanging(tmp_path, decisions):
+    """The loop's check at each window's end, on two gloo ranks (forked processes)."""
+    import torch.multiprocessing as mp
+
+    import orchestrator.pretrain.loop  # noqa: F401 - once here, not in each forked rank
+
+    mp.start_processes(_decide_on_two_ranks, args=(str(tmp_path / "store"), decisions, str(tmp_path / "rank")),
+                       nprocs=2, start_method="fork")
+    seen = [(tmp_path / f"rank.{r}").read_text() for r in (0, 1)]
+    if decisions[0] == decisions[1]:
+        assert seen == ["agreed", "agreed"]
+    else:
+        assert all("the workers disagree on whether the phase stops" in text for text in seen), seen
+
+
+def test_the_run_key_changes_with_a_stopping_rule_only_when_one_is_set():
+    from orchestrator.core.reuse import content_key
+    from orchestrator.pretrain.trainer import plan_pretrain
+
+    def key(cfg):
+        return content_key("pretrain", cfg.training_fields())
+
+    default = PretrainConfig()
+    assert "stop" not in default.training_fields()
+    assert key(default) == "de06151a2136b5dc"  # the key of the default config before stopping rules existed
+    assert key(PretrainConfig(stop=StopConfig(window=7, plateau_min_delta=0.2))) == key(default)  # no rule: same
+    accuracy = PretrainConfig(stop=StopConfig(mlm_accuracy=0.5))
+    plateau = PretrainConfig(stop=StopConfig(plateau_patience=3))
+    assert len({key(default), key(accuracy), key(plateau),
+                key(PretrainConfig(stop=StopConfig(mlm_accuracy=0.5, window=7)))}) == 4
+    assert accuracy.training_fields()["stop"]["mlm_accuracy"] == 0.5
+    assert "stop: a phase ends at its steps, or earlier at the end of a 50-step window with MLM accuracy >= 0.5" \
+        in plan_pretrain(accuracy, None, None)
+    assert "stop:" not in plan_pretrain(default, None, None)
 
 
 def test_lamb_matches_the_paper_update():
@@ -484,27 +586,74 @@ def test_two_workers_two_phases_loss_falls_checkpoints_and_mlflow(corpus, ray_lo
     run = client.get_run(manifest["mlflow_run_id"])
     assert len(client.get_metric_history(run.info.run_id, "mlm_loss")) == 34
     assert {"lr", "loss_scale", "tokens_per_s", "mlm_accuracy"} <= set(run.data.metrics)
+    # no stopping rule: each phase runs its configured steps, and that is what is recorded
+    assert manifest["phases"] == [
+        {"phase": "phase1", "stopped_by": "steps", "step": 30, "phase_step": 30, "max_steps": 30},
+        {"phase": "phase2", "stopped_by": "steps", "step": 34, "phase_step": 4, "max_steps": 4}]
+    assert run.data.tags[S.stopped_by_tag("phase1")] == run.data.tags[S.stopped_by_tag("phase2")] == "steps"
+    assert run.data.metrics[S.stop_step_metric("phase2")] == 34 and S.WINDOW_MLM_LOSS not in run.data.metrics
 
 
-def test_worker_killed_mid_run_resumes_from_checkpoint_and_schedule(corpus, ray_local, tmp_path):
+def test_an_accuracy_target_ends_phase1_early_on_both_workers_and_phase2_still_runs(corpus, ray_local, tmp_path):
+    """Seed 003 pretrains until an MLM accuracy is reached. Both workers decide from the all-reduced
+    window (the loop checks at every window's end that the two decided the same, else it fails)."""
     from orchestrator.pretrain.trainer import pretrain
 
-    cfg = _cfg(**{"phase1.steps": 12, "phase2.steps": 0, "checkpoint_every": 5, "optim.name": "adamw"})
+    target, window = 0.04, 4
+    cfg = _cfg(**{"stop.mlm_accuracy": target, "stop.window": window, "phase2.steps": 3, "checkpoint_every": 0})
+    out = tmp_path / "pretrain"
+    result = pretrain(cfg, {32: corpus[32], 64: corpus[64]}, corpus["tokenizer"], out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    first, second = manifest["phases"]
+    stop = first["step"]
+    assert first == {"phase": "phase1", "stopped_by": "mlm_accuracy", "step": stop, "phase_step": stop,
+                     "max_steps": 30}
+    assert stop < 30 and stop % window == 0
+    # phase 2 still runs, its whole 3 steps (fewer than a window: the rule cannot end it)
+    assert second == {"phase": "phase2", "stopped_by": "steps", "step": stop + 3, "phase_step": 3, "max_steps": 3}
+    assert [h["step"] for h in result.history] == list(range(1, stop + 4))
+    assert [h["phase"] for h in result.history] == [1] * stop + [2] * 3
+    assert sorted(p.name for p in (out / "checkpoints").glob("ckpt-*")) == [f"ckpt-{stop:07d}",
+                                                                           f"ckpt-{stop + 3:07d}"]
+    assert result.phases == manifest["phases"]
+    assert f"phase1 stopped by mlm_accuracy at step {stop} of 30" in result.summary()
+    # the windows the rule saw (recorded in the history and, with tracking, in MLflow): the last reached
+    # the target, none before it did, and it pools the window's steps
+    windows = [h for h in result.history if S.WINDOW_MLM_ACCURACY in h]
+    assert [h["step"] for h in windows] == list(range(window, stop + 1, window))  # none in phase 2
+    assert all(h[S.WINDOW_MLM_ACCURACY] < target for h in windows[:-1]) and windows[-1][S.WINDOW_MLM_ACCURACY] >= target
+    assert windows[-1][S.WINDOW_MLM_LOSS] == pytest.approx(np.mean([h["mlm_loss"] for h in result.history
+                                                                     if stop - window < h["step"] <= stop]))
+
+
+def test_worker_killed_mid_run_resumes_from_checkpoint_schedule_and_stopping_state(corpus, ray_local, tmp_path):
+    """Killed at step 7, resumed from the checkpoint of step 5. The plateau rule (windows of 2 steps, no
+    window can improve by 90 %) ends the phase at the end of its 4th window, step 8, only when the
+    checkpoint carried its state: half a window and one stale window (a fresh rule would stop at 12, one
+    that lost the half window at 9, one that lost the stale count at 12)."""
+    from orchestrator.pretrain.trainer import pretrain
+
+    cfg = _cfg(**{"phase1.steps": 12, "phase2.steps": 0, "checkpoint_every": 5, "optim.name": "adamw",
+                  "stop.window": 2, "stop.plateau_patience": 3, "stop.plateau_min_delta": 0.9})
     marker = tmp_path / "died"
     result = pretrain(cfg, {32: corpus[32]}, corpus["tokenizer"], tmp_path / "out",
                       fail_at={"step": 7, "marker": str(marker)})
     assert marker.is_file()  # the worker really died once
     steps = [h["step"] for h in result.history]
-    assert steps == list(range(1, 13))  # steps 1-5 from the checkpoint, 6-12 after the restart
+    assert steps == list(range(1, 9))  # steps 1-5 from the checkpoint, 6-8 after the restart
+    assert result.phases == [{"phase": "phase1", "stopped_by": "plateau", "step": 8, "phase_step": 8,
+                              "max_steps": 12}]
+    # the LR schedule stays the one over the phase's 12 steps: stopped at 8, the LR has not decayed to 0
     warmup = int(0.1 * 12)
-    expected = [cfg.phase1.learning_rate * lr_factor(s, warmup, 12, 0.5) for s in range(12)]
+    expected = [cfg.phase1.learning_rate * lr_factor(s, warmup, 12, 0.5) for s in range(8)]
     assert np.allclose([h["lr"] for h in result.history], expected)
     # Re-running the same call finds the finished run and does not train again.
     again = pretrain(cfg, {32: corpus[32]}, corpus["tokenizer"], tmp_path / "out")
-    assert [h["step"] for h in again.history] == steps
+    assert [h["step"] for h in again.history] == steps and again.phases == result.phases
     # A changed learning rate is another run: refused, not continued (issue 12).
     with pytest.raises(ConfigError, match="phase1.learning_rate"):
         pretrain(_cfg(**{"phase1.steps": 12, "phase2.steps": 0, "checkpoint_every": 5, "optim.name": "adamw",
+                         "stop.window": 2, "stop.plateau_patience": 3, "stop.plateau_min_delta": 0.9,
                          "phase1.learning_rate": 1e-3}), {32: corpus[32]}, corpus["tokenizer"], tmp_path / "out")
 
 
@@ -550,7 +699,6 @@ def test_pretraining_and_sweep_finish_with_mlflow_down_and_say_so_once(corpus, r
     from orchestrator.sweep.config import SweepConfig
     from orchestrator.sweep.runner import run_sweep
     from orchestrator.track import TrackingConfig
-    from orchestrator.track import schema as S
 
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     with socket.socket() as s:

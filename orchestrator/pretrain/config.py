@@ -3,7 +3,8 @@
 One config runs on a laptop (2 CPU workers, gloo) and on a GPU cluster (``use_gpu: true``, NCCL):
 only ``num_workers`` / ``use_gpu`` / ``accelerator_type`` / ``resources_per_worker`` change. Phase 1
 is the 128-token phase, phase 2 the 512-token phase of NVIDIA's recipe (seed 000); ``phase2.steps: 0``
-skips it.
+skips it. A phase runs its ``steps`` unless a stopping rule (``stop``: a plateau of the MLM loss, an
+MLM accuracy) ends it earlier.
 """
 from __future__ import annotations
 
@@ -44,7 +45,8 @@ class ModelConfig:
 @dataclass(frozen=True)
 class PhaseConfig:
     max_seq_length: int = field(128, help="instances of this length are read (instances/len<L>)")
-    steps: int = field(20, help="optimizer steps in this phase (0 = skip the phase)")
+    steps: int = field(20, help="optimizer steps in this phase (0 = skip the phase); with a stopping rule "
+                                "(pretrain.stop) the most it runs")
     global_batch_size: int = field(16, help="sequences per optimizer step over all workers")
     device_batch_size: int = field(
         8, help="sequences one worker processes per micro-batch; accumulation = global / (workers x this)")
@@ -82,6 +84,35 @@ class OptimConfig:
 
 
 @dataclass(frozen=True)
+class StopConfig:
+    window: int = field(50, help="stopping rules: steps per window; at each window's end the window's MLM loss "
+                                 "(mean over its steps) and MLM accuracy (masked positions predicted right / "
+                                 "masked positions), both summed over all workers, decide whether the phase stops")
+    plateau_patience: int = field(
+        0, help="stop a phase when this many windows in a row have not lowered its best windowed MLM loss by "
+                "plateau_min_delta (seed 000: 'until the loss plateaus'); 0 = off")
+    plateau_min_delta: float = field(
+        0.01, help="the relative improvement that counts: a window's loss below best x (1 - plateau_min_delta)")
+    mlm_accuracy: float = field(
+        0.0, help="stop a phase at the end of the first window whose MLM accuracy on the training batches reaches "
+                  "this (seed 003); 0 = off")
+
+    def __post_init__(self):
+        if self.window < 1:
+            raise ConfigError("stop.window must be >= 1")
+        if self.plateau_patience < 0:
+            raise ConfigError("stop.plateau_patience must be >= 0")
+        if not 0.0 <= self.plateau_min_delta < 1.0:
+            raise ConfigError("stop.plateau_min_delta must be in [0, 1)")
+        if not 0.0 <= self.mlm_accuracy <= 1.0:
+            raise ConfigError("stop.mlm_accuracy must be in [0, 1]")
+
+    @property
+    def enabled(self) -> bool:
+        return self.plateau_patience > 0 or self.mlm_accuracy > 0
+
+
+@dataclass(frozen=True)
 class AdapterConfig:
     enabled: bool = field(False, help="train bottleneck adapters after each feed-forward block, base frozen "
                                       "(seed 002, Pfeiffer placement)")
@@ -101,6 +132,11 @@ class PretrainConfig:
                                 help="phase 2 (long sequences, e.g. 512; steps 0 = skip)")
     optim: OptimConfig = field(default_factory=OptimConfig, help="optimiser and schedule")
     adapters: AdapterConfig = field(default_factory=AdapterConfig, help="adapter-based continued pretraining")
+    stop: StopConfig = field(
+        default_factory=StopConfig,
+        help="stopping rules, applied to each phase afresh: a phase ends at its steps or when a rule fires, "
+             "whichever comes first; the LR schedule stays defined over the phase's steps, so a phase stopped "
+             "early ends before its learning rate has decayed. Off by default")
     precision: Literal["fp32", "bf16", "fp16"] = field(
         "fp32", help="fp32, bf16 autocast, or fp16 autocast with a dynamic gradient scaler")
     init_loss_scale: float = field(2.0 ** 16, help="fp16: initial loss scale")
@@ -158,10 +194,13 @@ class PretrainConfig:
 
     def training_fields(self) -> dict:
         """The settings a trained model depends on: not how often it is saved or logged, where its
-        workers run, or what to do with an old run."""
+        workers run, or what to do with an old run; the stopping rules only when one is set."""
         operational = {"keep_checkpoints", "max_failures", "log_every", "checkpoint_every", "cpus_per_worker",
                        "resources_per_worker", "accelerator_type", "dataloader_prefetch", "on_mismatch"}
-        return {k: v for k, v in to_dict(self).items() if k not in operational}
+        fields = {k: v for k, v in to_dict(self).items() if k not in operational}
+        if not self.stop.enabled:  # without a rule a run keeps the key it had before rules existed
+            del fields["stop"]
+        return fields
 
 
 def pretrain_key(cfg: PretrainConfig, instances: dict[int, Path], tokenizer_dir: Path) -> str:

@@ -31,6 +31,8 @@ from orchestrator.pretrain.config import PretrainConfig, batch_plan
 from orchestrator.pretrain.data import collate
 from orchestrator.pretrain.model import PretrainingModule, build_model, check_same_architecture
 from orchestrator.pretrain.optim import build_optimizer, build_scheduler
+from orchestrator.pretrain.stopping import MLM_ACCURACY, PLATEAU, STEPS, Stopper
+from orchestrator.track import schema as S
 from orchestrator.track.runs import RankZeroLogger
 
 log = logging.getLogger(__name__)
@@ -155,13 +157,29 @@ def _all_reduce(values: list[float], device: torch.device) -> list[float]:
     return t.tolist()
 
 
+#: A window's decision as a number every rank can all-reduce.
+DECISIONS = (None, PLATEAU, MLM_ACCURACY)
+
+
+def _check_same_decision(decision: str | None, world: int, device: torch.device, step: int) -> None:
+    """Every rank decides from the same all-reduced values, so the decisions agree; this checks it at
+    each window's end, so that ranks that disagree fail here, saying so, instead of the one that
+    stopped waiting forever for the others in the next collective."""
+    code = float(DECISIONS.index(decision))
+    total, squares = _all_reduce([code, code * code], device)
+    if total != world * code or squares != world * code * code:  # equal sums of x and x^2: all the same
+        raise OrchestratorError(f"step {step}: the workers disagree on whether the phase stops (this rank: "
+                                f"{decision or 'go on'}); the stopping rule must see the all-reduced values")
+
+
 def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     """Ray Train entry point. ``config``: cfg (dict), tokenizer_dir, special, dynamic (per phase name:
     its masking rule, or None for static masks), tracking ({uri, run_id} or None), resume_dir (a
     checkpoint to start from when Ray has none),
     fail_at (test hook: {step, marker} makes rank 1 die once at that step).
 
-    Returns (rank 0) {"history": [...], "diverged": message or None, "params": counts}.
+    Returns (rank 0) {"history": [...], "diverged": message or None, "params": counts, "phases": per
+    phase {"phase", "stopped_by" (steps, plateau, mlm_accuracy), "step" (global), "phase_step", "max_steps"}}.
     """
     import ray.train  # heavy: ray
     import ray.train.torch
@@ -180,7 +198,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     if cfg.adapters.enabled:
         add_adapters(model, cfg.adapters.reduction_factor, cfg.adapters.train_heads)
     counts = parameter_counts(model)
-    state: dict[str, Any] = {"step": 0, "phase": 0, "phase_step": 0, "history": []}
+    state: dict[str, Any] = {"step": 0, "phase": 0, "phase_step": 0, "history": [], "phases": []}
     training_state = None
     checkpoint = ray.train.get_checkpoint()
     resume_ctx = checkpoint.as_directory() if checkpoint is not None else contextlib.nullcontext(
@@ -190,7 +208,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
             check_same_architecture(model.config, Path(resume_dir))
             load_weights(model, Path(resume_dir))
             training_state = load_training_state(Path(resume_dir))
-            state = dict(training_state["state"])
+            state = {"phases": [], **training_state["state"]}
             if rank == 0:
                 log.info("resuming from %s at step %d", resume_dir, state["step"])
     nsp = cfg.model.objective == "mlm_nsp"
@@ -214,8 +232,10 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
             scheduler.load_state_dict(training_state["scheduler"])
             if training_state["scaler"] is not None and scaler.is_enabled():
                 scaler.load_state_dict(training_state["scaler"])
+            stopper = Stopper.from_state(cfg.stop, state.get("stop"))  # mid-window, with its plateau count
         else:
             state["phase_step"] = 0
+            stopper = Stopper(cfg.stop)
         state["phase"] = phase_index
         shard = ray.train.get_dataset_shard(phase_name)
         rule = config["dynamic"][phase_name]
@@ -244,6 +264,14 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
             window["seq"] += seqs
             window["tok"] += toks
             nonfinite_run = nonfinite_run + 1 if nonfinite else 0
+            window_end = stopper.add(mlm / world, correct, count)
+            state["stop"] = stopper.state_dict()
+            stopped_by = None
+            if window_end is not None:
+                stopped_by = window_end["stopped_by"]
+                _check_same_decision(stopped_by, world, device, state["step"])
+            if stopped_by is None and state["phase_step"] == phase.steps:
+                stopped_by = STEPS
             if stats.skipped and rank == 0:
                 log.warning("step %d skipped: non-finite gradients (loss scale now %g)", state["step"],
                             scaler.get_scale() if scaler.is_enabled() else 1.0)
@@ -251,7 +279,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
                 diverged = (f"loss was NaN/inf for {nonfinite_run} consecutive steps (step {state['step']}, "
                             f"{phase_name}, precision {cfg.precision}); lower the learning rate or use bf16/fp32")
                 break
-            if state["step"] % cfg.log_every == 0 or state["phase_step"] == phase.steps:
+            if state["step"] % cfg.log_every == 0 or stopped_by or window_end is not None:
                 elapsed = max(time.perf_counter() - window["t"], 1e-9)
                 record = {"step": state["step"], "phase": phase_index + 1, "loss": loss / world,
                           "mlm_loss": mlm / world, "mlm_accuracy": correct / max(count, 1.0),
@@ -260,6 +288,9 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
                           "seq_per_s": window["seq"] / elapsed, "tokens_per_s": window["tok"] / elapsed}
                 if nsp:
                     record["nsp_loss"] = nsp_l / world
+                if window_end is not None:  # what the stopping rule saw
+                    record[S.WINDOW_MLM_LOSS] = window_end["mlm_loss"]
+                    record[S.WINDOW_MLM_ACCURACY] = window_end["mlm_accuracy"]
                 if device.type == "cuda":
                     per_token = training_flops_per_token(model, toks / max(seqs, 1), count / max(toks, 1.0))
                     record["mfu"] = estimate_mfu(per_token, record["tokens_per_s"], world,
@@ -267,7 +298,14 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
                 state["history"].append(record)
                 tracker.log({k: v for k, v in record.items() if k != "step"}, state["step"])
                 window = {"t": time.perf_counter(), "seq": 0, "tok": 0}
-            phase_done = state["phase_step"] == phase.steps
+            phase_done = stopped_by is not None
+            if phase_done:
+                state["phases"].append({"phase": phase_name, "stopped_by": stopped_by, "step": state["step"],
+                                        "phase_step": state["phase_step"], "max_steps": phase.steps})
+                if rank == 0 and stopped_by != STEPS:
+                    log.info("%s stopped by %s at step %d of %d (window MLM loss %.4f, accuracy %.4f)",
+                             phase_name, stopped_by, state["phase_step"], phase.steps, window_end["mlm_loss"],
+                             window_end["mlm_accuracy"])
             if phase_done or (cfg.checkpoint_every and state["step"] % cfg.checkpoint_every == 0):
                 if phase_done and phase_index + 1 < len(cfg.active_phases()):
                     state = {**state, "phase": phase_index + 1, "phase_step": 0}
@@ -280,7 +318,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     tracker.close()
     if diverged:
         ray.train.report({"step": state["step"], "diverged": 1.0})
-    return {"history": state["history"], "diverged": diverged, "params": counts} if rank == 0 else {}
+    return {"history": state["history"], "diverged": diverged, "params": counts,
+            "phases": state["phases"]} if rank == 0 else {}
 
 
 def _report_checkpoint(rank, model, tokenizer_dir, optimizer, scheduler, scaler, state, save_checkpoint,

@@ -9,7 +9,9 @@ Output (``out_dir``):
     final/                     the final model: AutoModelForPreTraining / AutoTokenizer load it; its
                                manifest holds the sha256 of every model file (its content identity)
     history.json               one record per logged step
-    manifest.json              config, input hashes, counts (first/last loss, params), seed, key
+    manifest.json              config, input hashes, counts (first/last loss, params), seed, key, and
+                               per phase what stopped it (``phases``: steps, plateau or mlm_accuracy, at
+                               which step), also on the MLflow run (``schema.stopped_by_tag``)
 
 A run is its training settings plus its inputs (``pretrain_key``). Re-running the same run resumes
 from its latest complete checkpoint, or reuses a finished output; checkpoints of another run (a
@@ -55,8 +57,9 @@ from orchestrator.pretrain.model import (
     model_class,
     read_hf_config,
 )
+from orchestrator.pretrain.stopping import STEPS
 from orchestrator.track import schema as S
-from orchestrator.track.runs import PENDING, end_stage_run, start_stage_run
+from orchestrator.track.runs import PENDING, RankZeroLogger, end_stage_run, set_run_tags, start_stage_run
 
 log = logging.getLogger(__name__)
 CHECKPOINTS = "checkpoints"
@@ -70,10 +73,14 @@ class PretrainResult:
     last_loss: float
     checkpoints_dir: Path
     params: dict[str, int]
+    #: per phase {"phase", "stopped_by" (steps, plateau, mlm_accuracy), "step" (global), "phase_step", "max_steps"}
+    phases: list[dict] = dataclasses.field(default_factory=list)
 
     def summary(self) -> str:
+        early = "".join(f"; {p['phase']} stopped by {p['stopped_by']} at step {p['phase_step']} of {p['max_steps']}"
+                        for p in self.phases if p["stopped_by"] != STEPS)
         return (f"pretrain: {len(self.history)} logged steps, loss {self.first_loss:.4f} -> {self.last_loss:.4f}, "
-                f"trainable params {self.params.get('trainable', 0):,}; model: {self.model_dir}")
+                f"trainable params {self.params.get('trainable', 0):,}{early}; model: {self.model_dir}")
 
 
 def special_ids(tokenizer_dir: Path) -> Specials:
@@ -212,7 +219,21 @@ def _reused(out_dir: Path) -> PretrainResult:
     log.info("pretrain: output complete for this config and inputs, reused (%s)", out_dir / "final")
     return PretrainResult(model_dir=out_dir / "final", history=history, first_loss=counts.get("first_loss", math.nan),
                           last_loss=counts.get("last_loss", math.nan), checkpoints_dir=out_dir / CHECKPOINTS,
-                          params={"trainable": counts.get("trainable_params"), "total": counts.get("total_params")})
+                          params={"trainable": counts.get("trainable_params"), "total": counts.get("total_params")},
+                          phases=manifest.get("phases", []))
+
+
+def _log_stops(tracking_info: dict | None, phases: list[dict]) -> None:
+    """What ended each phase onto the stage's MLflow run: a tag (steps, plateau, mlm_accuracy) and
+    the global step it stopped at as a metric."""
+    if not tracking_info:
+        return
+    set_run_tags(tracking_info["uri"], tracking_info["run_id"],
+                 {S.stopped_by_tag(p["phase"]): p["stopped_by"] for p in phases})
+    logger = RankZeroLogger(tracking_info)
+    for p in phases:
+        logger.log({S.stop_step_metric(p["phase"]): p["step"]}, p["step"])
+    logger.close()
 
 
 def _export_final(checkpoint, tokenizer_dir: Path, final: Path, cfg: PretrainConfig, key: str) -> None:
@@ -299,6 +320,7 @@ def pretrain(cfg: PretrainConfig, instances: dict[int, Path], tokenizer_dir: Pat
         if result.checkpoint is None:
             raise OrchestratorError(f"pretraining produced no checkpoint under {out_dir / CHECKPOINTS}")
         history = returned.get("history", [])
+        phases = returned.get("phases", [])
         final = out_dir / "final"
         _export_final(result.checkpoint, tokenizer_dir, final, cfg, key)
     except BaseException:
@@ -312,11 +334,12 @@ def pretrain(cfg: PretrainConfig, instances: dict[int, Path], tokenizer_dir: Pat
                    inputs=[info.path for info in infos.values()] + [tokenizer_dir], seed=cfg.seed,
                    counts={"steps": history[-1]["step"] if history else 0, "first_loss": first, "last_loss": last,
                            "trainable_params": params.get("trainable"), "total_params": params.get("total")},
-                   extra={"final": str(final), "mlflow_run_id": (tracking_info or {}).get("run_id"),
-                          KEY_FIELD: key})
+                   extra={"final": str(final), "phases": phases,
+                          "mlflow_run_id": (tracking_info or {}).get("run_id"), KEY_FIELD: key})
+    _log_stops(tracking_info, phases)
     end_stage_run(tracking_info)
     return PretrainResult(model_dir=final, history=history, first_loss=first, last_loss=last,
-                          checkpoints_dir=out_dir / CHECKPOINTS, params=params)
+                          checkpoints_dir=out_dir / CHECKPOINTS, params=params, phases=phases)
 
 
 def random_init(cfg: PretrainConfig, tokenizer_dir: Path, out_dir: Path) -> Path:
@@ -366,6 +389,14 @@ def plan_pretrain(cfg: PretrainConfig, instances: dict[int, Path] | None, tokeni
         lines.append(f"{name}: len {phase.max_seq_length}, {phase.steps} steps, global batch {plan.global_batch} = "
                      f"{plan.workers} x {plan.device_batch} x {plan.accumulation} accumulation, "
                      f"lr {phase.learning_rate:g}, warm-up {int(phase.warmup_proportion * phase.steps)} steps")
+    if cfg.stop.enabled:
+        stop = cfg.stop
+        rules = [f"MLM accuracy >= {stop.mlm_accuracy:g}"] if stop.mlm_accuracy else []
+        if stop.plateau_patience:
+            rules.append(f"MLM loss not {stop.plateau_min_delta:.1%} below the phase's best for "
+                         f"{stop.plateau_patience} windows")
+        lines.append(f"stop: a phase ends at its steps, or earlier at the end of a {stop.window}-step window with "
+                     f"{' or '.join(rules)} (the LR schedule stays over the steps)")
     if tokenizer_dir is not None:
         special = special_ids(Path(tokenizer_dir))
         _check_init_from(cfg, special.vocab_size, Path(tokenizer_dir))

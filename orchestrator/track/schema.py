@@ -12,7 +12,10 @@ Run tree of a sweep:
         trial           tags KIND=trial; per-epoch train_loss, dev, test
 
 A pretraining run carries KIND=pretrain and is a child of the run active when it started; its
-metrics are per optimizer step (step = global step), PRETRAIN_LOSS the training loss among them.
+metrics are per optimizer step (step = global step), PRETRAIN_LOSS the training loss among them;
+with a stopping rule (``pretrain.stop``) also WINDOW_MLM_LOSS and WINDOW_MLM_ACCURACY at each window's
+end. Once it has finished, each phase's ``stopped_by_tag(phase)`` says what ended it (steps, plateau,
+mlm_accuracy) and ``stop_step_metric(phase)`` holds the global step it ended at.
 
 Run tree of an experiment (``orchestrator.experiment``): one parent, KIND=experiment, EXPERIMENT_KEY;
 each arm's pretraining run and the sweep parent above are its children; the pretraining run and
@@ -43,6 +46,7 @@ ARMS, BASELINE_TAG = "orchestrator.arms", "orchestrator.baseline"
 ARM_FIELDS = ("status", "kind", "stage", "error")  # experiment.json's fields of an arm, as parent-run tags
 ARM_PARAM_PREFIX, BASELINE = "arm.", "baseline"
 PRETRAIN_LOSS = "loss"
+WINDOW_MLM_LOSS, WINDOW_MLM_ACCURACY = "stop.window_mlm_loss", "stop.window_mlm_accuracy"
 SWEEP_FINGERPRINT = "orchestrator.sweep_fingerprint"
 CELL_DIGEST = "orchestrator.cell_digest"
 GIT_COMMIT = "git_commit"
@@ -81,6 +85,16 @@ def read_source_metrics(metrics: dict[str, float]) -> dict:
         task, _, measure = name[len(SOURCE_PREFIX):].rpartition(".")
         (scores["by_task"].setdefault(task, {}) if task else scores["measures"])[measure] = value
     return scores
+
+
+def stopped_by_tag(phase: str) -> str:
+    """A pretraining run's tag saying what ended ``phase`` (phase1, phase2)."""
+    return f"orchestrator.{phase}.stopped_by"
+
+
+def stop_step_metric(phase: str) -> str:
+    """A pretraining run's metric holding the global step ``phase`` ended at."""
+    return f"{phase}.stop_step"
 
 
 def arm_tag(arm: str, name: str) -> str:
