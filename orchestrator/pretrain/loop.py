@@ -172,6 +172,34 @@ def _check_same_decision(decision: str | None, world: int, device: torch.device,
                                 f"{decision or 'go on'}); the stopping rule must see the all-reduced values")
 
 
+class Progress:
+    """A console line at most every ``every_s`` seconds (and at the phase's end): a pretraining phase
+    runs for hours and its metrics otherwise go only to MLflow."""
+
+    def __init__(self, phase_name: str, steps: int, start_step: int, every_s: float = 30.0):
+        self.phase_name, self.steps, self.start_step, self.every_s = phase_name, steps, start_step, every_s
+        self.started = self.last = time.monotonic()
+
+    def step(self, phase_step: int, mlm_loss: float, mlm_accuracy: float, force: bool = False) -> str | None:
+        now = time.monotonic()
+        if not force and now - self.last < self.every_s:
+            return None
+        self.last = now
+        done = phase_step - self.start_step
+        rate = done / max(now - self.started, 1e-9)
+        eta = (self.steps - phase_step) / rate if rate > 0 else float("inf")
+        line = (f"{self.phase_name}: step {phase_step}/{self.steps}, MLM loss {mlm_loss:.4f}, accuracy "
+                f"{mlm_accuracy:.3f}, {rate:.2f} steps/s" + (f", about {_duration(eta)} left" if phase_step
+                                                              < self.steps and math.isfinite(eta) else ""))
+        log.info("%s", line)
+        return line
+
+
+def _duration(seconds: float) -> str:
+    minutes = int(seconds // 60)
+    return f"{minutes // 60}h{minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m{int(seconds % 60):02d}s"
+
+
 def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     """Ray Train entry point. ``config``: cfg (dict), tokenizer_dir, special, dynamic (per phase name:
     its masking rule, or None for static masks), tracking ({uri, run_id} or None), resume_dir (a
@@ -246,6 +274,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
                      phase.steps, plan.global_batch, world, plan.device_batch, plan.accumulation,
                      phase.learning_rate)
         window = {"t": time.perf_counter(), "seq": 0, "tok": 0}
+        progress = Progress(phase_name, phase.steps, state["phase_step"])
         while state["phase_step"] < phase.steps:
             if fail_at and rank == min(1, world - 1) and state["step"] == fail_at["step"] \
                     and not os.path.exists(fail_at["marker"]):
@@ -299,6 +328,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
                 tracker.log({k: v for k, v in record.items() if k != "step"}, state["step"])
                 window = {"t": time.perf_counter(), "seq": 0, "tok": 0}
             phase_done = stopped_by is not None
+            if rank == 0:
+                progress.step(state["phase_step"], mlm / world, correct / max(count, 1.0), force=phase_done)
             if phase_done:
                 state["phases"].append({"phase": phase_name, "stopped_by": stopped_by, "step": state["step"],
                                         "phase_step": state["phase_step"], "max_steps": phase.steps})
