@@ -1,6 +1,7 @@
 """The sweep: selection (pure), then a real Ray Tune sweep on a tiny BERT with MLflow nesting and restore."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -243,3 +244,155 @@ def test_a_trial_whose_worker_is_killed_is_run_again_and_recorded_once(tiny_bert
     records = sorted(p.name for p in (tmp_path / "sweep" / "trials").glob("*.json"))
     assert records == ["tiny__biosses__lr0.0005__s1.json", "tiny__biosses__lr0.0005__s2.json"]
     assert result.results["cells"]["tiny"]["BIOSSES"]["n"] == 2
+
+
+# --- early stopping on dev (issue 14; seed 002: up to 100 epochs, patience 25) -------------------------------
+def test_best_dev_stops_patience_epochs_after_the_best_and_a_tie_is_no_improvement():
+    from orchestrator.finetune.loop import BestDev
+
+    up = BestDev(patience=2, higher_is_better=True)
+    assert [up.update(e, d) for e, d in enumerate([0.5, 0.7, 0.7, 0.6], 1)] == [True, True, False, False]
+    assert (up.best_epoch, up.best_dev) == (2, 0.7)
+    assert not up.done(3) and up.done(4)  # two epochs (3, 4) without a better dev score
+    down = BestDev(patience=1, higher_is_better=False)  # a loss-like metric: lower is better
+    assert [down.update(e, d) for e, d in enumerate([3.0, 2.0, 2.5], 1)] == [True, True, False]
+    assert down.best_epoch == 2 and down.done(3)
+
+
+def es_record(lr: float, seed: int, devs: list[float], best: int, test: float) -> dict:
+    rows = [{"epoch": e, "train_loss": 1.0, "dev": d} for e, d in enumerate(devs, 1)]
+    rows[best - 1]["test"] = test
+    return {"trial": {"learning_rate": lr, "seed": seed, "model_name": "m"}, "task": "T", "epochs": rows,
+            "early_stopping": {"patience": 1, "max_epochs": 9, "best_epoch": best, "stopped_epoch": len(devs)}}
+
+
+def test_selection_of_early_stopped_trials_is_over_learning_rates_at_each_trials_best_epoch():
+    recs = [es_record(1e-5, 1, [0.5, 0.6, 0.55], 2, 0.40), es_record(1e-5, 2, [0.7, 0.6], 1, 0.30),  # dev mean .65
+            es_record(2e-5, 1, [0.6, 0.8, 0.7], 2, 0.90), es_record(2e-5, 2, [0.6, 0.5], 1, 0.10)]  # dev mean .70
+    cell = select_cell(recs, higher_is_better=True)
+    assert cell["selected"] == {"learning_rate": 2e-5}  # no epochs axis: each trial chose its own on dev
+    assert cell["test_scores"] == [0.90, 0.10] and cell["mean"] == pytest.approx(0.5)
+    assert cell["dev_mean"] == pytest.approx(0.7)
+    assert cell["early_stopping"] == {"best_epochs": [2, 1], "stopped_epochs": [3, 2]}
+    assert cell["curve"] == [{"epoch": 1, "dev": pytest.approx(0.6), "n": 2},
+                             {"epoch": 2, "dev": pytest.approx(0.65), "n": 2}, {"epoch": 3, "dev": 0.7, "n": 1}]
+    assert select_cell(recs, higher_is_better=False)["selected"] == {"learning_rate": 1e-5}
+    with pytest.raises(ValueError, match="mix early-stopped trials"):
+        select_cell([*recs, record(1e-5, 3, [(1, 0.5, 0.4)])], higher_is_better=True)
+
+
+def test_early_stopping_replaces_the_epoch_axis_and_leaves_the_keys_of_sweeps_without_it(tmp_path):
+    from orchestrator.core.config import from_dict
+    from orchestrator.sweep.config import EarlyStopping
+    from orchestrator.sweep.space import tracked_config, trial_fingerprint
+    from orchestrator.track.sweep import sweep_fingerprint
+
+    model = {"m": Path("/nonexistent/m")}
+    plain = build_trials(SweepConfig(), resolve_space(SweepConfig()), model)
+    # computed before early stopping existed: a change here makes every finished sweep train again
+    assert [trial_fingerprint(plain[0]), trial_fingerprint(plain[-1])] == ["140d371993d1c890", "85ef2166f8204273"]
+    assert sweep_fingerprint(tracked_config(SweepConfig(), resolve_space(SweepConfig())), {}) == "f4b329e0aa29f69b"
+    assert {t.patience for t in plain} == {0}
+
+    cfg = from_dict(SweepConfig, {"early_stopping": {"patience": 25}}, where="sweep")
+    assert cfg.early_stopping == EarlyStopping(patience=25, max_epochs=100)  # seed 002's full fine-tuning
+    space = resolve_space(cfg)
+    assert space.epochs == {} and space.early_stopping.on  # the space's epoch grids are replaced
+    stopped = build_trials(cfg, space, model)
+    assert [t.trial_id for t in stopped] == [t.trial_id for t in plain]  # learning rates x seeds remain
+    assert {(t.patience, t.eval_epochs) for t in stopped} == {(25, (100,))}
+    keys = {trial_fingerprint(t) for t in stopped}
+    assert len(keys) == len(stopped) and not keys & {trial_fingerprint(t) for t in plain}
+    assert trial_fingerprint(dataclasses.replace(stopped[0], patience=5)) != trial_fingerprint(stopped[0])
+    assert sweep_fingerprint(tracked_config(cfg, space), {}) != "f4b329e0aa29f69b"
+
+    with pytest.raises(ConfigError, match=r"sweep\.epochs .* sweep\.early_stopping\.patience"):
+        from_dict(SweepConfig, {"epochs": {"biosses": [3, 5]}, "early_stopping": {"patience": 2}}, where="sweep")
+    with pytest.raises(ConfigError, match="patience must be >= 0"):
+        from_dict(SweepConfig, {"early_stopping": {"patience": -1}}, where="sweep")
+    both = tmp_path / "both.yaml"
+    both.write_text("tasks: [biosses]\nlearning_rates: [1.0e-4]\nseeds: [1]\nepochs: {biosses: [30]}\n"
+                    "early_stopping: {patience: 25}\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="epochs .* and early_stopping.patience 25"):
+        resolve_space(SweepConfig(search_space=str(both)))
+    # a space that stops early; a sweep that gives epoch grids for it runs those grids instead
+    (tmp_path / "stop.yaml").write_text("tasks: [biosses]\nlearning_rates: [1.0e-4]\nseeds: [1]\n"
+                                        "early_stopping: {patience: 3, max_epochs: 30}\n", encoding="utf-8")
+    own = build_trials(SweepConfig(search_space=str(tmp_path / "stop.yaml")),
+                       resolve_space(SweepConfig(search_space=str(tmp_path / "stop.yaml"))), model)
+    assert [(t.patience, t.eval_epochs) for t in own] == [(3, (30,))]
+    grid_cfg = SweepConfig(search_space=str(tmp_path / "stop.yaml"), epochs={"biosses": (5, 10)})
+    assert [(t.patience, t.eval_epochs) for t in build_trials(grid_cfg, resolve_space(grid_cfg), model)] == [
+        (0, (5, 10))]
+
+
+@pytest.mark.parametrize("task,tune,precision,lr", [("chemprot", "full", "fp32", 3e-2),
+                                                    ("biosses", "adapters", "bf16", 3e-2)])
+def test_an_early_stopped_trial_reports_test_on_its_best_dev_epochs_weights(tiny_bert, task, tune, precision, lr):
+    """A high learning rate makes dev worse within a few epochs; with patience 1 the trial stops one epoch
+    after its best, and its test score and predictions are those of a trial (same seed, same schedule) that
+    evaluated at the best epoch, not at the epoch it stopped."""
+    from orchestrator.finetune.loop import run_trial
+    from orchestrator.finetune.spec import SAMPLE_DIR, load_task
+    from orchestrator.finetune.trial import TrialSpec
+
+    base = dict(trial_id="es", model_name="tiny", model_dir=str(tiny_bert), task=task,
+                data_dir=str(SAMPLE_DIR / load_task(task).dir), learning_rate=lr, seed=1, batch_size=16,
+                max_seq_length=64, tune=tune, precision=precision)
+    rec = run_trial(TrialSpec(eval_epochs=(5,), patience=1, **base))
+    best, stopped = rec["early_stopping"]["best_epoch"], rec["early_stopping"]["stopped_epoch"]
+    assert stopped == best + 1 < 5 and rec["early_stopping"]["max_epochs"] == 5
+    assert [r["epoch"] for r in rec["epochs"]] == list(range(1, stopped + 1)) and all("dev" in r for r in rec["epochs"])
+    assert [r["epoch"] for r in rec["epochs"] if "test" in r] == [best] and list(rec["predictions"]) == [str(best)]
+    assert rec["counts"]["eval_examples"] == stopped * rec["counts"]["dev_size"] + rec["counts"]["test_size"]
+
+    grid = run_trial(TrialSpec(eval_epochs=(best, stopped, 5), **base))  # the same run, evaluated at fixed epochs
+    at = {r["epoch"]: r for r in grid["epochs"] if "test" in r}
+    assert rec["epochs"][best - 1]["dev"] == at[best]["dev"] and rec["epochs"][stopped - 1]["dev"] == at[stopped]["dev"]
+    assert rec["epochs"][best - 1]["test"] == at[best]["test"]
+    assert grid["predictions"][str(best)] != grid["predictions"][str(stopped)]  # the check can tell them apart
+    assert rec["predictions"][str(best)] == grid["predictions"][str(best)]
+
+
+def test_an_early_stopping_sweep_on_ray_tune_records_and_logs_where_each_trial_stopped(tiny_bert, ray_local,
+                                                                                      tmp_path):
+    import mlflow
+
+    from orchestrator.sweep.config import EarlyStopping
+    from orchestrator.sweep.runner import plan_sweep, run_sweep
+    from orchestrator.track import TrackingConfig
+
+    cfg = SweepConfig(search_space="tiny", tasks=("chemprot",), learning_rates=(3e-2,), seeds=(1, 2),
+                      early_stopping=EarlyStopping(patience=1, max_epochs=5))
+    assert "early stopping on dev, patience 1, up to 5 epochs" in plan_sweep(cfg, {"tiny": tiny_bert})
+    tracking = TrackingConfig(experiment="test-early-stopping")
+    result = run_sweep(cfg, {"tiny": tiny_bert}, tmp_path / "sweep", tracking, tmp_path)
+    records = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "sweep" / "trials").glob("*.json")}
+    stops = {name: rec["early_stopping"] for name, rec in sorted(records.items())}
+    assert len(stops) == 2 and all(s["stopped_epoch"] <= 5 and s["best_epoch"] <= s["stopped_epoch"]
+                                   for s in stops.values())
+    assert any(s["stopped_epoch"] < 5 for s in stops.values())
+    cell = result.results["cells"]["tiny"]["ChemProt"]
+    assert cell["selected"] == {"learning_rate": 3e-2} and cell["seeds"] == [1, 2]
+    assert cell["test_scores"] == [next(r["test"] for r in rec["epochs"] if "test" in r)
+                                   for _, rec in sorted(records.items())]
+    assert cell["early_stopping"]["best_epochs"] == [s["best_epoch"] for s in stops.values()]
+    assert all("test" not in p for p in cell["curve"]) and cell["curve"][0]["n"] == 2
+
+    mlflow.set_tracking_uri(tracking.resolve_uri(tmp_path))
+    runs = mlflow.search_runs(experiment_names=["test-early-stopping"], output_format="list")
+    trial_runs = {r.info.run_name: r for r in runs if r.data.tags.get("orchestrator.kind") == "trial"}
+    client = mlflow.tracking.MlflowClient()
+    for name, stop in stops.items():
+        run = trial_runs[name]
+        assert run.data.params["patience"] == "1"
+        assert (run.data.metrics["best_epoch"], run.data.metrics["stopped_epoch"]) == (stop["best_epoch"],
+                                                                                       stop["stopped_epoch"])
+        assert [m.step for m in client.get_metric_history(run.info.run_id, "dev")] == list(
+            range(1, stop["stopped_epoch"] + 1))
+        assert [m.step for m in client.get_metric_history(run.info.run_id, "test")] == [stop["best_epoch"]]
+    child = next(r for r in runs if r.data.tags.get("orchestrator.kind") == "model_task")
+    assert child.data.params["selected.learning_rate"] == "0.03" and "curve.dev" in child.data.metrics
+    assert "curve.test" not in child.data.metrics
+    again = run_sweep(cfg, {"tiny": tiny_bert}, tmp_path / "sweep", None, tmp_path)
+    assert (again.ran, again.skipped) == (0, 2)  # early-stopped trials are reused by their own key

@@ -7,6 +7,11 @@ again. Ray-free: the Tune trainable in ``orchestrator.sweep.runner`` passes ``re
 Deviation to know about: the linear learning-rate schedule spans the trial's largest epoch
 count, so "epoch 5 of a 10-epoch trial" has not decayed to zero as a separate 5-epoch run
 would; ``benchmarks/sweep_epoch_sharing.py`` measures whether the selection changes.
+
+Early stopping (``trial.patience`` > 0) replaces the epoch grid: dev is scored after every epoch,
+the weights of the best dev epoch so far are kept (a CPU copy, taken only when dev improves), the
+trial stops ``patience`` epochs after its best (or at ``max_epochs``, which the schedule spans),
+and test is scored once, on the best dev epoch's weights, into that epoch's row.
 """
 from __future__ import annotations
 
@@ -192,10 +197,33 @@ def score(spec: TaskSpec, examples: list[Example], preds: list[Any]) -> float:
                   docs=[ex.doc for ex in examples])
 
 
+@dataclasses.dataclass
+class BestDev:
+    """Early stopping's bookkeeping: the best dev score so far and its epoch. A tie is no
+    improvement (the earlier, shorter-trained epoch stays best)."""
+
+    patience: int
+    higher_is_better: bool
+    best_epoch: int = 0
+    best_dev: float = math.nan
+
+    def update(self, epoch: int, dev: float) -> bool:
+        """Take ``epoch``'s dev score; True when it is the best so far (the first one always is)."""
+        if self.best_epoch and not (dev > self.best_dev if self.higher_is_better else dev < self.best_dev):
+            return False
+        self.best_epoch, self.best_dev = epoch, dev
+        return True
+
+    def done(self, epoch: int) -> bool:
+        """``patience`` epochs have ended since the best one."""
+        return epoch - self.best_epoch >= self.patience
+
+
 def run_trial(trial: TrialSpec, report: Callable[[dict], None] | None = None,
               task_spec: TaskSpec | None = None, keep: Callable[[TaskModel], None] | None = None) -> dict:
-    """Fine-tune, evaluating at ``trial.eval_epochs``; returns the trial record (JSON-safe).
-    ``report`` gets each epoch's row as it ends; ``keep`` gets the fine-tuned model at the end."""
+    """Fine-tune, evaluating at ``trial.eval_epochs`` (or, with ``trial.patience``, with early
+    stopping on dev); returns the trial record (JSON-safe). ``report`` gets each epoch's row as it
+    ends; ``keep`` gets the fine-tuned model at the end (early stopping: at its best dev epoch)."""
     from transformers import AutoTokenizer, get_linear_schedule_with_warmup  # heavy: transformers
 
     # trial.data_dir already is the task's own directory (see orchestrator.sweep.space.task_data_dir)
@@ -228,11 +256,27 @@ def run_trial(trial: TrialSpec, report: Callable[[dict], None] | None = None,
     total = steps_per_epoch * trial.max_epochs
     sched = get_linear_schedule_with_warmup(optim, int(trial.warmup_proportion * total), total)
     rng = np.random.default_rng(trial.seed)
+    stopper = BestDev(trial.patience, METRICS.get(spec.metric).higher_is_better) if trial.patience else None
+    best_weights: dict[str, torch.Tensor] = {}
 
     epochs: list[dict] = []
     predictions: dict[str, dict[str, list]] = {}
     per_tag: dict[str, dict[str, dict[str, float]]] = {}  # NER: epoch -> entity type -> P/R/F1/support
     counts = {"train_examples": 0, "eval_examples": 0, "train_seconds": 0.0, "eval_seconds": 0.0}
+
+    def evaluate(row: dict[str, Any], names: tuple[str, ...]) -> None:
+        """Score the model as it is now on the splits ``names`` into ``row`` (test: its predictions too)."""
+        tick = time.perf_counter()
+        for name in names:
+            pred = predict(model, spec, enc[name], trial.batch_size, pad_id, device)
+            row[name] = score(spec, splits[name], pred)
+            counts["eval_examples"] += len(splits[name])
+            if name == "test":
+                predictions[str(row["epoch"])] = {"test": _jsonable(pred)}
+                if spec.family == "ner":
+                    per_tag[str(row["epoch"])] = ner_per_tag([ex.label for ex in test], pred)
+        counts["eval_seconds"] += time.perf_counter() - tick
+
     started = time.time()
     for epoch in range(1, trial.max_epochs + 1):
         tick = time.perf_counter()
@@ -253,25 +297,32 @@ def run_trial(trial: TrialSpec, report: Callable[[dict], None] | None = None,
         row: dict[str, Any] = {"epoch": epoch, "train_loss": float(loss_sum / max(n_batches, 1))}
         if trial.precision == "fp16":
             row["loss_scale"], row["skipped_steps"] = float(scaler.get_scale()), skipped_steps
-        if epoch in trial.eval_epochs:
-            tick = time.perf_counter()
-            dev_pred = predict(model, spec, enc["dev"], trial.batch_size, pad_id, device)
-            test_pred = predict(model, spec, enc["test"], trial.batch_size, pad_id, device)
-            counts["eval_examples"] += len(dev) + len(test)
-            row["dev"] = score(spec, dev, dev_pred)
-            row["test"] = score(spec, test, test_pred)
-            predictions[str(epoch)] = {"test": _jsonable(test_pred)}
-            if spec.family == "ner":
-                per_tag[str(epoch)] = ner_per_tag([ex.label for ex in test], test_pred)
-            counts["eval_seconds"] += time.perf_counter() - tick
+        if stopper is not None:
+            evaluate(row, ("dev",))
+            if stopper.update(epoch, row["dev"]):  # a CPU copy of the weights that train (frozen ones stay as loaded)
+                best_weights = {name: p.detach().to("cpu", copy=True) for name, p in trained}
+        elif epoch in trial.eval_epochs:
+            evaluate(row, ("dev", "test"))
         epochs.append(row)
         log.info("%s epoch %d: %s", trial.trial_id, epoch, {k: round(v, 4) for k, v in row.items()})
         if report is not None:
             report(dict(row))
+        if stopper is not None and stopper.done(epoch):
+            break
+    stopping = {}
+    if stopper is not None:
+        with torch.no_grad():
+            for name, p in trained:
+                p.copy_(best_weights[name])
+        evaluate(epochs[stopper.best_epoch - 1], ("test",))
+        stopping = {"early_stopping": {"patience": trial.patience, "max_epochs": trial.max_epochs,
+                                       "best_epoch": stopper.best_epoch, "stopped_epoch": len(epochs)}}
+        log.info("%s: best dev %.4f at epoch %d, stopped after epoch %d", trial.trial_id, stopper.best_dev,
+                 stopper.best_epoch, len(epochs))
     if keep is not None:
         keep(model)
     return {"trial_id": trial.trial_id, "trial": dataclasses.asdict(trial), "task": spec.name,
-            "metric": spec.metric, "epochs": epochs, "predictions": predictions, "per_tag": per_tag,
+            "metric": spec.metric, "epochs": epochs, "predictions": predictions, "per_tag": per_tag, **stopping,
             "counts": {**counts, "train_size": len(train), "dev_size": len(dev), "test_size": len(test)},
             "seconds": round(time.time() - started, 3)}
 

@@ -30,6 +30,9 @@ class TrialSpec:
     tune: str = "full"  # "full": every weight trains; "adapters": adapters and head only
     adapter_reduction_factor: int = 16  # tune="adapters" on a model without adapters: fresh ones of this size
     precision: str = "fp32"  # fp32 | bf16 | fp16 (autocast; fp16 with a dynamic loss scaler)
+    # > 0: early stopping. Dev after every epoch up to max_epochs; stop after this many epochs without a
+    # better dev score; test once, on the weights of the best dev epoch. 0: evaluate at eval_epochs.
+    patience: int = 0
 
     @property
     def max_epochs(self) -> int:

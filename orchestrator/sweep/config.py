@@ -8,6 +8,29 @@ from orchestrator.core.errors import ConfigError
 
 
 @dataclasses.dataclass(frozen=True)
+class EarlyStopping:
+    """Early stopping on the dev metric (seed 002: up to 100 epochs, patience 25). When on it replaces
+    the epochs axis: each (learning rate, seed) trial picks its own epoch on dev."""
+
+    patience: int = field(0, help="0 = off (the epoch grid is used). N > 0: every trial evaluates dev after each "
+                                   "epoch, keeps the weights of its best dev epoch, stops after N epochs without a "
+                                   "better dev score (or at max_epochs) and reports test at those best weights; "
+                                   "replaces the epochs axis (learning rates x seeds remain)")
+    max_epochs: int = field(100, help="with patience > 0: the most epochs a trial trains, for every task (the "
+                                      "linear LR schedule spans this many epochs)")
+
+    def __post_init__(self):
+        if self.patience < 0:
+            raise ConfigError(f"early_stopping.patience must be >= 0 (0 = off), got {self.patience}")
+        if self.max_epochs < 1:
+            raise ConfigError(f"early_stopping.max_epochs must be >= 1, got {self.max_epochs}")
+
+    @property
+    def on(self) -> bool:
+        return self.patience > 0
+
+
+@dataclasses.dataclass(frozen=True)
 class SweepConfig:
     search_space: str = field("blue", help="search space: a name under search_spaces/ (blue = seed 000's "
                                            "Table 4 grid, tiny = laptop) or a YAML path")
@@ -16,7 +39,11 @@ class SweepConfig:
     learning_rates: tuple[float, ...] = field((), help="override the space's learning rates")
     seeds: tuple[int, ...] = field((), help="override the space's seeds")
     epochs: dict[str, tuple[int, ...]] = field(default_factory=dict,
-                                               help="override epoch grids per task (stem -> list)")
+                                               help="override epoch grids per task (stem -> list); turns off a "
+                                                    "space's early stopping")
+    early_stopping: EarlyStopping = field(default_factory=EarlyStopping,
+                                          help="override the space's early stopping when patience > 0 (it then "
+                                               "replaces the space's epoch grids; not together with sweep.epochs)")
     max_train_examples: int | None = field(None, help="override: cap training examples per task (0 = all)")
     max_eval_examples: int | None = field(None, help="override: cap dev/test examples per task (0 = all)")
     precision: str = field("", help="override the space's fine-tuning precision: fp32, bf16 or fp16 (with a loss "
@@ -47,3 +74,7 @@ class SweepConfig:
         for task, grid in self.epochs.items():
             if not grid or any(e < 1 for e in grid):
                 raise ConfigError(f"sweep.epochs.{task}: need positive epoch counts, got {list(grid)}")
+        if self.early_stopping.on and self.epochs:
+            raise ConfigError(f"sweep.epochs {sorted(self.epochs)} and sweep.early_stopping.patience "
+                              f"{self.early_stopping.patience}: early stopping replaces the epochs axis, set one "
+                              "of them (sweep.epochs={} or sweep.early_stopping.patience=0)")

@@ -32,6 +32,7 @@ from orchestrator.sweep.space import (
     resolve_space,
     space_tasks,
     task_data_dir,
+    tracked_config,
     trial_fingerprint,
 )
 from orchestrator.track import TrackingConfig
@@ -61,8 +62,11 @@ class SweepResult:
 def plan_sweep(cfg: SweepConfig, models: dict[str, Path]) -> str:
     """Dry run: the space resolves, every task file parses, every model directory loads."""
     space = resolve_space(cfg)
+    stop = space.early_stopping
     lines = [f"search space {cfg.search_space}: lr {list(space.learning_rates)} x seeds {list(space.seeds)}, "
-             f"batch {space.batch_size}, max_seq_length {space.max_seq_length}"]
+             f"batch {space.batch_size}, max_seq_length {space.max_seq_length}"
+             + (f"; early stopping on dev, patience {stop.patience}, up to {stop.max_epochs} epochs" if stop.on
+                else "")]
     for name, path in models.items():
         ok = model_dir_ok(path)
         lines.append(f"model {name}: {path}" + ("" if ok else "  (not built yet: produced by an earlier stage)"))
@@ -76,9 +80,10 @@ def plan_sweep(cfg: SweepConfig, models: dict[str, Path]) -> str:
         if spec.cv_folds:
             sizes["cv_folds"] = spec.cv_folds
         lines.append(f"task {spec.name} ({spec.family}, {spec.metric}, {spec.group}): {data_dir} "
-                     f"{sizes}; epochs {list(epoch_grid(space, task, spec))}")
+                     f"{sizes}" + ("" if stop.on else f"; epochs {list(epoch_grid(space, task, spec))}"))
     n = len(build_trials(cfg, space, models))
-    lines.append(f"{n} trial(s) (one per model x task x lr x seed [x fold]; epochs shared within a trial)")
+    lines.append(f"{n} trial(s) (one per model x task x lr x seed [x fold]; "
+                 + ("each stops on dev)" if stop.on else "epochs shared within a trial)"))
     return "\n".join(lines)
 
 
@@ -104,7 +109,7 @@ def _tune_trainable(config: dict) -> None:
 
     trial = TrialSpec(**{**config["trial"], "eval_epochs": tuple(config["trial"]["eval_epochs"])})
     record = run_trial(trial, report=tune.report)
-    tune.report({"epoch": trial.max_epochs, "record": json.dumps(record)})
+    tune.report({"epoch": record["epochs"][-1]["epoch"], "record": json.dumps(record)})
 
 
 def _record_writer(trials_dir: Path):
@@ -201,7 +206,7 @@ def run_sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, tracking
                       for m, p in [*models.items(), *((v.name, Path(v.model_dir)) for v in variants)]}
         try:
             parent = log_sweep(tracking, run_dir, name=out_dir.parent.name or "sweep",
-                               config={"sweep": to_dict(cfg), "space": to_dict(space)}, results=results,
+                               config=tracked_config(cfg, space), results=results,
                                records=records, model_tags=model_tags,
                                artifacts=[out_dir / "results.json", out_dir / "selection.json"],
                                log_predictions=cfg.log_predictions)

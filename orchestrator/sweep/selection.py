@@ -9,6 +9,11 @@ Cross-validated tasks (trials carry ``fold`` >= 0): selection uses the dev mean 
 (seed, fold); the reported scores are one per fold (mean over seeds), so mean (sd) is over
 folds as in seed 000's Table 5. NER cells also carry ``per_tag`` precision / recall / F1 /
 support at the selected setting (mean over seeds and folds; seed 001's per-tag table).
+
+Early-stopped trials (records with ``early_stopping``) have no epoch axis: a setting is a learning
+rate, each trial answering it with its best dev epoch's dev and test scores; ``selected`` holds the
+learning rate only, the cell's ``early_stopping`` each run's best and last epoch (runs in (seed,
+fold) order), and its curve the dev mean per epoch over the runs that trained that long (``n``).
 """
 from __future__ import annotations
 
@@ -21,16 +26,28 @@ from orchestrator.core.results import summarize
 from orchestrator.finetune.metrics import METRICS
 from orchestrator.finetune.spec import TaskSpec
 
+EARLY_STOPPED = 0  # the epochs of an early-stopped trial's answer: chosen inside the trial, on dev
+
+
+def _answers(rec: dict) -> list[tuple[int, float, float]]:
+    """The (epochs, dev, test) a trial record answers: each evaluated epoch of its epoch grid, or
+    for an early-stopped trial one answer, from the row of its best dev epoch (which holds its test)."""
+    if "early_stopping" in rec:
+        row = next(r for r in rec["epochs"] if r["epoch"] == rec["early_stopping"]["best_epoch"])
+        return [(EARLY_STOPPED, row["dev"], row["test"])]
+    return [(row["epoch"], row["dev"], row["test"]) for row in rec["epochs"] if "dev" in row]
+
 
 def select_cell(records: Iterable[dict], higher_is_better: bool) -> dict:
     """One results.json cell from the trial records of one (model, task)."""
     records = list(records)
+    if len({"early_stopping" in rec for rec in records}) > 1:
+        raise ValueError("these trial records mix early-stopped trials and trials of an epoch grid")
     by_setting: dict[tuple[float, int], dict[tuple[int, int], tuple[float, float]]] = defaultdict(dict)
     for rec in records:
         lr, seed, fold = rec["trial"]["learning_rate"], rec["trial"]["seed"], rec["trial"].get("fold", -1)
-        for row in rec["epochs"]:
-            if "dev" in row:
-                by_setting[(lr, row["epoch"])][(seed, fold)] = (row["dev"], row["test"])
+        for epochs, dev, test in _answers(rec):
+            by_setting[(lr, epochs)][(seed, fold)] = (dev, test)
     if not by_setting:
         raise ValueError("no evaluated epochs in these trial records")
     sign = 1.0 if higher_is_better else -1.0
@@ -49,25 +66,48 @@ def select_cell(records: Iterable[dict], higher_is_better: bool) -> dict:
         tests = [float(np.mean([runs[(s, f)][1] for s in seeds if (s, f) in runs])) for f in folds]
     else:
         tests = [float(runs[(s, -1)][1]) for s in seeds]
-    curve = [{"epoch": ep, "dev": float(np.mean([d for d, _ in by_setting[(lr, ep)].values()])),
-              "test": float(np.mean([t for _, t in by_setting[(lr, ep)].values()]))}
-             for (lr, ep) in sorted(by_setting) if lr == best[0]]
+    stopped = [rec for rec in records if "early_stopping" in rec and rec["trial"]["learning_rate"] == best[0]]
+    if stopped:
+        curve = _dev_curve(stopped)
+    else:
+        curve = [{"epoch": ep, "dev": float(np.mean([d for d, _ in by_setting[(lr, ep)].values()])),
+                  "test": float(np.mean([t for _, t in by_setting[(lr, ep)].values()]))}
+                 for (lr, ep) in sorted(by_setting) if lr == best[0]]
+    selected = {"learning_rate": best[0]} if stopped else {"learning_rate": best[0], "epochs": best[1]}
     cell = {"mean": float(np.mean(tests)), "sd": float(np.std(tests, ddof=1)) if len(tests) > 1 else 0.0,
-            "n": len(tests), "selected": {"learning_rate": best[0], "epochs": best[1]},
+            "n": len(tests), "selected": selected,
             "dev_mean": float(np.mean(devs)), "test_scores": tests, "seeds": seeds, "curve": curve}
     if folds:
         cell["folds"] = len(folds)
+    if stopped:
+        stops = [r["early_stopping"] for r in sorted(stopped, key=lambda r: (r["trial"]["seed"],
+                                                                              r["trial"].get("fold", -1)))]
+        cell["early_stopping"] = {"best_epochs": [x["best_epoch"] for x in stops],
+                                  "stopped_epochs": [x["stopped_epoch"] for x in stops]}
     per_tag = _per_tag_at(records, *best)
     if per_tag:
         cell["per_tag"] = per_tag
     return cell
 
 
+def _dev_curve(records: list[dict]) -> list[dict]:
+    """Early-stopped trials: the dev mean per epoch over the ``n`` trials that trained that long."""
+    by_epoch: dict[int, list[float]] = defaultdict(list)
+    for rec in records:
+        for row in rec["epochs"]:
+            by_epoch[row["epoch"]].append(row["dev"])
+    return [{"epoch": ep, "dev": float(np.mean(devs)), "n": len(devs)} for ep, devs in sorted(by_epoch.items())]
+
+
 def _per_tag_at(records: list[dict], lr: float, epoch: int) -> dict[str, dict[str, float]]:
-    """Per-tag precision / recall / F1 at one setting, averaged over the records that have it;
-    support is a count of gold entities, the same for every seed, so it is summed over folds."""
-    reports = [(rec["trial"].get("fold", -1), rec["per_tag"][str(epoch)]) for rec in records
-               if rec["trial"]["learning_rate"] == lr and str(epoch) in rec.get("per_tag", {})]
+    """Per-tag precision / recall / F1 at one setting, averaged over the records that have it
+    (an early-stopped record: at its best dev epoch); support is a count of gold entities, the
+    same for every seed, so it is summed over folds."""
+    reports = []
+    for rec in records:
+        at = str(rec["early_stopping"]["best_epoch"] if "early_stopping" in rec else epoch)
+        if rec["trial"]["learning_rate"] == lr and at in rec.get("per_tag", {}):
+            reports.append((rec["trial"].get("fold", -1), rec["per_tag"][at]))
     tags = sorted({tag for _, rep in reports for tag in rep})
     out = {}
     for tag in tags:

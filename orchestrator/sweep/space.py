@@ -2,7 +2,8 @@
 
 Epoch sharing: the grid's epoch axis is not expanded. One trial per (model, task, learning
 rate, seed) trains to the largest epoch count of the task's range and is evaluated at every
-epoch value of the range.
+epoch value of the range. With ``early_stopping`` on there is no epoch axis: one trial per
+(model, task, learning rate, seed) trains up to ``max_epochs`` and picks its own epoch on dev.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from orchestrator.core.registry import suggest
 from orchestrator.core.reuse import content_key, model_identity
 from orchestrator.finetune.spec import SAMPLE_DIR, TaskSpec, load_task
 from orchestrator.finetune.trial import TrialSpec
-from orchestrator.sweep.config import SweepConfig
+from orchestrator.sweep.config import EarlyStopping, SweepConfig
 from search_spaces import SPACE_DIR
 
 
@@ -29,7 +30,9 @@ class SearchSpace:
     tasks: tuple[str, ...] = field(help="task file stems (orchestrator/finetune/tasks) or task YAML paths")
     learning_rates: tuple[float, ...] = field(help="learning rates (seed 000: 3e-5, 4e-5, 5e-5)")
     seeds: tuple[int, ...] = field(help="random seeds; selection uses the dev mean over them")
-    epochs: dict[str, tuple[int, ...]] = field(help="task stem -> epoch counts to answer (seed 000 Table 4)")
+    epochs: dict[str, tuple[int, ...]] = field(default_factory=dict,
+                                               help="task stem -> epoch counts to answer (seed 000 Table 4); "
+                                                    "not with early_stopping, which replaces this axis")
     batch_size: int = field(32, help="training batch size")
     max_seq_length: int = field(128, help="maximum tokens per input")
     max_train_examples: int = field(0, help="cap training examples per task (0 = all)")
@@ -45,6 +48,8 @@ class SearchSpace:
                      "(seed 000 fine-tuned in FP16); weights stay fp32, evaluation runs in fp32")
     adapter_reduction_factor: int = field(16, help="tune=adapters on a model without adapters: bottleneck = "
                                                    "hidden size / this (Pfeiffer et al.'s 16)")
+    early_stopping: EarlyStopping = field(default_factory=EarlyStopping,
+                                          help="early stopping on dev (patience > 0) instead of the epoch grids")
 
     def __post_init__(self):
         if not self.tasks or not self.learning_rates or not self.seeds:
@@ -53,6 +58,9 @@ class SearchSpace:
             raise ConfigError("search space: batch_size >= 1 and max_seq_length >= 8")
         if self.adapter_reduction_factor < 1:
             raise ConfigError("search space: adapter_reduction_factor must be >= 1")
+        if self.early_stopping.on and self.epochs:
+            raise ConfigError(f"search space: epochs {sorted(self.epochs)} and early_stopping.patience "
+                              f"{self.early_stopping.patience}: early stopping replaces the epochs axis, give one")
 
 
 def space_path(name_or_path: str) -> Path:
@@ -78,8 +86,12 @@ def resolve_space(cfg: SweepConfig) -> SearchSpace:
     for key in ("tasks", "learning_rates", "seeds"):
         if getattr(cfg, key):
             data[key] = list(getattr(cfg, key))
-    if cfg.epochs:
+    if cfg.epochs:  # an epoch grid given for this sweep turns the space's early stopping off
         data["epochs"] = {**data.get("epochs", {}), **{k: list(v) for k, v in cfg.epochs.items()}}
+        data.pop("early_stopping", None)
+    if cfg.early_stopping.on:  # and early stopping given for it drops the space's epoch grids
+        data["early_stopping"] = to_dict(cfg.early_stopping)
+        data.pop("epochs", None)
     for key in ("tune", "precision"):
         if getattr(cfg, key):
             data[key] = getattr(cfg, key)
@@ -95,6 +107,9 @@ def task_key(name: str) -> str:
 
 
 def epoch_grid(space: SearchSpace, task: str, spec: TaskSpec) -> tuple[int, ...]:
+    """The epoch counts a task's trials answer; with early stopping, only the most they may train."""
+    if space.early_stopping.on:
+        return (space.early_stopping.max_epochs,)
     for key in (task_key(task), spec.name):
         if key in space.epochs:
             return tuple(sorted(set(space.epochs[key])))
@@ -171,7 +186,8 @@ def build_trials(cfg: SweepConfig, space: SearchSpace, models: dict[str, Path],
                     max_seq_length=space.max_seq_length, max_train_examples=max_train,
                     max_eval_examples=space.max_eval_examples, weight_decay=space.weight_decay,
                     warmup_proportion=space.warmup_proportion, num_threads=threads, fold=fold, tune=space.tune,
-                    adapter_reduction_factor=space.adapter_reduction_factor, precision=space.precision))
+                    adapter_reduction_factor=space.adapter_reduction_factor, precision=space.precision,
+                    patience=space.early_stopping.patience))
     return trials
 
 
@@ -182,7 +198,19 @@ def trial_fingerprint(trial: TrialSpec) -> str:
     data = {k: v for k, v in dataclasses.asdict(trial).items()
             if k not in ("num_threads", "device", "cache_dir") and not (k == "fold" and v == -1)
             and not (k in ("tune", "adapter_reduction_factor") and trial.tune == "full")
-            and not (k == "precision" and v == "fp32")}  # trials of the defaults keep the keys they had
+            and not (k == "precision" and v == "fp32")
+            and not (k == "patience" and v == 0)}  # trials of the defaults keep the keys they had
     data["task_spec"] = {k: v for k, v in to_dict(load_task(trial.task)).items() if k != "dir"}
     data["model_identity"] = model_identity(trial.model_dir)
     return content_key(data)
+
+
+def tracked_config(cfg: SweepConfig, space: SearchSpace) -> dict:
+    """The resolved sweep as MLflow records it and as its ``sweep_fingerprint`` hashes it. Early
+    stopping appears only where it is on, so a sweep without it keeps the fingerprint (and reopens
+    the MLflow parent run) it had before the option existed."""
+    data = {"sweep": to_dict(cfg), "space": to_dict(space)}
+    for part in data.values():
+        if not part["early_stopping"]["patience"]:
+            del part["early_stopping"]
+    return data

@@ -9,7 +9,9 @@ Run tree of a sweep:
                         MODEL_DIR, MODEL_IDENTITY
                         params MODEL, TASK, METRIC, selected.<key>; metrics TEST_MEAN, TEST_SD, DEV_MEAN, N,
                         CURVE_DEV / CURVE_TEST per epoch (step = epoch), per_tag.<tag>.<measure>
-        trial           tags KIND=trial; per-epoch train_loss, dev, test
+        trial           tags KIND=trial; params the trial's settings; per-epoch train_loss, dev, test;
+                        early stopping (param patience > 0): dev every epoch, test at the best dev
+                        epoch only, and metrics BEST_EPOCH, STOPPED_EPOCH
 
 A pretraining run carries KIND=pretrain and is a child of the run active when it started; its
 metrics are per optimizer step (step = global step), PRETRAIN_LOSS the training loss among them;
@@ -57,6 +59,7 @@ MODEL_DIR, MODEL_IDENTITY = "model_dir", "model_identity"
 SELECTED_PREFIX = "selected."
 TEST_MEAN, TEST_SD, DEV_MEAN, N = "test_mean", "test_sd", "dev_mean", "n"
 CURVE_DEV, CURVE_TEST = "curve.dev", "curve.test"
+BEST_EPOCH, STOPPED_EPOCH = "best_epoch", "stopped_epoch"
 RESULTS_ARTIFACT = "results.json"
 
 

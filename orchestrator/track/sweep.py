@@ -112,8 +112,9 @@ def _log_cell(model: str, task: str, cell: dict | None, recs: list[dict], metric
             mlflow.log_metrics({k: v for k, v in ((S.TEST_MEAN, cell["mean"]), (S.TEST_SD, cell["sd"]),
                                                   (S.DEV_MEAN, cell.get("dev_mean")), (S.N, cell.get("n")))
                                 if v is not None})
-            for point in cell["curve"]:
-                mlflow.log_metrics({S.CURVE_DEV: point["dev"], S.CURVE_TEST: point["test"]}, step=point["epoch"])
+            for point in cell["curve"]:  # an early-stopped cell's curve has dev only
+                mlflow.log_metrics({name: point[split] for split, name in (("dev", S.CURVE_DEV), ("test", S.CURVE_TEST))
+                                    if split in point}, step=point["epoch"])
             if cell.get("per_tag"):
                 mlflow.log_metrics({S.per_tag_metric(tag, k): v for tag, row in cell["per_tag"].items()
                                     for k, v in row.items()})
@@ -132,5 +133,8 @@ def _log_trial(rec: dict, tags: dict[str, str], log_predictions: bool) -> None:
         for row in rec["epochs"]:
             mlflow.log_metrics({k: v for k, v in row.items() if k != "epoch"}, step=row["epoch"])
         mlflow.log_metrics({"seconds": rec["seconds"]})
+        if "early_stopping" in rec:  # its test metric sits at the step of the best dev epoch
+            mlflow.log_metrics({S.BEST_EPOCH: rec["early_stopping"]["best_epoch"],
+                                S.STOPPED_EPOCH: rec["early_stopping"]["stopped_epoch"]})
         if log_predictions and rec.get("predictions"):
             mlflow.log_dict(rec["predictions"], "predictions.json")
