@@ -409,3 +409,116 @@ def test_a_cased_model_vocabulary_stays_cased_through_the_instances(ray_local, s
     capitalised = {vocab[i] for i in ids if vocab[i][:1].isupper() and vocab[i] not in ("[CLS]", "[SEP]", "[MASK]",
                                                                                           "[PAD]", "[UNK]")}
     assert len(capitalised) > 20 and {"The", "In"} & capitalised, sorted(capitalised)[:20]
+
+
+# ------------------------------------------------------------------ derived association (issue 15)
+# Here rather than in tests/test_association.py (its pure tests) to share this module's Ray session.
+TERMS = "types:\n" + "".join(f"  {t}:\n    terms: [{w}]\n" for t, w in
+                             (("a", "alpha"), ("b", "beta"), ("c", "gamma"), ("d", "delta")))
+
+
+def _tiny_corpus(tmp_path: Path) -> tuple[Path, Path]:
+    """A corpus stage's output (two shards, a plan of three units, one shard used twice) and a vocabulary."""
+    import random
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from orchestrator.core.artifacts import Member, MixPlan, ShardInfo, Unit, write_plan
+    from orchestrator.core.manifest import file_sha256, write_manifest
+    from orchestrator.vocab.wordpiece import VocabConfig, save_tokenizer, train_wordpiece
+
+    rng = random.Random(3)
+    filler = "the scan shows a small region near the wall with some change".split()
+
+    def sentence() -> str:
+        words = [rng.choice(filler) for _ in range(rng.randint(4, 10))]
+        pick = rng.random()
+        extra = ["alpha", "beta"] if pick < 0.4 else ["gamma"] if pick < 0.6 else ["delta", "gamma"] \
+            if pick < 0.7 else []
+        for w in extra:
+            words.insert(rng.randint(0, len(words)), w)
+        return " ".join(words) + "."
+
+    corpus, vocab = tmp_path / "corpus", tmp_path / "vocab"
+    corpus.mkdir()
+    shards = []
+    for k in range(2):
+        docs = [[sentence() for _ in range(rng.randint(2, 6))] for _ in range(30)]
+        pq.write_table(pa.table({"source": ["s"] * len(docs), "sentences": docs}), corpus / f"s{k}.parquet")
+        shards.append((docs, ShardInfo(f"s{k}.parquet", "s", "target", "en", 1, (), tuple(map(len, docs)),
+                                       (1,) * len(docs))))
+    write_plan(corpus, [s for _, s in shards], MixPlan((
+        Unit(0, (Member(str(corpus / "s0.parquet"), tuple(range(15))),), 2),
+        Unit(1, (Member(str(corpus / "s0.parquet"), tuple(range(10, 30))),), 1),
+        Unit(2, (Member(str(corpus / "s1.parquet")),), 2)), {}))
+    tok = train_wordpiece((s for docs, _ in shards for d in docs for s in d), VocabConfig(vocab_size=200))
+    save_tokenizer(tok, vocab)
+    write_manifest(vocab, stage="vocab", config={}, counts={"vocab_size": tok.get_vocab_size(),
+                                                             "vocab_sha256": file_sha256(vocab / "vocab.txt")})
+    return corpus, vocab
+
+
+def _instance_rows(out: Path) -> list:
+    import pyarrow.parquet as pq
+
+    return [pq.read_table(p).to_pylist() for p in sorted(out.glob("part-*.parquet"))]
+
+
+def test_derived_association_is_counted_once_recorded_written_and_reusable(tmp_path: Path, ray_local):
+    """build_instances with association_method: npmi counts every distinct document of the plan once
+    (a Ray Data pass), records the table and its statistics, writes association.yaml; the same pass
+    without Ray gives the same counts, and that file as `association:` gives the same instances."""
+    import shutil
+
+    from orchestrator.core.artifacts import load_plan
+    from orchestrator.core.config import to_dict
+    from orchestrator.core.manifest import read_manifest
+    from orchestrator.instances.association import Cooccurrence, derive_association
+    from orchestrator.instances.config import InstanceConfig
+    from orchestrator.instances.entity_masking import load_association
+    from orchestrator.instances.stage import build_instances
+    from orchestrator.instances.workers import CooccurrenceCounter, plan_documents
+
+    corpus, vocab = _tiny_corpus(tmp_path)
+    (tmp_path / "terms.yaml").write_text(TERMS)
+    em = {"dictionaries": [str(tmp_path / "terms.yaml")], "plain_random_share": 0.0, "association_method": "npmi",
+          "association_min_count": 3}
+    cfg = from_dict(InstanceConfig, {"entity_masking": em, "workers": 2})
+    (tmp_path / "derived").mkdir()
+    derived = build_instances(cfg, corpus, vocab, tmp_path / "derived", 64)
+    manifest = read_manifest(derived)
+    record = manifest["association"]
+    assert record["method"] == "npmi" and record["window"] == "sentence" and record["min_count"] == 3
+    pairs = {(a, b): v for a, b, v in record["table"]["pairs"]}
+    assert pairs[("a", "b")] == 10.0  # alpha and beta only ever together
+    assert ("a", "c") not in pairs and ("c", "d") in pairs and 0 < pairs[("c", "d")] < 10
+    # 60 distinct documents, s0's rows 10-14 in two units counted once
+    assert record["windows"] == sum(len(d) for d in _tiny_docs(corpus))
+    assert manifest["counts"]["entity_masking"]["protected"] > 0  # a-b kept visible
+    assert manifest["config"]["entity_masking"]["association_method"] == "npmi"
+
+    # deriving again (one process, shards in another order) gives the same counts and table
+    counter = CooccurrenceCounter(str(vocab), to_dict(cfg))
+    again = Cooccurrence()
+    for shard in reversed(plan_documents(load_plan(corpus)[1].units)):
+        again.merge(counter.count(shard["path"], shard["rows"]))
+    assert again.to_dict() == {k: v for k, v in record.items() if k in ("windows",)} | {
+        "types": record["type_windows"], "pairs": [[*r["pair"], r["together"]] for r in record["pair_statistics"]]}
+    table = derived / "association.yaml"
+    assert load_association(table) == derive_association(again, 3)[0]
+
+    shutil.copy(table, tmp_path / "reused.yaml")
+    as_table = from_dict(InstanceConfig, {"entity_masking": {**{k: v for k, v in em.items() if "association" not in k},
+                                                             "association": str(tmp_path / "reused.yaml")},
+                                          "workers": 2})
+    (tmp_path / "table").mkdir()
+    reused = build_instances(as_table, corpus, vocab, tmp_path / "table", 64)
+    assert "association" not in read_manifest(reused) and not (reused / "association.yaml").exists()
+    assert _instance_rows(reused) == _instance_rows(derived) and len(_instance_rows(derived)) == 3
+
+
+def _tiny_docs(corpus: Path) -> list:
+    import pyarrow.parquet as pq
+
+    return [d for k in range(2) for d in pq.read_table(corpus / f"s{k}.parquet").column("sentences").to_pylist()]

@@ -9,6 +9,7 @@ import numpy as np
 
 from orchestrator.core.config import field, to_dict
 from orchestrator.core.errors import ConfigError
+from orchestrator.instances.association import ASSOCIATION_DERIVATION_VERSION
 from orchestrator.instances.entity_masking import ENTITY_MASKING_VERSION, EntityMaskingConfig
 
 Masking = Literal["static", "dynamic"]
@@ -68,10 +69,17 @@ class InstanceConfig:
         """The settings one length's instances depend on: not where or how many at once they are built.
 
         With entity masking, also the version of its algorithm (``ENTITY_MASKING_VERSION``): the same
-        settings give other instances when it changes. Without it the fields are unchanged."""
+        settings give other instances when it changes. Without it the fields are unchanged. The derived
+        association's fields (``association_*``) and its version enter only when it is derived, so the
+        keys of table configs stay what they were before derivation existed."""
         out = {k: v for k, v in to_dict(self).items() if k not in ("max_seq_lengths", "workers", "cpus_per_worker")}
         if self.entity_masking is not None:
             out["entity_masking_version"] = ENTITY_MASKING_VERSION
+            if self.entity_masking.association_method == "table":
+                for k in ("association_method", "association_window", "association_min_count"):
+                    del out["entity_masking"][k]
+            else:
+                out["association_derivation_version"] = ASSOCIATION_DERIVATION_VERSION
         return out
 
     def resolved_workers(self, units: int) -> int:

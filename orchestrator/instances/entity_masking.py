@@ -47,6 +47,8 @@ SPECIAL_TOKENS = frozenset({"[CLS]", "[SEP]", "[PAD]", "[MASK]"})
 ENTITY_MASKING_VERSION = 2
 _PUNCT = re.compile(r"(\W)", re.UNICODE)
 SameTypeRule = Literal["none", "association", "organ"]
+AssociationMethod = Literal["table", "npmi"]
+AssociationWindow = Literal["sentence", "document"]
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,17 @@ class EntityMaskingConfig:
                  "are the label suffixes lowercased (B-Chemical -> chemical)")
     association: str = field(
         "", help="YAML type-pair table of degrees of association; empty = the patent's FIG. 8 "
-                 "(orchestrator/instances/association/patent_fig8.yaml)")
+                 "(orchestrator/instances/association/patent_fig8.yaml). Read only with association_method: table")
+    association_method: AssociationMethod = field(
+        "table", help="table: the degrees come from `association`; npmi: derived from the corpus before instance "
+                      "creation (a Ray Data pass over the plan's documents): normalised PMI of two entity types "
+                      "co-occurring in one association_window, 10 x max(0, NPMI) on FIG. 8's 0-10 scale, written "
+                      "next to the instances as association.yaml (reusable as `association: <path>`)")
+    association_window: AssociationWindow = field(
+        "sentence", help="npmi: the window two entity types co-occur in, a sentence (text) or a whole document")
+    association_min_count: int = field(
+        5, help="npmi: type pairs co-occurring in fewer windows than this are left out of the table "
+                "(degree `default` 0): too rare for a stable estimate")
     threshold: float = field(8.0, help="entities whose association with a selected target is >= this stay "
                                        "visible (8 on FIG. 8's 0-10 scale in the patent)")
     masked_fraction: float = field(0.15, help="condition 1: at least this share of the text's tokens is masked, "
@@ -97,6 +109,11 @@ class EntityMaskingConfig:
             raise ConfigError("give either dictionaries or ner_model as the entity extractor, not both")
         if self.ner_model and not (Path(self.ner_model) / "config.json").is_file():
             raise ConfigError(f"ner_model is not a Hugging Face model directory (no config.json): {self.ner_model}")
+        if self.association_min_count < 1:
+            raise ConfigError(f"association_min_count must be >= 1, got {self.association_min_count}")
+        if self.association and self.association_method != "table":
+            raise ConfigError(f"association ({self.association}) is a table, read only with association_method: "
+                              f"table (it is {self.association_method!r}); give one or the other")
         if self.association and not Path(self.association).is_file():
             raise ConfigError(f"association table not found: {self.association}")
         if self.organ_rules and self.same_type_grouping != "organ":
@@ -362,13 +379,19 @@ class EntityMasker:
     """Chooses masked-LM target positions for one instance under the patent's three conditions,
     and says which texts are of the same type as a target's text (Embodiment 3)."""
 
-    def __init__(self, cfg: EntityMaskingConfig):
+    def __init__(self, cfg: EntityMaskingConfig, association: AssociationTable | None = None):
+        """``association``: the table to use instead of reading ``cfg.association`` (a derived one, or
+        an empty one where only extraction is wanted); required with ``association_method`` other than table."""
         self.cfg = cfg
         self.ner = NerExtractor(cfg.ner_model) if cfg.ner_model else None
         self.dictionary = load_dictionaries(() if self.ner else cfg.dictionaries or (DEFAULT_DICTIONARY,),
                                             cfg.lowercase)
-        types = self.ner.types if self.ner else self.dictionary.types
-        self.association = load_association(cfg.association or DEFAULT_ASSOCIATION, types)
+        self.types = self.ner.types if self.ner else self.dictionary.types
+        if association is None and cfg.association_method != "table":
+            raise ConfigError(f"association_method: {cfg.association_method} derives the table from the corpus "
+                              "(orchestrator.instances.association); pass the derived table to EntityMasker")
+        self.association = association if association is not None else \
+            load_association(cfg.association or DEFAULT_ASSOCIATION, self.types)
         self.matcher = PhraseMatcher(self.dictionary, cfg.max_phrase_words)
         self.organs = None
         if cfg.same_type_grouping == "organ":

@@ -8,15 +8,23 @@ vocabulary's size and sha256, counts per source.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 
 from orchestrator.core.artifacts import MixPlan, ShardInfo, load_plan
 from orchestrator.core.errors import InputError
 from orchestrator.core.manifest import read_manifest, write_manifest
+from orchestrator.instances.association import (
+    ASSOCIATION_DERIVATION_VERSION,
+    ASSOCIATION_FILE,
+    derive_association,
+    table_pairs,
+    write_association,
+)
 from orchestrator.instances.config import InstanceConfig
-from orchestrator.instances.entity_masking import EntityMasker
-from orchestrator.instances.workers import run_units
+from orchestrator.instances.entity_masking import AssociationTable, EntityMasker
+from orchestrator.instances.workers import count_cooccurrence, run_units
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +34,12 @@ def build_instances(cfg: InstanceConfig, corpus_dir: Path, vocab_dir: Path, out_
     """Every unit of the corpus's mixing plan turned into instances of ``max_seq_length`` (Ray running)."""
     shards, plan = load_plan(corpus_dir)
     by_path = {s.path: s for s in shards}
-    total = run_units(plan.units, vocab_dir, out_dir, cfg, max_seq_length, cfg.seed,
-                      cfg.resolved_workers(len(plan.units)), cfg.cpus_per_worker)
+    workers = cfg.resolved_workers(len(plan.units))
+    build_cfg, association = cfg, {}
+    if cfg.entity_masking is not None and cfg.entity_masking.association_method != "table":
+        build_cfg, association = _derive(cfg, plan, vocab_dir, out_dir, workers)
+    total = run_units(plan.units, vocab_dir, out_dir, build_cfg, max_seq_length, cfg.seed, workers,
+                      cfg.cpus_per_worker)
     if total["instances"] == 0:
         raise InputError(corpus_dir, "no instances were created", expected="documents with tokens")
     vcounts = read_manifest(vocab_dir)["counts"]
@@ -45,9 +57,37 @@ def build_instances(cfg: InstanceConfig, corpus_dir: Path, vocab_dir: Path, out_
                 "max_predictions_per_seq", "whole_word_mask")
     write_manifest(out_dir, stage="instances", config=cfg, inputs=[corpus_dir, vocab_dir], counts=counts,
                    seed=cfg.seed, extra={"provenance": _provenance(plan, by_path, total),
-                                         **{k: counts[k] for k in promised}})
+                                         **{k: counts[k] for k in promised},
+                                         **({"association": association} if association else {})})
     log.info("instances len%d: %d instances, %d tokens", max_seq_length, total["instances"], total["tokens"])
     return out_dir
+
+
+def _derive(cfg: InstanceConfig, plan: MixPlan, vocab_dir: Path, out_dir: Path, workers: int
+            ) -> tuple[InstanceConfig, dict]:
+    """The association derived from the plan's documents (a Ray Data pass before instance creation),
+    written to ``out_dir/association.yaml``; the config the unit workers build with (that file as a
+    table) and the manifest's record of the method, its parameters, counts and table."""
+    em = cfg.entity_masking
+    counts = count_cooccurrence(plan.units, vocab_dir, cfg, workers, cfg.cpus_per_worker)
+    if counts.windows == 0:
+        raise InputError(out_dir, "no text to derive the association from", expected="documents with tokens")
+    table, rows = derive_association(counts, em.association_min_count)
+    path = write_association(table, out_dir / ASSOCIATION_FILE, header=(
+        f"Degree of association derived from the corpus: 10 x max(0, NPMI) of two entity types in one "
+        f"{em.association_window}",
+        f"({counts.windows} windows), pairs together in >= {em.association_min_count} windows; others 0. "
+        "Reusable as instances.entity_masking.association."))
+    record = {"method": em.association_method, "window": em.association_window,
+              "min_count": em.association_min_count, "scale": "10 x max(0, NPMI), 3 decimals",
+              "version": ASSOCIATION_DERIVATION_VERSION, "file": ASSOCIATION_FILE, "windows": counts.windows,
+              "type_windows": dict(sorted(counts.types.items())), "pair_statistics": rows,
+              "table": {"default": table.default,
+                        "pairs": table_pairs(table)}}
+    log.info("association derived (%s, %s windows): %d of %d type pairs kept", em.association_method,
+             counts.windows, len(table.pairs), len(rows))
+    built = dataclasses.replace(em, association=str(path), association_method="table")
+    return dataclasses.replace(cfg, entity_masking=built), record
 
 
 def _provenance(plan: MixPlan, by_path: dict[str, ShardInfo], total: dict) -> dict[str, dict]:
@@ -69,10 +109,11 @@ def _provenance(plan: MixPlan, by_path: dict[str, ShardInfo], total: dict) -> di
 
 def plan_instances(cfg: InstanceConfig) -> str:
     """Dry run: what would be built (the entity-masking dictionaries and tables parse)."""
-    if cfg.entity_masking is not None and not cfg.entity_masking.ner_model:
-        EntityMasker(cfg.entity_masking)  # loads and checks the dictionaries and the association table
+    em = cfg.entity_masking
+    if em is not None and not em.ner_model:  # loads and checks the dictionaries and the association table
+        EntityMasker(em, association=AssociationTable({}, 0.0) if em.association_method != "table" else None)
     return (f"instances: max_seq_lengths={list(cfg.max_seq_lengths)}, masking={cfg.masking}, "
             f"whole_word_mask={cfg.whole_word_mask}, "
             f"entity_masking={'on' if cfg.entity_masking else 'off'}"
-            f"{f' (same_type_grouping={cfg.entity_masking.same_type_grouping})' if cfg.entity_masking else ''}, "
+            f"{f' (same_type_grouping={em.same_type_grouping}, association={em.association_method})' if em else ''}, "
             f"seed={cfg.seed}")

@@ -21,9 +21,10 @@ from tqdm import tqdm
 
 from orchestrator.core.artifacts import Unit
 from orchestrator.core.config import from_dict, to_dict
+from orchestrator.instances.association import Cooccurrence
 from orchestrator.instances.config import InstanceConfig, Params, Specials
 from orchestrator.instances.encoding import SentenceEncoder
-from orchestrator.instances.entity_masking import EntityMasker
+from orchestrator.instances.entity_masking import AssociationTable, EntityMasker
 from orchestrator.instances.exact import create_training_instances, unit_rng
 from orchestrator.instances.grouped import create_grouped_instances
 from orchestrator.instances.packing import TokenizedDocs, instance_batches
@@ -186,6 +187,79 @@ def build_units(batch: dict[str, Any], tokenizer_dir: str, out_dir: str, seed: i
                 max_seq_length: int) -> dict[str, list]:
     """The Ray Data task body: build the batch's units with this process's cached UnitWorker."""
     return _unit_worker(tokenizer_dir, out_dir, seed, cfg_json, max_seq_length)(batch)
+
+
+class CooccurrenceCounter:
+    """Counts entity types per window over documents of tokenized shards, in a Ray worker process:
+    the masker's own extraction (``EntityMasker.extract``) on each sentence's WordPiece tokens, so the
+    derived association sees the entities the masking will see. Shares the process's ShardTokens
+    with the unit workers: a shard counted here is tokenized once for both passes."""
+
+    def __init__(self, tokenizer_dir: str, cfg: dict):
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+        self.shards = shard_tokens(tokenizer_dir)
+        vocab = self.shards.tokenizer.get_vocab()
+        self.id_to_token = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
+        self.cfg = from_dict(InstanceConfig, cfg).entity_masking
+        self.masker = EntityMasker(self.cfg, association=AssociationTable({}, 0.0))  # extraction only
+
+    def count(self, path: str, rows: Sequence[int] | None) -> Cooccurrence:
+        docs = self.shards.get(path)
+        counts = Cooccurrence()
+        for d in range(docs.n_docs) if rows is None else rows:
+            bounds = docs.sent_starts[docs.doc_starts[d]:docs.doc_starts[d + 1] + 1]
+            sentences = [[e.type for e in self.masker.extract([self.id_to_token[t] for t in docs.ids[a:b]])]
+                         for a, b in zip(bounds[:-1], bounds[1:])]
+            counts.add_document(sentences, self.cfg.association_window)
+        return counts
+
+
+@functools.lru_cache(maxsize=2)
+def _counter(tokenizer_dir: str, cfg_json: str) -> CooccurrenceCounter:
+    return CooccurrenceCounter(tokenizer_dir, json.loads(cfg_json))
+
+
+def count_shards(batch: dict[str, Any], tokenizer_dir: str, cfg_json: str) -> dict[str, list]:
+    """The Ray Data task body of the association pass: one row per shard, its co-occurrence counts."""
+    counter = _counter(tokenizer_dir, cfg_json)
+    out: dict[str, list] = {"counts": []}
+    for task in batch["shards"]:
+        spec = json.loads(task)
+        out["counts"].append(json.dumps(counter.count(spec["path"], spec["rows"]).to_dict()))
+    return out
+
+
+def plan_documents(units: Sequence[Unit]) -> list[dict]:
+    """The distinct documents of the mixing plan, per shard (sorted rows; None = all): a document that
+    several units (or passes) use counts once in the association statistics."""
+    rows: dict[str, set[int] | None] = {}
+    for unit in units:
+        for m in unit.members:
+            if m.rows is None or rows.get(m.path, set()) is None:
+                rows[m.path] = None
+            else:
+                rows.setdefault(m.path, set()).update(m.rows)
+    return [{"path": path, "rows": None if r is None else sorted(r)} for path, r in sorted(rows.items())]
+
+
+def count_cooccurrence(units: Sequence[Unit], tokenizer_dir: Path, cfg: InstanceConfig, workers: int,
+                       cpus_per_worker: float) -> Cooccurrence:
+    """The association pass (Ray Data): entity-type co-occurrence over the plan's distinct documents,
+    one task per shard, merged on the driver (integer sums: the split does not change the result)."""
+    import ray.data  # heavy: ray
+
+    shards = plan_documents(units)
+    ds = ray.data.from_items([{"shards": json.dumps(s)} for s in shards], override_num_blocks=max(1, len(shards)))
+    num_cpus = max(cpus_per_worker, ray.cluster_resources().get("CPU", workers) / (max(1, workers) + 0.5))
+    ds = ds.map_batches(count_shards, batch_size=1, compute=ray.data.TaskPoolStrategy(size=max(1, len(shards))),
+                        num_cpus=num_cpus, fn_kwargs={"tokenizer_dir": str(tokenizer_dir),
+                                                      "cfg_json": json.dumps(to_dict(cfg), sort_keys=True)})
+    ds.context.op_resource_reservation_enabled = False
+    ds.context.enable_progress_bars = False
+    total = Cooccurrence()
+    for row in ds.iter_rows():
+        total.merge(Cooccurrence.from_dict(json.loads(row["counts"])))
+    return total
 
 
 def unit_work_bytes(unit: Unit) -> int:
