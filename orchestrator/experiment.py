@@ -32,7 +32,7 @@ from pathlib import Path
 from orchestrator import chain
 from orchestrator.chain import ChainConfig, ChainResult, check_inputs, corpus_keys, corpus_stages
 from orchestrator.core.config import flatten, to_dict
-from orchestrator.core.errors import ConfigError
+from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.manifest import atomic_write_json, is_complete
 from orchestrator.core.reuse import content_key, output_lock, reusable, run_stage
 from orchestrator.core.runtime import ray_session, seed_everything
@@ -366,8 +366,12 @@ def selection_plan(cfg: ChainConfig, plans: dict[str, ArmPlan]) -> str:
         state = "reused" if reusable(outputs[names[0]][1], key) else "build"
         sources = outputs[names[0]][2]
         tokens = sum(len(tokenize(u)) for f, fmt, tf in sources for u in read_units(f, fmt, tf))  # every file parses
-        short = "" if tokens >= cfg.selection.sample_tokens else (
-            f"; fewer than sample_tokens: {'stops with an error' if s.short_source == 'error' else 'scored whole'}")
+        if tokens < s.sample_tokens and s.short_source == "error":  # the run would stop there: say so now
+            raise InputError(sources[0][0], f"the source(s) of arm(s) {', '.join(names)} hold {tokens} tokens, "
+                                            f"fewer than selection.sample_tokens={s.sample_tokens}",
+                             expected="a larger source, a smaller selection.sample_tokens, or "
+                                      "selection.short_source=whole")
+        short = "" if tokens >= s.sample_tokens else "; fewer than sample_tokens: scored whole"
         files = ", ".join(Path(f).name for f, _, _ in sources)
         lines.append(f"  {'selection':<16} {key[:12]}  {state:<6}  {', '.join(names)}  "
                      f"({files}: {tokens} tokens{short})")

@@ -306,3 +306,19 @@ def test_the_continued_pretraining_presets_plan_on_a_published_model(tmp_path, p
         adapters = resolve_space(SweepConfig(search_space="seed002_adapters"))
         assert (adapters.tune, adapters.learning_rates) == ("adapters", (1e-4,))
         assert adapters.epochs["bc5cdr_chemical"] == (30,)
+
+
+def test_a_dry_run_refuses_a_source_shorter_than_a_sub_sample(tmp_path):
+    """The run would stop at scoring after the corpus stages; the dry run says so first (short_source=error)."""
+    from orchestrator.core.errors import InputError
+    from orchestrator.experiment import plan
+
+    cfg = smoke(tmp_path, arms={"conventional": {}, "floor": {"init": "random"}},
+                selection={"enabled": True, "sample_tokens": 10_000_000}, sweep={"tasks": ["biosses"]})
+    with pytest.raises(InputError, match=r"arm\(s\) conventional hold \d+ tokens, fewer than "
+                                         r"selection.sample_tokens=10000000"):
+        plan(cfg)
+    whole = smoke(tmp_path, arms={"conventional": {}, "floor": {"init": "random"}},
+                  selection={"enabled": True, "sample_tokens": 10_000_000, "short_source": "whole"},
+                  sweep={"tasks": ["biosses"]})
+    assert "fewer than sample_tokens: scored whole" in plan(whole)
