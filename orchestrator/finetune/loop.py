@@ -220,10 +220,13 @@ class BestDev:
 
 
 def run_trial(trial: TrialSpec, report: Callable[[dict], None] | None = None,
-              task_spec: TaskSpec | None = None, keep: Callable[[TaskModel], None] | None = None) -> dict:
+              task_spec: TaskSpec | None = None, keep: Callable[[TaskModel], None] | None = None,
+              stop_after: int = 0) -> dict:
     """Fine-tune, evaluating at ``trial.eval_epochs`` (or, with ``trial.patience``, with early
     stopping on dev); returns the trial record (JSON-safe). ``report`` gets each epoch's row as it
-    ends; ``keep`` gets the fine-tuned model at the end (early stopping: at its best dev epoch)."""
+    ends; ``keep`` gets the fine-tuned model at the end (early stopping: at its best dev epoch).
+    ``stop_after`` > 0 ends the trial after that epoch, its learning-rate schedule still spanning
+    ``trial.max_epochs``: the model of one epoch of a shared-epoch trial, exactly as the trial had it."""
     from transformers import AutoTokenizer, get_linear_schedule_with_warmup  # heavy: transformers
 
     # trial.data_dir already is the task's own directory (see orchestrator.sweep.space.task_data_dir)
@@ -308,6 +311,8 @@ def run_trial(trial: TrialSpec, report: Callable[[dict], None] | None = None,
         if report is not None:
             report(dict(row))
         if stopper is not None and stopper.done(epoch):
+            break
+        if stop_after and epoch >= stop_after:
             break
     stopping = {}
     if stopper is not None:

@@ -33,14 +33,15 @@ def prior_log_odds(targets: Sequence[Sequence[float]]) -> torch.Tensor:
 class TaskModel(nn.Module):
     """Encoder + dropout + linear; token-level logits for NER, [CLS] logits otherwise."""
 
-    def __init__(self, model_dir: str | Path, spec: TaskSpec):
+    def __init__(self, model_dir: str | Path, spec: TaskSpec, use_safetensors: bool | None = None):
         super().__init__()
         from transformers import AutoModel  # heavy: transformers
 
         from orchestrator.modeling.adapters import load_adapters, saved_adapters  # heavy: transformers
 
         self.family = spec.family
-        self.encoder = AutoModel.from_pretrained(str(model_dir), dtype=torch.float32)  # fp32 masters, as pretraining
+        # fp32 masters, as pretraining; use_safetensors=True refuses pickled weights (an exported model)
+        self.encoder = AutoModel.from_pretrained(str(model_dir), dtype=torch.float32, use_safetensors=use_safetensors)
         if saved_adapters(model_dir):  # a model pretrained with adapters is fine-tuned with them in place
             load_adapters(self.encoder, Path(model_dir))
             self.encoder.requires_grad_(True)  # full fine-tuning: the base and its adapters

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
 from orchestrator.core.config import field
 from orchestrator.core.errors import ConfigError
@@ -61,6 +62,13 @@ class SweepConfig:
     max_failures: int = field(2, help="run a trial again this many times when it fails (its worker died, a spot "
                                       "node was reclaimed); a trial restarts from its beginning")
     log_predictions: bool = field(True, help="log each trial's test predictions to MLflow as artifacts")
+    export_best: tuple[str, ...] = field((), help="tasks (stems or display names; [all] = every task) whose "
+                                                  "selected fine-tuned model is exported, per model, as a Hugging "
+                                                  "Face directory under <sweep>/exports/ (the selected run is "
+                                                  "trained once more after selection; listed in exports.json)")
+    export_seed: Literal["best_dev", "median_dev"] = field(
+        "best_dev", help="which run of the selected setting is exported: the seed (and fold) with the best dev "
+                         "score, or the median one by dev (the lower median: the better of two middle runs)")
 
     def __post_init__(self):
         if self.cpus_per_trial <= 0:

@@ -5,6 +5,9 @@
 Restore: each finished trial leaves ``out_dir/trials/<trial_id>.json`` (written atomically by
 the driver when the trial's last result arrives). Re-running the same sweep skips every trial
 whose record exists with the same settings fingerprint and runs only the rest.
+
+With ``sweep.export_best`` the selected model of each (model, task) of those tasks is then trained
+once more and written to ``out_dir/exports/`` (``orchestrator.sweep.export``), listed in exports.json.
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ from orchestrator.finetune.loop import CV_SPLIT_SEED, model_dir_ok, run_trial
 from orchestrator.finetune.readers import document_split, read_split
 from orchestrator.finetune.trial import TrialSpec
 from orchestrator.sweep.config import SweepConfig
+from orchestrator.sweep.export import export_entry, export_run, export_tasks, finished, plan_exports
 from orchestrator.sweep.selection import build_results
 from orchestrator.sweep.space import (
     Variant,
@@ -49,6 +53,8 @@ class SweepResult:
     ran: int
     skipped: int
     parent_run_id: str | None = None
+    exports: dict[str, dict[str, dict]] = dataclasses.field(default_factory=dict)  # exports.json
+    exported: int = 0  # exports trained by this call (the others were reused)
 
     def summary(self) -> str:
         lines = [f"sweep: {self.ran} trial(s) run, {self.skipped} finished trial(s) skipped; "
@@ -56,6 +62,10 @@ class SweepResult:
         for model, s in self.results["summary"].items():
             parts = [f"{k} {v:.3f}" for k, v in s.items() if v is not None]
             lines.append(f"  {model}: " + ", ".join(parts))
+        n = sum(len(tasks) for tasks in self.exports.values())
+        if n:
+            lines.append(f"  {n} selected model(s) exported ({self.exported} trained now): "
+                         f"{self.out_dir / 'exports.json'}")
         return "\n".join(lines)
 
 
@@ -84,6 +94,9 @@ def plan_sweep(cfg: SweepConfig, models: dict[str, Path]) -> str:
     n = len(build_trials(cfg, space, models))
     lines.append(f"{n} trial(s) (one per model x task x lr x seed [x fold]; "
                  + ("each stops on dev)" if stop.on else "epochs shared within a trial)"))
+    if cfg.export_best:
+        lines.append(f"then export the selected model ({cfg.export_seed} seed) of each model x "
+                     f"{export_tasks(cfg.export_best, space_tasks(space))}")
     return "\n".join(lines)
 
 
@@ -160,6 +173,33 @@ def _run_tune(cfg: SweepConfig, todo: list[TrialSpec], out_dir: Path, trials_dir
         raise OrchestratorError(f"{len(failed)} trial(s) failed; first: {failed[0].error}")
 
 
+def _export_best(cfg: SweepConfig, results: dict, records: list[dict], tasks: list[str],
+                 out_dir: Path) -> tuple[dict[str, dict[str, dict]], int]:
+    """Export each selected model not exported yet, one Ray task per model with a trial's resources."""
+    plans = plan_exports(results, records, tasks, out_dir, cfg.export_seed)
+    manifests = {p.dst: finished(p) for p in plans}
+    todo = [p for p in plans if manifests[p.dst] is None]
+    msg = f"sweep: {len(plans)} selected model(s) to export; reusing {len(plans) - len(todo)}, training {len(todo)}"
+    log.info(msg)
+    print(msg, flush=True)
+    if todo:
+        import ray  # heavy: ray
+
+        init_ray()
+        resources = _resources(cfg)
+        device = "cuda" if resources["gpu"] > 0 else "auto"
+        todo = [dataclasses.replace(p, record={**p.record, "trial": {**p.record["trial"], "device": device}})
+                for p in todo]
+        task = ray.remote(num_cpus=resources["cpu"], num_gpus=resources["gpu"],
+                          max_retries=cfg.max_failures)(export_run)
+        for plan, manifest in zip(todo, ray.get([task.remote(p) for p in todo])):
+            manifests[plan.dst] = manifest
+    exports: dict[str, dict[str, dict]] = {}
+    for plan in plans:
+        exports.setdefault(plan.model, {})[plan.task] = export_entry(plan, manifests[plan.dst])
+    return exports, len(todo)
+
+
 def run_sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, tracking: TrackingConfig | None,
               run_dir: Path, variants: Sequence[Variant] = (), *,
               row_tags: dict[str, dict[str, str]] | None = None) -> SweepResult:
@@ -177,6 +217,7 @@ def run_sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, tracking
     trials_dir.mkdir(parents=True, exist_ok=True)
     space = resolve_space(cfg)
     specs = space_tasks(space)
+    export = export_tasks(cfg.export_best, specs) if cfg.export_best else []  # a misspelt task fails here
     # tokenised splits are shared by every trial of a (task, tokenizer): see finetune.loop.encode_cached
     cache_dir = str(out_dir / "cache" / "encoded")
     trials = [dataclasses.replace(t, cache_dir=cache_dir) for t in build_trials(cfg, space, models, variants)]
@@ -200,6 +241,10 @@ def run_sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, tracking
     write_manifest(out_dir, stage="sweep", config=cfg, inputs=[Path(p) for p in models.values()],
                    counts={"trials": len(trials), "ran": len(todo), "skipped": skipped},
                    extra={"search_space": to_dict(space), "models": {k: str(v) for k, v in models.items()}})
+    exports, exported = _export_best(cfg, results, records, export, out_dir) if export else ({}, 0)
+    artifacts = [out_dir / "results.json", out_dir / "selection.json"]
+    if export:
+        artifacts.append(atomic_write_json(out_dir / S.EXPORTS_ARTIFACT, exports))
     parent = None
     if tracking is not None:
         model_tags = {m: {S.MODEL_DIR: str(p), S.MODEL_IDENTITY: model_identity(p), **(row_tags or {}).get(m, {})}
@@ -208,9 +253,9 @@ def run_sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, tracking
             parent = log_sweep(tracking, run_dir, name=out_dir.parent.name or "sweep",
                                config=tracked_config(cfg, space), results=results,
                                records=records, model_tags=model_tags,
-                               artifacts=[out_dir / "results.json", out_dir / "selection.json"],
-                               log_predictions=cfg.log_predictions)
+                               artifacts=artifacts, log_predictions=cfg.log_predictions, exports=exports)
         except Exception as exc:  # MLflow raises many types; the results are on disk whatever it does
             log.warning("MLflow: logging the sweep failed (%s); the results are in %s, and re-running the same "
                         "sweep logs them (no trial is trained again)", exc, out_dir / "results.json")
-    return SweepResult(results=results, out_dir=out_dir, ran=len(todo), skipped=skipped, parent_run_id=parent)
+    return SweepResult(results=results, out_dir=out_dir, ran=len(todo), skipped=skipped, parent_run_id=parent,
+                       exports=exports, exported=exported)

@@ -38,6 +38,24 @@ def _answers(rec: dict) -> list[tuple[int, float, float]]:
     return [(row["epoch"], row["dev"], row["test"]) for row in rec["epochs"] if "dev" in row]
 
 
+def selected_runs(records: Iterable[dict], selected: dict) -> list[tuple[dict, int, float, float]]:
+    """The runs behind a cell's ``selected`` setting: (record, epoch, dev, test) per (seed, fold) at
+    that learning rate and epoch count (early-stopped: each record at its own best dev epoch)."""
+    out = []
+    for rec in records:
+        if rec["trial"]["learning_rate"] != selected["learning_rate"]:
+            continue
+        if "early_stopping" in rec:
+            epoch = rec["early_stopping"]["best_epoch"]
+        elif selected.get("epochs") in {row["epoch"] for row in rec["epochs"] if "dev" in row}:
+            epoch = selected["epochs"]
+        else:
+            continue
+        row = next(r for r in rec["epochs"] if r["epoch"] == epoch)
+        out.append((rec, epoch, row["dev"], row["test"]))
+    return out
+
+
 def select_cell(records: Iterable[dict], higher_is_better: bool) -> dict:
     """One results.json cell from the trial records of one (model, task)."""
     records = list(records)

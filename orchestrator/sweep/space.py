@@ -208,8 +208,10 @@ def trial_fingerprint(trial: TrialSpec) -> str:
 def tracked_config(cfg: SweepConfig, space: SearchSpace) -> dict:
     """The resolved sweep as MLflow records it and as its ``sweep_fingerprint`` hashes it. Early
     stopping appears only where it is on, so a sweep without it keeps the fingerprint (and reopens
-    the MLflow parent run) it had before the option existed."""
+    the MLflow parent run) it had before the option existed; the export options never appear."""
     data = {"sweep": to_dict(cfg), "space": to_dict(space)}
+    for key in ("export_best", "export_seed"):  # what is exported changes no result: the same MLflow sweep
+        del data["sweep"][key]
     for part in data.values():
         if not part["early_stopping"]["patience"]:
             del part["early_stopping"]

@@ -6,7 +6,8 @@ Run tree of a sweep:
 
     sweep parent        tags KIND=sweep, SWEEP_FINGERPRINT, GIT_COMMIT; metrics summary_metric(model, key)
       (model, task)     tags KIND=model_task, MODEL, TASK, GROUP, HIGHER_IS_BETTER, CELL_DIGEST,
-                        MODEL_DIR, MODEL_IDENTITY
+                        MODEL_DIR, MODEL_IDENTITY; with sweep.export_best EXPORT_DIR (the exported model's
+                        directory) and EXPORT_TRIAL (the trial it re-trained)
                         params MODEL, TASK, METRIC, selected.<key>; metrics TEST_MEAN, TEST_SD, DEV_MEAN, N,
                         CURVE_DEV / CURVE_TEST per epoch (step = epoch), per_tag.<tag>.<measure>
         trial           tags KIND=trial; params the trial's settings; per-epoch train_loss, dev, test;
@@ -60,6 +61,8 @@ SELECTED_PREFIX = "selected."
 TEST_MEAN, TEST_SD, DEV_MEAN, N = "test_mean", "test_sd", "dev_mean", "n"
 CURVE_DEV, CURVE_TEST = "curve.dev", "curve.test"
 BEST_EPOCH, STOPPED_EPOCH = "best_epoch", "stopped_epoch"
+EXPORT_DIR, EXPORT_TRIAL = "orchestrator.export_dir", "orchestrator.export_trial"
+EXPORTS_ARTIFACT = "exports.json"
 RESULTS_ARTIFACT = "results.json"
 
 

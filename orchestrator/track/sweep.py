@@ -45,7 +45,8 @@ def _delete_tree(run_id: str) -> None:
 
 
 def log_sweep(tracking: TrackingConfig, run_dir, *, name: str, config, results: dict, records: list[dict],
-              model_tags: dict[str, dict[str, str]], artifacts: list, log_predictions: bool = True) -> str | None:
+              model_tags: dict[str, dict[str, str]], artifacts: list, log_predictions: bool = True,
+              exports: dict[str, dict[str, dict]] | None = None) -> str | None:
     """Driver-side MLflow logging of a finished sweep: a parent run, a child run per
     (model, task) with the selected setting, test mean/sd and (NER) per-tag scores, and a
     nested run per trial with per-epoch train loss and dev/test metrics (and its test
@@ -53,7 +54,9 @@ def log_sweep(tracking: TrackingConfig, run_dir, *, name: str, config, results: 
 
     Re-running the same sweep (same ``sweep_fingerprint``) reuses its parent run: a (model,
     task) child whose cell and trials are unchanged is kept as it is; a changed one is replaced
-    (the old child and its trial runs are soft-deleted), so the parent never holds duplicates."""
+    (the old child and its trial runs are soft-deleted), so the parent never holds duplicates.
+    ``exports`` (model -> task -> exports.json entry) tags each exported cell's run with where its
+    fine-tuned model is (``S.EXPORT_DIR``, ``S.EXPORT_TRIAL``), kept children included."""
     if start_tracking(tracking, run_dir) is None:
         return None
     import mlflow  # heavy: mlflow
@@ -81,20 +84,36 @@ def log_sweep(tracking: TrackingConfig, run_dir, *, name: str, config, results: 
             mlflow.log_artifact(str(path))
         old = {(r.data.tags.get(S.MODEL), r.data.tags.get(S.TASK)): r for r in _children(parent.info.run_id)
                if r.data.tags.get(S.KIND) == S.KIND_MODEL_TASK} if existing else {}
+        cell_runs = {}
         for (model, task), recs in sorted(by_cell.items()):
             cell = results["cells"].get(model, {}).get(task)
             digest = _cell_digest(cell, recs)
             previous = old.get((model, task))
             if previous is not None and previous.data.tags.get(S.CELL_DIGEST) == digest:
+                cell_runs[(model, task)] = previous.info.run_id
                 continue
             if previous is not None:
                 _delete_tree(previous.info.run_id)
             info = task_of[task]
-            _log_cell(model, task, cell, recs, info["metric"], digest,
-                      {S.KIND: S.KIND_MODEL_TASK, S.MODEL: model, S.TASK: task, S.GROUP: info["group"],
-                       S.HIGHER_IS_BETTER: S.bool_tag(info["higher_is_better"]), **model_tags.get(model, {})},
-                      log_predictions)
+            cell_runs[(model, task)] = _log_cell(
+                model, task, cell, recs, info["metric"], digest,
+                {S.KIND: S.KIND_MODEL_TASK, S.MODEL: model, S.TASK: task, S.GROUP: info["group"],
+                 S.HIGHER_IS_BETTER: S.bool_tag(info["higher_is_better"]), **model_tags.get(model, {})},
+                log_predictions)
+        _tag_exports(cell_runs, exports or {})
         return parent.info.run_id
+
+
+def _tag_exports(cell_runs: dict[tuple[str, str], str], exports: dict[str, dict[str, dict]]) -> None:
+    from mlflow.tracking import MlflowClient  # heavy: mlflow
+
+    client = MlflowClient()
+    for model, tasks in exports.items():
+        for task, entry in tasks.items():
+            run_id = cell_runs.get((model, task))
+            if run_id is not None:
+                client.set_tag(run_id, S.EXPORT_DIR, entry["dir"])
+                client.set_tag(run_id, S.EXPORT_TRIAL, entry["trial_id"])
 
 
 def _cell_digest(cell: dict | None, recs: list[dict]) -> str:
@@ -102,10 +121,10 @@ def _cell_digest(cell: dict | None, recs: list[dict]) -> str:
 
 
 def _log_cell(model: str, task: str, cell: dict | None, recs: list[dict], metric: str, digest: str,
-              tags: dict[str, str], log_predictions: bool) -> None:
+              tags: dict[str, str], log_predictions: bool) -> str:
     import mlflow  # heavy: mlflow
 
-    with mlflow.start_run(run_name=f"{model}/{task}", nested=True, tags={**tags, S.CELL_DIGEST: digest}):
+    with mlflow.start_run(run_name=f"{model}/{task}", nested=True, tags={**tags, S.CELL_DIGEST: digest}) as run:
         mlflow.log_params({S.MODEL: model, S.TASK: task, S.METRIC: metric})
         if cell:
             mlflow.log_params({S.SELECTED_PREFIX + k: v for k, v in cell["selected"].items()})
@@ -122,6 +141,7 @@ def _log_cell(model: str, task: str, cell: dict | None, recs: list[dict], metric
             mlflow.log_dict(cell, "selection.json")
         for rec in sorted(recs, key=lambda r: r["trial_id"]):
             _log_trial(rec, tags, log_predictions)
+        return run.info.run_id
 
 
 def _log_trial(rec: dict, tags: dict[str, str], log_predictions: bool) -> None:

