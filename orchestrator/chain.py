@@ -20,7 +20,7 @@ from typing import Any
 
 from orchestrator.augment.config import AugmentStageConfig
 from orchestrator.core.artifacts import SMALL_ROLES
-from orchestrator.core.config import field, flatten, from_dict, set_dotted, to_dict
+from orchestrator.core.config import expand_package_paths, field, flatten, from_dict, read_yaml, set_dotted, to_dict
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.manifest import atomic_write_json, hash_inputs, read_manifest
 from orchestrator.core.reuse import content_key, run_stage
@@ -50,9 +50,10 @@ REPEATED_SUFFIX = "+repeated"
 #: the same MLflow experiment, and through the one paired sweep.
 ARM_FIXED = ("run_name", "runs_root", "model_name", "stages", "compare_models", "ray", "tracking", "sweep",
              "arms", "baseline", "selection", "arm_concurrency")
-#: Arm keys that are not config overrides: a published model (no corpus, no pretraining), or the
-#: untrained floor of the arm's architecture (random initialisation).
-ARM_MODEL, ARM_INIT = "model", "init"
+#: Arm keys that are not config overrides: a published model (no corpus, no pretraining), the
+#: untrained floor of the arm's architecture (random initialisation), or the corpus: section of a
+#: YAML file (a proposal of jobs/propose_mix.py, or any build_corpus / chain config) as the arm's corpus.
+ARM_MODEL, ARM_INIT, ARM_CORPUS = "model", "init", "corpus_from"
 #: ChainResult.report's key for an experiment's comparison page (dashboards/, written by jobs/blue_sweep.py).
 PAGE = "page"
 
@@ -95,7 +96,9 @@ class ChainConfig:
     sweep: SweepConfig = field(default_factory=SweepConfig, help="BLUE fine-tuning sweep")
     arms: dict[str, dict[str, Any]] = field(
         default_factory=dict, help="an experiment: arm name -> dotted overrides of this config (corpus, vocab, "
-                                   "instances, pretrain, augment keys, e.g. {corpus.mixer.name: simpt}); or "
+                                   "instances, pretrain, augment keys, e.g. {corpus.mixer.name: simpt}), with "
+                                   "{corpus_from: <file>} taking the corpus: section of a YAML file (a proposal of "
+                                   "jobs/propose_mix.py); or "
                                    "{model: <HF directory>} for a published model; or {init: random} for the "
                                    "untrained floor. Stages the arms share run once; every arm goes through one "
                                    "sweep, paired by seed. Empty (arms={}) = one model")
@@ -142,8 +145,10 @@ class ChainConfig:
         if ARM_MODEL in arm and len(arm) > 1:
             raise ConfigError(f"arms.{name}: a published model ({ARM_MODEL}: <dir>) takes no other keys")
         data = {k: v for k, v in to_dict(self).items() if k not in ("arms", "baseline", "selection")}
+        if ARM_CORPUS in arm:  # the file's corpus replaces the base config's; the arm's other keys still apply
+            data["corpus"] = corpus_section(arm[ARM_CORPUS], f"arms.{name}.{ARM_CORPUS}")
         for key, value in arm.items():
-            if key not in (ARM_MODEL, ARM_INIT):
+            if key not in (ARM_MODEL, ARM_INIT, ARM_CORPUS):
                 set_dotted(data, key.split("."), value)  # as a command-line override would
         try:
             built = from_dict(ChainConfig, data)
@@ -383,6 +388,21 @@ def selection_targets(sweep: SweepConfig) -> dict[str, list[tuple[str, str, str]
         path = flat.split_path(Path(task_data_dir(sweep, task, spec)), "all" if spec.cv_folds else "train")
         targets[spec.name] = [(str(path), spec.format if spec.format in READERS else "auto", "text")]
     return targets
+
+
+def corpus_section(path: str, where: str = ARM_CORPUS) -> dict:
+    """The ``corpus:`` section of a YAML file (``pkg://`` paths expanded): what an arm's ``corpus_from``
+    names, e.g. the ``corpus.yaml`` a proposal writes (``orchestrator.proposal``)."""
+    if not isinstance(path, str) or not path:
+        raise ConfigError(f"{where}: {path!r}; the path of a YAML file with a corpus: section")
+    try:
+        data = read_yaml(path)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    if not isinstance(data.get("corpus"), dict):
+        raise ConfigError(f"{where}: {path} has no corpus: section (a jobs/propose_mix.py corpus.yaml, or a "
+                          "build_corpus / chain config)")
+    return expand_package_paths(data["corpus"])
 
 
 def _safe(text: str) -> str:

@@ -24,6 +24,7 @@ and a re-run redoes only what did not finish. Without ``arms:`` a config runs th
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -261,6 +262,12 @@ def _run_arms(cfg: ChainConfig, plans: dict[str, ArmPlan], run_dir: Path) -> Cha
             report = write_report(results, run_dir / "report", title=f"Experiment {cfg.run_name}",
                                   baseline=baseline, notes=_failure_notes(status) + scoring_notes,
                                   source_scores=scores or None)
+            if "sources_scatter" in report:  # seed 004's analysis: its numbers and figures on MLflow too
+                from orchestrator.report.sources import log_source_gains  # heavy: mlflow
+
+                doc = json.loads(report["comparison"].read_text(encoding="utf-8"))["sources"]
+                log_source_gains(cfg.tracking, run_dir, doc, [report[k] for k in ("sources_scatter", "sources_matrix",
+                                                                                  "comparison")])
         record_status()
     return ChainResult(run_dir=run_dir, report=report, results=results, tracking_uri=tracking_uri, arms=status,
                        mlflow_run_id=parent_id or "",

@@ -122,6 +122,13 @@ def test_three_arm_experiment_shares_the_corpus_pairs_the_sweep_and_nests_mlflow
         got = S.read_source_metrics(run.data.metrics)
         assert got["measures"] == pytest.approx(scores["measures"]) and set(got["by_task"]) == set(scores["by_task"])
         assert got["by_task"]["BIOSSES"] == pytest.approx(scores["by_task"]["BIOSSES"])
+    # Seed 004's analysis of the gains: a finished child run with its numbers and figures (one scored arm
+    # besides the baseline, simpt, with 2 seeds: n = 2 points per task, and no r from one arm).
+    gains, = [r for r in runs if r.data.tags.get(S.KIND) == S.KIND_SOURCE_GAINS]
+    assert gains.data.tags[S.PARENT] == parent and gains.info.status == "FINISHED"
+    metrics = gains.data.metrics
+    assert metrics["source_gain.BIOSSES.ppl.n"] == 2 and "source_gain.BIOSSES.ppl.r" not in metrics
+    assert {a.path for a in client.list_artifacts(gains.info.run_id)} >= {"sources_scatter.png", "sources_matrix.png"}
     # A re-run redoes nothing: every output and every trial is reused, and MLflow keeps one parent.
     again = experiment_run.again
     assert again.returncode == 0, again.stderr[-3000:]
@@ -130,6 +137,7 @@ def test_three_arm_experiment_shares_the_corpus_pairs_the_sweep_and_nests_mlflow
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()], max_results=1000)
     assert len([r for r in runs if r.data.tags.get(S.KIND) == S.KIND_EXPERIMENT]) == 1
     assert len([r for r in runs if r.data.tags.get(S.KIND) == S.KIND_SELECTION]) == 2  # found, not logged again
+    assert len([r for r in runs if r.data.tags.get(S.KIND) == S.KIND_SOURCE_GAINS]) == 1  # the same numbers
 
 
 @pytest.mark.slow

@@ -41,7 +41,9 @@ KIND = "orchestrator.kind"
 KIND_SWEEP, KIND_MODEL_TASK, KIND_TRIAL, KIND_PRETRAIN = "sweep", "model_task", "trial", "pretrain"
 KIND_EXPERIMENT = "experiment"
 KIND_SELECTION = "selection"
+KIND_SOURCE_GAINS = "source_gains"  # seed 004's correlation of the source measures with the gains
 SOURCE_PREFIX = "source."
+SOURCE_GAIN_PREFIX = "source_gain."
 EXPERIMENT_KEY = "orchestrator.experiment_key"
 OUTPUT_KEY = "orchestrator.output_key"  # the content key of the stage output a run reports
 ARM = "arm"
@@ -79,6 +81,12 @@ def summary_metric(model: str, key: str) -> str:
 def source_metric(measure: str, task: str | None = None) -> str:
     """A source-scoring run's metric: one measure, against all tasks' text or against one task's."""
     return metric_key(f"{SOURCE_PREFIX}{measure}" if task is None else f"{SOURCE_PREFIX}{task}.{measure}")
+
+
+def source_gain_metric(column: str, measure: str, stat: str) -> str:
+    """A source-gains run's metric: ``stat`` (r, rho, n) of ``measure`` with the gain on ``column``
+    (a task, total, "tasks pooled"; "matrix" with ``measure`` "a-b" for the matrix of the measures)."""
+    return metric_key(f"{SOURCE_GAIN_PREFIX}{column}.{measure}.{stat}")
 
 
 def read_source_metrics(metrics: dict[str, float]) -> dict:
