@@ -39,6 +39,8 @@ _HERE = Path(__file__).resolve().parent
 DEFAULT_DICTIONARY = _HERE / "term_lists" / "radiology.yaml"
 DEFAULT_ASSOCIATION = _HERE / "association" / "patent_fig8.yaml"
 DEFAULT_ORGAN_RULES = _HERE / "organs" / "radiology.yaml"
+#: The task head of a fine-tuned model exported by the sweep (``orchestrator.finetune.export.HEAD_WEIGHTS``).
+EXPORT_HEAD = "head.safetensors"
 SPECIAL_TOKENS = frozenset({"[CLS]", "[SEP]", "[PAD]", "[MASK]"})
 #: Version of the target choice, part of the instances stage's key when entity masking is on
 #: (``InstanceConfig.output_fields``): bumped whenever the same settings give other instances.
@@ -57,7 +59,8 @@ class EntityMaskingConfig:
         (), help="YAML typed term lists (types -> name -> terms/patterns); empty = the shipped "
                  "orchestrator/instances/term_lists/radiology.yaml")
     ner_model: str = field(
-        "", help="Hugging Face token-classification directory (e.g. this project's fine-tuned BC5CDR NER): "
+        "", help="Hugging Face token-classification directory, or a sweep export of an NER task "
+                 "(sweep.export_best: <sweep>/exports/<trial>-<key>, e.g. BC5CDR-chemical): "
                  "entities and their types come from its BIO predictions instead of the dictionaries; types "
                  "are the label suffixes lowercased (B-Chemical -> chemical)")
     association: str = field(
@@ -256,6 +259,12 @@ class NerExtractor:
 
     The model keeps its own tokenizer: the instance's words are re-tokenized, so the NER
     model need not share the pretraining vocabulary. Loaded once per masker (per worker).
+
+    ``model_dir`` is a Hugging Face token-classification directory, or a fine-tuned model exported
+    by this project's sweep (``sweep.export_best``; ``orchestrator.finetune.export``): an encoder
+    with ``id2label`` beside its head in ``head.safetensors``. That head is the linear layer over the
+    last hidden states that BertForTokenClassification calls ``classifier``, so the export loads as
+    one, predicting as the sweep scored it (first sub-token of each word).
     """
 
     def __init__(self, model_dir: str | Path):
@@ -263,6 +272,11 @@ class NerExtractor:
 
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
         self.model = AutoModelForTokenClassification.from_pretrained(str(model_dir)).eval()
+        head = Path(model_dir) / EXPORT_HEAD
+        if head.is_file():
+            from safetensors.torch import load_file  # heavy: safetensors
+
+            self.model.classifier.load_state_dict(load_file(str(head)))
         self.labels = {int(i): str(label) for i, label in self.model.config.id2label.items()}
         bad = [label for label in self.labels.values() if label != "O" and not re.match(r"^[BI]-.+", label)]
         if bad:
