@@ -15,7 +15,9 @@ the chain's own, reused by key, so a re-run resumes where it stopped.
     <run_dir>/cycle-<c>/pretrain/final          the cycle's model (init_from: cycle c-1's final)
     <run_dir>/cycle-<c>/extractor/exports/...   the cycle's extractor (its F1 on the task's splits)
     <run_dir>/cycle-<c>/manifest.json           the previous extractor and its F1, entity counts, the
-                                                association table, MLM accuracy, the stop rule that ended it
+                                                association table, MLM accuracy (training, and on cycle
+                                                0's instances: the same positions for every cycle), the
+                                                stop rule that ended it
 
 MLflow: one parent run (kind ``entity_cycle``); each cycle's numbers are a step of it, and the
 cycle's pretraining and extractor sweep are its children.
@@ -43,7 +45,7 @@ from orchestrator.vocab.wordpiece import VocabConfig
 log = logging.getLogger("entity_cycle")
 
 CYCLE_STAGE = "entity_cycle"
-#: Logged steps whose MLM accuracy is averaged into a cycle's figure (one step's is noisy).
+#: Logged training steps whose MLM accuracy is averaged into a cycle's figure (one step's is noisy).
 ACCURACY_TAIL = 10
 
 
@@ -74,12 +76,18 @@ class CycleConfig:
         default_factory=PretrainConfig,
         help="each cycle's pretraining: its steps and stop rules (stop.mlm_accuracy) apply per cycle; cycles "
              "after 0 continue from the previous cycle's final model (model.init_from, set here)")
+    eval_instances: int = field(
+        512, help="every cycle's model is also scored on the first this many of cycle 0's (random-masked) "
+                  "instances, the same masked positions for every cycle (eval_mlm_accuracy); 0 = off. Training "
+                  "MLM accuracy is on each cycle's own instances, entity-masked after cycle 0: not comparable")
     extractor: SweepConfig = field(
         default_factory=_extractor_sweep,
         help="the extractor of each cycle: a sweep of one NER task (tasks: [t], export_best: [t]) whose "
              "selected model is the next cycle's entity extractor")
 
     def __post_init__(self) -> None:
+        if self.eval_instances < 0:
+            raise ConfigError(f"eval_instances: {self.eval_instances}; >= 0 (0 = off)")
         if self.cycles < 1:
             raise ConfigError(f"cycles: {self.cycles}; at least 1 (cycle 0, random masking)")
         em = self.instances.entity_masking
@@ -124,7 +132,8 @@ class CycleResult:
         lines = ["", "=" * 72, f"run directory : {self.run_dir}"]
         for c in self.cycles:
             prev = c["previous_extractor"]
-            lines.append(f"cycle {c['cycle']}: MLM accuracy {c['mlm_accuracy']:.3f} ({c['stopped_by']}); "
+            held = f", on cycle 0's instances {c['eval']['mlm_accuracy']:.3f}" if c["eval"] else ""
+            lines.append(f"cycle {c['cycle']}: MLM accuracy {c['mlm_accuracy']:.3f}{held} ({c['stopped_by']}); "
                          f"extractor F1 dev {c['extractor']['dev']:.3f} test {c['extractor']['test']:.3f}"
                          + (f"; built with cycle {prev['cycle']}'s extractor (F1 test {prev['test']:.3f}), "
                             f"{c['entities'].get('entities', 0)} entities" if prev else "; random masking"))
@@ -164,6 +173,7 @@ def step_metrics(record: dict) -> dict[str, float]:
     """One cycle's numbers as the parent run's metrics at step = cycle."""
     out = {"mlm_accuracy": record["mlm_accuracy"], "extractor_f1_dev": record["extractor"]["dev"],
            "extractor_f1_test": record["extractor"]["test"]}
+    out.update({f"eval_{k}": float(v) for k, v in record["eval"].items() if k.startswith("mlm_")})
     for key, name in (("entities", "entities"), ("masked_entities", "entities_masked"),
                       ("protected", "entities_protected")):
         if key in record["entities"]:
@@ -177,7 +187,8 @@ def step_metrics(record: dict) -> dict[str, float]:
 def run_cycle(cfg: CycleConfig, c: int, previous: dict | None) -> dict:
     """One cycle: instances (random, or entity-aware with the previous extractor) -> pretrain -> extractor;
     writes and returns its record (``cycle-<c>/manifest.json``)."""
-    from orchestrator.pretrain.trainer import pretrain  # heavy: torch, transformers
+    from orchestrator.pretrain.evaluate import evaluate_mlm  # heavy: torch, transformers
+    from orchestrator.pretrain.trainer import pretrain
     from orchestrator.sweep.runner import run_sweep
 
     run_dir, cycle_dir = cfg.run_dir, cfg.run_dir / f"cycle-{c}"
@@ -203,6 +214,8 @@ def run_cycle(cfg: CycleConfig, c: int, previous: dict | None) -> dict:
     (export,) = sweep.exports[model_name].values()
     first = min(corpus.instances)
     inst_manifest = read_manifest(corpus.instances[first])
+    reference = previous["reference_instances"] if previous else str(corpus.instances[first])
+    evaluation = evaluate_mlm(result.model_dir, reference, cfg.eval_instances) if cfg.eval_instances else {}
     record = {
         "cycle": c,
         "model_dir": str(result.model_dir),
@@ -210,6 +223,8 @@ def run_cycle(cfg: CycleConfig, c: int, previous: dict | None) -> dict:
         "masking": "entity" if extractor_dir else "random",
         "instances": {n: str(p) for n, p in corpus.instances.items()},
         "mlm_accuracy": mlm_accuracy(result.history),
+        "reference_instances": reference,
+        "eval": evaluation,
         "stopped_by": ",".join(f"{p['phase']}:{p['stopped_by']}@{p['phase_step']}" for p in result.phases),
         "steps": sum(p["phase_step"] for p in result.phases),
         "entities": inst_manifest["counts"].get("entity_masking", {}),
