@@ -42,7 +42,7 @@ def evaluate_mlm(model_dir: str | Path, instances_dir: str | Path, max_instances
     import torch  # heavy: torch, transformers
     from transformers import AutoModelForPreTraining, AutoTokenizer
 
-    from orchestrator.pretrain.model import PretrainingModule
+    from orchestrator.pretrain.model import PretrainingModule  # heavy: torch, transformers
 
     special = Specials.from_tokenizer(AutoTokenizer.from_pretrained(str(model_dir)))
     module = PretrainingModule(AutoModelForPreTraining.from_pretrained(str(model_dir))).eval()
