@@ -50,7 +50,7 @@ ACCURACY_TAIL = 10
 
 
 def _entity_instances() -> InstanceConfig:
-    return InstanceConfig(entity_masking=EntityMaskingConfig(association_method="npmi"))
+    return InstanceConfig(entity_masking=EntityMaskingConfig(association_method="npmi", association_level="term"))
 
 
 def _extractor_sweep() -> SweepConfig:
@@ -97,7 +97,7 @@ class CycleConfig:
         if em is not None and (em.ner_model or em.dictionaries):
             raise ConfigError("instances.entity_masking: the cycle's extractor is the entity extractor; leave "
                               "ner_model and dictionaries empty")
-        if len(self.extractor.tasks) != 1 or tuple(self.extractor.export_best) != tuple(self.extractor.tasks):
+        if len(self.extractor.tasks) != 1 or len(self.extractor.export_best) != 1:
             raise ConfigError(f"extractor: one NER task, exported: tasks: [t], export_best: [t] (got tasks "
                               f"{list(self.extractor.tasks)}, export_best {list(self.extractor.export_best)})")
         if self.cycles > 1 and self.pretrain.model.init_from:
@@ -256,6 +256,7 @@ def plan(cfg: CycleConfig) -> str:
     if cfg.cycles > 1 and em is not None:
         lines += ["", f"== cycles 1..{cfg.cycles - 1} ==",
                   f"instances: entity-aware, extractor = the previous cycle's export, association "
-                  f"{em.association_method} ({em.association_window}, min_count {em.association_min_count}), "
+                  f"{em.association_method} of {em.association_level}s ({em.association_window}, min_count "
+                  f"{em.association_min_count}), "
                   f"threshold {em.threshold}, same_type_grouping {em.same_type_grouping}"]
     return "\n".join(lines)

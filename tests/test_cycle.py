@@ -112,6 +112,8 @@ def test_the_tiny_preset_runs_two_cycles_and_each_manifest_names_the_extractor_b
     inst = json.loads((Path(m1["instances"]["64"]) / "manifest.json").read_text())
     assert inst["config"]["entity_masking"]["ner_model"] == m0["extractor"]["dir"]
     assert m1["counts"]["entities"]["entities"] > 0 and m1["association"]["method"] == "npmi"
+    # one extracted type: the association relates terms, and some terms kept visible beside a target
+    assert m1["association"]["level"] == "term" and m1["counts"]["entities"]["protected"] > 0
     assert m1["reference_instances"] == m0["reference_instances"] == m0["instances"]["64"]
     assert m0["eval"]["masked"] == m1["eval"]["masked"] > 0  # the same positions scored for every cycle
     client = mlflow.MlflowClient(f"sqlite:///{run_dir / 'mlflow.db'}")

@@ -51,6 +51,7 @@ _PUNCT = re.compile(r"(\W)", re.UNICODE)
 SameTypeRule = Literal["none", "association", "organ"]
 AssociationMethod = Literal["table", "npmi"]
 AssociationWindow = Literal["sentence", "document"]
+AssociationLevel = Literal["type", "term"]
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,11 @@ class EntityMaskingConfig:
     association_min_count: int = field(
         5, help="npmi: type pairs co-occurring in fewer windows than this are left out of the table "
                 "(degree `default` 0): too rare for a stable estimate")
+    association_level: AssociationLevel = field(
+        "type", help="what the association relates: type (FIG. 8: two entity types, e.g. disease name and lesion "
+                     "name) or term (two extracted term phrases by their text, e.g. cisplatin and nephrotoxicity; "
+                     "the table's pairs are terms). term suits one-type extractors (a BC5CDR-chemical model), "
+                     "where a type table has a single entry")
     threshold: float = field(8.0, help="entities whose association with a selected target is >= this stay "
                                        "visible (8 on FIG. 8's 0-10 scale in the patent)")
     masked_fraction: float = field(0.15, help="condition 1: at least this share of the text's tokens is masked, "
@@ -382,7 +388,8 @@ def token_words(tokens: Sequence[str], lowercase: bool = True) -> list[tuple[str
 @dataclass(frozen=True)
 class TextInfo:
     """One text (sentence) of a document as same-type grouping sees it: its entities (token
-    positions within the text), their types, and the organ it describes (organ rule only)."""
+    positions within the text), their types (their texts under association_level: term), and the
+    organ it describes (organ rule only)."""
     entities: tuple[Entity, ...]
     types: frozenset[str]
     organ: str | None
@@ -405,7 +412,8 @@ class EntityMasker:
             raise ConfigError(f"association_method: {cfg.association_method} derives the table from the corpus "
                               "(orchestrator.instances.association); pass the derived table to EntityMasker")
         self.association = association if association is not None else \
-            load_association(cfg.association or DEFAULT_ASSOCIATION, self.types)
+            load_association(cfg.association or DEFAULT_ASSOCIATION,
+                             self.types if cfg.association_level == "type" else None)
         self.matcher = PhraseMatcher(self.dictionary, cfg.max_phrase_words)
         self.organs = None
         if cfg.same_type_grouping == "organ":
@@ -430,6 +438,10 @@ class EntityMasker:
                                        positions=tuple(p for j in members for p in words[j][1]),
                                        type=type_name, text=" ".join(words[j][0] for j in members)))
         return entities
+
+    def key(self, entity: Entity) -> str:
+        """What the association table relates for ``entity``: its type, or its text (association_level)."""
+        return entity.type if self.cfg.association_level == "type" else entity.text
 
     # ---- selection --------------------------------------------------------------------
     def num_to_predict(self, tokens: Sequence[str]) -> int:
@@ -492,7 +504,7 @@ class EntityMasker:
                 i = unit[1]
                 selected.add(i)
                 protected.update(j for j, other in enumerate(entities) if j not in selected and
-                                 self.association(entities[i].type, other.type) >= self.cfg.threshold)
+                                 self.association(self.key(entities[i]), self.key(other)) >= self.cfg.threshold)
 
         if first is not None:
             take(("e", first))
@@ -561,7 +573,7 @@ class EntityMasker:
                          for _, _, type_name in self.organs([words[j][0] for j in run])]
                 organ = max(named, key=lambda o: (named.count(o), -named.index(o))) if named else previous
                 previous = organ
-            out.append(TextInfo(entities, frozenset(e.type for e in entities), organ))
+            out.append(TextInfo(entities, frozenset(self.key(e) for e in entities), organ))
         return out
 
     def kind(self, text: TextInfo, target: Entity | None) -> tuple:
@@ -574,7 +586,7 @@ class EntityMasker:
             return ("organ", text.organ)
         if target is None:
             return self.untyped()
-        return ("associated", target.type)
+        return ("associated", self.key(target))
 
     def untyped(self) -> tuple:
         """The kind of a text of no type: no entity (association), no organ (organ rule)."""
