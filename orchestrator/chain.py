@@ -54,6 +54,9 @@ ARM_FIXED = ("run_name", "runs_root", "model_name", "stages", "compare_models", 
 #: untrained floor of the arm's architecture (random initialisation), or the corpus: section of a
 #: YAML file (a proposal of jobs/propose_mix.py, or any build_corpus / chain config) as the arm's corpus.
 ARM_MODEL, ARM_INIT, ARM_CORPUS = "model", "init", "corpus_from"
+#: A model arm's optional note of the job that makes its model (a model made by another job, e.g. the entity
+#: cycle): its dry run passes before that job has run, and the run refuses with this note until it has.
+ARM_MADE_BY = "made_by"
 #: ChainResult.report's key for an experiment's comparison page (dashboards/, written by jobs/blue_sweep.py).
 PAGE = "page"
 
@@ -142,13 +145,17 @@ class ChainConfig:
                               "shares the run directory, Ray, MLflow and the one paired sweep)")
         if ARM_INIT in arm and arm[ARM_INIT] != "random":
             raise ConfigError(f"arms.{name}.init: {arm[ARM_INIT]!r}; the only value is 'random' (the untrained floor)")
-        if ARM_MODEL in arm and len(arm) > 1:
-            raise ConfigError(f"arms.{name}: a published model ({ARM_MODEL}: <dir>) takes no other keys")
+        if ARM_MODEL in arm and set(arm) - {ARM_MODEL, ARM_MADE_BY}:
+            raise ConfigError(f"arms.{name}: a published model ({ARM_MODEL}: <dir>) takes no other keys than "
+                              f"{ARM_MADE_BY} (got {sorted(set(arm) - {ARM_MODEL, ARM_MADE_BY})[0]})")
+        if ARM_MADE_BY in arm and ARM_MODEL not in arm:
+            raise ConfigError(f"arms.{name}.{ARM_MADE_BY}: only a model arm ({ARM_MODEL}: <dir>) is made by "
+                              "another job")
         data = {k: v for k, v in to_dict(self).items() if k not in ("arms", "baseline", "selection")}
         if ARM_CORPUS in arm:  # the file's corpus replaces the base config's; the arm's other keys still apply
             data["corpus"] = corpus_section(arm[ARM_CORPUS], f"arms.{name}.{ARM_CORPUS}")
         for key, value in arm.items():
-            if key not in (ARM_MODEL, ARM_INIT, ARM_CORPUS):
+            if key not in (ARM_MODEL, ARM_INIT, ARM_CORPUS, ARM_MADE_BY):
                 set_dotted(data, key.split("."), value)  # as a command-line override would
         try:
             built = from_dict(ChainConfig, data)

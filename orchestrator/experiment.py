@@ -4,7 +4,8 @@
     python jobs/blue_sweep.py --config experiments/oubiobert_ablation.yaml --dry-run   # the stage graph
 
 An experiment is a chain config with ``arms:`` (``ChainConfig.arms``): each arm is the base config
-with its overrides, a published model (``{model: <dir>}``), or the untrained floor of the
+with its overrides, a published model (``{model: <dir>}``; ``made_by: <job>`` when another job of this
+project makes it, such as ``jobs/entity_cycle.py``), or the untrained floor of the
 architecture (``{init: random}``). Each arm's corpus, vocabulary, instances and pretraining outputs
 live under ``<run_dir>/stages/<output>/<key>``, placed by their content key (``orchestrator.core.reuse``):
 arms whose stage would be identical share one output, built once, and a re-run reuses every
@@ -74,6 +75,12 @@ class ArmPlan:
     config: ChainConfig
     outputs: list[Output]  # in build order
     model_dir: Path  # what the sweep fine-tunes
+    made_by: str = ""  # a model arm: the job that makes its model (arms.<name>.made_by)
+
+    @property
+    def missing(self) -> bool:
+        """A model arm whose model another job has not made yet."""
+        return self.kind == "model" and not (self.model_dir / "config.json").is_file()
 
     @property
     def augmented(self) -> bool:
@@ -87,11 +94,12 @@ def arm_plans(cfg: ChainConfig) -> dict[str, ArmPlan]:
     for name in cfg.arms:
         arm, kind = cfg.arm(name), cfg.arm_kind(name)
         if kind == "model":
-            model_dir = Path(flatten(cfg.arms[name])[chain.ARM_MODEL])
-            if not (model_dir / "config.json").is_file():  # a published model: nothing here builds it
+            entry = flatten(cfg.arms[name])
+            model_dir, made_by = Path(entry[chain.ARM_MODEL]), str(entry.get(chain.ARM_MADE_BY, ""))
+            if not (model_dir / "config.json").is_file() and not made_by:  # nothing here builds it
                 raise ConfigError(f"arms.{name}.model: {model_dir} is not a Hugging Face model directory "
                                   "(no config.json)")
-            plans[name] = ArmPlan(name, kind, arm, [], model_dir)
+            plans[name] = ArmPlan(name, kind, arm, [], model_dir, made_by)
             continue
         if "pretrain" not in arm.stages:
             raise ConfigError(f"arms.{name}: an arm that pretrains needs the corpus, vocab, instances and pretrain "
@@ -139,8 +147,10 @@ def plan(cfg: ChainConfig) -> str:
     for arm in plans.values():
         what = {"model": f"published model {arm.model_dir}", "random": "untrained floor (random initialisation)",
                 "pretrain": "pretrained"}[arm.kind]
-        overrides = {k: v for k, v in flatten(cfg.arms[arm.name]).items() if k not in (chain.ARM_MODEL,
-                                                                                       chain.ARM_INIT)}
+        if arm.missing:
+            what = f"model {arm.model_dir} (not made yet: {arm.made_by})"
+        overrides = {k: v for k, v in flatten(cfg.arms[arm.name]).items()
+                     if k not in (chain.ARM_MODEL, chain.ARM_INIT, chain.ARM_MADE_BY)}
         lines.append(f"  {arm.name}: {what}" + (f"; {overrides}" if overrides else "")
                      + (_augmented_text(arm.config) if arm.augmented else ""))
     per_arm = sum(len(p.outputs) for p in plans.values())
@@ -169,6 +179,9 @@ def run(cfg: ChainConfig) -> ChainResult:
         return chain.run(cfg)
     plans = arm_plans(cfg)
     for arm in plans.values():
+        if arm.missing:
+            raise ConfigError(f"arms.{arm.name}.model: {arm.model_dir} does not exist yet; it is made by: "
+                              f"{arm.made_by}")
         check_inputs(arm.config)  # every arm's inputs, before Ray starts and before anything is written
     if cfg.selection.enabled:
         from orchestrator.selection.scoring import kenlm_binary  # heavy: numpy

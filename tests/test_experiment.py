@@ -283,6 +283,26 @@ def test_a_published_model_arm_that_is_not_there_is_refused_before_anything_runs
         arm_plans(cfg)
 
 
+def test_a_model_arm_made_by_another_job_plans_before_that_job_and_runs_only_after(tmp_path):
+    """``{model: <dir>, made_by: <job>}`` (the entity cycle's model): the dry run shows it as not made yet,
+    the run refuses naming the job, and once the directory holds a model the arm is an ordinary model arm."""
+    from orchestrator.experiment import plan, run
+
+    made = tmp_path / "cycle" / "final"
+    cfg = smoke(tmp_path, arms={"cycle": {"model": str(made), "made_by": "jobs/entity_cycle.py --preset tiny"},
+                                "a": {}})
+    assert arm_plans(cfg)["cycle"].missing
+    assert f"cycle: model {made} (not made yet: jobs/entity_cycle.py --preset tiny)" in plan(cfg)
+    with pytest.raises(ConfigError, match=r"arms\.cycle\.model: .* made by: jobs/entity_cycle.py --preset tiny"):
+        run(cfg)
+    assert not (tmp_path / "exp").exists()  # refused before anything was written
+    made.mkdir(parents=True)
+    (made / "config.json").write_text("{}")
+    assert not arm_plans(cfg)["cycle"].missing and arm_plans(cfg)["cycle"].model_dir == made
+    with pytest.raises(ConfigError, match="only a model arm"):
+        smoke(tmp_path, arms={"a": {"made_by": "x"}}).arm("a")
+
+
 @pytest.mark.parametrize("preset, arms, space_text", [
     ("seed002", ["published", "full", "adapters"], "early stopping on dev, patience 25, up to 100 epochs"),
     ("seed004", ["published", "continued"], "lr [3e-05, 4e-05, 5e-05]"),

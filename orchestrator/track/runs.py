@@ -276,3 +276,22 @@ def _end_active(status: str) -> None:
         mlflow.end_run(status)
     except Exception as exc:  # the store went away meanwhile: the run's status stays as it was
         log.warning("MLflow: cannot end the run (%s)", exc)
+
+
+def log_step_metrics(metrics: dict[str, float], step: int) -> None:
+    """Metrics of the active run (a ``parent_run``) at ``step``, e.g. one cycle of an iterative job;
+    a metric that already has that step (a re-run reopening the parent) is not logged again. Nothing
+    without an active run, and MLflow trouble is only said (the work goes on)."""
+    import mlflow  # heavy: mlflow
+
+    run = mlflow.active_run()
+    if run is None:
+        return
+    try:
+        client = mlflow.MlflowClient()
+        todo = {k: float(v) for k, v in metrics.items() if math.isfinite(float(v))
+                and all(h.step != step for h in client.get_metric_history(run.info.run_id, k))}
+        if todo:
+            mlflow.log_metrics(todo, step=step)
+    except Exception as exc:  # see start_stage_run
+        log.warning("MLflow: could not log step %d (%s)", step, exc)
