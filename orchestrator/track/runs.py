@@ -19,7 +19,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -74,11 +74,11 @@ def start_stage_run(tracking: TrackingConfig | None, run_dir: Path, *, stage: st
 
 
 def log_stage_result(tracking: TrackingConfig | None, run_dir: Path, *, stage: str, params: Any,
-                     metrics: dict[str, float], tags: dict[str, str]) -> str | None:
-    """A finished stage's result as its own finished run, a child of the active run. A run with the
-    same parent, stage and ``tags`` is looked up first, so a re-run that reuses the output logs
-    nothing again. Returns the run id, or None when tracking is off or the store fails (said: the
-    work goes on)."""
+                     metrics: dict[str, float], tags: dict[str, str], artifacts: Sequence[Path] = ()) -> str | None:
+    """A finished stage's result as its own finished run, a child of the active run, with ``artifacts``
+    (files) attached. A run with the same parent, stage and ``tags`` is looked up first, so a re-run
+    that reuses the output logs nothing again. Returns the run id, or None when tracking is off or
+    the store fails (said: the work goes on)."""
     if tracking is None or not tracking.enabled:
         return None
     import mlflow  # heavy: mlflow
@@ -102,6 +102,8 @@ def log_stage_result(tracking: TrackingConfig | None, run_dir: Path, *, stage: s
         scores = [Metric(k, float(v), now, 0) for k, v in metrics.items() if math.isfinite(float(v))]
         for start in range(0, max(len(values), len(scores)), 100):
             client.log_batch(run.info.run_id, params=values[start:start + 100], metrics=scores[start:start + 100])
+        for path in artifacts:
+            client.log_artifact(run.info.run_id, str(path))
         client.set_terminated(run.info.run_id, "FINISHED")
     except Exception as exc:  # see start_stage_run
         log.warning("MLflow: could not log the %s run at %s (%s)", stage, uri, exc)
