@@ -30,6 +30,7 @@ from orchestrator.corpus.stage import CorpusConfig, input_stats, source_sizes
 from orchestrator.formats import READERS
 from orchestrator.instances.config import InstanceConfig
 from orchestrator.pretrain.config import PretrainConfig
+from orchestrator.retrieval.config import RetrievalSpec
 from orchestrator.selection.arms import ArmScoringConfig
 from orchestrator.sweep.config import SweepConfig
 from orchestrator.sweep.space import Variant, resolve_space, space_tasks, task_data_dir, task_key
@@ -49,12 +50,14 @@ REPEATED_SUFFIX = "+repeated"
 #: Keys an experiment's arm may not change: every arm runs in the same place, on the same Ray, into
 #: the same MLflow experiment, and through the one paired sweep.
 ARM_FIXED = ("run_name", "runs_root", "model_name", "stages", "compare_models", "ray", "tracking", "sweep",
-             "arms", "baseline", "selection", "arm_concurrency")
+             "arms", "baseline", "selection", "arm_concurrency", "retrieval")
 #: Arm keys that are not config overrides: a published model (no corpus, no pretraining), or the
 #: untrained floor of the arm's architecture (random initialisation).
 ARM_MODEL, ARM_INIT = "model", "init"
 #: ChainResult.report's key for an experiment's comparison page (dashboards/, written by jobs/blue_sweep.py).
 PAGE = "page"
+#: ChainResult.report's key for an experiment's retrieval table (seed 002, Table 6).
+RETRIEVAL = "retrieval"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,6 +111,10 @@ class ChainConfig:
     selection: ArmScoringConfig = field(default_factory=ArmScoringConfig,
                                         help="an experiment's source scoring (seed 004): each pretraining arm's "
                                              "sources against the sweep's tasks, correlated with its gain")
+    retrieval: RetrievalSpec = field(default_factory=RetrievalSpec,
+                                     help="an experiment's cross-lingual retrieval (seed 002, Table 6), no "
+                                          "fine-tuning: every arm's model (and retrieval.models) on parallel text; "
+                                          "runs when retrieval.texts or retrieval.pairs names text")
 
     def __post_init__(self):
         if self.arm_concurrency < 0:
@@ -127,6 +134,13 @@ class ChainConfig:
             self.arm(name)  # every arm's config is checked when the experiment's config is read
         if self.selection.enabled and not self.arms:
             raise ConfigError("selection.enabled scores an experiment's arms: it needs arms: (docs/EXPERIMENTS.md)")
+        if self.retrieval.enabled and not self.arms:
+            raise ConfigError("retrieval evaluates an experiment's arms: it needs arms: (for models alone, "
+                              "jobs/retrieval.py)")
+        clash = sorted(set(self.retrieval.models) & set(self.arms))
+        if clash:
+            raise ConfigError(f"retrieval.models.{clash[0]}: {clash[0]} is already an arm; give the extra model "
+                              "another name")
 
     def arm(self, name: str) -> ChainConfig:
         """The chain config of one arm: this config with the arm's overrides (and no arms)."""
@@ -141,7 +155,7 @@ class ChainConfig:
             raise ConfigError(f"arms.{name}.init: {arm[ARM_INIT]!r}; the only value is 'random' (the untrained floor)")
         if ARM_MODEL in arm and len(arm) > 1:
             raise ConfigError(f"arms.{name}: a published model ({ARM_MODEL}: <dir>) takes no other keys")
-        data = {k: v for k, v in to_dict(self).items() if k not in ("arms", "baseline", "selection")}
+        data = {k: v for k, v in to_dict(self).items() if k not in ("arms", "baseline", "selection", "retrieval")}
         for key, value in arm.items():
             if key not in (ARM_MODEL, ARM_INIT):
                 set_dotted(data, key.split("."), value)  # as a command-line override would
@@ -197,7 +211,7 @@ class ChainResult:
             lines.append(f"arm {name:<10}: {arm['status']}" + (f" ({arm['error']})" if arm.get("error") else ""))
         if self.pretrain_loss:
             lines.append(f"pretraining   : loss {self.pretrain_loss[0]:.3f} -> {self.pretrain_loss[1]:.3f}")
-        for kind in ("html", "md", "png", PAGE):
+        for kind in ("html", "md", "png", PAGE, RETRIEVAL):
             if kind in self.report:
                 lines.append(f"report ({kind:4}): {self.report[kind]}")
         if self.tracking_uri:
