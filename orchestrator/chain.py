@@ -30,6 +30,7 @@ from orchestrator.corpus.stage import CorpusConfig, input_stats, source_sizes
 from orchestrator.formats import READERS
 from orchestrator.instances.config import InstanceConfig
 from orchestrator.pretrain.config import PretrainConfig
+from orchestrator.retrieval.config import RetrievalSpec
 from orchestrator.selection.arms import ArmScoringConfig
 from orchestrator.sweep.config import SweepConfig
 from orchestrator.sweep.space import Variant, resolve_space, space_tasks, task_data_dir, task_key
@@ -49,7 +50,7 @@ REPEATED_SUFFIX = "+repeated"
 #: Keys an experiment's arm may not change: every arm runs in the same place, on the same Ray, into
 #: the same MLflow experiment, and through the one paired sweep.
 ARM_FIXED = ("run_name", "runs_root", "model_name", "stages", "compare_models", "ray", "tracking", "sweep",
-             "arms", "baseline", "selection", "arm_concurrency")
+             "arms", "baseline", "selection", "arm_concurrency", "retrieval")
 #: Arm keys that are not config overrides: a published model (no corpus, no pretraining), the
 #: untrained floor of the arm's architecture (random initialisation), or the corpus: section of a
 #: YAML file (a proposal of jobs/propose_mix.py, or any build_corpus / chain config) as the arm's corpus.
@@ -59,6 +60,8 @@ ARM_MODEL, ARM_INIT, ARM_CORPUS = "model", "init", "corpus_from"
 ARM_MADE_BY = "made_by"
 #: ChainResult.report's key for an experiment's comparison page (dashboards/, written by jobs/blue_sweep.py).
 PAGE = "page"
+#: ChainResult.report's key for an experiment's retrieval table (seed 002, Table 6).
+RETRIEVAL = "retrieval"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,6 +117,10 @@ class ChainConfig:
     selection: ArmScoringConfig = field(default_factory=ArmScoringConfig,
                                         help="an experiment's source scoring (seed 004): each pretraining arm's "
                                              "sources against the sweep's tasks, correlated with its gain")
+    retrieval: RetrievalSpec = field(default_factory=RetrievalSpec,
+                                     help="an experiment's cross-lingual retrieval (seed 002, Table 6), no "
+                                          "fine-tuning: every arm's model (and retrieval.models) on parallel text; "
+                                          "runs when retrieval.texts or retrieval.pairs names text")
 
     def __post_init__(self):
         if self.arm_concurrency < 0:
@@ -133,6 +140,13 @@ class ChainConfig:
             self.arm(name)  # every arm's config is checked when the experiment's config is read
         if self.selection.enabled and not self.arms:
             raise ConfigError("selection.enabled scores an experiment's arms: it needs arms: (docs/EXPERIMENTS.md)")
+        if self.retrieval.enabled and not self.arms:
+            raise ConfigError("retrieval evaluates an experiment's arms: it needs arms: (for models alone, "
+                              "jobs/retrieval.py)")
+        clash = sorted(set(self.retrieval.models) & set(self.arms))
+        if clash:
+            raise ConfigError(f"retrieval.models.{clash[0]}: {clash[0]} is already an arm; give the extra model "
+                              "another name")
 
     def arm(self, name: str) -> ChainConfig:
         """The chain config of one arm: this config with the arm's overrides (and no arms)."""
@@ -151,7 +165,7 @@ class ChainConfig:
         if ARM_MADE_BY in arm and ARM_MODEL not in arm:
             raise ConfigError(f"arms.{name}.{ARM_MADE_BY}: only a model arm ({ARM_MODEL}: <dir>) is made by "
                               "another job")
-        data = {k: v for k, v in to_dict(self).items() if k not in ("arms", "baseline", "selection")}
+        data = {k: v for k, v in to_dict(self).items() if k not in ("arms", "baseline", "selection", "retrieval")}
         if ARM_CORPUS in arm:  # the file's corpus replaces the base config's; the arm's other keys still apply
             data["corpus"] = corpus_section(arm[ARM_CORPUS], f"arms.{name}.{ARM_CORPUS}")
         for key, value in arm.items():
@@ -209,7 +223,7 @@ class ChainResult:
             lines.append(f"arm {name:<10}: {arm['status']}" + (f" ({arm['error']})" if arm.get("error") else ""))
         if self.pretrain_loss:
             lines.append(f"pretraining   : loss {self.pretrain_loss[0]:.3f} -> {self.pretrain_loss[1]:.3f}")
-        for kind in ("html", "md", "png", PAGE):
+        for kind in ("html", "md", "png", PAGE, RETRIEVAL):
             if kind in self.report:
                 lines.append(f"report ({kind:4}): {self.report[kind]}")
         if self.tracking_uri:

@@ -129,6 +129,19 @@ def test_three_arm_experiment_shares_the_corpus_pairs_the_sweep_and_nests_mlflow
     metrics = gains.data.metrics
     assert metrics["source_gain.BIOSSES.ppl.n"] == 2 and "source_gain.BIOSSES.ppl.r" not in metrics
     assert {a.path for a in client.list_artifacts(gains.info.run_id)} >= {"sources_scatter.png", "sources_matrix.png"}
+    # Seed 002's retrieval: every arm's encoder in one table, in the report; a finished child run per arm
+    # whose metrics are the results' scores.
+    retrieved = {r.data.tags[S.ARM]: r for r in runs if r.data.tags.get(S.KIND) == S.KIND_RETRIEVAL}
+    assert set(retrieved) == set(ARMS)
+    out = run_dir / "stages" / "retrieval" / retrieved["floor"].data.tags[S.OUTPUT_KEY]
+    table = json.loads((out / "results.json").read_text())
+    assert table["models"] == list(ARMS) and set(table["p_at_1"]["floor"]) == {"de->en", "en->de"}
+    for arm, run in retrieved.items():
+        assert run.data.tags[S.PARENT] == parent and run.info.status == "FINISHED"
+        assert S.read_retrieval_metrics(run.data.metrics) == {k: table[k][arm] for k in ("p_at_1", "p_at_5")}
+    report = (run_dir / "report" / "blue_table.md").read_text()
+    assert "Cross-lingual retrieval (seed 002, Table 6)" in report and "| de \u2192 en |" in report
+    assert 'data-direction="de-&gt;en"' in (run_dir / "report" / "blue_table.html").read_text()
     # A re-run redoes nothing: every output and every trial is reused, and MLflow keeps one parent.
     again = experiment_run.again
     assert again.returncode == 0, again.stderr[-3000:]
@@ -138,6 +151,7 @@ def test_three_arm_experiment_shares_the_corpus_pairs_the_sweep_and_nests_mlflow
     assert len([r for r in runs if r.data.tags.get(S.KIND) == S.KIND_EXPERIMENT]) == 1
     assert len([r for r in runs if r.data.tags.get(S.KIND) == S.KIND_SELECTION]) == 2  # found, not logged again
     assert len([r for r in runs if r.data.tags.get(S.KIND) == S.KIND_SOURCE_GAINS]) == 1  # the same numbers
+    assert len([r for r in runs if r.data.tags.get(S.KIND) == S.KIND_RETRIEVAL]) == 3
 
 
 @pytest.mark.slow
@@ -218,6 +232,15 @@ def test_an_operational_setting_keeps_the_pretraining_output_and_a_training_sett
     # a stopping rule is a training setting once set; its window alone (no rule) is not
     assert pretrain_key(stop={"window": 7}) == base
     assert pretrain_key(stop={"mlm_accuracy": 0.5}) != base
+
+
+def test_retrieval_needs_arms_and_its_own_model_names(tmp_path):
+    with pytest.raises(ConfigError, match="retrieval evaluates an experiment's arms"):
+        smoke(tmp_path, retrieval={"texts": {"en": "a.txt", "de": "b.txt"}})
+    with pytest.raises(ConfigError, match="retrieval.models.a: a is already an arm"):
+        smoke(tmp_path, arms={"a": {}}, retrieval={"texts": {"en": "a.txt", "de": "b.txt"}, "models": {"a": "/m"}})
+    with pytest.raises(ConfigError, match="arms.a.retrieval.max_units: an arm cannot change retrieval"):
+        smoke(tmp_path, arms={"a": {"retrieval.max_units": 3}})
 
 
 def test_selection_needs_arms(tmp_path):

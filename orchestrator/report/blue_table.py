@@ -173,9 +173,10 @@ def build_table(results: dict, scale: float = 100.0, digits: int = 1,
 # ---------------------------------------------------------------------------------------------
 # Renderers
 def render_markdown(table: BlueTable, title: str = "BLUE results", curves: str | None = None,
-                    comparison: dict | None = None, notes: Sequence[str] = ()) -> str:
+                    comparison: dict | None = None, notes: Sequence[str] = (), sections: Sequence[str] = ()) -> str:
     """GitHub Markdown: best ``**bold**``, second ``<u>underlined</u>`` as in the seed's tables;
-    the paired differences after the table when ``comparison`` (``compare.comparison_document``) is given."""
+    the paired differences after the table when ``comparison`` (``compare.comparison_document``) is given;
+    ``sections`` (Markdown, e.g. an experiment's retrieval tables) before the learning curves."""
     head = ["Model"] + [c.label for c in table.columns]
     rule = "|" + "|".join(["---"] + [":---:"] * len(table.columns)) + "|"
     lines = [f"# {title}", "", "| " + " | ".join(head) + " |", rule]
@@ -200,6 +201,7 @@ def render_markdown(table: BlueTable, title: str = "BLUE results", curves: str |
         for model in table.models:
             lines.append(f"| {_md_escape(model)} | " + " | ".join(_selection_text(table, table.cell(model, c.key))
                                                                for c in tasks) + " |")
+    lines += [text for section in sections for text in ("", section.rstrip("\n"))]
     if curves:
         lines += ["", "## Learning curves", "", f"![learning curves per task]({curves})"]
     return "\n".join(lines) + "\n"
@@ -222,8 +224,9 @@ img { max-width: 100%; height: auto; }
 
 def render_html(table: BlueTable, title: str = "BLUE results", curves_png: str | None = None,
                 comparison: dict | None = None, notes: Sequence[str] = (),
-                source_figures: dict[str, str] | None = None) -> str:
-    """A self-contained page (inline CSS, no scripts, no external assets).
+                source_figures: dict[str, str] | None = None, sections: Sequence[str] = ()) -> str:
+    """A self-contained page (inline CSS, no scripts, no external assets); ``sections`` are HTML
+    fragments placed before the learning curves.
 
     Each score cell carries ``data-model``, ``data-column`` and ``data-rank`` so tools and
     tests can find it; the visible emphasis is ``<b>`` (best) and ``<u>`` (second best).
@@ -236,6 +239,7 @@ def render_html(table: BlueTable, title: str = "BLUE results", curves_png: str |
     tasks = [c for c in table.columns if c.kind == "task"]
     if any(table.cell(m, c.key).selected for m in table.models for c in tasks):
         out.append(selection_html(table))
+    out.extend(sections)
     if curves_png:
         out.append(f'<h2>Learning curves</h2><img alt="learning curves" src="data:image/png;base64,{curves_png}">')
     out.append("</body></html>")
@@ -435,7 +439,8 @@ def render_curves_png(results: dict, path: Path) -> Path | None:
 # ---------------------------------------------------------------------------------------------
 def write_report(results: dict, out_dir: Path, title: str = "BLUE results", scale: float = 100.0,
                  digits: int = 1, source: str | Path = "results.json", baseline: str | None = None,
-                 notes: Sequence[str] = (), source_scores: dict[str, dict] | None = None) -> dict[str, Path]:
+                 notes: Sequence[str] = (), source_scores: dict[str, dict] | None = None,
+                 sections: Sequence[tuple[str, str]] = ()) -> dict[str, Path]:
     """Write Markdown, HTML, PNG table and learning curves atomically into ``out_dir``.
 
     ``out_dir`` appears complete (with a manifest.json and a copy of ``results``) or not at all.
@@ -450,6 +455,7 @@ def write_report(results: dict, out_dir: Path, title: str = "BLUE results", scal
     (``orchestrator.report.sources``; numbers in ``comparison.json`` under ``sources``, figures
     ``sources_scatter.png`` and ``sources_matrix.png``, returned as kinds sources_scatter and
     sources_matrix).
+    ``sections`` are (Markdown, HTML) pairs added to both pages (an experiment's retrieval tables).
     """
     out_dir = Path(out_dir)
     table = build_table(results, scale=scale, digits=digits, source=source)
@@ -474,9 +480,11 @@ def write_report(results: dict, out_dir: Path, title: str = "BLUE results", scal
             written.update({f"sources_{kind}": path.name for kind, path in drawn.items()})
             figures = source_gains.embedded(drawn)
         atomic_write_text(tmp / FILES["md"], render_markdown(table, title, curves=written.get("curves"),
-                                                             comparison=comparison, notes=notes))
+                                                             comparison=comparison, notes=notes,
+                                                             sections=[md for md, _ in sections]))
         atomic_write_text(tmp / FILES["html"], render_html(table, title, curves_png=embedded, comparison=comparison,
-                                                           notes=notes, source_figures=figures))
+                                                           notes=notes, source_figures=figures,
+                                                           sections=[h for _, h in sections]))
         render_table_png(table, tmp / FILES["png"], title)
         atomic_write_json(tmp / FILES["results"], results)
         config = {"title": title, "scale": scale, "digits": digits, "source": str(source), "baseline": baseline}
