@@ -150,8 +150,8 @@ def plan(cfg: ChainConfig) -> str:
     for arm in plans.values():
         what = {"model": f"published model {arm.model_dir}", "random": "untrained floor (random initialisation)",
                 "pretrain": "pretrained"}[arm.kind]
-        if arm.missing:
-            what = f"model {arm.model_dir} (not made yet: {arm.made_by})"
+        if arm.made_by:
+            what = f"model {arm.model_dir} (" + ("not made yet: " if arm.missing else "made by ") + f"{arm.made_by})"
         overrides = {k: v for k, v in flatten(cfg.arms[arm.name]).items()
                      if k not in (chain.ARM_MODEL, chain.ARM_INIT, chain.ARM_MADE_BY)}
         lines.append(f"  {arm.name}: {what}" + (f"; {overrides}" if overrides else "")

@@ -322,6 +322,7 @@ def test_a_model_arm_made_by_another_job_plans_before_that_job_and_runs_only_aft
     made.mkdir(parents=True)
     (made / "config.json").write_text("{}")
     assert not arm_plans(cfg)["cycle"].missing and arm_plans(cfg)["cycle"].model_dir == made
+    assert f"cycle: model {made} (made by jobs/entity_cycle.py --preset tiny)" in plan(cfg)
     with pytest.raises(ConfigError, match="only a model arm"):
         smoke(tmp_path, arms={"a": {"made_by": "x"}}).arm("a")
 
