@@ -239,3 +239,7 @@ def test_tokenizer_quality_job_prints_the_table_and_json(tmp_path, capsys):
     assert "| en | specific | hand | 8 | 50.0 | 1.500 | 12.5 |" in (out / "tokenizer_quality.md").read_text()
     assert job.main(["--dry-run", "--tokenizer", f"x={tmp_path / 'nope'}", "--text", f"en={text}"]) == 2
     assert "tokenizer directory does not exist" in capsys.readouterr().err
+    xquad = DATA / "multilingual" / "xquad_wikipedia" / "xquad.de.json"
+    if xquad.is_file():  # SQuAD JSON: its paragraphs are the units
+        assert job.main(["--dry-run", "--tokenizer", f"hand={tok_dir}", "--text", f"de:general={xquad}"]) == 0
+        assert "de:general (240 units)" in capsys.readouterr().out

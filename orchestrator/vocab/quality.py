@@ -37,6 +37,7 @@ from orchestrator.core.config import field
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.manifest import atomic_write_json, atomic_write_text
 from orchestrator.formats import text_units
+from orchestrator.formats.parallel import read_squad
 
 #: The measures of one row, in the order tables show them.
 MEASURES = ("continued_words", "fertility", "unknown_words")
@@ -102,7 +103,7 @@ class QualityConfig:
                                                                   "monolingual and a multilingual one)")
     texts: dict[str, str] = field(default_factory=dict, help="'<language>' or '<language>:<kind>' -> a file of that "
                                                              "language's text (plain text a unit per line, JSONL, "
-                                                             "or a task file: BLUE TSV, IOB, BLUE NER; sniffed); "
+                                                             "SQuAD .json, or a task file: BLUE TSV, IOB, BLUE NER); "
                                                              "kind defaults to 'text' (seed 002: general / specific)")
     corpus_lines: int = field(0, help="vocabulary stage: also measure on up to this many sentences of each language "
                                       "of the corpus (kind 'corpus'); 0 = only `texts`")
@@ -126,13 +127,16 @@ class QualityConfig:
 
 
 def read_text_sets(texts: dict[str, str], max_lines: int) -> list[TextSet]:
-    """``QualityConfig.texts`` read: each file's first ``max_lines`` text units (an InputError names a
-    missing or unreadable file)."""
+    """``QualityConfig.texts`` read: each file's first ``max_lines`` text units: the paragraphs of a
+    SQuAD ``.json`` file, else the units of its sniffed format (an InputError names a missing or
+    unreadable file)."""
     out = []
     for name, path in texts.items():
         language, kind = TEXT_NAME.fullmatch(name).groups()
         units = []
-        for unit in text_units(path):
+        # a .json file is SQuAD JSON (XQuAD, JSQuAD): its paragraphs; anything else by its sniffed format
+        found = (u.text for u in read_squad(path)) if Path(path).suffix.lower() == ".json" else text_units(path)
+        for unit in found:
             units.append(unit)
             if len(units) >= max_lines:
                 break
@@ -277,7 +281,8 @@ class TokenizerQualityConfig:
                                                                   "directory (--tokenizer NAME=DIR)")
     texts: dict[str, str] = field(default_factory=dict, help="'<language>' or '<language>:<kind>' -> text file "
                                                              "(--text de:specific=FILE): plain text a unit per line, "
-                                                             "JSONL, or a task file (BLUE TSV, IOB, BLUE NER)")
+                                                             "JSONL, SQuAD .json (its paragraphs: XQuAD), or a task "
+                                                             "file (BLUE TSV, IOB, BLUE NER)")
     max_lines: int = field(5000, help="text units read from each file")
     out_dir: str = field("", help="write tokenizer_quality.json and .md here; empty = print only")
 
