@@ -36,6 +36,7 @@ from orchestrator.sweep.config import SweepConfig
 from orchestrator.sweep.space import Variant, resolve_space, space_tasks, task_data_dir, task_key
 from orchestrator.track import TrackingConfig, effective_uri, local_uri, probe
 from orchestrator.track.experiments import UI_ADDRESS, experiment_id_of, ui_url
+from orchestrator.vocab.quality import quality_inputs
 from orchestrator.vocab.stage import model_tokenizer_files
 from orchestrator.vocab.wordpiece import VocabConfig
 
@@ -263,13 +264,17 @@ def corpus_keys(corpus: CorpusConfig, vocab: VocabConfig, instances: InstanceCon
     """The key of every output of the first three stages, from configs and input files alone (a
     finished stage records its key, so a downstream key never needs the upstream output itself).
     Reads the sources' sizes and the vocabulary's target files; builds nothing."""
-    keys = {"corpus": content_key("corpus", corpus, input_stats(corpus))}
+    keys = {"corpus": content_key("corpus", corpus.identity(), input_stats(corpus))}
     if "vocab" not in stages:
         return keys
+    # the tokenizer-quality table's inputs only when it has any (default keys stay what they were)
+    quality = [hash_inputs(quality_inputs(vocab.quality))] if vocab.quality.active else []
     if vocab.from_model:  # the model's tokenizer files alone: arms on other corpora share it
-        keys["vocab"] = content_key("vocab", vocab, hash_inputs(model_tokenizer_files(vocab.from_model)))
+        keys["vocab"] = content_key("vocab", vocab.identity(), hash_inputs(model_tokenizer_files(vocab.from_model)),
+                                    *quality, *([keys["corpus"]] if vocab.quality.corpus_lines else []))
     else:
-        keys["vocab"] = content_key("vocab", vocab, hash_inputs(vocab.target_paths), keys["corpus"])
+        keys["vocab"] = content_key("vocab", vocab.identity(), hash_inputs(vocab.target_paths), keys["corpus"],
+                                    *quality)
     for length in instances.max_seq_lengths if "instances" in stages else ():
         keys[f"instances/len{length}"] = content_key("instances", instances.output_fields(), length, keys["corpus"],
                                                      keys["vocab"])

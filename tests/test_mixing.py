@@ -119,3 +119,53 @@ def test_mdapt_budget_larger_than_corpus_is_an_error_unless_allowed():
 def test_unknown_mixer_suggests_the_closest():
     with pytest.raises(ConfigError, match="simpt"):
         MixerConfig(name="simpy")
+
+
+def _multilingual() -> list[ShardInfo]:
+    """Domain text: 40 sentences each in de and fr, 400 in en; general text: 800 de, 200 fr, 1600 en
+    (pages shared across languages, as parallel Wikipedia titles)."""
+    return (_shards("pm_de", "domain", 1, language="de") + _shards("pm_fr", "domain", 1, language="fr")
+            + _shards("pm_en", "domain", 10, language="en")
+            + _shards("wiki_de", "general", 20, language="de", pages=[f"P{i}" for i in range(80)])
+            + _shards("wiki_fr", "general", 5, language="fr", pages=[f"P{i}" for i in range(20)])
+            + _shards("wiki_en", "general", 40, language="en", pages=[f"P{i}" for i in range(160)]))
+
+
+def test_mdapt_upsamples_english_from_domain_text_to_its_smoothed_target():
+    """Seed 002, 'Except for English, we up-sample using Wikipedia data': with upsample_from_domain [en],
+    English domain text is not taken whole first (without the option it fills 400 of the 500 sentences),
+    and English gets its smoothed share of the budget left after de and fr domain text, from PubMed."""
+    shards = _multilingual()
+    plain = MIXERS.get("mdapt")(shards, MixerConfig(name="mdapt", sentence_budget=500), random.Random(0))
+    assert plain.notes["domain_sentences"] == {"de": 40, "fr": 40, "en": 400}
+    assert plain.notes["languages"]["en"]["total"] >= 400 and "upsample_from_domain" not in plain.notes
+
+    cfg = MixerConfig(name="mdapt", sentence_budget=500, alpha=0.3, upsample_from_domain=("en",))
+    plan = MIXERS.get("mdapt")(shards, cfg, random.Random(0))
+    langs = plan.notes["languages"]
+    assert plan.notes["domain_sentences"] == {"de": 40, "fr": 40}
+    # Known answer: P(L) from the general text 800 : 200 : 1600; q = P^0.3 normalised; 420 sentences left
+    assert {k: v["q"] for k, v in langs.items()} == pytest.approx({"de": 0.345913, "fr": 0.228218, "en": 0.425869},
+                                                                   abs=1e-6)
+    assert {k: v["target"] for k, v in langs.items()} == pytest.approx({"de": 145.28, "fr": 95.85, "en": 178.87})
+    assert {k: v["quota"] for k, v in langs.items()} == {"de": 145, "fr": 96, "en": 179}
+    assert not any(v["capped"] for v in langs.values())
+    # whole documents of 10 sentences: at most one document past the quota
+    for v in langs.values():
+        assert v["quota"] <= v["upsampled"] < v["quota"] + 10 and abs(v["quota"] - v["target"]) < 1
+    assert langs["en"]["upsampled_from"] == "domain" and langs["de"]["upsampled_from"] == "general"
+    assert {k: v["total"] for k, v in langs.items()} == {"de": 190, "fr": 140, "en": 180}
+    sources = {m.path.split("/")[0] for u in plan.units for m in u.members}
+    assert sources == {"pm_de", "pm_fr", "pm_en", "wiki_de", "wiki_fr"}  # no English Wikipedia
+    assert plan.notes["upsample_from_domain"] == ["en"]
+
+
+def test_upsample_from_domain_without_general_text_uses_the_pool_size_and_is_mdapt_only():
+    shards = [s for s in _multilingual() if s.source != "wiki_en"]
+    plan = MIXERS.get("mdapt")(shards, MixerConfig(name="mdapt", sentence_budget=500, upsample_from_domain=("en",)),
+                               random.Random(0))
+    assert plan.notes["languages"]["en"]["p"] == pytest.approx(400 / 1400, abs=1e-6)  # its 400 domain sentences
+    with pytest.raises(ConfigError, match="mdapt setting"):
+        MixerConfig(name="simpt", upsample_from_domain=("en",))
+    with pytest.raises(ConfigError, match="once"):
+        MixerConfig(name="mdapt", upsample_from_domain=("en", "en"))

@@ -102,6 +102,49 @@ def test_no_clinical_task_means_no_clinical_column():
     assert "clinical" not in keys and keys[:2] == ["total", "biomedical"]
 
 
+def test_a_group_beyond_blue_gets_its_total_column(tmp_path):
+    """Issue 16: a task group other than clinical/biomedical (a declared name, or 'other') is a column of its
+    own beside Total, averaging that group's tasks, in the Markdown, the HTML and the comparison; the notes
+    name it. A task YAML declares such a group; a reserved name is refused."""
+    from orchestrator.core.config import from_dict
+    from orchestrator.core.errors import ConfigError
+    from orchestrator.finetune.spec import TaskSpec, load_task
+
+    results = make_results()
+    results["tasks"] += [{"name": "JSTS", "metric": "pearson", "higher_is_better": True, "group": "japanese"},
+                         {"name": "XNLI-de", "metric": "accuracy", "higher_is_better": True, "group": "other"}]
+    extra = {"base": (0.60, 0.50), "ampv": (0.70, 0.40), "simpt": (0.65, 0.45)}
+    for model, (jsts, xnli) in extra.items():
+        cells = results["cells"][model]
+        cells["JSTS"] = {"mean": jsts, "sd": 0.01, "n": 3, "test_scores": [jsts - 0.01, jsts, jsts + 0.01]}
+        cells["XNLI-de"] = {"mean": xnli, "sd": 0.01, "n": 3, "test_scores": [xnli - 0.01, xnli, xnli + 0.01]}
+    results["summary"] = summarize(results["tasks"], results["cells"])
+    table = build_table(results)
+    assert [c.key for c in table.columns][:5] == ["total", "clinical", "biomedical", "japanese", "other"]
+    assert table.cell("ampv", "japanese").mean == pytest.approx(0.70) and table.cell("ampv", "japanese").rank == 1
+    assert table.cell("base", "other").mean == pytest.approx(0.50) and table.cell("base", "other").rank == 1
+    paths = write_report(results, tmp_path / "report", baseline="base")
+    md = paths["md"].read_text()
+    header = next(line for line in md.splitlines() if line.startswith("| Model"))
+    assert header.startswith("| Model | Total | Clinical | Biomedical | Japanese | Other | BIOSSES")
+    row = next(line for line in md.splitlines() if line.startswith("| ampv"))
+    assert row.split(" | ")[4].startswith("**70.0") and row.split(" | ")[5].startswith("40.0")
+    assert "(clinical, biomedical, japanese, other) averages" in md
+    assert 'data-column="japanese"' in paths["html"].read_text()
+    comparison = json.loads(paths["comparison"].read_text())
+    assert {"japanese", "other"} <= {c["key"] for c in comparison["columns"]}
+
+    task = tmp_path / "jsts.yaml"
+    task.write_text("include: _sentence_pair_regression.yaml\nname: JSTS\ngroup: japanese\ndir: jsts\n",
+                    encoding="utf-8")
+    assert load_task(str(task)).group == "japanese"
+    base = {"name": "T", "family": "sts", "metric": "pearson", "files": {"train": "a", "dev": "b", "test": "c"}}
+    with pytest.raises(ConfigError, match="group 'total'"):
+        from_dict(TaskSpec, {**base, "group": "total"})
+    with pytest.raises(ConfigError, match="lower-case name"):
+        from_dict(TaskSpec, {**base, "group": "Japanese Tasks"})
+
+
 @pytest.mark.parametrize("mutate, message", [
     (lambda r: r.pop("cells"), "missing key 'cells'"),
     (lambda r: r["tasks"][0].update(group=""), "has group ''"),

@@ -165,3 +165,81 @@ def test_saved_vocabulary_is_canonical_across_processes(tmp_path):
         assert tok == {t: i for i, t in enumerate(vocab)}
         vocabs.append(set(vocab))
     assert len(vocabs[0] ^ vocabs[1]) <= 0.01 * len(vocabs[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# Tokenizer quality per language (seed 002, Figure 3)
+
+HAND_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "play", "##ing", "##s", "un", "##do", ",", ".",
+              "1", "##2", "2", "playing"]
+
+
+def _hand_tokenizer(words: list[str]):
+    """An uncased BERT WordPiece tokenizer over exactly ``words`` (no training)."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+
+    tok = Tokenizer(models.WordPiece({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    return tok
+
+
+def test_words_split_at_space_numbers_and_special_characters_in_any_script():
+    from orchestrator.vocab.quality import words
+
+    assert words("The playing, undo plays 12 zzz.") == ["The", "playing", ",", "undo", "plays", "12", "zzz", "."]
+    assert words("Dr. Müller's 3.5mg—Ж ") == ["Dr", ".", "Müller", "'", "s", "3", ".", "5", "mg", "—", "Ж"]
+    assert words("cafe\u0301 co\u00adop") == ["cafe\u0301", "co", "op"]  # combining accent kept, soft hyphen splits
+    assert words("東京の病院") == ["東", "京", "の", "病", "院"]  # ideographs alone; kana runs are one word
+    assert words("ひらがな漢字") == ["ひらがな", "漢", "字"]
+
+
+def test_continued_words_and_fertility_known_answer_on_a_hand_vocabulary():
+    """8 words: the(1) playing(play ##ing) ,(1) undo(un ##do) plays(play ##s) 12(1 ##2) zzz([UNK]) .(1):
+    4 of 8 continued, 12 pieces / 8 words = 1.5, 1 of 8 unknown. With 'playing' in the vocabulary (the
+    second tokenizer) 3 of 8 are continued and 11 pieces."""
+    from orchestrator.vocab.quality import TextSet, measure, quality_table, render_markdown, word_counts
+
+    text = ["The playing, undo plays 12 zzz."]
+    hand = _hand_tokenizer(HAND_VOCAB[:-1])
+    assert measure(hand, word_counts(text)) == {"words": 8, "distinct_words": 8, "continued_words": 0.5,
+                                                "fertility": 1.5, "unknown_words": 0.125}
+    assert measure(hand, word_counts(text * 3))["words"] == 24  # each distinct word tokenized once, counted 3x
+    rows = quality_table({"hand": hand, "more": _hand_tokenizer(HAND_VOCAB)},
+                         [TextSet("en", "specific", text), TextSet("de", "general", ["der 12"])])
+    assert [(r["language"], r["kind"], r["tokenizer"], r["continued_words"], r["fertility"]) for r in rows] == [
+        ("en", "specific", "hand", 0.5, 1.5), ("en", "specific", "more", 0.375, 1.375),
+        ("de", "general", "hand", 0.5, 1.5), ("de", "general", "more", 0.5, 1.5)]
+    table = render_markdown(rows)
+    assert "| en | specific | more | 8 | 37.5 | 1.375 | 12.5 | -12.5 |" in table
+    assert continued_words(hand, text) == 0.5  # the vocabulary report's measure is the same one
+
+
+def test_tokenizer_quality_job_prints_the_table_and_json(tmp_path, capsys):
+    """jobs/tokenizer_quality.py on a saved hand tokenizer and a text file: the table, the known answer as
+    the last line's JSON, the files in out_dir; a missing tokenizer directory is a clear error."""
+    import importlib.util
+
+    tok_dir = tmp_path / "hand"
+    tok_dir.mkdir()
+    tok = _hand_tokenizer(HAND_VOCAB[:-1])
+    tok.enable_padding(length=16)  # saved with padding on, as MiniLM's is: must not count pads
+    tok.save(str(tok_dir / "tokenizer.json"))
+    text = tmp_path / "en.txt"
+    text.write_text("The playing, undo plays 12 zzz.\n", encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("tq_job", ROOT / "jobs" / "tokenizer_quality.py")
+    job = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(job)
+    out = tmp_path / "out"
+    assert job.main(["--tokenizer", f"hand={tok_dir}", "--text", f"en:specific={text}", f"out_dir={out}"]) == 0
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert json.loads(printed[-1]) == {"tokenizer_quality": {"en:specific": {"hand": {"continued_words": 0.5,
+                                                                                       "fertility": 1.5}}}}
+    assert json.loads((out / "tokenizer_quality.json").read_text())[0]["unknown_words"] == 0.125
+    assert "| en | specific | hand | 8 | 50.0 | 1.500 | 12.5 |" in (out / "tokenizer_quality.md").read_text()
+    assert job.main(["--dry-run", "--tokenizer", f"x={tmp_path / 'nope'}", "--text", f"en={text}"]) == 2
+    assert "tokenizer directory does not exist" in capsys.readouterr().err
+    xquad = DATA / "multilingual" / "xquad_wikipedia" / "xquad.de.json"
+    if xquad.is_file():  # SQuAD JSON: its paragraphs are the units
+        assert job.main(["--dry-run", "--tokenizer", f"hand={tok_dir}", "--text", f"de:general={xquad}"]) == 0
+        assert "de:general (240 units)" in capsys.readouterr().out

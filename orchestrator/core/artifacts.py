@@ -25,8 +25,21 @@ from orchestrator.core.manifest import atomic_write_json, read_manifest
 SMALL_ROLES = ("small", "domain")
 #: Columns of a corpus shard file (one row per document).
 SHARD_COLUMNS = ("source", "doc_id", "page", "language", "sentences", "n_bytes")
-#: Columns of an instances shard that training reads (``source`` is provenance only).
+#: Columns of an instances shard that training reads (``source`` and ``language`` are provenance only).
 INSTANCE_COLUMNS = ("input_ids", "token_type_ids", "masked_lm_positions", "masked_lm_ids", "next_sentence_label")
+#: Instance creation carries one provenance label per document, ``source`` + LABEL_SEP + ``language``
+#: (a source name never holds it), and splits it again into the two columns of the instances.
+LABEL_SEP = "\x1f"
+
+
+def provenance_label(source: str, language: str) -> str:
+    return f"{source}{LABEL_SEP}{language}" if language else source
+
+
+def label_parts(label: str) -> tuple[str, str]:
+    """(source, language) of a provenance label; language "" for a label without one."""
+    source, _, language = label.partition(LABEL_SEP)
+    return source, language
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,12 +128,13 @@ def shard_sentences(paths: Sequence[str]) -> Iterator[str]:
 def instance_schema():
     """One row per instance: unpadded ids (masked already under static masking), segment ids,
     masked positions and original ids (empty under dynamic masking), the NSP label (0 = B is the
-    real next segment, 1 = random, HF's convention) and the source of segment A."""
+    real next segment, 1 = random, HF's convention), and the source and language of segment A's
+    document (language "" for shards written without one)."""
     import pyarrow as pa  # heavy: pyarrow
 
     return pa.schema([("input_ids", pa.list_(pa.int32())), ("token_type_ids", pa.list_(pa.int8())),
                       ("masked_lm_positions", pa.list_(pa.int32())), ("masked_lm_ids", pa.list_(pa.int32())),
-                      ("next_sentence_label", pa.int8()), ("source", pa.string())])
+                      ("next_sentence_label", pa.int8()), ("source", pa.string()), ("language", pa.string())])
 
 
 @dataclasses.dataclass(frozen=True)

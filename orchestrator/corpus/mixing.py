@@ -13,7 +13,9 @@ pure functions of (shards, config, rng), registered in ``MIXERS``:
   documents across shards;
 - ``mdapt`` (seed 002): a sentence budget filled from the domain corpora, the rest from general
   text per language by exponentially smoothed probabilities P(L)^alpha, never the same page
-  twice across languages;
+  twice across languages; the languages in ``upsample_from_domain`` (the seed's English: "Except
+  for English, we up-sample using Wikipedia data") take their share of the rest from their own
+  domain text instead of general text;
 - ``weighted``: explicit mixing weights per source (``mixer.weights``), e.g. a proposal from the
   sources' similarity to the target (``jobs/propose_mix.py``): each source feeds its weight's share
   of a byte budget, by whole passes over it plus randomly chosen documents for the rest.
@@ -52,6 +54,11 @@ class MixerConfig:
     total_bytes: int = field(0, help="weighted: bytes of text fed to instance creation, all sources together; "
                                      "0 = the sources' total size x dupe_factor (conventional mixing's amount, "
                                      "redistributed by the weights)")
+    upsample_from_domain: tuple[str, ...] = field(
+        (), help="mdapt: languages up-sampled from their own domain text instead of general text (seed 002: [en], "
+                 "'Except for English, we up-sample using Wikipedia data'); their domain text is not taken whole "
+                 "first but drawn up to the language's smoothed share of the budget left after the other "
+                 "languages' domain text")
 
     def __post_init__(self) -> None:
         if self.name not in MIXERS:
@@ -74,6 +81,13 @@ class MixerConfig:
                               "wiki: 0.3}")
         if self.total_bytes < 0:
             raise ConfigError("mixer.total_bytes must be >= 0")
+        if self.upsample_from_domain and self.name != "mdapt":
+            raise ConfigError(f"mixer.upsample_from_domain is an mdapt setting; mixer {self.name!r} has no "
+                              "per-language budget")
+        if len(set(self.upsample_from_domain)) != len(self.upsample_from_domain) or not all(
+                self.upsample_from_domain):
+            raise ConfigError(f"mixer.upsample_from_domain {list(self.upsample_from_domain)}: give each language "
+                              "code once, none empty")
 
 
 Mixer = Callable[[Sequence[ShardInfo], MixerConfig, random.Random], MixPlan]
@@ -148,16 +162,18 @@ def smoothed_probabilities(sizes: dict[str, int], alpha: float) -> dict[str, flo
     return {lang: powered.get(lang, 0.0) / norm for lang in sizes}
 
 
-def allocate_budget(remaining: int, available: dict[str, int], alpha: float) -> dict[str, int]:
+def allocate_budget(remaining: int, available: dict[str, int], alpha: float,
+                    sizes: dict[str, int] | None = None) -> dict[str, int]:
     """Split ``remaining`` sentences over languages by smoothed probability, capped by what exists.
 
-    A language whose share exceeds its available sentences gets all it has; the excess is
-    redistributed over the others in proportion to their smoothed probabilities (water filling).
+    The probabilities are those of ``sizes`` (default: ``available``, the sentences each language
+    can give). A language whose share exceeds its available sentences gets all it has; the excess
+    is redistributed over the others in proportion to their smoothed probabilities (water filling).
     The quotas sum to min(remaining, sum(available)).
     """
     quotas = {lang: 0 for lang in available}
     open_langs = {lang for lang, n in available.items() if n > 0}
-    q = smoothed_probabilities(available, alpha)
+    q = smoothed_probabilities(sizes if sizes is not None else available, alpha)
     left = min(remaining, sum(available.values()))
     while left > 0 and open_langs:
         norm = sum(q[lang] for lang in open_langs)
@@ -230,15 +246,25 @@ def _units_from_refs(refs: list[tuple[str, int]], shards: Sequence[ShardInfo], c
 
 @MIXERS.register("mdapt")
 def mdapt(shards: Sequence[ShardInfo], cfg: MixerConfig, rng: random.Random) -> MixPlan:
-    """Seed 002: domain corpora first up to the budget, then general text per language by P(L)^alpha."""
+    """Seed 002: domain corpora first up to the budget, then general text per language by P(L)^alpha.
+
+    A language of ``cfg.upsample_from_domain`` is up-sampled from its own domain text: that text
+    is not taken whole in the first pass but is the language's pool in the second, where the
+    language gets its smoothed share of what the budget has left like every other language. Its
+    P(L) is that of its general text when a general source of the language is given (the seed's
+    probabilities are over Wikipedia), else that of its domain pool.
+    """
     domain = _by_role(shards, ("domain", "small"))
     general = _by_role(shards, ("general", "large"))
     if not domain:
         raise ConfigError("mixer mdapt needs at least one source with role domain")
+    from_domain = set(cfg.upsample_from_domain)
     refs: list[tuple[str, int]] = []
     domain_taken = 0
     domain_by_lang: dict[str, int] = defaultdict(int)
     for s in domain:  # "simply populating the corpus until reaching the allowance"
+        if s.language in from_domain:
+            continue
         for row, n in enumerate(s.doc_sentences):
             if domain_taken >= cfg.sentence_budget:
                 break
@@ -247,11 +273,24 @@ def mdapt(shards: Sequence[ShardInfo], cfg: MixerConfig, rng: random.Random) -> 
             domain_by_lang[s.language] += n
     remaining = max(0, cfg.sentence_budget - domain_taken)
     candidates: dict[str, list[tuple[str, int, object]]] = defaultdict(list)
+    sizes: dict[str, int] = defaultdict(int)
     for s in general:
+        sizes[s.language] += s.n_sentences
+        if s.language in from_domain:
+            continue
         for row, (page, n) in enumerate(zip(s.pages, s.doc_sentences)):
             candidates[s.language].append((page, n, (s.path, row)))
-    available = {lang: sum(c[1] for c in cands) for lang, cands in candidates.items()}
-    quotas = allocate_budget(remaining, available, cfg.alpha)
+    pool: dict[str, int] = defaultdict(int)
+    for s in domain:
+        if s.language in from_domain:
+            pool[s.language] += s.n_sentences
+            for row, (page, n) in enumerate(zip(s.pages, s.doc_sentences)):
+                candidates[s.language].append((page, n, (s.path, row)))
+    for lang, n in pool.items():
+        sizes[lang] = sizes[lang] or n
+    sizes = {lang: sizes.get(lang, 0) for lang in sorted(set(sizes) | set(candidates))}
+    available = {lang: sum(c[1] for c in candidates.get(lang, ())) for lang in sizes}
+    quotas = allocate_budget(remaining, available, cfg.alpha, sizes)
     chosen, taken = select_pages(candidates, quotas, rng)
     for lang in sorted(chosen):
         refs.extend(chosen[lang])  # type: ignore[arg-type]
@@ -261,9 +300,14 @@ def mdapt(shards: Sequence[ShardInfo], cfg: MixerConfig, rng: random.Random) -> 
                          f"mixer mdapt: the corpora hold only {total} sentences (after never repeating a "
                          f"page across languages) for a budget of {cfg.sentence_budget}",
                          expected="a smaller mixer.sentence_budget, more text, or mixer.allow_shortfall=true")
+    probabilities = smoothed_probabilities(sizes, cfg.alpha)
     notes = {"mixer": "mdapt", "budget": cfg.sentence_budget, "alpha": cfg.alpha,
              "domain_sentences": dict(domain_by_lang), "general_quota": quotas, "general_sentences": taken,
-             "probabilities": smoothed_probabilities(available, cfg.alpha), "total_sentences": total}
+             "probabilities": probabilities, "total_sentences": total,
+             "languages": language_table(domain_by_lang, sizes, probabilities, remaining, available, quotas, taken,
+                                          from_domain)}
+    if from_domain:
+        notes["upsample_from_domain"] = sorted(from_domain)
     return MixPlan(tuple(_units_from_refs(refs, shards, cfg)), notes)
 
 
@@ -321,3 +365,22 @@ def weighted(shards: Sequence[ShardInfo], cfg: MixerConfig, rng: random.Random) 
              "weights": {n: round(cfg.weights.get(n, 0.0) / norm, 6) for n in sizes},
              "target_bytes": target, "passes": passes}
     return MixPlan(tuple(units), notes)
+def language_table(domain: dict[str, int], sizes: dict[str, int], smoothed: dict[str, float], remaining: int,
+                   available: dict[str, int], quotas: dict[str, int], taken: dict[str, int],
+                   from_domain: set[str]) -> dict[str, dict]:
+    """Per language, what the manifest reports: the domain sentences taken whole, P(L) and its smoothed
+    q(L), the smoothed target ``remaining x q(L)`` of the up-sampling budget, the quota (the target
+    rounded to whole sentences; ``capped`` when the language has fewer sentences than its target, whose
+    excess then went to the others), and the sentences up-sampled (whole documents, so up to one
+    document above the quota) and from where."""
+    total_size = sum(sizes.values()) or 1
+    out = {}
+    for lang in sorted(set(domain) | set(sizes)):
+        up = taken.get(lang, 0)
+        q = smoothed.get(lang, 0.0)
+        out[lang] = {"domain": domain.get(lang, 0), "p": round(sizes.get(lang, 0) / total_size, 6),
+                     "q": round(q, 6), "target": round(remaining * q, 2), "quota": quotas.get(lang, 0),
+                     "capped": available.get(lang, 0) < remaining * q, "upsampled": up,
+                     "upsampled_from": "domain" if lang in from_domain else "general",
+                     "total": domain.get(lang, 0) + up}
+    return out

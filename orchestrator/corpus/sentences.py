@@ -18,3 +18,10 @@ def split_sentences(text: str) -> list[str]:
             if joined:
                 out.append(joined)
     return out
+
+
+def has_letter(sentence: str) -> bool:
+    """True when ``sentence`` holds a letter of any script (Unicode categories Lu, Ll, Lt, Lm, Lo:
+    Latin, Cyrillic, Greek, CJK ideographs, kana, ...). Seed 002 drops sentences without letters
+    ("filter out sentences that do not contain letters"): lines of numbers, tables, punctuation."""
+    return any(ch.isalpha() for ch in sentence)

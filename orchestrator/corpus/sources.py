@@ -8,6 +8,12 @@ task per file, batches streamed out of a generator, so a corpus larger than memo
 Bad input fails loudly with an ``InputError`` naming the file and line: a missing path, a 0-byte
 file, bytes that are not UTF-8, a JSONL line that is not an object or lacks the field, or a
 file that holds no document at all. CRLF line ends and a UTF-8 BOM are accepted.
+
+A document's language is the source's ``language``, or with ``language_field`` the value of
+that field of each JSONL / parquet record (seed 002 takes it from the PubMed metadata). Seed
+002's filters are options: ``skip_line_prefix`` drops the lines of a document that start with
+it (the WMT abstracts' "#" lines: paper id and authors), and ``drop_letterless`` (the corpus
+stage's setting) drops every sentence without a letter of any script.
 """
 from __future__ import annotations
 
@@ -19,10 +25,12 @@ from typing import Any, Literal
 
 from orchestrator.core.config import field, to_dict
 from orchestrator.core.errors import ConfigError, InputError
-from orchestrator.corpus.sentences import split_sentences
+from orchestrator.corpus.sentences import has_letter, split_sentences
 from orchestrator.formats import Layout, Passage, Row, read
 
 Format = Literal["text", "wikitext", "jsonl", "parquet"]
+#: A language code as sources give it (ISO 639-1/-3, optionally with a region: en, eng, pt-BR, zh_Hant).
+LANGUAGE_CODE = re.compile(r"[A-Za-z]{2,8}(?:[-_][A-Za-z0-9]{1,8})*")
 Role = Literal["small", "large", "domain", "general"]
 
 
@@ -40,10 +48,24 @@ class SourceConfig:
     language: str = field("en", help="language code (MDAPT samples general text per language)")
     sentence_split: bool = field(True, help="split documents into sentences with syntok; false when "
                                             "every line of a document is already one sentence")
+    language_field: str = field("", help="jsonl key / parquet column holding each document's language code "
+                                         "(source metadata, as seed 002's PubMed); empty = every document "
+                                         "has `language`")
+    skip_line_prefix: str = field("", help="drop the lines of a document that start with this (after leading "
+                                           "spaces), e.g. '#' for seed 002's WMT abstracts; empty = keep all")
+
+    #: Fields added after the first corpus outputs: they enter the stage key only when set.
+    LATER_FIELDS = ("language_field", "skip_line_prefix")
 
     def __post_init__(self) -> None:
         if not self.name or not re.fullmatch(r"[A-Za-z0-9_.-]+", self.name):
             raise ConfigError(f"source name {self.name!r} must be non-empty [A-Za-z0-9_.-]")
+        if not LANGUAGE_CODE.fullmatch(self.language):
+            raise ConfigError(f"source {self.name!r}: language {self.language!r} is not a language code "
+                              "(such as en, de, pt-BR)")
+        if self.language_field and self.format not in ("jsonl", "parquet"):
+            raise ConfigError(f"source {self.name!r}: language_field needs format jsonl or parquet (a {self.format} "
+                              "file has no per-document fields); set `language` instead")
         if not self.paths:
             raise ConfigError(f"source {self.name!r}: paths is empty")
         if self.format in ("jsonl", "parquet") and not self.text_field:
@@ -86,10 +108,10 @@ def source_files(src: SourceConfig) -> list[Path]:
 def iter_documents(src: SourceConfig, path: Path, file_index: int = 0) -> Iterator[Document]:
     """All documents of one file of a source, streamed; raises InputError if there are none."""
     count = 0
-    for line, text, page in _documents(src, path):
+    for line, text, page, language in _documents(src, path):
         doc_id = f"{src.name}:{file_index}:{line}"
         count += 1
-        yield Document(source=src.name, doc_id=doc_id, page=page or doc_id, language=src.language, text=text)
+        yield Document(source=src.name, doc_id=doc_id, page=page or doc_id, language=language, text=text)
     if count == 0:
         raise InputError(path, f"source {src.name!r}: file holds no document (only blank lines or headings)",
                          expected=f"{src.format} documents")
@@ -100,37 +122,70 @@ def iter_source(src: SourceConfig) -> Iterator[Document]:
         yield from iter_documents(src, path, index)
 
 
-def _documents(src: SourceConfig, path: Path) -> Iterator[tuple[int, str, str]]:
-    """(line, text, page) of every non-empty document of one file, by the ``orchestrator.formats`` reader."""
+def _documents(src: SourceConfig, path: Path) -> Iterator[tuple[int, str, str, str]]:
+    """(line, text, page, language) of every non-empty document of one file, by the ``orchestrator.formats``
+    reader; with ``language_field`` a record without a language code there is an InputError."""
     layout = Layout(text_field=src.text_field, page_field=src.page_field, split=src.document_split)
+    if src.language_field and src.format == "parquet":  # the parquet reader reads the named columns only
+        layout = dataclasses.replace(layout, columns={k: k for k in (src.text_field, src.page_field,
+                                                                    src.language_field) if k})
     for record in read(path, src.format, layout):
         if isinstance(record, Passage):
-            yield record.line, record.text, record.page
+            yield record.line, record.text, record.page, src.language
         elif isinstance(record, Row) and record.text(src.text_field):
-            yield record.line, record.text(src.text_field), record.text(src.page_field) if src.page_field else ""
+            language = src.language
+            if src.language_field:
+                language = record.text(src.language_field)
+                if not LANGUAGE_CODE.fullmatch(language):
+                    raise InputError(path, f"source {src.name!r}: field {src.language_field!r} is {language!r}, "
+                                     "not a language code", line=record.line,
+                                     expected=f'{{"{src.language_field}": "en"}} (a code such as en, de, pt-BR)')
+            yield (record.line, record.text(src.text_field), record.text(src.page_field) if src.page_field else "",
+                   language)
 
 
 # ---------------------------------------------------------------------------------------------
 # Ray Data edge
 
 
-def document_rows(src: SourceConfig, path: Path, file_index: int, batch_docs: int = 256
-                  ) -> Iterator[dict[str, list]]:
-    """Columnar batches of sentence-split documents from one file (what each read task yields)."""
-    batch: dict[str, list] = {k: [] for k in ("source", "doc_id", "page", "language", "sentences", "n_bytes")}
+#: Per-document counts of what the filters dropped, beside the shard columns in the read batches.
+FILTER_COUNTS = ("skipped_lines", "letterless")
+
+
+def document_rows(src: SourceConfig, path: Path, file_index: int, batch_docs: int = 256,
+                  drop_letterless: bool = False) -> Iterator[dict[str, list]]:
+    """Columnar batches of sentence-split documents from one file (what each read task yields).
+
+    Besides the shard columns, each row counts the lines ``skip_line_prefix`` dropped and the
+    sentences without a letter ``drop_letterless`` dropped; a document left without sentences by
+    them comes as a row without sentences (so its drops are counted), one empty before is left out."""
+    batch: dict[str, list] = {k: [] for k in ("source", "doc_id", "page", "language", "sentences", "n_bytes",
+                                              *FILTER_COUNTS)}
     for doc in iter_documents(src, path, file_index):
+        lines = doc.text.split("\n")
+        skipped = 0
+        if src.skip_line_prefix:
+            kept = [line for line in lines if not line.lstrip().startswith(src.skip_line_prefix)]
+            skipped, lines = len(lines) - len(kept), kept
         if src.sentence_split:
-            sentences = [s for para in doc.text.split("\n") for s in split_sentences(para)]
+            sentences = [s for para in lines for s in split_sentences(para)]
         else:
-            sentences = [s for s in doc.text.split("\n") if s.strip()]
-        if not sentences:
+            sentences = [s for s in lines if s.strip()]
+        letterless = 0
+        if drop_letterless:
+            kept = [s for s in sentences if has_letter(s)]
+            letterless, sentences = len(sentences) - len(kept), kept
+        if not sentences and not (skipped or letterless):
             continue
         batch["source"].append(doc.source)
         batch["doc_id"].append(doc.doc_id)
         batch["page"].append(doc.page)
         batch["language"].append(doc.language)
         batch["sentences"].append(sentences)
-        batch["n_bytes"].append(len(doc.text.encode("utf-8")))
+        batch["n_bytes"].append(len("\n".join(sentences).encode("utf-8")) if skipped or letterless
+                                else len(doc.text.encode("utf-8")))
+        batch["skipped_lines"].append(skipped)
+        batch["letterless"].append(letterless)
         if len(batch["doc_id"]) >= batch_docs:
             yield batch
             batch = {k: [] for k in batch}
@@ -158,23 +213,25 @@ class RemoteInputError(Exception):
         return InputError(str(path).split("\n", 1)[0], message, line, expected)
 
 
-def _read_file_batches(batch: dict[str, Any], source: dict) -> Iterator[dict[str, list]]:
+def _read_file_batches(batch: dict[str, Any], source: dict, drop_letterless: bool = False
+                       ) -> Iterator[dict[str, list]]:
     src = SourceConfig(**{**source, "paths": tuple(source["paths"])})
     try:
         for path, index in zip(batch["path"], batch["file_index"]):
-            yield from document_rows(src, Path(path), int(index))
+            yield from document_rows(src, Path(path), int(index), drop_letterless=drop_letterless)
     except InputError as exc:
         raise RemoteInputError.wrap(exc) from None
 
 
-def read_source(src: SourceConfig, num_cpus: float = 1.0):
+def read_source(src: SourceConfig, num_cpus: float = 1.0, drop_letterless: bool = False):
     """A ray.data.Dataset of sentence-split documents of ``src`` (one streamed read task per file)."""
     import ray.data  # heavy: ray
 
     files = source_files(src)
     items = [{"path": str(p), "file_index": i} for i, p in enumerate(files)]
     ds = ray.data.from_items(items, override_num_blocks=len(items))
-    return ds.map_batches(_read_file_batches, batch_size=1, fn_kwargs={"source": to_dict(src)},
+    return ds.map_batches(_read_file_batches, batch_size=1,
+                          fn_kwargs={"source": to_dict(src), "drop_letterless": drop_letterless},
                           num_cpus=num_cpus, batch_format="default")
 
 

@@ -4,7 +4,8 @@
 
 Each source is read and sentence-split on Ray (one streamed task per file, ``corpus.sources``)
 and written into shards of about ``mixer.shard_bytes`` bytes, cut at document boundaries
-(columns: ``orchestrator.core.artifacts.SHARD_COLUMNS``); the mixer then turns the shard list
+(columns: ``orchestrator.core.artifacts.SHARD_COLUMNS``), one language per shard (a source whose
+documents name their language is cut into shards per language); the mixer then turns the shard list
 into units of instance creation (``plan.json``). The driver only streams documents into shard
 files and holds per-shard metadata. On a multi-node cluster, source paths and the output must be
 on storage every node mounts.
@@ -18,11 +19,18 @@ import random
 from pathlib import Path
 
 from orchestrator.core.artifacts import SHARD_COLUMNS, SMALL_ROLES, ShardInfo, write_plan
-from orchestrator.core.config import field
+from orchestrator.core.config import field, to_dict
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.manifest import write_manifest
 from orchestrator.corpus.mixing import MIXERS, MixerConfig, planned_bytes, weighted_bytes
-from orchestrator.corpus.sources import SourceConfig, find_input_error, iter_source, read_source, source_files
+from orchestrator.corpus.sources import (
+    FILTER_COUNTS,
+    SourceConfig,
+    find_input_error,
+    iter_source,
+    read_source,
+    source_files,
+)
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +40,19 @@ class CorpusConfig:
     sources: tuple[SourceConfig, ...] = field((), help="corpora to mix (name, paths, format, role, language)")
     mixer: MixerConfig = field(default_factory=MixerConfig, help="mixing strategy and its parameters")
     seed: int = field(12345, help="seed of the mixer's sampling (BERT's default 12345)")
+    drop_letterless: bool = field(False, help="drop sentences without a letter of any script (seed 002: 'filter "
+                                              "out sentences that do not contain letters')")
+
+    def identity(self) -> dict:
+        """The config as the stage's content key sees it: the options added after the first outputs
+        (``drop_letterless``, ``mixer.upsample_from_domain`` / ``weights`` / ``total_bytes``, the
+        sources' ``LATER_FIELDS``) only when set, so an output built before they existed keeps its key."""
+        data = to_dict(self)
+        _drop_defaults(self, data, ("drop_letterless",))
+        _drop_defaults(self.mixer, data["mixer"], ("upsample_from_domain", "weights", "total_bytes"))
+        for src, entry in zip(self.sources, data["sources"]):
+            _drop_defaults(src, entry, SourceConfig.LATER_FIELDS)
+        return data
 
     def __post_init__(self) -> None:
         if not self.sources:
@@ -53,6 +74,16 @@ class CorpusConfig:
                               "give every source a weight (0 leaves it out of the instances)")
 
 
+def _drop_defaults(cfg, data: dict, names: tuple[str, ...]) -> None:
+    """Remove from ``data`` (``to_dict(cfg)``) the fields ``names`` that hold their default."""
+    fields = {f.name: f for f in dataclasses.fields(cfg)}
+    for name in names:
+        f = fields[name]
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        if getattr(cfg, name) == default:
+            del data[name]
+
+
 def input_stats(cfg: CorpusConfig) -> dict[str, tuple[int, int]]:
     """{file: (size, mtime_ns)} of every source file: what the stage's key says about its inputs.
     Fails fast, before Ray starts, on a missing or empty file."""
@@ -71,12 +102,18 @@ def build_corpus(cfg: CorpusConfig, out_dir: Path) -> Path:
     shards: list[ShardInfo] = []
     provenance: dict[str, dict] = {}
     for src in cfg.sources:
-        src_shards = _write_shards(src, out_dir / "shards" / src.name, cfg.mixer.shard_bytes)
+        src_shards, dropped = _write_shards(src, out_dir / "shards" / src.name, cfg.mixer.shard_bytes,
+                                            cfg.drop_letterless)
         shards.extend(dataclasses.replace(s, path=str(Path(s.path).relative_to(out_dir))) for s in src_shards)
+        languages: dict[str, int] = {}
+        for s in src_shards:
+            languages[s.language] = languages.get(s.language, 0) + s.n_sentences
         provenance[src.name] = {"role": src.role, "language": src.language, "shards": len(src_shards),
                                 "documents": sum(s.n_docs for s in src_shards),
                                 "sentences": sum(s.n_sentences for s in src_shards),
-                                "bytes": sum(s.n_bytes for s in src_shards)}
+                                "bytes": sum(s.n_bytes for s in src_shards), "languages": languages}
+        if cfg.drop_letterless or src.skip_line_prefix:
+            provenance[src.name]["dropped"] = dropped
     plan = MIXERS.get(cfg.mixer.name)(shards, cfg.mixer, random.Random(cfg.seed))
     planned = planned_bytes(plan, shards)
     total_planned = sum(planned.values()) or 1
@@ -93,41 +130,54 @@ def build_corpus(cfg: CorpusConfig, out_dir: Path) -> Path:
     return out_dir
 
 
-def _write_shards(src: SourceConfig, out: Path, shard_bytes: int) -> list[ShardInfo]:
-    """Stream a source's documents (read and sentence-split on Ray) into shards of ~shard_bytes."""
+def _write_shards(src: SourceConfig, out: Path, shard_bytes: int, drop_letterless: bool = False
+                  ) -> tuple[list[ShardInfo], dict[str, int]]:
+    """Stream a source's documents (read and sentence-split on Ray) into shards of ~shard_bytes, one
+    language per shard (a buffer per language, in order of first appearance); also returns what the
+    filters dropped (``FILTER_COUNTS``)."""
     import pyarrow as pa  # heavy: pyarrow, ray
     import pyarrow.parquet as pq
     import ray.data
 
     out.mkdir(parents=True, exist_ok=True)
     shards: list[ShardInfo] = []
-    buf: dict[str, list] = {k: [] for k in SHARD_COLUMNS}
+    bufs: dict[str, dict[str, list]] = {}
+    sizes: dict[str, int] = {}
+    dropped = {k: 0 for k in FILTER_COUNTS}
 
-    def flush() -> None:
+    def flush(language: str) -> None:
+        buf = bufs[language]
         if not buf["doc_id"]:
             return
         path = out / f"shard-{len(shards):05d}.parquet"
         pq.write_table(pa.table(buf), path)
-        shards.append(ShardInfo(path=str(path), source=src.name, role=src.role, language=src.language,
+        shards.append(ShardInfo(path=str(path), source=src.name, role=src.role, language=language,
                                 n_bytes=sum(buf["n_bytes"]), pages=tuple(buf["page"]),
                                 doc_sentences=tuple(len(s) for s in buf["sentences"]),
                                 doc_bytes=tuple(buf["n_bytes"])))
         for v in buf.values():
             v.clear()
+        sizes[language] = 0
 
-    size = 0
     options = ray.data.DataContext.get_current().execution_options
     keep_order = options.preserve_order
     options.preserve_order = True  # file order -> shard contents -> mixing plan: reproducible
     try:
-        for batch in read_source(src).iter_batches(batch_size=None, batch_format="pyarrow"):
+        for batch in read_source(src, drop_letterless=drop_letterless).iter_batches(batch_size=None,
+                                                                                     batch_format="pyarrow"):
             for row in batch.to_pylist():
-                for k in buf:
-                    buf[k].append(row[k])
-                size += row["n_bytes"]
-                if size >= shard_bytes:
-                    flush()
-                    size = 0
+                for k in dropped:
+                    dropped[k] += row[k]
+                if not row["sentences"]:  # every sentence filtered out
+                    continue
+                language = row["language"]
+                if language not in bufs:
+                    bufs[language], sizes[language] = {k: [] for k in SHARD_COLUMNS}, 0
+                for k, v in bufs[language].items():
+                    v.append(row[k])
+                sizes[language] += row["n_bytes"]
+                if sizes[language] >= shard_bytes:
+                    flush(language)
     except Exception as exc:
         found = find_input_error(exc)
         if found is not None:
@@ -135,23 +185,32 @@ def _write_shards(src: SourceConfig, out: Path, shard_bytes: int) -> list[ShardI
         raise
     finally:
         options.preserve_order = keep_order
-    flush()
+    for language in bufs:
+        flush(language)
     if not shards:
         raise InputError(", ".join(src.paths), f"source {src.name!r} yielded no sentences",
-                         expected="non-empty documents")
-    return shards
+                         expected="non-empty documents" + (" with letters" if drop_letterless else ""))
+    return shards, dropped
 
 
 def plan_corpus(cfg: CorpusConfig) -> str:
     """Dry run: every source exists and parses (a full streamed pass); describe the mix."""
-    lines = [f"corpus: mixer={cfg.mixer.name}, seed={cfg.seed}"]
+    lines = [f"corpus: mixer={cfg.mixer.name}, seed={cfg.seed}"
+             + (", sentences without letters dropped" if cfg.drop_letterless else "")]
     sizes = source_sizes(cfg)
     for src in cfg.sources:
         files = source_files(src)
-        docs = sum(1 for _ in iter_source(src))
+        by_language: dict[str, int] = {}
+        for doc in iter_source(src):
+            by_language[doc.language] = by_language.get(doc.language, 0) + 1
+        docs = sum(by_language.values())
         n_shards = max(1, math.ceil(sizes[src.name] / cfg.mixer.shard_bytes))
+        language = src.language
+        if src.language_field:
+            language = f"from field {src.language_field!r}: " + ", ".join(f"{k} {n}" for k, n in by_language.items())
         lines.append(f"  source {src.name}: {len(files)} file(s), {docs} documents, {sizes[src.name]} bytes, "
-                     f"~{n_shards} shard(s), format={src.format}, role={src.role}, language={src.language}")
+                     f"~{n_shards} shard(s), format={src.format}, role={src.role}, language={language}"
+                     + (f", lines starting {src.skip_line_prefix!r} dropped" if src.skip_line_prefix else ""))
     small = sum(sizes[s.name] for s in cfg.sources if s.role in SMALL_ROLES)
     large = sum(sizes[s.name] for s in cfg.sources if s.role not in SMALL_ROLES)
     if cfg.mixer.name == "simpt":
@@ -175,5 +234,7 @@ def plan_corpus(cfg: CorpusConfig) -> str:
         lines.append(f"  weighted: ~{total} bytes to instance creation (file sizes): {shares}")
     else:
         lines.append(f"  mdapt: budget {cfg.mixer.sentence_budget} sentences, alpha={cfg.mixer.alpha}, "
-                     f"dupe_factor={cfg.mixer.dupe_factor}")
+                     f"dupe_factor={cfg.mixer.dupe_factor}"
+                     + (f", up-sampled from their domain text: {list(cfg.mixer.upsample_from_domain)}"
+                        if cfg.mixer.upsample_from_domain else ""))
     return "\n".join(lines)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -22,6 +23,8 @@ TASK_DIR = Path(__file__).resolve().parent / "tasks"
 SAMPLE_DIR = Path(__file__).resolve().parents[1] / "sample_data" / "blue"
 
 Family = Literal["sts", "ner", "re", "multilabel", "nli", "doccls"]
+#: A score group's name (a column of the report beside Total).
+GROUP_NAME = re.compile(r"[a-z0-9][a-z0-9_-]*")
 FileFormat = Literal["tsv", "blue_ner", "iob", "conll", "jsonl"]
 
 
@@ -30,8 +33,9 @@ class TaskSpec:
     name: str = field(help="display name, as in the BLUE tables (e.g. 'BC5CDR-chemical')")
     family: Family = field(help="sts | ner | re | multilabel | nli | doccls: picks the head, loss and reader")
     metric: str = field(help="metric name in orchestrator.finetune.metrics.METRICS")
-    group: Literal["clinical", "biomedical", "other"] = field(
-        "other", help="seed 000's score group (clinical / biomedical); 'other' counts only in the total")
+    group: str = field(
+        "other", help="score group: seed 000's clinical / biomedical, or any other name (e.g. 'japanese'); the "
+                      "report averages each group's tasks in a column of its own beside Total")
     dir: str = field("", help="directory of this task's files under the sweep's data root")
     format: FileFormat = field("tsv", help="tsv (header by name) | blue_ner (4 columns) | iob | conll | jsonl")
     files: dict[str, str] = field(default_factory=dict, help="split -> file name (train, dev, test; or all)")
@@ -66,6 +70,9 @@ class TaskSpec:
     include: str = field("", help="family template this task was built on (resolved at load time)")
 
     def __post_init__(self):
+        if not GROUP_NAME.fullmatch(self.group) or self.group in ("total", "partial"):
+            raise ConfigError(f"task {self.name}: group {self.group!r} must be a lower-case name ([a-z0-9_-], not "
+                              "'total' or 'partial'), e.g. clinical, biomedical, other")
         METRICS.get(self.metric)
         if self.cv_folds or self.family == "doccls":
             if self.cv_folds < 2 or "all" not in self.files:

@@ -10,14 +10,17 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.core.artifacts import instance_schema
+from orchestrator.core.artifacts import instance_schema, label_parts
 from orchestrator.instances.exact import Instance
 
 
 def record_batch(input_ids: np.ndarray, segments: np.ndarray, lengths: np.ndarray, chosen: np.ndarray,
                   labels: np.ndarray, is_random_next: np.ndarray, source: np.ndarray, names: list[str]):
-    """Ragged parquet columns straight from flat arrays (row-major order keeps masked positions sorted)."""
+    """Ragged parquet columns straight from flat arrays (row-major order keeps masked positions sorted);
+    ``source`` indexes ``names``, the provenance labels, split into the source and language columns."""
     import pyarrow as pa  # heavy: pyarrow
+
+    parts = [label_parts(name) for name in names]
 
     offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
     _, positions = np.nonzero(chosen)
@@ -27,7 +30,9 @@ def record_batch(input_ids: np.ndarray, segments: np.ndarray, lengths: np.ndarra
                pa.ListArray.from_arrays(mask_offsets, pa.array(positions.astype(np.int32))),
                pa.ListArray.from_arrays(mask_offsets, pa.array(labels.astype(np.int32))),
                pa.array(is_random_next.astype(np.int8)),
-               pa.DictionaryArray.from_arrays(pa.array(source), pa.array(names, pa.string())).dictionary_decode()]
+               *(pa.DictionaryArray.from_arrays(pa.array(source, pa.int32()),
+                                                pa.array([p[i] for p in parts], pa.string())).dictionary_decode()
+                 for i in (0, 1))]
     return pa.RecordBatch.from_arrays(columns, schema=instance_schema())
 
 
@@ -69,7 +74,8 @@ def write_instances(instances: Sequence[Instance], path: Path) -> None:
         "masked_lm_positions": [x.masked_lm_positions for x in instances],
         "masked_lm_ids": [x.masked_lm_ids for x in instances],
         "next_sentence_label": [int(x.is_random_next) for x in instances],
-        "source": [x.source for x in instances],
+        "source": [label_parts(x.source)[0] for x in instances],
+        "language": [label_parts(x.source)[1] for x in instances],
     }, schema=instance_schema())
     tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
     pq.write_table(table, tmp)

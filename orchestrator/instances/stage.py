@@ -4,7 +4,8 @@
 
 One run per ``max_seq_length`` (``instances/len<L>/``). The manifest records what the
 pretraining stage relies on: the length, the masking (static/dynamic) and its parameters, the
-vocabulary's size and sha256, counts per source.
+vocabulary's size and sha256, counts per source and per language (the corpus shards' language
+column, carried into a ``language`` column of the instances).
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import dataclasses
 import logging
 from pathlib import Path
 
-from orchestrator.core.artifacts import MixPlan, ShardInfo, load_plan
+from orchestrator.core.artifacts import MixPlan, ShardInfo, label_parts, load_plan
 from orchestrator.core.errors import InputError
 from orchestrator.core.manifest import read_manifest, write_manifest
 from orchestrator.instances.association import (
@@ -57,6 +58,7 @@ def build_instances(cfg: InstanceConfig, corpus_dir: Path, vocab_dir: Path, out_
                 "max_predictions_per_seq", "whole_word_mask")
     write_manifest(out_dir, stage="instances", config=cfg, inputs=[corpus_dir, vocab_dir], counts=counts,
                    seed=cfg.seed, extra={"provenance": _provenance(plan, by_path, total),
+                                         "languages": _by_language(total),
                                          **{k: counts[k] for k in promised},
                                          **({"association": association} if association else {})})
     log.info("instances len%d: %d instances, %d tokens", max_seq_length, total["instances"], total["tokens"])
@@ -98,8 +100,26 @@ def _derive(cfg: InstanceConfig, plan: MixPlan, vocab_dir: Path, out_dir: Path, 
     return dataclasses.replace(cfg, entity_masking=built), record
 
 
+def _by_label_part(total: dict, part: int) -> dict[str, dict[str, int]]:
+    """Instances and tokens per source (part 0) or language (part 1) of the workers' per-label counts."""
+    out: dict[str, dict[str, int]] = {}
+    for label, c in total["by_source"].items():
+        agg = out.setdefault(label_parts(label)[part], {"instances": 0, "tokens": 0})
+        agg["instances"] += c["instances"]
+        agg["tokens"] += c["tokens"]
+    return out
+
+
+def _by_language(total: dict) -> dict[str, dict]:
+    """Per language of segment A's document: instances, tokens and share of the tokens."""
+    tokens_all = max(1, total["tokens"])
+    return {lang or "unknown": {**c, "token_share": round(c["tokens"] / tokens_all, 4)}
+            for lang, c in sorted(_by_label_part(total, 1).items())}
+
+
 def _provenance(plan: MixPlan, by_path: dict[str, ShardInfo], total: dict) -> dict[str, dict]:
     """Per source: distinct documents used, instances and tokens (by segment A's document)."""
+    by_source = _by_label_part(total, 0)
     docs: dict[str, set] = {}
     for unit in plan.units:
         for m in unit.members:
@@ -108,8 +128,8 @@ def _provenance(plan: MixPlan, by_path: dict[str, ShardInfo], total: dict) -> di
             docs.setdefault(shard.source, set()).update((m.path, r) for r in rows)
     tokens_all = max(1, total["tokens"])
     out = {}
-    for name in sorted(set(docs) | set(total["by_source"])):
-        c = total["by_source"].get(name, {"instances": 0, "tokens": 0})
+    for name in sorted(set(docs) | set(by_source)):
+        c = by_source.get(name, {"instances": 0, "tokens": 0})
         out[name] = {"documents": len(docs.get(name, ())), "instances": c["instances"], "tokens": c["tokens"],
                      "token_share": round(c["tokens"] / tokens_all, 4)}
     return out

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from orchestrator.core.artifacts import Unit
+from orchestrator.core.artifacts import Unit, provenance_label
 from orchestrator.core.config import from_dict, to_dict
 from orchestrator.instances.association import Cooccurrence
 from orchestrator.instances.config import InstanceConfig, Params, Specials
@@ -56,9 +56,12 @@ class ShardTokens:
         if key in self.cache:
             self.cache.move_to_end(key)
             return self.cache[key]
-        table = pq.read_table(path, columns=["sentences", "source"])
+        has_language = "language" in pq.read_schema(path).names  # shards of the corpus stage have it
+        table = pq.read_table(path, columns=["sentences", "source"] + ["language"] * has_language)
         sentences = table.column("sentences").combine_chunks()
         sources = table.column("source").to_pylist()
+        if has_language:  # one provenance label per document: source and language (the instances' columns)
+            sources = [provenance_label(s, lang) for s, lang in zip(sources, table.column("language").to_pylist())]
         ids, starts = self.encoder.encode_flat(sentences.flatten())
         lengths = np.diff(starts)
         sent_doc = np.repeat(np.arange(len(sources)), np.diff(sentences.offsets.to_numpy()))

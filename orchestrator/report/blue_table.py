@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.core.manifest import atomic_dir, atomic_write_json, atomic_write_text, write_manifest
-from orchestrator.core.results import PARTIAL, summary_members, validate_results
+from orchestrator.core.results import PARTIAL, SEED_GROUPS, summary_members, validate_results
 from orchestrator.report import sources as source_gains
 from orchestrator.report.compare import check_baseline, comparison_document
 
@@ -517,10 +517,13 @@ def _notes(table: BlueTable) -> str:
     if any(c.partial for c in table.cells.values()):
         partial = (f" {DAGGER} averages only the tasks that model was fine-tuned on (e.g. an augmented row has "
                    "NER tasks only): it is not comparable with the full scores and is not ranked.")
+    groups = [c.key for c in table.columns if c.kind == "summary" and c.key != "total"]
+    # BLUE's groups: the text the report has always had, even when a group has no task here
+    named = ", ".join(SEED_GROUPS if set(groups) <= set(SEED_GROUPS) else groups)
     return ("The numbers are means (standard deviations) over random seeds at the setting selected on dev; "
             "the best score per column is bold and the second best underlined (ranked on unrounded means; "
             "for a metric where lower is better the lowest ranks first). Total is the macro average over "
-            f"all tasks; each group's score (clinical, biomedical) averages the tasks of that group.{scale}"
+            f"all tasks; each group's score ({named}) averages the tasks of that group.{scale}"
             f"{partial}")
 
 

@@ -5,6 +5,10 @@
 The small side of the corpus is the shards of sources with role small/domain, the large side
 the rest (``orchestrator.core.artifacts.SMALL_ROLES``); AmpV needs both, so a corpus with one side
 only gets a plain vocabulary and no report.
+
+With ``vocab.quality`` set, the stage also measures its tokenizer and the given ones on each
+language's text (``orchestrator.vocab.quality``: continued words, fertility) and writes
+``tokenizer_quality.json`` and ``tokenizer_quality.md`` (the table is also in vocab_report.json).
 """
 from __future__ import annotations
 
@@ -14,9 +18,18 @@ import logging
 import shutil
 from pathlib import Path
 
-from orchestrator.core.artifacts import load_plan, shard_sentences
+from orchestrator.core.artifacts import ShardInfo, load_plan, shard_sentences
 from orchestrator.core.errors import InputError
-from orchestrator.core.manifest import atomic_write_json, file_sha256, write_manifest
+from orchestrator.core.manifest import atomic_write_json, atomic_write_text, file_sha256, write_manifest
+from orchestrator.vocab.quality import (
+    QualityConfig,
+    TextSet,
+    load_tokenizer,
+    load_tokenizers,
+    quality_table,
+    read_text_sets,
+    render_markdown,
+)
 from orchestrator.vocab.wordpiece import VocabConfig, build_vocabulary, read_target_lines, read_terms
 
 log = logging.getLogger(__name__)
@@ -66,8 +79,9 @@ def build_vocab(cfg: VocabConfig, corpus_dir: Path, out_dir: Path) -> Path:
     ``cfg.from_model``, take that model's tokenizer as it is)."""
     if cfg.from_model:
         counts = copy_model_tokenizer(cfg.from_model, out_dir)
+        quality = write_quality(cfg.quality, out_dir, load_plan(corpus_dir)[0] if cfg.quality.corpus_lines else [])
         write_manifest(out_dir, stage="vocab", config=cfg, inputs=model_tokenizer_files(cfg.from_model),
-                       counts=counts)
+                       counts=counts, extra={"tokenizer_quality": quality} if quality else None)
         log.info("vocab: the tokenizer of %s as it is (%d tokens, %s)", cfg.from_model, counts["vocab_size"],
                  "uncased" if counts["lowercase"] else "cased")
         return out_dir
@@ -83,22 +97,61 @@ def build_vocab(cfg: VocabConfig, corpus_dir: Path, out_dir: Path) -> Path:
     atomic_write_json(out_dir / "special_tokens_map.json", SPECIAL_TOKENS_MAP)
     counts = {"vocab_size": report["vocab_size"], "amplification_factor": report["amplification_factor"],
               "vocab_sha256": file_sha256(out_dir / "vocab.txt")}
-    write_manifest(out_dir, stage="vocab", config=cfg, inputs=[corpus_dir], counts=counts,
-                   extra={"report": {k: v for k, v in report.items() if k != "example_terms"}})
+    quality = write_quality(cfg.quality, out_dir, shards)
+    extra: dict = {"report": {k: v for k, v in report.items() if k != "example_terms"}}
+    if quality:
+        extra["tokenizer_quality"] = quality
+        if (out_dir / "vocab_report.json").is_file():
+            atomic_write_json(out_dir / "vocab_report.json", {**report, "tokenizer_quality": quality})
+    write_manifest(out_dir, stage="vocab", config=cfg, inputs=[corpus_dir], counts=counts, extra=extra)
     log.info("vocab: %s", {k: v for k, v in report.items() if k != "example_terms"})
     return out_dir
 
 
+def corpus_text_sets(shards: list[ShardInfo], lines: int) -> list[TextSet]:
+    """Up to ``lines`` sentences of each language of the corpus (its shards in order), kind 'corpus'."""
+    by_language: dict[str, list[str]] = {}
+    for s in shards:
+        by_language.setdefault(s.language, []).append(s.path)
+    return [TextSet(lang, "corpus", tuple(sentence for _, sentence in zip(range(lines), shard_sentences(paths))))
+            for lang, paths in sorted(by_language.items())]
+
+
+def write_quality(cfg: QualityConfig, out_dir: Path, shards: list[ShardInfo]) -> list[dict]:
+    """The tokenizer-quality table of the tokenizer in ``out_dir`` (named 'vocab') and ``cfg.tokenizers``
+    on ``cfg.texts`` and the corpus's languages, written as tokenizer_quality.json / .md; [] when
+    ``cfg`` has no text to measure on."""
+    if not cfg.active:
+        return []
+    texts = read_text_sets(cfg.texts, cfg.max_lines)
+    if cfg.corpus_lines:
+        texts += corpus_text_sets(shards, cfg.corpus_lines)
+    tokenizers = {"vocab": load_tokenizer(out_dir), **load_tokenizers(cfg.tokenizers)}
+    rows = quality_table(tokenizers, texts)
+    atomic_write_json(out_dir / "tokenizer_quality.json", rows)
+    atomic_write_text(out_dir / "tokenizer_quality.md", render_markdown(rows))
+    log.info("vocab: tokenizer quality of %s on %d text set(s) written", ", ".join(tokenizers), len(texts))
+    return rows
+
+
 def plan_vocab(cfg: VocabConfig, small_bytes: int, large_bytes: int) -> str:
     """Dry run: what would be trained; the target files (and a term list) are read as the report will."""
+    quality = ""
+    if cfg.quality.active:  # the texts and tokenizers load as the stage will load them
+        texts = read_text_sets(cfg.quality.texts, cfg.quality.max_lines)
+        names = ["vocab", *load_tokenizers(cfg.quality.tokenizers)]
+        quality = (f"; tokenizer quality of {', '.join(names)} on "
+                   + ", ".join([f"{t.language}:{t.kind} ({len(t.lines)} units)" for t in texts]
+                               + ([f"up to {cfg.quality.corpus_lines} corpus sentences per language"]
+                                  if cfg.quality.corpus_lines else [])))
     if cfg.from_model:
         files = model_tokenizer_files(cfg.from_model)
-        return f"vocab: the tokenizer of {cfg.from_model} as it is ({', '.join(p.name for p in files)})"
+        return f"vocab: the tokenizer of {cfg.from_model} as it is ({', '.join(p.name for p in files)}){quality}"
     targets = read_target_lines(cfg.target_paths, cfg.max_target_lines) if cfg.target_paths else []
     terms = read_terms(cfg.term_list) if cfg.term_list else []
     extra = (f", report on {len(targets)} target text units" if cfg.target_paths else "") + (
         f" and {len(terms)} terms" if terms else "")
     if small_bytes and large_bytes and cfg.ampv:
         return (f"vocab: AmpV, small corpus x{max(1, round(large_bytes / small_bytes))}, size {cfg.vocab_size}"
-                f"{extra}")
-    return f"vocab: plain WordPiece, size {cfg.vocab_size}{extra}"
+                f"{extra}{quality}")
+    return f"vocab: plain WordPiece, size {cfg.vocab_size}{extra}{quality}"

@@ -21,10 +21,11 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from orchestrator.core.config import field
+from orchestrator.core.config import field, to_dict
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.manifest import atomic_write_json, atomic_write_text
 from orchestrator.formats import read, text_units
+from orchestrator.vocab.quality import QualityConfig, measure, word_counts
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,17 @@ class VocabConfig:
                                      "stays cased, accents stay) instead of training one, to continue that model "
                                      "(pretrain.model.init_from) on its own vocabulary; the other vocab keys are "
                                      "then unused")
+    quality: QualityConfig = field(default_factory=QualityConfig,
+                                   help="tokenizer quality per language (seed 002, Fig. 3): continued words and "
+                                        "fertility of this vocabulary and of the given tokenizers")
+
+    def identity(self) -> dict:
+        """The config as the stage's content key sees it: ``quality`` only when it measures something,
+        so a vocabulary built before it existed keeps its key."""
+        data = to_dict(self)
+        if not self.quality.active:
+            del data["quality"]
+        return data
 
     def __post_init__(self) -> None:
         if self.vocab_size < len(SPECIAL_TOKENS) + 30:
@@ -128,13 +140,9 @@ def kept_whole(tokenizer, terms: list[str]) -> float:
 
 
 def continued_words(tokenizer, texts: list[str]) -> float:
-    """Fraction of words split into several pieces (Rust et al. 2020, seed 002)."""
-    words = split = 0
-    for enc in tokenizer.encode_batch(texts, add_special_tokens=False):
-        pieces = Counter(w for w in enc.word_ids if w is not None)
-        words += len(pieces)
-        split += sum(1 for n in pieces.values() if n > 1)
-    return split / max(1, words)
+    """Fraction of words split into several pieces (Rust et al. 2020, seed 002), words as
+    ``orchestrator.vocab.quality.words`` defines them (the same for every tokenizer)."""
+    return measure(tokenizer, word_counts(texts))["continued_words"] or 0.0
 
 
 def domain_terms(small_texts: Iterable[str], large_texts: Iterable[str], n: int, min_count: int = 3) -> list[str]:
