@@ -241,13 +241,22 @@ def corpus_keys(corpus: CorpusConfig, vocab: VocabConfig, instances: InstanceCon
     if "vocab" not in stages:
         return keys
     if vocab.from_model:  # the model's tokenizer files alone: arms on other corpora share it
-        keys["vocab"] = content_key("vocab", vocab, hash_inputs(model_tokenizer_files(vocab.from_model)))
+        keys["vocab"] = content_key("vocab", vocab.key_fields(), hash_inputs(model_tokenizer_files(vocab.from_model)))
     else:
-        keys["vocab"] = content_key("vocab", vocab, hash_inputs(vocab.target_paths), keys["corpus"])
+        keys["vocab"] = content_key("vocab", vocab.key_fields(), hash_inputs(vocab.target_paths), keys["corpus"])
     for length in instances.max_seq_lengths if "instances" in stages else ():
         keys[f"instances/len{length}"] = content_key("instances", instances.output_fields(), length, keys["corpus"],
                                                      keys["vocab"])
     return keys
+
+
+def check_pretokenize(vocab: VocabConfig, instances: InstanceConfig) -> None:
+    """instances.pretokenize, when not auto, must be what the vocabulary trains with (a vocabulary taken
+    from a model is checked against its files when the instances are built)."""
+    if instances.pretokenize != "auto" and not vocab.from_model and instances.pretokenize != vocab.pretokenize:
+        raise ConfigError(f"instances.pretokenize is {instances.pretokenize} but vocab.pretokenize is "
+                          f"{vocab.pretokenize}: instances must split words as the vocabulary does (set both, or "
+                          "instances.pretokenize=auto)")
 
 
 def corpus_stages(corpus: CorpusConfig, vocab: VocabConfig, instances: InstanceConfig, run_dir: Path,
@@ -259,6 +268,7 @@ def corpus_stages(corpus: CorpusConfig, vocab: VocabConfig, instances: InstanceC
     from orchestrator.instances.stage import build_instances
     from orchestrator.vocab.stage import build_vocab
 
+    check_pretokenize(vocab, instances)
     run_dir = Path(run_dir)
     place = place or (lambda name, key: run_dir / name)
     keys = keys or corpus_keys(corpus, vocab, instances, stages)
@@ -288,6 +298,7 @@ def plan_corpus_stages(corpus: CorpusConfig, vocab: VocabConfig, instances: Inst
     from orchestrator.instances.stage import plan_instances
     from orchestrator.vocab.stage import plan_vocab
 
+    check_pretokenize(vocab, instances)
     lines = [plan_corpus(corpus)]
     if "vocab" in stages:
         sizes = source_sizes(corpus)

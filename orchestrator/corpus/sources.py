@@ -1,4 +1,4 @@
-"""Corpus sources: documents of plain text, WikiText, JSONL and parquet files, and their Ray Data edge.
+"""Corpus sources: documents of text, WikiText, JSONL, parquet and SQuAD-style JSON files; their Ray Data edge.
 
 Files are read by ``orchestrator.formats`` (one streaming reader per format, tested without Ray);
 ``iter_documents`` turns their records into ``Document`` rows, one in memory at a time.
@@ -22,7 +22,7 @@ from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.corpus.sentences import split_sentences
 from orchestrator.formats import Layout, Passage, Row, read
 
-Format = Literal["text", "wikitext", "jsonl", "parquet"]
+Format = Literal["text", "wikitext", "jsonl", "parquet", "squad"]
 Role = Literal["small", "large", "domain", "general"]
 
 
@@ -30,16 +30,18 @@ Role = Literal["small", "large", "domain", "general"]
 class SourceConfig:
     name: str = field(help="short name; used in provenance and output paths")
     paths: tuple[str, ...] = field(help="files or directories (every non-hidden file inside, sorted)")
-    format: Format = field("text", help="text | wikitext | jsonl | parquet")
+    format: Format = field("text", help="text | wikitext | jsonl | parquet | squad (SQuAD-style JSON: each distinct "
+                                        "paragraph context a document, its article title the page)")
     document_split: Literal["line", "blank_line"] = field(
         "line", help="plain text: one document per line, or blank-line separated paragraphs")
     text_field: str = field("text", help="jsonl key / parquet column holding the document text")
     page_field: str = field("", help="jsonl key / parquet column naming the page (MDAPT: a page is "
                                      "never sampled twice across languages); empty = one page per doc")
     role: Role = field("large", help="small/large (SimPT, AmpV) or domain/general (MDAPT)")
-    language: str = field("en", help="language code (MDAPT samples general text per language)")
-    sentence_split: bool = field(True, help="split documents into sentences with syntok; false when "
-                                            "every line of a document is already one sentence")
+    language: str = field("en", help="language code (MDAPT samples general text per language; ja: sentences "
+                                     "are split at 。！？, see orchestrator.corpus.sentences)")
+    sentence_split: bool = field(True, help="split documents into sentences (syntok; Japanese rules for language "
+                                            "ja); false when every line of a document is already one sentence")
 
     def __post_init__(self) -> None:
         if not self.name or not re.fullmatch(r"[A-Za-z0-9_.-]+", self.name):
@@ -120,7 +122,7 @@ def document_rows(src: SourceConfig, path: Path, file_index: int, batch_docs: in
     batch: dict[str, list] = {k: [] for k in ("source", "doc_id", "page", "language", "sentences", "n_bytes")}
     for doc in iter_documents(src, path, file_index):
         if src.sentence_split:
-            sentences = [s for para in doc.text.split("\n") for s in split_sentences(para)]
+            sentences = [s for para in doc.text.split("\n") for s in split_sentences(para, doc.language)]
         else:
             sentences = [s for s in doc.text.split("\n") if s.strip()]
         if not sentences:
