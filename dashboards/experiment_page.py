@@ -163,7 +163,7 @@ def load_experiment(tracking_uri: str, experiment_run_id: str | None = None, *, 
             arm.status = "ok"  # an older run without status tags: in the sweep, so it finished
     exp.source_scores = scores
     if scores and exp.comparison is not None:
-        from orchestrator.report.compare import source_correlations  # heavy: scipy
+        from orchestrator.report.sources import source_correlations  # heavy: scipy
 
         exp.comparison["sources"] = source_correlations(exp.comparison, scores)
     if not exp.baseline and exp.arms:
@@ -340,7 +340,7 @@ def _table_section(exp: Experiment) -> str:
 
 def _sources_section(exp: Experiment) -> str:
     """Seed 004's analysis, when the arms' sources were scored: each arm's measures and gain, and the
-    Pearson r of each measure with the gains (``orchestrator.report.compare.source_correlations``)."""
+    Pearson r and Spearman rho of each measure with the gains (``orchestrator.report.sources``)."""
     if not exp.source_scores:
         return ""
     from orchestrator.report.blue_table import SOURCES_TITLE, build_table, sources_html  # heavy: numpy

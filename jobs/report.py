@@ -4,6 +4,8 @@
     python jobs/report.py --tracking-uri http://head:5000 --experiment bioptorch out_dir=report
     python jobs/report.py results_json=runs/demo/sweep/results.json out_dir=/tmp/report
     python jobs/report.py --run-dir runs/demo baseline=conventional   # + paired differences vs that model
+    python jobs/report.py results_json=runs/sources/sweep/results.json baseline=floor \
+        source_scores=runs/selection out_dir=/tmp/report     # + seed 004: measures vs gains (score_sources output)
 
 ``--run-dir``, ``--tracking-uri``, ``--experiment``, ``--run-id``, ``--out-dir`` and ``--baseline``
 are shorthands for the dotted overrides ``run_dir=``, ``tracking_uri=``, ``experiment=``,
@@ -37,10 +39,19 @@ class ReportConfig:
     baseline: str = field("", help="a model of the results: add the paired differences of every other model "
                                    "against it (per task, with a t-test over seeds and a bootstrap interval) and "
                                    "comparison.json; empty = the table only")
+    source_scores: str = field("", help="seed 004: each model's source scores (a jobs/score_sources.py output "
+                                        "directory, whose source names are the models' names and whose target task "
+                                        "names are the results' task names; or an experiment report's "
+                                        "comparison.json): correlate each measure with the gain over the baseline "
+                                        "per task and seed (Pearson, Spearman), the matrix of the measures, a "
+                                        "scatter plot; logged to MLflow when run_dir or tracking_uri is given. "
+                                        "Needs baseline")
 
     def __post_init__(self) -> None:
         if not (self.run_dir or self.tracking_uri or self.results_json):
             raise ConfigError("give run_dir (--run-dir), tracking_uri (--tracking-uri) or results_json")
+        if self.source_scores and not self.baseline:
+            raise ConfigError("source_scores correlates the gains over a baseline: give baseline (--baseline)")
         if not (self.out_dir or self.run_dir):
             raise ConfigError("out_dir is required when run_dir is not given")
 
@@ -72,17 +83,30 @@ def read_results(path: str | Path) -> dict:
 
 def run(cfg: ReportConfig) -> dict[str, Path]:
     """Write the report and print where it is."""
+    from orchestrator.report.sources import read_source_scores
+
+    scores = read_source_scores(cfg.source_scores) if cfg.source_scores else None
     if cfg.results_json:
         from orchestrator.report.blue_table import write_report
 
         results = read_results(cfg.results_json)
         paths = write_report(results, cfg.resolved_out(), title=cfg.title or "BLUE results", source=cfg.results_json,
-                             baseline=cfg.baseline or None)
+                             baseline=cfg.baseline or None, source_scores=scores)
     else:
         from orchestrator.report.mlflow_results import regenerate_report
 
         paths = regenerate_report(cfg.resolved_out(), cfg.resolved_uri(), cfg.experiment, cfg.run_id or None,
-                                  title=cfg.title or None, baseline=cfg.baseline or None)
+                                  title=cfg.title or None, baseline=cfg.baseline or None, source_scores=scores)
+    if "sources_scatter" in paths and (cfg.run_dir or cfg.tracking_uri):
+        from orchestrator.report.sources import log_source_gains
+        from orchestrator.track import TrackingConfig
+
+        doc = json.loads(paths["comparison"].read_text(encoding="utf-8"))["sources"]
+        run_id = log_source_gains(TrackingConfig(tracking_uri=cfg.resolved_uri(), experiment=cfg.experiment),
+                                  cfg.run_dir or cfg.resolved_out(), doc,
+                                  [paths[k] for k in ("sources_scatter", "sources_matrix", "comparison")])
+        if run_id:
+            print(f"MLflow   source_gains run {run_id} at {cfg.resolved_uri()}")
     for kind, p in paths.items():
         print(f"{kind:8s} {p}")
     return paths
@@ -112,6 +136,17 @@ def plan(cfg: ReportConfig) -> str:
         check_baseline(results, cfg.baseline, cfg.results_json or source)
         if len(results["models"]) > 1:
             files += f", comparison.json: paired differences vs {cfg.baseline}"
+    if cfg.source_scores:
+        from orchestrator.report.sources import read_source_scores
+
+        scores = read_source_scores(cfg.source_scores)
+        known = [name for name in scores if name in results["models"] and name != cfg.baseline]
+        if not known:
+            raise InputError(cfg.source_scores, f"none of its sources ({', '.join(scores)}) is a model of the results "
+                                                f"other than the baseline",
+                             expected=f"sources named as the models: {', '.join(results['models'])}")
+        files += (f", seed 004: {len(known)} scored model(s) ({', '.join(known)}) vs {cfg.baseline}, "
+                  "sources_scatter.png, sources_matrix.png")
     check_replaceable(cfg.resolved_out(), "report")
     return (f"report: read {source}: {len(results['models'])} model(s) x {len(results['tasks'])} task(s)\n"
             f"        write {cfg.resolved_out()}/ ({files})")

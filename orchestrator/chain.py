@@ -20,7 +20,7 @@ from typing import Any
 
 from orchestrator.augment.config import AugmentStageConfig
 from orchestrator.core.artifacts import SMALL_ROLES
-from orchestrator.core.config import field, flatten, from_dict, set_dotted, to_dict
+from orchestrator.core.config import expand_package_paths, field, flatten, from_dict, read_yaml, set_dotted, to_dict
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.manifest import atomic_write_json, hash_inputs, read_manifest
 from orchestrator.core.reuse import content_key, run_stage
@@ -30,6 +30,7 @@ from orchestrator.corpus.stage import CorpusConfig, input_stats, source_sizes
 from orchestrator.formats import READERS
 from orchestrator.instances.config import InstanceConfig
 from orchestrator.pretrain.config import PretrainConfig
+from orchestrator.retrieval.config import RetrievalSpec
 from orchestrator.selection.arms import ArmScoringConfig
 from orchestrator.sweep.config import SweepConfig
 from orchestrator.sweep.space import Variant, resolve_space, space_tasks, task_data_dir, task_key
@@ -49,12 +50,18 @@ REPEATED_SUFFIX = "+repeated"
 #: Keys an experiment's arm may not change: every arm runs in the same place, on the same Ray, into
 #: the same MLflow experiment, and through the one paired sweep.
 ARM_FIXED = ("run_name", "runs_root", "model_name", "stages", "compare_models", "ray", "tracking", "sweep",
-             "arms", "baseline", "selection", "arm_concurrency")
-#: Arm keys that are not config overrides: a published model (no corpus, no pretraining), or the
-#: untrained floor of the arm's architecture (random initialisation).
-ARM_MODEL, ARM_INIT = "model", "init"
+             "arms", "baseline", "selection", "arm_concurrency", "retrieval")
+#: Arm keys that are not config overrides: a published model (no corpus, no pretraining), the
+#: untrained floor of the arm's architecture (random initialisation), or the corpus: section of a
+#: YAML file (a proposal of jobs/propose_mix.py, or any build_corpus / chain config) as the arm's corpus.
+ARM_MODEL, ARM_INIT, ARM_CORPUS = "model", "init", "corpus_from"
+#: A model arm's optional note of the job that makes its model (a model made by another job, e.g. the entity
+#: cycle): its dry run passes before that job has run, and the run refuses with this note until it has.
+ARM_MADE_BY = "made_by"
 #: ChainResult.report's key for an experiment's comparison page (dashboards/, written by jobs/blue_sweep.py).
 PAGE = "page"
+#: ChainResult.report's key for an experiment's retrieval table (seed 002, Table 6).
+RETRIEVAL = "retrieval"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,7 +102,9 @@ class ChainConfig:
     sweep: SweepConfig = field(default_factory=SweepConfig, help="BLUE fine-tuning sweep")
     arms: dict[str, dict[str, Any]] = field(
         default_factory=dict, help="an experiment: arm name -> dotted overrides of this config (corpus, vocab, "
-                                   "instances, pretrain, augment keys, e.g. {corpus.mixer.name: simpt}); or "
+                                   "instances, pretrain, augment keys, e.g. {corpus.mixer.name: simpt}), with "
+                                   "{corpus_from: <file>} taking the corpus: section of a YAML file (a proposal of "
+                                   "jobs/propose_mix.py); or "
                                    "{model: <HF directory>} for a published model; or {init: random} for the "
                                    "untrained floor. Stages the arms share run once; every arm goes through one "
                                    "sweep, paired by seed. Empty (arms={}) = one model")
@@ -108,6 +117,10 @@ class ChainConfig:
     selection: ArmScoringConfig = field(default_factory=ArmScoringConfig,
                                         help="an experiment's source scoring (seed 004): each pretraining arm's "
                                              "sources against the sweep's tasks, correlated with its gain")
+    retrieval: RetrievalSpec = field(default_factory=RetrievalSpec,
+                                     help="an experiment's cross-lingual retrieval (seed 002, Table 6), no "
+                                          "fine-tuning: every arm's model (and retrieval.models) on parallel text; "
+                                          "runs when retrieval.texts or retrieval.pairs names text")
 
     def __post_init__(self):
         if self.arm_concurrency < 0:
@@ -127,6 +140,13 @@ class ChainConfig:
             self.arm(name)  # every arm's config is checked when the experiment's config is read
         if self.selection.enabled and not self.arms:
             raise ConfigError("selection.enabled scores an experiment's arms: it needs arms: (docs/EXPERIMENTS.md)")
+        if self.retrieval.enabled and not self.arms:
+            raise ConfigError("retrieval evaluates an experiment's arms: it needs arms: (for models alone, "
+                              "jobs/retrieval.py)")
+        clash = sorted(set(self.retrieval.models) & set(self.arms))
+        if clash:
+            raise ConfigError(f"retrieval.models.{clash[0]}: {clash[0]} is already an arm; give the extra model "
+                              "another name")
 
     def arm(self, name: str) -> ChainConfig:
         """The chain config of one arm: this config with the arm's overrides (and no arms)."""
@@ -139,11 +159,17 @@ class ChainConfig:
                               "shares the run directory, Ray, MLflow and the one paired sweep)")
         if ARM_INIT in arm and arm[ARM_INIT] != "random":
             raise ConfigError(f"arms.{name}.init: {arm[ARM_INIT]!r}; the only value is 'random' (the untrained floor)")
-        if ARM_MODEL in arm and len(arm) > 1:
-            raise ConfigError(f"arms.{name}: a published model ({ARM_MODEL}: <dir>) takes no other keys")
-        data = {k: v for k, v in to_dict(self).items() if k not in ("arms", "baseline", "selection")}
+        if ARM_MODEL in arm and set(arm) - {ARM_MODEL, ARM_MADE_BY}:
+            raise ConfigError(f"arms.{name}: a published model ({ARM_MODEL}: <dir>) takes no other keys than "
+                              f"{ARM_MADE_BY} (got {sorted(set(arm) - {ARM_MODEL, ARM_MADE_BY})[0]})")
+        if ARM_MADE_BY in arm and ARM_MODEL not in arm:
+            raise ConfigError(f"arms.{name}.{ARM_MADE_BY}: only a model arm ({ARM_MODEL}: <dir>) is made by "
+                              "another job")
+        data = {k: v for k, v in to_dict(self).items() if k not in ("arms", "baseline", "selection", "retrieval")}
+        if ARM_CORPUS in arm:  # the file's corpus replaces the base config's; the arm's other keys still apply
+            data["corpus"] = corpus_section(arm[ARM_CORPUS], f"arms.{name}.{ARM_CORPUS}")
         for key, value in arm.items():
-            if key not in (ARM_MODEL, ARM_INIT):
+            if key not in (ARM_MODEL, ARM_INIT, ARM_CORPUS, ARM_MADE_BY):
                 set_dotted(data, key.split("."), value)  # as a command-line override would
         try:
             built = from_dict(ChainConfig, data)
@@ -197,7 +223,7 @@ class ChainResult:
             lines.append(f"arm {name:<10}: {arm['status']}" + (f" ({arm['error']})" if arm.get("error") else ""))
         if self.pretrain_loss:
             lines.append(f"pretraining   : loss {self.pretrain_loss[0]:.3f} -> {self.pretrain_loss[1]:.3f}")
-        for kind in ("html", "md", "png", PAGE):
+        for kind in ("html", "md", "png", PAGE, RETRIEVAL):
             if kind in self.report:
                 lines.append(f"report ({kind:4}): {self.report[kind]}")
         if self.tracking_uri:
@@ -394,6 +420,21 @@ def selection_targets(sweep: SweepConfig) -> dict[str, list[tuple[str, str, str]
         path = flat.split_path(Path(task_data_dir(sweep, task, spec)), "all" if spec.cv_folds else "train")
         targets[spec.name] = [(str(path), spec.format if spec.format in READERS else "auto", "text")]
     return targets
+
+
+def corpus_section(path: str, where: str = ARM_CORPUS) -> dict:
+    """The ``corpus:`` section of a YAML file (``pkg://`` paths expanded): what an arm's ``corpus_from``
+    names, e.g. the ``corpus.yaml`` a proposal writes (``orchestrator.proposal``)."""
+    if not isinstance(path, str) or not path:
+        raise ConfigError(f"{where}: {path!r}; the path of a YAML file with a corpus: section")
+    try:
+        data = read_yaml(path)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    if not isinstance(data.get("corpus"), dict):
+        raise ConfigError(f"{where}: {path} has no corpus: section (a jobs/propose_mix.py corpus.yaml, or a "
+                          "build_corpus / chain config)")
+    return expand_package_paths(data["corpus"])
 
 
 def _safe(text: str) -> str:

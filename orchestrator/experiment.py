@@ -4,7 +4,8 @@
     python jobs/blue_sweep.py --config experiments/oubiobert_ablation.yaml --dry-run   # the stage graph
 
 An experiment is a chain config with ``arms:`` (``ChainConfig.arms``): each arm is the base config
-with its overrides, a published model (``{model: <dir>}``), or the untrained floor of the
+with its overrides, a published model (``{model: <dir>}``; ``made_by: <job>`` when another job of this
+project makes it, such as ``jobs/entity_cycle.py``), or the untrained floor of the
 architecture (``{init: random}``). Each arm's corpus, vocabulary, instances and pretraining outputs
 live under ``<run_dir>/stages/<output>/<key>``, placed by their content key (``orchestrator.core.reuse``):
 arms whose stage would be identical share one output, built once, and a re-run reuses every
@@ -24,6 +25,7 @@ and a re-run redoes only what did not finish. Without ``arms:`` a config runs th
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -36,6 +38,9 @@ from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.manifest import atomic_write_json, is_complete
 from orchestrator.core.reuse import content_key, output_lock, reusable, run_stage
 from orchestrator.core.runtime import ray_session, seed_everything
+from orchestrator.retrieval.table import CSS as RETRIEVAL_CSS
+from orchestrator.retrieval.table import render_html as retrieval_html
+from orchestrator.retrieval.table import render_markdown as retrieval_markdown
 from orchestrator.selection.arms import read_scores, score_arm, scoring_key
 from orchestrator.sweep.space import Variant
 from orchestrator.track import effective_uri
@@ -73,6 +78,12 @@ class ArmPlan:
     config: ChainConfig
     outputs: list[Output]  # in build order
     model_dir: Path  # what the sweep fine-tunes
+    made_by: str = ""  # a model arm: the job that makes its model (arms.<name>.made_by)
+
+    @property
+    def missing(self) -> bool:
+        """A model arm whose model another job has not made yet."""
+        return self.kind == "model" and not (self.model_dir / "config.json").is_file()
 
     @property
     def augmented(self) -> bool:
@@ -86,11 +97,12 @@ def arm_plans(cfg: ChainConfig) -> dict[str, ArmPlan]:
     for name in cfg.arms:
         arm, kind = cfg.arm(name), cfg.arm_kind(name)
         if kind == "model":
-            model_dir = Path(flatten(cfg.arms[name])[chain.ARM_MODEL])
-            if not (model_dir / "config.json").is_file():  # a published model: nothing here builds it
+            entry = flatten(cfg.arms[name])
+            model_dir, made_by = Path(entry[chain.ARM_MODEL]), str(entry.get(chain.ARM_MADE_BY, ""))
+            if not (model_dir / "config.json").is_file() and not made_by:  # nothing here builds it
                 raise ConfigError(f"arms.{name}.model: {model_dir} is not a Hugging Face model directory "
                                   "(no config.json)")
-            plans[name] = ArmPlan(name, kind, arm, [], model_dir)
+            plans[name] = ArmPlan(name, kind, arm, [], model_dir, made_by)
             continue
         if "pretrain" not in arm.stages:
             raise ConfigError(f"arms.{name}: an arm that pretrains needs the corpus, vocab, instances and pretrain "
@@ -138,8 +150,10 @@ def plan(cfg: ChainConfig) -> str:
     for arm in plans.values():
         what = {"model": f"published model {arm.model_dir}", "random": "untrained floor (random initialisation)",
                 "pretrain": "pretrained"}[arm.kind]
-        overrides = {k: v for k, v in flatten(cfg.arms[arm.name]).items() if k not in (chain.ARM_MODEL,
-                                                                                       chain.ARM_INIT)}
+        if arm.made_by:
+            what = f"model {arm.model_dir} (" + ("not made yet: " if arm.missing else "made by ") + f"{arm.made_by})"
+        overrides = {k: v for k, v in flatten(cfg.arms[arm.name]).items()
+                     if k not in (chain.ARM_MODEL, chain.ARM_INIT, chain.ARM_MADE_BY)}
         lines.append(f"  {arm.name}: {what}" + (f"; {overrides}" if overrides else "")
                      + (_augmented_text(arm.config) if arm.augmented else ""))
     per_arm = sum(len(p.outputs) for p in plans.values())
@@ -156,6 +170,8 @@ def plan(cfg: ChainConfig) -> str:
             lines += ["", f"== pretrain ({arm.name}) ==", plan_pretrain(arm.config.pretrain, None, None)]
     if cfg.selection.enabled:
         lines += ["", selection_plan(cfg, plans)]
+    if cfg.retrieval.enabled:
+        lines += ["", retrieval_plan(cfg, plans)]
     if "sweep" in cfg.stages:
         lines += ["", "== sweep (one, over every arm: paired by seed) ==",
                   plan_sweep(cfg.sweep, {a.name: a.model_dir for a in plans.values()})]
@@ -168,11 +184,16 @@ def run(cfg: ChainConfig) -> ChainResult:
         return chain.run(cfg)
     plans = arm_plans(cfg)
     for arm in plans.values():
+        if arm.missing:
+            raise ConfigError(f"arms.{arm.name}.model: {arm.model_dir} does not exist yet; it is made by: "
+                              f"{arm.made_by}")
         check_inputs(arm.config)  # every arm's inputs, before Ray starts and before anything is written
     if cfg.selection.enabled:
         from orchestrator.selection.scoring import kenlm_binary  # heavy: numpy
 
         kenlm_binary("lmplz"), kenlm_binary("build_binary")  # fail before any arm is built, not after
+    if cfg.retrieval.enabled:
+        check_retrieval_inputs(cfg)  # bad or unaligned text, a missing extra model: before any arm is built
     run_dir = cfg.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(run_dir / "chain_config.json", to_dict(cfg))
@@ -243,6 +264,7 @@ def _run_arms(cfg: ChainConfig, plans: dict[str, ArmPlan], run_dir: Path) -> Cha
         variants = [variants[name] for name in plans if name in variants]  # the arms' order, whatever finished first
         ok = [a for a in plans.values() if status[a.name]["status"] == "ok"]
         scores, scoring_notes = score_arms(cfg, ok) if cfg.selection.enabled else ({}, [])
+        retrieval, retrieval_notes = retrieve_arms(cfg, ok) if cfg.retrieval.enabled else (None, [])
         models = {a.name: a.model_dir for a in ok if not a.augmented}
         models.update({name: Path(path) for name, path in cfg.compare_models.items()})
         results: dict = {}
@@ -259,8 +281,17 @@ def _run_arms(cfg: ChainConfig, plans: dict[str, ArmPlan], run_dir: Path) -> Cha
             if baseline is None:
                 log.warning("the baseline arm %s has no results (it failed): no paired differences", cfg.baseline_arm)
             report = write_report(results, run_dir / "report", title=f"Experiment {cfg.run_name}",
-                                  baseline=baseline, notes=_failure_notes(status) + scoring_notes,
-                                  source_scores=scores or None)
+                                  baseline=baseline, notes=_failure_notes(status) + scoring_notes + retrieval_notes,
+                                  source_scores=scores or None,
+                                  sections=[retrieval_section(retrieval)] if retrieval else ())
+            if "sources_scatter" in report:  # seed 004's analysis: its numbers and figures on MLflow too
+                from orchestrator.report.sources import log_source_gains  # heavy: mlflow
+
+                doc = json.loads(report["comparison"].read_text(encoding="utf-8"))["sources"]
+                log_source_gains(cfg.tracking, run_dir, doc, [report[k] for k in ("sources_scatter", "sources_matrix",
+                                                                                  "comparison")])
+        if retrieval:
+            report[chain.RETRIEVAL] = retrieval[0] / "table.html"
         record_status()
     return ChainResult(run_dir=run_dir, report=report, results=results, tracking_uri=tracking_uri, arms=status,
                        mlflow_run_id=parent_id or "",
@@ -407,3 +438,63 @@ def _score_metrics(scores: dict) -> dict[str, float]:
     for task, measures in scores.get("by_task", {}).items():
         metrics.update({S.source_metric(m, task): v for m, v in measures.items()})
     return metrics
+
+
+# ---------------------------------------------------------------------------------------------
+# Cross-lingual retrieval (seed 002, Table 6): every arm's encoder on parallel text, no fine-tuning
+
+def retrieval_models(cfg: ChainConfig, arms) -> dict[str, Path]:
+    """The encoders compared: each arm's model in arm order (an augmented arm's encoder is its base
+    model's: augmentation changes fine-tuning only, so it has no column of its own), then retrieval.models."""
+    models = {a.name: a.model_dir for a in arms if not a.augmented}
+    models.update({name: Path(path) for name, path in cfg.retrieval.models.items()})
+    return models
+
+
+def check_retrieval_inputs(cfg: ChainConfig) -> list:
+    """The text parses and aligns and the extra models are BERT directories; returns the parallel sets."""
+    from orchestrator.retrieval.stage import check_model, load_sets  # heavy: the stage's implementation
+
+    for name, path in cfg.retrieval.models.items():
+        check_model(name, path)
+    return load_sets(cfg.retrieval)
+
+
+def retrieval_plan(cfg: ChainConfig, plans: dict[str, ArmPlan]) -> str:
+    """The dry run's section: the text (parsed and aligned), the encoders, one task per encoder and side."""
+    from orchestrator.retrieval.stage import plan_sets  # heavy: the stage's implementation
+
+    sets = check_retrieval_inputs(cfg)
+    models = retrieval_models(cfg, plans.values())
+    sides = sum(len(s.languages) for s in sets)
+    lines = [f"== cross-lingual retrieval (seed 002, Table 6): {len(models)} encoder(s), {len(models) * sides} "
+             "embedding task(s) on Ray, after the arms are built =="]
+    lines += [f"  {line}" for line in plan_sets(cfg.retrieval, sets)]
+    lines.append("  encoders: " + ", ".join(models))
+    return "\n".join(lines)
+
+
+def retrieve_arms(cfg: ChainConfig, arms: list[ArmPlan]) -> tuple[tuple[Path, dict] | None, list[str]]:
+    """Every finished arm's encoder (and retrieval.models) evaluated in one output,
+    ``<run_dir>/stages/retrieval/<key>`` (reused by key), each logged as a child run tagged by arm. A
+    failure is said in the report's notes: the analysis never stops the experiment."""
+    from orchestrator.retrieval.stage import retrieval_stage  # heavy: the stage's implementation
+
+    models = retrieval_models(cfg, arms)
+    if not models:
+        return None, []
+    root = cfg.run_dir / STAGES_DIR / "retrieval"
+    try:
+        out, results = retrieval_stage(cfg.retrieval, models, lambda key: root / key, cfg.tracking, cfg.run_dir,
+                                       tags={a.name: {S.ARM: a.name} for a in arms})
+    except Exception as exc:
+        log.error("cross-lingual retrieval failed: %s: %s", type(exc).__name__, exc)
+        return None, [f"Cross-lingual retrieval failed: {type(exc).__name__}: {exc}"]
+    log.info("cross-lingual retrieval: %s", out / "table.md")
+    return (out, results), []
+
+
+def retrieval_section(retrieval: tuple[Path, dict]) -> tuple[str, str]:
+    """The retrieval tables as a (Markdown, HTML) section of the experiment's report."""
+    _, results = retrieval
+    return retrieval_markdown(results), f"<style>{RETRIEVAL_CSS}</style>\n" + retrieval_html(results)

@@ -70,7 +70,10 @@ EXPERIMENT_ARGS = ["--preset", "smoke", "run_name=exp", "corpus.mixer.name=conve
                    "pretrain.phase1.steps=10", "pretrain.phase2.steps=0",
                    # seed 004's scores of the pretraining arms' sources (the sample is shorter than a sub-sample)
                    "selection.enabled=true", "selection.sample_tokens=3000", "selection.num_samples=2",
-                   "selection.short_source=whole", "selection.lmplz_memory=50M"]
+                   "selection.short_source=whole", "selection.lmplz_memory=50M",
+                   # seed 002's cross-lingual retrieval of every arm's encoder on the bundled parallel sample
+                   "retrieval.texts.en=pkg://sample_data/parallel/en.txt",
+                   "retrieval.texts.de=pkg://sample_data/parallel/de.txt"]
 
 
 @dataclass

@@ -79,6 +79,8 @@ def test_config_and_key_unchanged_for_tables_changed_when_derived():
     assert key({"entity_masking": {}}) == "74c07f15f81efb71"
     assert key({"entity_masking": {"association": "orchestrator/instances/association/patent_fig8.yaml",
                                    "threshold": 7}}) == "02a109df53e77ab6"
+    assert key({"entity_masking": {"association_level": "type"}}) == "74c07f15f81efb71"
+    assert key({"entity_masking": {"association_level": "term"}}) != "74c07f15f81efb71"
     derived = key({"entity_masking": {"association_method": "npmi"}})
     assert derived not in ("74c07f15f81efb71", key({"entity_masking": {"association_method": "npmi",
                                                                         "association_window": "document"}}),

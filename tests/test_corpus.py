@@ -507,6 +507,13 @@ def test_derived_association_is_counted_once_recorded_written_and_reusable(tmp_p
         "types": record["type_windows"], "pairs": [[*r["pair"], r["together"]] for r in record["pair_statistics"]]}
     table = derived / "association.yaml"
     assert load_association(table) == derive_association(again, 3)[0]
+    # association_level: term counts the same windows by the terms' texts (one term per type here)
+    term_cfg = from_dict(InstanceConfig, {"entity_masking": {**em, "association_level": "term"}, "workers": 2})
+    by_term, names = Cooccurrence(), {"a": "alpha", "b": "beta", "c": "gamma", "d": "delta"}
+    for shard in plan_documents(load_plan(corpus)[1].units):
+        by_term.merge(CooccurrenceCounter(str(vocab), to_dict(term_cfg)).count(shard["path"], shard["rows"]))
+    assert by_term.windows == again.windows and by_term.types == {names[t]: c for t, c in again.types.items()}
+    assert by_term.pairs == {tuple(sorted((names[a], names[b]))): c for (a, b), c in again.pairs.items()}
 
     shutil.copy(table, tmp_path / "reused.yaml")
     as_table = from_dict(InstanceConfig, {"entity_masking": {**{k: v for k, v in em.items() if "association" not in k},

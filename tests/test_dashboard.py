@@ -102,7 +102,7 @@ def test_the_page_shows_what_mlflow_holds(store, page_file):
     values = [text_of(td) for td in re.findall(r"<td>(.*?)</td>", row)]
     measures = S.read_source_metrics(simpt.data.metrics)["measures"]
     assert values[:4] == [f"{measures[m]:.4g}" for m in ("ppl", "jsd", "tvc", "ttr")]
-    assert 'id="source-correlations"' in page and "fewer than 3 points" in page  # one arm: no r
+    assert 'id="source-correlations"' in page and "fewer than 3 arms" in page  # one arm: no r
     # Pretraining loss: one series per arm with a pretraining run, every logged step on it.
     loss = section(page, 'id="pretraining-loss"')
     series = dict(re.findall(r'<g class="series" data-series="([^"]+)" data-points="(\d+)"', loss))

@@ -328,3 +328,25 @@ def test_patterns_match_whole_words_of_wordpiece_numbers():
     found = [(e.text, e.type) for e in masker().extract(tokens)]
     assert found == [("6 . 5 cm", "quantity"), ("nodule", "lesion_name"), ("12mm", "quantity"),
                      ("cyst", "lesion_name"), ("3 x 2 cm", "quantity"), ("mass", "lesion_name")]
+
+
+def test_term_level_association_relates_terms_of_one_type(tmp_path: Path):
+    """association_level: term — one type (a one-task extractor's), the table relates terms: cisplatin
+    keeps carboplatin visible, never doxorubicin; a type table would have one chemical-chemical entry."""
+    terms = tmp_path / "terms.yaml"
+    terms.write_text("types:\n  chemical:\n    terms: [cisplatin, carboplatin, doxorubicin]\n", encoding="utf-8")
+    table = tmp_path / "assoc.yaml"
+    table.write_text('default: 0\npairs:\n  - ["cisplatin", "carboplatin", 9.5]\n', encoding="utf-8")
+    tokens = "[CLS] cisplatin and carboplatin but not doxorubicin were given to the mice today [SEP]".split()
+    pos = {"cisplatin": 1, "carboplatin": 3, "doxorubicin": 6}
+    m = masker(dictionaries=(str(terms),), association=str(table), association_level="term")
+    assert {m.key(e) for e in m.extract(tokens)} == set(pos)
+    seen = {"cisplatin+doxorubicin": 0}
+    for seed in range(200):
+        masked = set(m.select(tokens, random.Random(seed), 3)[0])
+        if pos["cisplatin"] in masked or pos["carboplatin"] in masked:
+            assert not {pos["cisplatin"], pos["carboplatin"]} <= masked
+        seen["cisplatin+doxorubicin"] += {pos["cisplatin"], pos["doxorubicin"]} <= masked
+    assert seen["cisplatin+doxorubicin"] > 0  # unassociated terms are masked together
+    with pytest.raises(InputError, match="cisplatin"):  # a term table is not a type table
+        masker(dictionaries=(str(terms),), association=str(table))

@@ -122,6 +122,26 @@ def test_three_arm_experiment_shares_the_corpus_pairs_the_sweep_and_nests_mlflow
         got = S.read_source_metrics(run.data.metrics)
         assert got["measures"] == pytest.approx(scores["measures"]) and set(got["by_task"]) == set(scores["by_task"])
         assert got["by_task"]["BIOSSES"] == pytest.approx(scores["by_task"]["BIOSSES"])
+    # Seed 004's analysis of the gains: a finished child run with its numbers and figures (one scored arm
+    # besides the baseline, simpt, with 2 seeds: n = 2 points per task, and no r from one arm).
+    gains, = [r for r in runs if r.data.tags.get(S.KIND) == S.KIND_SOURCE_GAINS]
+    assert gains.data.tags[S.PARENT] == parent and gains.info.status == "FINISHED"
+    metrics = gains.data.metrics
+    assert metrics["source_gain.BIOSSES.ppl.n"] == 2 and "source_gain.BIOSSES.ppl.r" not in metrics
+    assert {a.path for a in client.list_artifacts(gains.info.run_id)} >= {"sources_scatter.png", "sources_matrix.png"}
+    # Seed 002's retrieval: every arm's encoder in one table, in the report; a finished child run per arm
+    # whose metrics are the results' scores.
+    retrieved = {r.data.tags[S.ARM]: r for r in runs if r.data.tags.get(S.KIND) == S.KIND_RETRIEVAL}
+    assert set(retrieved) == set(ARMS)
+    out = run_dir / "stages" / "retrieval" / retrieved["floor"].data.tags[S.OUTPUT_KEY]
+    table = json.loads((out / "results.json").read_text())
+    assert table["models"] == list(ARMS) and set(table["p_at_1"]["floor"]) == {"de->en", "en->de"}
+    for arm, run in retrieved.items():
+        assert run.data.tags[S.PARENT] == parent and run.info.status == "FINISHED"
+        assert S.read_retrieval_metrics(run.data.metrics) == {k: table[k][arm] for k in ("p_at_1", "p_at_5")}
+    report = (run_dir / "report" / "blue_table.md").read_text()
+    assert "Cross-lingual retrieval (seed 002, Table 6)" in report and "| de \u2192 en |" in report
+    assert 'data-direction="de-&gt;en"' in (run_dir / "report" / "blue_table.html").read_text()
     # A re-run redoes nothing: every output and every trial is reused, and MLflow keeps one parent.
     again = experiment_run.again
     assert again.returncode == 0, again.stderr[-3000:]
@@ -130,6 +150,8 @@ def test_three_arm_experiment_shares_the_corpus_pairs_the_sweep_and_nests_mlflow
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()], max_results=1000)
     assert len([r for r in runs if r.data.tags.get(S.KIND) == S.KIND_EXPERIMENT]) == 1
     assert len([r for r in runs if r.data.tags.get(S.KIND) == S.KIND_SELECTION]) == 2  # found, not logged again
+    assert len([r for r in runs if r.data.tags.get(S.KIND) == S.KIND_SOURCE_GAINS]) == 1  # the same numbers
+    assert len([r for r in runs if r.data.tags.get(S.KIND) == S.KIND_RETRIEVAL]) == 3
 
 
 @pytest.mark.slow
@@ -212,6 +234,15 @@ def test_an_operational_setting_keeps_the_pretraining_output_and_a_training_sett
     assert pretrain_key(stop={"mlm_accuracy": 0.5}) != base
 
 
+def test_retrieval_needs_arms_and_its_own_model_names(tmp_path):
+    with pytest.raises(ConfigError, match="retrieval evaluates an experiment's arms"):
+        smoke(tmp_path, retrieval={"texts": {"en": "a.txt", "de": "b.txt"}})
+    with pytest.raises(ConfigError, match="retrieval.models.a: a is already an arm"):
+        smoke(tmp_path, arms={"a": {}}, retrieval={"texts": {"en": "a.txt", "de": "b.txt"}, "models": {"a": "/m"}})
+    with pytest.raises(ConfigError, match="arms.a.retrieval.max_units: an arm cannot change retrieval"):
+        smoke(tmp_path, arms={"a": {"retrieval.max_units": 3}})
+
+
 def test_selection_needs_arms(tmp_path):
     with pytest.raises(ConfigError, match="selection.enabled scores an experiment's arms"):
         smoke(tmp_path, selection={"enabled": True})
@@ -273,6 +304,27 @@ def test_a_published_model_arm_that_is_not_there_is_refused_before_anything_runs
     cfg = smoke(tmp_path, arms={"published": {"model": str(tmp_path / "bert-base-cased")}, "a": {}})
     with pytest.raises(ConfigError, match=r"arms\.published\.model: .*bert-base-cased is not a Hugging Face model"):
         arm_plans(cfg)
+
+
+def test_a_model_arm_made_by_another_job_plans_before_that_job_and_runs_only_after(tmp_path):
+    """``{model: <dir>, made_by: <job>}`` (the entity cycle's model): the dry run shows it as not made yet,
+    the run refuses naming the job, and once the directory holds a model the arm is an ordinary model arm."""
+    from orchestrator.experiment import plan, run
+
+    made = tmp_path / "cycle" / "final"
+    cfg = smoke(tmp_path, arms={"cycle": {"model": str(made), "made_by": "jobs/entity_cycle.py --preset tiny"},
+                                "a": {}})
+    assert arm_plans(cfg)["cycle"].missing
+    assert f"cycle: model {made} (not made yet: jobs/entity_cycle.py --preset tiny)" in plan(cfg)
+    with pytest.raises(ConfigError, match=r"arms\.cycle\.model: .* made by: jobs/entity_cycle.py --preset tiny"):
+        run(cfg)
+    assert not (tmp_path / "exp").exists()  # refused before anything was written
+    made.mkdir(parents=True)
+    (made / "config.json").write_text("{}")
+    assert not arm_plans(cfg)["cycle"].missing and arm_plans(cfg)["cycle"].model_dir == made
+    assert f"cycle: model {made} (made by jobs/entity_cycle.py --preset tiny)" in plan(cfg)
+    with pytest.raises(ConfigError, match="only a model arm"):
+        smoke(tmp_path, arms={"a": {"made_by": "x"}}).arm("a")
 
 
 @pytest.mark.parametrize("preset, arms, space_text", [

@@ -13,7 +13,10 @@ pure functions of (shards, config, rng), registered in ``MIXERS``:
   documents across shards;
 - ``mdapt`` (seed 002): a sentence budget filled from the domain corpora, the rest from general
   text per language by exponentially smoothed probabilities P(L)^alpha, never the same page
-  twice across languages.
+  twice across languages;
+- ``weighted``: explicit mixing weights per source (``mixer.weights``), e.g. a proposal from the
+  sources' similarity to the target (``jobs/propose_mix.py``): each source feeds its weight's share
+  of a byte budget, by whole passes over it plus randomly chosen documents for the rest.
 """
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ from orchestrator.core.registry import Registry
 
 @dataclasses.dataclass(frozen=True)
 class MixerConfig:
-    name: str = field("simpt", help="conventional | simpt | mdapt")
+    name: str = field("simpt", help="conventional | simpt | mdapt | weighted")
     shard_bytes: int = field(10_000_000, help="target shard size in bytes (10 MB in seed 000)")
     dupe_factor: int = field(5, help="conventional/mdapt: passes over each unit, each with fresh masks; "
                                      "simpt: scales the automatic number of units")
@@ -43,6 +46,12 @@ class MixerConfig:
     alpha: float = field(0.3, help="mdapt: language sampling smoothing P(L)^alpha (0.3 in seed 002)")
     allow_shortfall: bool = field(False, help="mdapt: accept fewer sentences than the budget when the "
                                               "corpora are too small, instead of failing")
+    weights: dict[str, float] = field(
+        default_factory=dict, help="weighted: share of the instance-creation text per source name (normalised; "
+                                   "every source needs one; 0 = the source feeds no instances)")
+    total_bytes: int = field(0, help="weighted: bytes of text fed to instance creation, all sources together; "
+                                     "0 = the sources' total size x dupe_factor (conventional mixing's amount, "
+                                     "redistributed by the weights)")
 
     def __post_init__(self) -> None:
         if self.name not in MIXERS:
@@ -57,6 +66,14 @@ class MixerConfig:
             raise ConfigError("mixer.units must be >= 0 and mixer.sentence_budget >= 1")
         if not 0.0 < self.alpha <= 1.0:
             raise ConfigError("mixer.alpha must be in (0, 1]")
+        for name, w in self.weights.items():
+            if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
+                raise ConfigError(f"mixer.weights.{name}: {w!r}; a weight is a number >= 0")
+        if self.name == "weighted" and not sum(self.weights.values()) > 0:
+            raise ConfigError("mixer weighted needs mixer.weights with a positive weight, e.g. {pubmed: 0.7, "
+                              "wiki: 0.3}")
+        if self.total_bytes < 0:
+            raise ConfigError("mixer.total_bytes must be >= 0")
 
 
 Mixer = Callable[[Sequence[ShardInfo], MixerConfig, random.Random], MixPlan]
@@ -248,3 +265,59 @@ def mdapt(shards: Sequence[ShardInfo], cfg: MixerConfig, rng: random.Random) -> 
              "domain_sentences": dict(domain_by_lang), "general_quota": quotas, "general_sentences": taken,
              "probabilities": smoothed_probabilities(available, cfg.alpha), "total_sentences": total}
     return MixPlan(tuple(_units_from_refs(refs, shards, cfg)), notes)
+
+
+def weighted_bytes(sizes: dict[str, int], weights: dict[str, float], total: int) -> dict[str, int]:
+    """Bytes each source is to feed: ``total`` split by the normalised weights (rounded down)."""
+    norm = sum(weights.get(name, 0.0) for name in sizes)
+    return {name: int(total * weights.get(name, 0.0) / norm) for name in sizes}
+
+
+@MIXERS.register("weighted")
+def weighted(shards: Sequence[ShardInfo], cfg: MixerConfig, rng: random.Random) -> MixPlan:
+    """Explicit weights: source i feeds ``w_i / sum(w) x total_bytes`` bytes of text to instance creation.
+
+    A source needing r times its own size gets every shard ``floor(r)`` times (one unit per shard, that
+    dupe factor, fresh masks each pass, as conventional mixing repeats) and, for the fraction left,
+    documents drawn at random without replacement until their bytes reach it (one unit per shard they
+    come from, dupe factor 1). A source's share is therefore exact up to one document. NSP pairs stay
+    inside a shard, as in conventional mixing. ``total_bytes`` 0: the sources' total size x dupe_factor.
+    """
+    sizes: dict[str, int] = defaultdict(int)
+    for s in shards:
+        sizes[s.source] += s.n_bytes
+    missing = sorted(set(sizes) - set(cfg.weights))
+    if missing:
+        raise ConfigError(f"mixer weighted: no weight for source {missing[0]!r} (mixer.weights names "
+                          f"{sorted(cfg.weights)}); give every source a weight, 0 to leave it out")
+    total = cfg.total_bytes or sum(sizes.values()) * cfg.dupe_factor
+    target = weighted_bytes(dict(sizes), cfg.weights, total)
+    units: list[Unit] = []
+    passes: dict[str, float] = {}
+    for name in sizes:  # shard order: the sources' order in the config
+        mine = [s for s in shards if s.source == name]
+        if target[name] <= 0:
+            passes[name] = 0.0
+            continue
+        full, rest = divmod(target[name], sizes[name])
+        passes[name] = round(target[name] / sizes[name], 4)
+        if full:
+            units += [Unit(len(units), (Member(s.path),), full) for s in mine]
+        docs = [(s, row) for s in mine for row in range(s.n_docs)]
+        rng.shuffle(docs)
+        picked: dict[str, list[int]] = defaultdict(list)
+        got = 0
+        for s, row in docs:
+            if got >= rest:
+                break
+            picked[s.path].append(row)
+            got += s.doc_bytes[row]
+        for s in mine:
+            if s.path in picked:
+                rows = tuple(sorted(picked[s.path]))
+                units.append(Unit(len(units), (Member(s.path, None if len(rows) == s.n_docs else rows),), 1))
+    norm = sum(cfg.weights.get(n, 0.0) for n in sizes)
+    notes = {"mixer": "weighted", "total_bytes": total,
+             "weights": {n: round(cfg.weights.get(n, 0.0) / norm, 6) for n in sizes},
+             "target_bytes": target, "passes": passes}
+    return MixPlan(tuple(units), notes)

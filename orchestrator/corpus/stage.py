@@ -21,7 +21,7 @@ from orchestrator.core.artifacts import SHARD_COLUMNS, SMALL_ROLES, ShardInfo, w
 from orchestrator.core.config import field
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.manifest import write_manifest
-from orchestrator.corpus.mixing import MIXERS, MixerConfig, planned_bytes
+from orchestrator.corpus.mixing import MIXERS, MixerConfig, planned_bytes, weighted_bytes
 from orchestrator.corpus.sources import SourceConfig, find_input_error, iter_source, read_source, source_files
 
 log = logging.getLogger(__name__)
@@ -44,6 +44,13 @@ class CorpusConfig:
             raise ConfigError("mixer simpt needs a source with role small and one with role large")
         if self.mixer.name == "mdapt" and not roles & {"domain", "small"}:
             raise ConfigError("mixer mdapt needs a source with role domain")
+        unknown = sorted(set(self.mixer.weights) - set(names))
+        if unknown:
+            raise ConfigError(f"corpus.mixer.weights.{unknown[0]}: no such source (sources: {names})")
+        missing = [n for n in names if n not in self.mixer.weights]
+        if self.mixer.name == "weighted" and missing:
+            raise ConfigError(f"mixer weighted: corpus.mixer.weights has no weight for source {missing[0]!r}; "
+                              "give every source a weight (0 leaves it out of the instances)")
 
 
 def input_stats(cfg: CorpusConfig) -> dict[str, tuple[int, int]]:
@@ -160,6 +167,12 @@ def plan_corpus(cfg: CorpusConfig) -> str:
     elif cfg.mixer.name == "conventional":
         lines.append(f"  conventional: every shard x dupe_factor={cfg.mixer.dupe_factor}; small corpus keeps "
                      f"its size share {small / max(1, small + large):.1%}")
+    elif cfg.mixer.name == "weighted":
+        total = cfg.mixer.total_bytes or sum(sizes.values()) * cfg.mixer.dupe_factor
+        target = weighted_bytes(sizes, cfg.mixer.weights, total)
+        shares = ", ".join(f"{name} {target[name] / max(1, total):.1%} ({target[name] / max(1, sizes[name]):.2f} "
+                           "passes)" for name in sizes)
+        lines.append(f"  weighted: ~{total} bytes to instance creation (file sizes): {shares}")
     else:
         lines.append(f"  mdapt: budget {cfg.mixer.sentence_budget} sentences, alpha={cfg.mixer.alpha}, "
                      f"dupe_factor={cfg.mixer.dupe_factor}")

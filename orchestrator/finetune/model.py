@@ -35,15 +35,13 @@ class TaskModel(nn.Module):
 
     def __init__(self, model_dir: str | Path, spec: TaskSpec, use_safetensors: bool | None = None):
         super().__init__()
-        from transformers import AutoModel  # heavy: transformers
-
-        from orchestrator.modeling.adapters import load_adapters, saved_adapters  # heavy: transformers
+        from orchestrator.modeling.adapters import saved_adapters  # heavy: transformers
+        from orchestrator.modeling.encoder import load_encoder
 
         self.family = spec.family
         # fp32 masters, as pretraining; use_safetensors=True refuses pickled weights (an exported model)
-        self.encoder = AutoModel.from_pretrained(str(model_dir), dtype=torch.float32, use_safetensors=use_safetensors)
+        self.encoder = load_encoder(model_dir, use_safetensors=use_safetensors)
         if saved_adapters(model_dir):  # a model pretrained with adapters is fine-tuned with them in place
-            load_adapters(self.encoder, Path(model_dir))
             self.encoder.requires_grad_(True)  # full fine-tuning: the base and its adapters
         hidden = self.encoder.config.hidden_size
         self.dropout = nn.Dropout(getattr(self.encoder.config, "hidden_dropout_prob", 0.1))

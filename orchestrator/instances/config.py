@@ -85,6 +85,8 @@ class InstanceConfig:
             if self.entity_masking.association_method == "table":
                 for k in ("association_method", "association_window", "association_min_count"):
                     del out["entity_masking"][k]
+            if self.entity_masking.association_level == "type":  # keys from before the option stay
+                del out["entity_masking"]["association_level"]
             else:
                 out["association_derivation_version"] = ASSOCIATION_DERIVATION_VERSION
         return out

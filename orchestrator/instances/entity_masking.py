@@ -39,6 +39,8 @@ _HERE = Path(__file__).resolve().parent
 DEFAULT_DICTIONARY = _HERE / "term_lists" / "radiology.yaml"
 DEFAULT_ASSOCIATION = _HERE / "association" / "patent_fig8.yaml"
 DEFAULT_ORGAN_RULES = _HERE / "organs" / "radiology.yaml"
+#: The task head of a fine-tuned model exported by the sweep (``orchestrator.finetune.export.HEAD_WEIGHTS``).
+EXPORT_HEAD = "head.safetensors"
 SPECIAL_TOKENS = frozenset({"[CLS]", "[SEP]", "[PAD]", "[MASK]"})
 #: Version of the target choice, part of the instances stage's key when entity masking is on
 #: (``InstanceConfig.output_fields``): bumped whenever the same settings give other instances.
@@ -49,6 +51,7 @@ _PUNCT = re.compile(r"(\W)", re.UNICODE)
 SameTypeRule = Literal["none", "association", "organ"]
 AssociationMethod = Literal["table", "npmi"]
 AssociationWindow = Literal["sentence", "document"]
+AssociationLevel = Literal["type", "term"]
 
 
 @dataclass(frozen=True)
@@ -57,7 +60,8 @@ class EntityMaskingConfig:
         (), help="YAML typed term lists (types -> name -> terms/patterns); empty = the shipped "
                  "orchestrator/instances/term_lists/radiology.yaml")
     ner_model: str = field(
-        "", help="Hugging Face token-classification directory (e.g. this project's fine-tuned BC5CDR NER): "
+        "", help="Hugging Face token-classification directory, or a sweep export of an NER task "
+                 "(sweep.export_best: <sweep>/exports/<trial>-<key>, e.g. BC5CDR-chemical): "
                  "entities and their types come from its BIO predictions instead of the dictionaries; types "
                  "are the label suffixes lowercased (B-Chemical -> chemical)")
     association: str = field(
@@ -73,6 +77,11 @@ class EntityMaskingConfig:
     association_min_count: int = field(
         5, help="npmi: type pairs co-occurring in fewer windows than this are left out of the table "
                 "(degree `default` 0): too rare for a stable estimate")
+    association_level: AssociationLevel = field(
+        "type", help="what the association relates: type (FIG. 8: two entity types, e.g. disease name and lesion "
+                     "name) or term (two extracted term phrases by their text, e.g. cisplatin and nephrotoxicity; "
+                     "the table's pairs are terms). term suits one-type extractors (a BC5CDR-chemical model), "
+                     "where a type table has a single entry")
     threshold: float = field(8.0, help="entities whose association with a selected target is >= this stay "
                                        "visible (8 on FIG. 8's 0-10 scale in the patent)")
     masked_fraction: float = field(0.15, help="condition 1: at least this share of the text's tokens is masked, "
@@ -256,6 +265,12 @@ class NerExtractor:
 
     The model keeps its own tokenizer: the instance's words are re-tokenized, so the NER
     model need not share the pretraining vocabulary. Loaded once per masker (per worker).
+
+    ``model_dir`` is a Hugging Face token-classification directory, or a fine-tuned model exported
+    by this project's sweep (``sweep.export_best``; ``orchestrator.finetune.export``): an encoder
+    with ``id2label`` beside its head in ``head.safetensors``. That head is the linear layer over the
+    last hidden states that BertForTokenClassification calls ``classifier``, so the export loads as
+    one, predicting as the sweep scored it (first sub-token of each word).
     """
 
     def __init__(self, model_dir: str | Path):
@@ -263,6 +278,11 @@ class NerExtractor:
 
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
         self.model = AutoModelForTokenClassification.from_pretrained(str(model_dir)).eval()
+        head = Path(model_dir) / EXPORT_HEAD
+        if head.is_file():
+            from safetensors.torch import load_file  # heavy: safetensors
+
+            self.model.classifier.load_state_dict(load_file(str(head)))
         self.labels = {int(i): str(label) for i, label in self.model.config.id2label.items()}
         bad = [label for label in self.labels.values() if label != "O" and not re.match(r"^[BI]-.+", label)]
         if bad:
@@ -368,7 +388,8 @@ def token_words(tokens: Sequence[str], lowercase: bool = True) -> list[tuple[str
 @dataclass(frozen=True)
 class TextInfo:
     """One text (sentence) of a document as same-type grouping sees it: its entities (token
-    positions within the text), their types, and the organ it describes (organ rule only)."""
+    positions within the text), their types (their texts under association_level: term), and the
+    organ it describes (organ rule only)."""
     entities: tuple[Entity, ...]
     types: frozenset[str]
     organ: str | None
@@ -391,7 +412,8 @@ class EntityMasker:
             raise ConfigError(f"association_method: {cfg.association_method} derives the table from the corpus "
                               "(orchestrator.instances.association); pass the derived table to EntityMasker")
         self.association = association if association is not None else \
-            load_association(cfg.association or DEFAULT_ASSOCIATION, self.types)
+            load_association(cfg.association or DEFAULT_ASSOCIATION,
+                             self.types if cfg.association_level == "type" else None)
         self.matcher = PhraseMatcher(self.dictionary, cfg.max_phrase_words)
         self.organs = None
         if cfg.same_type_grouping == "organ":
@@ -416,6 +438,10 @@ class EntityMasker:
                                        positions=tuple(p for j in members for p in words[j][1]),
                                        type=type_name, text=" ".join(words[j][0] for j in members)))
         return entities
+
+    def key(self, entity: Entity) -> str:
+        """What the association table relates for ``entity``: its type, or its text (association_level)."""
+        return entity.type if self.cfg.association_level == "type" else entity.text
 
     # ---- selection --------------------------------------------------------------------
     def num_to_predict(self, tokens: Sequence[str]) -> int:
@@ -478,7 +504,7 @@ class EntityMasker:
                 i = unit[1]
                 selected.add(i)
                 protected.update(j for j, other in enumerate(entities) if j not in selected and
-                                 self.association(entities[i].type, other.type) >= self.cfg.threshold)
+                                 self.association(self.key(entities[i]), self.key(other)) >= self.cfg.threshold)
 
         if first is not None:
             take(("e", first))
@@ -547,7 +573,7 @@ class EntityMasker:
                          for _, _, type_name in self.organs([words[j][0] for j in run])]
                 organ = max(named, key=lambda o: (named.count(o), -named.index(o))) if named else previous
                 previous = organ
-            out.append(TextInfo(entities, frozenset(e.type for e in entities), organ))
+            out.append(TextInfo(entities, frozenset(self.key(e) for e in entities), organ))
         return out
 
     def kind(self, text: TextInfo, target: Entity | None) -> tuple:
@@ -560,7 +586,7 @@ class EntityMasker:
             return ("organ", text.organ)
         if target is None:
             return self.untyped()
-        return ("associated", target.type)
+        return ("associated", self.key(target))
 
     def untyped(self) -> tuple:
         """The kind of a text of no type: no entity (association), no organ (organ rule)."""

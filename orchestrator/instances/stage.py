@@ -78,19 +78,27 @@ def _derive(cfg: InstanceConfig, plan: MixPlan, vocab_dir: Path, out_dir: Path, 
     if counts.windows == 0:
         raise InputError(out_dir, "no text to derive the association from", expected="documents with tokens")
     table, rows = derive_association(counts, em.association_min_count)
+    level = em.association_level
     path = write_association(table, out_dir / ASSOCIATION_FILE, header=(
-        f"Degree of association derived from the corpus: 10 x max(0, NPMI) of two entity types in one "
+        f"Degree of association derived from the corpus: 10 x max(0, NPMI) of two entity {level}s in one "
         f"{em.association_window}",
         f"({counts.windows} windows), pairs together in >= {em.association_min_count} windows; others 0. "
-        "Reusable as instances.entity_masking.association."))
-    record = {"method": em.association_method, "window": em.association_window,
+        f"Reusable as instances.entity_masking.association (with association_level: {level})."))
+    if level == "term":  # thousands of terms: the manifest keeps the kept pairs and their terms' counts
+        rows = [r for r in rows if r["kept"]]
+        kept_terms = {t for r in rows for t in r["pair"]}
+        windows_of = {t: c for t, c in counts.types.items() if t in kept_terms}
+    else:
+        windows_of = dict(counts.types)
+    record = {"method": em.association_method, "level": level, "window": em.association_window,
               "min_count": em.association_min_count, "scale": "10 x max(0, NPMI), 3 decimals",
               "version": ASSOCIATION_DERIVATION_VERSION, "file": ASSOCIATION_FILE, "windows": counts.windows,
-              "type_windows": dict(sorted(counts.types.items())), "pair_statistics": rows,
+              f"{level}s_seen": len(counts.types), "pairs_counted": len(counts.pairs),
+              f"{level}_windows": dict(sorted(windows_of.items())), "pair_statistics": rows,
               "table": {"default": table.default,
                         "pairs": table_pairs(table)}}
-    log.info("association derived (%s, %s windows): %d of %d type pairs kept", em.association_method,
-             counts.windows, len(table.pairs), len(rows))
+    log.info("association derived (%s of %ss, %s windows): %d of %d pairs kept", em.association_method, level,
+             counts.windows, len(table.pairs), len(counts.pairs))
     built = dataclasses.replace(em, association=str(path), association_method="table")
     return dataclasses.replace(cfg, entity_masking=built), record
 

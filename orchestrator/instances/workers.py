@@ -195,10 +195,11 @@ def build_units(batch: dict[str, Any], tokenizer_dir: str, out_dir: str, seed: i
 
 
 class CooccurrenceCounter:
-    """Counts entity types per window over documents of tokenized shards, in a Ray worker process:
-    the masker's own extraction (``EntityMasker.extract``) on each sentence's WordPiece tokens, so the
-    derived association sees the entities the masking will see. Shares the process's ShardTokens
-    with the unit workers: a shard counted here is tokenized once for both passes."""
+    """Counts entity types (or terms: association_level) per window over documents of tokenized
+    shards, in a Ray worker process: the masker's own extraction (``EntityMasker.extract``) on each
+    sentence's WordPiece tokens, so the derived association sees the entities the masking will see.
+    Shares the process's ShardTokens with the unit workers: a shard counted here is tokenized once
+    for both passes."""
 
     def __init__(self, tokenizer_dir: str, cfg: dict):
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
@@ -213,7 +214,7 @@ class CooccurrenceCounter:
         counts = Cooccurrence()
         for d in range(docs.n_docs) if rows is None else rows:
             bounds = docs.sent_starts[docs.doc_starts[d]:docs.doc_starts[d + 1] + 1]
-            sentences = [[e.type for e in self.masker.extract([self.id_to_token[t] for t in docs.ids[a:b]])]
+            sentences = [[self.masker.key(e) for e in self.masker.extract([self.id_to_token[t] for t in docs.ids[a:b]])]
                          for a, b in zip(bounds[:-1], bounds[1:])]
             counts.add_document(sentences, self.cfg.association_window)
         return counts

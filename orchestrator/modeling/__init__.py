@@ -1,1 +1,2 @@
-"""Model parts that pretraining and fine-tuning share (torch, transformers): bottleneck adapters."""
+"""Model parts that pretraining, fine-tuning and evaluation share (torch, transformers): bottleneck
+adapters, the encoder loader."""

@@ -32,7 +32,8 @@ from typing import Any
 
 from orchestrator.core.manifest import atomic_dir, atomic_write_json, atomic_write_text, write_manifest
 from orchestrator.core.results import PARTIAL, summary_members, validate_results
-from orchestrator.report.compare import POOLED, check_baseline, comparison_document, source_correlations
+from orchestrator.report import sources as source_gains
+from orchestrator.report.compare import check_baseline, comparison_document
 
 log = logging.getLogger(__name__)
 
@@ -172,9 +173,10 @@ def build_table(results: dict, scale: float = 100.0, digits: int = 1,
 # ---------------------------------------------------------------------------------------------
 # Renderers
 def render_markdown(table: BlueTable, title: str = "BLUE results", curves: str | None = None,
-                    comparison: dict | None = None, notes: Sequence[str] = ()) -> str:
+                    comparison: dict | None = None, notes: Sequence[str] = (), sections: Sequence[str] = ()) -> str:
     """GitHub Markdown: best ``**bold**``, second ``<u>underlined</u>`` as in the seed's tables;
-    the paired differences after the table when ``comparison`` (``compare.comparison_document``) is given."""
+    the paired differences after the table when ``comparison`` (``compare.comparison_document``) is given;
+    ``sections`` (Markdown, e.g. an experiment's retrieval tables) before the learning curves."""
     head = ["Model"] + [c.label for c in table.columns]
     rule = "|" + "|".join(["---"] + [":---:"] * len(table.columns)) + "|"
     lines = [f"# {title}", "", "| " + " | ".join(head) + " |", rule]
@@ -199,6 +201,7 @@ def render_markdown(table: BlueTable, title: str = "BLUE results", curves: str |
         for model in table.models:
             lines.append(f"| {_md_escape(model)} | " + " | ".join(_selection_text(table, table.cell(model, c.key))
                                                                for c in tasks) + " |")
+    lines += [text for section in sections for text in ("", section.rstrip("\n"))]
     if curves:
         lines += ["", "## Learning curves", "", f"![learning curves per task]({curves})"]
     return "\n".join(lines) + "\n"
@@ -220,8 +223,10 @@ img { max-width: 100%; height: auto; }
 
 
 def render_html(table: BlueTable, title: str = "BLUE results", curves_png: str | None = None,
-                comparison: dict | None = None, notes: Sequence[str] = ()) -> str:
-    """A self-contained page (inline CSS, no scripts, no external assets).
+                comparison: dict | None = None, notes: Sequence[str] = (),
+                source_figures: dict[str, str] | None = None, sections: Sequence[str] = ()) -> str:
+    """A self-contained page (inline CSS, no scripts, no external assets); ``sections`` are HTML
+    fragments placed before the learning curves.
 
     Each score cell carries ``data-model``, ``data-column`` and ``data-rank`` so tools and
     tests can find it; the visible emphasis is ``<b>`` (best) and ``<u>`` (second best).
@@ -230,10 +235,11 @@ def render_html(table: BlueTable, title: str = "BLUE results", curves_png: str |
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', f"<title>{esc(title)}</title>",
            f"<style>{CSS}</style></head><body>", f"<h1>{esc(title)}</h1>", table_html(table, notes)]
     if comparison:
-        out.append(comparison_html(table, comparison))
+        out.append(comparison_html(table, comparison, source_figures))
     tasks = [c for c in table.columns if c.kind == "task"]
     if any(table.cell(m, c.key).selected for m in table.models for c in tasks):
         out.append(selection_html(table))
+    out.extend(sections)
     if curves_png:
         out.append(f'<h2>Learning curves</h2><img alt="learning curves" src="data:image/png;base64,{curves_png}">')
     out.append("</body></html>")
@@ -305,13 +311,14 @@ def comparison_markdown(table: BlueTable, comparison: dict) -> str:
         for task, ner in tasks.items():
             lines += ["", *_ner_markdown(table, task, ner)]
     if comparison.get("sources"):
-        lines += ["", *_sources_markdown(table, comparison["sources"])]
+        lines += ["", *source_gains.sources_markdown(comparison["sources"], table.scale, table.digits)]
     return "\n".join(lines) + "\n"
 
 
-def comparison_html(table: BlueTable, comparison: dict) -> str:
+def comparison_html(table: BlueTable, comparison: dict, source_figures: dict[str, str] | None = None) -> str:
     """The HTML of ``comparison_markdown``: each difference cell carries ``data-model``, ``data-column``,
-    ``data-significant`` and the test in its ``title`` (p, t, pairs)."""
+    ``data-significant`` and the test in its ``title`` (p, t, pairs). ``source_figures``: the source
+    analysis's PNGs (base64) to embed."""
     esc = html.escape
     columns = _comparison_columns(table, comparison)
     out = [f"<h2>Paired differences vs {esc(comparison['baseline'])}</h2>",
@@ -338,7 +345,7 @@ def comparison_html(table: BlueTable, comparison: dict) -> str:
         for task, ner in tasks.items():
             out.append(_ner_html(table, task, ner, model))
     if comparison.get("sources"):
-        out.append(sources_html(table, comparison["sources"]))
+        out.append(sources_html(table, comparison["sources"], source_figures))
     return "\n".join(out)
 
 
@@ -432,7 +439,8 @@ def render_curves_png(results: dict, path: Path) -> Path | None:
 # ---------------------------------------------------------------------------------------------
 def write_report(results: dict, out_dir: Path, title: str = "BLUE results", scale: float = 100.0,
                  digits: int = 1, source: str | Path = "results.json", baseline: str | None = None,
-                 notes: Sequence[str] = (), source_scores: dict[str, dict] | None = None) -> dict[str, Path]:
+                 notes: Sequence[str] = (), source_scores: dict[str, dict] | None = None,
+                 sections: Sequence[tuple[str, str]] = ()) -> dict[str, Path]:
     """Write Markdown, HTML, PNG table and learning curves atomically into ``out_dir``.
 
     ``out_dir`` appears complete (with a manifest.json and a copy of ``results``) or not at all.
@@ -442,8 +450,12 @@ def write_report(results: dict, out_dir: Path, title: str = "BLUE results", scal
     (when any cell has a curve), results, comparison (with a baseline), manifest; the manifest
     lists the files. ``notes`` are said under the table (an experiment's failed arms).
     ``source_scores`` (``{model: {"measures", "by_task"}}``, an experiment's seed 004 scores) add
-    "Source similarity vs gain": the Pearson r of each measure with the gain over the baseline
-    (``compare.source_correlations``, in ``comparison.json`` under ``sources``).
+    "Source similarity vs gain": per task and seed, the Pearson r and Spearman rho of each measure
+    with the gain over the baseline, the matrix between the measures and the gain, and two figures
+    (``orchestrator.report.sources``; numbers in ``comparison.json`` under ``sources``, figures
+    ``sources_scatter.png`` and ``sources_matrix.png``, returned as kinds sources_scatter and
+    sources_matrix).
+    ``sections`` are (Markdown, HTML) pairs added to both pages (an experiment's retrieval tables).
     """
     out_dir = Path(out_dir)
     table = build_table(results, scale=scale, digits=digits, source=source)
@@ -453,7 +465,7 @@ def write_report(results: dict, out_dir: Path, title: str = "BLUE results", scal
         if len(table.models) >= 2:
             comparison = comparison_document(results, baseline, source=source)
             if source_scores:
-                comparison["sources"] = source_correlations(comparison, source_scores)
+                comparison["sources"] = source_gains.source_correlations(comparison, source_scores)
         else:
             log.info("one model only: no paired differences against %s", baseline)
     with atomic_dir(out_dir, "report") as tmp:
@@ -462,10 +474,17 @@ def write_report(results: dict, out_dir: Path, title: str = "BLUE results", scal
         if curves is not None:
             written["curves"] = FILES["curves"]
         embedded = base64.b64encode(curves.read_bytes()).decode("ascii") if curves else None
+        figures = None
+        if comparison is not None and comparison.get("sources"):
+            drawn = source_gains.render_figures(comparison["sources"], tmp, scale)
+            written.update({f"sources_{kind}": path.name for kind, path in drawn.items()})
+            figures = source_gains.embedded(drawn)
         atomic_write_text(tmp / FILES["md"], render_markdown(table, title, curves=written.get("curves"),
-                                                             comparison=comparison, notes=notes))
+                                                             comparison=comparison, notes=notes,
+                                                             sections=[md for md, _ in sections]))
         atomic_write_text(tmp / FILES["html"], render_html(table, title, curves_png=embedded, comparison=comparison,
-                                                           notes=notes))
+                                                           notes=notes, source_figures=figures,
+                                                           sections=[h for _, h in sections]))
         render_table_png(table, tmp / FILES["png"], title)
         atomic_write_json(tmp / FILES["results"], results)
         config = {"title": title, "scale": scale, "digits": digits, "source": str(source), "baseline": baseline}
@@ -625,60 +644,12 @@ def _ner_html(table: BlueTable, task: str, ner: dict, model: str) -> str:
     return "\n".join(out)
 
 
-SOURCES_TITLE = "Source similarity vs gain (seed 004)"
+SOURCES_TITLE = source_gains.TITLE
 
 
-def _sources_rows(table: BlueTable, sources: dict) -> tuple[list[str], list[list[str]], list[str], list[list[str]]]:
-    """Two tables: each arm's measures (all tasks' text pooled) with its gain on the total, and each
-    column's Pearson r per measure."""
-    measures = list(sources["measures"])
-    score_head = ["Arm", *(m.upper() for m in measures), f"Gain on Total vs {sources['baseline']}"]
-    score_rows = []
-    for arm, score in sources["scores"].items():
-        gain = sources["gains"].get("total", {}).get(arm)
-        score_rows.append([arm, *(f"{score['measures'][m]:.4g}" for m in measures),
-                           "\u2013" if gain is None else _signed(table, gain)])
-    r_head = ["Column", *(f"r({m.upper()})" for m in measures)]
-    r_rows = []
-    for column, per in sources["correlations"].items():
-        label = "Total" if column == "total" else column
-
-        def cell(c: dict) -> str:
-            if c["r"] is None:
-                return f"\u2013 (n={c['n']}: {c['why']})"
-            return f"{c['r']:+.3f} (p={c['p']:.2g}, n={c['n']})"
-        r_rows.append([label, *(cell(per[m]) for m in measures)])
-    return score_head, score_rows, r_head, r_rows
-
-
-def _sources_note(sources: dict) -> str:
-    directions = "; ".join(f"{m.upper()}: {d}" for m, d in sources["measures"].items())
-    return (f"Measures of each arm's pretraining sources against the sweep's tasks' training text ({directions}). "
-            f"Gain: the mean paired difference vs {sources['baseline']} in the metric's better direction. "
-            f"{POOLED}: one point per (arm, task), each task's own measures. " + sources["note"])
-
-
-def _sources_markdown(table: BlueTable, sources: dict) -> list[str]:
-    score_head, score_rows, r_head, r_rows = _sources_rows(table, sources)
-    lines = [f"## {SOURCES_TITLE}", "", "| " + " | ".join(score_head) + " |",
-             "|" + "|".join(["---"] + [":---:"] * (len(score_head) - 1)) + "|"]
-    lines += ["| " + " | ".join(_md_escape(v) for v in row) + " |" for row in score_rows]
-    lines += ["", "| " + " | ".join(r_head) + " |", "|" + "|".join(["---"] + [":---:"] * (len(r_head) - 1)) + "|"]
-    lines += ["| " + " | ".join(_md_escape(v) for v in row) + " |" for row in r_rows]
-    return lines + ["", _sources_note(sources)]
-
-
-def sources_html(table: BlueTable, sources: dict) -> str:
-    esc = html.escape
-    score_head, score_rows, r_head, r_rows = _sources_rows(table, sources)
-    out = [f"<h2>{esc(SOURCES_TITLE)}</h2>"]
-    for ident, head, rows in (("source-scores", score_head, score_rows), ("source-correlations", r_head, r_rows)):
-        out.append(f'<table class="blue" id="{ident}"><thead><tr>' + "".join(f"<th>{esc(h)}</th>" for h in head)
-                   + "</tr></thead><tbody>")
-        out += ["<tr>" + "".join(f"<td>{esc(v)}</td>" for v in row) + "</tr>" for row in rows]
-        out.append("</tbody></table>")
-    out.append(f'<p class="notes">{esc(_sources_note(sources))}</p>')
-    return "\n".join(out)
+def sources_html(table: BlueTable, sources: dict, figures: dict[str, str] | None = None) -> str:
+    """Seed 004's section (``orchestrator.report.sources``) in the table's units."""
+    return source_gains.sources_html(sources, table.scale, table.digits, figures)
 
 
 def _md_escape(text: str) -> str:

@@ -51,7 +51,8 @@ def paired_differences(results: dict, baseline: str, models: list[str] | None = 
     ``{"baseline", "alpha", "ci_level", "n_boot", "seed", "columns": [{key, label, kind, metric,
     higher_is_better}], "rows": {model: {column key: entry}}}``. An entry: ``pairs_by`` ("seed" or
     "fold"), ``paired`` (the seeds or fold indices used), ``n``, ``baseline_mean`` and ``model_mean``
-    over the pairs, ``mean_diff`` (model - baseline), ``sd_diff``, ``t``, ``p``, ``ci`` ([lo, hi],
+    over the pairs, ``mean_diff`` (model - baseline), ``diffs`` (each pair's difference, in the order
+    of ``paired``), ``sd_diff``, ``t``, ``p``, ``ci`` ([lo, hi],
     the (1 - alpha) percentile bootstrap interval of the mean difference), ``significant``
     (p < alpha), ``better`` (the model's mean is better in the metric's direction; None on a tie),
     ``dropped`` (seeds only one side has) and ``note`` (why a statistic is missing). A task only
@@ -140,67 +141,6 @@ def ner_before_after(results: dict, baseline: str, model: str) -> dict[str, dict
     return out
 
 
-# ---------------------------------------------------------------------------------------------
-#: Seed 004's measures and which way is closer to the target (orchestrator.selection.scoring.CLOSER;
-#: not imported: the report reads results and never imports a stage).
-SOURCE_MEASURES = {"ppl": "lower is closer", "jsd": "lower is closer", "tvc": "higher is closer",
-                   "ttr": "diversity, no direction"}
-POOLED = "tasks pooled"
-
-
-def source_correlations(comparison: dict, scores: dict[str, dict]) -> dict:
-    """Seed 004's analysis read from one sweep: the Pearson r of each source measure with each arm's
-    gain over the baseline. ``comparison`` is ``paired_differences``; ``scores`` is ``{arm:
-    {"measures": {ppl, jsd, tvc, ttr}, "by_task": {task: {...}}}}`` (``orchestrator.selection.arms``).
-
-    The gain is the mean paired difference (arm - baseline) in the better direction (negated for a
-    lower-is-better metric). Per task, each arm's measures against that task's text; on the total,
-    against all tasks' text pooled; "tasks pooled" takes one point per (arm, task), as the seed's
-    Figure 3 does. r is None with fewer than 3 points or a constant series (``why`` says which), as
-    in ``orchestrator.selection.scoring.correlations``. Returns ``{"baseline", "measures", "scores",
-    "gains": {column: {arm: gain}}, "correlations": {column: {measure: {r, p, n[, why]}}}, "note"}``.
-    """
-    from scipy.stats import pearsonr  # heavy: scipy
-
-    rows, baseline = comparison["rows"], comparison["baseline"]
-    arms = [a for a in scores if a in rows and a != baseline]
-    direction = {c["key"]: 1.0 if c["higher_is_better"] else -1.0 for c in comparison["columns"]}
-    tasks = [c["key"] for c in comparison["columns"] if c["kind"] == "task"]
-    columns = [c for c in ("total", *tasks) if c in direction]
-    gains: dict[str, dict[str, float]] = {}
-    points: dict[str, list[tuple[dict, float]]] = {}
-    for column in columns:
-        gains[column] = {}
-        for arm in arms:
-            entry = rows[arm].get(column)
-            measures = scores[arm]["measures"] if column == "total" else scores[arm].get("by_task", {}).get(column)
-            if not entry or entry["mean_diff"] is None or measures is None:
-                continue
-            gains[column][arm] = direction[column] * entry["mean_diff"]
-            points.setdefault(column, []).append((measures, gains[column][arm]))
-            if column != "total":
-                points.setdefault(POOLED, []).append((measures, gains[column][arm]))
-
-    def pearson(pts: list[tuple[dict, float]], measure: str) -> dict:
-        x, y = [m[measure] for m, _ in pts], [g for _, g in pts]
-        if len(pts) < 3:
-            return {"r": None, "p": None, "n": len(pts), "why": "fewer than 3 points"}
-        if len(set(x)) < 2 or len(set(y)) < 2:
-            return {"r": None, "p": None, "n": len(pts), "why": "constant series"}
-        res = pearsonr(x, y)
-        return {"r": float(res.statistic), "p": float(res.pvalue), "n": len(pts)}
-
-    correlations = {column: {m: pearson(points.get(column, []), m) for m in SOURCE_MEASURES}
-                    for column in (*columns, POOLED) if column in gains or column == POOLED}
-    n = len(arms)
-    return {"baseline": baseline, "measures": SOURCE_MEASURES, "scores": {a: scores[a] for a in arms},
-            "gains": gains, "correlations": correlations,
-            "note": (f"Pearson r over {n} arm(s), one point per arm ({POOLED}: one per arm and task). With so "
-                     "few points r says next to nothing: n = 3 gives p < 0.05 only for |r| > 0.997, and one arm "
-                     "moves r anywhere. It shows the wiring of seed 004's analysis, not a finding. A useful "
-                     "measure shows r < 0 for PPL and JSD (lower = closer) and r > 0 for TVC.")}
-
-
 def _task_entry(base: dict, cell: dict, higher_is_better: bool, rng: np.random.Generator, *, n_boot: int,
                 alpha: float) -> dict:
     """One task: pair by seed (by fold index for cross-validated cells), then the paired statistics."""
@@ -271,14 +211,14 @@ def _stats(base: list[float], model: list[float], higher_is_better: bool, rng: n
     n = len(base)
     entry: dict[str, Any] = {"higher_is_better": higher_is_better, "n": n, "baseline_mean": None,
                              "model_mean": None, "mean_diff": None, "sd_diff": None, "t": None, "p": None,
-                             "ci": None, "significant": False, "better": None, "note": None}
+                             "ci": None, "significant": False, "better": None, "note": None, "diffs": []}
     if n == 0:
         entry["note"] = "no pairs: the two models share no seed (or fold) with a score"
         return entry
     b, m = np.asarray(base, dtype=float), np.asarray(model, dtype=float)
     d = m - b
     mean = float(d.mean())
-    entry.update(baseline_mean=float(b.mean()), model_mean=float(m.mean()), mean_diff=mean,
+    entry.update(baseline_mean=float(b.mean()), model_mean=float(m.mean()), mean_diff=mean, diffs=d.tolist(),
                  better=None if mean == 0 else (mean > 0) == higher_is_better)
     if n < 2:
         entry["note"] = "one pair: no sd, test or interval from a single seed"

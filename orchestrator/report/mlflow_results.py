@@ -147,13 +147,15 @@ def results_from_children(client, parent) -> dict:
 
 
 def regenerate_report(out_dir: Path, tracking_uri: str, experiment: str = "bioptorch", run_id: str | None = None,
-                      title: str | None = None, baseline: str | None = None) -> dict[str, Path]:
+                      title: str | None = None, baseline: str | None = None,
+                      source_scores: dict[str, dict] | None = None) -> dict[str, Path]:
     """Read a sweep back from MLflow and write the report (md, html, png, curves) into ``out_dir``;
-    with ``baseline``, also the paired differences against that model (``write_report``)."""
+    with ``baseline``, also the paired differences against that model (``write_report``), and with
+    ``source_scores`` seed 004's correlation of the source measures with the gains."""
     found = load_results(tracking_uri, experiment, run_id)
     log.info("sweep run %s: results from its %s", found.run_id, found.source)
     return write_report(found.results, out_dir, title=title or f"BLUE results (MLflow run {found.run_id[:8]})",
-                        source=f"{tracking_uri} run {found.run_id}", baseline=baseline)
+                        source=f"{tracking_uri} run {found.run_id}", baseline=baseline, source_scores=source_scores)
 
 
 def _curve(client, run_id: str) -> list[dict[str, Any]]:

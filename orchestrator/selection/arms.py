@@ -6,7 +6,7 @@ mixer), against the training text of every task of its sweep: PPL, JSD, TVC and 
 ``orchestrator.selection.scoring``, pooled over the tasks and per task. Each arm's scores are a
 stage output like any other (``<run_dir>/stages/selection/<key>/scores.json``, reused by key), and
 the report correlates each measure with the arm's gain over the baseline
-(``orchestrator.report.compare.source_correlations``).
+(``orchestrator.report.sources.source_correlations``).
 
 This module imports configs only; the scoring (numpy, KenLM) is imported when an arm is scored.
 """

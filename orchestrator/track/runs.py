@@ -19,7 +19,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -74,11 +74,11 @@ def start_stage_run(tracking: TrackingConfig | None, run_dir: Path, *, stage: st
 
 
 def log_stage_result(tracking: TrackingConfig | None, run_dir: Path, *, stage: str, params: Any,
-                     metrics: dict[str, float], tags: dict[str, str]) -> str | None:
-    """A finished stage's result as its own finished run, a child of the active run. A run with the
-    same parent, stage and ``tags`` is looked up first, so a re-run that reuses the output logs
-    nothing again. Returns the run id, or None when tracking is off or the store fails (said: the
-    work goes on)."""
+                     metrics: dict[str, float], tags: dict[str, str], artifacts: Sequence[Path] = ()) -> str | None:
+    """A finished stage's result as its own finished run, a child of the active run, with ``artifacts``
+    (files) attached. A run with the same parent, stage and ``tags`` is looked up first, so a re-run
+    that reuses the output logs nothing again. Returns the run id, or None when tracking is off or
+    the store fails (said: the work goes on)."""
     if tracking is None or not tracking.enabled:
         return None
     import mlflow  # heavy: mlflow
@@ -102,6 +102,8 @@ def log_stage_result(tracking: TrackingConfig | None, run_dir: Path, *, stage: s
         scores = [Metric(k, float(v), now, 0) for k, v in metrics.items() if math.isfinite(float(v))]
         for start in range(0, max(len(values), len(scores)), 100):
             client.log_batch(run.info.run_id, params=values[start:start + 100], metrics=scores[start:start + 100])
+        for path in artifacts:
+            client.log_artifact(run.info.run_id, str(path))
         client.set_terminated(run.info.run_id, "FINISHED")
     except Exception as exc:  # see start_stage_run
         log.warning("MLflow: could not log the %s run at %s (%s)", stage, uri, exc)
@@ -274,3 +276,22 @@ def _end_active(status: str) -> None:
         mlflow.end_run(status)
     except Exception as exc:  # the store went away meanwhile: the run's status stays as it was
         log.warning("MLflow: cannot end the run (%s)", exc)
+
+
+def log_step_metrics(metrics: dict[str, float], step: int) -> None:
+    """Metrics of the active run (a ``parent_run``) at ``step``, e.g. one cycle of an iterative job;
+    a metric that already has that step (a re-run reopening the parent) is not logged again. Nothing
+    without an active run, and MLflow trouble is only said (the work goes on)."""
+    import mlflow  # heavy: mlflow
+
+    run = mlflow.active_run()
+    if run is None:
+        return
+    try:
+        client = mlflow.MlflowClient()
+        todo = {k: float(v) for k, v in metrics.items() if math.isfinite(float(v))
+                and all(h.step != step for h in client.get_metric_history(run.info.run_id, k))}
+        if todo:
+            mlflow.log_metrics(todo, step=step)
+    except Exception as exc:  # see start_stage_run
+        log.warning("MLflow: could not log step %d (%s)", step, exc)

@@ -29,7 +29,14 @@ and per arm ``arm_tag(name, field)`` for field in ARM_FIELDS; its params are the
 pretraining arm also has a source-scoring child run, KIND=selection, tagged ARM and OUTPUT_KEY (the
 scores' content key); its params are the scoring settings, its metrics ``source_metric(measure)``
 (all tasks' text pooled) and ``source_metric(measure, task)`` for seed 004's ppl, jsd, tvc and ttr,
-read back by ``read_source_metrics``.
+read back by ``read_source_metrics``. With a ``retrieval:`` section each arm's model (and each extra
+model) has a retrieval run, KIND=retrieval, tagged MODEL, ARM and OUTPUT_KEY, as ``jobs/retrieval.py``
+logs one per model.
+
+A retrieval run (seed 002's cross-lingual retrieval, ``orchestrator.retrieval``): KIND=retrieval, tags
+MODEL and OUTPUT_KEY (the content key of the results); params the settings and ``model_dir``; metrics
+``retrieval_metric(k, src, tgt)``, precision@k of retrieving the tgt translation of each src unit,
+read back by ``read_retrieval_metrics``; artifacts results.json, table.md, table.html.
 """
 from __future__ import annotations
 
@@ -41,7 +48,11 @@ KIND = "orchestrator.kind"
 KIND_SWEEP, KIND_MODEL_TASK, KIND_TRIAL, KIND_PRETRAIN = "sweep", "model_task", "trial", "pretrain"
 KIND_EXPERIMENT = "experiment"
 KIND_SELECTION = "selection"
+KIND_SOURCE_GAINS = "source_gains"  # seed 004's correlation of the source measures with the gains
+KIND_RETRIEVAL = "retrieval"
+RETRIEVAL_TO = "_to_"
 SOURCE_PREFIX = "source."
+SOURCE_GAIN_PREFIX = "source_gain."
 EXPERIMENT_KEY = "orchestrator.experiment_key"
 OUTPUT_KEY = "orchestrator.output_key"  # the content key of the stage output a run reports
 ARM = "arm"
@@ -81,6 +92,12 @@ def source_metric(measure: str, task: str | None = None) -> str:
     return metric_key(f"{SOURCE_PREFIX}{measure}" if task is None else f"{SOURCE_PREFIX}{task}.{measure}")
 
 
+def source_gain_metric(column: str, measure: str, stat: str) -> str:
+    """A source-gains run's metric: ``stat`` (r, rho, n) of ``measure`` with the gain on ``column``
+    (a task, total, "tasks pooled"; "matrix" with ``measure`` "a-b" for the matrix of the measures)."""
+    return metric_key(f"{SOURCE_GAIN_PREFIX}{column}.{measure}.{stat}")
+
+
 def read_source_metrics(metrics: dict[str, float]) -> dict:
     """A source-scoring run's metrics back as ``{"measures": {m: v}, "by_task": {task: {m: v}}}``
     (the shape of ``orchestrator.selection.arms.read_scores``); a measure's name has no dot."""
@@ -91,6 +108,23 @@ def read_source_metrics(metrics: dict[str, float]) -> dict:
         task, _, measure = name[len(SOURCE_PREFIX):].rpartition(".")
         (scores["by_task"].setdefault(task, {}) if task else scores["measures"])[measure] = value
     return scores
+
+
+def retrieval_metric(k: int, src: str, tgt: str) -> str:
+    """A retrieval run's metric: precision@k of retrieving the ``tgt`` translation of each ``src`` unit."""
+    return metric_key(f"p_at_{k}.{src}{RETRIEVAL_TO}{tgt}")
+
+
+def read_retrieval_metrics(metrics: dict[str, float]) -> dict[str, dict[str, float]]:
+    """A retrieval run's metrics back as ``{"p_at_1": {"de->en": value}}`` (the job's printed JSON, per model)."""
+    out: dict[str, dict[str, float]] = {}
+    for name, value in metrics.items():
+        head, dot, pair = name.partition(".")
+        if not (head.startswith("p_at_") and dot and RETRIEVAL_TO in pair):
+            continue
+        src, _, tgt = pair.partition(RETRIEVAL_TO)
+        out.setdefault(head, {})[f"{src}->{tgt}"] = value
+    return out
 
 
 def stopped_by_tag(phase: str) -> str:

@@ -1,0 +1,271 @@
+"""Which data to pretrain on, as a corpus config: candidate sources scored against the target, weighted.
+
+    python jobs/propose_mix.py --config candidates.yaml --target BC5CDR=bc5cdr/train.tsv HoC=hoc/train.tsv
+    python jobs/build_corpus.py --config runs/proposal/corpus.yaml          # the proposal, built
+    python jobs/blue_sweep.py ... arms.proposal.corpus_from=runs/proposal/corpus.yaml   # an experiment arm
+
+The candidates are a corpus config's sources (names, files, formats: the same section
+``jobs/build_corpus.py`` reads). Each is scored against the target task text with seed 004's
+measures (``orchestrator.selection.scoring``: KenLM perplexity, JSD, TVC, TTR; its files read with
+their own formats, as an experiment scores an arm), or the scores of an earlier
+``jobs/score_sources.py`` run are reused (``scores=``). A weighting rule
+(``orchestrator.selection.proposal``, softmax of -JSD / 0.1 by default) turns the scores into
+mixing weights, and the output directory gets:
+
+- ``corpus.yaml``: the candidates with ``mixer: {name: weighted, weights: ...}`` (sources with
+  weight 0 dropped), loadable by ``jobs/build_corpus.py --config`` and by an experiment arm's
+  ``corpus_from``: the format any proposer writes (a proxy-model search writes the same file);
+- ``proposal.json``: how it was made (``method``, the rule, the target, the scores it read, the
+  weights); ``scores.json`` / ``scores_by_task.json`` in score_sources' layout; ``manifest.json``.
+
+The written ``corpus.yaml`` is loaded back as a ``CorpusBuildConfig`` before the output appears, so
+a proposal that would not run is never written. Scoring is reused from an earlier output in the
+same directory when its candidates, targets and settings are unchanged (``scoring_key``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from pathlib import Path
+from typing import Literal
+
+import yaml
+
+from orchestrator.chain import CorpusBuildConfig, sample_corpus
+from orchestrator.core.config import field, load_config, to_dict
+from orchestrator.core.errors import ConfigError, InputError
+from orchestrator.core.manifest import atomic_dir, atomic_write_json, atomic_write_text, hash_inputs, write_manifest
+from orchestrator.core.reuse import content_key
+from orchestrator.corpus.sources import source_files
+from orchestrator.corpus.stage import CorpusConfig, input_stats
+from orchestrator.report.sources import read_source_scores
+from orchestrator.selection.proposal import WeightingConfig, propose_weights
+
+log = logging.getLogger("proposal")
+
+CORPUS_FILE, PROPOSAL_FILE = "corpus.yaml", "proposal.json"
+POOLED_TARGET = "all targets pooled"
+
+
+@dataclasses.dataclass(frozen=True)
+class ProposalConfig:
+    out_dir: str = field("runs/proposal", help="output directory: corpus.yaml (the proposal), proposal.json, "
+                                               "scores.json, manifest.json")
+    corpus: CorpusConfig = field(default_factory=sample_corpus,
+                                 help="the candidate sources (as jobs/build_corpus.py takes them); the proposal is "
+                                      "this corpus with mixer weighted and the proposed weights (the mixer's "
+                                      "shard_bytes, dupe_factor and total_bytes are kept, its name replaced)")
+    targets: list[str] = field(default_factory=list,
+                               help="target task text: PATH or TASK=PATH (files of one task scored together), as "
+                                    "jobs/score_sources.py takes them")
+    target_task: str = field("", help="weight by the scores against this target task only; empty = all target "
+                                      "text pooled")
+    weighting: WeightingConfig = field(default_factory=WeightingConfig,
+                                       help="the rule from scores to weights (orchestrator.selection.proposal)")
+    scores: str = field("", help="reuse a jobs/score_sources.py output directory (source names = the candidates' "
+                                 "names) instead of scoring here; targets are then not read")
+    sample_tokens: int = field(100_000, help="scoring: tokens per sub-sample of each candidate (10M in seed 004)")
+    num_samples: int = field(5, help="scoring: sub-samples per candidate; each measure is their mean")
+    order: int = field(3, help="scoring: n-gram order of the KenLM model and of the JSD distribution")
+    seed: int = field(0, help="scoring: seed of the sub-sampling")
+    short_source: Literal["error", "whole"] = field(
+        "error", help="scoring: a candidate shorter than sample_tokens: 'error' stops, 'whole' scores all of it")
+    lmplz_memory: str = field("1G", help="scoring: lmplz -S, memory for n-gram counting")
+
+    def __post_init__(self) -> None:
+        if not self.scores and not self.targets:
+            raise ConfigError("no targets: give --target FILE... (or targets=[...]), or scores= a score_sources "
+                              "output directory")
+        if self.sample_tokens < 1 or self.num_samples < 1:
+            raise ConfigError("sample_tokens and num_samples must be >= 1")
+
+
+@dataclasses.dataclass(frozen=True)
+class ProposalResult:
+    out_dir: Path
+    weights: dict[str, float]
+    scores: dict[str, dict[str, float]]  # the measures the rule read, per candidate
+    rule: str
+
+    @property
+    def corpus_file(self) -> Path:
+        return self.out_dir / CORPUS_FILE
+
+    def summary(self) -> str:
+        width = max(6, *(len(n) for n in self.weights))
+        lines = [f"proposal ({self.rule}):", f"  {'source':<{width}}  {'weight':>7}  {'PPL':>9}  {'JSD':>6}  "
+                                              f"{'TVC':>6}  {'TTR':>6}"]
+        for name, w in sorted(self.weights.items(), key=lambda kv: -kv[1]):
+            s = self.scores[name]
+            lines.append(f"  {name:<{width}}  {w:>7.3f}  {s['ppl']:>9.1f}  {s['jsd']:>6.3f}  {s['tvc']:>6.3f}  "
+                         f"{s['ttr']:>6.3f}")
+        lines += [f"corpus config: {self.corpus_file}",
+                  f"  build it:  python jobs/build_corpus.py --config {self.corpus_file}",
+                  f"  as an experiment arm:  arms.<name>.corpus_from={self.corpus_file}"]
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+def candidate_files(corpus: CorpusConfig) -> dict[str, list[tuple[str, str, str]]]:
+    """Each candidate's files as scoring inputs (path, reader format, text field), in config order."""
+    return {s.name: [(str(p), s.format, s.text_field) for p in source_files(s)] for s in corpus.sources}
+
+
+def scoring_key(cfg: ProposalConfig) -> str:
+    """What the scores depend on: the candidates' files and formats, the targets, the settings."""
+    from orchestrator.selection.scoring import target_tasks  # heavy: numpy
+
+    files = candidate_files(cfg.corpus)
+    targets = target_tasks(cfg.targets)
+    settings = {k: getattr(cfg, k) for k in ("sample_tokens", "num_samples", "order", "seed", "short_source")}
+    return content_key("proposal-scores", settings, files, hash_inputs(f for fs in files.values() for f, _, _ in fs),
+                       targets, hash_inputs(p for ps in targets.values() for p in ps))
+
+
+def _selection_config(cfg: ProposalConfig, work_dir: str = ""):
+    from orchestrator.selection.scoring import SelectionConfig  # heavy: numpy
+
+    return SelectionConfig(targets=list(cfg.targets), sample_tokens=cfg.sample_tokens, num_samples=cfg.num_samples,
+                           order=cfg.order, seed=cfg.seed, short_source=cfg.short_source,
+                           lmplz_memory=cfg.lmplz_memory, work_dir=work_dir, parallel=False)
+
+
+def score_candidates(cfg: ProposalConfig, work_dir: Path) -> dict[str, dict]:
+    """Score every candidate against the targets: ``{name: {"measures", "by_task"}}``."""
+    from orchestrator.selection.scoring import load_targets, score_source  # heavy: numpy, KenLM
+
+    scfg = _selection_config(cfg, str(work_dir))
+    targets = load_targets(scfg)
+    out = {}
+    for i, (name, files) in enumerate(candidate_files(cfg.corpus).items(), 1):
+        log.info("scoring candidate %d/%d: %s against %d target task(s)", i, len(cfg.corpus.sources), name,
+                 len(targets))
+        score = score_source(name, [(Path(f), fmt, tf) for f, fmt, tf in files], targets, scfg)
+        out[name] = {"measures": score.measures(), "by_task": score.by_task}
+    return out
+
+
+def read_scores(cfg: ProposalConfig) -> dict[str, dict]:
+    """The scores of ``cfg.scores`` (a score_sources output), checked to cover every candidate."""
+    scores = read_source_scores(cfg.scores)
+    missing = [s.name for s in cfg.corpus.sources if s.name not in scores]
+    if missing:
+        raise InputError(cfg.scores, f"has no scores for candidate {missing[0]!r}",
+                         expected=f"scores of every candidate source ({', '.join(s.name for s in cfg.corpus.sources)})")
+    return {s.name: scores[s.name] for s in cfg.corpus.sources}
+
+
+def measures_for(scores: dict[str, dict], target_task: str, where: str) -> dict[str, dict[str, float]]:
+    """The measures the rule reads: against all targets pooled, or against one task."""
+    if not target_task:
+        return {name: s["measures"] for name, s in scores.items()}
+    tasks = sorted({t for s in scores.values() for t in s.get("by_task", {})})
+    if target_task not in tasks:
+        raise ConfigError(f"target_task {target_task!r}: {where} has scores for tasks {tasks}")
+    return {name: s["by_task"][target_task] for name, s in scores.items()}
+
+
+def proposal_corpus(corpus: CorpusConfig, weights: dict[str, float]) -> dict:
+    """The ``corpus:`` section of the proposal: the candidates with weight > 0 and the weighted mixer
+    (the candidates' shard size, dupe factor and seed kept)."""
+    kept = [to_dict(s) for s in corpus.sources if weights.get(s.name, 0.0) > 0]
+    mixer = {"name": "weighted", "weights": {s["name"]: round(weights[s["name"]], 6) for s in kept},
+             "shard_bytes": corpus.mixer.shard_bytes, "dupe_factor": corpus.mixer.dupe_factor,
+             "total_bytes": corpus.mixer.total_bytes}
+    return {"sources": kept, "mixer": mixer, "seed": corpus.seed}
+
+
+def write_proposal(out_dir: Path, corpus: dict, record: dict, header: str) -> Path:
+    """``corpus.yaml`` (``{"corpus": corpus}`` under a comment ``header``) and ``proposal.json``
+    (``record``) into ``out_dir``; the YAML must load as a ``CorpusBuildConfig`` (ConfigError
+    otherwise). The one writer of the format, for every proposer."""
+    text = "".join(f"# {line}\n" if line else "#\n" for line in header.splitlines())
+    text += yaml.safe_dump({"corpus": corpus}, sort_keys=False, allow_unicode=True)
+    atomic_write_text(out_dir / CORPUS_FILE, text)
+    load_config(CorpusBuildConfig, out_dir / CORPUS_FILE)  # what build_corpus and an arm's corpus_from read
+    return atomic_write_json(out_dir / PROPOSAL_FILE, {**record, "corpus": CORPUS_FILE})
+
+
+def propose(cfg: ProposalConfig) -> ProposalResult:
+    """Score (or read) the candidates, weight them, write the proposal into ``cfg.out_dir``."""
+    input_stats(cfg.corpus)  # every candidate file exists and is not empty, before any work
+    out_dir = Path(cfg.out_dir)
+    if cfg.scores:
+        scores, key, where = read_scores(cfg), "", cfg.scores
+    else:
+        from orchestrator.selection.scoring import kenlm_binary  # heavy: numpy
+
+        kenlm_binary("lmplz"), kenlm_binary("build_binary")
+        key, where = scoring_key(cfg), "the scoring"
+        scores = _reusable_scores(out_dir, key)
+    with atomic_dir(out_dir, "proposal") as tmp:
+        if scores is None:
+            scores = score_candidates(cfg, tmp)
+        else:
+            log.info("scores reused (%s)", cfg.scores or f"{out_dir}: same candidates, targets and settings")
+        scores = {s.name: scores[s.name] for s in cfg.corpus.sources}  # the candidates' order
+        used = measures_for(scores, cfg.target_task, where)
+        weights = propose_weights(used, cfg.weighting)
+        w = cfg.weighting
+        rule = {"softmax": f"softmax of {w.measure} closeness, temperature {w.temperature:g}",
+                "top_k": f"top {w.k} by {w.measure}", "uniform": "uniform"}.get(w.name, w.name)
+        target = cfg.target_task or POOLED_TARGET
+        header = (f"Proposed by jobs/propose_mix.py ({rule}; target: {target}).\n"
+                  "Weights: " + ", ".join(f"{n} {v:.3f}" for n, v in weights.items()) + ".\n"
+                  f"Scores and how they were made: {PROPOSAL_FILE} beside this file.")
+        record = {"method": "scores", "rule": to_dict(cfg.weighting), "rule_text": rule, "target_task": target,
+                  "targets": list(cfg.targets), "scores_from": cfg.scores or "scored here",
+                  "measures": used, "weights": weights}
+        write_proposal(tmp, proposal_corpus(cfg.corpus, weights), record, header)
+        atomic_write_json(tmp / "scores.json", {n: s["measures"] for n, s in scores.items()})
+        tasks = sorted({t for s in scores.values() for t in s.get("by_task", {})})
+        atomic_write_json(tmp / "scores_by_task.json",
+                          {t: {n: s["by_task"][t] for n, s in scores.items() if t in s.get("by_task", {})}
+                           for t in tasks})
+        write_manifest(tmp, stage="proposal", config=cfg,
+                       inputs=[f for fs in candidate_files(cfg.corpus).values() for f, _, _ in fs],
+                       counts={"candidates": len(scores), "kept": sum(1 for v in weights.values() if v > 0)},
+                       seed=cfg.seed, extra={"scoring_key": key})
+    return ProposalResult(out_dir=out_dir, weights=weights, scores=used, rule=rule)
+
+
+def _reusable_scores(out_dir: Path, key: str) -> dict[str, dict] | None:
+    """An earlier proposal's scores in ``out_dir`` when they were made from the same inputs and settings."""
+    try:
+        manifest = json.loads((out_dir / "manifest.json").read_text(encoding="utf-8"))
+        if manifest.get("stage") != "proposal" or manifest.get("scoring_key") != key:
+            return None
+        return read_source_scores(out_dir)
+    except (OSError, ValueError, InputError):
+        return None
+
+
+def plan_proposal(cfg: ProposalConfig) -> str:
+    """Dry run: the candidates and targets exist and parse, the scores to reuse cover the candidates
+    (and then the weights, which cost nothing), KenLM is there; nothing is written."""
+    from orchestrator.corpus.stage import plan_corpus  # heavy: the corpus stage's reader (a full pass)
+
+    lines = ["candidates (the proposal replaces their mixer by the weighted one):", plan_corpus(cfg.corpus)]
+    if cfg.scores:
+        scores = read_scores(cfg)
+        weights = propose_weights(measures_for(scores, cfg.target_task, cfg.scores), cfg.weighting)
+        lines.append(f"scores: read from {cfg.scores}; weights: "
+                     + ", ".join(f"{n} {w:.3f}" for n, w in weights.items()))
+    else:
+        from orchestrator.selection.scoring import kenlm_binary, load_targets  # heavy: numpy
+
+        for task, t in load_targets(_selection_config(cfg)).items():
+            lines.append(f"target task {task}: {t.tokens} tokens, {len(t.lines)} units")
+        lines.append(f"scoring: {len(cfg.corpus.sources)} candidate(s) x {cfg.num_samples} sub-samples x "
+                     f"{cfg.sample_tokens} tokens; lmplz {kenlm_binary('lmplz')}")
+    w = cfg.weighting
+    lines.append(f"rule: {w.name} on {w.measure} (temperature {w.temperature:g}, k {w.k}, min_weight "
+                 f"{w.min_weight:g}); target: {cfg.target_task or POOLED_TARGET}")
+    lines.append(f"writes {Path(cfg.out_dir) / CORPUS_FILE} (loads with jobs/build_corpus.py --config) and "
+                 f"{PROPOSAL_FILE}")
+    return "\n".join(lines)
+
+
+__all__ = ["ProposalConfig", "ProposalResult", "propose", "plan_proposal", "write_proposal", "proposal_corpus",
+           "candidate_files", "scoring_key", "CORPUS_FILE", "PROPOSAL_FILE"]

@@ -1,0 +1,6 @@
+"""Encoder evaluation without fine-tuning: cross-lingual retrieval of parallel text (seed 002, Table 6).
+
+``config`` (settings, light), ``metrics`` (cosine nearest neighbours and precision@k, numpy),
+``embed`` (mean of the last layer over sub-tokens, torch), ``table`` (Table 6's layout) and
+``stage`` (Ray tasks, the output directory, MLflow; ``jobs/retrieval.py`` and experiments run it).
+"""
