@@ -71,18 +71,18 @@ def test_syntok_does_not_split_japanese_and_english_is_unchanged():
 
 # ------------------------------------------------------------------------------------ JSQuAD as a corpus
 def test_squad_reader_strips_jsquad_titles_drops_repeats_and_names_bad_input(tmp_path, japanese):
-    doc = {"data": [{"title": "梅雨", "paragraphs": [{"context": "梅雨 [SEP] 梅雨は雨季。", "qas": []},
+    doc = {"data": [{"title": "梅雨", "paragraphs": [{"context": "梅雨 [SEP] 梅雨は雨季。", "qas": [{"id": "q1"}]},
                                                    {"context": "梅雨 [SEP] 梅雨は雨季。"},
                                                    {"context": "XQuAD style, no title."}]},
-                    {"title": "B", "paragraphs": [{"context": "  "}, {"context": "Other."}]}]}
+                    {"title": "B", "paragraphs": [{"context": "Other."}, {"context": "\ufeffOther. "}]}]}
     path = tmp_path / "squad.json"
     path.write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
     passages = list(read(path, "squad"))
     assert [(p.line, p.text, p.page) for p in passages] == [
-        (1, "梅雨は雨季。", "梅雨"), (3, "XQuAD style, no title.", "梅雨"), (5, "Other.", "B")]
+        (1, "梅雨は雨季。", "梅雨"), (3, "XQuAD style, no title.", "梅雨"), (4, "Other.", "B")]
 
     path.write_text('{"data": [\n{"title": "a", "paragraphs": [{"context": 3}]}]}', encoding="utf-8")
-    with pytest.raises(InputError, match=r"squad\.json: data\[0\]\.paragraphs\[0\] has no string 'context'"):
+    with pytest.raises(InputError, match=r"squad\.json: data\[0\]\.paragraphs\[0\] has no 'context' string"):
         list(read(path, "squad"))
     path.write_text('{"data": [\n{"title": "a",, }]}', encoding="utf-8")
     with pytest.raises(InputError) as err:
