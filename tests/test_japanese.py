@@ -226,7 +226,8 @@ def test_japanese_preset_sliced_corpus_to_jsts(japanese, tmp_path, ray_local):
     preset["corpus"]["sources"][1]["paths"] = [str(tmp_path / "wiki.json")]
     cfg = load_config(ChainConfig, base=preset, overrides=[
         "corpus.mixer.shard_bytes=8000", "corpus.mixer.units=4", "vocab.vocab_size=1500",
-        "pretrain.phase1.steps=2", "pretrain.checkpoint_every=2"])
+        "pretrain.phase1.steps=2", "pretrain.checkpoint_every=2", "pretrain.num_workers=1",
+        "pretrain.cpus_per_worker=1"])
     assert (cfg.vocab.pretokenize, [s.language for s in cfg.corpus.sources]) == ("mecab", ["ja", "ja"])
 
     built = corpus_stages(cfg.corpus, cfg.vocab, cfg.instances, tmp_path / "run")
