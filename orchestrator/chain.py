@@ -281,6 +281,15 @@ def corpus_keys(corpus: CorpusConfig, vocab: VocabConfig, instances: InstanceCon
     return keys
 
 
+def check_pretokenize(vocab: VocabConfig, instances: InstanceConfig) -> None:
+    """instances.pretokenize, when not auto, must be what the vocabulary trains with (a vocabulary taken
+    from a model is checked against its files when the instances are built)."""
+    if instances.pretokenize != "auto" and not vocab.from_model and instances.pretokenize != vocab.pretokenize:
+        raise ConfigError(f"instances.pretokenize is {instances.pretokenize} but vocab.pretokenize is "
+                          f"{vocab.pretokenize}: instances must split words as the vocabulary does (set both, or "
+                          "instances.pretokenize=auto)")
+
+
 def corpus_stages(corpus: CorpusConfig, vocab: VocabConfig, instances: InstanceConfig, run_dir: Path,
                   stages: tuple[str, ...] = ("corpus", "vocab", "instances"), place: Place | None = None,
                   keys: dict[str, str] | None = None) -> CorpusResult:
@@ -290,6 +299,7 @@ def corpus_stages(corpus: CorpusConfig, vocab: VocabConfig, instances: InstanceC
     from orchestrator.instances.stage import build_instances
     from orchestrator.vocab.stage import build_vocab
 
+    check_pretokenize(vocab, instances)
     run_dir = Path(run_dir)
     place = place or (lambda name, key: run_dir / name)
     keys = keys or corpus_keys(corpus, vocab, instances, stages)
@@ -319,6 +329,7 @@ def plan_corpus_stages(corpus: CorpusConfig, vocab: VocabConfig, instances: Inst
     from orchestrator.instances.stage import plan_instances
     from orchestrator.vocab.stage import plan_vocab
 
+    check_pretokenize(vocab, instances)
     lines = [plan_corpus(corpus)]
     if "vocab" in stages:
         sizes = source_sizes(corpus)

@@ -1,4 +1,4 @@
-"""Corpus sources: documents of plain text, WikiText, JSONL and parquet files, and their Ray Data edge.
+"""Corpus sources: documents of text, WikiText, JSONL, parquet and SQuAD-style JSON files; their Ray Data edge.
 
 Files are read by ``orchestrator.formats`` (one streaming reader per format, tested without Ray);
 ``iter_documents`` turns their records into ``Document`` rows, one in memory at a time.
@@ -28,7 +28,7 @@ from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.corpus.sentences import has_letter, split_sentences
 from orchestrator.formats import Layout, Passage, Row, read
 
-Format = Literal["text", "wikitext", "jsonl", "parquet"]
+Format = Literal["text", "wikitext", "jsonl", "parquet", "squad"]
 #: A language code as sources give it (ISO 639-1/-3, optionally with a region: en, eng, pt-BR, zh_Hant).
 LANGUAGE_CODE = re.compile(r"[A-Za-z]{2,8}(?:[-_][A-Za-z0-9]{1,8})*")
 Role = Literal["small", "large", "domain", "general"]
@@ -38,16 +38,18 @@ Role = Literal["small", "large", "domain", "general"]
 class SourceConfig:
     name: str = field(help="short name; used in provenance and output paths")
     paths: tuple[str, ...] = field(help="files or directories (every non-hidden file inside, sorted)")
-    format: Format = field("text", help="text | wikitext | jsonl | parquet")
+    format: Format = field("text", help="text | wikitext | jsonl | parquet | squad (SQuAD-style JSON: each distinct "
+                                        "paragraph context a document, its article title the page)")
     document_split: Literal["line", "blank_line"] = field(
         "line", help="plain text: one document per line, or blank-line separated paragraphs")
     text_field: str = field("text", help="jsonl key / parquet column holding the document text")
     page_field: str = field("", help="jsonl key / parquet column naming the page (MDAPT: a page is "
                                      "never sampled twice across languages); empty = one page per doc")
     role: Role = field("large", help="small/large (SimPT, AmpV) or domain/general (MDAPT)")
-    language: str = field("en", help="language code (MDAPT samples general text per language)")
-    sentence_split: bool = field(True, help="split documents into sentences with syntok; false when "
-                                            "every line of a document is already one sentence")
+    language: str = field("en", help="language code (MDAPT samples general text per language; ja: sentences "
+                                     "are split at 。！？, see orchestrator.corpus.sentences)")
+    sentence_split: bool = field(True, help="split documents into sentences (syntok; Japanese rules for language "
+                                            "ja); false when every line of a document is already one sentence")
     language_field: str = field("", help="jsonl key / parquet column holding each document's language code "
                                          "(source metadata, as seed 002's PubMed); empty = every document "
                                          "has `language`")
@@ -168,7 +170,7 @@ def document_rows(src: SourceConfig, path: Path, file_index: int, batch_docs: in
             kept = [line for line in lines if not line.lstrip().startswith(src.skip_line_prefix)]
             skipped, lines = len(lines) - len(kept), kept
         if src.sentence_split:
-            sentences = [s for para in lines for s in split_sentences(para)]
+            sentences = [s for para in lines for s in split_sentences(para, doc.language)]
         else:
             sentences = [s for s in lines if s.strip()]
         letterless = 0

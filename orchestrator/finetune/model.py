@@ -59,14 +59,19 @@ class TaskModel(nn.Module):
         for name, p in self.encoder.named_parameters():
             p.requires_grad_(".adapter." in name)
 
-    def init_bias_to_prior(self, targets: Sequence[Sequence[float]]) -> None:
+    def init_bias_to_prior(self, targets: Sequence[Sequence[float]] | Sequence[float]) -> None:
         """Multilabel: start each sigmoid output at its label's training frequency instead of 0.5.
         With the zero bias of BERT's heads, Adam moves the bias only ~lr per step, so on a short run
-        the encoder itself is pushed to emit the label prior and every output stays below 0.5."""
-        if self.family != "multilabel":
-            raise ValueError(f"a prior bias is defined for sigmoid (multilabel) heads, not {self.family}")
+        the encoder itself is pushed to emit the label prior and every output stays below 0.5.
+        Sts: the regression output starts at the mean training score (the same reasoning: from 0, a
+        short run spends its first epochs moving the output to the mean)."""
+        if self.family not in ("multilabel", "sts"):
+            raise ValueError(f"a prior bias is defined for sigmoid (multilabel) and sts heads, not {self.family}")
         with torch.no_grad():
-            self.head.bias.copy_(prior_log_odds(targets))
+            if self.family == "sts":
+                self.head.bias.fill_(float(torch.as_tensor(targets, dtype=torch.float64).mean()))
+            else:
+                self.head.bias.copy_(prior_log_odds(targets))
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:

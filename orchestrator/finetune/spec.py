@@ -57,7 +57,8 @@ class TaskSpec:
         "zero", help="multilabel: 'zero' starts every sigmoid output at 0.5 (BERT / BLUE); 'prior' starts each "
                      "output's bias at the log-odds of its label's training frequency, so the first Adam steps do "
                      "not bend the encoder towards the label prior (the head's bias moves only ~lr per step); "
-                     "needed when training is short (few hundred sentences, a few epochs)")
+                     "needed when training is short (few hundred sentences, a few epochs). sts: 'prior' starts the "
+                     "regression output at the mean training score instead of 0")
     restricted: bool = field(False, help="released only under a data-use agreement (MedNLI, i2b2, ShARe/CLEFE, "
                                           "MedSTS): every file derived from its text (tokenised splits, augmented "
                                           "splits, their word vectors) is written owner-only: folders 0700, files 0600")
@@ -91,9 +92,9 @@ class TaskSpec:
             raise ConfigError(f"task {self.name}: files must name train, dev and test (got {sorted(self.files)})")
         if self.family in ("re", "nli", "multilabel", "ner", "doccls") and not self.labels:
             raise ConfigError(f"task {self.name}: family {self.family} needs a closed label set (labels)")
-        if self.head_bias_init == "prior" and self.family != "multilabel":
+        if self.head_bias_init == "prior" and self.family not in ("multilabel", "sts"):
             raise ConfigError(f"task {self.name}: head_bias_init 'prior' is defined for the multilabel family "
-                              f"(sigmoid outputs), not {self.family}")
+                              f"(sigmoid outputs) and sts (the mean score), not {self.family}")
         if self.score_range is not None:
             low, high = self.score_range
             if self.family != "sts":

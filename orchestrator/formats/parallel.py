@@ -46,6 +46,7 @@ class Unit:
     key: str
     text: str
     where: str
+    title: str = ""  # SQuAD JSON: the article's title ("" elsewhere)
 
 
 def clean(text: str) -> str:
@@ -100,6 +101,8 @@ def read_squad(path: str | Path, unit: str = "context") -> list[Unit]:
         paragraphs = article.get("paragraphs") if isinstance(article, dict) else None
         if not isinstance(paragraphs, list):
             raise InputError(path, f"data[{i}] has no 'paragraphs' list", expected=SQUAD_EXPECTED)
+        title = article.get("title")
+        title = clean(title) if isinstance(title, str) else ""
         for j, para in enumerate(paragraphs):
             where = f"{path} data[{i}].paragraphs[{j}]"
             if not isinstance(para, dict) or not isinstance(para.get("context"), str):
@@ -118,13 +121,13 @@ def read_squad(path: str | Path, unit: str = "context") -> list[Unit]:
                     if not isinstance(text, str) or not clean(text):
                         raise InputError(path, f"data[{i}].paragraphs[{j}].qas[{n}] (id {qa['id']}) has no question "
                                                "text", expected=SQUAD_EXPECTED)
-                    units.append(Unit(str(qa["id"]), clean(text), f"{where}.qas[{n}]"))
+                    units.append(Unit(str(qa["id"]), clean(text), f"{where}.qas[{n}]", title))
             if unit == "context":
                 text = clean(para["context"])
                 if not text:
                     raise InputError(path, f"data[{i}].paragraphs[{j}].context is empty", expected="paragraph text")
                 key = "qas:" + ",".join(sorted(ids)) if ids else f"data[{i}].paragraphs[{j}]"
-                units.append(Unit(key, text, where))
+                units.append(Unit(key, text, where, title))
     return units
 
 

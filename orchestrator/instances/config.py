@@ -39,6 +39,11 @@ class InstanceConfig:
                                  "(at most one per unit)")
     cpus_per_worker: float = field(0.5, help="CPUs reserved per task at the least; fractional so that reads "
                                              "can be scheduled beside them on a 2-core machine")
+    pretokenize: Literal["auto", "none", "mecab"] = field(
+        "auto", help="word splitting before WordPiece: auto = what the vocabulary directory declares (a "
+                     "BertJapaneseTokenizer with MeCab: mecab; otherwise none), so instances always split words as "
+                     "the vocabulary and fine-tuning do; none / mecab = require that, and fail when the vocabulary "
+                     "says otherwise (vocab.pretokenize sets it)")
 
     def __post_init__(self) -> None:
         if not self.max_seq_lengths or any(n < 8 for n in self.max_seq_lengths):
@@ -72,7 +77,9 @@ class InstanceConfig:
         settings give other instances when it changes. Without it the fields are unchanged. The derived
         association's fields (``association_*``) and its version enter only when it is derived, so the
         keys of table configs stay what they were before derivation existed."""
-        out = {k: v for k, v in to_dict(self).items() if k not in ("max_seq_lengths", "workers", "cpus_per_worker")}
+        # pretokenize is the vocabulary's (in the vocabulary's key); here it only checks it
+        out = {k: v for k, v in to_dict(self).items()
+               if k not in ("max_seq_lengths", "workers", "cpus_per_worker", "pretokenize")}
         if self.entity_masking is not None:
             out["entity_masking_version"] = ENTITY_MASKING_VERSION
             if self.entity_masking.association_method == "table":

@@ -15,6 +15,11 @@ tokenizer, edge cases included), several times faster than ``encode_batch_fast``
 Sentences the shortcut does not cover -- any non-ASCII character, or the text of an added
 (special) token such as ``[MASK]`` -- and tokenizers of other shapes go through the tokenizer
 itself, so the result never depends on which path a sentence took.
+
+A MeCab tokenizer directory (Japanese, ``orchestrator.core.pretokenize``) has no ``tokenizer.json``:
+:class:`MecabSentenceEncoder` splits each sentence into words with the ``MecabTokenizer`` the
+directory's ``BertJapaneseTokenizer`` uses and maps each distinct word once to its WordPiece pieces,
+giving the ids ``AutoTokenizer`` gives (tested).
 """
 from __future__ import annotations
 
@@ -152,6 +157,31 @@ class SentenceEncoder:
         self._codes: dict[str, int] = {}                 # word -> its entry in the piece table
         self._piece_ids = np.zeros(0, dtype=np.int32)   # the pieces of every cached word, in code order
         self._piece_starts = np.zeros(1, dtype=np.int64)
+
+
+class MecabSentenceEncoder:
+    """``encode_flat`` for a MeCab tokenizer: MeCab words (``MecabWords``), then each word's pieces from
+    ``pieces`` (the directory's WordPiece, ``orchestrator.core.pretokenize.piece_tokenizer``), each
+    distinct word tokenized once per encoder (the cache is dropped past ``max_cached_words``)."""
+
+    def __init__(self, words: Any, pieces: Any, max_cached_words: int = 500_000):
+        pieces.no_padding()
+        pieces.no_truncation()
+        self.words, self.pieces, self.max_cached_words = words, pieces, max_cached_words
+        self.cache: dict[str, list[int]] = {}
+
+    def encode_flat(self, sentences: Any) -> tuple[np.ndarray, np.ndarray]:
+        """All sentences' ids concatenated (int32) and sentence ``s``'s span ``starts[s]:starts[s + 1]``."""
+        texts = sentences.to_pylist() if hasattr(sentences, "to_pylist") else list(sentences)
+        split = [self.words(text or "") for text in texts]
+        if len(self.cache) > self.max_cached_words:
+            self.cache = {}
+        new = list(dict.fromkeys(w for words in split for w in words if w not in self.cache))
+        if new:
+            for word, enc in zip(new, self.pieces.encode_batch_fast(new, add_special_tokens=False)):
+                self.cache[word] = enc.ids
+        cache = self.cache
+        return _flatten([[i for w in words for i in cache[w]] for words in split])
 
 
 def run_indices(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:

@@ -14,8 +14,9 @@ import logging
 from pathlib import Path
 
 from orchestrator.core.artifacts import MixPlan, ShardInfo, label_parts, load_plan
-from orchestrator.core.errors import InputError
+from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.manifest import read_manifest, write_manifest
+from orchestrator.core.pretokenize import pretokenize_of
 from orchestrator.instances.association import (
     ASSOCIATION_DERIVATION_VERSION,
     ASSOCIATION_FILE,
@@ -33,6 +34,10 @@ log = logging.getLogger(__name__)
 def build_instances(cfg: InstanceConfig, corpus_dir: Path, vocab_dir: Path, out_dir: Path,
                     max_seq_length: int) -> Path:
     """Every unit of the corpus's mixing plan turned into instances of ``max_seq_length`` (Ray running)."""
+    pretokenize = pretokenize_of(vocab_dir)
+    if cfg.pretokenize not in ("auto", pretokenize):
+        raise ConfigError(f"instances.pretokenize is {cfg.pretokenize} but the vocabulary {vocab_dir} splits words "
+                          f"with {pretokenize}: set vocab.pretokenize={cfg.pretokenize}, or instances.pretokenize=auto")
     shards, plan = load_plan(corpus_dir)
     by_path = {s.path: s for s in shards}
     workers = cfg.resolved_workers(len(plan.units))
@@ -51,7 +56,7 @@ def build_instances(cfg: InstanceConfig, corpus_dir: Path, vocab_dir: Path, out_
               "max_predictions_per_seq": cfg.max_predictions(max_seq_length),
               "whole_word_mask": cfg.whole_word_mask,
               "masked_tokens": total["masked"], "random_next": total["random_next"],
-              "units": len(plan.units), "document_uses": total["document_uses"]}
+              "units": len(plan.units), "document_uses": total["document_uses"], "pretokenize": pretokenize}
     if cfg.entity_masking is not None:
         counts["entity_masking"] = total["entity"]
     promised = ("max_seq_length", "masking", "vocab_size", "vocab_sha256", "masked_lm_prob",

@@ -21,9 +21,10 @@ from tqdm import tqdm
 
 from orchestrator.core.artifacts import Unit, provenance_label
 from orchestrator.core.config import from_dict, to_dict
+from orchestrator.core.pretokenize import MecabWords, piece_tokenizer, pretokenize_of
 from orchestrator.instances.association import Cooccurrence
 from orchestrator.instances.config import InstanceConfig, Params, Specials
-from orchestrator.instances.encoding import SentenceEncoder
+from orchestrator.instances.encoding import MecabSentenceEncoder, SentenceEncoder
 from orchestrator.instances.entity_masking import AssociationTable, EntityMasker
 from orchestrator.instances.exact import create_training_instances, unit_rng
 from orchestrator.instances.grouped import create_grouped_instances
@@ -43,8 +44,12 @@ class ShardTokens:
     def __init__(self, tokenizer_dir: str, cache_bytes: int = 256 << 20):
         from tokenizers import Tokenizer  # heavy: tokenizers
 
-        self.tokenizer = Tokenizer.from_file(str(Path(tokenizer_dir) / "tokenizer.json"))
-        self.encoder = SentenceEncoder(self.tokenizer)
+        if pretokenize_of(tokenizer_dir) == "mecab":  # MeCab words, then WordPiece (no tokenizer.json)
+            self.tokenizer = piece_tokenizer(tokenizer_dir)
+            self.encoder = MecabSentenceEncoder(MecabWords.from_dir(tokenizer_dir), self.tokenizer)
+        else:
+            self.tokenizer = Tokenizer.from_file(str(Path(tokenizer_dir) / "tokenizer.json"))
+            self.encoder = SentenceEncoder(self.tokenizer)
         self.cache: OrderedDict[tuple, TokenizedDocs] = OrderedDict()
         self.cache_bytes = cache_bytes  # ~4 bytes a token: 256 MB hold ~25 seed-size (10 MB) shards
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from orchestrator.core.artifacts import ShardInfo, load_plan, shard_sentences
 from orchestrator.core.errors import InputError
 from orchestrator.core.manifest import atomic_write_json, atomic_write_text, file_sha256, write_manifest
+from orchestrator.core.pretokenize import pretokenize_of
 from orchestrator.vocab.quality import (
     QualityConfig,
     TextSet,
@@ -51,17 +52,24 @@ def model_tokenizer_files(model_dir: str | Path) -> list[Path]:
     return [model_dir / name for name in MODEL_TOKENIZER_FILES if (model_dir / name).is_file()]
 
 
-def copy_model_tokenizer(model_dir: str | Path, out_dir: Path) -> dict:
+def copy_model_tokenizer(model_dir: str | Path, out_dir: Path, pretokenize: str = "none") -> dict:
     """``vocab.from_model``: the model's tokenizer files into ``out_dir`` unchanged (a directory with
-    only vocab.txt gets the tokenizer.json its tokenizer_config implies, written by transformers).
-    Returns the manifest's counts."""
+    only vocab.txt gets the tokenizer.json its tokenizer_config implies, written by transformers; a
+    MeCab one, a BertJapaneseTokenizer, has none and gets none). ``pretokenize`` other than none
+    must be what the model's tokenizer does. Returns the manifest's counts."""
     from transformers import AutoTokenizer  # heavy: transformers
 
     files = model_tokenizer_files(model_dir)
+    model_pretokenize = pretokenize_of(model_dir)
+    if pretokenize != "none" and pretokenize != model_pretokenize:
+        raise InputError(Path(model_dir) / "tokenizer_config.json",
+                         f"vocab.pretokenize is {pretokenize} but this tokenizer's word splitting is "
+                         f"{model_pretokenize}", expected=f"a {pretokenize} tokenizer (or vocab.pretokenize: none, "
+                                                          "which takes the model's as it is)")
     for path in files:
         shutil.copyfile(path, out_dir / path.name)
     tokenizer = AutoTokenizer.from_pretrained(str(out_dir))
-    if not (out_dir / "tokenizer.json").is_file():
+    if not (out_dir / "tokenizer.json").is_file() and model_pretokenize == "none":
         tokenizer.backend_tokenizer.save(str(out_dir / "tokenizer.json"))
     if not (out_dir / "special_tokens_map.json").is_file():
         atomic_write_json(out_dir / "special_tokens_map.json", SPECIAL_TOKENS_MAP)
@@ -69,16 +77,20 @@ def copy_model_tokenizer(model_dir: str | Path, out_dir: Path) -> dict:
     if missing:
         raise InputError(Path(model_dir) / "vocab.txt", f"lacks BERT's special tokens {missing}",
                          expected="a BERT WordPiece vocabulary ([PAD], [UNK], [CLS], [SEP], [MASK])")
-    normalizer = json.loads((out_dir / "tokenizer.json").read_text(encoding="utf-8")).get("normalizer") or {}
+    if model_pretokenize == "mecab":
+        lowercase = bool(tokenizer.do_lower_case)
+    else:
+        normalizer = json.loads((out_dir / "tokenizer.json").read_text(encoding="utf-8")).get("normalizer") or {}
+        lowercase = bool(normalizer.get("lowercase", False))
     return {"vocab_size": len(tokenizer), "vocab_sha256": file_sha256(out_dir / "vocab.txt"),
-            "lowercase": bool(normalizer.get("lowercase", False)), "from_model": str(Path(model_dir).resolve())}
+            "lowercase": lowercase, "pretokenize": model_pretokenize, "from_model": str(Path(model_dir).resolve())}
 
 
 def build_vocab(cfg: VocabConfig, corpus_dir: Path, out_dir: Path) -> Path:
     """Train the vocabulary on the corpus stage's shards into ``out_dir`` (or, with
     ``cfg.from_model``, take that model's tokenizer as it is)."""
     if cfg.from_model:
-        counts = copy_model_tokenizer(cfg.from_model, out_dir)
+        counts = copy_model_tokenizer(cfg.from_model, out_dir, cfg.pretokenize)
         quality = write_quality(cfg.quality, out_dir, load_plan(corpus_dir)[0] if cfg.quality.corpus_lines else [])
         write_manifest(out_dir, stage="vocab", config=cfg, inputs=model_tokenizer_files(cfg.from_model),
                        counts=counts, extra={"tokenizer_quality": quality} if quality else None)
@@ -96,7 +108,7 @@ def build_vocab(cfg: VocabConfig, corpus_dir: Path, out_dir: Path) -> Path:
                               sum(s.n_bytes for s in small), max(1, sum(s.n_bytes for s in large)), out_dir)
     atomic_write_json(out_dir / "special_tokens_map.json", SPECIAL_TOKENS_MAP)
     counts = {"vocab_size": report["vocab_size"], "amplification_factor": report["amplification_factor"],
-              "vocab_sha256": file_sha256(out_dir / "vocab.txt")}
+              "vocab_sha256": file_sha256(out_dir / "vocab.txt"), "pretokenize": cfg.pretokenize}
     quality = write_quality(cfg.quality, out_dir, shards)
     extra: dict = {"report": {k: v for k, v in report.items() if k != "example_terms"}}
     if quality:
@@ -151,7 +163,8 @@ def plan_vocab(cfg: VocabConfig, small_bytes: int, large_bytes: int) -> str:
     terms = read_terms(cfg.term_list) if cfg.term_list else []
     extra = (f", report on {len(targets)} target text units" if cfg.target_paths else "") + (
         f" and {len(terms)} terms" if terms else "")
+    words = ", on MeCab words (unidic-lite)" if cfg.pretokenize == "mecab" else ""
     if small_bytes and large_bytes and cfg.ampv:
         return (f"vocab: AmpV, small corpus x{max(1, round(large_bytes / small_bytes))}, size {cfg.vocab_size}"
-                f"{extra}{quality}")
-    return f"vocab: plain WordPiece, size {cfg.vocab_size}{extra}{quality}"
+                f"{words}{extra}{quality}")
+    return f"vocab: plain WordPiece, size {cfg.vocab_size}{words}{extra}{quality}"

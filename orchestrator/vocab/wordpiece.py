@@ -10,6 +10,12 @@ tokenizer_config.json, loadable with AutoTokenizer/BertTokenizer) plus ``vocab_r
 how much of the vocabulary AmpV changed (seed 000 reports 25.8 %, 29.8 %, 10.3 %), the share
 of domain terms kept as one token with and without AmpV (seed 000 Table 1), and the fraction
 of target-text words split into several pieces ("continued words", seed 002).
+
+With ``pretokenize: mecab`` (Japanese, seed 000's Japanese models) every sentence is first split
+into words by MeCab (``orchestrator.core.pretokenize.MecabWords``: NFKC, unidic-lite, lower-cased)
+and WordPiece is trained on those words alone: no piece ever spans two MeCab words. The directory is
+then a ``BertJapaneseTokenizer`` one (vocab.txt + tokenizer_config.json, no tokenizer.json), which
+``AutoTokenizer`` loads with MeCab in front, so fine-tuning splits words the same way.
 """
 from __future__ import annotations
 
@@ -24,6 +30,7 @@ from pathlib import Path
 from orchestrator.core.config import field, to_dict
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.manifest import atomic_write_json, atomic_write_text
+from orchestrator.core.pretokenize import PRETOKENIZERS, MecabWords, Pretokenize, japanese_tokenizer_config
 from orchestrator.formats import read, text_units
 from orchestrator.vocab.quality import QualityConfig, measure, word_counts
 
@@ -52,19 +59,29 @@ class VocabConfig:
                                      "stays cased, accents stay) instead of training one, to continue that model "
                                      "(pretrain.model.init_from) on its own vocabulary; the other vocab keys are "
                                      "then unused")
+    pretokenize: Pretokenize = field("none", help="word splitting before WordPiece: none (BERT's: whitespace, "
+                                                  "punctuation, each CJK character alone) or mecab (Japanese: "
+                                                  "MeCab words via fugashi + unidic-lite, NFKC, as seed 000's "
+                                                  "Japanese models; saved as a BertJapaneseTokenizer, so fine-tuning "
+                                                  "and instances split words the same way). With mecab, raise "
+                                                  "limit_alphabet to cover the script (Tohoku's BERT: 6129)")
     quality: QualityConfig = field(default_factory=QualityConfig,
                                    help="tokenizer quality per language (seed 002, Fig. 3): continued words and "
                                         "fertility of this vocabulary and of the given tokenizers")
 
     def identity(self) -> dict:
-        """The config as the stage's content key sees it: ``quality`` only when it measures something,
-        so a vocabulary built before it existed keeps its key."""
+        """The config as the stage's content key sees it: ``quality`` only when it measures something
+        and ``pretokenize`` only when not none, so a vocabulary built before either existed keeps its key."""
         data = to_dict(self)
         if not self.quality.active:
             del data["quality"]
+        if self.pretokenize == "none":  # the same for pretokenize (keys of vocabularies from before it)
+            del data["pretokenize"]
         return data
 
     def __post_init__(self) -> None:
+        if self.pretokenize not in PRETOKENIZERS:
+            raise ConfigError(f"vocab.pretokenize {self.pretokenize!r}: one of {list(PRETOKENIZERS)}")
         if self.vocab_size < len(SPECIAL_TOKENS) + 30:
             raise ConfigError(f"vocab.vocab_size {self.vocab_size} is too small (>= 35)")
         if self.min_frequency < 1 or self.limit_alphabet < 1 or self.auto_terms < 1 or self.max_target_lines < 1:
@@ -86,9 +103,19 @@ def amplified(small: Callable[[], Iterable[str]], large: Callable[[], Iterable[s
 
 
 def train_wordpiece(texts: Iterable[str], cfg: VocabConfig):
-    """An uncased BERT WordPiece tokenizer (tokenizers.Tokenizer) trained on ``texts``."""
-    from tokenizers import BertWordPieceTokenizer  # heavy: tokenizers
+    """An uncased BERT WordPiece tokenizer (tokenizers.Tokenizer) trained on ``texts``; with
+    ``pretokenize: mecab`` the texts are MeCab words joined by spaces (``MecabWords.joined``, already
+    normalised and lower-cased) and the tokenizer splits at whitespace only."""
+    from tokenizers import BertWordPieceTokenizer, Tokenizer, models, pre_tokenizers, trainers  # heavy: tokenizers
 
+    if cfg.pretokenize == "mecab":
+        tok = Tokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=100))
+        tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        trainer = trainers.WordPieceTrainer(vocab_size=cfg.vocab_size, min_frequency=cfg.min_frequency,
+                                            limit_alphabet=cfg.limit_alphabet, special_tokens=list(SPECIAL_TOKENS),
+                                            continuing_subword_prefix="##", show_progress=False)
+        tok.train_from_iterator(texts, trainer)
+        return tok
     tok = BertWordPieceTokenizer(lowercase=True, clean_text=True, handle_chinese_chars=True, strip_accents=None)
     tok.train_from_iterator(texts, vocab_size=cfg.vocab_size, min_frequency=cfg.min_frequency,
                             limit_alphabet=cfg.limit_alphabet, special_tokens=list(SPECIAL_TOKENS),
@@ -107,12 +134,17 @@ def canonical_vocab(tokens: Iterable[str]) -> dict[str, int]:
     return {t: i for i, t in enumerate([*SPECIAL_TOKENS, *rest])}
 
 
-def save_tokenizer(tokenizer, out_dir: Path) -> Path:
-    """Write a Hugging Face BERT tokenizer directory (vocab.txt, tokenizer.json, tokenizer_config.json)."""
-    from transformers import BertTokenizer  # heavy: transformers
+def save_tokenizer(tokenizer, out_dir: Path, pretokenize: str = "none") -> Path:
+    """Write a Hugging Face BERT tokenizer directory (vocab.txt, tokenizer.json, tokenizer_config.json);
+    with ``pretokenize: mecab`` a BertJapaneseTokenizer one (vocab.txt, tokenizer_config.json)."""
+    from transformers import BertJapaneseTokenizer, BertTokenizer  # heavy: transformers
 
     vocab = canonical_vocab(tokenizer.get_vocab())
-    hf = BertTokenizer(vocab=vocab, do_lower_case=True)
+    atomic_write_text(out_dir / "vocab.txt", "".join(t + "\n" for t in vocab))
+    if pretokenize == "mecab":
+        hf = BertJapaneseTokenizer(vocab_file=str(out_dir / "vocab.txt"), **japanese_tokenizer_config(True))
+    else:
+        hf = BertTokenizer(vocab=vocab, do_lower_case=True)
     hf.save_pretrained(str(out_dir))
     atomic_write_text(out_dir / "vocab.txt", "".join(t + "\n" for t in vocab))
     return out_dir
@@ -145,13 +177,25 @@ def continued_words(tokenizer, texts: list[str]) -> float:
     return measure(tokenizer, word_counts(texts))["continued_words"] or 0.0
 
 
-def domain_terms(small_texts: Iterable[str], large_texts: Iterable[str], n: int, min_count: int = 3) -> list[str]:
+def ascii_words(text: str) -> list[str]:
+    """Lower-cased ASCII words of at least 5 letters: the candidates for domain terms."""
+    return [w for w in _WORD.findall(text.lower()) if len(w) >= 5]
+
+
+def mecab_terms(joined: str) -> list[str]:
+    """Candidate domain terms of MeCab-split text (words joined by spaces): words of at least two
+    letters or digits (kanji and kana count as letters)."""
+    return [w for w in joined.split() if len(w) >= 2 and w.isalnum()]
+
+
+def domain_terms(small_texts: Iterable[str], large_texts: Iterable[str], n: int, min_count: int = 3,
+                 words: Callable[[str], list[str]] = ascii_words) -> list[str]:
     """Words most over-represented in the small corpus (log-ratio of smoothed relative frequencies).
 
     A documented proxy for a curated term list when none is given.
     """
-    small = Counter(w for t in small_texts for w in _WORD.findall(t.lower()) if len(w) >= 5)
-    large = Counter(w for t in large_texts for w in _WORD.findall(t.lower()) if len(w) >= 5)
+    small = Counter(w for t in small_texts for w in words(t))
+    large = Counter(w for t in large_texts for w in words(t))
     s_total, l_total = sum(small.values()) or 1, sum(large.values()) or 1
     scored = [(math.log((c + 1) / s_total) - math.log((large[w] + 1) / l_total), w)
               for w, c in small.items() if c >= min_count]
@@ -211,17 +255,26 @@ def build_vocabulary(cfg: VocabConfig, small: Callable[[], Iterable[str]], large
     Returns the report (also written to vocab_report.json when ``cfg.report``).
     """
     factor = amplification_factor(small_bytes, large_bytes) if cfg.ampv else 1
-    log.info("vocab: training WordPiece (%d tokens), small corpus x%d", cfg.vocab_size, factor)
+    terms_of, split = ascii_words, (lambda text: text)
+    if cfg.pretokenize == "mecab":  # every text as its MeCab words, joined by spaces (each pass splits again)
+        split, terms_of = MecabWords(lowercase=True).joined, mecab_terms
+        small_raw, large_raw = small, large
+        small, large = (lambda: map(split, small_raw())), (lambda: map(split, large_raw()))
+    log.info("vocab: training WordPiece (%d tokens%s), small corpus x%d", cfg.vocab_size,
+             ", on MeCab words" if cfg.pretokenize == "mecab" else "", factor)
     main = train_wordpiece(amplified(small, large, factor), cfg)
-    save_tokenizer(main, out_dir)
+    save_tokenizer(main, out_dir, cfg.pretokenize)
     report: dict = {"ampv": cfg.ampv, "amplification_factor": factor, "vocab_size": main.get_vocab_size()}
     if cfg.report:
         amp_factor = amplification_factor(small_bytes, large_bytes)
         other = train_wordpiece(amplified(small, large, 1 if cfg.ampv else amp_factor), cfg)
         ampv_tok, plain_tok = (main, other) if cfg.ampv else (other, main)
-        terms = read_terms(cfg.term_list) if cfg.term_list else domain_terms(small(), large(), cfg.auto_terms)
+        if cfg.term_list:
+            terms = [split(t) for t in read_terms(cfg.term_list)]
+        else:
+            terms = domain_terms(small(), large(), cfg.auto_terms, words=terms_of)
         if cfg.target_paths:
-            targets = read_target_lines(cfg.target_paths, cfg.max_target_lines)
+            targets = [split(t) for t in read_target_lines(cfg.target_paths, cfg.max_target_lines)]
         else:
             targets = [s for _, s in zip(range(cfg.max_target_lines), small())]
         report = {"ampv": cfg.ampv, **build_report(ampv_tok, plain_tok, terms, targets, amp_factor)}
