@@ -16,11 +16,10 @@ job interface (--config, --preset tiny, --dry-run, --print-config, dotted overri
 """
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 
 from orchestrator.core.cli import JobSpec, run_job
+from orchestrator.core.cli import shorthand_overrides as cli_shorthands
 from orchestrator.retrieval.config import RetrievalConfig
 from orchestrator.retrieval.stage import plan_retrieval, run_retrieval
 
@@ -29,20 +28,7 @@ SHORTHANDS = (("--model", "models", "NAME=DIR"), ("--text", "texts", "LANG=FILE"
 
 def shorthand_overrides(argv: list[str]) -> list[str]:
     """Turn --model/--text/--pair NAME=VALUE flags into ``models.NAME=VALUE`` ... overrides; keep the rest."""
-    pre = argparse.ArgumentParser(add_help=False)
-    for flag, _, _ in SHORTHANDS:
-        pre.add_argument(flag, action="append", default=[])
-    known, rest = pre.parse_known_args(argv)
-    overrides = []
-    for flag, key, form in SHORTHANDS:
-        for item in getattr(known, flag[2:]):
-            name, sep, value = item.partition("=")
-            if not sep or not name or not value or "." in name:
-                raise SystemExit(f"error: {flag} {item!r} is not {form}")
-            overrides.append(f"{key}.{name}={json.dumps(value)}")
-    # argparse takes the positional overrides as one run: put ours next to the user's
-    at = next((i for i, a in enumerate(rest) if "=" in a and not a.startswith("-")), len(rest))
-    return rest[:at] + overrides + rest[at:]
+    return cli_shorthands(argv, named=SHORTHANDS, per_name=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,34 +11,16 @@ keys ``targets`` and ``sources``; everything else is the common job interface (-
 """
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 
 from orchestrator.core.cli import JobSpec, run_job
+from orchestrator.core.cli import shorthand_overrides as cli_shorthands
 from orchestrator.selection.scoring import SelectionConfig, plan_selection, score_sources
 
 
 def shorthand_overrides(argv: list[str]) -> list[str]:
-    """Turn --target/--source flags into ``targets=`` / ``sources.NAME=`` overrides; keep the rest."""
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--target", nargs="+", action="extend", default=[])
-    pre.add_argument("--source", action="append", default=[])
-    known, rest = pre.parse_known_args(argv)
-    overrides = []
-    if known.target:
-        overrides.append("targets=" + json.dumps(known.target))
-    sources = {}
-    for item in known.source:
-        name, sep, path = item.partition("=")
-        if not sep or not name or not path:
-            raise SystemExit(f"error: --source {item!r} is not NAME=PATH")
-        sources[name] = path
-    if sources:
-        overrides.append("sources=" + json.dumps(sources))
-    # argparse takes the positional overrides as one run: put ours next to the user's
-    at = next((i for i, a in enumerate(rest) if "=" in a and not a.startswith("-")), len(rest))
-    return rest[:at] + overrides + rest[at:]
+    """Turn --target/--source flags into ``targets=`` / ``sources=`` overrides; keep the rest."""
+    return cli_shorthands(argv, named=(("--source", "sources", "NAME=PATH"),), lists=(("--target", "targets"),))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,32 +12,16 @@ special characters split off: the same words for every tokenizer).
 """
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 
 from orchestrator.core.cli import JobSpec, run_job
+from orchestrator.core.cli import shorthand_overrides as cli_shorthands
 from orchestrator.vocab.quality import TokenizerQualityConfig, plan_quality, run_quality
 
 
 def shorthand_overrides(argv: list[str]) -> list[str]:
     """Turn --tokenizer/--text flags into ``tokenizers=`` / ``texts=`` overrides; keep the rest."""
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--tokenizer", action="append", default=[])
-    pre.add_argument("--text", action="append", default=[])
-    known, rest = pre.parse_known_args(argv)
-    overrides = []
-    for flag, key, items in (("--tokenizer", "tokenizers", known.tokenizer), ("--text", "texts", known.text)):
-        pairs = {}
-        for item in items:
-            name, sep, path = item.partition("=")
-            if not sep or not name or not path:
-                raise SystemExit(f"error: {flag} {item!r} is not NAME=PATH")
-            pairs[name] = path
-        if pairs:
-            overrides.append(f"{key}=" + json.dumps(pairs))
-    at = next((i for i, a in enumerate(rest) if "=" in a and not a.startswith("-")), len(rest))
-    return rest[:at] + overrides + rest[at:]
+    return cli_shorthands(argv, named=(("--tokenizer", "tokenizers", "NAME=PATH"), ("--text", "texts", "NAME=PATH")))
 
 
 SPEC = JobSpec(name="tokenizer_quality", description=__doc__.split("\n\n")[0], config_cls=TokenizerQualityConfig,

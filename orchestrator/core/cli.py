@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import logging
 import os
 import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,40 @@ from orchestrator.core.registry import suggest
 
 PRESET_DIR = Path(__file__).resolve().parents[1] / "presets"
 
+
+
+def shorthand_overrides(argv: Sequence[str], named: Sequence[tuple[str, str, str]] = (),
+                        lists: Sequence[tuple[str, str]] = (), per_name: bool = False) -> list[str]:
+    """A job's flag shorthands turned into config overrides; the rest of ``argv`` is kept.
+
+    ``lists``: ``(flag, key)``, ``--flag A B ...`` (repeatable) -> ``key=["A", "B", ...]``.
+    ``named``: ``(flag, key, form)``, ``--flag NAME=VALUE`` (repeatable) -> ``key={"NAME": "VALUE", ...}``,
+    or with ``per_name`` one ``key.NAME="VALUE"`` each (merged into the preset's entries; a NAME with a dot
+    is refused). A malformed item exits naming the flag and ``form``. The overrides go next to the user's
+    own (argparse takes the positional overrides as one run)."""
+    def dest(flag: str) -> str:
+        return flag.lstrip("-").replace("-", "_")
+
+    pre = argparse.ArgumentParser(add_help=False)
+    for flag, _ in lists:
+        pre.add_argument(flag, nargs="+", action="extend", default=[])
+    for flag, _, _ in named:
+        pre.add_argument(flag, action="append", default=[])
+    known, rest = pre.parse_known_args(list(argv))
+    overrides = [f"{key}=" + json.dumps(values) for flag, key in lists if (values := getattr(known, dest(flag)))]
+    for flag, key, form in named:
+        pairs = {}
+        for item in getattr(known, dest(flag)):
+            name, sep, value = item.partition("=")
+            if not sep or not name or not value or (per_name and "." in name):
+                raise SystemExit(f"error: {flag} {item!r} is not {form}")
+            pairs[name] = value
+        if per_name:
+            overrides += [f"{key}.{name}={json.dumps(value)}" for name, value in pairs.items()]
+        elif pairs:
+            overrides.append(f"{key}=" + json.dumps(pairs))
+    at = next((i for i, a in enumerate(rest) if "=" in a and not a.startswith("-")), len(rest))
+    return rest[:at] + overrides + rest[at:]
 
 @dataclasses.dataclass(frozen=True)
 class JobSpec:
