@@ -27,10 +27,9 @@ from orchestrator.core.config import field, to_dict
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.corpus.sentences import has_letter, split_sentences
 from orchestrator.formats import Layout, Passage, Row, read
+from orchestrator.formats.base import LANGUAGE_CODE
 
 Format = Literal["text", "wikitext", "jsonl", "parquet", "squad"]
-#: A language code as sources give it (ISO 639-1/-3, optionally with a region: en, eng, pt-BR, zh_Hant).
-LANGUAGE_CODE = re.compile(r"[A-Za-z]{2,8}(?:[-_][A-Za-z0-9]{1,8})*")
 Role = Literal["small", "large", "domain", "general"]
 
 

@@ -14,12 +14,17 @@ ends accepted.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from orchestrator.core.errors import InputError
 from orchestrator.core.registry import Registry
+
+#: A language code as sources and text files give it (ISO 639-1/-3, optionally with a region: en, eng,
+#: pt-BR, zh_Hant): corpus sources' ``language``, tokenizer-quality text names.
+LANGUAGE_CODE = re.compile(r"[A-Za-z]{2,8}(?:[-_][A-Za-z0-9]{1,8})*")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -37,6 +37,7 @@ from orchestrator.core.config import field
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.manifest import atomic_write_json, atomic_write_text
 from orchestrator.formats import text_units
+from orchestrator.formats.base import LANGUAGE_CODE
 from orchestrator.formats.parallel import read_squad
 
 #: The measures of one row, in the order tables show them.
@@ -93,7 +94,7 @@ def words(text: str) -> list[str]:
 
 
 #: A text set's name: a language code, optionally with what the text is ("de", "de:specific").
-TEXT_NAME = re.compile(r"([A-Za-z]{2,8}(?:[-_][A-Za-z0-9]{1,8})*)(?::([A-Za-z0-9_.-]+))?")
+TEXT_NAME = re.compile(rf"({LANGUAGE_CODE.pattern})(?::([A-Za-z0-9_.-]+))?")
 
 
 @dataclasses.dataclass(frozen=True)
