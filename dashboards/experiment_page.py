@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import argparse
 import html
+import json
 import logging
 import math
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -36,6 +38,9 @@ from typing import Any
 
 from orchestrator.core.errors import OrchestratorError
 from orchestrator.core.manifest import atomic_write_text
+from orchestrator.retrieval.table import CSS as RETRIEVAL_CSS
+from orchestrator.retrieval.table import RESULTS as RETRIEVAL_RESULTS
+from orchestrator.retrieval.table import render_html as retrieval_html
 from orchestrator.track import local_uri
 from orchestrator.track import schema as S
 
@@ -79,6 +84,7 @@ class Experiment:
     results_source: str = ""
     comparison: dict | None = None
     source_scores: dict[str, dict] = field(default_factory=dict)  # arm -> seed 004 scores (its selection run)
+    retrieval: dict | None = None  # seed 002's retrieval results document (its newest retrieval run's)
     notes: list[str] = field(default_factory=list)  # what could not be shown, and why
     git_commit: str = ""
 
@@ -162,6 +168,9 @@ def load_experiment(tracking_uri: str, experiment_run_id: str | None = None, *, 
         if arm is not None and not arm.status:
             arm.status = "ok"  # an older run without status tags: in the sweep, so it finished
     exp.source_scores = scores
+    retrievals = [r for r in children if r.data.tags.get(S.KIND) == S.KIND_RETRIEVAL]
+    if retrievals:  # newest first: every arm's encoder is in one output, whose document each run carries
+        exp.retrieval = _retrieval_results(client, retrievals[0], exp.notes)
     if scores and exp.comparison is not None:
         from orchestrator.report.sources import source_correlations  # heavy: scipy
 
@@ -192,6 +201,25 @@ def _history(client, run_id: str, key: str) -> list[tuple[int, float]]:
         if math.isfinite(m.value) and (m.step not in by_step or m.timestamp >= by_step[m.step][0]):
             by_step[m.step] = (m.timestamp, m.value)
     return [(step, by_step[step][1]) for step in sorted(by_step)]
+
+
+def _retrieval_results(client, run, notes: list[str]) -> dict | None:
+    """The results document (``results.json``) a retrieval run carries as an artifact, checked against
+    the run's own metrics (a document that disagrees with them is not shown)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            doc = json.loads(Path(client.download_artifacts(run.info.run_id, RETRIEVAL_RESULTS, tmp)).read_text())
+        except Exception as exc:  # a store whose artifacts are gone, or a run logged without them
+            notes.append(f"cross-lingual retrieval run {run.info.run_id[:8]}: its {RETRIEVAL_RESULTS} could not be "
+                         f"read ({type(exc).__name__}): no retrieval table")
+            return None
+    model = run.data.tags.get(S.MODEL, "")
+    logged = S.read_retrieval_metrics(run.data.metrics)
+    if any(doc.get(k, {}).get(model) != v for k, v in logged.items()):
+        notes.append(f"cross-lingual retrieval run {run.info.run_id[:8]}: its {RETRIEVAL_RESULTS} does not match "
+                     "its metrics: no retrieval table")
+        return None
+    return doc
 
 
 def _load_sweep(exp: Experiment, sweep, *, n_boot: int) -> None:
@@ -266,9 +294,11 @@ def render_page(exp: Experiment) -> str:
            '<p class="meta">' + " &middot; ".join(meta) + "</p>"]
     out += [f'<p class="missing">{esc(note)}</p>' for note in exp.notes]
     out.append(_arms_html(exp, colours))
-    out.append(_table_section(exp))
+    table = _blue_table(exp)
+    out.append(_table_section(exp, table))
     out.append(_differences_section(exp))
-    out.append(_sources_section(exp))
+    out.append(_sources_section(exp, table))
+    out.append(_retrieval_section(exp))
     out.append(_loss_section(exp, colours))
     out.append(_curves_section(exp, colours))
     out.append("</body></html>")
@@ -324,12 +354,18 @@ def _failure_notes(exp: Experiment) -> list[str]:
             for a in exp.arms.values() if a.status == "failed"]
 
 
-def _table_section(exp: Experiment) -> str:
-    from orchestrator.report.blue_table import build_table, selection_html, table_html  # heavy: numpy
+def _blue_table(exp: Experiment):
+    """The seed 000 table of the sweep's results (None before the sweep ran): built once per page."""
+    from orchestrator.report.blue_table import build_table  # heavy: numpy
 
-    if not exp.results:
+    return build_table(exp.results, source=f"{exp.tracking_uri} run {exp.sweep_run}") if exp.results else None
+
+
+def _table_section(exp: Experiment, table) -> str:
+    from orchestrator.report.blue_table import selection_html, table_html  # heavy: numpy
+
+    if table is None:
         return '<h2>Results</h2><p class="missing">No sweep results yet.</p>'
-    table = build_table(exp.results, source=f"{exp.tracking_uri} run {exp.sweep_run}")
     parts = ["<h2>Results (seed 000 layout: mean (sd) over seeds, x 100)</h2>",
              table_html(table, _failure_notes(exp))]
     tasks = [c for c in table.columns if c.kind == "task"]
@@ -338,18 +374,25 @@ def _table_section(exp: Experiment) -> str:
     return "\n".join(parts)
 
 
-def _sources_section(exp: Experiment) -> str:
+def _sources_section(exp: Experiment, table) -> str:
     """Seed 004's analysis, when the arms' sources were scored: each arm's measures and gain, and the
     Pearson r and Spearman rho of each measure with the gains (``orchestrator.report.sources``)."""
     if not exp.source_scores:
         return ""
-    from orchestrator.report.blue_table import SOURCES_TITLE, build_table, sources_html  # heavy: numpy
+    from orchestrator.report.blue_table import SOURCES_TITLE, sources_html  # heavy: numpy
 
     if not (exp.comparison and exp.comparison.get("sources")):
         return (f"<h2>{html.escape(SOURCES_TITLE)}</h2><p class=\"missing\">Sources of {len(exp.source_scores)} "
                 "arm(s) were scored; their correlation with the gains needs the paired differences.</p>")
-    table = build_table(exp.results, source=f"{exp.tracking_uri} run {exp.sweep_run}")
     return sources_html(table, exp.comparison["sources"])
+
+
+def _retrieval_section(exp: Experiment) -> str:
+    """Seed 002's Table 6, when the arms' encoders were evaluated on parallel text
+    (``orchestrator.retrieval.table``: the report's own rendering)."""
+    if not exp.retrieval:
+        return ""
+    return f"<style>{RETRIEVAL_CSS}</style>\n" + retrieval_html(exp.retrieval)
 
 
 # ---------------------------------------------------------------------------------------------

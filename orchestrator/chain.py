@@ -529,7 +529,7 @@ def _run_stages(cfg: ChainConfig, run_dir: Path, info: dict) -> ChainResult:
         report = write_report(results, run_dir / "report")
     return ChainResult(run_dir=run_dir, report=report, results=results, tracking_uri=tracking_uri,
                        pretrain_loss=pretrain_loss,
-                       experiment_id=experiment_id_of(tracking_uri, cfg.tracking.experiment) if tracking_uri else "")
+                       experiment_id=experiment_id_of(tracking_uri, cfg.tracking.experiment))
 
 
 def plan_tracking(cfg: ChainConfig) -> str:

@@ -46,6 +46,10 @@ from orchestrator.sweep.space import Variant
 from orchestrator.track import effective_uri
 from orchestrator.track import schema as S
 from orchestrator.track.experiments import experiment_id_of
+from orchestrator.vocab.quality import CSS as QUALITY_CSS
+from orchestrator.vocab.quality import QUALITY_TITLE
+from orchestrator.vocab.quality import render_html as quality_html
+from orchestrator.vocab.quality import render_markdown as quality_markdown
 
 log = logging.getLogger("experiment")
 
@@ -277,13 +281,16 @@ def _run_arms(cfg: ChainConfig, plans: dict[str, ArmPlan], run_dir: Path) -> Cha
         if "report" in cfg.stages and results:
             from orchestrator.report.blue_table import write_report  # heavy: the stage's implementation
 
+            quality = quality_rows(ok)
+            sections = ([retrieval_section(retrieval)] if retrieval else []) + \
+                ([quality_section(quality)] if quality else [])
             baseline = cfg.baseline_arm if cfg.baseline_arm in results["models"] else None
             if baseline is None:
                 log.warning("the baseline arm %s has no results (it failed): no paired differences", cfg.baseline_arm)
             report = write_report(results, run_dir / "report", title=f"Experiment {cfg.run_name}",
                                   baseline=baseline, notes=_failure_notes(status) + scoring_notes + retrieval_notes,
                                   source_scores=scores or None,
-                                  sections=[retrieval_section(retrieval)] if retrieval else ())
+                                  sections=sections)
             if "sources_scatter" in report:  # seed 004's analysis: its numbers and figures on MLflow too
                 from orchestrator.report.sources import log_source_gains  # heavy: mlflow
 
@@ -295,7 +302,7 @@ def _run_arms(cfg: ChainConfig, plans: dict[str, ArmPlan], run_dir: Path) -> Cha
         record_status()
     return ChainResult(run_dir=run_dir, report=report, results=results, tracking_uri=tracking_uri, arms=status,
                        mlflow_run_id=parent_id or "",
-                       experiment_id=experiment_id_of(tracking_uri, cfg.tracking.experiment) if tracking_uri else "")
+                       experiment_id=experiment_id_of(tracking_uri, cfg.tracking.experiment))
 
 
 def arm_workers(cfg: ChainConfig, plans: dict[str, ArmPlan]) -> int:
@@ -498,3 +505,32 @@ def retrieval_section(retrieval: tuple[Path, dict]) -> tuple[str, str]:
     """The retrieval tables as a (Markdown, HTML) section of the experiment's report."""
     _, results = retrieval
     return retrieval_markdown(results), f"<style>{RETRIEVAL_CSS}</style>\n" + retrieval_html(results)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tokenizer quality (seed 002, Figure 3): what each arm's vocabulary stage measured (vocab.quality)
+
+def quality_rows(arms) -> list[dict]:
+    """The tokenizer-quality rows of the arms' vocabularies (``tokenizer_quality.json`` of each vocab
+    output), the stage's own tokenizer named by the arms that share it ("conventional, floor"), every
+    other tokenizer once; grouped by text set. [] when no arm's vocabulary stage measured any."""
+    shared: dict[Path, list[str]] = {}
+    for arm in arms:
+        for out in arm.outputs:
+            if out.stage == "vocab" and (out.path / "tokenizer_quality.json").is_file():
+                shared.setdefault(out.path, []).append(arm.name)
+    rows, seen = [], set()
+    for path, names in shared.items():
+        for row in json.loads((path / "tokenizer_quality.json").read_text(encoding="utf-8")):
+            name = ", ".join(names) if row["tokenizer"] == "vocab" else row["tokenizer"]
+            if (row["language"], row["kind"], name) not in seen:
+                seen.add((row["language"], row["kind"], name))
+                rows.append({**row, "tokenizer": name})
+    texts = list(dict.fromkeys((r["language"], r["kind"]) for r in rows))
+    return sorted(rows, key=lambda r: texts.index((r["language"], r["kind"])))
+
+
+def quality_section(rows: list[dict]) -> tuple[str, str]:
+    """The arms' tokenizer-quality table as a (Markdown, HTML) section of the experiment's report."""
+    title = f"{QUALITY_TITLE} (seed 002, Figure 3)"
+    return quality_markdown(rows, title), f"<style>{QUALITY_CSS}</style>\n" + quality_html(rows, title)

@@ -73,7 +73,9 @@ EXPERIMENT_ARGS = ["--preset", "smoke", "run_name=exp", "corpus.mixer.name=conve
                    "selection.short_source=whole", "selection.lmplz_memory=50M",
                    # seed 002's cross-lingual retrieval of every arm's encoder on the bundled parallel sample
                    "retrieval.texts.en=pkg://sample_data/parallel/en.txt",
-                   "retrieval.texts.de=pkg://sample_data/parallel/de.txt"]
+                   "retrieval.texts.de=pkg://sample_data/parallel/de.txt",
+                   # seed 002's tokenizer quality of the arms' vocabularies (in the experiment's report)
+                   "vocab.quality.texts.de=pkg://sample_data/parallel/de.txt"]
 
 
 @dataclass

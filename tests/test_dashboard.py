@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from html import unescape
+from html import escape, unescape
 from pathlib import Path
 
 import pytest
@@ -103,6 +103,14 @@ def test_the_page_shows_what_mlflow_holds(store, page_file):
     measures = S.read_source_metrics(simpt.data.metrics)["measures"]
     assert values[:4] == [f"{measures[m]:.4g}" for m in ("ppl", "jsd", "tvc", "ttr")]
     assert 'id="source-correlations"' in page and "fewer than 3 arms" in page  # one arm: no r
+    # Seed 002's retrieval table, from a retrieval run's artifact: each cell is what that arm's run logged.
+    table = section(page, 'class="retrieval" data-k="1"', "</table>")
+    for arm, run in {r.data.tags[S.ARM]: r for r in by_kind[S.KIND_RETRIEVAL]}.items():
+        logged = S.read_retrieval_metrics(run.data.metrics)["p_at_1"]
+        for direction, value in logged.items():
+            where = f'data-model="{arm}" data-direction="{escape(direction)}">'
+            cell = re.search(re.escape(where) + "(.*?)</td>", table)
+            assert text_of(cell.group(1)) == f"{100 * value:.1f}", (arm, direction)
     # Pretraining loss: one series per arm with a pretraining run, every logged step on it.
     loss = section(page, 'id="pretraining-loss"')
     series = dict(re.findall(r'<g class="series" data-series="([^"]+)" data-points="(\d+)"', loss))

@@ -142,6 +142,15 @@ def test_three_arm_experiment_shares_the_corpus_pairs_the_sweep_and_nests_mlflow
     report = (run_dir / "report" / "blue_table.md").read_text()
     assert "Cross-lingual retrieval (seed 002, Table 6)" in report and "| de \u2192 en |" in report
     assert 'data-direction="de-&gt;en"' in (run_dir / "report" / "blue_table.html").read_text()
+    # The arms' tokenizer quality: the floor shares the conventional arm's vocabulary, simpt has its own;
+    # each row is what that vocabulary stage measured.
+    quality = report.split("Tokenizer quality per language", 1)[1]
+    rows = {r.split("|")[3].strip(): r for r in quality.splitlines() if r.startswith("| de | text |")}
+    assert set(rows) == {"conventional, floor", "simpt"}, quality[:1500]
+    measured = [json.loads(p.read_text()) for p in (run_dir / "stages" / "vocab").glob("*/tokenizer_quality.json")]
+    assert sorted(r.split("|")[5].strip() for r in rows.values()) == \
+        sorted(f"{100 * m[0]['continued_words']:.1f}" for m in measured)  # the continued-word rates
+    assert 'class="tokenizer-quality"' in (run_dir / "report" / "blue_table.html").read_text()
     # A re-run redoes nothing: every output and every trial is reused, and MLflow keeps one parent.
     again = experiment_run.again
     assert again.returncode == 0, again.stderr[-3000:]

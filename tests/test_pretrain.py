@@ -719,7 +719,7 @@ def test_pretraining_and_sweep_finish_with_mlflow_down_and_say_so_once(corpus, r
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     tracking = TrackingConfig(tracking_uri=f"http://127.0.0.1:{port}", experiment="down")
-    cfg = _cfg(**{"phase1.steps": 6, "phase2.steps": 0, "checkpoint_every": 0})
+    cfg = _cfg(**{"phase1.steps": 6, "phase2.steps": 0, "checkpoint_every": 0, "num_workers": 1})
     with caplog.at_level(logging.WARNING):
         result = pretrain(cfg, {32: corpus[32]}, corpus["tokenizer"], tmp_path / "pretrain", tracking, tmp_path)
         sweep = run_sweep(SweepConfig(search_space="tiny", tasks=("biosses",), learning_rates=(5e-4,), seeds=(1,),

@@ -32,14 +32,22 @@ from orchestrator.core.reuse import content_key, model_identity, reusable, run_s
 from orchestrator.core.runtime import ray_session
 from orchestrator.formats.parallel import align, detect_format, read_parallel, read_tsv_pairs
 from orchestrator.retrieval.config import RetrievalConfig, RetrievalSpec, pair_languages
-from orchestrator.retrieval.table import direction, metric_name, render_markdown, render_page, render_text, section_of
+from orchestrator.retrieval.table import (
+    RESULTS,
+    direction,
+    metric_name,
+    render_markdown,
+    render_page,
+    render_text,
+    section_of,
+)
 from orchestrator.track import TrackingConfig, effective_uri
 from orchestrator.track import schema as S
 
 log = logging.getLogger("retrieval")
 
 STAGE = "retrieval"
-RESULTS, TABLE_TXT, TABLE_MD, TABLE_HTML = "results.json", "table.txt", "table.md", "table.html"
+TABLE_TXT, TABLE_MD, TABLE_HTML = "table.txt", "table.md", "table.html"
 WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model.bin")
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt")
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
+#: The results document's file name, in a retrieval output and as its MLflow runs' artifact.
+RESULTS = "results.json"
 SECTIONS = (("to", "to {pivot}"), ("from", "from {pivot}"), ("other", "other pairs"))
 ARROW = "\u2192"
 
@@ -165,5 +167,5 @@ def _md(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-__all__ = ["CSS", "blocks", "best", "direction", "metric_name", "render_html", "render_markdown", "render_page",
-           "render_text", "section_of"]
+__all__ = ["CSS", "RESULTS", "blocks", "best", "direction", "metric_name", "render_html", "render_markdown",
+           "render_page", "render_text", "section_of"]

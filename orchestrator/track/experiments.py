@@ -50,8 +50,10 @@ def ui_url(experiment_id: str, address: str = UI_ADDRESS) -> str:
 
 
 def experiment_id_of(uri: str, name: str) -> str:
-    """The id of experiment ``name`` at ``uri``, or "" when the store cannot say (the job's summary then
-    points at the UI's home page)."""
+    """The id of experiment ``name`` at ``uri``, or "" when there is no store (tracking off: ``uri`` "")
+    or it cannot say (the job's summary then points at the UI's home page)."""
+    if not uri:
+        return ""
     import mlflow  # heavy: mlflow
 
     if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():

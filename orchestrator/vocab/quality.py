@@ -26,6 +26,7 @@ a Hugging Face tokenizer or model directory.
 from __future__ import annotations
 
 import dataclasses
+import html
 import json
 import re
 import unicodedata
@@ -216,30 +217,62 @@ def quality_table(tokenizers: dict, texts: Sequence[TextSet]) -> list[dict]:
     return rows
 
 
-def render_markdown(rows: Sequence[dict], title: str = "Tokenizer quality per language") -> str:
-    """The rows as a Markdown table; a column of differences to the first tokenizer (seed 002's Figure 3
-    plots the continued-word rate of the multilingual minus that of the monolingual tokenizer)."""
+QUALITY_TITLE = "Tokenizer quality per language"
+QUALITY_INTRO = ("Words: white-space words with numbers and special characters split off (the same words for every "
+                 "tokenizer). Continued words: share of words split into more than one sub-token; fertility: "
+                 "sub-tokens per word; unknown: share of words that became the unknown token. Rates in percent; "
+                 "the last column in percentage points.")
+
+
+def table_cells(rows: Sequence[dict]) -> tuple[list[str], list[list[str]]]:
+    """The table's header and its cells as shown (both renderings use these); a column of differences to
+    the first tokenizer (seed 002's Figure 3 plots the continued-word rate of the multilingual minus that
+    of the monolingual tokenizer)."""
     names = list(dict.fromkeys(r["tokenizer"] for r in rows))
     first: dict[tuple[str, str], float | None] = {(r["language"], r["kind"]): r["continued_words"]
                                                   for r in rows if r["tokenizer"] == names[0]} if names else {}
-    lines = [f"## {title}", "",
-             "Words: white-space words with numbers and special characters split off (the same words for every "
-             "tokenizer). Continued words: share of words split into more than one sub-token; fertility: "
-             "sub-tokens per word; unknown: share of words that became the unknown token.", "",
-             "| language | text | tokenizer | words | continued words | fertility | unknown | "
-             f"continued − {names[0] if names else ''} |",
-             "|---|---|---|---:|---:|---:|---:|---:|"]
+    header = ["language", "text", "tokenizer", "words", "continued words", "fertility", "unknown",
+              f"continued − {names[0] if names else ''}"]
+    cells = []
     for r in rows:
         base = first.get((r["language"], r["kind"]))
         diff = "–" if r["continued_words"] is None or base is None or r["tokenizer"] == names[0] else \
             f"{100 * (r['continued_words'] - base):+.1f}"
-        cells = [_pct(r["continued_words"]), "–" if r["fertility"] is None else f"{r['fertility']:.3f}",
-                 _pct(r["unknown_words"])]
-        lines.append(f"| {r['language']} | {r['kind']} | {r['tokenizer']} | {r['words']} | " + " | ".join(cells)
-                     + f" | {diff} |")
-    lines.append("")
-    lines.append("Rates in percent; the last column in percentage points.")
+        cells.append([r["language"], r["kind"], r["tokenizer"], str(r["words"]), _pct(r["continued_words"]),
+                      "–" if r["fertility"] is None else f"{r['fertility']:.3f}", _pct(r["unknown_words"]), diff])
+    return header, cells
+
+
+def render_markdown(rows: Sequence[dict], title: str = QUALITY_TITLE, heading: str = "##") -> str:
+    """The rows as a Markdown table (``table_cells``)."""
+    header, cells = table_cells(rows)
+    lines = [f"{heading} {title}", "", QUALITY_INTRO, "", "| " + " | ".join(header) + " |",
+             "|---|---|---|" + "---:|" * (len(header) - 3)]
+    lines += ["| " + " | ".join(row) + " |" for row in cells]
     return "\n".join(lines) + "\n"
+
+
+CSS = """
+table.tokenizer-quality { border-collapse: collapse; font-size: 14px; margin-bottom: 1em; }
+table.tokenizer-quality th, table.tokenizer-quality td { padding: 4px 10px; border-bottom: 1px solid #ddd; }
+table.tokenizer-quality td:nth-child(n+4) { text-align: right; }
+table.tokenizer-quality thead th { border-bottom: 2px solid #333; }
+"""
+
+
+def render_html(rows: Sequence[dict], title: str = QUALITY_TITLE, heading: str = "h2") -> str:
+    """The rows as an HTML fragment (``table_cells``; ``class="tokenizer-quality"``, each row
+    ``data-tokenizer`` and ``data-language``)."""
+    esc = html.escape
+    header, cells = table_cells(rows)
+    out = [f"<{heading}>{esc(title)}</{heading}>", f'<p class="notes">{esc(QUALITY_INTRO)}</p>',
+           '<table class="tokenizer-quality"><thead><tr>' + "".join(f"<th>{esc(h)}</th>" for h in header)
+           + "</tr></thead><tbody>"]
+    for row in cells:
+        out.append(f'<tr data-tokenizer="{esc(row[2])}" data-language="{esc(row[0])}">'
+                   + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>")
+    out.append("</tbody></table>")
+    return "\n".join(out) + "\n"
 
 
 def _pct(value: float | None) -> str:
