@@ -190,7 +190,9 @@ class Prefetcher:
         raise StopIteration
 
     def close(self, timeout: float = 30.0) -> bool:
-        """Stop the thread; True when it has ended (it may be inside a read that takes a while)."""
+        """Stop the thread; True when it has ended within ``timeout`` seconds. A thread still inside a
+        read is left to end on its own (a daemon): e.g. a Ray Data split that has reached its epoch's end
+        waits there for the other workers' splits, which stopped reading at the same phase end."""
         self._stop.set()
         self._finished = True
         while True:  # free a producer blocked on a full queue
@@ -200,7 +202,8 @@ class Prefetcher:
                 break
         self._thread.join(timeout)
         if self._thread.is_alive():
-            log.warning("data: the prefetch thread %s has not stopped after %gs", self._thread.name, timeout)
+            log.info("data: the prefetch thread %s is still inside a read after %gs; left to end on its own",
+                     self._thread.name, timeout)
             return False
         return True
 

@@ -408,7 +408,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
                 if phase_done:
                     break
         finally:
-            stream.close()
+            stream.close(timeout=5.0)
         if diverged:
             break
     tracker.close()
