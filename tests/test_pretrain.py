@@ -641,14 +641,16 @@ def test_an_accuracy_target_ends_phase1_early_on_both_workers_and_phase2_still_r
 
 
 def test_worker_killed_mid_run_resumes_from_checkpoint_schedule_and_stopping_state(corpus, ray_local, tmp_path):
-    """Killed at step 7, resumed from the checkpoint of step 5. The plateau rule (windows of 2 steps, no
-    window can improve by 90 %) ends the phase at the end of its 4th window, step 8, only when the
-    checkpoint carried its state: half a window and one stale window (a fresh rule would stop at 12, one
-    that lost the half window at 9, one that lost the stale count at 12)."""
+    """Killed at step 7, resumed from the checkpoint of step 5, it trains as the run that was not killed.
+    The plateau rule (windows of 2 steps, no window can improve by 90 %) ends the phase at the end of its
+    4th window, step 8, only when the checkpoint carried its state: half a window and one stale window (a
+    fresh rule would stop at 12, one that lost the half window at 9, one that lost the stale count at 12)."""
+    from safetensors.torch import load_file
+
     from orchestrator.pretrain.trainer import pretrain
 
     cfg = _cfg(**{"phase1.steps": 12, "phase2.steps": 0, "checkpoint_every": 5, "optim.name": "adamw",
-                  "stop.window": 2, "stop.plateau_patience": 3, "stop.plateau_min_delta": 0.9})
+                  "stop.window": 2, "stop.plateau_patience": 3, "stop.plateau_min_delta": 0.9, "model.dropout": 0.1})
     marker = tmp_path / "died"
     result = pretrain(cfg, {32: corpus[32]}, corpus["tokenizer"], tmp_path / "out",
                       fail_at={"step": 7, "marker": str(marker)})
@@ -661,6 +663,13 @@ def test_worker_killed_mid_run_resumes_from_checkpoint_schedule_and_stopping_sta
     warmup = int(0.1 * 12)
     expected = [cfg.phase1.learning_rate * lr_factor(s, warmup, 12, 0.5) for s in range(8)]
     assert np.allclose([h["lr"] for h in result.history], expected)
+    # Issue 18 item 12: the resumed workers read on where their shards stopped, with the masks and dropout
+    # the uninterrupted run drew (before, each replayed its shard's first rows with fresh draws)
+    whole = pretrain(cfg, {32: corpus[32]}, corpus["tokenizer"], tmp_path / "whole")
+    losses = [h["loss"] for h in whole.history]
+    assert [h["loss"] for h in result.history] == pytest.approx(losses, rel=1e-6, abs=0)
+    a, b = (load_file(str(r.model_dir / "model.safetensors")) for r in (result, whole))
+    assert all(torch.allclose(a[k], b[k], rtol=1e-5, atol=1e-7) for k in a)
     # Re-running the same call finds the finished run and does not train again.
     again = pretrain(cfg, {32: corpus[32]}, corpus["tokenizer"], tmp_path / "out")
     assert [h["step"] for h in again.history] == steps and again.phases == result.phases
@@ -668,7 +677,8 @@ def test_worker_killed_mid_run_resumes_from_checkpoint_schedule_and_stopping_sta
     with pytest.raises(ConfigError, match="phase1.learning_rate"):
         pretrain(_cfg(**{"phase1.steps": 12, "phase2.steps": 0, "checkpoint_every": 5, "optim.name": "adamw",
                          "stop.window": 2, "stop.plateau_patience": 3, "stop.plateau_min_delta": 0.9,
-                         "phase1.learning_rate": 1e-3}), {32: corpus[32]}, corpus["tokenizer"], tmp_path / "out")
+                         "model.dropout": 0.1, "phase1.learning_rate": 1e-3}), {32: corpus[32]},
+                 corpus["tokenizer"], tmp_path / "out")
 
 
 def test_persistent_nan_loss_stops_with_clear_error(corpus, ray_local, tmp_path):

@@ -4,7 +4,10 @@
       config.json, model.safetensors          BertForPreTraining / BertForMaskedLM (save_pretrained)
       vocab.txt, tokenizer.json, ...          the tokenizer, so every checkpoint is usable on its own
       adapters.safetensors, adapter_config.json   (adapter training only)
-      training_state.pt                       optimizer, scheduler, scaler, step, phase (torch.save)
+      training_state.pt                       optimizer, scheduler, scaler, step, phase (torch.save), and
+                                              ``resume``: every worker's random generators (torch, CUDA,
+                                              numpy, Python) and data position (epoch, batches read, the
+                                              mask generator's state), so a resume goes on where it stopped
       trainer_state.json                      step / phase / metrics, human-readable
       checkpoint.json                         every file above with its size: a copy that was cut off
                                               (a node lost while Ray persisted it) is never taken
@@ -52,11 +55,12 @@ def save_hf(model: PreTrainedModel, tokenizer_dir: Path, out_dir: Path) -> None:
 
 
 def save_checkpoint(out_dir: Path, model: PreTrainedModel, tokenizer_dir: Path, *, optimizer, scheduler, scaler,
-                    state: dict[str, Any]) -> Path:
-    """Write a complete checkpoint into ``out_dir`` (a fresh directory Ray then persists)."""
+                    state: dict[str, Any], resume: dict[str, Any] | None = None) -> Path:
+    """Write a complete checkpoint into ``out_dir`` (a fresh directory Ray then persists).
+    ``resume``: {"world", "rng" (per rank), "data": {"phase", "positions" (per rank)}}, see the loop."""
     save_hf(model, tokenizer_dir, out_dir)
     torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                "scaler": scaler.state_dict() if scaler is not None else None, "state": state},
+                "scaler": scaler.state_dict() if scaler is not None else None, "state": state, "resume": resume},
                Path(out_dir) / STATE_FILE)
     (Path(out_dir) / TRAINER_STATE).write_text(json.dumps(state, indent=2, sort_keys=True, default=float))
     sizes = {p.name: p.stat().st_size for p in sorted(Path(out_dir).iterdir()) if p.is_file()}

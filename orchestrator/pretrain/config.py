@@ -153,7 +153,13 @@ class PretrainConfig:
     keep_checkpoints: int = field(2, help="keep the last K checkpoints")
     max_failures: int = field(1, help="restart the workers from the latest checkpoint this many times")
     log_every: int = field(1, help="record metrics every N steps")
-    dataloader_prefetch: int = field(2, help="batches each worker prefetches from Ray Data")
+    dataloader_prefetch: int = field(
+        2, help="batches each worker prefetches from Ray Data, and optimizer steps of micro-batches it collates and "
+                "masks ahead on a background thread while the device trains")
+    gradient_checkpointing: bool = field(
+        False, help="recompute each layer's activations in the backward pass instead of keeping them (about a third "
+                    "more compute for much less activation memory: longer sequences or larger device batches fit); "
+                    "the same arithmetic, so not part of the run's key")
     seed: int = field(42, help="seed for initialisation and masking")
     on_mismatch: Literal["refuse", "restart"] = field(
         "refuse", help="checkpoints in out_dir from another config or other inputs: refuse, saying what changed, "
@@ -172,6 +178,8 @@ class PretrainConfig:
             batch_plan(phase.global_batch_size, self.num_workers, phase.device_batch_size, where=name)
         if self.max_nonfinite_steps < 1 or self.log_every < 1:
             raise ConfigError("max_nonfinite_steps and log_every must be >= 1")
+        if self.dataloader_prefetch < 1:
+            raise ConfigError("dataloader_prefetch must be >= 1")
         if self.checkpoint_every < 0 or self.keep_checkpoints < 1 or self.max_failures < 0:
             raise ConfigError("checkpoint_every >= 0, keep_checkpoints >= 1, max_failures >= 0")
         if self.init_loss_scale <= 0:
@@ -196,7 +204,8 @@ class PretrainConfig:
         """The settings a trained model depends on: not how often it is saved or logged, where its
         workers run, or what to do with an old run; the stopping rules only when one is set."""
         operational = {"keep_checkpoints", "max_failures", "log_every", "checkpoint_every", "cpus_per_worker",
-                       "resources_per_worker", "accelerator_type", "dataloader_prefetch", "on_mismatch"}
+                       "resources_per_worker", "accelerator_type", "dataloader_prefetch", "on_mismatch",
+                       "gradient_checkpointing"}
         fields = {k: v for k, v in to_dict(self).items() if k not in operational}
         if not self.stop.enabled:  # without a rule a run keeps the key it had before rules existed
             del fields["stop"]

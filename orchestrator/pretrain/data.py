@@ -1,4 +1,4 @@
-"""Instances on disk -> padded tensors for one micro-batch; input checks.
+"""Instances on disk -> padded tensors for one micro-batch; input checks; the stream of micro-batches.
 
 Pure functions (numpy in, numpy out) so collation is tested without Ray or torch. The parquet
 schema is the instances stage's (``orchestrator.core.artifacts.instance_schema``): unpadded
@@ -9,17 +9,22 @@ the rule the instances manifest records: static and dynamic masking choose targe
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import logging
+import queue
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from orchestrator.core.artifacts import InstanceInfo
-from orchestrator.core.errors import InputError
+from orchestrator.core.errors import InputError, OrchestratorError
 from orchestrator.core.manifest import file_sha256
 from orchestrator.instances.config import MaskingRule, Specials
 from orchestrator.instances.masking import mask_batch
 
+log = logging.getLogger(__name__)
 IGNORE_INDEX = -100
 
 
@@ -68,8 +73,158 @@ def collate(rows: Mapping[str, Sequence], special: Specials, *, rule: MaskingRul
         table = continuation if continuation is not None else special.continuation_mask()
         chosen, originals = mask_batch(input_ids, lengths, rule, special, table, gen)
         labels[chosen] = originals
-    else:
-        for i in range(n):
-            labels[i, np.asarray(rows["masked_lm_positions"][i], np.int64)] = rows["masked_lm_ids"][i]
+    else:  # every row's (position, id) pairs at once; rows in order, so a repeated position keeps its last id
+        positions = [np.asarray(p, np.int64) for p in rows["masked_lm_positions"]]
+        if positions and sum(len(p) for p in positions):
+            row = np.repeat(np.arange(n), [len(p) for p in positions])
+            labels[row, np.concatenate(positions)] = np.concatenate(
+                [np.asarray(i, np.int64) for i in rows["masked_lm_ids"]])
     return {"input_ids": input_ids, "token_type_ids": token_type, "attention_mask": valid.astype(np.int64),
             "labels": labels, "next_sentence_label": np.asarray(rows["next_sentence_label"], np.int64)}
+
+
+# ------------------------------------------------------------------------------------- the stream
+def micro_batches(shard, device_batch: int, special: Specials, rule: MaskingRule | None, *, seed: int,
+                  seed_key: Sequence[int], prefetch: int = 2, pad_to: int = 1,
+                  start: Mapping[str, Any] | None = None) -> Iterator[tuple[dict[str, np.ndarray], dict]]:
+    """Endless stream of collated micro-batches from a worker's Ray Data shard (anything with
+    ``iter_batches``), epoch after epoch, each with its position: the stream's state just after it.
+
+    Epoch ``e`` reads the shard locally shuffled with seed ``seed + e`` and, under dynamic masking
+    (``rule``), draws its masks from ``np.random.default_rng((seed, *seed_key, e))``. A position is
+    ``{"seed_key", "epoch", "batches" (of that epoch, so far), "rng" (the mask generator's state)}``;
+    given one as ``start`` the stream goes on from there: it reads past the batches already
+    produced in that epoch (no collation, no masking) and restores the generator, so it yields what
+    the uninterrupted stream would have yielded next, as long as the shard's rows come in the same
+    order (``ordered_ingest``).
+    """
+    continuation = special.continuation_mask()
+    key = tuple(int(k) for k in (start["seed_key"] if start else seed_key))
+    epoch = int(start["epoch"]) if start else 0
+    skip = int(start["batches"]) if start else 0
+    while True:
+        gen = np.random.default_rng((seed, *key, epoch))
+        if skip:
+            gen.bit_generator.state = start["rng"]
+            log.info("data: going on from batch %d of epoch %d (reading past the batches already trained on)",
+                     skip, epoch)
+        produced = 0
+        for rows in shard.iter_batches(batch_size=device_batch, batch_format="numpy", drop_last=True,
+                                       prefetch_batches=prefetch, local_shuffle_buffer_size=device_batch * 4,
+                                       local_shuffle_seed=seed + epoch):
+            produced += 1
+            if produced <= skip:
+                continue
+            batch = collate(rows, special, rule=rule, gen=gen, continuation=continuation, pad_to_multiple=pad_to)
+            yield batch, {"seed_key": list(key), "epoch": epoch, "batches": produced, "rng": gen.bit_generator.state}
+        if produced == 0:
+            raise OrchestratorError(f"a worker's data shard yielded no full batch of {device_batch} sequences")
+        epoch, skip = epoch + 1, 0
+
+
+_ITEM, _END, _ERROR = "item", "end", "error"
+
+
+class Prefetcher:
+    """Runs an iterator on a background thread, at most ``depth`` items ahead of its consumer.
+
+    The training loop's micro-batches are read, collated, masked (and pinned, on CUDA) here while the
+    accelerator runs the previous step, instead of on the training thread between steps. The items
+    and their order are the iterator's own (it runs on one thread, start to end); ``transform`` is
+    applied on the background thread. An error there is raised on the consumer's next ``next()``.
+    ``close()`` (or leaving a ``with`` block) stops the thread and closes the iterator.
+    """
+
+    def __init__(self, source: Iterator, depth: int, transform: Callable[[Any], Any] | None = None,
+                 name: str = "prefetch"):
+        if depth < 1:
+            raise ValueError(f"prefetch depth must be >= 1, got {depth}")
+        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._finished = False
+        self._thread = threading.Thread(target=self._run, args=(source, transform), name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self, source: Iterator, transform) -> None:
+        try:
+            for item in source:
+                if not self._put((_ITEM, transform(item) if transform else item)):
+                    return
+            self._put((_END, None))
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
+            self._put((_ERROR, exc))
+        finally:
+            close = getattr(source, "close", None)
+            if close is not None:
+                close()
+
+    def _put(self, message) -> bool:
+        """Blocks while the queue is full; False once the consumer has closed the prefetcher."""
+        while not self._stop.is_set():
+            try:
+                self._queue.put(message, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def __iter__(self) -> Prefetcher:
+        return self
+
+    def __next__(self):
+        if self._finished:
+            raise StopIteration
+        while True:
+            try:
+                kind, value = self._queue.get(timeout=1.0)
+                break
+            except queue.Empty:
+                if not self._thread.is_alive() and self._queue.empty():
+                    self._finished = True
+                    raise OrchestratorError("the data thread stopped without a word") from None
+        if kind == _ITEM:
+            return value
+        self._finished = True
+        if kind == _ERROR:
+            raise value
+        raise StopIteration
+
+    def close(self, timeout: float = 30.0) -> bool:
+        """Stop the thread; True when it has ended within ``timeout`` seconds. A thread still inside a
+        read is left to end on its own (a daemon): e.g. a Ray Data split that has reached its epoch's end
+        waits there for the other workers' splits, which stopped reading at the same phase end."""
+        self._stop.set()
+        self._finished = True
+        while True:  # free a producer blocked on a full queue
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                break
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.info("data: the prefetch thread %s is still inside a read after %gs; left to end on its own",
+                     self._thread.name, timeout)
+            return False
+        return True
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def __enter__(self) -> Prefetcher:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def ordered_ingest():
+    """Ray Train's dataset options with ``preserve_order``: a worker's shard then holds the same rows in
+    the same order in every run, so a resumed run reads what the interrupted one would have read
+    next. (Without it blocks are handed to the workers as their reads finish, and locality hints
+    move them between nodes; in order, a multi-node run may move more data between nodes.)"""
+    from ray.train import DataConfig  # heavy: ray
+
+    options = DataConfig.default_ingest_options()
+    options.preserve_order = True
+    return DataConfig(execution_options=options)

@@ -11,9 +11,9 @@ import dataclasses
 import logging
 import math
 import os
+import random
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from orchestrator.modeling.adapters import add_adapters, parameter_counts
 from orchestrator.modeling.precision import allow_tf32, autocast_context, make_scaler, optimizer_update
 from orchestrator.pretrain.checkpoint import checkpoint_name, load_training_state, load_weights, save_checkpoint
 from orchestrator.pretrain.config import PretrainConfig, batch_plan
-from orchestrator.pretrain.data import collate
+from orchestrator.pretrain.data import Prefetcher, micro_batches
 from orchestrator.pretrain.model import PretrainingModule, build_model, check_same_architecture
 from orchestrator.pretrain.optim import build_optimizer, build_scheduler
 from orchestrator.pretrain.stopping import MLM_ACCURACY, PLATEAU, STEPS, Stopper
@@ -47,18 +47,32 @@ class TrainingDiverged(OrchestratorError):
     """The loss stayed NaN/inf: stop instead of burning accelerator hours."""
 
 
+#: What ``train_step`` sums on the device over an optimizer step's micro-batches (the losses as means).
+STAT_FIELDS = ("loss", "mlm_loss", "nsp_loss", "mlm_correct", "mlm_count", "tokens")
+
+
 @dataclasses.dataclass
 class StepStats:
-    loss: float
-    mlm_loss: float
-    nsp_loss: float
-    mlm_correct: float
-    mlm_count: float
+    """One optimizer step's statistics. ``totals`` (float64, on the device, ``STAT_FIELDS`` in order)
+    is what the loop all-reduces, read back once per step; the named values read it on first use."""
+    totals: torch.Tensor
     sequences: int
-    tokens: int
     grad_norm: float
     skipped: bool
     loss_scale: float
+    _values: list[float] | None = dataclasses.field(default=None, repr=False)
+
+    def value(self, name: str) -> float:
+        if self._values is None:
+            self._values = self.totals.tolist()
+        return self._values[STAT_FIELDS.index(name)]
+
+    loss = property(lambda self: self.value("loss"))
+    mlm_loss = property(lambda self: self.value("mlm_loss"))
+    nsp_loss = property(lambda self: self.value("nsp_loss"))
+    mlm_correct = property(lambda self: self.value("mlm_correct"))
+    mlm_count = property(lambda self: self.value("mlm_count"))
+    tokens = property(lambda self: self.value("tokens"))
 
 
 def train_step(module: torch.nn.Module, micro_batches: list[dict[str, torch.Tensor]], optimizer, scheduler,
@@ -66,29 +80,28 @@ def train_step(module: torch.nn.Module, micro_batches: list[dict[str, torch.Tens
                params: list[torch.nn.Parameter]) -> StepStats:
     """One optimizer step over ``len(micro_batches)`` accumulated micro-batches.
 
-    Gradients are synchronised across DDP workers only on the last micro-batch (``no_sync``).
+    Gradients are synchronised across DDP workers only on the last micro-batch (``no_sync``). The
+    statistics stay on the device (no host sync per micro-batch): each micro-batch's loss enters as
+    float64 divided by ``n``, so the sums are the ones the host used to add up, to the last bit.
     """
     n = len(micro_batches)
-    sums = {"loss": 0.0, "mlm_loss": 0.0, "nsp_loss": 0.0, "mlm_correct": 0.0, "mlm_count": 0.0}
-    sequences = tokens = 0
+    totals = torch.zeros(len(STAT_FIELDS), dtype=torch.float64, device=device)
+    sequences = 0
     for i, batch in enumerate(micro_batches):
         sync = i == n - 1 or not hasattr(module, "no_sync")
         with contextlib.nullcontext() if sync else module.no_sync():
             with autocast_context(precision, device):
                 out = module(**batch)
             scaler.scale(out["loss"] / n).backward()
-        sums["loss"] += float(out["loss"].detach()) / n
-        sums["mlm_loss"] += float(out["mlm_loss"].detach()) / n
-        if "nsp_loss" in out:
-            sums["nsp_loss"] += float(out["nsp_loss"].detach()) / n
-        sums["mlm_correct"] += float(out["mlm_correct"])
-        sums["mlm_count"] += float(out["mlm_count"])
+        zero = out["loss"].new_zeros(())
+        losses = torch.stack([out["loss"].detach(), out["mlm_loss"].detach(),
+                              out.get("nsp_loss", zero).detach()]).double() / n
+        counts = torch.stack([out["mlm_correct"], out["mlm_count"], batch["attention_mask"].sum()]).double()
+        totals += torch.cat([losses, counts])
         sequences += int(batch["input_ids"].shape[0])
-        tokens += int(batch["attention_mask"].sum())
     scale = scaler.get_scale() if scaler.is_enabled() else 1.0
     grad_norm, skipped = optimizer_update(params, optimizer, scheduler, scaler, grad_clip)
-    return StepStats(**sums, sequences=sequences, tokens=tokens, grad_norm=grad_norm, skipped=skipped,
-                     loss_scale=scale)
+    return StepStats(totals, sequences=sequences, grad_norm=grad_norm, skipped=skipped, loss_scale=scale)
 
 
 def training_flops_per_token(model: torch.nn.Module, seq_len: float, masked_fraction: float) -> float:
@@ -121,37 +134,57 @@ def estimate_mfu(flops_per_token: float, tokens_per_s: float, world: int, device
 
 
 # --------------------------------------------------------------------------------------------- Ray edge
-def _micro_batches(shard, device_batch: int, special: Specials, cfg: PretrainConfig, rule: MaskingRule | None,
-                   seed_key: tuple[int, ...], pad_to: int) -> Iterator[dict[str, np.ndarray]]:
-    """Endless stream of collated micro-batches from this worker's Ray Data shard, epoch after epoch;
-    ``rule``: the instances' masking rule when their masks are drawn here (dynamic masking)."""
-    continuation = special.continuation_mask()
-    epoch = 0
-    while True:
-        gen = np.random.default_rng((cfg.seed, *seed_key, epoch))
-        produced = 0
-        for rows in shard.iter_batches(batch_size=device_batch, batch_format="numpy", drop_last=True,
-                                       prefetch_batches=cfg.dataloader_prefetch,
-                                       local_shuffle_buffer_size=device_batch * 4,
-                                       local_shuffle_seed=cfg.seed + epoch):
-            produced += 1
-            yield collate(rows, special, rule=rule, gen=gen, continuation=continuation, pad_to_multiple=pad_to)
-        if produced == 0:
-            raise OrchestratorError(f"a worker's data shard yielded no full batch of {device_batch} sequences")
-        epoch += 1
+def _batch_to_torch(objective_nsp: bool, pin: bool):
+    """On the data thread: numpy micro-batch -> torch tensors (pinned for asynchronous copies on CUDA)."""
+    def convert(item):
+        batch, position = item
+        out = {k: torch.from_numpy(v) for k, v in batch.items() if objective_nsp or k != "next_sentence_label"}
+        if pin:
+            out = {k: v.pin_memory() for k, v in out.items()}
+        return out, position
+    return convert
 
 
-def _to_device(batch: dict[str, np.ndarray], device: torch.device, objective_nsp: bool) -> dict[str, torch.Tensor]:
-    out = {k: torch.from_numpy(v).to(device, non_blocking=True) for k, v in batch.items()}
-    if not objective_nsp:
-        out.pop("next_sentence_label")
+def _to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+
+
+def _all_gather(obj: Any, world: int) -> list[Any]:
+    """Every rank's ``obj`` (at checkpoints only: RNG states and data positions)."""
+    import torch.distributed as dist  # heavy: torch
+
+    if not (dist.is_available() and dist.is_initialized()) or world == 1:
+        return [obj]
+    out: list[Any] = [None] * world
+    dist.all_gather_object(out, obj)
     return out
 
 
-def _all_reduce(values: list[float], device: torch.device) -> list[float]:
+def rng_state(device: torch.device) -> dict[str, Any]:
+    """This process's random number generators: torch (CPU, and CUDA on a GPU), numpy's, Python's."""
+    np_state = np.random.get_state()
+    return {"torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+            "numpy": {"keys": torch.from_numpy(np_state[1].astype(np.int64)), "pos": int(np_state[2]),
+                      "has_gauss": int(np_state[3]), "gauss": float(np_state[4])},
+            "python": random.getstate()}
+
+
+def set_rng_state(state: dict[str, Any], device: torch.device) -> None:
+    torch.set_rng_state(state["torch"])
+    if state.get("cuda") is not None and device.type == "cuda":
+        torch.cuda.set_rng_state(state["cuda"], device)
+    np_state = state["numpy"]
+    np.random.set_state(("MT19937", np_state["keys"].numpy().astype(np.uint32), np_state["pos"],
+                         np_state["has_gauss"], np_state["gauss"]))
+    random.setstate(state["python"])
+
+
+def _all_reduce(values: list[float] | torch.Tensor, device: torch.device) -> list[float]:
+    """Sums over the workers, read back to the host (the one host sync of a step's statistics)."""
     import torch.distributed as dist  # heavy: torch
 
-    t = torch.tensor(values, dtype=torch.float64, device=device)
+    t = values if isinstance(values, torch.Tensor) else torch.tensor(values, dtype=torch.float64, device=device)
     if dist.is_available() and dist.is_initialized():
         dist.all_reduce(t)
     return t.tolist()
@@ -218,6 +251,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     device = ray.train.torch.get_device()
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # the device the checkpoints' all_gather_object uses under NCCL
     allow_tf32(device)
     torch.set_num_threads(max(1, int(cfg.cpus_per_worker)))
     seed_everything(cfg.seed)
@@ -225,6 +260,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     model = build_model(cfg.model, special.vocab_size, special.pad)
     if cfg.adapters.enabled:
         add_adapters(model, cfg.adapters.reduction_factor, cfg.adapters.train_heads)
+    if cfg.gradient_checkpointing:  # recompute each layer's activations in the backward pass: less memory
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     counts = parameter_counts(model)
     state: dict[str, Any] = {"step": 0, "phase": 0, "phase_step": 0, "history": [], "phases": []}
     training_state = None
@@ -241,6 +278,14 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
                 log.info("resuming from %s at step %d", resume_dir, state["step"])
     nsp = cfg.model.objective == "mlm_nsp"
     module = ray.train.torch.prepare_model(PretrainingModule(model))
+    resume = (training_state or {}).get("resume")
+    if resume is not None and resume.get("world") != world:
+        if rank == 0:
+            log.warning("the checkpoint was written by %s workers, this run has %d: the random generators and "
+                        "the data position start afresh", resume.get("world"), world)
+        resume = None
+    if resume is not None:  # dropout and the other random draws go on as in the uninterrupted run
+        set_rng_state(resume["rng"][rank], device)
     params = [p for p in model.parameters() if p.requires_grad]
     tracker = RankZeroLogger(config.get("tracking") if rank == 0 else None)
     fail_at = config.get("fail_at")
@@ -267,83 +312,103 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
         state["phase"] = phase_index
         shard = ray.train.get_dataset_shard(phase_name)
         rule = config["dynamic"][phase_name]
-        stream = _micro_batches(shard, plan.device_batch, special, cfg, MaskingRule(**rule) if rule else None,
-                                (rank, phase_index, state["step"]), 8 if device.type == "cuda" else 1)
+        start = None
+        if resume is not None and resume["data"]["phase"] == phase_index and state["phase_step"] > 0:
+            start = resume["data"]["positions"][rank]  # go on where this worker's shard stopped
+        # read, collate and mask (and pin) on a background thread while the device runs the steps
+        stream = Prefetcher(micro_batches(shard, plan.device_batch, special, MaskingRule(**rule) if rule else None,
+                                          seed=cfg.seed, seed_key=(rank, phase_index, state["step"]),
+                                          prefetch=cfg.dataloader_prefetch,
+                                          pad_to=8 if device.type == "cuda" else 1, start=start),
+                            depth=max(1, cfg.dataloader_prefetch) * plan.accumulation,
+                            transform=_batch_to_torch(nsp, pin=device.type == "cuda"), name=f"data-{phase_name}")
+        position = start
         if rank == 0:
             log.info("%s: %d steps, global batch %d = %d workers x %d x %d accumulation, lr %g", phase_name,
                      phase.steps, plan.global_batch, world, plan.device_batch, plan.accumulation,
                      phase.learning_rate)
         window = {"t": time.perf_counter(), "seq": 0, "tok": 0}
         progress = Progress(phase_name, phase.steps, state["phase_step"])
-        while state["phase_step"] < phase.steps:
-            if fail_at and rank == min(1, world - 1) and state["step"] == fail_at["step"] \
-                    and not os.path.exists(fail_at["marker"]):
-                Path(fail_at["marker"]).write_text("died once\n")
-                os._exit(1)
-            micro = [_to_device(next(stream), device, nsp) for _ in range(plan.accumulation)]
-            module.train()
-            lr = optimizer.param_groups[0]["lr"]
-            stats = train_step(module, micro, optimizer, scheduler, scaler, precision=cfg.precision, device=device,
-                               grad_clip=cfg.optim.grad_clip, params=params)
-            loss, mlm, nsp_l, correct, count, seqs, toks, nonfinite = _all_reduce(
-                [stats.loss, stats.mlm_loss, stats.nsp_loss, stats.mlm_correct, stats.mlm_count,
-                 stats.sequences, stats.tokens, float(not math.isfinite(stats.loss))], device)
-            state["step"] += 1
-            state["phase_step"] += 1
-            window["seq"] += seqs
-            window["tok"] += toks
-            nonfinite_run = nonfinite_run + 1 if nonfinite else 0
-            window_end = stopper.add(mlm / world, correct, count)
-            state["stop"] = stopper.state_dict()
-            stopped_by = None
-            if window_end is not None:
-                stopped_by = window_end["stopped_by"]
-                _check_same_decision(stopped_by, world, device, state["step"])
-            if stopped_by is None and state["phase_step"] == phase.steps:
-                stopped_by = STEPS
-            if stats.skipped and rank == 0:
-                log.warning("step %d skipped: non-finite gradients (loss scale now %g)", state["step"],
-                            scaler.get_scale() if scaler.is_enabled() else 1.0)
-            if nonfinite_run >= cfg.max_nonfinite_steps:
-                diverged = (f"loss was NaN/inf for {nonfinite_run} consecutive steps (step {state['step']}, "
-                            f"{phase_name}, precision {cfg.precision}); lower the learning rate or use bf16/fp32")
-                break
-            if state["step"] % cfg.log_every == 0 or stopped_by or window_end is not None:
-                elapsed = max(time.perf_counter() - window["t"], 1e-9)
-                record = {"step": state["step"], "phase": phase_index + 1, "loss": loss / world,
-                          "mlm_loss": mlm / world, "mlm_accuracy": correct / max(count, 1.0),
-                          "lr": lr, "grad_norm": stats.grad_norm,
-                          "loss_scale": stats.loss_scale, "skipped": float(stats.skipped),
-                          "seq_per_s": window["seq"] / elapsed, "tokens_per_s": window["tok"] / elapsed}
-                if nsp:
-                    record["nsp_loss"] = nsp_l / world
-                if window_end is not None:  # what the stopping rule saw
-                    record[S.WINDOW_MLM_LOSS] = window_end["mlm_loss"]
-                    record[S.WINDOW_MLM_ACCURACY] = window_end["mlm_accuracy"]
-                if device.type == "cuda":
-                    per_token = training_flops_per_token(model, toks / max(seqs, 1), count / max(toks, 1.0))
-                    record["mfu"] = estimate_mfu(per_token, record["tokens_per_s"], world,
-                                                 torch.cuda.get_device_name(device), cfg.precision)
-                state["history"].append(record)
-                tracker.log({k: v for k, v in record.items() if k != "step"}, state["step"])
-                window = {"t": time.perf_counter(), "seq": 0, "tok": 0}
-            phase_done = stopped_by is not None
-            if rank == 0:
-                progress.step(state["phase_step"], mlm / world, correct / max(count, 1.0), force=phase_done)
-            if phase_done:
-                state["phases"].append({"phase": phase_name, "stopped_by": stopped_by, "step": state["step"],
-                                        "phase_step": state["phase_step"], "max_steps": phase.steps})
-                if rank == 0 and stopped_by != STEPS:
-                    log.info("%s stopped by %s at step %d of %d (window MLM loss %.4f, accuracy %.4f)",
-                             phase_name, stopped_by, state["phase_step"], phase.steps, window_end["mlm_loss"],
-                             window_end["mlm_accuracy"])
-            if phase_done or (cfg.checkpoint_every and state["step"] % cfg.checkpoint_every == 0):
-                if phase_done and phase_index + 1 < len(cfg.active_phases()):
-                    state = {**state, "phase": phase_index + 1, "phase_step": 0}
-                _report_checkpoint(rank, model, tokenizer_dir, optimizer, scheduler, scaler, state,
-                                   save_checkpoint, checkpoint_name)
-            if phase_done:
-                break
+        try:
+            while state["phase_step"] < phase.steps:
+                if fail_at and rank == min(1, world - 1) and state["step"] == fail_at["step"] \
+                        and not os.path.exists(fail_at["marker"]):
+                    Path(fail_at["marker"]).write_text("died once\n")
+                    _reports_collected()
+                    os._exit(1)
+                micro = []
+                for _ in range(plan.accumulation):
+                    batch, position = next(stream)
+                    micro.append(_to_device(batch, device))
+                module.train()
+                lr = optimizer.param_groups[0]["lr"]
+                stats = train_step(module, micro, optimizer, scheduler, scaler, precision=cfg.precision,
+                                   device=device, grad_clip=cfg.optim.grad_clip, params=params)
+                nonfinite_flag = (~torch.isfinite(stats.totals[:1])).double()
+                loss, mlm, nsp_l, correct, count, toks, nonfinite = _all_reduce(
+                    torch.cat([stats.totals, nonfinite_flag]), device)
+                seqs = stats.sequences * world  # every worker's micro-batches are full (drop_last)
+                state["step"] += 1
+                state["phase_step"] += 1
+                window["seq"] += seqs
+                window["tok"] += toks
+                nonfinite_run = nonfinite_run + 1 if nonfinite else 0
+                window_end = stopper.add(mlm / world, correct, count)
+                state["stop"] = stopper.state_dict()
+                stopped_by = None
+                if window_end is not None:
+                    stopped_by = window_end["stopped_by"]
+                    _check_same_decision(stopped_by, world, device, state["step"])
+                if stopped_by is None and state["phase_step"] == phase.steps:
+                    stopped_by = STEPS
+                if stats.skipped and rank == 0:
+                    log.warning("step %d skipped: non-finite gradients (loss scale now %g)", state["step"],
+                                scaler.get_scale() if scaler.is_enabled() else 1.0)
+                if nonfinite_run >= cfg.max_nonfinite_steps:
+                    diverged = (f"loss was NaN/inf for {nonfinite_run} consecutive steps (step {state['step']}, "
+                                f"{phase_name}, precision {cfg.precision}); lower the learning rate or use bf16/fp32")
+                    break
+                if state["step"] % cfg.log_every == 0 or stopped_by or window_end is not None:
+                    elapsed = max(time.perf_counter() - window["t"], 1e-9)
+                    record = {"step": state["step"], "phase": phase_index + 1, "loss": loss / world,
+                              "mlm_loss": mlm / world, "mlm_accuracy": correct / max(count, 1.0),
+                              "lr": lr, "grad_norm": stats.grad_norm,
+                              "loss_scale": stats.loss_scale, "skipped": float(stats.skipped),
+                              "seq_per_s": window["seq"] / elapsed, "tokens_per_s": window["tok"] / elapsed}
+                    if nsp:
+                        record["nsp_loss"] = nsp_l / world
+                    if window_end is not None:  # what the stopping rule saw
+                        record[S.WINDOW_MLM_LOSS] = window_end["mlm_loss"]
+                        record[S.WINDOW_MLM_ACCURACY] = window_end["mlm_accuracy"]
+                    if device.type == "cuda":
+                        per_token = training_flops_per_token(model, toks / max(seqs, 1), count / max(toks, 1.0))
+                        record["mfu"] = estimate_mfu(per_token, record["tokens_per_s"], world,
+                                                     torch.cuda.get_device_name(device), cfg.precision)
+                    state["history"].append(record)
+                    tracker.log({k: v for k, v in record.items() if k != "step"}, state["step"])
+                    window = {"t": time.perf_counter(), "seq": 0, "tok": 0}
+                phase_done = stopped_by is not None
+                if rank == 0:
+                    progress.step(state["phase_step"], mlm / world, correct / max(count, 1.0), force=phase_done)
+                if phase_done:
+                    state["phases"].append({"phase": phase_name, "stopped_by": stopped_by, "step": state["step"],
+                                            "phase_step": state["phase_step"], "max_steps": phase.steps})
+                    if rank == 0 and stopped_by != STEPS:
+                        log.info("%s stopped by %s at step %d of %d (window MLM loss %.4f, accuracy %.4f)",
+                                 phase_name, stopped_by, state["phase_step"], phase.steps, window_end["mlm_loss"],
+                                 window_end["mlm_accuracy"])
+                if phase_done or (cfg.checkpoint_every and state["step"] % cfg.checkpoint_every == 0):
+                    if phase_done and phase_index + 1 < len(cfg.active_phases()):
+                        state = {**state, "phase": phase_index + 1, "phase_step": 0}
+                    # every worker's generators and data position, so that a resume goes on from here
+                    resume_state = {"world": world, "rng": _all_gather(rng_state(device), world),
+                                    "data": {"phase": phase_index, "positions": _all_gather(position, world)}}
+                    _report_checkpoint(rank, model, tokenizer_dir, optimizer, scheduler, scaler, state,
+                                       resume_state)
+                if phase_done:
+                    break
+        finally:
+            stream.close(timeout=5.0)
         if diverged:
             break
     tracker.close()
@@ -353,8 +418,24 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
             "phases": state["phases"]} if rank == 0 else {}
 
 
-def _report_checkpoint(rank, model, tokenizer_dir, optimizer, scheduler, scaler, state, save_checkpoint,
-                       checkpoint_name) -> None:
+def _reports_collected(timeout_s: float = 60.0) -> None:
+    """Test hook (``fail_at``): wait until Ray Train's controller has taken this worker's reports before
+    dying. It collects them every ~2 s; a worker that dies before that loses its latest checkpoint and
+    the restart goes back to the one before (or to the start), which is not the resume under test."""
+    try:
+        from ray.train.v2._internal.execution.context import get_train_context  # heavy: ray, internal API
+
+        pending = get_train_context().get_result_queue()
+    except (ImportError, AttributeError):  # another Ray: wait out a few collection rounds
+        time.sleep(6.0)
+        return
+    deadline = time.monotonic() + timeout_s
+    while pending.unfinished_tasks and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # the controller registers the checkpoint right after taking it
+
+
+def _report_checkpoint(rank, model, tokenizer_dir, optimizer, scheduler, scaler, state, resume) -> None:
     """Every rank reports (a barrier); rank 0 attaches the checkpoint Ray persists to storage."""
     import ray.train  # heavy: ray
 
@@ -365,6 +446,6 @@ def _report_checkpoint(rank, model, tokenizer_dir, optimizer, scheduler, scaler,
         checkpoint = None
         if rank == 0:
             save_checkpoint(Path(tmp), model, tokenizer_dir, optimizer=optimizer, scheduler=scheduler,
-                            scaler=scaler if scaler.is_enabled() else None, state=state)
+                            scaler=scaler if scaler.is_enabled() else None, state=state, resume=resume)
             checkpoint = ray.train.Checkpoint.from_directory(tmp)
         ray.train.report(metrics, checkpoint=checkpoint, checkpoint_dir_name=checkpoint_name(state["step"]))

@@ -29,13 +29,18 @@ class Lamb(torch.optim.Optimizer):
     defaults to the weight-decay exclusions): biases and LayerNorm parameters take the plain Adam
     step. ``adapt_all=True`` applies it everywhere (NVLAMB). Adapting a bias that starts at 0 pins
     it near 0: its first step is tiny (warm-up) and every later one is scaled by its own small norm.
+
+    Every tensor of a group is updated at once by ``torch._foreach_*`` multi-tensor kernels, the
+    trust ratios too (``foreach=False``: the same arithmetic tensor by tensor, the reference the
+    tests compare it with); the step never reads a value back to the host.
     """
 
     def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-6, weight_decay: float = 0.01, adapt_all: bool = False):
+                 eps: float = 1e-6, weight_decay: float = 0.01, adapt_all: bool = False, foreach: bool = True):
         if lr <= 0 or eps <= 0 or weight_decay < 0 or not all(0 <= b < 1 for b in betas):
             raise ValueError(f"invalid LAMB hyper-parameters lr={lr} betas={betas} eps={eps} wd={weight_decay}")
-        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, adapt_all=adapt_all))
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, adapt_all=adapt_all,
+                                      foreach=foreach))
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -47,7 +52,6 @@ class Lamb(torch.optim.Optimizer):
             params = [p for p in group["params"] if p.grad is not None]
             if not params:
                 continue
-            beta1, beta2 = group["betas"]
             for p in params:
                 if p.grad.is_sparse:
                     raise RuntimeError("Lamb does not support sparse gradients")
@@ -57,30 +61,58 @@ class Lamb(torch.optim.Optimizer):
                     state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                     state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                 state["step"] += 1
-            grads = [p.grad for p in params]
-            exp_avg = [self.state[p]["exp_avg"] for p in params]
-            exp_avg_sq = [self.state[p]["exp_avg_sq"] for p in params]
-            step = self.state[params[0]]["step"]
-            torch._foreach_mul_(exp_avg, beta1)
-            torch._foreach_add_(exp_avg, grads, alpha=1 - beta1)
-            torch._foreach_mul_(exp_avg_sq, beta2)
-            torch._foreach_addcmul_(exp_avg_sq, grads, grads, value=1 - beta2)
-            denom = torch._foreach_sqrt(exp_avg_sq)
-            torch._foreach_div_(denom, math.sqrt(1 - beta2 ** step))
-            torch._foreach_add_(denom, group["eps"])
-            updates = torch._foreach_div(exp_avg, denom)
-            torch._foreach_div_(updates, 1 - beta1 ** step)
-            if group["weight_decay"]:
-                torch._foreach_add_(updates, params, alpha=group["weight_decay"])
-            elif not group.get("adapt_all", False):
-                torch._foreach_add_(params, updates, alpha=-group["lr"])
-                continue
-            w_norms = torch._foreach_norm(params)
-            u_norms = torch._foreach_norm(updates)
-            for p, u, wn, un in zip(params, updates, w_norms, u_norms):
-                trust = torch.where((wn > 0) & (un > 0), wn / un, torch.ones_like(wn))
-                p.sub_(u * (trust * group["lr"]))
+            update = _lamb_foreach if group.get("foreach", True) else _lamb_per_tensor
+            update(group, params, [self.state[p]["exp_avg"] for p in params],
+                   [self.state[p]["exp_avg_sq"] for p in params], self.state[params[0]]["step"])
         return loss
+
+
+def _lamb_foreach(group: dict, params: list[torch.Tensor], exp_avg: list[torch.Tensor],
+                  exp_avg_sq: list[torch.Tensor], step: int) -> None:
+    """One LAMB step of a group, as multi-tensor kernels (a few launches for all its tensors)."""
+    beta1, beta2 = group["betas"]
+    grads = [p.grad for p in params]
+    torch._foreach_mul_(exp_avg, beta1)
+    torch._foreach_add_(exp_avg, grads, alpha=1 - beta1)
+    torch._foreach_mul_(exp_avg_sq, beta2)
+    torch._foreach_addcmul_(exp_avg_sq, grads, grads, value=1 - beta2)
+    denom = torch._foreach_sqrt(exp_avg_sq)
+    torch._foreach_div_(denom, math.sqrt(1 - beta2 ** step))
+    torch._foreach_add_(denom, group["eps"])
+    updates = torch._foreach_div(exp_avg, denom)
+    del denom
+    torch._foreach_div_(updates, 1 - beta1 ** step)
+    if group["weight_decay"]:
+        torch._foreach_add_(updates, params, alpha=group["weight_decay"])
+    elif not group.get("adapt_all", False):
+        torch._foreach_add_(params, updates, alpha=-group["lr"])
+        return
+    w_norm = torch.stack(torch._foreach_norm(params))
+    u_norm = torch.stack(torch._foreach_norm(updates))
+    trust = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm))
+    torch._foreach_mul_(updates, (trust * -group["lr"]).unbind(0))
+    torch._foreach_add_(params, updates)
+
+
+def _lamb_per_tensor(group: dict, params: list[torch.Tensor], exp_avg: list[torch.Tensor],
+                     exp_avg_sq: list[torch.Tensor], step: int) -> None:
+    """The same step tensor by tensor (about ten kernel launches each): the reference for the tests."""
+    beta1, beta2 = group["betas"]
+    adapt = bool(group["weight_decay"]) or group.get("adapt_all", False)
+    for p, m, v in zip(params, exp_avg, exp_avg_sq):
+        g = p.grad
+        m.mul_(beta1).add_(g, alpha=1 - beta1)
+        v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+        denom = (v.sqrt() / math.sqrt(1 - beta2 ** step)).add_(group["eps"])
+        u = (m / denom) / (1 - beta1 ** step)
+        if group["weight_decay"]:
+            u.add_(p, alpha=group["weight_decay"])
+        if not adapt:
+            p.add_(u, alpha=-group["lr"])
+            continue
+        wn, un = p.norm(), u.norm()
+        trust = torch.where((wn > 0) & (un > 0), wn / un, torch.ones_like(wn))
+        p.sub_(u * (trust * group["lr"]))
 
 
 def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:

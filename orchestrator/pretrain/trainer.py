@@ -47,7 +47,7 @@ from orchestrator.core.runtime import ray_session
 from orchestrator.instances.config import Specials
 from orchestrator.pretrain.checkpoint import HF_FILES, TOKENIZER_FILES, latest_checkpoint, save_hf
 from orchestrator.pretrain.config import PretrainConfig, batch_plan, pretrain_key
-from orchestrator.pretrain.data import check_vocab_matches, masking_rule
+from orchestrator.pretrain.data import check_vocab_matches, masking_rule, ordered_ingest
 from orchestrator.pretrain.loop import TrainingDiverged, train_loop_per_worker
 from orchestrator.pretrain.model import (
     SIZE_PRESETS,
@@ -304,6 +304,7 @@ def pretrain(cfg: PretrainConfig, instances: dict[int, Path], tokenizer_dir: Pat
                          **cfg.resources_per_worker}
             trainer = TorchTrainer(
                 train_loop_per_worker, train_loop_config=loop_config, datasets=datasets,
+                dataset_config=ordered_ingest(),  # the same rows in the same order per worker: exact resumes
                 scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu,
                                              resources_per_worker=resources,
                                              accelerator_type=cfg.accelerator_type or None),

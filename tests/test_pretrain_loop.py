@@ -1,0 +1,228 @@
+"""The pretraining loop's fast paths (issue 18 items 6, 8, 12): the data path off the training thread,
+multi-tensor LAMB and device-side statistics, gradient checkpointing, and exact resumes (random
+generators and data position in the checkpoint). Each fast path is compared with the plain one."""
+from __future__ import annotations
+
+import copy
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from orchestrator.instances.config import MaskingRule, Specials
+from orchestrator.pretrain.config import ModelConfig, OptimConfig, PretrainConfig
+from orchestrator.pretrain.data import Prefetcher, collate, micro_batches
+
+# [PAD] 0, [UNK] 1, [CLS] 2, [SEP] 3, [MASK] 4; ids 50-99 are ## continuation pieces
+SPECIAL = Specials(cls=2, sep=3, mask=4, vocab_size=100, continuation=frozenset(range(50, 100)), pad=0)
+RULE = MaskingRule(masked_lm_prob=0.15, max_predictions_per_seq=5, whole_word_mask=True)
+
+
+def _tiny(dropout: float = 0.0, seed: int = 0):
+    from orchestrator.pretrain.model import PretrainingModule, build_model
+
+    torch.manual_seed(seed)
+    model = build_model(ModelConfig(size="tiny", max_position_embeddings=64, dropout=dropout), 100, 0)
+    return model, PretrainingModule(model)
+
+
+def _batches(n: int, seed: int = 0, size: int = 4) -> list[dict[str, torch.Tensor]]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        rows = {"input_ids": [np.array([2, *rng.integers(5, 100, int(k)), 3]) for k in rng.integers(8, 30, size)],
+                "next_sentence_label": rng.integers(0, 2, size)}
+        rows["token_type_ids"] = [np.zeros(len(r), np.int64) for r in rows["input_ids"]]
+        out.append({k: torch.from_numpy(v) for k, v in collate(rows, SPECIAL, rule=RULE, gen=rng).items()})
+    return out
+
+
+# ------------------------------------------------------------------------------------------- LAMB
+@pytest.mark.parametrize("adapt_all", [False, True])
+def test_multi_tensor_lamb_takes_the_per_tensor_steps(adapt_all):
+    """Issue 18 item 8: one set of multi-tensor kernels per group instead of ~10 launches per tensor; the
+    same trajectory, weight-decay exclusions and bias correction included, over several steps."""
+    from orchestrator.pretrain.optim import Lamb, parameter_groups
+
+    runs = []
+    for foreach in (True, False):
+        model, module = _tiny()
+        opt = Lamb(parameter_groups(model, 0.01), lr=5e-3, weight_decay=0.01, adapt_all=adapt_all, foreach=foreach)
+        for batch in _batches(5):
+            module(**batch)["loss"].backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        runs.append({k: v.detach().clone() for k, v in model.state_dict().items()})
+    fast, slow = runs
+    moved = 0
+    for name in fast:
+        scale = slow[name].abs().max().clamp_min(1e-12)
+        assert float((fast[name] - slow[name]).abs().max() / scale) <= 1e-6, name
+        moved += not torch.equal(fast[name], _tiny()[0].state_dict()[name])
+    assert moved > 10  # the steps did something to compare
+
+
+# ----------------------------------------------------------------------------------- statistics
+def test_step_statistics_stay_on_the_device_and_sum_to_what_the_host_summed():
+    """Issue 18 item 8: the loss and accuracy counts were read back after every micro-batch (six host
+    syncs each); now they are summed on the device and read once a step, to the same numbers: each
+    micro-batch's loss as float64 over the accumulation count, as the host added them."""
+    from orchestrator.modeling.precision import make_scaler
+    from orchestrator.pretrain.loop import train_step
+    from orchestrator.pretrain.optim import build_optimizer, build_scheduler
+
+    model, module = _tiny()
+    model.eval()
+    micro = _batches(3, seed=1)
+    reference = copy.deepcopy(module)
+    outs = [reference(**b) for b in micro]
+    opt = build_optimizer(model, OptimConfig(), 1e-3)
+    cpu = torch.device("cpu")
+    stats = train_step(module, micro, opt, build_scheduler(opt, 0, 10, 1.0), make_scaler("fp32", cpu, 1),
+                       precision="fp32", device=cpu, grad_clip=1.0,
+                       params=[p for p in model.parameters() if p.requires_grad])
+    assert stats.totals.dtype == torch.float64 and stats.totals.shape == (6,)
+    for name in ("loss", "mlm_loss", "nsp_loss"):
+        host = 0.0
+        for out in outs:
+            host += float(out[name]) / 3
+        assert getattr(stats, name) == host, name
+    assert stats.mlm_correct == sum(int(o["mlm_correct"]) for o in outs)
+    assert stats.mlm_count == sum(int((b["labels"] != -100).sum()) for b in micro) > 0
+    assert stats.tokens == sum(int(b["attention_mask"].sum()) for b in micro)
+    assert stats.sequences == 12 and not stats.skipped
+
+
+# ------------------------------------------------------------------------------ gradient checkpointing
+def test_gradient_checkpointing_changes_memory_not_the_step():
+    """Issue 18 item 12: recomputed activations (dropout replayed from the saved RNG state) give the same
+    step, so the option is operational: not in the run key, a resume may switch it."""
+    from orchestrator.modeling.precision import make_scaler
+    from orchestrator.pretrain.loop import train_step
+    from orchestrator.pretrain.optim import build_optimizer, build_scheduler
+
+    results = []
+    for checkpointing in (False, True):
+        model, module = _tiny(dropout=0.1)
+        if checkpointing:
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        calls: list[int] = []
+        model.bert.encoder.layer[0].attention.register_forward_pre_hook(lambda *_, seen=calls: seen.append(1))
+        module.train()
+        opt = build_optimizer(model, OptimConfig(), 1e-3)
+        torch.manual_seed(7)
+        stats = train_step(module, _batches(2, seed=2), opt, build_scheduler(opt, 0, 10, 1.0),
+                           make_scaler("fp32", torch.device("cpu"), 1), precision="fp32", device=torch.device("cpu"),
+                           grad_clip=1.0, params=[p for p in model.parameters() if p.requires_grad])
+        assert len(calls) == (4 if checkpointing else 2)  # 2 micro-batches, each layer run again in backward
+        results.append((stats.loss, {k: v.clone() for k, v in model.state_dict().items()}))
+    (loss_a, a), (loss_b, b) = results
+    assert loss_a == pytest.approx(loss_b, rel=1e-6)
+    assert all(torch.allclose(a[k], b[k], rtol=1e-5, atol=1e-7) for k in a)
+    on = PretrainConfig(gradient_checkpointing=True)
+    assert "gradient_checkpointing" not in on.training_fields()
+    assert on.training_fields() == PretrainConfig().training_fields()
+
+
+# ---------------------------------------------------------------------------------------- data path
+ROWS = 45  # 5 full batches of 8 an epoch
+
+
+@pytest.fixture(scope="module")
+def rows_dataset(ray_local):
+    import ray.data
+
+    rng = np.random.default_rng(3)
+    items = []
+    for i in range(ROWS):
+        a, b = rng.integers(5, 100, int(rng.integers(3, 12))), rng.integers(5, 100, int(rng.integers(3, 12)))
+        ids = np.concatenate([[2], a, [3], b, [3]]).astype(np.int32)
+        items.append({"input_ids": ids, "token_type_ids": (np.arange(len(ids)) > len(a) + 1).astype(np.int8),
+                      "masked_lm_positions": np.zeros(0, np.int32), "masked_lm_ids": np.zeros(0, np.int32),
+                      "next_sentence_label": i % 2})
+    ds = ray.data.from_items(items)
+    # as ordered_ingest() has Ray Train split the training data: without it, Ray Data formats batches on
+    # several threads and yields them in the order they finish (measured: two orders in four epochs)
+    ds.context.execution_options.preserve_order = True
+    return ds
+
+
+def _todays_stream(shard, seed: int, key: tuple[int, ...], n: int) -> list[dict[str, np.ndarray]]:
+    """The loop's data path before issue 18 item 6: read, collate and mask on the training thread."""
+    out, epoch = [], 0
+    while len(out) < n:
+        gen = np.random.default_rng((seed, *key, epoch))
+        for rows in shard.iter_batches(batch_size=8, batch_format="numpy", drop_last=True, prefetch_batches=2,
+                                       local_shuffle_buffer_size=32, local_shuffle_seed=seed + epoch):
+            out.append(collate(rows, SPECIAL, rule=RULE, gen=gen, continuation=SPECIAL.continuation_mask()))
+        epoch += 1
+    return out[:n]
+
+
+def _take(stream, n: int) -> list:
+    return [next(stream) for _ in range(n)]
+
+
+def _same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(np.array_equal(np.asarray(a[k]), np.asarray(b[k])) for k in a)
+
+
+def test_prefetched_batches_are_todays_batches_and_a_resume_goes_on_where_it_stopped(rows_dataset):
+    """Issue 18 items 6 and 12: collated, dynamically masked, NSP-labelled micro-batches made on a
+    background thread are the ones the training thread made, over three epochs; a stream started from
+    a position (mid-epoch, at an epoch's end, in the second epoch) yields what the uninterrupted one
+    yields next, instead of the shard's first rows with fresh masks."""
+    from orchestrator.pretrain.loop import _batch_to_torch
+
+    n = 13
+    today = _todays_stream(rows_dataset, 42, (0, 0, 0), n)
+    with Prefetcher(micro_batches(rows_dataset, 8, SPECIAL, RULE, seed=42, seed_key=(0, 0, 0)), depth=3,
+                    transform=_batch_to_torch(True, pin=False)) as stream:
+        items = _take(stream, n)
+    assert all(isinstance(v, torch.Tensor) for v in items[0][0].values())
+    assert all(_same(batch, ref) for (batch, _), ref in zip(items, today))
+    assert [p["epoch"] for _, p in items] == [0] * 5 + [1] * 5 + [2] * 3
+    assert all((b["labels"] != -100).any() and set(b["next_sentence_label"].tolist()) == {0, 1} for b, _ in items)
+    assert not _same(items[0][0], items[5][0])  # a new epoch: other order, other masks
+    for k in (3, 5, 7):
+        position = items[k - 1][1]
+        resumed = micro_batches(rows_dataset, 8, SPECIAL, RULE, seed=42, seed_key=(9, 9, 9), start=position)
+        assert all(_same(batch, ref) for (batch, _), ref in zip(_take(resumed, n - k), today[k:])), k
+        resumed.close()
+    fresh = micro_batches(rows_dataset, 8, SPECIAL, RULE, seed=42, seed_key=(0, 0, 0))
+    assert not _same(next(fresh)[0], today[3])  # what a resume without the position read
+    fresh.close()
+
+
+def test_the_data_thread_stops_when_training_stops_early_and_reports_its_errors(rows_dataset):
+    before = {t.ident for t in threading.enumerate()}
+    source = micro_batches(rows_dataset, 8, SPECIAL, RULE, seed=1, seed_key=(0,))
+    stream = Prefetcher(source, depth=2, name="data-test")
+    next(stream)
+    time.sleep(0.3)  # the thread has filled the queue and waits on it
+    assert stream.alive
+    started = time.monotonic()
+    assert stream.close(timeout=20)
+    assert not stream.alive and time.monotonic() - started < 10
+    assert source.gi_frame is None  # the generator was closed, and Ray's iterator with it
+    with pytest.raises(StopIteration):
+        next(stream)
+
+    def broken():
+        yield 1
+        raise ValueError("row 2 is not a sequence")
+
+    with Prefetcher(broken(), depth=2) as stream:
+        assert next(stream) == 1
+        with pytest.raises(ValueError, match="row 2"):
+            next(stream)
+    try:  # the consumer fails mid-phase: leaving the with block stops the thread too
+        with Prefetcher(micro_batches(rows_dataset, 8, SPECIAL, RULE, seed=1, seed_key=(0,)), depth=1) as stream:
+            next(stream)
+            raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        pass
+    assert not stream.alive
+    assert not [t for t in threading.enumerate() if t.ident not in before and t.name.startswith(("data", "prefetch"))]
