@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pytest
 
-from conftest import run_job
+from conftest import ROOT, run_job
 from orchestrator.chain import CorpusBuildConfig
 from orchestrator.core.cli import load_preset
 from orchestrator.core.config import load_config
@@ -149,3 +149,12 @@ def test_the_job_dry_runs_and_a_missing_target_fails_naming_it(tmp_path):
     res = run_job("proxy_search.py", "--dry-run", "--target", str(tmp_path / "none.tsv"), timeout=120)
     assert res.returncode != 0 and "none.tsv" in res.stderr
 
+
+
+def test_the_shipped_proxy_proposal_loads():
+    """configs/proposals/biomed_proxy (written by configs/proxy_biomed.yaml on the shared data)."""
+    built = load_config(CorpusBuildConfig, ROOT / "configs/proposals/biomed_proxy/corpus.yaml")
+    record = json.loads((ROOT / "configs/proposals/biomed_proxy/proposal.json").read_text())
+    assert built.corpus.mixer.name == "weighted" and record["method"] == "proxy"
+    assert {k: v for k, v in record["weights"].items() if v > 0} == pytest.approx(built.corpus.mixer.weights, abs=1e-6)
+    assert len(record["proxies"]) >= 12
