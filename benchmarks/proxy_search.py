@@ -8,7 +8,9 @@ Reference: what the chain does for one mixture, K times (the project's real func
 stage with the weighted mixer (Ray Data read, sentence split, shards), a WordPiece vocabulary, the
 instances stage (BERT's create_pretraining_data, parquet) and pretraining on Ray Train with the same
 model, steps, batch and sequence length (MLM only, 2 workers as the chain's presets run). The
-reference measures no target loss, which is in its favour. One embedded Ray serves both (its start
+chain has no token budget before pretraining: each reference run builds its whole mixed corpus and
+all its instances (~20,000 sequences of 32 here), of which pretraining reads 640. The reference
+measures no target loss, which is in its favour. One embedded Ray serves both (its start
 is timed by neither); MLflow off in both. Default: the job's tiny preset on the bundled sample
 corpus, K = 4. The machine may be shared: timings are noisy. Last line: JSON.
 

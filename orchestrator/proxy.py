@@ -125,7 +125,7 @@ class ProxySearchResult:
         return self.out_dir / CORPUS_FILE
 
     def summary(self) -> str:
-        names = list(self.weights)
+        names = sorted(self.weights, key=lambda n: -self.weights[n])
         width = max(9, *(len(n) for n in names))
         lines = [f"proxies ({len(self.proxies)}), sorted by target MLM loss:",
                  "  " + "  ".join(f"{n:>{width}}" for n in names) + f"  {'loss':>7}"]
@@ -134,7 +134,7 @@ class ProxySearchResult:
                          + f"  {p['target_mlm_loss']:>7.4f}")
         lines += [f"regression: held-out Spearman {self.cv['spearman']:.3f} ({self.cv['folds']}-fold; Pearson "
                   f"{self.cv['pearson']:.3f}, MAE {self.cv['mae']:.4f})",
-                  "proposal: " + ", ".join(f"{n} {w:.3f}" for n, w in self.weights.items())
+                  "proposal: " + ", ".join(f"{n} {self.weights[n]:.3f}" for n in names)
                   + f" (predicted loss {self.predicted_loss:.4f})" + (" [reused]" if self.reused else ""),
                   f"corpus config: {self.corpus_file}",
                   f"  build it:  python jobs/build_corpus.py --config {self.corpus_file}",
@@ -200,6 +200,10 @@ def _record_writer(records_dir: Path, total: int, done_before: int):
 
         def on_trial_result(self, iteration, trials, trial, result, **info):
             if "record" not in result:
+                if "step" in result:  # a quarter of a proxy's steps
+                    proxy = trial.config["proxy"]
+                    log.info("proxy #%d: step %d, train MLM loss %.3f", proxy["index"], result["step"],
+                             result["train_loss"])
                 return
             rec = json.loads(result["record"])
             atomic_write_json(records_dir / f"{rec['key']}.json", rec)
