@@ -4,7 +4,8 @@ Commands are taken from fenced code blocks labelled bash, sh, shell or console, 
 blocks whose first line is a command. Each runs from the root of a copy of the repository (its
 `.venv` and `../shared` linked in), so nothing it writes lands in the tree. A command that would
 train or score (`jobs/blue_sweep.py`, `build_corpus.py`, `pretrain.py`, `augment.py`, `score_sources.py`,
-`propose_mix.py`, `retrieval.py`) runs as its `--dry-run`, which validates the config and reads every input. A comment
+`propose_mix.py`, `retrieval.py`, `proxy_search.py`) runs as its `--dry-run`, which validates the config and
+reads every input. A comment
 right before a block can say otherwise:
 
     <!-- docs-test: skip (why, and which test or script covers it instead) -->
@@ -46,7 +47,7 @@ LOOKS_LIKE_SHELL = re.compile(r"^(\$ )?(\.venv/bin/|python3? |ray |mlflow |scrip
 MARKER = re.compile(r"^<!--\s*docs-test:\s*(?P<mode>[a-z-]+)\s*(?:\((?P<reason>.*)\))?\s*(?P<arg>\S*)\s*-->$")
 MODES = {"skip", "cluster", "file"}
 TRAINING_JOBS = ("blue_sweep.py", "build_corpus.py", "pretrain.py", "augment.py", "score_sources.py",
-                 "propose_mix.py", "retrieval.py")
+                 "propose_mix.py", "retrieval.py", "proxy_search.py")
 CLUSTER_YAML_COMMANDS = {"up", "down", "exec", "attach", "dashboard", "submit", "rsync-up", "rsync-down",
                          "get-head-ip", "monitor"}
 SAMPLE = ROOT / "orchestrator" / "sample_data"

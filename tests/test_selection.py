@@ -223,3 +223,16 @@ def test_job_shorthand_flags_become_overrides():
     assert json.loads(out[1].split("=", 1)[1]) == ["a.tsv", "b.tsv"]
     assert json.loads(out[2].split("=", 1)[1]) == {"pm": "x.txt", "wiki": "dir"}
     assert out[3] == "sample_tokens=5"
+
+
+def test_the_ray_path_submits_the_largest_source_first(tmp_path):
+    """3 sources on 2 CPUs: the largest must not wait for a CPU behind the small ones."""
+    from orchestrator.selection.scoring import largest_first
+
+    for name, size in (("a", 10), ("b", 300), ("c", 50)):
+        (tmp_path / f"{name}.txt").write_text("word " * size)
+    (tmp_path / "d").mkdir()
+    for i in range(2):  # a directory counts all its files: 2 x 200 = 400
+        (tmp_path / "d" / f"{i}.txt").write_text("word " * 200)
+    sources = {n: str(tmp_path / f"{n}.txt") for n in "abc"} | {"d": str(tmp_path / "d")}
+    assert largest_first(sources) == ["d", "b", "c", "a"]

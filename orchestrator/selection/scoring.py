@@ -614,14 +614,25 @@ def _score_source_task(name: str, path: str, targets: Mapping[str, TargetProfile
         return _Failed(str(exc))
 
 
+def largest_first(sources: Mapping[str, str]) -> list[str]:
+    """Source names by their input bytes, largest first (ties by name): the order the Ray path submits
+    them in. With more sources than CPUs, a large source submitted last would start only when a CPU
+    frees and finish long after the others (3 sources on 2 CPUs, WikiText last: 1.4x sequential
+    instead of 1.9x)."""
+    size = {n: sum(f.stat().st_size for f in input_files(p)) for n, p in sources.items()}
+    return sorted(sources, key=lambda n: (-size[n], n))
+
+
 def _score_on_ray(targets: dict[str, TargetProfile], cfg: SelectionConfig) -> list[SourceScore]:
-    """One Ray task per source (each runs its own lmplz); the first failure is raised with its message."""
+    """One Ray task per source (each runs its own lmplz), the largest submitted first; the first failure
+    is raised with its message. Results come back in name order."""
     import ray  # heavy: ray
 
     with ray_session(num_cpus=cfg.num_cpus or None):
         task = ray.remote(num_cpus=1)(_score_source_task)
         ref = ray.put(targets)
-        results = ray.get([task.remote(n, p, ref, cfg) for n, p in sorted(cfg.sources.items())])
+        refs = {n: task.remote(n, cfg.sources[n], ref, cfg) for n in largest_first(cfg.sources)}
+        results = ray.get([refs[n] for n in sorted(cfg.sources)])
     for result in results:
         if isinstance(result, _Failed):
             raise OrchestratorError(result.message)
@@ -633,4 +644,4 @@ __all__ = ["SelectionConfig", "SelectionResult", "SourceScore", "InputFile", "Ta
            "score_sources", "plan_selection", "score_source", "load_targets", "target_tasks", "merge_profiles",
            "profile_target", "tokenize", "is_content_word", "read_units", "input_files", "ngrams",
            "jensen_shannon", "type_token_ratio", "vocabulary_covered", "perplexity", "plan_samples",
-           "kenlm_binary", "build_kenlm", "correlations", "task_correlations", "ranked_table"]
+           "kenlm_binary", "build_kenlm", "largest_first", "correlations", "task_correlations", "ranked_table"]

@@ -1,0 +1,160 @@
+"""RegMix-style proposal from proxy runs: the regression and simplex search on a known answer (pure numpy),
+the pools' packing and sharing-out, a real proxy search (Ray Tune trials, real training, MLflow SQLite)
+whose corpus.yaml loads and whose re-run reuses it, bad configs, and the shipped proposal."""
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, run_job
+from orchestrator.chain import CorpusBuildConfig
+from orchestrator.core.cli import load_preset
+from orchestrator.core.config import load_config
+from orchestrator.core.errors import ConfigError
+from orchestrator.instances.config import Specials
+from orchestrator.pretrain.proxy import draw_rows, pack, share_out
+from orchestrator.selection.regmix import (
+    RegressionConfig,
+    cross_validate,
+    dirichlet_mixtures,
+    fit_regression,
+    search_simplex,
+    spearman,
+)
+
+BEST = np.array([0.6, 0.3, 0.1])
+
+
+def known_loss(W: np.ndarray) -> np.ndarray:
+    """A loss with its minimum at BEST inside the simplex: 2 + 3 * ||w - BEST||^2 (a Scheffe quadratic)."""
+    return 2.0 + 3.0 * ((W - BEST) ** 2).sum(axis=1)
+
+
+def test_the_search_recovers_a_known_best_mixture_and_the_regression_ranks_held_out_mixtures():
+    W = dirichlet_mixtures({"a": 0.3, "b": 0.5, "c": 0.2}, k=16, concentration=1.0, seed=0)
+    assert W.shape == (16, 3) and np.allclose(W.sum(axis=1), 1.0)
+    y = known_loss(W) + np.random.default_rng(1).normal(0, 0.002, len(W))  # a little measurement noise
+    cfg = RegressionConfig(features="quadratic", samples=50_000, top_k=50)
+    cv = cross_validate(W, y, cfg)
+    assert cv["folds"] == 16 and cv["spearman"] > 0.95 and cv["mae"] < 0.01
+    best, predicted = search_simplex(fit_regression(W, y, cfg), 3, cfg)
+    assert np.abs(best - BEST).max() < 0.05 and predicted == pytest.approx(2.0, abs=0.01)
+    # a linear model cannot have an interior minimum: it ranks worse and proposes a vertex's neighbourhood
+    linear = RegressionConfig(features="linear", samples=50_000, top_k=50)
+    assert cross_validate(W, y, linear)["spearman"] < cv["spearman"]
+    # k-fold, and the Dirichlet's mean is the natural mixture
+    assert cross_validate(W, y, RegressionConfig(folds=4))["folds"] == 4
+    many = dirichlet_mixtures({"a": 3, "b": 5, "c": 2}, k=4000, concentration=1.0, seed=0)
+    assert many.mean(axis=0) == pytest.approx([0.3, 0.5, 0.2], abs=0.02)
+
+
+def test_spearman_and_the_pools_sharing_known_answers():
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert spearman([1, 2, 2, 3], [1, 3, 2, 4]) == pytest.approx(0.9486833, abs=1e-6)  # scipy's value, ties
+    assert math.isnan(spearman([1, 1, 1], [1, 2, 3]))
+    assert share_out({"a": 0.5, "b": 0.3, "c": 0.2}, 7) == {"a": 4, "b": 2, "c": 1}
+    assert sum(share_out({"a": 1 / 3, "b": 1 / 3, "c": 1 / 3}, 10).values()) == 10
+    sp = Specials(cls=2, sep=3, mask=4, vocab_size=20, continuation=frozenset())
+    rows = pack(np.arange(10, 21), sp, 6)  # 11 tokens -> 2 sequences of [CLS] 4 tokens [SEP], tail dropped
+    assert rows.tolist() == [[2, 10, 11, 12, 13, 3], [2, 14, 15, 16, 17, 3]]
+    pools = {"a": np.full((3, 4), 1), "b": np.full((50, 4), 2)}
+    drawn, counts = draw_rows(pools, {"a": 0.8, "b": 0.2}, 10, np.random.default_rng(0))
+    assert counts == {"a": 8, "b": 2} and (drawn[:, 0] == 1).sum() == 8 and len(drawn) == 10
+
+
+@pytest.fixture(scope="module")
+def search(tmp_path_factory, ray_local):
+    """The job's tiny preset with 3 proxies of 20 steps, run for real: Tune trials, training, MLflow."""
+    from orchestrator.proxy import ProxySearchConfig, propose_from_proxies
+
+    out = tmp_path_factory.mktemp("proxy") / "out"
+    cfg = load_config(ProxySearchConfig, overrides=[f"out_dir={out}", "proxies=3", "proxy.train_tokens=10000",
+                                                    "regression.samples=2000", "regression.top_k=10"],
+                      base=load_preset("proxy_search", "tiny"))
+    return cfg, propose_from_proxies(cfg)
+
+
+def test_a_real_proxy_search_writes_a_corpus_config_and_logs_a_run_per_proxy(search):
+    import mlflow
+
+    cfg, result = search
+    assert sum(result.weights.values()) == pytest.approx(1.0) and len(result.proxies) == 3
+    built = load_config(CorpusBuildConfig, result.corpus_file)
+    assert built.corpus.mixer.name == "weighted"
+    assert built.corpus.mixer.weights == pytest.approx({k: v for k, v in result.weights.items() if v > 0}, abs=1e-6)
+    record = json.loads((result.out_dir / "proposal.json").read_text())
+    assert record["method"] == "proxy" and record["corpus"] == "corpus.yaml"
+    assert [p["index"] for p in record["proxies"]] == [0, 1, 2]
+    for p in record["proxies"]:
+        # every proxy trained its budget (20 steps of 16 x 32) and learned something: below the uniform guess
+        assert p["steps"] == 20 and p["train_tokens"] == 10240
+        assert 0 < p["target_mlm_loss"] < math.log(1000)
+        assert sum(p["sequences"].values()) == 20 * 16
+    assert len({round(p["target_mlm_loss"], 6) for p in record["proxies"]}) == 3  # mixtures differ, losses too
+    assert -1 <= record["regression"]["cv_spearman"] <= 1 and record["regression"]["cv_folds"] == 3
+    manifest = json.loads((result.out_dir / "manifest.json").read_text())
+    assert manifest["stage"] == "proxy_search" and manifest["counts"]["proxies"] == 3
+    pools = next((cfg.work / "pools").iterdir())
+    assert json.loads((pools / "manifest.json").read_text())["counts"]["target"]["sequences"] <= 64
+    client = mlflow.MlflowClient(f"sqlite:///{cfg.work / 'mlflow.db'}")
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    parent = [r for r in runs if r.data.tags.get("orchestrator.kind") == "proxy_search"]
+    children = [r for r in runs if r.data.tags.get("orchestrator.kind") == "proxy"]
+    assert len(parent) == 1 and len(children) == 3
+    assert "cv_spearman" in parent[0].data.metrics
+    assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parent[0].info.run_id}
+    assert sorted(c.data.metrics["target_mlm_loss"] for c in children) == pytest.approx(
+        sorted(p["target_mlm_loss"] for p in record["proxies"]))
+
+
+def test_a_rerun_reuses_the_output_and_a_changed_search_reuses_the_trained_proxies(search, caplog):
+    from orchestrator.core.config import replace
+    from orchestrator.proxy import propose_from_proxies
+    from orchestrator.selection.regmix import RegressionConfig as R
+
+    cfg, first = search
+    again = propose_from_proxies(cfg)
+    assert again.reused and again.weights == first.weights
+    with caplog.at_level("INFO"):
+        other = propose_from_proxies(replace(cfg, regression=R(features="quadratic", samples=2000, top_k=10)))
+    assert "3 of 3 already trained" in caplog.text and not other.reused
+    assert [p["target_mlm_loss"] for p in other.proxies] == [p["target_mlm_loss"] for p in first.proxies]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["proxies=2"], "proxies must be >= 3"),
+    (["targets=[]"], "no targets"),
+    (["proxy.size=huge"], "proxy.size 'huge'"),
+    (["regression.top_k=0"], "top_k <= samples"),
+    (["regression.featurs=linear"], "featurs"),
+    (["pools.max_seq_length=4"], "max_seq_length must be >= 8"),
+])
+def test_bad_configs_are_refused(overrides, message):
+    from orchestrator.proxy import ProxySearchConfig
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(ProxySearchConfig, overrides=overrides, base=load_preset("proxy_search", "tiny"))
+
+
+def test_the_job_dry_runs_and_a_missing_target_fails_naming_it(tmp_path):
+    res = run_job("proxy_search.py", "--dry-run", f"out_dir={tmp_path / 'out'}", timeout=120)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "4 proxies (tiny, 40 steps x 16 x 32" in res.stdout and "dry run: config and inputs are valid" in res.stdout
+    assert not (tmp_path / "out").exists()
+    res = run_job("proxy_search.py", "--dry-run", "--target", str(tmp_path / "none.tsv"), timeout=120)
+    assert res.returncode != 0 and "none.tsv" in res.stderr
+
+
+
+def test_the_shipped_proxy_proposal_loads():
+    """configs/proposals/biomed_proxy (written by configs/proxy_biomed.yaml on the shared data)."""
+    built = load_config(CorpusBuildConfig, ROOT / "configs/proposals/biomed_proxy/corpus.yaml")
+    record = json.loads((ROOT / "configs/proposals/biomed_proxy/proposal.json").read_text())
+    assert built.corpus.mixer.name == "weighted" and record["method"] == "proxy"
+    assert {k: v for k, v in record["weights"].items() if v > 0} == pytest.approx(built.corpus.mixer.weights, abs=1e-6)
+    assert len(record["proxies"]) >= 12
