@@ -1,7 +1,6 @@
 """The runtime module: embedded Ray on loopback, cluster detection, seeding."""
 from __future__ import annotations
 
-import os
 import random
 
 import numpy as np
@@ -29,8 +28,6 @@ def test_cluster_address_resolution(monkeypatch, tmp_path):
 def test_embedded_ray_binds_loopback(monkeypatch, tmp_path):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setattr(runtime, "_CLUSTER_MARKER", tmp_path / "absent")
-    monkeypatch.delenv(runtime.WORKER_NICENESS, raising=False)
-    before = os.environ.get(runtime.WORKER_NICENESS)
     if ray.is_initialized():  # left over by another test module's session fixture
         ray.shutdown()
     with runtime.ray_session(num_cpus=1) as info:
@@ -46,17 +43,7 @@ def test_embedded_ray_binds_loopback(monkeypatch, tmp_path):
             return orchestrator.__file__
 
         assert ray.get(where.remote()).endswith("orchestrator/__init__.py")
-
-        @ray.remote(num_cpus=0)
-        def niceness():
-            import os
-
-            return os.nice(0)
-
-        # Ray's default worker niceness (15) starved the workers on a shared machine
-        assert ray.get(niceness.remote()) == os.nice(0)
     assert not ray.is_initialized()
-    assert os.environ.get(runtime.WORKER_NICENESS) == before  # not left to later processes
 
 
 def test_seed_everything_is_repeatable():

@@ -21,7 +21,6 @@ from orchestrator.core.errors import OrchestratorError
 log = logging.getLogger(__name__)
 
 _CLUSTER_MARKER = Path("/tmp/ray/ray_current_cluster")
-WORKER_NICENESS = "RAY_worker_niceness"
 
 
 def cluster_address(explicit: str | None = None) -> str | None:
@@ -54,11 +53,6 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, num_gpus: 
     if target is None:
         _force_loopback()
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-        # Ray starts its workers at niceness 15 (RAY_worker_niceness), and what they start (lmplz)
-        # inherits it. On an embedded Ray the workers do the job's own work: at 15 they got a fraction
-        # of the CPU the same work gets in the driver whenever anything else ran on the machine (source
-        # scoring on Ray ran at 0.5x sequential on 2 shared cores). A user's setting is kept.
-        os.environ.setdefault(WORKER_NICENESS, "0")
         ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
                  log_to_driver=log_to_driver, runtime_env=env, _node_ip_address="127.0.0.1")
         mode = "local"
@@ -108,7 +102,7 @@ def ray_session(address: str | None = None, num_cpus: int | None = None,
     import ray  # heavy: ray
 
     started = not ray.is_initialized()
-    saved = {k: os.environ.get(k) for k in ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", WORKER_NICENESS)}
+    saved = {k: os.environ.get(k) for k in ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER",)}
     info = init_ray(address=address, num_cpus=num_cpus, log_to_driver=log_to_driver)
     try:
         yield info
