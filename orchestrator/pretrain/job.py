@@ -69,4 +69,4 @@ def plan(cfg: PretrainJobConfig) -> str:
             driver = driver_resources(nodes)
     return f"output: {out_dir}\n" + plan_pretrain(cfg.pretrain, instances, Path(cfg.tokenizer_dir),
                                                    tracking_uri=configured_uri(cfg.tracking, run_dir),
-                                                   nodes=nodes, driver_node=driver)
+                                                   nodes=nodes, driver_node=driver, out_dir=out_dir)

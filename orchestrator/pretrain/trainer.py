@@ -434,7 +434,7 @@ def random_init(cfg: PretrainConfig, tokenizer_dir: Path, out_dir: Path) -> Path
 
 def plan_pretrain(cfg: PretrainConfig, instances: dict[int, Path] | None, tokenizer_dir: Path | None, *,
                   tracking_uri: str | None = None, nodes: list[dict] | None = None,
-                  driver_node: dict[str, float] | None = None) -> str:
+                  driver_node: dict[str, float] | None = None, out_dir: Path | None = None) -> str:
     """Dry run: the model, batch arithmetic per phase, what a multi-node run needs and, when given,
     checked inputs. Trains nothing. ``tracking_uri``: the configured MLflow store (None when off);
     ``nodes`` / ``driver_node``: an attached cluster's alive nodes and the driver node's resources
@@ -443,11 +443,12 @@ def plan_pretrain(cfg: PretrainConfig, instances: dict[int, Path] | None, tokeni
 
     lines = []
     paths = [Path(p) for _, p in sorted((instances or {}).items())]
-    multi_node = check_multi_node(cfg, tracking_uri, nodes=nodes, driver_resources=driver_node,
+    multi_node = check_multi_node(cfg, tracking_uri, nodes=nodes, driver_resources=driver_node, out_dir=out_dir,
                                   instances=paths, tokenizer_dir=tokenizer_dir)
     if multi_node:
-        lines.append(f"nodes: several ({multi_node}); shared storage declared, checkpoints in "
-                     f"{cfg.storage_path or '<out_dir>/checkpoints'}, MLflow {tracking_uri or 'off'}")
+        where = cfg.storage_path or (Path(out_dir) / CHECKPOINTS if out_dir else "<out_dir>/checkpoints")
+        lines.append(f"nodes: several ({multi_node}); shared storage declared, checkpoints in {where}, "
+                     f"MLflow {tracking_uri or 'off'}")
     if cfg.model.init_from:
         hf = read_hf_config(Path(cfg.model.init_from))
         lines.append(f"model: continue from {cfg.model.init_from} (hidden {hf.get('hidden_size')}, "
