@@ -81,6 +81,8 @@ def process_group(device: torch.device) -> None:
     """A torch.distributed world of one on loopback (nccl on CUDA, gloo on CPU), as a Train worker has."""
     import torch.distributed as dist  # heavy: torch.distributed
 
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
     if not dist.is_initialized():
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
                                 init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
@@ -188,7 +190,8 @@ def main(argv: list[str] | None = None) -> dict:
                    help="static: masks read from the instances (the default recipe); dynamic: drawn per batch")
     p.add_argument("--no-tf32", dest="tf32", action="store_false",
                    help="fp32 matmuls in full fp32 (the engine turns TF32 on for CUDA)")
-    p.add_argument("--cpus", type=int, default=2, help="torch threads and Ray CPUs")
+    p.add_argument("--cpus", type=int, default=None,
+                   help="Ray CPUs for the data reads (and torch threads on CPU); default 2 on CPU, up to 8 on GPU")
     args = p.parse_args(argv)
     from orchestrator.core.runtime import ray_session
 
@@ -197,6 +200,10 @@ def main(argv: list[str] | None = None) -> dict:
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     gpu = device.type == "cuda"
+    if args.cpus is None:
+        from orchestrator.core.runtime import available_cpus
+
+        args.cpus = min(8, available_cpus()) if gpu else 2
     size = args.size or ("base" if gpu else "tiny")
     batch = args.batch or (256 if gpu else 8)
     steps = args.steps or (20 if gpu else 3)
