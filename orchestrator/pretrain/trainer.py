@@ -342,7 +342,9 @@ def _train(cfg: PretrainConfig, infos: dict[str, InstanceInfo], tokenizer_dir: P
     if cfg.storage_path:  # where this output's checkpoints are
         atomic_write_json(out_dir / STORAGE_RECORD, {"storage_path": storage_path, "name": run_name, "key": key})
     resume_dir = None
-    if ckpt_dir is not None:  # an object store: Ray Train resumes the run of that name from its own record
+    # on a filesystem: check and resume what is there; in an object store the run's name is its key, and
+    # Ray Train resumes the run of that name from its own record there
+    if ckpt_dir is not None:
         _check_run(cfg, key, ckpt_dir)
         resume_dir = _check_existing_checkpoint(cfg, ckpt_dir, special.vocab_size, special.pad)
     if resume_dir:
