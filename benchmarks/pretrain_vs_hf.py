@@ -6,7 +6,10 @@
 Both sides train the same BertForPreTraining (same size preset, vocabulary, seed) on the same
 instances with the same masking code, batch, AdamW, LR and CPU count (one process with
 ``--cpus`` torch threads: one Ray Train worker vs the Trainer's process). Steady-state steps/s
-is the median over steps after ``--skip`` warm-up steps. Last line printed: JSON with ``speedup``.
+is the median over steps after ``--skip`` warm-up steps. The two sides run in turn, ``--repeats``
+times (engine, HF, engine, HF, ...), so a load that comes and goes on the machine falls on both; each
+pair gives a ratio, and ``speedup`` is the median of those paired ratios (``pairs`` lists them all).
+Last line printed: JSON with ``speedup``.
 """
 from __future__ import annotations
 
@@ -100,7 +103,10 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--skip", type=int, default=5, help="warm-up steps left out of the median")
     p.add_argument("--cpus", type=int, default=2)
     p.add_argument("--vocab-size", type=int, default=8000)
+    p.add_argument("--repeats", type=int, default=3, help="engine/HF pairs, run in turn; speedup = median ratio")
     args = p.parse_args(argv)
+    if args.repeats < 1:
+        p.error("--repeats must be >= 1")
 
     from orchestrator.core.artifacts import read_instance_info
     from orchestrator.core.runtime import ray_session
@@ -113,12 +119,23 @@ def main(argv: list[str] | None = None) -> dict:
             args.tokenizer = fx.build_tokenizer(docs, tmp / "vocab", vocab_size=args.vocab_size)
             args.instances = fx.build_instances(docs, args.tokenizer, tmp / "len", args.length)
         length = read_instance_info(args.instances).max_seq_length
-        with ray_session(num_cpus=args.cpus + 1):  # one worker of --cpus threads plus a CPU for Ray Data
-            ours = run_engine(args.instances, args.tokenizer, length, args, tmp / "ours")
-        hf = run_hf(args.instances, args.tokenizer, args, tmp / "hf")
-    summary = {"speedup": round(ours / hf, 3), "engine_steps_per_s": round(ours, 3), "hf_steps_per_s": round(hf, 3),
-               "size": args.size, "batch": args.batch, "length": length, "cpus": args.cpus, "steps": args.steps}
-    print(f"engine {ours:.3f} steps/s vs HF Trainer {hf:.3f} steps/s ({args.size}, batch {args.batch}, "
+        pairs, ratios = [], []
+        for i in range(args.repeats):
+            with ray_session(num_cpus=args.cpus + 1):  # one worker of --cpus threads plus a CPU for Ray Data
+                ours = run_engine(args.instances, args.tokenizer, length, args, tmp / f"ours{i}")
+            hf = run_hf(args.instances, args.tokenizer, args, tmp / f"hf{i}")
+            ratios.append(ours / hf)
+            pairs.append({"engine_steps_per_s": round(ours, 3), "hf_steps_per_s": round(hf, 3),
+                          "ratio": round(ours / hf, 3)})
+            print(f"pair {i + 1}/{args.repeats}: engine {ours:.3f} steps/s vs HF Trainer {hf:.3f} steps/s, "
+                  f"ratio {ours / hf:.3f}", flush=True)
+    speedup = statistics.median(ratios)
+    summary = {"speedup": round(speedup, 3), "pairs": pairs,
+               "engine_steps_per_s": round(statistics.median(pair["engine_steps_per_s"] for pair in pairs), 3),
+               "hf_steps_per_s": round(statistics.median(pair["hf_steps_per_s"] for pair in pairs), 3),
+               "size": args.size, "batch": args.batch, "length": length, "cpus": args.cpus, "steps": args.steps,
+               "repeats": args.repeats}
+    print(f"speedup {speedup:.3f} (median of {args.repeats} paired ratios; {args.size}, batch {args.batch}, "
           f"len {length}, {args.cpus} CPUs)")
     print(json.dumps(summary))
     return summary

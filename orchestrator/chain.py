@@ -545,7 +545,7 @@ def plan_tracking(cfg: ChainConfig) -> str:
 
 def plan(cfg: ChainConfig) -> str:
     """Dry run: validate every stage's config and inputs, and say what would run."""
-    from orchestrator.pretrain.trainer import plan_pretrain  # heavy: the stage's implementation
+    from orchestrator.pretrain.trainer import configured_uri, plan_pretrain  # heavy: the stage's implementation
     from orchestrator.sweep.runner import plan_sweep
 
     stages = cfg.active_stages
@@ -556,7 +556,8 @@ def plan(cfg: ChainConfig) -> str:
                   plan_corpus_stages(cfg.corpus, cfg.vocab, cfg.instances,
                                      tuple(s for s in stages if s in ("corpus", "vocab", "instances")))]
     if "pretrain" in stages:
-        lines += ["", "== pretrain ==", plan_pretrain(cfg.pretrain, None, None)]
+        lines += ["", "== pretrain ==", plan_pretrain(cfg.pretrain, None, None,
+                                                          tracking_uri=configured_uri(cfg.tracking, cfg.run_dir))]
     if "augment" in stages:
         lines += ["", "== augment ==", augment_plan(cfg.augment)]
     if "sweep" in stages:

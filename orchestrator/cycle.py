@@ -242,14 +242,14 @@ def run_cycle(cfg: CycleConfig, c: int, previous: dict | None) -> dict:
 
 def plan(cfg: CycleConfig) -> str:
     """Dry run: every stage's config checked; what each cycle would do."""
-    from orchestrator.pretrain.trainer import plan_pretrain  # heavy: the stage's implementation
+    from orchestrator.pretrain.trainer import configured_uri, plan_pretrain  # heavy: the stage's implementation
     from orchestrator.sweep.runner import plan_sweep
 
     lines = [f"run directory: {cfg.run_dir}", f"cycles: {cfg.cycles} (cycle 0: random masking)", "",
              "== corpus, vocab, instances (cycle 0) ==",
              plan_corpus_stages(cfg.corpus, cfg.vocab, cfg.cycle_instances(None)),
              "", "== pretrain (each cycle; after cycle 0 from the previous final model) ==",
-             plan_pretrain(cfg.pretrain, None, None),
+             plan_pretrain(cfg.pretrain, None, None, tracking_uri=configured_uri(cfg.tracking, cfg.run_dir)),
              "", f"== extractor (each cycle: {cfg.extractor.tasks[0]}, exported) ==",
              plan_sweep(cfg.extractor, {f"{cfg.model_name}-0": cfg.run_dir / "cycle-0" / "pretrain" / "final"})]
     em = cfg.instances.entity_masking

@@ -142,7 +142,7 @@ def plan(cfg: ChainConfig) -> str:
     the stage graph: which outputs are built, which arms share them, which are reused from disk."""
     if not cfg.arms:
         return chain.plan(cfg)
-    from orchestrator.pretrain.trainer import plan_pretrain  # heavy: the stages' implementations
+    from orchestrator.pretrain.trainer import configured_uri, plan_pretrain  # heavy: the stages' implementations
     from orchestrator.sweep.runner import plan_sweep
 
     plans = arm_plans(cfg)
@@ -171,7 +171,8 @@ def plan(cfg: ChainConfig) -> str:
         key = content_key(arm.config.pretrain)
         if arm.kind == "pretrain" and key not in seen:
             seen.add(key)
-            lines += ["", f"== pretrain ({arm.name}) ==", plan_pretrain(arm.config.pretrain, None, None)]
+            lines += ["", f"== pretrain ({arm.name}) ==", plan_pretrain(
+                arm.config.pretrain, None, None, tracking_uri=configured_uri(arm.config.tracking, cfg.run_dir))]
     if cfg.selection.enabled:
         lines += ["", selection_plan(cfg, plans)]
     if cfg.retrieval.enabled:

@@ -543,9 +543,9 @@ def test_checkpoints_of_another_run_are_refused_or_discarded(corpus, tmp_path):
     changed = _cfg(**{"phase1.learning_rate": 1e-3, "seed": 7})
     key = pretrain_key(changed, inputs, corpus["tokenizer"])
     with pytest.raises(ConfigError, match=r"another run \(phase1.learning_rate 0.05 -> 0.001, seed 42 -> 7\)"):
-        _check_run(changed, key, out)
+        _check_run(changed, key, out / "checkpoints")
     assert (out / "checkpoints" / "ckpt-0000005").is_dir()
-    _check_run(_cfg(**{"phase1.learning_rate": 1e-3, "on_mismatch": "restart"}), key, out)
+    _check_run(_cfg(**{"phase1.learning_rate": 1e-3, "on_mismatch": "restart"}), key, out / "checkpoints")
     assert not (out / "checkpoints" / "ckpt-0000005").exists()
     assert json.loads((out / "checkpoints" / "run.json").read_text())["key"] == key
     # the operational settings are not the run: changing them resumes

@@ -18,18 +18,22 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import PreTrainedModel
 
+from orchestrator.core.errors import InputError
 from orchestrator.modeling.adapters import has_adapters, load_adapters, save_adapters
 
 STATE_FILE = "training_state.pt"
 TRAINER_STATE = "trainer_state.json"
 COMPLETE = "checkpoint.json"
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+#: Without these a checkpoint's (and final/'s) tokenizer does not load as the one trained with.
+REQUIRED_TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json")
 HF_FILES = ("config.json", "model.safetensors", "generation_config.json", "adapters.safetensors",
             "adapter_config.json") + TOKENIZER_FILES
 
@@ -48,10 +52,21 @@ def save_hf(model: PreTrainedModel, tokenizer_dir: Path, out_dir: Path) -> None:
         save_adapters(model, out_dir)
     else:
         model.save_pretrained(str(out_dir))
+    check_tokenizer_files(tokenizer_dir)
     for name in TOKENIZER_FILES:
         src = Path(tokenizer_dir) / name
         if src.is_file():
             shutil.copy2(src, out_dir / name)
+
+
+def check_tokenizer_files(tokenizer_dir: Path) -> None:
+    """Raise, naming the file, when ``tokenizer_dir`` lacks a file the saved model needs (on another
+    node than the driver's, a tokenizer directory that is not on shared storage is missing)."""
+    for name in REQUIRED_TOKENIZER_FILES:
+        if not (Path(tokenizer_dir) / name).is_file():
+            raise InputError(Path(tokenizer_dir) / name, f"tokenizer file not found on {socket.gethostname()}",
+                             expected="the tokenizer directory, readable wherever checkpoints are written "
+                                      "(several nodes: on shared storage, pretrain.shared_storage=true)")
 
 
 def save_checkpoint(out_dir: Path, model: PreTrainedModel, tokenizer_dir: Path, *, optimizer, scheduler, scaler,

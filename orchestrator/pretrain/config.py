@@ -149,6 +149,16 @@ class PretrainConfig:
         default_factory=dict, help="extra custom Ray resources per worker (for a GPU model use accelerator_type)")
     accelerator_type: str = field("", help="with use_gpu: the GPU model every worker needs, e.g. H100 or A100 "
                                            "(Ray's ScalingConfig accelerator_type); empty = any GPU")
+    storage_path: str = field(
+        "", help="where Ray Train persists the checkpoints: empty = <out_dir>/checkpoints; an object-store URI "
+                 "(s3://bucket/prefix, gs://...) or a directory every node mounts (docs/CLUSTER.md)")
+    shared_storage: bool = field(
+        False, help="declare that out_dir, the instances, the tokenizer, model.init_from and a directory "
+                    "storage_path are on a filesystem every node mounts at the same path (NFS, EFS, Lustre): "
+                    "a multi-node run needs it")
+    multi_node: bool = field(
+        False, help="declare a run over several nodes, so a dry run checks what that needs (shared storage, an "
+                    "MLflow server); a run also checks the Ray cluster it gets, whatever this says")
     checkpoint_every: int = field(0, help="save a checkpoint every N optimizer steps (0 = only at phase ends)")
     keep_checkpoints: int = field(2, help="keep the last K checkpoints")
     max_failures: int = field(1, help="restart the workers from the latest checkpoint this many times")
@@ -205,7 +215,7 @@ class PretrainConfig:
         workers run, or what to do with an old run; the stopping rules only when one is set."""
         operational = {"keep_checkpoints", "max_failures", "log_every", "checkpoint_every", "cpus_per_worker",
                        "resources_per_worker", "accelerator_type", "dataloader_prefetch", "on_mismatch",
-                       "gradient_checkpointing"}
+                       "gradient_checkpointing", "storage_path", "shared_storage", "multi_node"}
         fields = {k: v for k, v in to_dict(self).items() if k not in operational}
         if not self.stop.enabled:  # without a rule a run keeps the key it had before rules existed
             del fields["stop"]

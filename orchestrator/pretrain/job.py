@@ -7,7 +7,7 @@ from pathlib import Path
 from orchestrator.core.artifacts import read_instance_info
 from orchestrator.core.config import field
 from orchestrator.core.errors import ConfigError, InputError
-from orchestrator.core.runtime import ray_session
+from orchestrator.core.runtime import cluster_address, ray_session
 from orchestrator.pretrain.config import PretrainConfig
 from orchestrator.track import TrackingConfig
 
@@ -54,8 +54,19 @@ def run(cfg: PretrainJobConfig):
 
 
 def plan(cfg: PretrainJobConfig) -> str:
-    from orchestrator.pretrain.trainer import plan_pretrain  # heavy: torch, Ray Train (--help stays quick)
+    """Dry run. Attached to a cluster (``ray_address``, RAY_ADDRESS, or on a head), its nodes are counted:
+    a multi-node run with the driver's own paths or MLflow file is refused here, not when it starts."""
+    from orchestrator.pretrain.nodes import alive_nodes, driver_resources  # heavy: ray (--help stays quick)
+    from orchestrator.pretrain.trainer import configured_uri, plan_pretrain
 
     instances = find_instances(Path(cfg.instances_dir))
-    return f"output: {Path(cfg.out_dir).resolve()}\n" + plan_pretrain(cfg.pretrain, instances,
-                                                                       Path(cfg.tokenizer_dir))
+    out_dir = Path(cfg.out_dir).resolve()
+    run_dir = Path(cfg.run_dir).resolve() if cfg.run_dir else out_dir.parent
+    nodes = driver = None
+    if cluster_address(cfg.ray_address or None) is not None:
+        with ray_session(address=cfg.ray_address or None):
+            nodes = alive_nodes()
+            driver = driver_resources(nodes)
+    return f"output: {out_dir}\n" + plan_pretrain(cfg.pretrain, instances, Path(cfg.tokenizer_dir),
+                                                   tracking_uri=configured_uri(cfg.tracking, run_dir),
+                                                   nodes=nodes, driver_node=driver, out_dir=out_dir)

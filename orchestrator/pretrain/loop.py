@@ -31,16 +31,12 @@ from orchestrator.pretrain.config import PretrainConfig, batch_plan
 from orchestrator.pretrain.data import Prefetcher, micro_batches
 from orchestrator.pretrain.model import PretrainingModule, build_model, check_same_architecture
 from orchestrator.pretrain.optim import build_optimizer, build_scheduler
+from orchestrator.pretrain.peaks import peak_flops
 from orchestrator.pretrain.stopping import MLM_ACCURACY, PLATEAU, STEPS, Stopper
 from orchestrator.track import schema as S
 from orchestrator.track.runs import RankZeroLogger
 
 log = logging.getLogger(__name__)
-
-# Peak dense tensor throughput (FLOP/s) for the MFU estimate, by device-name substring and dtype.
-PEAK_FLOPS = {"H200": {"bf16": 989e12, "fp16": 989e12, "fp32": 67e12},
-              "H100": {"bf16": 989e12, "fp16": 989e12, "fp32": 67e12},
-              "A100": {"bf16": 312e12, "fp16": 312e12, "fp32": 19.5e12}}
 
 
 class TrainingDiverged(OrchestratorError):
@@ -127,7 +123,7 @@ def estimate_mfu(flops_per_token: float, tokens_per_s: float, world: int, device
                  precision: str) -> float | None:
     """Model FLOPs utilisation of one device: the cluster's ``tokens_per_s`` spread over ``world``
     devices, against the peak of ``device_name`` (None for a device the table does not know)."""
-    peak = next((v[precision] for k, v in PEAK_FLOPS.items() if k in device_name), None)
+    peak = peak_flops(device_name, precision, tf32=torch.backends.cuda.matmul.allow_tf32)  # peaks.PEAKS, exact name
     if peak is None:
         return None
     return flops_per_token * tokens_per_s / world / peak

@@ -45,7 +45,13 @@ from orchestrator.core.manifest import (
 from orchestrator.core.reuse import KEY_FIELD, MODEL_FILES_FIELD, model_file_record, reusable
 from orchestrator.core.runtime import ray_session
 from orchestrator.instances.config import Specials
-from orchestrator.pretrain.checkpoint import HF_FILES, TOKENIZER_FILES, latest_checkpoint, save_hf
+from orchestrator.pretrain.checkpoint import (
+    HF_FILES,
+    TOKENIZER_FILES,
+    check_tokenizer_files,
+    latest_checkpoint,
+    save_hf,
+)
 from orchestrator.pretrain.config import PretrainConfig, batch_plan, pretrain_key
 from orchestrator.pretrain.data import check_vocab_matches, masking_rule, ordered_ingest
 from orchestrator.pretrain.loop import TrainingDiverged, train_loop_per_worker
@@ -56,6 +62,13 @@ from orchestrator.pretrain.model import (
     check_same_architecture,
     model_class,
     read_hf_config,
+)
+from orchestrator.pretrain.nodes import (
+    alive_nodes,
+    check_multi_node,
+    driver_resources,
+    is_uri,
+    tracking_problem,
 )
 from orchestrator.pretrain.stopping import STEPS
 from orchestrator.track import schema as S
@@ -139,9 +152,9 @@ def _phase_inputs(cfg: PretrainConfig, instances: dict[int, Path]) -> dict[str, 
     return out
 
 
-def _check_existing_checkpoint(cfg: PretrainConfig, out_dir: Path, vocab_size: int, pad: int) -> Path | None:
-    """A checkpoint already in out_dir must be of the architecture this config builds."""
-    latest = latest_checkpoint(out_dir / CHECKPOINTS)
+def _check_existing_checkpoint(cfg: PretrainConfig, ckpt_dir: Path, vocab_size: int, pad: int) -> Path | None:
+    """A checkpoint already in ``ckpt_dir`` must be of the architecture this config builds."""
+    latest = latest_checkpoint(ckpt_dir)
     if latest is None:
         return None
     if cfg.model.init_from:
@@ -182,12 +195,12 @@ def _check_init_from(cfg: PretrainConfig, vocab_size: int, tokenizer_dir: Path |
 
 
 RUN_RECORD = "run.json"  # in out_dir/checkpoints: the key and settings of the run the checkpoints belong to
+STORAGE_RECORD = "storage.json"  # in out_dir, with pretrain.storage_path: where its checkpoints are
 
 
-def _check_run(cfg: PretrainConfig, key: str, out_dir: Path) -> None:
-    """Checkpoints in ``out_dir`` must come from this very run (same key); else refuse, saying what
+def _check_run(cfg: PretrainConfig, key: str, ckpt_dir: Path) -> None:
+    """Checkpoints in ``ckpt_dir`` must come from this very run (same key); else refuse, saying what
     changed, or (``on_mismatch: restart``) discard them. Records the run before training starts."""
-    ckpt_dir = out_dir / CHECKPOINTS
     record = ckpt_dir / RUN_RECORD
     found = latest_checkpoint(ckpt_dir)
     old = json.loads(record.read_text()) if record.is_file() else None
@@ -216,9 +229,12 @@ def _reused(out_dir: Path) -> PretrainResult:
     manifest = read_manifest(out_dir)
     history = json.loads((out_dir / "history.json").read_text()) if (out_dir / "history.json").is_file() else []
     counts = manifest.get("counts", {})
+    record = out_dir / STORAGE_RECORD  # checkpoints under pretrain.storage_path
+    storage = json.loads(record.read_text()) if record.is_file() else None
+    checkpoints = Path(storage["storage_path"]) / storage["name"] if storage else out_dir / CHECKPOINTS
     log.info("pretrain: output complete for this config and inputs, reused (%s)", out_dir / "final")
     return PretrainResult(model_dir=out_dir / "final", history=history, first_loss=counts.get("first_loss", math.nan),
-                          last_loss=counts.get("last_loss", math.nan), checkpoints_dir=out_dir / CHECKPOINTS,
+                          last_loss=counts.get("last_loss", math.nan), checkpoints_dir=checkpoints,
                           params={"trainable": counts.get("trainable_params"), "total": counts.get("total_params")},
                           phases=manifest.get("phases", []))
 
@@ -262,17 +278,15 @@ def pretrain(cfg: PretrainConfig, instances: dict[int, Path], tokenizer_dir: Pat
              tracking=None, run_dir: Path | None = None, *, fail_at: dict | None = None,
              run_tags: dict[str, str] | None = None) -> PretrainResult:
     """Train (or resume) and export ``out_dir/final``; reuse a finished output of the same run.
-    ``run_tags`` go on its MLflow run (an experiment's arm); ``fail_at`` is a test hook (see loop)."""
-    import ray  # heavy: ray
-    import ray.data
-    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
-
+    ``run_tags`` go on its MLflow run (an experiment's arm); ``fail_at`` is a test hook (see loop).
+    A multi-node run whose paths or MLflow store are the driver's own is refused first
+    (``orchestrator.pretrain.nodes``)."""
     out_dir = Path(out_dir).resolve()
     tokenizer_dir = Path(tokenizer_dir)
     run_dir = Path(run_dir) if run_dir is not None else out_dir.parent
     instances = {int(k): Path(v) for k, v in instances.items()}
     special = special_ids(tokenizer_dir)
+    check_tokenizer_files(tokenizer_dir)
     infos = _phase_inputs(cfg, instances)
     for info in infos.values():
         check_vocab_matches(info, tokenizer_dir, special.vocab_size)
@@ -282,44 +296,96 @@ def pretrain(cfg: PretrainConfig, instances: dict[int, Path], tokenizer_dir: Pat
         if (out_dir / PENDING).is_file():  # metrics an earlier attempt could not send: send them now
             end_stage_run(start_stage_run(tracking, run_dir, stage=S.KIND_PRETRAIN, params=cfg, out_dir=out_dir))
         return _reused(out_dir)
-    if not (out_dir / CHECKPOINTS / RUN_RECORD).is_file():  # not a run of ours being resumed
+    with ray_session():
+        nodes = alive_nodes()
+        multi_node = check_multi_node(cfg, configured_uri(tracking, run_dir), nodes=nodes,
+                                      driver_resources=driver_resources(nodes), out_dir=out_dir,
+                                      instances=[info.path for info in infos.values()], tokenizer_dir=tokenizer_dir)
+        if multi_node:
+            log.info("pretrain: multi-node run (%s): shared storage declared, checkpoints in %s", multi_node,
+                     cfg.storage_path or out_dir / CHECKPOINTS)
+        return _train(cfg, infos, tokenizer_dir, out_dir, special, key, tracking, run_dir, run_tags, fail_at,
+                      multi_node)
+
+
+def configured_uri(tracking, run_dir: Path) -> str | None:
+    """The MLflow store the config names (its default: the run directory's SQLite file); None when off."""
+    return tracking.resolve_uri(run_dir) if tracking is not None and tracking.enabled else None
+
+
+def _storage(cfg: PretrainConfig, out_dir: Path, key: str) -> tuple[str, str, Path | None]:
+    """Ray Train's (storage_path, run name) and the checkpoints' directory when it is a path (None
+    for an object store). Default: ``out_dir/checkpoints``. With ``pretrain.storage_path`` the run is
+    named by its key, so runs with other settings or inputs never meet each other's checkpoints."""
+    if not cfg.storage_path:
+        return str(out_dir), CHECKPOINTS, out_dir / CHECKPOINTS
+    name = f"{out_dir.name}-{key[:16]}"
+    if is_uri(cfg.storage_path):
+        return cfg.storage_path, name, None
+    root = Path(cfg.storage_path.removeprefix("file://")).resolve()
+    return str(root), name, root / name
+
+
+def _train(cfg: PretrainConfig, infos: dict[str, InstanceInfo], tokenizer_dir: Path, out_dir: Path,
+           special: Specials, key: str, tracking, run_dir: Path, run_tags: dict[str, str] | None,
+           fail_at: dict | None, multi_node: str | None) -> PretrainResult:
+    import ray  # heavy: ray
+    import ray.data
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    storage_path, run_name, ckpt_dir = _storage(cfg, out_dir, key)
+    ours = (out_dir / CHECKPOINTS / RUN_RECORD).is_file() or (out_dir / STORAGE_RECORD).is_file()
+    if not ours:  # not a run of ours being resumed
         check_replaceable(out_dir, "pretrain")
     out_dir.mkdir(parents=True, exist_ok=True)
-    _check_run(cfg, key, out_dir)
-    resume_dir = _check_existing_checkpoint(cfg, out_dir, special.vocab_size, special.pad)
+    if cfg.storage_path:  # where this output's checkpoints are
+        atomic_write_json(out_dir / STORAGE_RECORD, {"storage_path": storage_path, "name": run_name, "key": key})
+    resume_dir = None
+    # on a filesystem: check and resume what is there; in an object store the run's name is its key, and
+    # Ray Train resumes the run of that name from its own record there
+    if ckpt_dir is not None:
+        _check_run(cfg, key, ckpt_dir)
+        resume_dir = _check_existing_checkpoint(cfg, ckpt_dir, special.vocab_size, special.pad)
     if resume_dir:
         log.info("pretrain: found %s; training resumes from it", resume_dir.name)
     tracking_info = start_stage_run(tracking, run_dir, stage=S.KIND_PRETRAIN, params=cfg, out_dir=out_dir,
                                     tags=run_tags)
+    worker_tracking = tracking_info
+    if multi_node and tracking_info and tracking_problem(tracking_info["uri"], alive_nodes()):
+        # the configured server did not answer and the driver fell back to its own file
+        log.warning("pretrain: MLflow fell back to %s, which rank 0 on another node cannot reach: per-step "
+                    "metrics go to history.json and this run's MLflow record only gets its result",
+                    tracking_info["uri"])
+        worker_tracking = None
     try:
-        with ray_session():
-            datasets = {name: ray.data.read_parquet(sorted(str(p) for p in info.path.glob("*.parquet")))
-                        .select_columns(list(INSTANCE_COLUMNS)) for name, info in infos.items()}
-            loop_config = {"cfg": to_dict(cfg), "tokenizer_dir": str(tokenizer_dir.resolve()),
-                           "special": special.to_dict(), "tracking": tracking_info,
-                           "dynamic": {name: dataclasses.asdict(masking_rule(info)) if info.masking == "dynamic"
-                                       else None for name, info in infos.items()},
-                           "resume_dir": str(resume_dir) if resume_dir else None, "fail_at": fail_at}
-            resources = {"CPU": worker_cpus(cfg, ray.cluster_resources().get("CPU", 0.0)),
-                         **cfg.resources_per_worker}
-            trainer = TorchTrainer(
-                train_loop_per_worker, train_loop_config=loop_config, datasets=datasets,
-                dataset_config=ordered_ingest(),  # the same rows in the same order per worker: exact resumes
-                scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu,
-                                             resources_per_worker=resources,
-                                             accelerator_type=cfg.accelerator_type or None),
-                run_config=RunConfig(name=CHECKPOINTS, storage_path=str(out_dir),
-                                     checkpoint_config=CheckpointConfig(num_to_keep=cfg.keep_checkpoints),
-                                     failure_config=FailureConfig(max_failures=cfg.max_failures)))
-            try:
-                result = trainer.fit()
-            except Exception as exc:  # Ray wraps worker errors; surface the cause as a user-facing failure
-                raise OrchestratorError(f"pretraining failed: {exc}") from exc
+        datasets = {name: ray.data.read_parquet(sorted(str(p) for p in info.path.glob("*.parquet")))
+                    .select_columns(list(INSTANCE_COLUMNS)) for name, info in infos.items()}
+        loop_config = {"cfg": to_dict(cfg), "tokenizer_dir": str(tokenizer_dir.resolve()),
+                       "special": special.to_dict(), "tracking": worker_tracking,
+                       "dynamic": {name: dataclasses.asdict(masking_rule(info)) if info.masking == "dynamic"
+                                   else None for name, info in infos.items()},
+                       "resume_dir": str(resume_dir) if resume_dir else None, "fail_at": fail_at}
+        resources = {"CPU": worker_cpus(cfg, ray.cluster_resources().get("CPU", 0.0)),
+                     **cfg.resources_per_worker}
+        trainer = TorchTrainer(
+            train_loop_per_worker, train_loop_config=loop_config, datasets=datasets,
+            dataset_config=ordered_ingest(),  # the same rows in the same order per worker: exact resumes
+            scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu,
+                                         resources_per_worker=resources,
+                                         accelerator_type=cfg.accelerator_type or None),
+            run_config=RunConfig(name=run_name, storage_path=storage_path,
+                                 checkpoint_config=CheckpointConfig(num_to_keep=cfg.keep_checkpoints),
+                                 failure_config=FailureConfig(max_failures=cfg.max_failures)))
+        try:
+            result = trainer.fit()
+        except Exception as exc:  # Ray wraps worker errors; surface the cause as a user-facing failure
+            raise OrchestratorError(f"pretraining failed: {exc}") from exc
         returned: dict[str, Any] = result.return_value or {}
         if returned.get("diverged"):
             raise TrainingDiverged(returned["diverged"])
         if result.checkpoint is None:
-            raise OrchestratorError(f"pretraining produced no checkpoint under {out_dir / CHECKPOINTS}")
+            raise OrchestratorError(f"pretraining produced no checkpoint under {storage_path}/{run_name}")
         history = returned.get("history", [])
         phases = returned.get("phases", [])
         final = out_dir / "final"
@@ -340,7 +406,8 @@ def pretrain(cfg: PretrainConfig, instances: dict[int, Path], tokenizer_dir: Pat
     _log_stops(tracking_info, phases)
     end_stage_run(tracking_info)
     return PretrainResult(model_dir=final, history=history, first_loss=first, last_loss=last,
-                          checkpoints_dir=out_dir / CHECKPOINTS, params=params, phases=phases)
+                          checkpoints_dir=ckpt_dir if ckpt_dir is not None else Path(storage_path) / run_name,
+                          params=params, phases=phases)
 
 
 def random_init(cfg: PretrainConfig, tokenizer_dir: Path, out_dir: Path) -> Path:
@@ -368,11 +435,23 @@ def random_init(cfg: PretrainConfig, tokenizer_dir: Path, out_dir: Path) -> Path
     return final
 
 
-def plan_pretrain(cfg: PretrainConfig, instances: dict[int, Path] | None, tokenizer_dir: Path | None) -> str:
-    """Dry run: the model, batch arithmetic per phase and, when given, checked inputs. Trains nothing."""
+def plan_pretrain(cfg: PretrainConfig, instances: dict[int, Path] | None, tokenizer_dir: Path | None, *,
+                  tracking_uri: str | None = None, nodes: list[dict] | None = None,
+                  driver_node: dict[str, float] | None = None, out_dir: Path | None = None) -> str:
+    """Dry run: the model, batch arithmetic per phase, what a multi-node run needs and, when given,
+    checked inputs. Trains nothing. ``tracking_uri``: the configured MLflow store (None when off);
+    ``nodes`` / ``driver_node``: an attached cluster's alive nodes and the driver node's resources
+    (None: not attached; ``pretrain.multi_node`` alone then says whether the run spans nodes)."""
     import torch  # heavy: torch
 
     lines = []
+    paths = [Path(p) for _, p in sorted((instances or {}).items())]
+    multi_node = check_multi_node(cfg, tracking_uri, nodes=nodes, driver_resources=driver_node, out_dir=out_dir,
+                                  instances=paths, tokenizer_dir=tokenizer_dir)
+    if multi_node:
+        where = cfg.storage_path or (Path(out_dir) / CHECKPOINTS if out_dir else "<out_dir>/checkpoints")
+        lines.append(f"nodes: several ({multi_node}); shared storage declared, checkpoints in {where}, "
+                     f"MLflow {tracking_uri or 'off'}")
     if cfg.model.init_from:
         hf = read_hf_config(Path(cfg.model.init_from))
         lines.append(f"model: continue from {cfg.model.init_from} (hidden {hf.get('hidden_size')}, "
