@@ -103,9 +103,10 @@ def measure(size: str, precision: str, batch: int, accumulation: int, length: in
     from orchestrator.instances.config import MaskingRule, Specials
     from orchestrator.modeling.precision import make_scaler
     from orchestrator.pretrain.config import PretrainConfig
+    from orchestrator.pretrain.data import Prefetcher, micro_batches
     from orchestrator.pretrain.loop import (
         _all_reduce,
-        _micro_batches,
+        _batch_to_torch,
         _to_device,
         estimate_mfu,
         train_step,
@@ -135,32 +136,35 @@ def measure(size: str, precision: str, batch: int, accumulation: int, length: in
     scaler = make_scaler(precision, device, cfg.init_loss_scale)
     shard = ray.data.read_parquet(str(instances)).select_columns(list(INSTANCE_COLUMNS)).iterator()
     rule = MaskingRule() if masking == "dynamic" else None
-    stream = _micro_batches(shard, batch, special, cfg, rule, (0, 0, 0), 8 if device.type == "cuda" else 1)
+    # the loop's data path: read, collate, mask and pin on a background thread, ahead of the steps
+    stream = Prefetcher(micro_batches(shard, batch, special, rule, seed=cfg.seed, seed_key=(0, 0, 0),
+                                      prefetch=cfg.dataloader_prefetch, pad_to=8 if device.type == "cuda" else 1),
+                        depth=max(1, cfg.dataloader_prefetch) * accumulation,
+                        transform=_batch_to_torch(True, pin=device.type == "cuda"), name="data-benchmark")
 
     def sync():
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
     def step() -> tuple[float, float, float]:
-        micro = [_to_device(next(stream), device, True) for _ in range(accumulation)]
+        micro = [_to_device(next(stream)[0], device) for _ in range(accumulation)]
         module.train()
         stats = train_step(module, micro, optimizer, scheduler, scaler, precision=precision, device=device,
                            grad_clip=cfg.optim.grad_clip, params=params)
-        _, _, _, _, count, seqs, toks, _ = _all_reduce(
-            [stats.loss, stats.mlm_loss, stats.nsp_loss, stats.mlm_correct, stats.mlm_count, stats.sequences,
-             stats.tokens, float(not np.isfinite(stats.loss))], device)
-        return seqs, toks, count
+        _, _, _, _, count, toks = _all_reduce(stats.totals, device)  # the loop's one host sync per step
+        return float(stats.sequences), toks, count
 
-    for _ in range(warmup):
-        step()
-    sync()
-    start = time.perf_counter()
-    seqs = toks = masked = 0.0
-    for _ in range(steps):
-        s, t, m = step()
-        seqs, toks, masked = seqs + s, toks + t, masked + m
-    sync()
-    elapsed = time.perf_counter() - start
+    with stream:  # the data thread stops with the measurement
+        for _ in range(warmup):
+            step()
+        sync()
+        start = time.perf_counter()
+        seqs = toks = masked = 0.0
+        for _ in range(steps):
+            s, t, m = step()
+            seqs, toks, masked = seqs + s, toks + t, masked + m
+        sync()
+        elapsed = time.perf_counter() - start
     name = device_name(device)
     tf32_on = device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32
     per_token = training_flops_per_token(model, toks / seqs, masked / toks)

@@ -367,6 +367,7 @@ def test_checkpoint_save_reload_every_weight_equal(tmp_path):
     tok = tmp_path / "tok"
     tok.mkdir()
     (tok / "vocab.txt").write_text("\n".join(f"t{i}" for i in range(100)))
+    (tok / "tokenizer_config.json").write_text('{"do_lower_case": true}')  # both files a checkpoint must carry
     ckpt = save_checkpoint(tmp_path / "ckpt", model, tok, optimizer=opt, scheduler=sched,
                            scaler=make_scaler("fp32", torch.device("cpu"), 1.0), state={"step": 7, "phase": 0})
     fresh, _ = _tiny_module()
