@@ -13,15 +13,17 @@ from conftest import ROOT
 def test_wheel_install_runs_the_default_dry_run_elsewhere(tmp_path):
     wheels, site, elsewhere = tmp_path / "wheels", tmp_path / "site", tmp_path / "elsewhere"
     elsewhere.mkdir()
+    pip_env = {**os.environ, "PIP_NO_CACHE_DIR": "1"}  # no wheel a cache kept from an earlier build (issue 29)
     source = tmp_path / "source"  # built from a copy: a build leaves build/ and *.egg-info behind
     shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".git", ".venv", "runs", "build", "*.egg-info",
                                                                 "__pycache__", ".pytest_cache"))
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                            "-w", str(wheels), str(source)], capture_output=True, text=True, timeout=300)
+                            "-w", str(wheels), str(source)], env=pip_env, capture_output=True, text=True,
+                           timeout=300)
     assert build.returncode == 0, build.stderr[-3000:]
     (wheel,) = wheels.glob("bioptorch_orchestrator-*.whl")
     install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site),
-                              str(wheel)], capture_output=True, text=True, timeout=300)
+                              str(wheel)], env=pip_env, capture_output=True, text=True, timeout=300)
     assert install.returncode == 0, install.stderr[-3000:]
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env["PYTHONPATH"] = str(site)  # ahead of the development checkout's editable install

@@ -99,3 +99,14 @@ def test_this_environment_is_the_locked_one():
         if installed != version:
             wrong[name] = (version, installed)
     assert not wrong, f"locked vs installed: {wrong}"
+
+
+def test_build_tools_agree_with_the_locks_that_install_after_them():
+    """build.lock installs first, then a lock with --no-deps: a package in both at two versions would be
+    swapped under the sdist builds (seqeval's needs setuptools-scm, whose packaging is the runtime one)."""
+    build = read_lock(LOCKS / "build.lock")
+    assert "setuptools-scm" in build  # seqeval 1.2.2 is an sdist that takes its version from it (issue 29)
+    for lock in ("runtime", "test", "bench"):
+        entries = read_lock(LOCKS / f"{lock}.lock")
+        differ = {n: (v, entries[n][0]) for n, (v, _) in build.items() if n in entries and entries[n][0] != v}
+        assert not differ, f"build.lock vs {lock}.lock: {differ}"
