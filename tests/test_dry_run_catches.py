@@ -7,6 +7,7 @@ import subprocess
 
 import pytest
 
+from conftest import ROOT
 from orchestrator.core.config import load_config
 from orchestrator.core.errors import ConfigError
 
@@ -107,3 +108,25 @@ def test_numbers_must_be_finite_in_every_config():
     with pytest.raises(ConfigError, match=r"x must be a finite number > 0 and <= 1, got nan"):
         check_number("x", float("nan"), low=0, high=1, low_open=True)
     check_number("x", 1, low=0, high=1, low_open=True)
+
+
+@pytest.mark.parametrize("dry", [True, False], ids=["dry-run", "run"])
+@pytest.mark.parametrize("data, said", [
+    (b"\0" * 5000, ":1: NUL character at column 1: binary content, not text"),
+    ("\n".join(f"Line {i} of a plain English document." for i in range(21)).encode("utf-16-le"),
+     ":1: NUL character at column 2: UTF-16 text without a byte-order mark?")], ids=["NUL", "UTF-16LE"])
+def test_a_binary_source_exits_2_with_file_and_line(data, said, dry, tmp_path, capsys):
+    """5,000 NUL bytes used to build a corpus (exit 0, no warning); UTF-16LE text was 21 "documents".
+    The real run refuses before Ray starts too: the corpus stage's inputs are read by the dry run's
+    parser first (issue 34 item 4)."""
+    source = tmp_path / "in_domain.txt"
+    source.write_bytes(data)
+    general = ROOT / "orchestrator" / "sample_data" / "corpus" / "general.txt"
+    config = tmp_path / "corpus.yaml"
+    config.write_text(f"corpus:\n  sources:\n    - {{name: bio, paths: ['{source}'], role: small}}\n"
+                      f"    - {{name: general, paths: ['{general}'], role: large}}\n")
+    out = tmp_path / "out"
+    code, err = _job("build_corpus", ["--config", str(config), f"out_dir={out}"] + (["--dry-run"] if dry else []),
+                     capsys)
+    assert code == 2 and f"error: {source}{said}" in err, err
+    assert not out.exists()

@@ -243,3 +243,23 @@ def test_tokenizer_quality_job_prints_the_table_and_json(tmp_path, capsys):
     if xquad.is_file():  # SQuAD JSON: its paragraphs are the units
         assert job.main(["--dry-run", "--tokenizer", f"hand={tok_dir}", "--text", f"de:general={xquad}"]) == 0
         assert "de:general (240 units)" in capsys.readouterr().out
+
+
+def test_a_vocabulary_smaller_than_asked_is_warned_about_and_says_why(tmp_path, caplog):
+    """A corpus of few distinct words gives fewer tokens than vocab_size: it used to pass silently
+    (1,509 of 3,000 from a source of NUL bytes); now a warning says so, and why (issue 34 item 4)."""
+    import logging
+
+    text = ["the cell binds the protein", "a protein binds the cell"] * 20
+    cfg = VocabConfig(vocab_size=3000, report=False, ampv=False)
+    with caplog.at_level(logging.WARNING, logger="orchestrator.vocab.wordpiece"):
+        report = build_vocabulary(cfg, lambda: iter(text), lambda: iter(()), 1, 1, tmp_path)
+    assert report["vocab_size"] < 3000
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and f"{report['vocab_size']} tokens, not the 3000 asked" in warned[0]
+    assert "too few distinct words" in warned[0] and "min_frequency=2" in warned[0]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="orchestrator.vocab.wordpiece"):
+        build_vocabulary(VocabConfig(vocab_size=40, report=False, ampv=False), lambda: iter(text), lambda: iter(()),
+                         1, 1, tmp_path)
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING]

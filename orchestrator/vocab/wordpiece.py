@@ -123,6 +123,18 @@ def train_wordpiece(texts: Iterable[str], cfg: VocabConfig):
     return tok._tokenizer
 
 
+def warn_if_small(size: int, cfg: VocabConfig) -> bool:
+    """Warn (and return True) when the trainer stopped short of ``cfg.vocab_size``: it merges pieces
+    until none left occurs ``min_frequency`` times, so a corpus with too few distinct words gives fewer."""
+    if size >= cfg.vocab_size:
+        return False
+    log.warning("vocab: %d tokens, not the %d asked (vocab.vocab_size): the corpus has too few distinct words "
+                "for more: no pair of pieces left occurs vocab.min_frequency=%d times. Give more text, or a smaller "
+                "vocab.vocab_size (a check of the corpus: is it the text you meant?)", size, cfg.vocab_size,
+                cfg.min_frequency)
+    return True
+
+
 def canonical_vocab(tokens: Iterable[str]) -> dict[str, int]:
     """Special tokens first, then every other token in code-point order.
 
@@ -263,6 +275,7 @@ def build_vocabulary(cfg: VocabConfig, small: Callable[[], Iterable[str]], large
     log.info("vocab: training WordPiece (%d tokens%s), small corpus x%d", cfg.vocab_size,
              ", on MeCab words" if cfg.pretokenize == "mecab" else "", factor)
     main = train_wordpiece(amplified(small, large, factor), cfg)
+    warn_if_small(main.get_vocab_size(), cfg)
     save_tokenizer(main, out_dir, cfg.pretokenize)
     report: dict = {"ampv": cfg.ampv, "amplification_factor": factor, "vocab_size": main.get_vocab_size()}
     if cfg.report:
