@@ -19,6 +19,7 @@ SPEC = JobSpec(
     run=run_augment_job,
     dry_run=plan_augment_job,
     default_preset="tiny",
+    outputs=("out_dir", "similarity.cache_dir"),
 )
 
 

@@ -52,6 +52,7 @@ SPEC = JobSpec(
     dry_run=plan,
     default_preset="default",
     preset_only=("arms", "baseline"),
+    outputs=("runs_root",),
 )
 
 

@@ -18,6 +18,7 @@ SPEC = JobSpec(
     run=build_corpus,
     dry_run=plan_build_corpus,
     default_preset="tiny",
+    outputs=("out_dir",),
 )
 
 

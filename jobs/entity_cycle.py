@@ -23,6 +23,7 @@ SPEC = JobSpec(
     run=run,
     dry_run=plan,
     default_preset="tiny",
+    outputs=("runs_root",),
 )
 
 

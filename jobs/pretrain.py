@@ -20,6 +20,7 @@ SPEC = JobSpec(
     run=run,
     dry_run=plan,
     default_preset="tiny",
+    outputs=("out_dir", "run_dir"),
 )
 
 

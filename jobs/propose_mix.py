@@ -22,7 +22,8 @@ from orchestrator.core.cli import JobSpec, run_job
 from orchestrator.proposal import ProposalConfig, plan_proposal, propose
 
 SPEC = JobSpec(name="propose_mix", description=__doc__.split("\n\n")[0], config_cls=ProposalConfig, run=propose,
-               dry_run=plan_proposal, default_preset="tiny")
+               dry_run=plan_proposal, default_preset="tiny",
+               outputs=("out_dir",))
 
 
 def target_overrides(argv: list[str]) -> list[str]:

@@ -22,7 +22,8 @@ from orchestrator.core.cli import JobSpec, run_job, shorthand_overrides
 from orchestrator.proxy import ProxySearchConfig, plan_proxy_search, propose_from_proxies
 
 SPEC = JobSpec(name="proxy_search", description=__doc__.split("\n\n")[0], config_cls=ProxySearchConfig,
-               run=propose_from_proxies, dry_run=plan_proxy_search, default_preset="tiny")
+               run=propose_from_proxies, dry_run=plan_proxy_search, default_preset="tiny",
+               outputs=("out_dir", "work_dir"))
 
 
 def main(argv: list[str] | None = None) -> int:

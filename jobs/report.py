@@ -171,7 +171,7 @@ def expand_shorthands(argv: list[str]) -> list[str]:
 
 
 SPEC = JobSpec(name="report", description=__doc__.split("\n\n")[0] + " (" + ", ".join(SHORTHANDS) + " accepted)",
-               config_cls=ReportConfig, run=run, dry_run=plan)
+               config_cls=ReportConfig, run=run, dry_run=plan, outputs=("out_dir",))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,7 +33,7 @@ def shorthand_overrides(argv: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     spec = JobSpec(name="retrieval", description=__doc__, config_cls=RetrievalConfig, run=run_retrieval,
-                   dry_run=plan_retrieval)
+                   dry_run=plan_retrieval, outputs=("run_dir",))
     return run_job(spec, shorthand_overrides(sys.argv[1:] if argv is None else argv))
 
 

@@ -25,7 +25,7 @@ def shorthand_overrides(argv: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     spec = JobSpec(name="score_sources", description=__doc__, config_cls=SelectionConfig,
-                   run=score_sources, dry_run=plan_selection)
+                   run=score_sources, dry_run=plan_selection, outputs=("out_dir", "work_dir"))
     return run_job(spec, shorthand_overrides(sys.argv[1:] if argv is None else argv))
 
 

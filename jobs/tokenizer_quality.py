@@ -25,7 +25,8 @@ def shorthand_overrides(argv: list[str]) -> list[str]:
 
 
 SPEC = JobSpec(name="tokenizer_quality", description=__doc__.split("\n\n")[0], config_cls=TokenizerQualityConfig,
-               run=run_quality, dry_run=plan_quality, default_preset="tiny")
+               run=run_quality, dry_run=plan_quality, default_preset="tiny",
+               outputs=("out_dir",))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,7 +22,13 @@ from orchestrator.augment.config import AugmentStageConfig
 from orchestrator.core.artifacts import SMALL_ROLES
 from orchestrator.core.config import expand_package_paths, field, flatten, from_dict, read_yaml, set_dotted, to_dict
 from orchestrator.core.errors import ConfigError, InputError
-from orchestrator.core.manifest import atomic_write_json, hash_inputs, read_manifest
+from orchestrator.core.manifest import (
+    atomic_write_json,
+    check_replaceable,
+    check_writable_dir,
+    hash_inputs,
+    read_manifest,
+)
 from orchestrator.core.reuse import content_key, run_stage
 from orchestrator.core.runtime import ray_session, seed_everything
 from orchestrator.corpus.sources import SourceConfig, source_files
@@ -70,6 +76,10 @@ class RayConfig:
     address: str = field("", help="Ray cluster address; empty = RAY_ADDRESS or a cluster head if present, "
                                   "else an embedded local Ray on 127.0.0.1; 'local' forces embedded")
     num_cpus: int = field(0, help="CPUs for an embedded local Ray (0 = all)")
+
+    def __post_init__(self):
+        if self.num_cpus < 0:
+            raise ConfigError(f"ray.num_cpus must be >= 0 (0 = all), got {self.num_cpus}")
 
 
 def sample_corpus() -> CorpusConfig:
@@ -290,6 +300,18 @@ def check_pretokenize(vocab: VocabConfig, instances: InstanceConfig) -> None:
                           "instances.pretokenize=auto)")
 
 
+def check_corpus_outputs(run_dir: Path, instances: InstanceConfig,
+                         stages: tuple[str, ...] = ("corpus", "vocab", "instances")) -> None:
+    """The first three stages' outputs under ``run_dir`` (by name) may be written: each is absent, empty
+    or an earlier output of its stage. Checked before Ray starts and by the dry run: a folder holding
+    its own ``vocab/`` stops the job before ``corpus/`` is written beside it."""
+    outputs = [(s, run_dir / s) for s in ("corpus", "vocab") if s in stages]
+    if "instances" in stages:
+        outputs += [("instances", run_dir / "instances" / f"len{n}") for n in instances.max_seq_lengths]
+    for stage, path in outputs:
+        check_replaceable(path, stage)
+
+
 def corpus_stages(corpus: CorpusConfig, vocab: VocabConfig, instances: InstanceConfig, run_dir: Path,
                   stages: tuple[str, ...] = ("corpus", "vocab", "instances"), place: Place | None = None,
                   keys: dict[str, str] | None = None) -> CorpusResult:
@@ -352,11 +374,13 @@ class CorpusBuildConfig:
 def build_corpus(cfg: CorpusBuildConfig) -> CorpusResult:
     """``python jobs/build_corpus.py``: the first three stages of the chain."""
     input_stats(cfg.corpus)  # fail fast, before Ray starts, on missing or empty source files
+    check_corpus_outputs(Path(cfg.out_dir), cfg.instances)
     with ray_session(address=cfg.ray.address or None, num_cpus=cfg.ray.num_cpus or None):
         return corpus_stages(cfg.corpus, cfg.vocab, cfg.instances, Path(cfg.out_dir))
 
 
 def plan_build_corpus(cfg: CorpusBuildConfig) -> str:
+    check_corpus_outputs(Path(cfg.out_dir), cfg.instances)
     return plan_corpus_stages(cfg.corpus, cfg.vocab, cfg.instances) + f"\n  run directory: {cfg.out_dir}"
 
 
@@ -454,6 +478,7 @@ def check_inputs(cfg: ChainConfig) -> None:
     source files exist and are not empty, model directories hold a config, task files exist."""
     if "corpus" in cfg.stages:
         input_stats(cfg.corpus)
+    check_writable_dir(cfg.run_dir, "runs_root/run_name")
     if "vocab" in cfg.stages:
         for path in cfg.vocab.target_paths:
             if not Path(path).is_file():
@@ -474,6 +499,7 @@ def check_inputs(cfg: ChainConfig) -> None:
 def run(cfg: ChainConfig) -> ChainResult:
     run_dir = cfg.run_dir
     check_inputs(cfg)  # before Ray starts and before the run directory is written to
+    check_corpus_outputs(run_dir, cfg.instances, cfg.stages)
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(run_dir / "chain_config.json", to_dict(cfg))
     seed_everything(cfg.seed)
@@ -551,6 +577,7 @@ def plan(cfg: ChainConfig) -> str:
     stages = cfg.active_stages
     lines = [f"run directory: {cfg.run_dir}", f"stages: {' -> '.join(stages)}", plan_tracking(cfg)]
     check_inputs(cfg)
+    check_corpus_outputs(cfg.run_dir, cfg.instances, stages)
     if "corpus" in stages:
         lines += ["", "== corpus, vocab, instances ==",
                   plan_corpus_stages(cfg.corpus, cfg.vocab, cfg.instances,

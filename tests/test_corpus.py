@@ -231,15 +231,24 @@ def test_simpt_gives_small_corpus_about_half_conventional_its_size_share(simpt_b
     assert 0.38 < simpt_share < 0.62 and simpt_share > conv_share + 0.12
 
 
+#: 5,000 lines (~90 KB) of text: what comes after it lies beyond the 64 KB a job checks before Ray starts.
+FINE = b"A fine sentence of text.\n" * 5000
+
+
+@pytest.mark.parametrize("data, line, said", [
+    (b"A fine sentence.\nAnother one.\nBroken \xc3\x28 here.\n", 3, "invalid UTF-8"),  # refused before the read
+    (FINE + b"Broken \xc3\x28 here.\n", 5001, "invalid UTF-8"),  # inside the Ray read
+    (FINE + b"\0" * 5000, 5001, "NUL character at column 1: binary content"),  # binary, inside the Ray read
+], ids=["head", "in-ray", "NUL-in-ray"])
 @needs_data
-def test_bad_bytes_inside_a_ray_read_name_file_and_line(ray_local, samples, tmp_path):
+def test_bad_bytes_inside_a_ray_read_name_file_and_line(ray_local, samples, tmp_path, data, line, said):
     bad = tmp_path / "bad.txt"
-    bad.write_bytes(b"A fine sentence.\nAnother one.\nBroken \xc3\x28 here.\n")
+    bad.write_bytes(data)
     cfg = _config(samples, "simpt", sources=[{"name": "pubmed", "paths": [str(bad)], "role": "small"},
                                              {"name": "wiki", "paths": [str(samples["wiki"])], "role": "large"}])
-    with pytest.raises(InputError, match="invalid UTF-8") as info:
+    with pytest.raises(InputError, match=said) as info:
         build_corpus(cfg, tmp_path / "out")
-    assert info.value.path == str(bad) and info.value.line == 3
+    assert info.value.path == str(bad) and info.value.line == line
     assert not (tmp_path / "out" / "corpus").exists()
 
 

@@ -72,6 +72,58 @@ def test_bom_and_crlf_are_accepted(tmp_path, fmt, data, units):
     assert list(text_units(write(tmp_path / "f.tsv", data), fmt)) == units
 
 
+#: ASCII text as UTF-16LE without a byte-order mark: valid UTF-8, with a NUL after every letter.
+UTF16_TEXT = "\n".join(f"Line {i} of a plain English document about proteins." for i in range(21))
+
+
+@pytest.mark.parametrize("data, line, message", [
+    (b"\0" * 5000, 1, "NUL character at column 1: binary content, not text"),
+    (UTF16_TEXT.encode("utf-16-le"), 1, "NUL character at column 2: UTF-16 text without a byte-order mark?"),
+    (UTF16_TEXT.encode("utf-16"), 1, "a UTF-16 (little-endian) byte-order mark: the file is UTF-16, not UTF-8"),
+    (b"binary \x01\x02\x7f\x1b here\n", 1, "4 control characters (0x01, 0x02, 0x1b, 0x7f; the first at column 8): "
+                                          "binary content"),
+])
+@pytest.mark.parametrize("fmt", ["text", "wikitext", "jsonl", "iob", "blue_ner"])
+def test_binary_content_is_refused_with_file_and_line(tmp_path, fmt, data, line, message):
+    """It used to be read as text: 5,000 NUL bytes as one document, UTF-16LE as 21 "documents"."""
+    path = write(tmp_path / "bin.txt", data)
+    with pytest.raises(InputError) as err:
+        list(read(path, fmt))
+    assert (err.value.path, err.value.line) == (str(path), line) and message in err.value.message, err.value
+
+
+def test_text_with_tabs_page_breaks_and_a_stray_control_is_read(tmp_path):
+    path = write(tmp_path / "ok.txt", b"a\ttab, a \x0bvertical tab\x0c and a page break\r\nDOS end \x1a\n")
+    assert [p.text for p in read(path, "text")] == ["a\ttab, a \x0bvertical tab\x0c and a page break", "DOS end \x1a"]
+
+
+def test_check_head_reads_the_first_64_kb_only(tmp_path):
+    """What a job checks before Ray starts: a binary head fails at once; what lies beyond is left to the read."""
+    from orchestrator.formats.base import check_head
+
+    with pytest.raises(InputError, match=r"bin.txt:1: NUL character"):
+        check_head(write(tmp_path / "bin.txt", b"\0" * 5000))
+    with pytest.raises(InputError, match=r"utf16.txt:1: a UTF-16 \(big-endian\) byte-order mark"):
+        check_head(write(tmp_path / "utf16.txt", "Text.\n".encode("utf-16-be").join([b"\xfe\xff", b""])))
+    late = write(tmp_path / "late.txt", b"fine\n" * 20000 + b"\0\n")
+    check_head(late)
+    with pytest.raises(InputError, match=r"late.txt:20001: NUL"):
+        list(read(late, "text"))
+    check_head(write(tmp_path / "long.txt", "é".encode() * 40000))  # one line, a character cut at 64 KB
+
+
+def test_binary_in_a_parquet_cell_is_refused(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from orchestrator.corpus.sources import SourceConfig, iter_source
+
+    pq.write_table(pa.table({"text": ["A fine document.", "bad\x00\x00 cell"]}), tmp_path / "d.parquet")
+    src = SourceConfig(name="p", paths=(str(tmp_path / "d.parquet"),), format="parquet")
+    with pytest.raises(InputError, match=r"d.parquet:2: NUL character at column 4"):
+        list(iter_source(src))
+
+
 def test_missing_empty_and_unknown(tmp_path):
     with pytest.raises(InputError, match="nope.txt: file not found"):
         list(read(tmp_path / "nope.txt"))
@@ -235,6 +287,17 @@ def test_token_file_errors_name_the_line(tmp_path, fmt, data, line, what):
 
 
 # ----------------------------------------------------------------------------------- real files
+@needs_data
+def test_every_shared_and_bundled_text_file_passes_the_binary_check():
+    """No real file is taken for binary: every text file of ../shared/data and of the bundled samples."""
+    from orchestrator.formats.base import lines
+
+    files = [p for root in (DATA, ROOT / "orchestrator" / "sample_data") for p in sorted(root.rglob("*"))
+             if p.is_file() and p.suffix in ("", ".txt", ".tsv", ".jsonl", ".json", ".iob", ".conll", ".md")]
+    assert len(files) > 40
+    assert sum(1 for path in files for _ in lines(path)) > 100_000
+
+
 @needs_data
 def test_real_files_through_the_text_view():
     biosses = list(text_units(DATA / "biosses/blue/dev.tsv"))

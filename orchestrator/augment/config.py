@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-from orchestrator.core.config import field
+from orchestrator.core.config import check_number, field
 from orchestrator.core.errors import ConfigError
 
 
@@ -47,8 +47,7 @@ class AugmentConfig:
         if not -1.0 <= self.min_similarity < self.max_similarity <= 1.0:
             raise ConfigError("augment needs -1 <= min_similarity < max_similarity <= 1 "
                               f"(got {self.min_similarity}, {self.max_similarity})")
-        if self.multiple <= 0:
-            raise ConfigError("augment.multiple must be > 0")
+        check_number("augment.multiple", self.multiple, low=0, low_open=True)
         if self.max_seq_length < 8 or self.batch_size < 1:
             raise ConfigError("augment.max_seq_length must be >= 8 and augment.batch_size >= 1")
 
@@ -93,10 +92,9 @@ class AugmentRayConfig:
     def __post_init__(self):
         if self.actors < 1:
             raise ConfigError("ray.actors must be >= 1")
-        if self.cpus_per_actor <= 0:
-            raise ConfigError("ray.cpus_per_actor must be > 0")
-        if self.gpus_per_actor < 0 and self.gpus_per_actor != -1:
-            raise ConfigError("ray.gpus_per_actor must be -1 (auto) or >= 0")
+        check_number("ray.cpus_per_actor", self.cpus_per_actor, low=0, low_open=True)
+        if self.gpus_per_actor != -1:
+            check_number("ray.gpus_per_actor (-1 = auto)", self.gpus_per_actor, low=0)
 
 
 @dataclasses.dataclass(frozen=True)

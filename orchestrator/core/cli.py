@@ -26,6 +26,7 @@ import yaml
 
 from orchestrator.core.config import describe, load_config, read_yaml, to_dict
 from orchestrator.core.errors import OrchestratorError
+from orchestrator.core.manifest import check_writable_dir
 from orchestrator.core.registry import suggest
 
 PRESET_DIR = Path(__file__).resolve().parents[1] / "presets"
@@ -76,6 +77,9 @@ class JobSpec:
     # Top-level preset keys a --config file does not inherit (e.g. blue_sweep's `arms`: the default
     # preset's experiment must not turn every --config run into that experiment).
     preset_only: tuple[str, ...] = ()
+    # Config keys (dotted) naming the directories the job writes: each, when set, must be or become a
+    # directory this user can write in, checked before the run and by --dry-run (before Ray starts).
+    outputs: tuple[str, ...] = ()
 
 
 def preset_names(job: str) -> list[str]:
@@ -134,6 +138,7 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
             print(yaml.safe_dump(to_dict(cfg), sort_keys=False))
             return 0
         logging.getLogger(spec.name).debug("resolved config:\n%s", yaml.safe_dump(to_dict(cfg), sort_keys=False))
+        check_outputs(spec, cfg)
         if args.dry_run:
             print(spec.dry_run(cfg))
             print("dry run: config and inputs are valid; nothing was trained.")
@@ -155,6 +160,16 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def check_outputs(spec: JobSpec, cfg: Any) -> None:
+    """Every output directory the job names (``spec.outputs``) is, or can become, a writable directory."""
+    for key in spec.outputs:
+        value = cfg
+        for part in key.split("."):
+            value = getattr(value, part)
+        if value:
+            check_writable_dir(value, key)
 
 
 def _keep_traceback(job: str) -> Path:

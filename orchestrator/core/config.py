@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import math
 import types
 import typing
 from pathlib import Path
@@ -28,6 +29,25 @@ def field(default: Any = dataclasses.MISSING, *, help: str, default_factory: Any
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata={"help": help})
     return dataclasses.field(default=default, metadata={"help": help})
+
+
+def is_number(value: Any) -> bool:
+    """A real, finite number (not a bool): what a config value, a score or a weight must be to be
+    compared. NaN passes every ``x <= 0`` check and ``inf`` every ``x > 0``: test this first."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_number(where: str, value: Any, *, low: float | None = None, high: float | None = None,
+                 low_open: bool = False, high_open: bool = False) -> None:
+    """Raise ConfigError unless ``value`` is a finite number in the range: ``low <= value`` (``low < value``
+    with ``low_open``) and ``value <= high`` (``<`` with ``high_open``). The message names ``where``."""
+    ok = is_number(value) and (low is None or (value > low if low_open else value >= low)) and (
+        high is None or (value < high if high_open else value <= high))
+    if not ok:
+        bounds = [f"{'>' if low_open else '>='} {low:g}"] if low is not None else []
+        bounds += [f"{'<' if high_open else '<='} {high:g}"] if high is not None else []
+        text = " and ".join(bounds)
+        raise ConfigError(f"{where} must be a finite number{' ' + text if text else ''}, got {value!r}")
 
 
 def read_yaml(path: str | Path) -> dict:
@@ -305,16 +325,19 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
             as_float = float(value)
         except ValueError:
             raise ConfigError(f"{where}: expected an integer, got {value!r}") from None
-        if as_float != int(as_float):
+        if not math.isfinite(as_float) or as_float != int(as_float):
             raise ConfigError(f"{where}: expected an integer, got {value!r}")
         return int(as_float)
     if tp is float:
         if isinstance(value, bool):
             raise ConfigError(f"{where}: expected a number, got {value!r}")
         try:
-            return float(value)
+            number = float(value)
         except (TypeError, ValueError):
             raise ConfigError(f"{where}: expected a number, got {value!r}") from None
+        if not math.isfinite(number):  # nan passes `> 0` and inf every lower bound: no setting means either
+            raise ConfigError(f"{where}: expected a finite number, got {value!r}")
+        return number
     if tp is str:
         if isinstance(value, (dict, list)):
             raise ConfigError(f"{where}: expected a string, got {value!r}")

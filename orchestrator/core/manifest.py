@@ -56,6 +56,24 @@ def check_replaceable(final: str | Path, stage: str) -> None:
                             "choose another output directory, or move that one away")
 
 
+def check_writable_dir(path: str | Path, what: str) -> None:
+    """Raise unless ``path`` is a directory this process may write in, or can be made one: its nearest
+    existing ancestor is a directory with write permission. A job checks its output directories so
+    (and its dry run does), before Ray starts: a file or a read-only folder in the way is bad input,
+    not a crash halfway through."""
+    path = Path(path).absolute()
+    node = path
+    while not node.exists() and node != node.parent:
+        node = node.parent
+    if not node.is_dir():
+        where = "is a file" if node == path else f"is under {node}, which is a file"
+        raise OrchestratorError(f"{what}: {path} {where}; give a directory")
+    if not os.access(node, os.W_OK | os.X_OK):
+        where = "" if node == path else f" (it would be made in {node})"
+        raise OrchestratorError(f"{what}: {path} is not writable by this user{where}; give a directory you "
+                                "can write in")
+
+
 @contextlib.contextmanager
 def atomic_dir(final: str | Path, stage: str) -> Iterator[Path]:
     """Yield a sibling temp directory; rename it onto ``final`` only if the block succeeds.

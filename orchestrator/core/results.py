@@ -15,11 +15,11 @@ a partial score is shown but never ranked against full ones.
 """
 from __future__ import annotations
 
-import math
 import statistics
 from pathlib import Path
 from typing import Any
 
+from orchestrator.core.config import is_number
 from orchestrator.core.errors import InputError
 
 #: Seed 000's score groups, shown in this order before any other declared group.
@@ -48,7 +48,7 @@ def summarize(tasks: list[dict], cells: dict[str, dict[str, dict]]) -> dict[str,
         scores: dict[str, Any] = {}
         partial = []
         for key, names in members.items():
-            values = [row[n]["mean"] for n in names if _is_number((row.get(n) or {}).get("mean"))]
+            values = [row[n]["mean"] for n in names if is_number((row.get(n) or {}).get("mean"))]
             scores[key] = statistics.fmean(values) if values else None
             if values and len(values) < len(names):
                 partial.append(key)
@@ -103,7 +103,7 @@ def validate_results(results: Any, source: str | Path = "results.json") -> None:
             if not _is_number_or_none(cell.get("sd")):
                 raise bad(f"cells[{model!r}][{task!r}].sd is {cell['sd']!r}", "a number or null")
             for j, point in enumerate(cell.get("curve") or []):
-                if not isinstance(point, dict) or not _is_number(point.get("epoch")):
+                if not isinstance(point, dict) or not is_number(point.get("epoch")):
                     raise bad(f"cells[{model!r}][{task!r}].curve[{j}] has no numeric epoch",
                               '{"epoch": int, "dev": float, "test": float}')
     summary = results.get("summary") or {}
@@ -118,10 +118,6 @@ def validate_results(results: Any, source: str | Path = "results.json") -> None:
                 raise bad(f"summary[{model!r}].{key} is {value!r}", "a number, {mean, sd}, or null")
         if not isinstance((row or {}).get(PARTIAL, []), list):
             raise bad(f"summary[{model!r}].{PARTIAL} is {row[PARTIAL]!r}", "a list of summary column names")
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
 
 
 def _is_number_or_none(value: Any) -> bool:

@@ -29,7 +29,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 
 from orchestrator.core.artifacts import Member, MixPlan, ShardInfo, Unit
-from orchestrator.core.config import field
+from orchestrator.core.config import field, is_number
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.registry import Registry
 
@@ -74,7 +74,7 @@ class MixerConfig:
         if not 0.0 < self.alpha <= 1.0:
             raise ConfigError("mixer.alpha must be in (0, 1]")
         for name, w in self.weights.items():
-            if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
+            if not is_number(w) or w < 0:
                 raise ConfigError(f"mixer.weights.{name}: {w!r}; a weight is a number >= 0")
         if self.name == "weighted" and not sum(self.weights.values()) > 0:
             raise ConfigError("mixer weighted needs mixer.weights with a positive weight, e.g. {pubmed: 0.7, "

@@ -6,7 +6,8 @@ Files are read by ``orchestrator.formats`` (one streaming reader per format, tes
 task per file, batches streamed out of a generator, so a corpus larger than memory flows through.
 
 Bad input fails loudly with an ``InputError`` naming the file and line: a missing path, a 0-byte
-file, bytes that are not UTF-8, a JSONL line that is not an object or lacks the field, or a
+file, bytes that are not UTF-8, binary content (NUL or control characters: a binary file, UTF-16
+text; ``orchestrator.formats.base.check_text``), a JSONL line that is not an object or lacks the field, or a
 file that holds no document at all. CRLF line ends and a UTF-8 BOM are accepted.
 
 A document's language is the source's ``language``, or with ``language_field`` the value of
@@ -27,7 +28,7 @@ from orchestrator.core.config import field, to_dict
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.corpus.sentences import has_letter, split_sentences
 from orchestrator.formats import Layout, Passage, Row, read
-from orchestrator.formats.base import LANGUAGE_CODE
+from orchestrator.formats.base import LANGUAGE_CODE, check_text
 
 Format = Literal["text", "wikitext", "jsonl", "parquet", "squad"]
 Role = Literal["small", "large", "domain", "general"]
@@ -134,6 +135,7 @@ def _documents(src: SourceConfig, path: Path) -> Iterator[tuple[int, str, str, s
         if isinstance(record, Passage):
             yield record.line, record.text, record.page, src.language
         elif isinstance(record, Row) and record.text(src.text_field):
+            check_text(path, record.line, record.text(src.text_field))  # a parquet cell or a JSON "\u0000"
             language = src.language
             if src.language_field:
                 language = record.text(src.language_field)

@@ -31,6 +31,7 @@ from orchestrator.corpus.sources import (
     read_source,
     source_files,
 )
+from orchestrator.formats.base import check_head
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +87,15 @@ def _drop_defaults(cfg, data: dict, names: tuple[str, ...]) -> None:
 
 def input_stats(cfg: CorpusConfig) -> dict[str, tuple[int, int]]:
     """{file: (size, mtime_ns)} of every source file: what the stage's key says about its inputs.
-    Fails fast, before Ray starts, on a missing or empty file."""
-    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for s in cfg.sources for p in source_files(s)}
+    Fails fast, before Ray starts, on a missing or empty file, and on a text file whose first 64 KB
+    are not UTF-8 text (a binary or UTF-16 file: ``check_head``); the rest is checked as it is read."""
+    stats = {}
+    for src in cfg.sources:
+        for path in source_files(src):
+            if src.format != "parquet":
+                check_head(path)
+            stats[str(path)] = (path.stat().st_size, path.stat().st_mtime_ns)
+    return stats
 
 
 def source_sizes(cfg: CorpusConfig) -> dict[str, int]:

@@ -9,7 +9,11 @@ under its format name in ``READERS``. It yields one record at a time and never h
 
 Every text file is decoded by ``lines``: strict UTF-8 (a bad byte is an ``InputError`` naming the
 file, the 1-based line, the byte and its column), a UTF-8 BOM on the first line and CRLF line
-ends accepted.
+ends accepted. Binary content that happens to decode is refused too (``check_text``): a NUL
+character (a binary file, or UTF-16 text without its byte-order mark, which is valid UTF-8 with a
+NUL after every ASCII letter), or a line with more than ``MAX_CONTROLS`` other control characters.
+Tab, vertical tab, form feed and the line ends are text; an isolated control character (a DOS
+end-of-file mark, an escape of a log) is tolerated, as the tokenizers drop it.
 """
 from __future__ import annotations
 
@@ -85,13 +89,74 @@ Reader = Callable[[Path, Layout], Iterator[Record]]
 READERS: Registry[Reader] = Registry("file format")
 
 
+#: C0 control characters and DEL that are not text: all but tab, line feed, vertical tab, form feed, return.
+_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
+#: Control characters (NUL aside) a line may hold before it is taken for binary content.
+MAX_CONTROLS = 2
+_UTF16_BOMS = {b"\xff\xfe": "UTF-16 (little-endian)", b"\xfe\xff": "UTF-16 (big-endian)"}
+
+
+def check_text(path: str | Path, line: int | None, text: str) -> None:
+    """Raise ``InputError`` if ``text`` is binary content rather than text: a NUL, or more than
+    ``MAX_CONTROLS`` other control characters (see the module's docstring)."""
+    found = _CONTROL.search(text)
+    if found is None:
+        return
+    nul = text.find("\x00")
+    if nul >= 0:
+        hint = (": UTF-16 text without a byte-order mark? (every other byte is NUL); convert it to UTF-8, e.g. "
+                "iconv -f UTF-16LE -t UTF-8") if _looks_utf16(text) else ": binary content, not text"
+        raise InputError(path, f"NUL character at column {nul + 1}{hint}", line=line, expected="UTF-8 text")
+    controls = _CONTROL.findall(text)
+    if len(controls) > MAX_CONTROLS:
+        codes = ", ".join(sorted({f"0x{ord(c):02x}" for c in controls}))
+        raise InputError(path, f"{len(controls)} control characters ({codes}; the first at column "
+                         f"{found.start() + 1}): binary content, not text", line=line,
+                         expected="UTF-8 text (tabs, line and page breaks allowed)")
+
+
+def _looks_utf16(text: str) -> bool:
+    """NUL in (nearly) every other character and (nearly) nowhere else: ASCII text encoded as UTF-16."""
+    halves = [text[0::2].count("\x00"), text[1::2].count("\x00")]
+    n = len(text) // 2
+    return n >= 2 and max(halves) >= 0.8 * n and min(halves) <= 0.2 * n
+
+
 def lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(1-based line number, text without its line end), streamed; strict UTF-8, BOM and CRLF accepted."""
+    """(1-based line number, text without its line end), streamed; strict UTF-8, BOM and CRLF accepted,
+    binary content refused (``check_text``)."""
     with open(path, "rb") as f:
         for number, raw in enumerate(f, start=1):
-            try:
-                text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
-            except UnicodeDecodeError as exc:
-                raise InputError(path, f"invalid UTF-8 byte 0x{raw[exc.start]:02x} at column {exc.start + 1}",
-                                 line=number, expected="UTF-8 text") from None
-            yield number, text.rstrip("\r\n")
+            yield number, _decode(path, number, raw)
+
+
+def check_head(path: str | Path, size: int = 1 << 16) -> None:
+    """The complete lines of a text file's first ``size`` bytes as ``lines`` reads them: a binary, UTF-16
+    or otherwise undecodable file fails here in a millisecond (a job checks its inputs so before Ray
+    starts); the rest of the file is checked as it is read."""
+    with open(path, "rb") as f:
+        head = f.read(size)
+    if len(head) == size and b"\n" in head:
+        head = head[:head.rindex(b"\n") + 1]  # whole lines only: no character cut in two
+    elif len(head) == size:  # one long line: a character cut at the end is left out
+        cut = len(head)
+        while cut > len(head) - 3 and head[cut - 1] & 0xC0 == 0x80:  # continuation bytes
+            cut -= 1
+        head = head[:cut - 1] if head[cut - 1] >= 0xC0 else head[:cut]  # and the lead byte before them
+    for number, raw in enumerate(head.split(b"\n"), start=1):
+        _decode(path, number, raw)
+
+
+def _decode(path: str | Path, number: int, raw: bytes) -> str:
+    """One raw line as text (strict UTF-8, a BOM on line 1 dropped, the line end stripped), checked."""
+    try:
+        text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+    except UnicodeDecodeError as exc:
+        bom = _UTF16_BOMS.get(raw[:2]) if number == 1 and exc.start < 2 else None
+        what = (f"a {bom} byte-order mark: the file is {bom.split(' ')[0]}, not UTF-8; convert it, e.g. "
+                f"iconv -f UTF-16 -t UTF-8") if bom else (
+            f"invalid UTF-8 byte 0x{raw[exc.start]:02x} at column {exc.start + 1}")
+        raise InputError(path, what, line=number, expected="UTF-8 text") from None
+    text = text.rstrip("\r\n")
+    check_text(path, number, text)
+    return text

@@ -7,7 +7,7 @@ from typing import Literal
 
 import numpy as np
 
-from orchestrator.core.config import field, to_dict
+from orchestrator.core.config import check_number, field, to_dict
 from orchestrator.core.errors import ConfigError
 from orchestrator.instances.association import ASSOCIATION_DERIVATION_VERSION
 from orchestrator.instances.entity_masking import ENTITY_MASKING_VERSION, EntityMaskingConfig
@@ -50,14 +50,13 @@ class InstanceConfig:
             raise ConfigError("instances.max_seq_lengths must be non-empty, each >= 8")
         if len(set(self.max_seq_lengths)) != len(self.max_seq_lengths):
             raise ConfigError("instances.max_seq_lengths has duplicates")
-        if not 0.0 <= self.short_seq_prob <= 1.0:
-            raise ConfigError("instances.short_seq_prob must be in [0, 1]")
-        if not 0.0 < self.masked_lm_prob < 1.0:
-            raise ConfigError("instances.masked_lm_prob must be in (0, 1)")
+        check_number("instances.short_seq_prob", self.short_seq_prob, low=0, high=1)
+        check_number("instances.masked_lm_prob", self.masked_lm_prob, low=0, high=1, low_open=True, high_open=True)
         if self.max_predictions_per_seq < 0:
             raise ConfigError("instances.max_predictions_per_seq must be >= 0")
-        if self.workers < 0 or self.cpus_per_worker <= 0:
-            raise ConfigError("instances.workers must be >= 0 and instances.cpus_per_worker > 0")
+        if self.workers < 0:
+            raise ConfigError("instances.workers must be >= 0")
+        check_number("instances.cpus_per_worker", self.cpus_per_worker, low=0, low_open=True)
         if self.entity_masking is not None and self.masking == "dynamic":
             # Masks drawn at load time come from mask_batch (BERT's random rule, in the pretraining
             # collator): it has no entities, association table or grouping, so the entity-aware

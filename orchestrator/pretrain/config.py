@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from orchestrator.core.config import field, to_dict
+from orchestrator.core.config import check_number, field, to_dict
 from orchestrator.core.errors import ConfigError
 from orchestrator.core.manifest import file_sha256
 from orchestrator.core.reuse import content_key, output_key
@@ -38,8 +38,7 @@ class ModelConfig:
     def __post_init__(self):
         if self.max_position_embeddings < 8:
             raise ConfigError("model.max_position_embeddings must be >= 8")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError("model.dropout must be in [0, 1)")
+        check_number("model.dropout", self.dropout, low=0, high=1, high_open=True)
 
 
 @dataclass(frozen=True)
@@ -60,10 +59,8 @@ class PhaseConfig:
             raise ConfigError(f"phase max_seq_length must be >= 8, got {self.max_seq_length}")
         if self.global_batch_size < 1 or self.device_batch_size < 1:
             raise ConfigError("phase global_batch_size and device_batch_size must be >= 1")
-        if self.learning_rate <= 0:
-            raise ConfigError("phase learning_rate must be > 0")
-        if not 0.0 <= self.warmup_proportion < 1.0:
-            raise ConfigError("phase warmup_proportion must be in [0, 1)")
+        check_number("phase learning_rate", self.learning_rate, low=0, low_open=True)
+        check_number("phase warmup_proportion", self.warmup_proportion, low=0, high=1, high_open=True)
 
 
 @dataclass(frozen=True)
@@ -77,10 +74,12 @@ class OptimConfig:
     decay_power: float = field(0.5, help="polynomial decay power after warm-up (NVIDIA: 0.5; 1.0 = linear)")
 
     def __post_init__(self):
-        if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1):
-            raise ConfigError("optim.beta1 / optim.beta2 must be in [0, 1)")
-        if self.weight_decay < 0 or self.grad_clip < 0 or self.eps <= 0 or self.decay_power <= 0:
-            raise ConfigError("optim: weight_decay, grad_clip >= 0; eps, decay_power > 0")
+        for name in ("beta1", "beta2"):
+            check_number(f"optim.{name}", getattr(self, name), low=0, high=1, high_open=True)
+        for name in ("weight_decay", "grad_clip"):
+            check_number(f"optim.{name}", getattr(self, name), low=0)
+        for name in ("eps", "decay_power"):
+            check_number(f"optim.{name}", getattr(self, name), low=0, low_open=True)
 
 
 @dataclass(frozen=True)
@@ -102,10 +101,8 @@ class StopConfig:
             raise ConfigError("stop.window must be >= 1")
         if self.plateau_patience < 0:
             raise ConfigError("stop.plateau_patience must be >= 0")
-        if not 0.0 <= self.plateau_min_delta < 1.0:
-            raise ConfigError("stop.plateau_min_delta must be in [0, 1)")
-        if not 0.0 <= self.mlm_accuracy <= 1.0:
-            raise ConfigError("stop.mlm_accuracy must be in [0, 1]")
+        check_number("stop.plateau_min_delta", self.plateau_min_delta, low=0, high=1, high_open=True)
+        check_number("stop.mlm_accuracy", self.mlm_accuracy, low=0, high=1)
 
     @property
     def enabled(self) -> bool:
@@ -192,8 +189,11 @@ class PretrainConfig:
             raise ConfigError("dataloader_prefetch must be >= 1")
         if self.checkpoint_every < 0 or self.keep_checkpoints < 1 or self.max_failures < 0:
             raise ConfigError("checkpoint_every >= 0, keep_checkpoints >= 1, max_failures >= 0")
-        if self.init_loss_scale <= 0:
-            raise ConfigError("init_loss_scale must be > 0")
+        check_number("init_loss_scale", self.init_loss_scale, low=0, low_open=True)
+        # Ray's raylet aborts (a C++ check) on a negative resource request, after the job has started
+        check_number("cpus_per_worker", self.cpus_per_worker, low=0)
+        for name, amount in self.resources_per_worker.items():
+            check_number(f"resources_per_worker.{name}", amount, low=0)
         if self.accelerator_type and not self.use_gpu:
             raise ConfigError(f"accelerator_type {self.accelerator_type!r} needs use_gpu=true")
         pinned = [k for k in self.resources_per_worker if k.startswith("accelerator_type:")]

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator.core.config import is_number
 from orchestrator.core.manifest import atomic_dir, atomic_write_json, atomic_write_text, write_manifest
 from orchestrator.core.results import PARTIAL, SEED_GROUPS, summary_members, validate_results
 from orchestrator.report import sources as source_gains
@@ -95,9 +96,9 @@ def rank_top2(values: list[float | None], higher_is_better: bool = True) -> list
 
     Ties share a rank (both bold). Missing values (None / NaN) are never ranked.
     """
-    present = sorted({v for v in values if _is_number(v)}, reverse=higher_is_better)
+    present = sorted({v for v in values if is_number(v)}, reverse=higher_is_better)
     top = {value: rank for rank, value in enumerate(present[:2], start=1)}
-    return [top.get(v) if _is_number(v) else None for v in values]
+    return [top.get(v) if is_number(v) else None for v in values]
 
 
 def seed_sd(results: dict, model: str, task_names: list[str]) -> float | None:
@@ -113,7 +114,7 @@ def seed_sd(results: dict, model: str, task_names: list[str]) -> float | None:
         cell = rows.get(name) or {}
         scores = cell.get("test_scores") or []
         seeds = cell.get("seeds") or list(range(len(scores)))
-        if not scores or len(seeds) != len(scores) or not all(_is_number(v) for v in scores):
+        if not scores or len(seeds) != len(scores) or not all(is_number(v) for v in scores):
             return None
         per_task.append(dict(zip(seeds, scores)))
     if not per_task or any(set(p) != set(per_task[0]) for p in per_task) or len(per_task[0]) < 2:
@@ -414,12 +415,12 @@ def render_curves_png(results: dict, path: Path) -> Path | None:
                 continue
             colour = colours[i % len(colours)]
             for split, style in (("dev", "-"), ("test", "--")):
-                pts = [(p["epoch"], p[split]) for p in curve if _is_number(p.get(split))]
+                pts = [(p["epoch"], p[split]) for p in curve if is_number(p.get(split))]
                 if pts:
                     xs, ys = zip(*pts)
                     ax.plot(xs, ys, style, color=colour, marker="o", markersize=3, label=f"{model} {split}")
             chosen = (cell.get("selected") or {}).get("epochs")
-            dev_at = [p["dev"] for p in curve if p["epoch"] == chosen and _is_number(p.get("dev"))]
+            dev_at = [p["dev"] for p in curve if p["epoch"] == chosen and is_number(p.get("dev"))]
             if dev_at:
                 ax.plot([chosen], dev_at, marker="*", markersize=12, color=colour, linestyle="none")
         ax.set_title(f"{task['name']} ({task.get('metric', '')})", fontsize=10)
@@ -659,9 +660,6 @@ def _md_escape(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
-
 
 def _clean(value: Any) -> float | None:
-    return float(value) if _is_number(value) else None
+    return float(value) if is_number(value) else None

@@ -22,13 +22,13 @@ column, as in ``core.results``); cross-validated tasks have no per-seed score an
 """
 from __future__ import annotations
 
-import math
 import zlib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from orchestrator.core.config import is_number
 from orchestrator.core.errors import InputError
 from orchestrator.core.results import summary_members, validate_results
 
@@ -244,7 +244,7 @@ def _rng(seed: int, model: str, column: str) -> np.random.Generator:
 
 def _scores(cell: dict) -> list[float]:
     scores = cell.get("test_scores") or []
-    return [float(v) for v in scores] if all(_is_number(v) for v in scores) else []
+    return [float(v) for v in scores] if all(is_number(v) for v in scores) else []
 
 
 def _per_seed(cell: dict) -> dict[Any, float] | None:
@@ -259,7 +259,7 @@ def _per_seed(cell: dict) -> dict[Any, float] | None:
 def _prf(row: dict | None) -> dict[str, float] | None:
     if not row:
         return None
-    return {**{k: float(row[k]) for k in PRF if _is_number(row.get(k))}, "support": int(row.get("support") or 0)}
+    return {**{k: float(row[k]) for k in PRF if is_number(row.get(k))}, "support": int(row.get("support") or 0)}
 
 
 def _ner_overall(cell: dict, metric: str) -> tuple[dict[str, float | None], dict[str, str]]:
@@ -282,7 +282,7 @@ def _ner_overall(cell: dict, metric: str) -> tuple[dict[str, float | None], dict
                            "counts are not recorded)",
               "recall": f"support-weighted mean of per-tag recall (= micro recall, mean over seeds){folds}",
               "support": "sum of per-tag support"}
-    if metric == "ner_f1" and _is_number(cell.get("mean")):
+    if metric == "ner_f1" and is_number(cell.get("mean")):
         f1 = float(cell["mean"])
         method["f1"] = "the task score: entity-level micro F1, mean over seeds"
     else:
@@ -290,6 +290,3 @@ def _ner_overall(cell: dict, metric: str) -> tuple[dict[str, float | None], dict
         method["f1"] = "support-weighted mean of per-tag F1"
     return {"precision": weighted("precision"), "recall": weighted("recall"), "f1": f1, "support": support}, method
 
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)

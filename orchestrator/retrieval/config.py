@@ -10,7 +10,7 @@ import dataclasses
 import re
 from typing import Literal
 
-from orchestrator.core.config import field
+from orchestrator.core.config import check_number, field
 from orchestrator.core.errors import ConfigError
 from orchestrator.track import TrackingConfig
 
@@ -59,8 +59,8 @@ class RetrievalSpec:
             raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
         if not self.top_k or any(k < 1 for k in self.top_k) or len(set(self.top_k)) != len(self.top_k):
             raise ConfigError(f"top_k must be distinct values >= 1, got {list(self.top_k)}")
-        if self.cpus_per_task <= 0 or self.gpus_per_task <= 0:
-            raise ConfigError("cpus_per_task and gpus_per_task must be > 0")
+        check_number("cpus_per_task", self.cpus_per_task, low=0, low_open=True)
+        check_number("gpus_per_task", self.gpus_per_task, low=0, low_open=True)
         for name in self.models:
             if not _NAME.match(name):
                 raise ConfigError(f"models: {name!r} is not a usable model name (letters, digits, . _ -)")
@@ -108,6 +108,11 @@ class RetrievalConfig(RetrievalSpec):
     ray_address: str = field("", help="Ray cluster address; empty = RAY_ADDRESS or a cluster head if present, else an "
                                       "embedded local Ray on 127.0.0.1")
     num_cpus: int = field(0, help="CPUs for the embedded local Ray (0 = all)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.num_cpus < 0:
+            raise ConfigError(f"num_cpus must be >= 0 (0 = all), got {self.num_cpus}")
 
 
 __all__ = ["RetrievalSpec", "RetrievalConfig", "pair_languages"]

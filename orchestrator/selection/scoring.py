@@ -122,6 +122,8 @@ class SelectionConfig:
             raise ConfigError(f"num_samples must be >= 1, got {self.num_samples}")
         if not 1 <= self.order <= 6:
             raise ConfigError(f"order must be in 1..6, got {self.order}")
+        if self.num_cpus < 0:
+            raise ConfigError(f"num_cpus must be >= 0 (0 = all), got {self.num_cpus}")
         unknown = sorted(set(self.gains).union(*self.task_gains.values()) - set(self.sources))
         if unknown:
             raise ConfigError(f"gains given for unknown source {unknown[0]!r}; sources: {sorted(self.sources)}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-from orchestrator.core.config import field
+from orchestrator.core.config import check_number, field
 from orchestrator.core.errors import ConfigError
 
 
@@ -71,14 +71,16 @@ class SweepConfig:
                          "score, or the median one by dev (the lower median: the better of two middle runs)")
 
     def __post_init__(self):
-        if self.cpus_per_trial <= 0:
-            raise ConfigError("sweep.cpus_per_trial must be > 0 (a trial always needs some CPU)")
-        if self.max_failures < 0:
-            raise ConfigError("sweep.max_failures must be >= 0")
-        if self.gpus_per_trial < 0 and self.gpus_per_trial != -1:
-            raise ConfigError("sweep.gpus_per_trial must be -1 (auto) or >= 0")
-        if any(lr <= 0 for lr in self.learning_rates):
-            raise ConfigError("sweep.learning_rates must be positive")
+        check_number("sweep.cpus_per_trial", self.cpus_per_trial, low=0, low_open=True)
+        if self.max_failures < 0 or self.max_concurrent_trials < 0:
+            raise ConfigError("sweep.max_failures and sweep.max_concurrent_trials must be >= 0")
+        if self.gpus_per_trial != -1:
+            check_number("sweep.gpus_per_trial (-1 = auto)", self.gpus_per_trial, low=0)
+        for lr in self.learning_rates:
+            check_number("sweep.learning_rates: each", lr, low=0, low_open=True)
+        for name in ("max_train_examples", "max_eval_examples"):
+            if (getattr(self, name) or 0) < 0:
+                raise ConfigError(f"sweep.{name} must be >= 0 (0 = all)")
         for task, grid in self.epochs.items():
             if not grid or any(e < 1 for e in grid):
                 raise ConfigError(f"sweep.epochs.{task}: need positive epoch counts, got {list(grid)}")

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-from orchestrator.core.config import field, from_dict, read_yaml, to_dict
+from orchestrator.core.config import check_number, field, from_dict, read_yaml, to_dict
 from orchestrator.core.errors import ConfigError
 from orchestrator.core.registry import suggest
 from orchestrator.core.reuse import content_key, model_identity
@@ -58,6 +58,12 @@ class SearchSpace:
             raise ConfigError("search space: batch_size >= 1 and max_seq_length >= 8")
         if self.adapter_reduction_factor < 1:
             raise ConfigError("search space: adapter_reduction_factor must be >= 1")
+        if self.max_train_examples < 0 or self.max_eval_examples < 0:
+            raise ConfigError("search space: max_train_examples and max_eval_examples must be >= 0 (0 = all)")
+        for lr in self.learning_rates:
+            check_number("search space: each of learning_rates", lr, low=0, low_open=True)
+        check_number("search space: weight_decay", self.weight_decay, low=0)
+        check_number("search space: warmup_proportion", self.warmup_proportion, low=0, high=1, high_open=True)
         if self.early_stopping.on and self.epochs:
             raise ConfigError(f"search space: epochs {sorted(self.epochs)} and early_stopping.patience "
                               f"{self.early_stopping.patience}: early stopping replaces the epochs axis, give one")

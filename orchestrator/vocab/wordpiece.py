@@ -102,33 +102,127 @@ def amplified(small: Callable[[], Iterable[str]], large: Callable[[], Iterable[s
     yield from large()
 
 
-def train_wordpiece(texts: Iterable[str], cfg: VocabConfig):
-    """An uncased BERT WordPiece tokenizer (tokenizers.Tokenizer) trained on ``texts``; with
-    ``pretokenize: mecab`` the texts are MeCab words joined by spaces (``MecabWords.joined``, already
-    normalised and lower-cased) and the tokenizer splits at whitespace only."""
+Texts = Iterable[str] | Callable[[], Iterable[str]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Alphabet:
+    """What the trainer starts from: every character of the words, and ``##c`` for each character seen
+    inside a word (after the first). Given to it in a fixed order, they make its training deterministic."""
+
+    chars: tuple[str, ...]
+    continuing: tuple[str, ...]
+
+
+def survey_alphabet(texts: Iterable[str], cfg: VocabConfig) -> Alphabet:
+    """The alphabet of ``texts`` as the trainer sees it (normalised, split into words): one pass of the
+    trainer with no merges and no limit on the alphabet. Its sets do not depend on how often a text
+    comes, so the texts need not be amplified."""
+    tok = _trainer_run(texts, cfg, vocab_size=1, limit_alphabet=1 << 30, specials=SPECIAL_TOKENS)
+    vocab = [t for t in tok.get_vocab() if t not in SPECIAL_TOKENS]
+    return Alphabet(tuple(sorted(t for t in vocab if len(t) == 1)),
+                    tuple(sorted(t for t in vocab if len(t) == 3 and t.startswith("##"))))
+
+
+def train_wordpiece(texts: Texts, cfg: VocabConfig, alphabet: Alphabet | None = None):
+    """An uncased BERT WordPiece tokenizer (tokenizers.Tokenizer) trained on ``texts`` (an iterable, or a
+    callable returning a fresh iterator over them); with ``pretokenize: mecab`` the texts are MeCab words
+    joined by spaces (``MecabWords.joined``, already normalised and lower-cased) and the tokenizer splits
+    at whitespace only.
+
+    Deterministic: the same texts give the same vocabulary in every process. The ``tokenizers`` trainer
+    (0.23) numbers the ``##c`` pieces in the order it iterates a hash map of the words, random per
+    process, and breaks ties between pairs of equal count by those numbers (huggingface/tokenizers#1794),
+    so 63 of 3,000 tokens of the tiny preset changed from run to run. Here the ``##c`` pieces are given to
+    it first, sorted (``alphabet``, surveyed from ``texts`` when not given: one more pass, without
+    merges), so every id and every tie is fixed. When the words hold more characters than
+    ``limit_alphabet``, the characters kept are chosen here too (most frequent first, ties by code
+    point), counted over ``texts`` in Python, since the trainer breaks those ties at random as well."""
+    again: Callable[[], Iterable[str]]
+    if callable(texts):
+        again = texts
+    else:
+        texts = texts if isinstance(texts, (list, tuple)) else list(texts)
+        again = lambda: texts  # noqa: E731
+    alphabet = alphabet or survey_alphabet(again(), cfg)
+    continuing, initial, limit = alphabet.continuing, (), cfg.limit_alphabet
+    if len(alphabet.chars) > cfg.limit_alphabet:
+        counts = _char_counts(again(), cfg)
+        kept = sorted(alphabet.chars, key=lambda c: (-counts[c], c))[:cfg.limit_alphabet]
+        continuing = tuple(t for t in continuing if t[2:] in set(kept))
+        initial, limit = tuple(sorted(kept)), len(kept)
+    trained = _trainer_run(again(), cfg, vocab_size=cfg.vocab_size, limit_alphabet=limit,
+                           specials=(*SPECIAL_TOKENS, *continuing), initial_alphabet=initial)
+    return _wordpiece_tokenizer(canonical_vocab(trained.get_vocab()), cfg)
+
+
+def _trainer_run(texts: Iterable[str], cfg: VocabConfig, *, vocab_size: int, limit_alphabet: int,
+                 specials: Iterable[str], initial_alphabet: Iterable[str] = ()):
+    """One run of the ``tokenizers`` WordPiece trainer with BERT's normalisation (or on MeCab words)."""
     from tokenizers import BertWordPieceTokenizer, Tokenizer, models, pre_tokenizers, trainers  # heavy: tokenizers
 
     if cfg.pretokenize == "mecab":
         tok = Tokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=100))
         tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-        trainer = trainers.WordPieceTrainer(vocab_size=cfg.vocab_size, min_frequency=cfg.min_frequency,
-                                            limit_alphabet=cfg.limit_alphabet, special_tokens=list(SPECIAL_TOKENS),
+        trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=cfg.min_frequency,
+                                            limit_alphabet=limit_alphabet, special_tokens=list(specials),
+                                            initial_alphabet=list(initial_alphabet),
                                             continuing_subword_prefix="##", show_progress=False)
         tok.train_from_iterator(texts, trainer)
         return tok
     tok = BertWordPieceTokenizer(lowercase=True, clean_text=True, handle_chinese_chars=True, strip_accents=None)
-    tok.train_from_iterator(texts, vocab_size=cfg.vocab_size, min_frequency=cfg.min_frequency,
-                            limit_alphabet=cfg.limit_alphabet, special_tokens=list(SPECIAL_TOKENS),
-                            wordpieces_prefix="##", show_progress=False)
+    tok.train_from_iterator(texts, vocab_size=vocab_size, min_frequency=cfg.min_frequency,
+                            limit_alphabet=limit_alphabet, special_tokens=list(specials),
+                            initial_alphabet=list(initial_alphabet), wordpieces_prefix="##", show_progress=False)
     return tok._tokenizer
+
+
+def _wordpiece_tokenizer(vocab: dict[str, int], cfg: VocabConfig):
+    """The tokenizer of a trained vocabulary, as saved: the ``##c`` pieces given to the trainer are
+    ordinary tokens again (only BERT's five are special)."""
+    from tokenizers import BertWordPieceTokenizer, Tokenizer, models, pre_tokenizers  # heavy: tokenizers
+
+    if cfg.pretokenize == "mecab":
+        tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100))
+        tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        tok.add_special_tokens(list(SPECIAL_TOKENS))
+        return tok
+    return BertWordPieceTokenizer(vocab, lowercase=True, clean_text=True, handle_chinese_chars=True,
+                                  strip_accents=None, wordpieces_prefix="##")._tokenizer
+
+
+def _char_counts(texts: Iterable[str], cfg: VocabConfig) -> Counter:
+    """How often each character occurs in the words of ``texts``, normalised as the trainer does."""
+    from tokenizers import normalizers  # heavy: tokenizers
+
+    normalize = (str if cfg.pretokenize == "mecab" else
+                 normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=None,
+                                            lowercase=True).normalize_str)
+    counts: Counter = Counter()
+    for text in texts:
+        counts.update(normalize(text))
+    return counts
+
+
+def warn_if_small(size: int, cfg: VocabConfig) -> bool:
+    """Warn (and return True) when the trainer stopped short of ``cfg.vocab_size``: it merges pieces
+    until none left occurs ``min_frequency`` times, so a corpus with too few distinct words gives fewer."""
+    if size >= cfg.vocab_size:
+        return False
+    log.warning("vocab: %d tokens, not the %d asked (vocab.vocab_size): the corpus has too few distinct words "
+                "for more: no pair of pieces left occurs vocab.min_frequency=%d times. Give more text, or a smaller "
+                "vocab.vocab_size (a check of the corpus: is it the text you meant?)", size, cfg.vocab_size,
+                cfg.min_frequency)
+    return True
 
 
 def canonical_vocab(tokens: Iterable[str]) -> dict[str, int]:
     """Special tokens first, then every other token in code-point order.
 
-    The trainer's token *set* is reproducible but its id order is not (it changes from process
-    to process), and ids are what instances store. WordPiece tokenization depends on the set
-    only, so renumbering canonically makes vocab.txt, its sha256 and the instances reproducible.
+    The trainer's id order is not reproducible (it changes from process to process), and ids are
+    what instances store. WordPiece tokenization depends on the token set only (made reproducible
+    by ``train_wordpiece``), so renumbering canonically makes vocab.txt, its sha256 and the
+    instances reproducible.
     """
     rest = sorted(t for t in set(tokens) if t not in SPECIAL_TOKENS)
     return {t: i for i, t in enumerate([*SPECIAL_TOKENS, *rest])}
@@ -262,12 +356,14 @@ def build_vocabulary(cfg: VocabConfig, small: Callable[[], Iterable[str]], large
         small, large = (lambda: map(split, small_raw())), (lambda: map(split, large_raw()))
     log.info("vocab: training WordPiece (%d tokens%s), small corpus x%d", cfg.vocab_size,
              ", on MeCab words" if cfg.pretokenize == "mecab" else "", factor)
-    main = train_wordpiece(amplified(small, large, factor), cfg)
+    alphabet = survey_alphabet(amplified(small, large, 1), cfg)  # the same for both vocabularies
+    main = train_wordpiece(lambda: amplified(small, large, factor), cfg, alphabet)
+    warn_if_small(main.get_vocab_size(), cfg)
     save_tokenizer(main, out_dir, cfg.pretokenize)
     report: dict = {"ampv": cfg.ampv, "amplification_factor": factor, "vocab_size": main.get_vocab_size()}
     if cfg.report:
         amp_factor = amplification_factor(small_bytes, large_bytes)
-        other = train_wordpiece(amplified(small, large, 1 if cfg.ampv else amp_factor), cfg)
+        other = train_wordpiece(lambda: amplified(small, large, 1 if cfg.ampv else amp_factor), cfg, alphabet)
         ampv_tok, plain_tok = (main, other) if cfg.ampv else (other, main)
         if cfg.term_list:
             terms = [split(t) for t in read_terms(cfg.term_list)]

@@ -1,0 +1,132 @@
+"""What a real run would crash on, after Ray had started, is refused by the config and the dry run:
+exit 2, one line, before Ray starts and before anything is written (issue 34 item 3)."""
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from conftest import ROOT
+from orchestrator.core.config import load_config
+from orchestrator.core.errors import ConfigError
+
+
+def _job(name: str, argv: list[str], capsys) -> tuple[int, str]:
+    """Run a job's ``main`` in this process; its exit code and stderr. Ray must not have started."""
+    import ray
+
+    module = __import__(f"jobs.{name}", fromlist=["main"])
+    code = module.main(argv)
+    err = capsys.readouterr().err
+    assert not ray.is_initialized(), "Ray started before the bad setting was refused"
+    return code, err
+
+
+def _files(root) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+@pytest.mark.parametrize("dry", [True, False], ids=["dry-run", "run"])
+@pytest.mark.parametrize("case", ["runs_root is a file", "runs_root under a file", "cpus_per_worker -1",
+                                  "learning_rate nan", "learning_rate inf", "gpus_per_trial nan",
+                                  "ray.num_cpus -1", "batch size 0"])
+def test_blue_sweep_refuses_before_ray(case, dry, tmp_path, capsys):
+    (tmp_path / "afile").write_text("mine\n")
+    runs_root = f"runs_root={tmp_path / 'runs'}"
+    override, said = {
+        "runs_root is a file": (f"runs_root={tmp_path / 'afile'}", "is a file"),
+        "runs_root under a file": (f"runs_root={tmp_path / 'afile' / 'runs'}", "which is a file"),
+        "cpus_per_worker -1": ("pretrain.cpus_per_worker=-1", "cpus_per_worker must be a finite number >= 0"),
+        "learning_rate nan": ("pretrain.phase1.learning_rate=nan", "expected a finite number, got 'nan'"),
+        "learning_rate inf": ("pretrain.phase1.learning_rate=.inf", "expected a finite number, got inf"),
+        "gpus_per_trial nan": ("sweep.gpus_per_trial=nan", "expected a finite number"),
+        "ray.num_cpus -1": ("ray.num_cpus=-1", "ray.num_cpus must be >= 0"),
+        "batch size 0": ("pretrain.phase1.device_batch_size=0", "must be >= 1"),
+    }[case]
+    before = _files(tmp_path)
+    code, err = _job("blue_sweep", ["--preset", "smoke", runs_root, override] + (["--dry-run"] if dry else []), capsys)
+    assert code == 2, err
+    assert err.count("\n") == 1 and err.startswith("error: ") and said in err, err
+    assert _files(tmp_path) == before  # nothing written: no run directory, no MLflow store
+
+
+@pytest.mark.parametrize("dry", [True, False], ids=["dry-run", "run"])
+def test_build_corpus_refuses_a_folder_holding_its_own_vocab(dry, tmp_path, capsys):
+    """The real run used to write corpus/ there, then refuse at vocab/."""
+    (tmp_path / "vocab").mkdir()
+    (tmp_path / "vocab" / "notes.txt").write_text("the user's\n")
+    code, err = _job("build_corpus", [f"out_dir={tmp_path}"] + (["--dry-run"] if dry else []), capsys)
+    assert code == 2 and "vocab exists and is a folder that is not an output of this project" in err, err
+    assert _files(tmp_path) == ["vocab", "vocab/notes.txt"]
+
+
+@pytest.fixture
+def read_only_dir(tmp_path):
+    """A folder this user cannot write in: 0555, or for root (who writes anywhere) immutable (chattr +i)."""
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    if os.geteuid() != 0:
+        locked.chmod(0o555)
+    elif subprocess.run(["chattr", "+i", str(locked)], capture_output=True).returncode != 0:
+        pytest.skip("running as root and chattr +i is not available here: no folder root cannot write in")
+    yield locked
+    if os.geteuid() == 0:
+        subprocess.run(["chattr", "-i", str(locked)], check=True)
+    locked.chmod(0o755)
+
+
+@pytest.mark.parametrize("dry", [True, False], ids=["dry-run", "run"])
+@pytest.mark.parametrize("job,key", [("blue_sweep", "runs_root"), ("build_corpus", "out_dir")])
+def test_an_unwritable_output_directory_is_refused_before_ray(job, key, dry, read_only_dir, capsys):
+    out = read_only_dir / "run"
+    code, err = _job(job, [f"{key}={out}"] + (["--dry-run"] if dry else []), capsys)
+    assert code == 2 and f"{key}: {out} is not writable by this user (it would be made in {read_only_dir})" in err, err
+    assert not any(read_only_dir.iterdir())
+
+
+def test_numbers_must_be_finite_in_every_config():
+    """NaN passes `x <= 0` and inf passes `x > 0`: every float a config reads is finite, and the
+    checks of a config built in code say so too."""
+    from orchestrator.chain import ChainConfig
+    from orchestrator.core.config import check_number
+    from orchestrator.pretrain.config import PhaseConfig
+    from orchestrator.sweep.config import SweepConfig
+
+    for value in ("nan", ".inf", "-.inf", "1e999"):
+        with pytest.raises(ConfigError, match="finite"):
+            load_config(ChainConfig, overrides=[f"sweep.learning_rates=[1e-5, {value}]"])
+        with pytest.raises(ConfigError, match="integer"):
+            load_config(ChainConfig, overrides=[f"pretrain.phase1.steps={value}"])
+    for bad in (float("nan"), float("inf"), 0.0, -1e-3):
+        with pytest.raises(ConfigError, match="learning_rate"):
+            PhaseConfig(learning_rate=bad)
+    with pytest.raises(ConfigError, match="gpus_per_trial"):
+        SweepConfig(gpus_per_trial=float("nan"))
+    with pytest.raises(ConfigError, match="max_concurrent_trials"):
+        SweepConfig(max_concurrent_trials=-1)
+    with pytest.raises(ConfigError, match=r"x must be a finite number > 0 and <= 1, got nan"):
+        check_number("x", float("nan"), low=0, high=1, low_open=True)
+    check_number("x", 1, low=0, high=1, low_open=True)
+
+
+@pytest.mark.parametrize("dry", [True, False], ids=["dry-run", "run"])
+@pytest.mark.parametrize("data, said", [
+    (b"\0" * 5000, ":1: NUL character at column 1: binary content, not text"),
+    ("\n".join(f"Line {i} of a plain English document." for i in range(21)).encode("utf-16-le"),
+     ":1: NUL character at column 2: UTF-16 text without a byte-order mark?")], ids=["NUL", "UTF-16LE"])
+def test_a_binary_source_exits_2_with_file_and_line(data, said, dry, tmp_path, capsys):
+    """5,000 NUL bytes used to build a corpus (exit 0, no warning); UTF-16LE text was 21 "documents".
+    The real run refuses before Ray starts too: the corpus stage's inputs are read by the dry run's
+    parser first (issue 34 item 4)."""
+    source = tmp_path / "in_domain.txt"
+    source.write_bytes(data)
+    general = ROOT / "orchestrator" / "sample_data" / "corpus" / "general.txt"
+    config = tmp_path / "corpus.yaml"
+    config.write_text(f"corpus:\n  sources:\n    - {{name: bio, paths: ['{source}'], role: small}}\n"
+                      f"    - {{name: general, paths: ['{general}'], role: large}}\n")
+    out = tmp_path / "out"
+    code, err = _job("build_corpus", ["--config", str(config), f"out_dir={out}"] + (["--dry-run"] if dry else []),
+                     capsys)
+    assert code == 2 and f"error: {source}{said}" in err, err
+    assert not out.exists()
