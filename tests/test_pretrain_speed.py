@@ -152,3 +152,26 @@ def test_compiled_encoder_gives_eager_loss_and_gradients_and_the_same_state_dict
     model.save_pretrained(tmp_path)
     loaded = BertForPreTraining.from_pretrained(str(tmp_path))
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in loaded.state_dict().items())
+
+
+def test_the_gpu_benchmark_runs_its_cpu_smoke_mode_with_the_ablation_table():
+    """Priority 7: benchmarks/pretrain_gpu.py in CPU smoke mode (tiny model, a step per configuration,
+    in its own interpreter: it opens a gloo world and a Ray session), printing the table and its JSON."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, str(root / "benchmarks" / "pretrain_gpu.py"), "--device", "cpu",
+                           "--steps", "1", "--batch", "4", "--accumulation", "1", "--length", "16", "--cpus", "1",
+                           "--optim", "adamw"], cwd=root, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "| configuration | seq/s |" in done.stdout and "training_flops_per_token" in done.stdout
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    labels = [r["label"] for r in summary["results"]]
+    assert labels == ["all on", "- masked_only_head", "- attention=eager", "- fused_optimizer", "all off"]
+    assert all(r["seq_per_s"] > 0 and r["mfu"] is None and 0 <= r["data_wait_share"] <= 1
+               for r in summary["results"])

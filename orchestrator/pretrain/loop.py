@@ -359,6 +359,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
                      phase.learning_rate)
         window = {"t": time.perf_counter(), "seq": 0, "tok": 0}
         progress = Progress(phase_name, phase.steps, state["phase_step"])
+        first_step_s = None
         try:
             while state["phase_step"] < phase.steps:
                 if fail_at and rank == min(1, world - 1) and state["step"] == fail_at["step"] \
@@ -379,9 +380,11 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
                 loss, mlm, nsp_l, correct, count, toks, nonfinite = _all_reduce(
                     torch.cat([stats.totals, nonfinite_flag]), device)
                 seqs = stats.sequences * world  # every worker's micro-batches are full (drop_last)
-                first_step_s = None
                 if state["phase_step"] == progress.start_step:  # this process's first step of the phase:
                     first_step_s = time.perf_counter() - step_started  # compile (speed.compile), allocator
+                    if rank == 0:
+                        log.info("%s: first step %.2fs%s", phase_name, first_step_s,
+                                 " (includes torch.compile's compile)" if cfg.speed.compile else "")
                 state["step"] += 1
                 state["phase_step"] += 1
                 window["seq"] += seqs
@@ -417,8 +420,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
                     per_token = training_flops_per_token(model, toks / max(seqs, 1), count / max(toks, 1.0))
                     record["mfu"] = estimate_mfu(per_token, record["tokens_per_s"], world, device_label(device),
                                                  cfg.precision)  # None without a peak (CPU): not logged
-                    if first_step_s is not None:
-                        record["first_step_s"] = first_step_s
+                    if first_step_s is not None:  # logged once, with the first record of the phase
+                        record["first_step_s"], first_step_s = first_step_s, None
                     throughput = throughput_text(record)
                     state["history"].append(record)
                     tracker.log({k: v for k, v in record.items() if k != "step"}, state["step"])
