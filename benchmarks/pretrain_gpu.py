@@ -217,6 +217,71 @@ def measure(size: str, precision: str, speed: dict, batch: int, accumulation: in
             "data_wait_share": waited / elapsed, "peak_memory_gib": peak_mem}
 
 
+def step_ratios(size: str, batch: int, length: int, steps: int, repeats: int, device: torch.device,
+                precision: str, optim: str) -> dict:
+    """The engine's ``train_step`` alone (no Ray Data, no DDP: the model's work only), each technique
+    off against all on, interleaved ``repeats`` times on the same pre-collated batches: the median
+    ratio of step times. On a loaded CPU this isolates what a technique saves from the data path's
+    noise (``--step-only``)."""
+    from orchestrator.core.config import from_dict
+    from orchestrator.instances.config import MaskingRule, Specials
+    from orchestrator.modeling.precision import make_scaler
+    from orchestrator.pretrain.config import PretrainConfig
+    from orchestrator.pretrain.data import collate
+    from orchestrator.pretrain.loop import _to_device, train_step
+    from orchestrator.pretrain.model import PretrainingModule, build_model
+    from orchestrator.pretrain.optim import build_optimizer, build_scheduler
+
+    special = Specials(cls=SPECIAL["cls"], sep=SPECIAL["sep"], mask=SPECIAL["mask"], vocab_size=VOCAB,
+                       continuation=frozenset(), pad=SPECIAL["pad"])
+    gen = np.random.default_rng(0)
+    rows = {"input_ids": list(gen.integers(5, VOCAB, size=(batch, length))), "token_type_ids":
+            [np.zeros(length, np.int64)] * batch, "next_sentence_label": gen.integers(0, 2, batch)}
+    batches = [_to_device({k: torch.from_numpy(v) for k, v in collate(rows, special, rule=MaskingRule(),
+                                                                      gen=gen).items()}, device)
+               for _ in range(steps)]
+    configs = [(label, speed) for label, speed in speed_configs("each", False, optim) if label != "all off"]
+    setups = {}
+    for label, speed in configs:
+        cfg = from_dict(PretrainConfig, {"model": {"size": size, "max_position_embeddings": max(512, length)},
+                                         "optim": {"name": optim}, "speed": speed, "num_workers": 1,
+                                         "phase1": {"max_seq_length": length, "global_batch_size": batch,
+                                                    "device_batch_size": batch}})
+        torch.manual_seed(0)
+        model = build_model(cfg.model, VOCAB, SPECIAL["pad"], attention=cfg.speed.attention).to(device)
+        optimizer = build_optimizer(model, cfg.optim, 1e-4, fused=cfg.speed.fused_optimizer)
+        setups[label] = (PretrainingModule(model, masked_only=cfg.speed.masked_only_head), optimizer,
+                         build_scheduler(optimizer, 0, 10 ** 6, 1.0), make_scaler(precision, device, 2.0 ** 16),
+                         [p for p in model.parameters() if p.requires_grad])
+
+    def timed(label: str) -> float:
+        module, optimizer, scheduler, scaler, params = setups[label]
+        module.train()
+        start = time.perf_counter()
+        for b in batches:
+            train_step(module, [b], optimizer, scheduler, scaler, precision=precision, device=device,
+                       grad_clip=1.0, params=params)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return (time.perf_counter() - start) / len(batches)
+
+    for label, _ in configs:  # warm-up: allocator, first-call costs
+        timed(label)
+    ratios: dict[str, list[float]] = {label: [] for label, _ in configs[1:]}
+    seconds: dict[str, list[float]] = {label: [] for label, _ in configs}
+    for _ in range(repeats):
+        base = timed("all on")
+        seconds["all on"].append(base)
+        for label, _ in configs[1:]:
+            t = timed(label)
+            seconds[label].append(t)
+            ratios[label].append(t / base)
+    return {"size": size, "batch": batch, "length": length, "precision": precision, "optim": optim,
+            "repeats": repeats, "step_s": {k: statistics.median(v) for k, v in seconds.items()},
+            "all_on_speedup_over": {k: statistics.median(v) for k, v in ratios.items()},
+            "paired": {k: [round(x, 3) for x in v] for k, v in ratios.items()}}
+
+
 def _median_of(runs: list[dict]) -> dict:
     out = dict(runs[0])
     for key in ("seq_per_s", "tokens_per_s", "mfu", "first_step_s", "step_s", "data_wait_share", "peak_memory_gib"):
@@ -261,6 +326,9 @@ def main(argv: list[str] | None = None) -> dict:
                    help="torch.compile in the all-on configuration (auto: on for CUDA, off on CPU: inductor "
                         "takes minutes of CPU to compile)")
     p.add_argument("--repeats", type=int, default=1, help="rounds of all configurations, run in turn; medians")
+    p.add_argument("--step-only", action="store_true",
+                   help="time train_step alone (no Ray Data, no DDP) with each technique off against all on, "
+                        "interleaved --repeats times: the median ratio (what each saves, on a loaded CPU)")
     p.add_argument("--masking", choices=("static", "dynamic"), default="static",
                    help="static: masks read from the instances (the default recipe); dynamic: drawn per batch")
     p.add_argument("--no-tf32", dest="tf32", action="store_false",
@@ -299,6 +367,16 @@ def main(argv: list[str] | None = None) -> dict:
         peak = peak_flops(name, prec, tf32=gpu and args.tf32)
         print(f"  peak for {prec}: " + (f"{peak / 1e12:g} TFLOP/s" if peak else
                                         "none in orchestrator/pretrain/peaks.py (exact names): MFU n/a"))
+    if args.step_only:
+        out = [step_ratios(size, batch, length, steps, args.repeats, device, prec, args.optim)
+               for size in sizes for prec in precisions]
+        for r in out:
+            print(f"{name}: {r['size']} len {r['length']} batch {r['batch']} {r['precision']}: all on "
+                  f"{r['step_s']['all on']:.3f} s/step; speed-up of all on over " +
+                  ", ".join(f"[{k}] {v:.3f}x" for k, v in r["all_on_speedup_over"].items()), flush=True)
+        summary = {"gpu": gpu, "device": name, "step_only": out}
+        print(json.dumps(summary))
+        return summary
     process_group(device)
     configs = speed_configs(args.ablate, compile_on, args.optim)
     results = []
