@@ -222,7 +222,8 @@ def step_ratios(size: str, batch: int, length: int, steps: int, repeats: int, de
     """The engine's ``train_step`` alone (no Ray Data, no DDP: the model's work only), each technique
     off against all on, interleaved ``repeats`` times on the same pre-collated batches: the median
     ratio of step times. On a loaded CPU this isolates what a technique saves from the data path's
-    noise (``--step-only``)."""
+    noise (``--step-only``). On CPU the clock is the process's CPU time on one torch thread: a loaded
+    machine stretches the wall time of a step, much less the CPU time it takes."""
     from orchestrator.core.config import from_dict
     from orchestrator.instances.config import MaskingRule, Specials
     from orchestrator.modeling.precision import make_scaler
@@ -254,16 +255,20 @@ def step_ratios(size: str, batch: int, length: int, steps: int, repeats: int, de
                          build_scheduler(optimizer, 0, 10 ** 6, 1.0), make_scaler(precision, device, 2.0 ** 16),
                          [p for p in model.parameters() if p.requires_grad])
 
+    clock = time.perf_counter if device.type == "cuda" else time.process_time
+    if device.type != "cuda":
+        torch.set_num_threads(1)
+
     def timed(label: str) -> float:
         module, optimizer, scheduler, scaler, params = setups[label]
         module.train()
-        start = time.perf_counter()
+        start = clock()
         for b in batches:
             train_step(module, [b], optimizer, scheduler, scaler, precision=precision, device=device,
                        grad_clip=1.0, params=params)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        return (time.perf_counter() - start) / len(batches)
+        return (clock() - start) / len(batches)
 
     for label, _ in configs:  # warm-up: allocator, first-call costs
         timed(label)
