@@ -1,30 +1,41 @@
-"""Per-device throughput of the engine's pretraining step: BERT-base at length 128, fp16 and bf16, seq/s and MFU.
+"""Per-device throughput of the engine's pretraining step, and what each speed technique is worth.
 
-    python benchmarks/pretrain_gpu.py                      # on a GPU: BERT-base, fp16 + bf16
-    python benchmarks/pretrain_gpu.py --device cpu         # tiny model on CPU: the script works (not a measurement)
-    python benchmarks/pretrain_gpu.py --precisions fp32 --no-tf32   # fp32 against the fp32 peak
+    python benchmarks/pretrain_gpu.py                        # GPU: BERT-base and small, bf16, ablation table
+    python benchmarks/pretrain_gpu.py --sizes base --precisions fp16,bf16 --ablate none
+    python benchmarks/pretrain_gpu.py --device cpu           # tiny model on CPU: the script works (smoke)
+    python benchmarks/pretrain_gpu.py --device cpu --sizes mini --batch 32 --length 128 --steps 4 --repeats 3
+                                                             # CPU: the masked-only decoder's speed-up
 
 Times what a Ray Train worker does per optimizer step (``orchestrator.pretrain.loop``), not a bare
 forward/backward: its data path (instances in parquet, read and batched by Ray Data, collated and
-masked by the loop's ``_micro_batches``, copied to the device by ``_to_device``), ``train_step`` over
-``--accumulation`` micro-batches of the module wrapped in DistributedDataParallel (a process group of
-one: nccl on CUDA, gloo on CPU, so DDP's hooks and its gradient all-reduce run, with ``no_sync`` on
-the accumulated micro-batches), LAMB with clipping and loss scaling, and the all-reduce of the step's
-statistics, as the loop does. The instances are synthetic (random ids, every row full length, masks
-drawn as the instances stage records them): the data path has the work of a real run. The clock is
-read after ``--warmup`` steps, with the device synchronised around the timed steps.
+masked by ``micro_batches`` on the loop's ``Prefetcher`` thread, copied to the device by
+``_to_device``), ``train_step`` over ``--accumulation`` micro-batches of the module wrapped in
+DistributedDataParallel (a process group of one: nccl on CUDA, gloo on CPU, so DDP's hooks and its
+gradient all-reduce run, with ``no_sync`` on the accumulated micro-batches), the optimizer with
+clipping and loss scaling, and the all-reduce of the step's statistics, as the loop does. The
+instances are synthetic (random ids, every row full length, so no padding; masks drawn as the
+instances stage records them). The clock is read after ``--warmup`` steps, with the device
+synchronised around the timed steps.
 
-MFU is the training FLOPs (``loop.training_flops_per_token``) per second over the peak of the device,
-looked up by its exact name (``orchestrator.pretrain.peaks``: "NVIDIA H100 80GB HBM3" and "NVIDIA H100
-PCIe" have different peaks); a device the table does not hold gets ``mfu: null`` and a note, never a
-guessed peak. fp32 with TF32 on (the engine's setting on CUDA) is divided by the TF32 peak, fp32 with
-``--no-tf32`` by the fp32 peak. Last line printed: JSON.
+Per configuration: seq/s, tokens/s, MFU, the first step's time (it holds torch.compile's compile, so
+it is reported apart from the steady state), the share of the timed steps spent waiting for the
+data thread, and the peak device memory. The ablation (``--ablate each``) measures every
+``pretrain.speed`` technique switched off in turn against all of them on, and all off; with
+``--repeats`` the configurations run in turn that many times (a load that comes and goes falls on
+all of them) and each figure is the median.
+
+MFU is ``loop.MFU_FORMULA`` (printed): the training FLOPs (``loop.training_flops_per_token``) per
+second over the peak of the device, looked up by its exact name (``orchestrator.pretrain.peaks``); a
+device the table does not hold (a CPU) gets ``mfu: null``, never a guessed peak. fp32 with TF32 on
+(the engine's setting on CUDA) is divided by the TF32 peak, with ``--no-tf32`` by the fp32 peak.
+Last line printed: JSON.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import socket
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -92,8 +103,25 @@ def device_name(device: torch.device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
 
 
-def measure(size: str, precision: str, batch: int, accumulation: int, length: int, steps: int, warmup: int,
-            device: torch.device, instances: Path, masking: str, tf32: bool, cpus: int) -> dict:
+def speed_configs(ablate: str, compile_on: bool, optim: str) -> list[tuple[str, dict]]:
+    """(label, pretrain.speed overrides): all on, then each technique off in turn, then all off."""
+    on = {"masked_only_head": True, "attention": "sdpa", "fused_optimizer": True, "compile": compile_on}
+    configs = [("all on", on)]
+    if ablate == "none":
+        return configs
+    offs = [("masked_only_head", False), ("attention", "eager")]
+    if optim == "adamw":  # LAMB is always multi-tensor: the switch changes nothing there
+        offs.append(("fused_optimizer", False))
+    if compile_on:
+        offs.append(("compile", False))
+    configs += [(f"- {key}" if value is False else f"- {key}={value}", {**on, key: value}) for key, value in offs]
+    configs.append(("all off", {**on, **dict(offs)}))
+    return configs
+
+
+def measure(size: str, precision: str, speed: dict, batch: int, accumulation: int, length: int, steps: int,
+            warmup: int, device: torch.device, instances: Path, masking: str, tf32: bool, cpus: int,
+            optim: str) -> dict:
     import ray.data  # heavy: ray
     from torch.nn.parallel import DistributedDataParallel
 
@@ -112,26 +140,30 @@ def measure(size: str, precision: str, batch: int, accumulation: int, length: in
         train_step,
         training_flops_per_token,
     )
-    from orchestrator.pretrain.model import PretrainingModule, build_model
+    from orchestrator.pretrain.model import PretrainingModule, build_model, compile_encoder
     from orchestrator.pretrain.optim import build_optimizer, build_scheduler
-    from orchestrator.pretrain.peaks import peak_flops
 
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = tf32
         torch.backends.cudnn.allow_tf32 = tf32
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+    torch._dynamo.reset()  # each configuration compiles afresh (its first step holds the compile)
     cfg = from_dict(PretrainConfig, {
         "model": {"size": size, "max_position_embeddings": max(512, length)}, "precision": precision,
         "phase1": {"max_seq_length": length, "steps": warmup + steps, "global_batch_size": batch * accumulation,
                    "device_batch_size": batch, "learning_rate": 1e-4, "warmup_proportion": 0.0},
-        "num_workers": 1, "cpus_per_worker": cpus})
+        "optim": {"name": optim}, "speed": speed, "num_workers": 1, "cpus_per_worker": cpus})
     seed_everything(cfg.seed)
     special = Specials(cls=SPECIAL["cls"], sep=SPECIAL["sep"], mask=SPECIAL["mask"], vocab_size=VOCAB,
                        continuation=frozenset(), pad=SPECIAL["pad"])
-    model = build_model(cfg.model, VOCAB, SPECIAL["pad"]).to(device)
-    module = DistributedDataParallel(PretrainingModule(model), device_ids=[device.index] if device.type == "cuda"
-                                     else None)
+    model = build_model(cfg.model, VOCAB, SPECIAL["pad"], attention=cfg.speed.attention).to(device)
+    module = DistributedDataParallel(PretrainingModule(model, masked_only=cfg.speed.masked_only_head),
+                                     device_ids=[device.index] if device.type == "cuda" else None)
+    if cfg.speed.compile:
+        compile_encoder(model)
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = build_optimizer(model, cfg.optim, cfg.phase1.learning_rate)
+    optimizer = build_optimizer(model, cfg.optim, cfg.phase1.learning_rate, fused=cfg.speed.fused_optimizer)
     scheduler = build_scheduler(optimizer, 0, cfg.phase1.steps, cfg.optim.decay_power)
     scaler = make_scaler(precision, device, cfg.init_loss_scale)
     shard = ray.data.read_parquet(str(instances)).select_columns(list(INSTANCE_COLUMNS)).iterator()
@@ -146,50 +178,162 @@ def measure(size: str, precision: str, batch: int, accumulation: int, length: in
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
-    def step() -> tuple[float, float, float]:
-        micro = [_to_device(next(stream)[0], device) for _ in range(accumulation)]
+    def step() -> tuple[float, float, float, float]:
+        waited = 0.0
+        micro = []
+        for _ in range(accumulation):
+            t = time.perf_counter()
+            batch_ = next(stream)[0]
+            waited += time.perf_counter() - t
+            micro.append(_to_device(batch_, device))
         module.train()
         stats = train_step(module, micro, optimizer, scheduler, scaler, precision=precision, device=device,
                            grad_clip=cfg.optim.grad_clip, params=params)
         _, _, _, _, count, toks = _all_reduce(stats.totals, device)  # the loop's one host sync per step
-        return float(stats.sequences), toks, count
+        return float(stats.sequences), toks, count, waited
 
     with stream:  # the data thread stops with the measurement
-        for _ in range(warmup):
+        sync()
+        t0 = time.perf_counter()
+        first_wait = step()[3]
+        sync()
+        first_step_s = time.perf_counter() - t0 - first_wait  # compute only: Ray Data's start-up is not in it
+        for _ in range(warmup - 1):
             step()
         sync()
         start = time.perf_counter()
-        seqs = toks = masked = 0.0
+        seqs = toks = masked = waited = 0.0
         for _ in range(steps):
-            s, t, m = step()
-            seqs, toks, masked = seqs + s, toks + t, masked + m
+            s, t, m, w = step()
+            seqs, toks, masked, waited = seqs + s, toks + t, masked + m, waited + w
         sync()
         elapsed = time.perf_counter() - start
     name = device_name(device)
-    tf32_on = device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32
     per_token = training_flops_per_token(model, toks / seqs, masked / toks)
     mfu = estimate_mfu(per_token, toks / elapsed, 1, name, precision)
-    peak = peak_flops(name, precision, tf32=tf32_on)
-    note = None
-    if mfu is None:
-        note = (f"no peak for device {name!r} in orchestrator/pretrain/peaks.py (exact names only): MFU unknown"
-                if device.type == "cuda" else "CPU: no tensor-core peak; MFU is a GPU figure")
-    return {"size": size, "precision": precision, "tf32": tf32_on, "batch": batch, "accumulation": accumulation,
-            "length": length, "masking": masking, "steps": steps, "seq_per_s": round(seqs / elapsed, 2),
-            "tokens_per_s": round(toks / elapsed, 1), "mfu": None if mfu is None else round(mfu, 4),
-            "peak_tflops": None if peak is None else peak / 1e12, "device": name, "note": note}
+    peak_mem = torch.cuda.max_memory_allocated(device) / 2 ** 30 if device.type == "cuda" else None
+    return {"size": size, "precision": precision, "speed": speed, "seq_per_s": seqs / elapsed,
+            "tokens_per_s": toks / elapsed, "mfu": mfu, "first_step_s": first_step_s, "step_s": elapsed / steps,
+            "data_wait_share": waited / elapsed, "peak_memory_gib": peak_mem}
+
+
+def step_ratios(size: str, batch: int, length: int, steps: int, repeats: int, device: torch.device,
+                precision: str, optim: str) -> dict:
+    """The engine's ``train_step`` alone (no Ray Data, no DDP: the model's work only), each technique
+    off against all on, interleaved ``repeats`` times on the same pre-collated batches: the median
+    ratio of step times. On a loaded CPU this isolates what a technique saves from the data path's
+    noise (``--step-only``). On CPU the clock is the process's CPU time on one torch thread: a loaded
+    machine stretches the wall time of a step, much less the CPU time it takes."""
+    from orchestrator.core.config import from_dict
+    from orchestrator.instances.config import MaskingRule, Specials
+    from orchestrator.modeling.precision import make_scaler
+    from orchestrator.pretrain.config import PretrainConfig
+    from orchestrator.pretrain.data import collate
+    from orchestrator.pretrain.loop import _to_device, train_step
+    from orchestrator.pretrain.model import PretrainingModule, build_model
+    from orchestrator.pretrain.optim import build_optimizer, build_scheduler
+
+    special = Specials(cls=SPECIAL["cls"], sep=SPECIAL["sep"], mask=SPECIAL["mask"], vocab_size=VOCAB,
+                       continuation=frozenset(), pad=SPECIAL["pad"])
+    gen = np.random.default_rng(0)
+    rows = {"input_ids": list(gen.integers(5, VOCAB, size=(batch, length))), "token_type_ids":
+            [np.zeros(length, np.int64)] * batch, "next_sentence_label": gen.integers(0, 2, batch)}
+    batches = [_to_device({k: torch.from_numpy(v) for k, v in collate(rows, special, rule=MaskingRule(),
+                                                                      gen=gen).items()}, device)
+               for _ in range(steps)]
+    configs = [(label, speed) for label, speed in speed_configs("each", False, optim) if label != "all off"]
+    setups = {}
+    for label, speed in configs:
+        cfg = from_dict(PretrainConfig, {"model": {"size": size, "max_position_embeddings": max(512, length)},
+                                         "optim": {"name": optim}, "speed": speed, "num_workers": 1,
+                                         "phase1": {"max_seq_length": length, "global_batch_size": batch,
+                                                    "device_batch_size": batch}})
+        torch.manual_seed(0)
+        model = build_model(cfg.model, VOCAB, SPECIAL["pad"], attention=cfg.speed.attention).to(device)
+        optimizer = build_optimizer(model, cfg.optim, 1e-4, fused=cfg.speed.fused_optimizer)
+        setups[label] = (PretrainingModule(model, masked_only=cfg.speed.masked_only_head), optimizer,
+                         build_scheduler(optimizer, 0, 10 ** 6, 1.0), make_scaler(precision, device, 2.0 ** 16),
+                         [p for p in model.parameters() if p.requires_grad])
+
+    clock = time.perf_counter if device.type == "cuda" else time.process_time
+    if device.type != "cuda":
+        torch.set_num_threads(1)
+
+    def timed(label: str) -> float:
+        module, optimizer, scheduler, scaler, params = setups[label]
+        module.train()
+        start = clock()
+        for b in batches:
+            train_step(module, [b], optimizer, scheduler, scaler, precision=precision, device=device,
+                       grad_clip=1.0, params=params)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return (clock() - start) / len(batches)
+
+    for label, _ in configs:  # warm-up: allocator, first-call costs
+        timed(label)
+    ratios: dict[str, list[float]] = {label: [] for label, _ in configs[1:]}
+    seconds: dict[str, list[float]] = {label: [] for label, _ in configs}
+    for _ in range(repeats):
+        base = timed("all on")
+        seconds["all on"].append(base)
+        for label, _ in configs[1:]:
+            t = timed(label)
+            seconds[label].append(t)
+            ratios[label].append(t / base)
+    return {"size": size, "batch": batch, "length": length, "precision": precision, "optim": optim,
+            "repeats": repeats, "step_s": {k: statistics.median(v) for k, v in seconds.items()},
+            "all_on_speedup_over": {k: statistics.median(v) for k, v in ratios.items()},
+            "paired": {k: [round(x, 3) for x in v] for k, v in ratios.items()}}
+
+
+def _median_of(runs: list[dict]) -> dict:
+    out = dict(runs[0])
+    for key in ("seq_per_s", "tokens_per_s", "mfu", "first_step_s", "step_s", "data_wait_share", "peak_memory_gib"):
+        values = [r[key] for r in runs if r[key] is not None]
+        out[key] = statistics.median(values) if values else None
+    return out
+
+
+def _fmt(value, spec: str) -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def table(rows: list[dict]) -> str:
+    """The ablation as a markdown table; ``vs all on`` is the configuration's seq/s over all-on's."""
+    lines = ["| configuration | seq/s | tokens/s | MFU | vs all on | first step s | steady step s | data wait | "
+             "peak mem GiB |", "|---|---|---|---|---|---|---|---|---|"]
+    base = rows[0]["seq_per_s"]
+    for r in rows:
+        lines.append(f"| {r['label']} | {r['seq_per_s']:,.1f} | {r['tokens_per_s']:,.0f} | {_fmt(r['mfu'], '.3f')} | "
+                     f"{r['seq_per_s'] / base:.3f} | {r['first_step_s']:.2f} | {r['step_s']:.3f} | "
+                     f"{r['data_wait_share']:.1%} | {_fmt(r['peak_memory_gib'], '.2f')} |")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="auto", help="auto (cuda when there is one), cuda, cuda:N or cpu")
-    p.add_argument("--size", default=None, help="model size preset (default: base on GPU, tiny on CPU)")
+    p.add_argument("--sizes", default=None, help="comma-separated size presets (default: base,small on GPU, tiny "
+                                                 "on CPU); small = 4 layers, hidden 512")
     p.add_argument("--batch", type=int, default=None, help="sequences per micro-batch (default 256 GPU / 8 CPU)")
     p.add_argument("--accumulation", type=int, default=2, help="micro-batches per optimizer step")
-    p.add_argument("--length", type=int, default=128)
-    p.add_argument("--steps", type=int, default=None, help="timed steps (default 20 GPU / 3 CPU)")
-    p.add_argument("--warmup", type=int, default=None, help="untimed steps first (default 5 GPU / 1 CPU)")
-    p.add_argument("--precisions", default="fp16,bf16", help="comma-separated: fp32, bf16, fp16")
+    p.add_argument("--length", type=int, default=None, help="sequence length (default 128 GPU / 32 CPU)")
+    p.add_argument("--steps", type=int, default=None, help="timed steps (default 20 GPU / 2 CPU)")
+    p.add_argument("--warmup", type=int, default=None, help="untimed steps first, the first one timed apart "
+                                                            "(default 5 GPU / 1 CPU; at least 1)")
+    p.add_argument("--precisions", default=None, help="comma-separated: fp32, bf16, fp16 (default bf16 GPU / fp32 CPU)")
+    p.add_argument("--optim", choices=("lamb", "adamw"), default="lamb",
+                   help="lamb (the recipe; always multi-tensor) or adamw (fused on CUDA: its switch is ablated)")
+    p.add_argument("--ablate", choices=("each", "none"), default="each",
+                   help="each: every pretrain.speed technique off in turn, then all off; none: all on only")
+    p.add_argument("--compile", choices=("auto", "on", "off"), default="auto",
+                   help="torch.compile in the all-on configuration (auto: on for CUDA, off on CPU: inductor "
+                        "takes minutes of CPU to compile)")
+    p.add_argument("--repeats", type=int, default=1, help="rounds of all configurations, run in turn; medians")
+    p.add_argument("--step-only", action="store_true",
+                   help="time train_step alone (no Ray Data, no DDP) with each technique off against all on, "
+                        "interleaved --repeats times: the median ratio (what each saves, on a loaded CPU)")
     p.add_argument("--masking", choices=("static", "dynamic"), default="static",
                    help="static: masks read from the instances (the default recipe); dynamic: drawn per batch")
     p.add_argument("--no-tf32", dest="tf32", action="store_false",
@@ -197,7 +341,11 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--cpus", type=int, default=None,
                    help="Ray CPUs for the data reads (and torch threads on CPU); default 2 on CPU, up to 8 on GPU")
     args = p.parse_args(argv)
+    if args.repeats < 1:
+        p.error("--repeats must be >= 1")
     from orchestrator.core.runtime import ray_session
+    from orchestrator.pretrain.loop import MFU_FORMULA
+    from orchestrator.pretrain.peaks import peak_flops
 
     wanted = "cuda" if args.device == "auto" and torch.cuda.is_available() else args.device
     device = torch.device("cpu" if wanted == "auto" else wanted)
@@ -208,27 +356,57 @@ def main(argv: list[str] | None = None) -> dict:
         from orchestrator.core.runtime import available_cpus
 
         args.cpus = min(8, available_cpus()) if gpu else 2
-    size = args.size or ("base" if gpu else "tiny")
+    sizes = (args.sizes or ("base,small" if gpu else "tiny")).split(",")
+    precisions = (args.precisions or ("bf16" if gpu else "fp32")).split(",")
     batch = args.batch or (256 if gpu else 8)
-    steps = args.steps or (20 if gpu else 3)
-    warmup = args.warmup if args.warmup is not None else (5 if gpu else 1)
+    length = args.length or (128 if gpu else 32)
+    steps = args.steps or (20 if gpu else 2)
+    warmup = max(1, args.warmup if args.warmup is not None else (5 if gpu else 1))
+    compile_on = args.compile == "on" or (args.compile == "auto" and gpu)
     if not gpu:
-        print("no GPU: CPU run of a tiny model (checks the script works; these are not GPU numbers)")
+        print("no GPU: a CPU run (checks the script works; these are not GPU numbers)")
         torch.set_num_threads(args.cpus)
+    name = device_name(device)
+    print(f"device {name}; MFU: {MFU_FORMULA}")
+    for prec in precisions:
+        peak = peak_flops(name, prec, tf32=gpu and args.tf32)
+        print(f"  peak for {prec}: " + (f"{peak / 1e12:g} TFLOP/s" if peak else
+                                        "none in orchestrator/pretrain/peaks.py (exact names): MFU n/a"))
+    if args.step_only:
+        out = [step_ratios(size, batch, length, steps, args.repeats, device, prec, args.optim)
+               for size in sizes for prec in precisions]
+        for r in out:
+            print(f"{name}: {r['size']} len {r['length']} batch {r['batch']} {r['precision']}: all on "
+                  f"{r['step_s']['all on']:.3f} s/step; speed-up of all on over " +
+                  ", ".join(f"[{k}] {v:.3f}x" for k, v in r["all_on_speedup_over"].items()), flush=True)
+        summary = {"gpu": gpu, "device": name, "step_only": out}
+        print(json.dumps(summary))
+        return summary
     process_group(device)
+    configs = speed_configs(args.ablate, compile_on, args.optim)
     results = []
     with tempfile.TemporaryDirectory(prefix="pretrain_gpu_") as tmp, \
             ray_session(num_cpus=args.cpus, log_to_driver=False):
         rows = (warmup + steps) * args.accumulation * batch
-        instances = write_instances(Path(tmp) / "instances", rows, args.length, args.masking)
-        for prec in args.precisions.split(","):
-            results.append(measure(size, prec, batch, args.accumulation, args.length, steps, warmup, device,
-                                   instances, args.masking, args.tf32, args.cpus))
-            r = results[-1]
-            print(f"{r['device']}: {r['size']} len {r['length']} batch {r['batch']} x {r['accumulation']} "
-                  f"{r['precision']}{' (TF32)' if r['tf32'] and r['precision'] == 'fp32' else ''}: "
-                  f"{r['seq_per_s']} seq/s, MFU {r['mfu']}" + (f" ({r['note']})" if r["note"] else ""), flush=True)
-    summary = {"gpu": gpu, "smoke": not gpu, "results": results}
+        instances = write_instances(Path(tmp) / "instances", rows, length, args.masking)
+        for size in sizes:
+            for prec in precisions:
+                runs: dict[str, list[dict]] = {label: [] for label, _ in configs}
+                for _ in range(args.repeats):
+                    for label, speed in configs:
+                        runs[label].append(measure(size, prec, speed, batch, args.accumulation, length, steps,
+                                                   warmup, device, instances, args.masking, args.tf32, args.cpus,
+                                                   args.optim))
+                        r = runs[label][-1]
+                        print(f"  {size} {prec} [{label}]: {r['seq_per_s']:,.1f} seq/s, MFU {_fmt(r['mfu'], '.3f')}, "
+                              f"first step {r['first_step_s']:.2f}s", flush=True)
+                block = [{"label": label, **_median_of(runs[label])} for label, _ in configs]
+                print(f"\n{name}: {size}, length {length}, batch {batch} x {args.accumulation}, {prec}"
+                      f"{' (TF32)' if gpu and args.tf32 and prec == 'fp32' else ''}, {args.optim}, "
+                      f"{args.repeats} repeat(s), medians\n{table(block)}\n", flush=True)
+                results += [{**r, "device": name, "batch": batch, "accumulation": args.accumulation,
+                             "length": length, "optim": args.optim} for r in block]
+    summary = {"gpu": gpu, "smoke": not gpu, "device": name, "mfu_formula": MFU_FORMULA, "results": results}
     print(json.dumps(summary))
     return summary
 

@@ -122,6 +122,26 @@ class AdapterConfig:
 
 
 @dataclass(frozen=True)
+class SpeedConfig:
+    """How the step is computed, never what: each switch keeps the loss and gradients of the plain path
+    (float rounding aside; tests/test_pretrain_speed.py checks each), so none is part of a run's key."""
+    masked_only_head: bool = field(
+        True, help="apply the MLM decoder (transform + vocabulary projection) only at the masked positions, as "
+                   "NVIDIA's recipe does, instead of at every position and then dropping the unmasked ones "
+                   "(false): the same loss, without the projection of the ~85 percent of positions not masked")
+    attention: Literal["sdpa", "eager"] = field(
+        "sdpa", help="attention kernel: sdpa = torch's scaled_dot_product_attention (a fused FlashAttention / "
+                     "memory-efficient kernel on CUDA); eager = transformers' matmul-softmax-matmul")
+    fused_optimizer: bool = field(
+        True, help="AdamW as one fused kernel (fused=True) on CUDA, multi-tensor (foreach) elsewhere; false = the "
+                   "per-tensor loop. LAMB is always multi-tensor")
+    compile: bool = field(
+        False, help="torch.compile the encoder (inductor; its first steps compile, timed apart in the log); "
+                    "off by default: unmeasured on a GPU in this engine, minutes of compile per worker and phase, "
+                    "and a new compile for each new sequence width")
+
+
+@dataclass(frozen=True)
 class PretrainConfig:
     model: ModelConfig = field(default_factory=ModelConfig, help="model architecture / initialisation")
     phase1: PhaseConfig = field(default_factory=PhaseConfig, help="phase 1 (short sequences, e.g. 128)")
@@ -163,6 +183,9 @@ class PretrainConfig:
     dataloader_prefetch: int = field(
         2, help="batches each worker prefetches from Ray Data, and optimizer steps of micro-batches it collates and "
                 "masks ahead on a background thread while the device trains")
+    speed: SpeedConfig = field(
+        default_factory=SpeedConfig, help="how the step is computed (kernels, decoder, compile): the same loss and "
+                                          "gradients either way, so not part of the run's key")
     gradient_checkpointing: bool = field(
         False, help="recompute each layer's activations in the backward pass instead of keeping them (about a third "
                     "more compute for much less activation memory: longer sequences or larger device batches fit); "
@@ -215,7 +238,7 @@ class PretrainConfig:
         workers run, or what to do with an old run; the stopping rules only when one is set."""
         operational = {"keep_checkpoints", "max_failures", "log_every", "checkpoint_every", "cpus_per_worker",
                        "resources_per_worker", "accelerator_type", "dataloader_prefetch", "on_mismatch",
-                       "gradient_checkpointing", "storage_path", "shared_storage", "multi_node"}
+                       "gradient_checkpointing", "speed", "storage_path", "shared_storage", "multi_node"}
         fields = {k: v for k, v in to_dict(self).items() if k not in operational}
         if not self.stop.enabled:  # without a rule a run keeps the key it had before rules existed
             del fields["stop"]

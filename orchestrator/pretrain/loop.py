@@ -29,12 +29,12 @@ from orchestrator.modeling.precision import allow_tf32, autocast_context, make_s
 from orchestrator.pretrain.checkpoint import checkpoint_name, load_training_state, load_weights, save_checkpoint
 from orchestrator.pretrain.config import PretrainConfig, batch_plan
 from orchestrator.pretrain.data import Prefetcher, micro_batches
-from orchestrator.pretrain.model import PretrainingModule, build_model, check_same_architecture
+from orchestrator.pretrain.model import PretrainingModule, build_model, check_same_architecture, compile_encoder
 from orchestrator.pretrain.optim import build_optimizer, build_scheduler
 from orchestrator.pretrain.peaks import peak_flops
 from orchestrator.pretrain.stopping import MLM_ACCURACY, PLATEAU, STEPS, Stopper
 from orchestrator.track import schema as S
-from orchestrator.track.runs import RankZeroLogger
+from orchestrator.track.runs import RankZeroLogger, set_run_tags
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +117,34 @@ def training_flops_per_token(model: torch.nn.Module, seq_len: float, masked_frac
     words = embeddings.word_embeddings.weight
     decoder = (6 if words.requires_grad else 4) * config.hidden_size * config.vocab_size * masked_fraction
     return 6 * trained + 4 * frozen + decoder + 12 * config.num_hidden_layers * config.hidden_size * seq_len
+
+
+#: How ``mfu`` is computed, logged beside it (MLflow tag ``mfu.formula``) so a reader knows what it counts.
+MFU_FORMULA = ("mfu = training_flops_per_token x tokens_per_s / workers / peak_flops(device, precision); "
+               "training_flops_per_token = 6 x trained + 4 x frozen non-embedding weights + (6 or 4) x hidden x "
+               "vocab x masked_fraction + 12 x layers x hidden x seq_len (padding tokens not counted)")
+
+
+def device_label(device: torch.device) -> str:
+    """The name the peak table is keyed by: CUDA's device name; "cpu" (no peak: MFU null) elsewhere."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+
+
+def mfu_basis(device: torch.device, precision: str) -> dict[str, str]:
+    """What an MFU is measured against, as MLflow tags: the device, the peak used, the formula."""
+    name = device_label(device)
+    peak = peak_flops(name, precision, tf32=device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32)
+    return {"mfu.device": name, "mfu.precision": precision,
+            "mfu.peak_flops": f"{peak:.4g}" if peak else "none (no peak for this device in pretrain/peaks.py: "
+                                                          "MFU not logged)",
+            "mfu.formula": MFU_FORMULA}
+
+
+def throughput_text(record: dict[str, Any]) -> str:
+    """'1,234 seq/s, 158k tokens/s, MFU 0.210' for the progress line (MFU n/a without a peak)."""
+    mfu = record.get("mfu")
+    return (f"{record['seq_per_s']:,.1f} seq/s, {record['tokens_per_s']:,.0f} tokens/s, "
+            f"MFU {'n/a' if mfu is None else f'{mfu:.3f}'}")
 
 
 def estimate_mfu(flops_per_token: float, tokens_per_s: float, world: int, device_name: str,
@@ -209,7 +237,8 @@ class Progress:
         self.phase_name, self.steps, self.start_step, self.every_s = phase_name, steps, start_step, every_s
         self.started = self.last = time.monotonic()
 
-    def step(self, phase_step: int, mlm_loss: float, mlm_accuracy: float, force: bool = False) -> str | None:
+    def step(self, phase_step: int, mlm_loss: float, mlm_accuracy: float, force: bool = False,
+             throughput: str = "") -> str | None:
         now = time.monotonic()
         if not force and now - self.last < self.every_s:
             return None
@@ -217,9 +246,9 @@ class Progress:
         done = phase_step - self.start_step
         rate = done / max(now - self.started, 1e-9)
         eta = (self.steps - phase_step) / rate if rate > 0 else float("inf")
+        left = f", about {_duration(eta)} left" if phase_step < self.steps and math.isfinite(eta) else ""
         line = (f"{self.phase_name}: step {phase_step}/{self.steps}, MLM loss {mlm_loss:.4f}, accuracy "
-                f"{mlm_accuracy:.3f}, {rate:.2f} steps/s" + (f", about {_duration(eta)} left" if phase_step
-                                                              < self.steps and math.isfinite(eta) else ""))
+                f"{mlm_accuracy:.3f}, {rate:.2f} steps/s" + (f" ({throughput})" if throughput else "") + left)
         log.info("%s", line)
         return line
 
@@ -253,7 +282,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     torch.set_num_threads(max(1, int(cfg.cpus_per_worker)))
     seed_everything(cfg.seed)
 
-    model = build_model(cfg.model, special.vocab_size, special.pad)
+    model = build_model(cfg.model, special.vocab_size, special.pad, attention=cfg.speed.attention)
     if cfg.adapters.enabled:
         add_adapters(model, cfg.adapters.reduction_factor, cfg.adapters.train_heads)
     if cfg.gradient_checkpointing:  # recompute each layer's activations in the backward pass: less memory
@@ -273,7 +302,9 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
             if rank == 0:
                 log.info("resuming from %s at step %d", resume_dir, state["step"])
     nsp = cfg.model.objective == "mlm_nsp"
-    module = ray.train.torch.prepare_model(PretrainingModule(model))
+    module = ray.train.torch.prepare_model(PretrainingModule(model, masked_only=cfg.speed.masked_only_head))
+    if cfg.speed.compile:  # in place: the parameters, their names and DDP's hooks stay the model's own
+        compile_encoder(model)
     resume = (training_state or {}).get("resume")
     if resume is not None and resume.get("world") != world:
         if rank == 0:
@@ -284,6 +315,9 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
         set_rng_state(resume["rng"][rank], device)
     params = [p for p in model.parameters() if p.requires_grad]
     tracker = RankZeroLogger(config.get("tracking") if rank == 0 else None)
+    if rank == 0 and config.get("tracking"):
+        set_run_tags(config["tracking"]["uri"], config["tracking"]["run_id"], mfu_basis(device, cfg.precision))
+    throughput = ""
     fail_at = config.get("fail_at")
     diverged = None
     nonfinite_run = 0
@@ -292,7 +326,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
         if phase_index < state["phase"]:
             continue
         plan = batch_plan(phase.global_batch_size, world, phase.device_batch_size, where=phase_name)
-        optimizer = build_optimizer(model, cfg.optim, phase.learning_rate)
+        optimizer = build_optimizer(model, cfg.optim, phase.learning_rate, fused=cfg.speed.fused_optimizer)
         warmup = int(phase.warmup_proportion * phase.steps)
         scheduler = build_scheduler(optimizer, warmup, phase.steps, cfg.optim.decay_power)
         scaler = make_scaler(cfg.precision, device, cfg.init_loss_scale)
@@ -325,6 +359,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
                      phase.learning_rate)
         window = {"t": time.perf_counter(), "seq": 0, "tok": 0}
         progress = Progress(phase_name, phase.steps, state["phase_step"])
+        first_step_s = None
         try:
             while state["phase_step"] < phase.steps:
                 if fail_at and rank == min(1, world - 1) and state["step"] == fail_at["step"] \
@@ -338,12 +373,18 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
                     micro.append(_to_device(batch, device))
                 module.train()
                 lr = optimizer.param_groups[0]["lr"]
+                step_started = time.perf_counter()
                 stats = train_step(module, micro, optimizer, scheduler, scaler, precision=cfg.precision,
                                    device=device, grad_clip=cfg.optim.grad_clip, params=params)
                 nonfinite_flag = (~torch.isfinite(stats.totals[:1])).double()
                 loss, mlm, nsp_l, correct, count, toks, nonfinite = _all_reduce(
                     torch.cat([stats.totals, nonfinite_flag]), device)
                 seqs = stats.sequences * world  # every worker's micro-batches are full (drop_last)
+                if state["phase_step"] == progress.start_step:  # this process's first step of the phase:
+                    first_step_s = time.perf_counter() - step_started  # compile (speed.compile), allocator
+                    if rank == 0:
+                        log.info("%s: first step %.2fs%s", phase_name, first_step_s,
+                                 " (includes torch.compile's compile)" if cfg.speed.compile else "")
                 state["step"] += 1
                 state["phase_step"] += 1
                 window["seq"] += seqs
@@ -376,16 +417,19 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
                     if window_end is not None:  # what the stopping rule saw
                         record[S.WINDOW_MLM_LOSS] = window_end["mlm_loss"]
                         record[S.WINDOW_MLM_ACCURACY] = window_end["mlm_accuracy"]
-                    if device.type == "cuda":
-                        per_token = training_flops_per_token(model, toks / max(seqs, 1), count / max(toks, 1.0))
-                        record["mfu"] = estimate_mfu(per_token, record["tokens_per_s"], world,
-                                                     torch.cuda.get_device_name(device), cfg.precision)
+                    per_token = training_flops_per_token(model, toks / max(seqs, 1), count / max(toks, 1.0))
+                    record["mfu"] = estimate_mfu(per_token, record["tokens_per_s"], world, device_label(device),
+                                                 cfg.precision)  # None without a peak (CPU): not logged
+                    if first_step_s is not None:  # logged once, with the first record of the phase
+                        record["first_step_s"], first_step_s = first_step_s, None
+                    throughput = throughput_text(record)
                     state["history"].append(record)
                     tracker.log({k: v for k, v in record.items() if k != "step"}, state["step"])
                     window = {"t": time.perf_counter(), "seq": 0, "tok": 0}
                 phase_done = stopped_by is not None
                 if rank == 0:
-                    progress.step(state["phase_step"], mlm / world, correct / max(count, 1.0), force=phase_done)
+                    progress.step(state["phase_step"], mlm / world, correct / max(count, 1.0), force=phase_done,
+                                  throughput=throughput)
                 if phase_done:
                     state["phases"].append({"phase": phase_name, "stopped_by": stopped_by, "step": state["step"],
                                             "phase_step": state["phase_step"], "max_steps": phase.steps})

@@ -2,7 +2,9 @@
 
 ``PretrainingModule`` is what DDP wraps: it runs the encoder once and applies the MLM decoder only
 to the masked positions (NVIDIA's trick; the vocabulary projection of every position is most of
-the head's cost), returning the MLM and NSP losses separately plus MLM accuracy counts.
+the head's cost), returning the MLM and NSP losses separately plus MLM accuracy counts. It is a
+forward path over the standard ``BertForPreTraining`` modules: the weights, and so the checkpoints
+``from_pretrained`` loads, are the model's own.
 """
 from __future__ import annotations
 
@@ -53,15 +55,16 @@ def read_hf_config(model_dir: Path) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def build_model(cfg: ModelConfig, vocab_size: int, pad_token_id: int) -> PreTrainedModel:
+def build_model(cfg: ModelConfig, vocab_size: int, pad_token_id: int, attention: str = "sdpa") -> PreTrainedModel:
     """A fresh model from the size preset, or ``cfg.init_from`` with any missing head added.
 
     Continuing from a directory whose vocabulary size differs from the tokenizer's is refused
-    unless ``allow_vocab_resize`` (resized embeddings for new ids start untrained).
+    unless ``allow_vocab_resize`` (resized embeddings for new ids start untrained). ``attention``:
+    the kernel the self-attention runs (``set_attention``).
     """
     cls = model_class(cfg.objective)
     if not cfg.init_from:
-        return cls(bert_config(cfg, vocab_size, pad_token_id))
+        return set_attention(cls(bert_config(cfg, vocab_size, pad_token_id)), attention)
     source = Path(cfg.init_from)
     hf = read_hf_config(source)
     if hf.get("model_type") != "bert":
@@ -77,6 +80,20 @@ def build_model(cfg: ModelConfig, vocab_size: int, pad_token_id: int) -> PreTrai
     if model.config.vocab_size != vocab_size:
         log.warning("resizing embeddings of %s from %d to %d", source, model.config.vocab_size, vocab_size)
         model.resize_token_embeddings(vocab_size)
+    return set_attention(model, attention)
+
+
+def set_attention(model: PreTrainedModel, attention: str) -> PreTrainedModel:
+    """Run the self-attention through ``attention``: "sdpa" (torch's ``scaled_dot_product_attention``,
+    FlashAttention or memory-efficient kernels on CUDA) or "eager" (transformers' matmul, softmax,
+    matmul). transformers reads ``config._attn_implementation`` at every forward; it is not saved in
+    config.json, so a checkpoint loads with the loader's own choice."""
+    if attention not in ("sdpa", "eager"):
+        raise ConfigError(f"attention must be sdpa or eager, got {attention!r}")
+    model.set_attn_implementation(attention)
+    if model.config._attn_implementation != attention:  # transformers refused it without saying so
+        raise ConfigError(f"{type(model).__name__} runs {model.config._attn_implementation!r} attention, "
+                          f"not the {attention!r} asked for")
     return model
 
 
@@ -92,19 +109,26 @@ def check_same_architecture(expected: BertConfig | dict, checkpoint_dir: Path) -
 
 
 class PretrainingModule(torch.nn.Module):
-    """Wraps BertForPreTraining / BertForMaskedLM; forward returns losses and accuracy counts."""
+    """Wraps BertForPreTraining / BertForMaskedLM; forward returns losses and accuracy counts.
 
-    def __init__(self, model: PreTrainedModel):
+    ``masked_only=True`` gathers the encoder's output at the masked positions (labels != -100)
+    before the MLM decoder (transform, LayerNorm, vocabulary projection); ``False`` decodes every
+    position and then keeps the masked ones (what ``BertForPreTraining.forward`` computes): the
+    same logits at those positions, so the same loss, accuracy and gradients."""
+
+    def __init__(self, model: PreTrainedModel, masked_only: bool = True):
         super().__init__()
         self.model = model
         self.nsp = isinstance(model, BertForPreTraining)
+        self.masked_only = masked_only
 
     def forward(self, input_ids, token_type_ids, attention_mask, labels, next_sentence_label=None):
         out = self.model.bert(input_ids=input_ids, token_type_ids=token_type_ids, attention_mask=attention_mask)
         masked = labels != IGNORE_INDEX
         targets = labels[masked]
         heads = self.model.cls
-        logits = heads.predictions(out.last_hidden_state[masked])
+        hidden = out.last_hidden_state
+        logits = heads.predictions(hidden[masked]) if self.masked_only else heads.predictions(hidden)[masked]
         # A micro-batch with nothing masked contributes zero loss (cross-entropy of nothing is NaN).
         mlm_loss = F.cross_entropy(logits.float(), targets) if targets.numel() else logits.sum() * 0.0
         result = {"mlm_loss": mlm_loss, "mlm_correct": (logits.argmax(-1) == targets).sum(),
@@ -117,3 +141,13 @@ class PretrainingModule(torch.nn.Module):
             loss = loss + nsp_loss
         result["loss"] = loss
         return result
+
+
+def compile_encoder(model: PreTrainedModel, backend: str = "inductor") -> PreTrainedModel:
+    """``torch.compile`` the encoder in place (``Module.compile``): its parameters and their names, so
+    the state dict, the checkpoints and DDP's gradient hooks, stay the model's own. The MLM decoder
+    stays eager: gathering the masked positions gives a size known only at run time. The first
+    forward of each new input shape compiles (the loop logs the first step's time apart);
+    ``dynamic=None`` lets torch make a dimension dynamic once it has seen it change."""
+    model.bert.compile(backend=backend, dynamic=None)
+    return model

@@ -125,12 +125,23 @@ def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, lr: float) -> torch.optim.Optimizer:
+def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, lr: float, fused: bool = True) -> torch.optim.Optimizer:
+    """LAMB (always multi-tensor) or AdamW: with ``fused``, one fused kernel for all tensors on CUDA
+    (``fused=True``) and multi-tensor ``foreach`` kernels elsewhere; without, the per-tensor loop.
+    Build it after the model is on its device (the choice follows where the parameters are)."""
     groups = parameter_groups(model, cfg.weight_decay)
     if cfg.name == "lamb":
         return Lamb(groups, lr=lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, weight_decay=cfg.weight_decay)
     return torch.optim.AdamW(groups, lr=lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps,
-                             weight_decay=cfg.weight_decay)
+                             weight_decay=cfg.weight_decay, **adamw_kernel(model, fused))
+
+
+def adamw_kernel(model: torch.nn.Module, fused: bool) -> dict[str, bool]:
+    """AdamW's implementation switches: fused on CUDA, foreach elsewhere, or neither (per tensor)."""
+    if not fused:
+        return {"foreach": False, "fused": False}
+    on_cuda = all(p.is_cuda for p in model.parameters())
+    return {"fused": True} if on_cuda else {"foreach": True}
 
 
 def lr_factor(step: int, warmup_steps: int, total_steps: int, power: float) -> float:

@@ -1,0 +1,201 @@
+"""Issue 30: each ``pretrain.speed`` switch computes the plain path's loss and gradients (fp32, CPU).
+
+A tiny BERT with NSP, no dropout, on micro-batches of unequal lengths (so with padding), compared
+switch on against switch off: the losses, the MLM accuracy counts and every parameter's gradient.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from orchestrator.instances.config import MaskingRule, Specials
+from orchestrator.pretrain.config import ModelConfig, OptimConfig, PretrainConfig, SpeedConfig
+from orchestrator.pretrain.data import collate
+
+SPECIAL = Specials(cls=2, sep=3, mask=4, vocab_size=100, continuation=frozenset(range(50, 100)), pad=0)
+TOL = dict(rtol=1e-5, atol=1e-6)
+
+
+def _model(attention: str = "sdpa", objective: str = "mlm_nsp"):
+    from orchestrator.pretrain.model import build_model
+
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(size="tiny", objective=objective, max_position_embeddings=64, dropout=0.0),
+                        100, 0, attention=attention)
+    return model.eval()  # no dropout: the paths compared must see the same arithmetic
+
+
+def _batch(seed: int = 0, size: int = 6) -> dict[str, torch.Tensor]:
+    rng = np.random.default_rng(seed)
+    rows = {"input_ids": [np.array([2, *rng.integers(5, 100, int(k)), 3]) for k in rng.integers(8, 30, size)],
+            "next_sentence_label": rng.integers(0, 2, size)}
+    rows["token_type_ids"] = [np.zeros(len(r), np.int64) for r in rows["input_ids"]]
+    batch = collate(rows, SPECIAL, rule=MaskingRule(masked_lm_prob=0.2), gen=rng)
+    assert (batch["attention_mask"] == 0).any(), "the batch must hold padding"
+    return {k: torch.from_numpy(v) for k, v in batch.items()}
+
+
+def _forward_backward(module, batch) -> tuple[dict, dict[str, torch.Tensor]]:
+    module.zero_grad(set_to_none=True)
+    out = module(**batch)
+    out["loss"].backward()
+    grads = {n: p.grad.detach().clone() for n, p in module.named_parameters() if p.grad is not None}
+    return {k: v.detach() for k, v in out.items()}, grads
+
+
+def _assert_same(a: tuple[dict, dict], b: tuple[dict, dict]) -> None:
+    (out_a, grads_a), (out_b, grads_b) = a, b
+    for k in ("loss", "mlm_loss", "nsp_loss"):
+        torch.testing.assert_close(out_a[k], out_b[k], **TOL)
+    assert int(out_a["mlm_correct"]) == int(out_b["mlm_correct"]) and int(out_a["mlm_count"]) == int(
+        out_b["mlm_count"])
+    assert grads_a.keys() == grads_b.keys() and len(grads_a) > 30
+    for name in grads_a:
+        torch.testing.assert_close(grads_a[name], grads_b[name], **TOL, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def test_the_switches_default_on_and_stay_out_of_the_run_key():
+    speed = SpeedConfig()
+    assert speed.masked_only_head and speed.attention == "sdpa" and speed.fused_optimizer and not speed.compile
+    plain = PretrainConfig(speed=SpeedConfig(masked_only_head=False, attention="eager", fused_optimizer=False))
+    assert plain.training_fields() == PretrainConfig().training_fields()  # how, not what: same checkpoints reused
+
+
+def test_masked_only_decoder_gives_the_full_logits_loss_accuracy_and_gradients():
+    """Priority 1: the decoder at the masked positions only = decoding every position and keeping the
+    masked ones = BertForPreTraining's own loss (its forward computes full-vocabulary logits)."""
+    from orchestrator.pretrain.model import PretrainingModule
+
+    model = _model()
+    batch = _batch()
+    masked = _forward_backward(PretrainingModule(model, masked_only=True), batch)
+    full = _forward_backward(PretrainingModule(model, masked_only=False), batch)
+    _assert_same(masked, full)
+    assert int(masked[0]["mlm_count"]) == int((batch["labels"] != -100).sum()) > 0
+    hf = model(**{k: v for k, v in batch.items() if k != "next_sentence_label"},
+               next_sentence_label=batch["next_sentence_label"])
+    torch.testing.assert_close(hf.loss.detach(), masked[0]["loss"], **TOL)
+
+
+def test_sdpa_runs_the_fused_kernel_and_computes_what_eager_attention_does():
+    """Priority 2: ``attention: sdpa`` is what runs (the config transformers reads at each forward,
+    and torch's scaled_dot_product_attention op in the profile), with eager's loss and gradients."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from orchestrator.pretrain.model import PretrainingModule
+
+    batch = _batch(1)
+    results = {}
+    for attention in ("sdpa", "eager"):
+        model = _model(attention)
+        assert model.config._attn_implementation == attention
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            results[attention] = _forward_backward(PretrainingModule(model), batch)
+        ops = {e.key for e in prof.key_averages()}
+        assert ("aten::scaled_dot_product_attention" in ops) is (attention == "sdpa"), attention
+    _assert_same(results["sdpa"], results["eager"])
+
+
+def test_fused_adamw_takes_the_per_tensor_steps():
+    """Priority 3: fused=True on CUDA, foreach on CPU, per tensor when off: the same updates. The CPU
+    fused kernel (torch >= 2.4) is checked too, the arithmetic CUDA's fused kernel does."""
+    from orchestrator.pretrain.model import PretrainingModule
+    from orchestrator.pretrain.optim import adamw_kernel, build_optimizer
+
+    assert adamw_kernel(_model(), fused=True) == {"foreach": True}
+    assert adamw_kernel(_model(), fused=False) == {"foreach": False, "fused": False}
+    cfg = OptimConfig(name="adamw")
+    kernels = {"per_tensor": {"fused": False}, "foreach": {"fused": True}, "cpu_fused": "cpu_fused"}
+    weights = {}
+    for name, how in kernels.items():
+        model = _model()
+        if how == "cpu_fused":
+            opt = build_optimizer(model, cfg, 1e-2, fused=False)
+            opt = torch.optim.AdamW(opt.param_groups, lr=1e-2, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, fused=True)
+        else:
+            opt = build_optimizer(model, cfg, 1e-2, **how)
+            assert opt.defaults["foreach"] is (name == "foreach")
+        module = PretrainingModule(model)
+        for seed in range(3):
+            _forward_backward(module, _batch(seed))
+            opt.step()
+        weights[name] = {n: p.detach().clone() for n, p in model.named_parameters()}
+    for name in ("foreach", "cpu_fused"):
+        for key, w in weights["per_tensor"].items():
+            torch.testing.assert_close(weights[name][key], w, rtol=1e-5, atol=1e-6, msg=lambda m, k=key: f"{k}: {m}")
+
+
+def test_compiled_encoder_gives_eager_loss_and_gradients_and_the_same_state_dict(tmp_path):
+    """Priority 4: ``speed.compile`` (inductor on the encoder, in place) gives eager's loss and
+    gradients, keeps the parameter names (checkpoints, DDP) and saves a model ``from_pretrained`` loads.
+    Traced by dynamo and AOT autograd as in a run, but with the aot_eager backend: inductor's code
+    generation takes ~100 s of a busy CPU even for the tiny model (its numerics are torch's to test)."""
+    from transformers import BertForPreTraining
+
+    from orchestrator.pretrain.model import PretrainingModule, compile_encoder
+
+    if not hasattr(torch, "compile"):
+        pytest.skip("torch.compile is not available")
+    batch = _batch(2)
+    eager = _forward_backward(PretrainingModule(_model()), batch)
+    model = _model()
+    keys = list(model.state_dict())
+    compile_encoder(model, backend="aot_eager")
+    started = time.perf_counter()
+    compiled = _forward_backward(PretrainingModule(model), batch)
+    print(f"first compiled forward+backward: {time.perf_counter() - started:.1f}s")
+    _assert_same(compiled, eager)
+    assert list(model.state_dict()) == keys
+    model.save_pretrained(tmp_path)
+    loaded = BertForPreTraining.from_pretrained(str(tmp_path))
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in loaded.state_dict().items())
+
+
+def test_the_gpu_benchmark_runs_its_cpu_smoke_mode_with_the_ablation_table():
+    """Priority 7: benchmarks/pretrain_gpu.py in CPU smoke mode (tiny model, one timed step, in its own
+    interpreter: it opens a gloo world and a Ray session), printing the table and its JSON. One
+    configuration (each costs a Ray Data read: the whole ablation took 5 minutes on the loaded
+    machine); the ablation's configurations are checked as data."""
+    import importlib.util
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("pretrain_gpu", root / "benchmarks" / "pretrain_gpu.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    configs = dict(bench.speed_configs("each", True, "adamw"))
+    assert list(configs) == ["all on", "- masked_only_head", "- attention=eager", "- fused_optimizer", "- compile",
+                             "all off"]
+    assert configs["all off"] == {"masked_only_head": False, "attention": "eager", "fused_optimizer": False,
+                                  "compile": False}
+    assert "- fused_optimizer" not in dict(bench.speed_configs("each", False, "lamb"))
+    done = subprocess.run([sys.executable, str(root / "benchmarks" / "pretrain_gpu.py"), "--device", "cpu",
+                           "--steps", "1", "--batch", "4", "--accumulation", "1", "--length", "16", "--cpus", "1",
+                           "--ablate", "none"], cwd=root, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "| configuration | seq/s |" in done.stdout and "training_flops_per_token" in done.stdout
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    (result,) = summary["results"]
+    assert result["label"] == "all on" and result["seq_per_s"] > 0 and result["mfu"] is None
+    assert 0 <= result["data_wait_share"] <= 1 and result["first_step_s"] > 0
+
+
+def test_the_progress_line_and_the_mlflow_tags_say_the_throughput_and_what_the_mfu_is_against():
+    """Priority 6: seq/s, tokens/s and MFU on the progress line; on CPU no peak, so MFU n/a (null)."""
+    from orchestrator.pretrain.loop import MFU_FORMULA, Progress, mfu_basis, throughput_text
+
+    text = throughput_text({"seq_per_s": 1234.5, "tokens_per_s": 157000.0, "mfu": 0.21})
+    line = Progress("phase1", 10, 0, every_s=0.0).step(5, 2.0, 0.1, throughput=text)
+    assert "(1,234.5 seq/s, 157,000 tokens/s, MFU 0.210)" in line
+    assert throughput_text({"seq_per_s": 1.0, "tokens_per_s": 1.0, "mfu": None}).endswith("MFU n/a")
+    basis = mfu_basis(torch.device("cpu"), "bf16")
+    assert basis["mfu.device"] == "cpu" and basis["mfu.peak_flops"].startswith("none")
+    assert basis["mfu.formula"] == MFU_FORMULA
