@@ -334,6 +334,8 @@ def _train(cfg: PretrainConfig, infos: dict[str, InstanceInfo], tokenizer_dir: P
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
+    from orchestrator.pretrain.process_group import BoundStoreTorchConfig  # heavy: ray, torch
+
     storage_path, run_name, ckpt_dir = _storage(cfg, out_dir, key)
     ours = (out_dir / CHECKPOINTS / RUN_RECORD).is_file() or (out_dir / STORAGE_RECORD).is_file()
     if not ours:  # not a run of ours being resumed
@@ -370,6 +372,7 @@ def _train(cfg: PretrainConfig, infos: dict[str, InstanceInfo], tokenizer_dir: P
                      **cfg.resources_per_worker}
         trainer = TorchTrainer(
             train_loop_per_worker, train_loop_config=loop_config, datasets=datasets,
+            torch_config=BoundStoreTorchConfig(),  # rank 0's rendezvous store on its node address only
             dataset_config=ordered_ingest(),  # the same rows in the same order per worker: exact resumes
             scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu,
                                          resources_per_worker=resources,
