@@ -42,7 +42,7 @@ from orchestrator.core.manifest import (
     read_manifest,
     write_manifest,
 )
-from orchestrator.core.reuse import KEY_FIELD, MODEL_FILES_FIELD, model_file_record, reusable
+from orchestrator.core.reuse import KEY_FIELD, MODEL_FILES_FIELD, model_file_record, output_lock, reusable
 from orchestrator.core.runtime import ray_session
 from orchestrator.instances.config import Specials
 from orchestrator.pretrain.checkpoint import (
@@ -296,7 +296,9 @@ def pretrain(cfg: PretrainConfig, instances: dict[int, Path], tokenizer_dir: Pat
         if (out_dir / PENDING).is_file():  # metrics an earlier attempt could not send: send them now
             end_stage_run(start_stage_run(tracking, run_dir, stage=S.KIND_PRETRAIN, params=cfg, out_dir=out_dir))
         return _reused(out_dir)
-    with ray_session():
+    with output_lock(out_dir), ray_session():  # a second job on this output waits here, then reuses it
+        if reusable(out_dir, key) and (out_dir / "final" / "config.json").is_file():  # finished meanwhile
+            return _reused(out_dir)
         nodes = alive_nodes()
         multi_node = check_multi_node(cfg, configured_uri(tracking, run_dir), nodes=nodes,
                                       driver_resources=driver_resources(nodes), out_dir=out_dir,
