@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -197,3 +198,35 @@ def test_a_second_process_on_the_same_output_waits_then_reuses_or_refuses(tmp_pa
     with output_lock(out), output_lock(out):  # re-entrant: a stage locks what its caller holds
         assert lock_path(out).exists()
     assert not lock_path(out).exists()
+
+
+def test_a_killed_runs_temporary_directory_is_removed_by_the_next_run_and_no_one_elses(tmp_path):
+    """kill -9 inside ``atomic_dir`` leaves its ``.<name>.tmp-*`` directory; the next ``atomic_dir`` of
+    that output removes it, but not the temporary directory of a live process or another host's
+    (issue 34 item 6: they stayed for good)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    out = tmp_path / "stage"
+    code = ("import sys, time\nfrom orchestrator.core.manifest import atomic_dir\n"
+            f"with atomic_dir({str(out)!r}, 'demo') as tmp:\n"
+            "    (tmp / 'half.txt').write_text('half')\n    print(tmp, flush=True)\n    time.sleep(120)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            stdout=subprocess.PIPE, text=True)
+    killed = Path(proc.stdout.readline().strip())
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert (killed / "half.txt").is_file()
+    host = killed.name.removeprefix(".stage.tmp-").rsplit("-", 2)[0]  # .stage.tmp-<host>-<pid>-<id>
+    live = tmp_path / f".stage.tmp-{host}-{os.getppid()}-0123abcd"  # a live process's (this one's parent)
+    elsewhere = tmp_path / f".stage.tmp-another-host-{proc.pid}-4567abcd"  # the dead pid, on another host
+    for kept in (live, elsewhere):
+        kept.mkdir()
+    with atomic_dir(out, "demo") as tmp:
+        write_manifest(tmp, stage="demo", config={}, counts={})
+    assert not killed.exists() and live.is_dir() and elsewhere.is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([elsewhere.name, live.name, "stage"])

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from orchestrator.core.errors import OrchestratorError
+from orchestrator.core.manifest import pid_alive
 
 log = logging.getLogger(__name__)
 
@@ -51,16 +52,6 @@ def wait_limit() -> float:
         return DEFAULT_WAIT_S if not text else max(0.0, float(text))
     except ValueError:
         raise OrchestratorError(f"{WAIT_ENV}={text!r}: expected a number of seconds") from None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process
-        return True
-    return True
 
 
 def _holder(path: Path) -> dict:
@@ -122,7 +113,7 @@ def _take(fd: int, path: Path, out_dir: Path) -> None:
     """Write this process into the lock file, saying whose lock a dead job left there."""
     left = _holder(path)
     if left.get("pid"):
-        gone = left.get("host") == socket.gethostname() and not _alive(int(left["pid"]))
+        gone = left.get("host") == socket.gethostname() and not pid_alive(int(left["pid"]))
         log.info("%s: taking over the lock left by %s%s", out_dir, _describe(left),
                  ", which is gone" if gone else "")
     record = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%d %H:%M:%S"),

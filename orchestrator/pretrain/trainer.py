@@ -415,10 +415,11 @@ def _train(cfg: PretrainConfig, infos: dict[str, InstanceInfo], tokenizer_dir: P
                           params=params, phases=phases)
 
 
-def random_init(cfg: PretrainConfig, tokenizer_dir: Path, out_dir: Path) -> Path:
+def random_init(cfg: PretrainConfig, tokenizer_dir: Path, out_dir: Path, *, dest: Path | None = None) -> Path:
     """The floor of an experiment: the model ``cfg`` would pretrain, initialised with ``cfg.seed`` and
     never trained, written with the tokenizer to ``out_dir/final`` (a stage output, with a manifest).
-    Fine-tuning it measures what the task data alone teach this architecture."""
+    Fine-tuning it measures what the task data alone teach this architecture. ``dest``: where
+    ``out_dir`` goes when it is a stage's temporary directory (what the log and manifest name)."""
     import torch  # heavy: torch
 
     if cfg.model.init_from:
@@ -435,8 +436,9 @@ def random_init(cfg: PretrainConfig, tokenizer_dir: Path, out_dir: Path) -> Path
     params = sum(p.numel() for p in model.parameters())
     write_manifest(out_dir, stage="pretrain", config=cfg, inputs=[tokenizer_dir], seed=cfg.seed,
                    counts={"steps": 0, "total_params": params, "trainable_params": 0},
-                   extra={"final": str(final), "init": "random"})
-    log.info("random initialisation: %s (%d parameters, seed %d, no training)", final, params, cfg.seed)
+                   extra={"final": str(Path(dest or out_dir) / "final"), "init": "random"})
+    log.info("random initialisation: %s (%d parameters, seed %d, no training)", Path(dest or out_dir) / "final",
+             params, cfg.seed)
     return final
 
 
