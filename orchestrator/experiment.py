@@ -339,7 +339,8 @@ def _build_arm(cfg: ChainConfig, arm: ArmPlan, run_dir: Path) -> Variant | None:
                            place=lambda name, key: by_name[name].path, keys={o.name: o.key for o in arm.outputs})
     last = arm.outputs[-1]
     if arm.kind == "random":
-        run_stage("pretrain", last.path, last.key, lambda tmp: random_init(a.pretrain, corpus.vocab_dir, tmp),
+        run_stage("pretrain", last.path, last.key,
+                  lambda tmp: random_init(a.pretrain, corpus.vocab_dir, tmp, dest=last.path),
                   f"random initialisation ({arm.name})")
     else:
         with output_lock(last.path):  # an arm sharing this pretraining waits, then reuses it

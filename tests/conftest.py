@@ -1,12 +1,14 @@
 """Shared test helpers: where the real data lives, how to run a job as a user would."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +37,42 @@ def _no_inherited_ray_address_or_mlflow_store(monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     yield
     os.environ.pop("MLFLOW_TRACKING_URI", None)
+
+
+@contextlib.contextmanager
+def listening_beyond_loopback(interval_s: float = 2.0) -> Iterator[set]:
+    """Watch this process and its descendants (an embedded Ray: raylet, workers) during the block;
+    the set fills with (command, address, port) of every LISTEN socket not on 127.0.0.0/8 or ::1."""
+    import ipaddress
+    import threading
+
+    import psutil
+
+    found: set = set()
+    stop = threading.Event()
+
+    def watch():
+        me = psutil.Process()
+        while not stop.is_set():
+            tree = {me.pid, *(p.pid for p in me.children(recursive=True))}
+            for conn in psutil.net_connections("inet"):  # one read of the socket tables per look
+                ip = ipaddress.ip_address(conn.laddr.ip)
+                ip = getattr(ip, "ipv4_mapped", None) or ip
+                if conn.pid in tree and conn.status == psutil.CONN_LISTEN and not ip.is_loopback:
+                    try:
+                        command = " ".join(psutil.Process(conn.pid).cmdline())[:60].strip()
+                    except psutil.Error:  # gone meanwhile
+                        command = str(conn.pid)
+                    found.add((command, conn.laddr.ip, conn.laddr.port))
+            stop.wait(interval_s)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    try:
+        yield found
+    finally:
+        stop.set()
+        thread.join()
 
 
 @pytest.fixture(scope="session")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -122,3 +123,110 @@ def test_model_identity_is_the_content_not_the_shape(tmp_path, monkeypatch):
     torch.manual_seed(3)
     BertModel(config).save_pretrained(str(tmp_path / "m2"))
     assert model_identity(tmp_path / "m2") not in ids
+
+
+# --------------------------------------------------------------------------- two jobs on one output
+_BUILD_STAGE = """
+import logging, sys, time
+from pathlib import Path
+from orchestrator.core.manifest import write_manifest
+from orchestrator.core.reuse import run_stage
+
+logging.basicConfig(level=logging.INFO, format="%(message)s")
+out, who, hold_s = Path(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+
+def build(tmp):
+    print("building", flush=True)
+    (tmp / "built_by").write_text(who)
+    time.sleep(hold_s)
+    write_manifest(tmp, stage="demo", config={}, counts={})
+
+run_stage("demo", out, "key-1", build)
+"""
+
+
+def test_a_second_process_on_the_same_output_waits_then_reuses_or_refuses(tmp_path):
+    """Two processes building one stage output: the second waits, saying for whom, and reuses what the
+    first built; with a shorter wait it stops naming the holder; a holder killed (kill -9) blocks no one,
+    and its lock is taken over (issue 34 item 5: both built everything)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    from orchestrator.core.locks import WAIT_ENV, lock_path
+
+    script, out = tmp_path / "build.py", tmp_path / "runs" / "stage"
+    script.write_text(_BUILD_STAGE)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def start(who: str, hold_s: float, wait_s: str = "60") -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, str(script), str(out), who, str(hold_s)], text=True,
+                                env={**env, WAIT_ENV: wait_s}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    first = start("first", 4)
+    assert first.stdout.readline() == "building\n"  # it holds the lock now
+    second = start("second", 0)
+    second_out, second_err = second.communicate(timeout=120)
+    first.communicate(timeout=60)
+    assert (first.returncode, second.returncode) == (0, 0), second_err
+    assert f"waiting: {out} is being built by pid {first.pid}" in second_err
+    assert "reused" in second_err and "building" not in second_out
+    assert (out / "built_by").read_text() == "first" and not lock_path(out).exists()
+
+    script.write_text(_BUILD_STAGE.replace("key-1", "key-2"))  # another config: built again
+    holder = start("holder", 60)
+    assert holder.stdout.readline() == "building\n"
+    refused = start("refused", 0, wait_s="1")
+    _, refused_err = refused.communicate(timeout=120)
+    assert refused.returncode == 1 and "OutputBusy" in refused_err
+    assert f"{out} is being built by pid {holder.pid} on " in refused_err and WAIT_ENV in refused_err
+
+    os.kill(holder.pid, signal.SIGKILL)  # dies holding the lock: its lock file stays behind
+    holder.wait(timeout=30)
+    assert lock_path(out).exists()
+    after = start("after", 0)
+    after_out, after_err = after.communicate(timeout=120)
+    assert after.returncode == 0 and after_out == "building\n", after_err
+    assert "waiting" not in after_err and "which is gone" in after_err
+    assert f"taking over the lock left by pid {holder.pid} on " in after_err
+    assert (out / "built_by").read_text() == "after" and not lock_path(out).exists()
+
+    from orchestrator.core.reuse import output_lock
+
+    with output_lock(out), output_lock(out):  # re-entrant: a stage locks what its caller holds
+        assert lock_path(out).exists()
+    assert not lock_path(out).exists()
+
+
+def test_a_killed_runs_temporary_directory_is_removed_by_the_next_run_and_no_one_elses(tmp_path):
+    """kill -9 inside ``atomic_dir`` leaves its ``.<name>.tmp-*`` directory; the next ``atomic_dir`` of
+    that output removes it, but not the temporary directory of a live process or another host's
+    (issue 34 item 6: they stayed for good)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    out = tmp_path / "stage"
+    code = ("import sys, time\nfrom orchestrator.core.manifest import atomic_dir\n"
+            f"with atomic_dir({str(out)!r}, 'demo') as tmp:\n"
+            "    (tmp / 'half.txt').write_text('half')\n    print(tmp, flush=True)\n    time.sleep(120)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            stdout=subprocess.PIPE, text=True)
+    killed = Path(proc.stdout.readline().strip())
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert (killed / "half.txt").is_file()
+    host = killed.name.removeprefix(".stage.tmp-").rsplit("-", 2)[0]  # .stage.tmp-<host>-<pid>-<id>
+    live = tmp_path / f".stage.tmp-{host}-{os.getppid()}-0123abcd"  # a live process's (this one's parent)
+    elsewhere = tmp_path / f".stage.tmp-another-host-{proc.pid}-4567abcd"  # the dead pid, on another host
+    for kept in (live, elsewhere):
+        kept.mkdir()
+    with atomic_dir(out, "demo") as tmp:
+        write_manifest(tmp, stage="demo", config={}, counts={})
+    assert not killed.exists() and live.is_dir() and elsewhere.is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([elsewhere.name, live.name, "stage"])

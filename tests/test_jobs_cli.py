@@ -104,3 +104,29 @@ def test_a_config_file_does_not_inherit_the_presets_experiment(tmp_path, monkeyp
     assert cli.run_job(spec, []) == 0 and cli.run_job(spec, ["--config", str(tmp_path / "own.yaml")]) == 0
     assert seen[0] == Cfg(name="from-preset", arms={"a": {}, "b": {"name": "y"}})
     assert seen[1] == Cfg(name="from-file", arms={})
+
+
+def test_the_traceback_file_never_follows_a_link_planted_at_its_name(tmp_path, monkeypatch):
+    """The traceback file's name cannot be guessed and it is created 0600, never through a symlink
+    planted in the temp directory (issue 34 item 6: it wrote through one at its predictable name)."""
+    import os
+    import stat
+    import tempfile
+    import time
+
+    from orchestrator.core.cli import _keep_traceback
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    now = time.time()
+    for t in (now, now + 1, now + 2):  # the names the job would use within the next seconds
+        (tmp_path / f"bioptorch-demo-{time.strftime('%Y%m%d-%H%M%S', time.localtime(t))}-{os.getpid()}.txt"
+         ).symlink_to(victim)
+    try:
+        raise ZeroDivisionError("deep inside")
+    except ZeroDivisionError:
+        path = _keep_traceback("demo")
+    assert victim.read_text() == "keep me"
+    assert path.parent == tmp_path and not path.is_symlink() and "ZeroDivisionError" in path.read_text()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600

@@ -570,15 +570,21 @@ def test_a_checkpoint_cut_off_while_copied_is_never_taken(corpus, tmp_path):
 
 
 def test_two_workers_two_phases_loss_falls_checkpoints_and_mlflow(corpus, ray_local, tmp_path):
+    """The real loop on 2 gloo workers, two phases; and while it trains, nothing of this embedded run
+    listens beyond loopback: rank 0's torch.distributed store is bound to 127.0.0.1 (issue 34 item 2:
+    it listened on every interface)."""
     import mlflow
     from transformers import AutoModelForPreTraining, AutoTokenizer
 
+    from conftest import listening_beyond_loopback
     from orchestrator.pretrain.trainer import pretrain
     from orchestrator.track import TrackingConfig
 
     out = tmp_path / "pretrain"
-    result = pretrain(_cfg(), {32: corpus[32], 64: corpus[64]}, corpus["tokenizer"], out,
-                      TrackingConfig(experiment="pretrain-test"), tmp_path)
+    with listening_beyond_loopback() as exposed:
+        result = pretrain(_cfg(), {32: corpus[32], 64: corpus[64]}, corpus["tokenizer"], out,
+                          TrackingConfig(experiment="pretrain-test"), tmp_path)
+    assert not exposed, exposed
     losses = [h["loss"] for h in result.history]
     assert [h["step"] for h in result.history] == list(range(1, 35))
     assert [h["phase"] for h in result.history] == [1] * 30 + [2] * 4

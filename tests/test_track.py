@@ -98,3 +98,89 @@ def test_a_logger_whose_server_is_gone_warns_once_keeps_the_metrics_and_sends_th
     history = mlflow.MlflowClient(uri).get_metric_history(run.info.run_id, "loss")
     assert [(m.step, m.value) for m in history] == [(1, 9.0), (2, 8.0), (3, 7.0)]
     assert not pending.exists()
+
+
+# --------------------------------------------------------------------------- a crash while the sweep is logged
+_LOG_SWEEP_UNTIL_KILLED = """
+import json, sys, time
+import mlflow
+from orchestrator.track import TrackingConfig
+from orchestrator.track import schema as S
+from orchestrator.track.sweep import log_sweep
+
+args = json.loads(open(sys.argv[1]).read())
+real_start_run, trials_started = mlflow.start_run, []
+
+def start_run(*a, **kw):  # the 4th trial run has started: say so, and wait for the SIGKILL
+    run = real_start_run(*a, **kw)
+    if (kw.get("tags") or {}).get(S.KIND) == S.KIND_TRIAL:
+        trials_started.append(run)
+        if len(trials_started) == 4:
+            print("logging trial 4", flush=True)
+            time.sleep(600)
+    return run
+
+mlflow.start_run = start_run
+log_sweep(TrackingConfig(), args.pop("run_dir"), **args)
+"""
+
+
+def _sweep_to_log(run_dir) -> dict:
+    """log_sweep's arguments for a tiny finished sweep: one model, one task, six trials."""
+    task = {"name": "BIOSSES", "group": "biomedical", "metric": "pearson", "higher_is_better": True}
+    records = [{"trial": {"model_name": "floor", "learning_rate": lr, "seed": seed}, "task": "BIOSSES",
+                "trial_id": f"floor-BIOSSES-lr{lr}-s{seed}", "fingerprint": f"fp-{lr}-{seed}", "seconds": 1.5,
+                "epochs": [{"epoch": e, "train_loss": 1.0 / e, "dev": 0.5 + e / 10, "test": 0.4 + e / 10}
+                           for e in (1, 2)]}
+               for lr in (1e-5, 3e-5) for seed in (1, 2, 3)]
+    cell = {"selected": {"learning_rate": 3e-5}, "mean": 0.6, "sd": 0.01, "dev_mean": 0.7, "n": 3,
+            "curve": [{"epoch": 1, "dev": 0.6, "test": 0.5}, {"epoch": 2, "dev": 0.7, "test": 0.6}]}
+    results = {"tasks": [task], "models": ["floor"], "cells": {"floor": {"BIOSSES": cell}},
+               "summary": {"floor": {"total": 0.6}}}
+    return {"run_dir": str(run_dir), "name": "demo", "config": {"sweep": {"seeds": [1, 2, 3]}},
+            "results": results, "records": records, "model_tags": {}, "artifacts": []}
+
+
+def test_a_sweep_whose_logging_process_is_killed_is_completed_by_a_re_run(tmp_path):
+    """kill -9 while a sweep is logged to MLflow (3 of a cell's 6 trial runs done, the 4th started),
+    then the same logging again: every trial run of the cell is FINISHED with its metrics, and no
+    half-logged run is left live beside them (issue 34 item 1: the cell was taken as finished)."""
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    from orchestrator.track import TrackingConfig, local_uri
+    from orchestrator.track import schema as S
+    from orchestrator.track.sweep import log_sweep
+
+    args = _sweep_to_log(tmp_path)
+    (tmp_path / "args.json").write_text(json.dumps(args))
+    (tmp_path / "log_sweep.py").write_text(_LOG_SWEEP_UNTIL_KILLED)
+    proc = subprocess.Popen([sys.executable, str(tmp_path / "log_sweep.py"), str(tmp_path / "args.json")],
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "logging trial 4\n"
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    client = mlflow.MlflowClient(local_uri(tmp_path))
+    exp = client.get_experiment_by_name("bioptorch").experiment_id
+    assert any(r.info.status == "RUNNING" for r in client.search_runs([exp]))  # the crash left runs half-logged
+
+    parent = log_sweep(TrackingConfig(), tmp_path, **{k: v for k, v in args.items() if k != "run_dir"})
+    live = client.search_runs([exp])  # deleted runs are not listed
+    assert {r.info.status for r in live} == {"FINISHED"}
+    assert [r.info.run_id for r in live if r.data.tags.get(S.KIND) == S.KIND_SWEEP] == [parent]
+    cells = [r for r in live if r.data.tags.get(S.KIND) == S.KIND_MODEL_TASK]
+    assert len(cells) == 1 and cells[0].data.tags[S.PARENT] == parent and S.CELL_DIGEST in cells[0].data.tags
+    trials = [r for r in live if r.data.tags.get(S.KIND) == S.KIND_TRIAL]
+    assert sorted(r.info.run_name for r in trials) == sorted(rec["trial_id"] for rec in args["records"])
+    assert all(r.data.tags[S.PARENT] == cells[0].info.run_id for r in trials)
+    assert all({"train_loss", "dev", "test", "seconds"} <= set(r.data.metrics) for r in trials)
+    gone = client.search_runs([exp], run_view_type=mlflow.entities.ViewType.DELETED_ONLY)
+    assert gone and all(r.info.status != "RUNNING" for r in gone)
+    # logged completely, the cell is kept as it is by the next re-run
+    assert log_sweep(TrackingConfig(), tmp_path, **{k: v for k, v in args.items() if k != "run_dir"}) == parent
+    assert sorted(r.info.run_id for r in client.search_runs([exp])) == sorted(r.info.run_id for r in live)

@@ -173,7 +173,10 @@ def check_outputs(spec: JobSpec, cfg: Any) -> None:
 
 
 def _keep_traceback(job: str) -> Path:
-    """The current exception's traceback in a file of the temp directory; returns its path."""
-    path = Path(tempfile.gettempdir()) / f"bioptorch-{job}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
-    path.write_text(traceback.format_exc(), encoding="utf-8")
-    return path
+    """The current exception's traceback in a new file of the temp directory; returns its path.
+    ``mkstemp``: a name no one can guess, created 0600 and never through a link planted there."""
+    fd, name = tempfile.mkstemp(prefix=f"bioptorch-{job}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-",
+                                suffix=".txt")
+    with open(fd, "w", encoding="utf-8") as f:
+        f.write(traceback.format_exc())
+    return Path(name)

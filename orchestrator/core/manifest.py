@@ -16,9 +16,12 @@ import contextlib
 import hashlib
 import importlib.metadata
 import json
+import logging
 import os
 import platform
+import re
 import shutil
+import socket
 import subprocess
 import time
 import uuid
@@ -28,6 +31,8 @@ from typing import Any
 
 from orchestrator.core.config import to_dict
 from orchestrator.core.errors import OrchestratorError
+
+log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
 _TRACKED_LIBS = ("torch", "ray", "transformers", "tokenizers", "mlflow", "kenlm", "fasttext",
@@ -83,7 +88,8 @@ def atomic_dir(final: str | Path, stage: str) -> Iterator[Path]:
     final = Path(final)
     check_replaceable(final, stage)
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.parent / f".{final.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    clean_stale_temps(final)
+    tmp = final.parent / f".{final.name}.tmp-{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
         yield tmp
@@ -98,6 +104,39 @@ def atomic_dir(final: str | Path, stage: str) -> Iterator[Path]:
         shutil.rmtree(trash, ignore_errors=True)
     else:
         tmp.rename(final)
+
+
+_HOST = re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname())
+
+
+def clean_stale_temps(final: str | Path) -> list[Path]:
+    """Remove the temporary directories of ``final`` that a killed run of this user on this host
+    left (``atomic_dir``'s ``.<name>.tmp-<host>-<pid>-<id>``, its pid gone); never another host's,
+    another user's, or a live process's. Returns what was removed."""
+    final = Path(final)
+    pattern = re.compile(rf"\.{re.escape(final.name)}\.tmp-(?P<host>.+)-(?P<pid>\d+)-[0-9a-f]{{8}}")
+    removed = []
+    for entry in final.parent.iterdir() if final.parent.is_dir() else []:
+        match = pattern.fullmatch(entry.name)
+        if (match is None or match["host"] != _HOST or int(match["pid"]) == os.getpid()
+                or pid_alive(int(match["pid"])) or not entry.is_dir() or entry.is_symlink()
+                or entry.stat().st_uid != os.getuid()):
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        log.info("removed %s, left by an interrupted run (pid %s, gone)", entry, match["pid"])
+        removed.append(entry)
+    return removed
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` runs on this host (of any user)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def private_dir(path: str | Path) -> Path:

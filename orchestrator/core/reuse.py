@@ -24,6 +24,7 @@ from typing import Any
 
 from orchestrator.core.config import to_dict
 from orchestrator.core.errors import OrchestratorError
+from orchestrator.core.locks import hold
 from orchestrator.core.manifest import MANIFEST, atomic_dir, atomic_write_json, file_sha256, read_manifest
 
 log = logging.getLogger(__name__)
@@ -61,18 +62,20 @@ def stamp(stage_dir: str | Path, key: str) -> None:
     atomic_write_json(path, {**read_manifest(stage_dir), KEY_FIELD: key})
 
 
-_LOCKS: dict[str, threading.Lock] = {}
+_LOCKS: dict[str, threading.RLock] = {}
 _LOCKS_GUARD = threading.Lock()
 
 
 @contextlib.contextmanager
 def output_lock(out_dir: str | Path) -> Iterator[None]:
-    """Serialise the threads of this process that would build the same output (an experiment's arms
-    built at once share stages): the second waits, then finds the output finished and reuses it."""
+    """Serialise whoever would build the same output: the threads of this process (an experiment's
+    arms built at once share stages) and other processes (two jobs on one directory: a lock file
+    beside the output, ``orchestrator.core.locks``). The second waits, then finds the output finished
+    and reuses it. Re-entrant: a stage may lock the output its caller holds."""
     name = str(Path(out_dir).resolve())
     with _LOCKS_GUARD:
-        lock = _LOCKS.setdefault(name, threading.Lock())
-    with lock:
+        lock = _LOCKS.setdefault(name, threading.RLock())
+    with lock, hold(name):
         yield
 
 

@@ -42,7 +42,7 @@ from orchestrator.core.manifest import (
     read_manifest,
     write_manifest,
 )
-from orchestrator.core.reuse import KEY_FIELD, MODEL_FILES_FIELD, model_file_record, reusable
+from orchestrator.core.reuse import KEY_FIELD, MODEL_FILES_FIELD, model_file_record, output_lock, reusable
 from orchestrator.core.runtime import ray_session
 from orchestrator.instances.config import Specials
 from orchestrator.pretrain.checkpoint import (
@@ -296,7 +296,9 @@ def pretrain(cfg: PretrainConfig, instances: dict[int, Path], tokenizer_dir: Pat
         if (out_dir / PENDING).is_file():  # metrics an earlier attempt could not send: send them now
             end_stage_run(start_stage_run(tracking, run_dir, stage=S.KIND_PRETRAIN, params=cfg, out_dir=out_dir))
         return _reused(out_dir)
-    with ray_session():
+    with output_lock(out_dir), ray_session():  # a second job on this output waits here, then reuses it
+        if reusable(out_dir, key) and (out_dir / "final" / "config.json").is_file():  # finished meanwhile
+            return _reused(out_dir)
         nodes = alive_nodes()
         multi_node = check_multi_node(cfg, configured_uri(tracking, run_dir), nodes=nodes,
                                       driver_resources=driver_resources(nodes), out_dir=out_dir,
@@ -334,6 +336,8 @@ def _train(cfg: PretrainConfig, infos: dict[str, InstanceInfo], tokenizer_dir: P
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
+    from orchestrator.pretrain.process_group import BoundStoreTorchConfig  # heavy: ray, torch
+
     storage_path, run_name, ckpt_dir = _storage(cfg, out_dir, key)
     ours = (out_dir / CHECKPOINTS / RUN_RECORD).is_file() or (out_dir / STORAGE_RECORD).is_file()
     if not ours:  # not a run of ours being resumed
@@ -370,6 +374,7 @@ def _train(cfg: PretrainConfig, infos: dict[str, InstanceInfo], tokenizer_dir: P
                      **cfg.resources_per_worker}
         trainer = TorchTrainer(
             train_loop_per_worker, train_loop_config=loop_config, datasets=datasets,
+            torch_config=BoundStoreTorchConfig(),  # rank 0's rendezvous store on its node address only
             dataset_config=ordered_ingest(),  # the same rows in the same order per worker: exact resumes
             scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu,
                                          resources_per_worker=resources,
@@ -410,10 +415,11 @@ def _train(cfg: PretrainConfig, infos: dict[str, InstanceInfo], tokenizer_dir: P
                           params=params, phases=phases)
 
 
-def random_init(cfg: PretrainConfig, tokenizer_dir: Path, out_dir: Path) -> Path:
+def random_init(cfg: PretrainConfig, tokenizer_dir: Path, out_dir: Path, *, dest: Path | None = None) -> Path:
     """The floor of an experiment: the model ``cfg`` would pretrain, initialised with ``cfg.seed`` and
     never trained, written with the tokenizer to ``out_dir/final`` (a stage output, with a manifest).
-    Fine-tuning it measures what the task data alone teach this architecture."""
+    Fine-tuning it measures what the task data alone teach this architecture. ``dest``: where
+    ``out_dir`` goes when it is a stage's temporary directory (what the log and manifest name)."""
     import torch  # heavy: torch
 
     if cfg.model.init_from:
@@ -430,8 +436,9 @@ def random_init(cfg: PretrainConfig, tokenizer_dir: Path, out_dir: Path) -> Path
     params = sum(p.numel() for p in model.parameters())
     write_manifest(out_dir, stage="pretrain", config=cfg, inputs=[tokenizer_dir], seed=cfg.seed,
                    counts={"steps": 0, "total_params": params, "trainable_params": 0},
-                   extra={"final": str(final), "init": "random"})
-    log.info("random initialisation: %s (%d parameters, seed %d, no training)", final, params, cfg.seed)
+                   extra={"final": str(Path(dest or out_dir) / "final"), "init": "random"})
+    log.info("random initialisation: %s (%d parameters, seed %d, no training)", Path(dest or out_dir) / "final",
+             params, cfg.seed)
     return final
 
 

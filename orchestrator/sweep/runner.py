@@ -21,7 +21,7 @@ from pathlib import Path
 from orchestrator.core.config import to_dict
 from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
 from orchestrator.core.manifest import atomic_write_json, write_manifest
-from orchestrator.core.reuse import model_identity
+from orchestrator.core.reuse import model_identity, output_lock
 from orchestrator.core.runtime import init_ray
 from orchestrator.finetune.loop import CV_SPLIT_SEED, model_dir_ok, run_trial
 from orchestrator.finetune.readers import document_split, read_split
@@ -213,6 +213,12 @@ def run_sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, tracking
     if bad:
         raise InputError(bad[0], "not a Hugging Face BERT directory", expected="config.json and a tokenizer")
     out_dir = Path(out_dir).resolve()
+    with output_lock(out_dir):  # a second job on this sweep waits here, then reuses its trials
+        return _run_sweep(cfg, models, out_dir, tracking, run_dir, variants, row_tags)
+
+
+def _run_sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, tracking: TrackingConfig | None,
+               run_dir: Path, variants: Sequence[Variant], row_tags: dict[str, dict[str, str]] | None) -> SweepResult:
     trials_dir = out_dir / "trials"
     trials_dir.mkdir(parents=True, exist_ok=True)
     space = resolve_space(cfg)

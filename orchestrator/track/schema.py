@@ -62,7 +62,7 @@ ARM_PARAM_PREFIX, BASELINE = "arm.", "baseline"
 PRETRAIN_LOSS = "loss"
 WINDOW_MLM_LOSS, WINDOW_MLM_ACCURACY = "stop.window_mlm_loss", "stop.window_mlm_accuracy"
 SWEEP_FINGERPRINT = "orchestrator.sweep_fingerprint"
-CELL_DIGEST = "orchestrator.cell_digest"
+CELL_DIGEST = "orchestrator.cell_digest"  # set last: the (model, task) run and its trials are all logged
 GIT_COMMIT = "git_commit"
 PARENT = "mlflow.parentRunId"
 

@@ -35,13 +35,21 @@ def _children(parent_id: str) -> list:
 
 
 def _delete_tree(run_id: str) -> None:
-    """Mark a (model, task) run and its trial runs deleted (MLflow's soft delete)."""
+    """Mark a (model, task) run and its trial runs deleted (MLflow's soft delete); a run left
+    RUNNING by a crash is ended KILLED first, so no run of the tree still looks live."""
     from mlflow.tracking import MlflowClient  # heavy: mlflow
 
     client = MlflowClient()
-    for child in _children(run_id):
+    for child in [*_children(run_id), client.get_run(run_id)]:
+        if child.info.status == "RUNNING":
+            client.set_terminated(child.info.run_id, "KILLED")
         client.delete_run(child.info.run_id)
-    client.delete_run(run_id)
+
+
+def _complete(run, digest: str) -> bool:
+    """A (model, task) run is complete when it carries this cell's digest, the marker set last
+    (``_log_cell``), after its trial runs and the run itself have ended FINISHED."""
+    return run.data.tags.get(S.CELL_DIGEST) == digest and run.info.status == "FINISHED"
 
 
 def log_sweep(tracking: TrackingConfig, run_dir, *, name: str, config, results: dict, records: list[dict],
@@ -53,8 +61,10 @@ def log_sweep(tracking: TrackingConfig, run_dir, *, name: str, config, results: 
     predictions). Returns the parent id. Names: ``orchestrator.track.schema``.
 
     Re-running the same sweep (same ``sweep_fingerprint``) reuses its parent run: a (model,
-    task) child whose cell and trials are unchanged is kept as it is; a changed one is replaced
-    (the old child and its trial runs are soft-deleted), so the parent never holds duplicates.
+    task) child whose cell and trials are unchanged and completely logged is kept as it is; a
+    changed one, or one half-logged by a process that died, is replaced (the old child and its
+    trial runs are ended KILLED if still RUNNING, and soft-deleted), so the parent never holds
+    duplicates and every kept trial run is FINISHED with its metrics.
     ``exports`` (model -> task -> exports.json entry) tags each exported cell's run with where its
     fine-tuned model is (``S.EXPORT_DIR``, ``S.EXPORT_TRIAL``), kept children included."""
     if start_tracking(tracking, run_dir) is None:
@@ -82,18 +92,22 @@ def log_sweep(tracking: TrackingConfig, run_dir, *, name: str, config, results: 
                     mlflow.log_metric(S.summary_metric(model, key), value)
         for path in artifacts:
             mlflow.log_artifact(str(path))
-        old = {(r.data.tags.get(S.MODEL), r.data.tags.get(S.TASK)): r for r in _children(parent.info.run_id)
-               if r.data.tags.get(S.KIND) == S.KIND_MODEL_TASK} if existing else {}
+        old: dict[tuple[str, str], list] = {}
+        for r in _children(parent.info.run_id) if existing else []:
+            if r.data.tags.get(S.KIND) == S.KIND_MODEL_TASK:
+                old.setdefault((r.data.tags.get(S.MODEL), r.data.tags.get(S.TASK)), []).append(r)
         cell_runs = {}
         for (model, task), recs in sorted(by_cell.items()):
             cell = results["cells"].get(model, {}).get(task)
             digest = _cell_digest(cell, recs)
-            previous = old.get((model, task))
-            if previous is not None and previous.data.tags.get(S.CELL_DIGEST) == digest:
-                cell_runs[(model, task)] = previous.info.run_id
+            previous = old.get((model, task), [])
+            kept = next((r for r in previous if _complete(r, digest)), None)
+            for r in previous:  # a changed cell, or one half-logged when the logging process died
+                if r is not kept:
+                    _delete_tree(r.info.run_id)
+            if kept is not None:
+                cell_runs[(model, task)] = kept.info.run_id
                 continue
-            if previous is not None:
-                _delete_tree(previous.info.run_id)
             info = task_of[task]
             cell_runs[(model, task)] = _log_cell(
                 model, task, cell, recs, info["metric"], digest,
@@ -122,9 +136,12 @@ def _cell_digest(cell: dict | None, recs: list[dict]) -> str:
 
 def _log_cell(model: str, task: str, cell: dict | None, recs: list[dict], metric: str, digest: str,
               tags: dict[str, str], log_predictions: bool) -> str:
+    """Log one (model, task) run and its trial runs; its ``S.CELL_DIGEST`` is set last, once all of
+    them have ended FINISHED: a run without it (the logging process died) is replaced by a re-run."""
     import mlflow  # heavy: mlflow
+    from mlflow.tracking import MlflowClient  # heavy: mlflow
 
-    with mlflow.start_run(run_name=f"{model}/{task}", nested=True, tags={**tags, S.CELL_DIGEST: digest}) as run:
+    with mlflow.start_run(run_name=f"{model}/{task}", nested=True, tags=tags) as run:
         mlflow.log_params({S.MODEL: model, S.TASK: task, S.METRIC: metric})
         if cell:
             mlflow.log_params({S.SELECTED_PREFIX + k: v for k, v in cell["selected"].items()})
@@ -141,7 +158,8 @@ def _log_cell(model: str, task: str, cell: dict | None, recs: list[dict], metric
             mlflow.log_dict(cell, "selection.json")
         for rec in sorted(recs, key=lambda r: r["trial_id"]):
             _log_trial(rec, tags, log_predictions)
-        return run.info.run_id
+    MlflowClient().set_tag(run.info.run_id, S.CELL_DIGEST, digest)
+    return run.info.run_id
 
 
 def _log_trial(rec: dict, tags: dict[str, str], log_predictions: bool) -> None:
