@@ -11,6 +11,7 @@ from orchestrator.finetune.metrics import (
     accuracy,
     example_based_prf,
     hoc_example_f1,
+    macro_f1,
     micro_f1_positive,
     ner_f1,
     ner_report,
@@ -46,7 +47,8 @@ def blue_eval_rel_micro_f1(gold: list[str], pred: list[str]) -> float:
 
 
 def test_every_metric_declares_its_direction():
-    assert METRICS.names() == ["accuracy", "hoc_example_f1", "micro_f1_positive", "ner_f1", "pearson"]
+    assert METRICS.names() == ["accuracy", "hoc_example_f1", "macro_f1", "micro_f1_positive", "ner_f1",
+                              "pearson"]
     assert all(METRICS.get(n).higher_is_better and METRICS.get(n).mode == "max" for n in METRICS.names())
 
 
@@ -62,6 +64,17 @@ def test_pearson_known_answer_and_constant_prediction():
 
 def test_accuracy_known_answer():
     assert accuracy(["a", "b", "c", "a"], ["a", "b", "a", "a"]) == 0.75
+
+
+def test_macro_f1_known_answer():
+    gold = ["a", "a", "a", "b", "c", "c"]
+    pred = ["a", "a", "b", "b", "c", "a"]
+    # a: P 2/3 R 2/3 F 2/3; b: P 1/2 R 1 F 2/3; c: P 1 R 1/2 F 2/3 -> macro 2/3 (micro = accuracy 4/6 too)
+    assert macro_f1(gold, pred, labels=("a", "b", "c")) == pytest.approx(2 / 3)
+    gold, pred = ["a", "a", "a", "b"], ["a", "a", "a", "a"]  # a: F 6/7, b: F 0 -> 3/7; accuracy would say .75
+    assert macro_f1(gold, pred, labels=("a", "b", "z")) == pytest.approx(3 / 7)  # z seen nowhere: left out
+    assert macro_f1(gold, pred, labels=("a", "b"), negative_labels=("a",)) == 0.0  # b alone
+    assert METRICS.get("macro_f1").mode == "max"
 
 
 def test_ner_strict_span_f1_known_answer():

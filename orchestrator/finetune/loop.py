@@ -197,6 +197,19 @@ def score(spec: TaskSpec, examples: list[Example], preds: list[Any]) -> float:
                   docs=[ex.doc for ex in examples])
 
 
+def make_optimizer(trained: list[tuple[str, torch.nn.Parameter]], trial: TrialSpec) -> torch.optim.Optimizer:
+    """``trial.optimizer``: 'adamw' decays every weight but biases and LayerNorm by ``trial.weight_decay``
+    (BERT's recipe); 'adam' is Adam without weight decay (seed 000 fine-tuned with Adam)."""
+    if trial.optimizer == "adam":
+        return torch.optim.Adam([p for _, p in trained], lr=trial.learning_rate, weight_decay=0.0)
+    if trial.optimizer != "adamw":
+        raise ValueError(f"trial {trial.trial_id}: optimizer {trial.optimizer!r} is not adamw or adam")
+    no_decay = ("bias", "LayerNorm.weight", "norm.weight")
+    groups = [{"params": [p for n, p in trained if not n.endswith(no_decay)], "weight_decay": trial.weight_decay},
+              {"params": [p for n, p in trained if n.endswith(no_decay)], "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=trial.learning_rate)
+
+
 @dataclasses.dataclass
 class BestDev:
     """Early stopping's bookkeeping: the best dev score so far and its epoch. A tie is no
@@ -247,11 +260,8 @@ def run_trial(trial: TrialSpec, report: Callable[[dict], None] | None = None,
     if trial.tune == "adapters":
         model.tune_adapters_only(trial.adapter_reduction_factor)
     model = model.to(device)
-    no_decay = ("bias", "LayerNorm.weight", "norm.weight")
     trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    groups = [{"params": [p for n, p in trained if not n.endswith(no_decay)], "weight_decay": trial.weight_decay},
-              {"params": [p for n, p in trained if n.endswith(no_decay)], "weight_decay": 0.0}]
-    optim = torch.optim.AdamW(groups, lr=trial.learning_rate)
+    optim = make_optimizer(trained, trial)
     params = [p for _, p in trained]
     scaler = make_scaler(trial.precision, device, init_scale=2.0 ** 16)
     skipped_steps = 0  # fp16: steps whose scaled gradients overflowed (the scale halves, the weights stay)

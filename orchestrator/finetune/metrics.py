@@ -89,6 +89,21 @@ def micro_f1_positive(gold: Sequence[str], pred: Sequence[str], *, labels: Seque
     return float(f1)
 
 
+@_register("macro_f1")
+def macro_f1(gold: Sequence[str], pred: Sequence[str], *, labels: Sequence[str] = (),
+             negative_labels: Sequence[str] = (), **_: Any) -> float:
+    """Unweighted mean of the per-class F1 (seed 004's classification tasks) over the classes that
+    occur in gold or predictions (scikit-learn's ``average='macro'``), in the task's declared order,
+    negative classes excluded; a class seen nowhere in a split is left out, not scored 0."""
+    from sklearn.metrics import f1_score  # heavy: sklearn
+
+    seen = set(gold) | set(pred)
+    classes = [x for x in (labels or sorted(seen)) if x in seen and x not in set(negative_labels)]
+    if not classes:
+        return 0.0
+    return float(f1_score(list(gold), list(pred), labels=classes, average="macro", zero_division=0))
+
+
 @_register("ner_f1")
 def ner_f1(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]], **_: Any) -> float:
     """Entity-level F1 with exact (strict) span and type match, CoNLL-style chunking (seqeval)."""
