@@ -13,7 +13,10 @@ from orchestrator.finetune.metrics import (
     hoc_example_f1,
     macro_f1,
     micro_f1_positive,
+    micro_prf,
+    ner_counts,
     ner_f1,
+    ner_per_tag,
     ner_report,
     pearson,
 )
@@ -83,6 +86,29 @@ def test_ner_strict_span_f1_known_answer():
     assert ner_f1(gold, pred) == pytest.approx(0.5)
     report = ner_report(gold, pred)
     assert report["Chemical"]["precision"] == 0.5 and report["Chemical"]["support"] == 2
+
+
+def test_ner_entity_counts_give_micro_precision_not_the_support_weighted_mean():
+    gold = [["B-Chemical", "I-Chemical", "O", "B-Disease"], ["B-Chemical", "O", "O", "O"]]
+    pred = [["B-Chemical", "O", "B-Chemical", "B-Disease"], ["B-Chemical", "O", "B-Disease", "B-Disease"]]
+    counts = ner_counts(gold, pred)
+    # Chemical: gold 2, predicted 3 (one boundary error, one spurious), 1 exact; Disease: gold 1, predicted 3, 1 exact
+    assert counts == {"Chemical": {"tp": 1, "predicted": 3, "gold": 2}, "Disease": {"tp": 1, "predicted": 3, "gold": 1}}
+    report = ner_report(gold, pred)
+    for kind, row in counts.items():  # the counts reproduce seqeval's per-type precision and recall
+        assert report[kind]["precision"] == pytest.approx(row["tp"] / row["predicted"])
+        assert report[kind]["recall"] == pytest.approx(row["tp"] / row["gold"])
+    micro = micro_prf(counts.values())
+    assert micro["precision"] == pytest.approx(2 / 6) and micro["recall"] == pytest.approx(2 / 3)
+    assert micro["precision"] == pytest.approx(report["micro avg"]["precision"])
+    assert micro["f1"] == pytest.approx(ner_f1(gold, pred))
+    per_tag = ner_per_tag(gold, pred)
+    assert per_tag["Disease"] == {"precision": pytest.approx(1 / 3), "recall": 1.0, "f1": pytest.approx(0.5),
+                                  "support": 1, "tp": 1, "predicted": 3}
+    gold2, pred2 = [["B-Chemical", "O", "B-Disease"]] * 1, [["B-Chemical", "B-Chemical", "B-Disease"]]
+    # Chemical P 1/2 (support 1), Disease P 1 (support 1): the support-weighted mean the report showed
+    # before is 0.75; micro precision is 2 of 3 predicted entities
+    assert micro_prf(ner_counts(gold2, pred2).values())["precision"] == pytest.approx(2 / 3)
 
 
 def test_relation_micro_f1_matches_blue_on_chemprot():

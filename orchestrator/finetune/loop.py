@@ -86,8 +86,9 @@ def _encoding_key(spec: TaskSpec, trial: TrialSpec, split: str, examples: list[E
     """Everything the tokenised tensors depend on: the examples' text, the tokenizer's vocabulary
     and settings, the length limit, the task's label order (targets are label indices)."""
     vocab = sorted(tokenizer.get_vocab().items())
+    labelling = [spec.subword_labels] if spec.subword_labels != "first" else []  # the default keeps its keys
     return content_key([type(tokenizer).__name__, getattr(tokenizer, "do_lower_case", None), vocab,
-                        trial.max_seq_length, spec.family, list(spec.labels), split],
+                        trial.max_seq_length, spec.family, list(spec.labels), split, *labelling],
                        [[ex.text_a, ex.text_b, ex.label] for ex in examples], length=24)
 
 
@@ -131,16 +132,21 @@ def encode(spec: TaskSpec, examples: list[Example], tokenizer, max_len: int) -> 
 
 
 def _encode_ner(spec: TaskSpec, examples: list[Example], tokenizer, max_len: int) -> Encoded:
+    """Word tags onto sub-word positions: each word's first sub-word carries its tag, and with
+    ``spec.subword_labels == "all"`` (seed 001) every further sub-word carries it too; the rest, and
+    [CLS]/[SEP], are ignored by the loss (-100). A word is predicted from its first sub-word."""
+    every = spec.subword_labels == "all"
     feats, targets, word_index = [], [], []
     for ex in examples:
         enc = tokenizer(list(ex.text_a), is_split_into_words=True, truncation=True, max_length=max_len)
         labels, firsts, seen = [], [], set()
         for pos, w in enumerate(enc.word_ids()):
-            if w is None or w in seen:
+            if w is None or (w in seen and not every):
                 labels.append(-100)
                 continue
-            seen.add(w)
-            firsts.append(pos)
+            if w not in seen:
+                seen.add(w)
+                firsts.append(pos)
             labels.append(spec.labels.index(ex.label[w]))
         feats.append({k: enc[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc})
         targets.append(labels)

@@ -60,7 +60,7 @@ class SweepResult:
         lines = [f"sweep: {self.ran} trial(s) run, {self.skipped} finished trial(s) skipped; "
                  f"results in {self.out_dir / 'results.json'}"]
         for model, s in self.results["summary"].items():
-            parts = [f"{k} {v:.3f}" for k, v in s.items() if v is not None]
+            parts = [f"{k} {v:.3f}" for k, v in s.items() if isinstance(v, (int, float))]  # not "partial"
             lines.append(f"  {model}: " + ", ".join(parts))
         n = sum(len(tasks) for tasks in self.exports.values())
         if n:

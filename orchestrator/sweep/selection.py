@@ -9,7 +9,9 @@ size only when the trials had a batch-size axis (several batch sizes).
 Cross-validated tasks (trials carry ``fold`` >= 0): selection uses the dev mean over every
 (seed, fold); the reported scores are one per fold (mean over seeds), so mean (sd) is over
 folds as in seed 000's Table 5. NER cells also carry ``per_tag`` precision / recall / F1 /
-support at the selected setting (mean over seeds and folds; seed 001's per-tag table).
+support at the selected setting (mean over seeds and folds; seed 001's per-tag table) and, where
+the trials recorded entity counts, a ``micro avg`` row: micro precision / recall / F1 of each run
+from its summed true-positive, predicted and gold entity counts, mean over the runs.
 
 Early-stopped trials (records with ``early_stopping``) have no epoch axis: a setting is a learning
 rate, each trial answering it with its best dev epoch's dev and test scores; ``selected`` holds the
@@ -24,7 +26,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from orchestrator.core.results import summarize
-from orchestrator.finetune.metrics import METRICS
+from orchestrator.finetune.metrics import METRICS, micro_prf
 from orchestrator.finetune.spec import TaskSpec
 
 EARLY_STOPPED = 0  # the epochs of an early-stopped trial's answer: chosen inside the trial, on dev
@@ -149,6 +151,12 @@ def _per_tag_at(records: list[dict], lr: float, epoch: int) -> dict[str, dict[st
         support_by_fold = {fold: row["support"] for fold, row in rows}
         out[tag] = {k: float(np.mean([row[k] for _, row in rows])) for k in ("precision", "recall", "f1")}
         out[tag]["support"] = int(sum(support_by_fold.values()))
+    counted = [rep for _, rep in reports if all("predicted" in row for row in rep.values())]
+    if reports and len(counted) == len(reports):  # records since issue 33 carry entity counts: micro P/R/F1
+        micro = [micro_prf({"tp": r["tp"], "predicted": r["predicted"], "gold": r["support"]} for r in rep.values())
+                 for rep in counted]
+        out["micro avg"] = {k: float(np.mean([m[k] for m in micro])) for k in ("precision", "recall", "f1")}
+        out["micro avg"]["support"] = sum(row["support"] for tag, row in out.items() if tag != "micro avg")
     return out
 
 

@@ -207,6 +207,10 @@ def build_trials(cfg: SweepConfig, space: SearchSpace, models: dict[str, Path],
     return trials
 
 
+#: Task keys added after trials were first recorded, with their defaults: a task at the default keeps its key.
+LATER_TASK_KEYS = {"chunk_words": 0, "subword_labels": "first"}
+
+
 def trial_fingerprint(trial: TrialSpec) -> str:
     """What makes a finished trial reusable: every setting except where it runs, plus what the
     task name and model path stand for -- the resolved task definition (an edited task YAML) and
@@ -217,7 +221,8 @@ def trial_fingerprint(trial: TrialSpec) -> str:
             and not (k == "precision" and v == "fp32")
             and not (k == "patience" and v == 0)
             and not (k == "optimizer" and v == "adamw")}  # trials of the defaults keep the keys they had
-    data["task_spec"] = {k: v for k, v in to_dict(load_task(trial.task)).items() if k != "dir"}
+    data["task_spec"] = {k: v for k, v in to_dict(load_task(trial.task)).items()
+                         if k != "dir" and not (k in LATER_TASK_KEYS and v == LATER_TASK_KEYS[k])}
     data["model_identity"] = model_identity(trial.model_dir)
     return content_key(data)
 
