@@ -111,6 +111,7 @@ def test_the_tiny_preset_runs_two_cycles_and_each_manifest_names_the_extractor_b
     assert m1["previous_extractor"]["test"] == m0["extractor"]["test"] > 0
     inst = json.loads((Path(m1["instances"]["64"]) / "manifest.json").read_text())
     assert inst["config"]["entity_masking"]["ner_model"] == m0["extractor"]["dir"]
+    assert inst["config"]["entity_masking"]["same_type_grouping"] == "association"  # the cycle groups too
     assert m1["counts"]["entities"]["entities"] > 0 and m1["association"]["method"] == "npmi"
     # one extracted type: the association relates terms, and some terms kept visible beside a target
     assert m1["association"]["level"] == "term" and m1["counts"]["entities"]["protected"] > 0
