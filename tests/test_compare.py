@@ -233,6 +233,13 @@ def test_ner_before_after_is_seed_001_layout():
     assert before["f1"] == pytest.approx(statistics.fmean(SCORES["base"]["NER"]))  # the task's micro F1
     assert "not micro precision" in ner["overall_method"]["precision"]
     assert "micro F1" in ner["overall_method"]["f1"]
+    results = make_results()  # trials since issue 33 record entity counts: the sweep writes a micro avg row
+    results["cells"]["base"]["NER"]["per_tag"]["micro avg"] = {"precision": 0.61, "recall": 0.55, "f1": 0.58,
+                                                               "support": 40}
+    ner = ner_before_after(results, "base", "ampv")["NER"]
+    assert ner["overall"]["before"] == {"precision": 0.61, "recall": 0.55, "f1": 0.58, "support": 40}
+    assert ner["overall_method"]["precision"].startswith("micro average from the recorded entity counts")
+    assert list(ner["tags"]) == ["Chemical", "Disease"]  # the average is no tag
 
 
 # ---------------------------------------------------------------------------------------------

@@ -111,6 +111,7 @@ def test_the_tiny_preset_runs_two_cycles_and_each_manifest_names_the_extractor_b
     assert m1["previous_extractor"]["test"] == m0["extractor"]["test"] > 0
     inst = json.loads((Path(m1["instances"]["64"]) / "manifest.json").read_text())
     assert inst["config"]["entity_masking"]["ner_model"] == m0["extractor"]["dir"]
+    assert inst["config"]["entity_masking"]["same_type_grouping"] == "association"  # the cycle groups too
     assert m1["counts"]["entities"]["entities"] > 0 and m1["association"]["method"] == "npmi"
     # one extracted type: the association relates terms, and some terms kept visible beside a target
     assert m1["association"]["level"] == "term" and m1["counts"]["entities"]["protected"] > 0
@@ -121,3 +122,41 @@ def test_the_tiny_preset_runs_two_cycles_and_each_manifest_names_the_extractor_b
                   if r.info.run_name == "entity_cycle_tiny")
     steps = {h.step: h.value for h in client.get_metric_history(parent.info.run_id, "extractor_f1_test")}
     assert steps == {0: m0["extractor"]["test"], 1: m1["extractor"]["test"]}
+
+
+def test_a_cycle_after_0_groups_by_its_extractors_terms(exported_ner):
+    """Issue 33: the cycle's configs group (same_type_grouping: association, the patent's claims). What a
+    cycle after 0 builds with it, without Ray: the previous cycle's extractor finds the entities, a term
+    association (as the cycle derives one) groups each target's text with the texts holding an associated
+    term, and never with a text that holds none."""
+    import random
+
+    from orchestrator.core.config import from_dict, read_yaml
+    from orchestrator.instances.config import Params, Specials
+    from orchestrator.instances.entity_masking import AssociationTable, EntityMasker
+    from orchestrator.instances.grouped import create_grouped_instances
+
+    root = Path(__file__).resolve().parents[1]
+    for path in (root / "orchestrator" / "presets" / "entity_cycle" / "tiny.yaml",
+                 root / "configs" / "entity_cycle.yaml"):
+        data = {k: v for k, v in read_yaml(path).items() if k in ("instances", "cycles")}
+        em = from_dict(CycleConfig, data, where=str(path)).cycle_instances(exported_ner).entity_masking
+        assert em.same_type_grouping == "association" and em.ner_model == str(exported_ner)
+    doc = [list(words) for words in SENTENCES]
+    infos = EntityMasker(em, AssociationTable({}, 0.0)).describe(doc)
+    assert infos[0].entities and infos[1].entities, "the random head should tag a term in each text"
+    pair = frozenset((infos[0].entities[0].text, infos[1].entities[0].text))
+    linked = AssociationTable({pair: em.threshold + 1}, 0.0)
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted({w for t in doc for w in t})
+    index = {t: i for i, t in enumerate(vocab)}
+    ids = [[[index[w] for w in t] for t in doc], [[index[w] for w in doc[1]]]]
+
+    def inputs(table: AssociationTable) -> list:
+        return create_grouped_instances(ids, ["d"] * 2, 6, Params(64, 0.1, 0.15, 20, False),
+                                        Specials.from_vocab(index), random.Random(0), EntityMasker(em, table), vocab)
+
+    # no association: every target's group is its own text, so every input takes a random next segment
+    assert {x.is_random_next for x in inputs(AssociationTable({}, 0.0))} == {True}
+    # the two texts' terms associated: they are grouped, and some inputs split that group into A and B
+    grouped = inputs(linked)
+    assert any(not x.is_random_next for x in grouped)

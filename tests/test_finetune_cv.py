@@ -99,8 +99,8 @@ def test_per_tag_report_known_answer_and_selection():
     gold = [["B-Chemical", "I-Chemical", "O", "B-Disease"], ["B-Chemical", "O"]]
     pred = [["B-Chemical", "I-Chemical", "O", "O"], ["B-Chemical", "O"]]
     rep = ner_per_tag(gold, pred)
-    assert rep["Chemical"] == {"precision": 1.0, "recall": 1.0, "f1": 1.0, "support": 2}
-    assert rep["Disease"] == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 1}
+    assert rep["Chemical"] == {"precision": 1.0, "recall": 1.0, "f1": 1.0, "support": 2, "tp": 2, "predicted": 2}
+    assert rep["Disease"] == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 1, "tp": 0, "predicted": 0}
     recs = [{"trial": {"learning_rate": 1e-5, "seed": s}, "epochs": [{"epoch": 1, "dev": 0.5, "test": 0.4}],
              "per_tag": {"1": {"Chemical": {"precision": p, "recall": 0.5, "f1": f, "support": 7}}}}
             for s, p, f in ((1, 0.6, 0.2), (2, 0.8, 0.4))]

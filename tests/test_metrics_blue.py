@@ -11,8 +11,12 @@ from orchestrator.finetune.metrics import (
     accuracy,
     example_based_prf,
     hoc_example_f1,
+    macro_f1,
     micro_f1_positive,
+    micro_prf,
+    ner_counts,
     ner_f1,
+    ner_per_tag,
     ner_report,
     pearson,
 )
@@ -46,7 +50,8 @@ def blue_eval_rel_micro_f1(gold: list[str], pred: list[str]) -> float:
 
 
 def test_every_metric_declares_its_direction():
-    assert METRICS.names() == ["accuracy", "hoc_example_f1", "micro_f1_positive", "ner_f1", "pearson"]
+    assert METRICS.names() == ["accuracy", "hoc_example_f1", "macro_f1", "micro_f1_positive", "ner_f1",
+                              "pearson"]
     assert all(METRICS.get(n).higher_is_better and METRICS.get(n).mode == "max" for n in METRICS.names())
 
 
@@ -64,12 +69,46 @@ def test_accuracy_known_answer():
     assert accuracy(["a", "b", "c", "a"], ["a", "b", "a", "a"]) == 0.75
 
 
+def test_macro_f1_known_answer():
+    gold = ["a", "a", "a", "b", "c", "c"]
+    pred = ["a", "a", "b", "b", "c", "a"]
+    # a: P 2/3 R 2/3 F 2/3; b: P 1/2 R 1 F 2/3; c: P 1 R 1/2 F 2/3 -> macro 2/3 (micro = accuracy 4/6 too)
+    assert macro_f1(gold, pred, labels=("a", "b", "c")) == pytest.approx(2 / 3)
+    gold, pred = ["a", "a", "a", "b"], ["a", "a", "a", "a"]  # a: F 6/7, b: F 0 -> 3/7; accuracy would say .75
+    assert macro_f1(gold, pred, labels=("a", "b", "z")) == pytest.approx(3 / 7)  # z seen nowhere: left out
+    assert macro_f1(gold, pred, labels=("a", "b"), negative_labels=("a",)) == 0.0  # b alone
+    assert METRICS.get("macro_f1").mode == "max"
+
+
 def test_ner_strict_span_f1_known_answer():
     gold = [["B-Chemical", "I-Chemical", "O", "B-Chemical"]]
     pred = [["B-Chemical", "O", "O", "B-Chemical"]]  # one boundary error: 1 of 2 spans correct
     assert ner_f1(gold, pred) == pytest.approx(0.5)
     report = ner_report(gold, pred)
     assert report["Chemical"]["precision"] == 0.5 and report["Chemical"]["support"] == 2
+
+
+def test_ner_entity_counts_give_micro_precision_not_the_support_weighted_mean():
+    gold = [["B-Chemical", "I-Chemical", "O", "B-Disease"], ["B-Chemical", "O", "O", "O"]]
+    pred = [["B-Chemical", "O", "B-Chemical", "B-Disease"], ["B-Chemical", "O", "B-Disease", "B-Disease"]]
+    counts = ner_counts(gold, pred)
+    # Chemical: gold 2, predicted 3 (one boundary error, one spurious), 1 exact; Disease: gold 1, predicted 3, 1 exact
+    assert counts == {"Chemical": {"tp": 1, "predicted": 3, "gold": 2}, "Disease": {"tp": 1, "predicted": 3, "gold": 1}}
+    report = ner_report(gold, pred)
+    for kind, row in counts.items():  # the counts reproduce seqeval's per-type precision and recall
+        assert report[kind]["precision"] == pytest.approx(row["tp"] / row["predicted"])
+        assert report[kind]["recall"] == pytest.approx(row["tp"] / row["gold"])
+    micro = micro_prf(counts.values())
+    assert micro["precision"] == pytest.approx(2 / 6) and micro["recall"] == pytest.approx(2 / 3)
+    assert micro["precision"] == pytest.approx(report["micro avg"]["precision"])
+    assert micro["f1"] == pytest.approx(ner_f1(gold, pred))
+    per_tag = ner_per_tag(gold, pred)
+    assert per_tag["Disease"] == {"precision": pytest.approx(1 / 3), "recall": 1.0, "f1": pytest.approx(0.5),
+                                  "support": 1, "tp": 1, "predicted": 3}
+    gold2, pred2 = [["B-Chemical", "O", "B-Disease"]] * 1, [["B-Chemical", "B-Chemical", "B-Disease"]]
+    # Chemical P 1/2 (support 1), Disease P 1 (support 1): the support-weighted mean the report showed
+    # before is 0.75; micro precision is 2 of 3 predicted entities
+    assert micro_prf(ner_counts(gold2, pred2).values())["precision"] == pytest.approx(2 / 3)
 
 
 def test_relation_micro_f1_matches_blue_on_chemprot():

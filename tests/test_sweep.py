@@ -36,10 +36,90 @@ def test_blue_space_is_seed_000_table_4():
     space = resolve_space(SweepConfig())
     assert space.learning_rates == (3e-5, 4e-5, 5e-5) and space.seeds == (1, 2, 3, 4, 5)
     assert (space.batch_size, space.max_seq_length) == (32, 128)
+    assert (space.optimizer, space.precision) == ("adam", "fp16")  # seed 000: Adam, FP16 fine-tuning
+    assert resolve_space(SweepConfig(precision="fp32")).precision == "fp32"  # a CPU run turns fp16 off
     assert space.epochs["biosses"] == (40, 50) and space.epochs["mednli"] == (5, 6, 7, 8, 9, 10, 15)
     trials = build_trials(SweepConfig(), space, {"m": Path("/nonexistent")})
     assert len(trials) == 10 * 3 * 5  # epochs are shared inside a trial, not expanded
     assert {t.max_epochs for t in trials if t.task == "hoc"} == {15}
+
+
+def test_batch_size_is_a_sweep_axis_selected_on_dev_like_the_learning_rate(tmp_path):
+    """seed 002's classification grid: batch {16, 32} x epochs {2, 4, 6}; a single batch size keeps the ids."""
+    space_file = tmp_path / "grid.yaml"
+    space_file.write_text("tasks: [chemprot]\nlearning_rates: [2.0e-5]\nseeds: [1, 2]\nbatch_size: [16, 32]\n"
+                          "epochs: {chemprot: [2, 4, 6]}\n", encoding="utf-8")
+    cfg = SweepConfig(search_space=str(space_file))
+    space = resolve_space(cfg)
+    assert space.batch_sizes == (16, 32) == resolve_space(SweepConfig(search_space="seed002_cls")).batch_sizes
+    trials = build_trials(cfg, space, {"m": Path("/nonexistent")})
+    assert [(t.batch_size, t.seed) for t in trials] == [(16, 1), (16, 2), (32, 1), (32, 2)]
+    assert trials[0].trial_id == "m__chemprot__lr2e-05__b16__s1" and len({t.trial_id for t in trials}) == 4
+    assert {dataclasses.asdict(t)["batch_size"] for t in trials} == {16, 32}  # what Tune's grid carries
+    single = build_trials(SweepConfig(search_space="tiny"), resolve_space(SweepConfig(search_space="tiny")),
+                          {"m": Path("/nonexistent")})
+    assert single[0].trial_id == "m__biosses__lr0.001__s1" and {t.batch_size for t in single} == {16}
+    space_file.write_text(space_file.read_text().replace("[16, 32]", "[16, 16]"), encoding="utf-8")
+    with pytest.raises(ConfigError, match="repeats"):
+        resolve_space(cfg)
+
+    def rec(batch: int, seed: int, rows: list[tuple[int, float, float]]) -> dict:
+        return {**record(2e-5, seed, rows), "trial": {**record(2e-5, seed, rows)["trial"], "batch_size": batch}}
+
+    recs = [rec(16, 1, [(2, 0.50, 0.1), (4, 0.60, 0.2)]), rec(16, 2, [(2, 0.52, 0.3), (4, 0.58, 0.4)]),
+            rec(32, 1, [(2, 0.70, 0.5), (4, 0.40, 0.6)]), rec(32, 2, [(2, 0.66, 0.7), (4, 0.42, 0.8)])]
+    cell = select_cell(recs, higher_is_better=True)
+    assert cell["selected"] == {"learning_rate": 2e-5, "batch_size": 32, "epochs": 2}
+    assert cell["test_scores"] == [0.5, 0.7] and [p["epoch"] for p in cell["curve"]] == [2, 4]
+    assert cell["curve"][1]["dev"] == pytest.approx(0.41)  # the curve is the selected batch size's
+    from orchestrator.sweep.selection import selected_runs
+    assert [r[0]["trial"]["batch_size"] for r in selected_runs(recs, cell["selected"])] == [32, 32]
+
+
+def test_ner_cells_carry_micro_precision_from_the_recorded_entity_counts():
+    def ner_record(seed: int, per_tag: dict) -> dict:
+        return {**record(1e-5, seed, [(1, 0.5, 0.5)]), "per_tag": {"1": per_tag}}
+
+    recs = [ner_record(1, {"Chemical": {"precision": 0.5, "recall": 1.0, "f1": 2 / 3, "support": 1, "tp": 1,
+                                        "predicted": 2},
+                           "Disease": {"precision": 1.0, "recall": 1.0, "f1": 1.0, "support": 1, "tp": 1,
+                                       "predicted": 1}}),
+            ner_record(2, {"Chemical": {"precision": 1.0, "recall": 1.0, "f1": 1.0, "support": 1, "tp": 1,
+                                        "predicted": 1},
+                           "Disease": {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 1, "tp": 0,
+                                       "predicted": 0}})]
+    per_tag = select_cell(recs, higher_is_better=True)["per_tag"]
+    assert per_tag["Chemical"]["precision"] == pytest.approx(0.75) and per_tag["Chemical"]["support"] == 1
+    # seed 1: 2 of 3 predicted entities right; seed 2: 1 of 1 -> mean 5/6 (the support-weighted mean: 0.625)
+    assert per_tag["micro avg"]["precision"] == pytest.approx(5 / 6)
+    assert per_tag["micro avg"]["recall"] == pytest.approx(0.75) and per_tag["micro avg"]["support"] == 2
+    for rec in recs:  # records from before issue 33 carry no counts: no micro row is made up
+        for row in rec["per_tag"]["1"].values():
+            del row["tp"], row["predicted"]
+    assert "micro avg" not in select_cell(recs, higher_is_better=True)["per_tag"]
+
+
+def test_the_optimizer_option_reaches_the_optimizer(tmp_path):
+    import torch
+
+    from orchestrator.finetune.loop import make_optimizer
+    from orchestrator.sweep.space import trial_fingerprint
+
+    space_file = tmp_path / "adam.yaml"
+    space_file.write_text("tasks: [chemprot]\nlearning_rates: [3.0e-5]\nseeds: [1]\noptimizer: adam\n"
+                          "epochs: {chemprot: [1]}\n", encoding="utf-8")
+    cfg = SweepConfig(search_space=str(space_file))
+    trial = build_trials(cfg, resolve_space(cfg), {"m": Path("/nonexistent")})[0]
+    assert trial.optimizer == "adam"
+    params = [(name, torch.nn.Parameter(torch.ones(2))) for name in ("encoder.weight", "encoder.bias",
+                                                                     "LayerNorm.weight")]
+    adam = make_optimizer(params, trial)
+    assert type(adam) is torch.optim.Adam and [g["weight_decay"] for g in adam.param_groups] == [0.0]
+    assert adam.param_groups[0]["lr"] == 3e-5 and len(adam.param_groups[0]["params"]) == 3
+    adamw = make_optimizer(params, dataclasses.replace(trial, optimizer="adamw"))
+    assert type(adamw) is torch.optim.AdamW and [g["weight_decay"] for g in adamw.param_groups] == [0.01, 0.0]
+    assert [len(g["params"]) for g in adamw.param_groups] == [1, 2]  # bias and LayerNorm undecayed
+    assert trial_fingerprint(trial) != trial_fingerprint(dataclasses.replace(trial, optimizer="adamw"))
 
 
 def test_space_file_task_paths_are_relative_to_the_space_and_names_must_be_unique(tmp_path):
@@ -130,7 +210,8 @@ def test_sweep_on_ray_tune_with_mlflow_nesting_and_restore(tiny_bert, ray_local,
     assert results["summary"]["tiny"]["biomedical"] == pytest.approx(
         (results["cells"]["tiny"]["BIOSSES"]["mean"] + results["cells"]["tiny"]["BC5CDR-chemical"]["mean"]) / 2)
     per_tag = results["cells"]["tiny"]["BC5CDR-chemical"]["per_tag"]  # seed 001's per-tag report
-    assert set(per_tag) == {"Chemical"} and set(per_tag["Chemical"]) == {"precision", "recall", "f1", "support"}
+    assert set(per_tag) == {"Chemical", "micro avg"}  # micro P/R/F1 from the recorded entity counts
+    assert set(per_tag["Chemical"]) == {"precision", "recall", "f1", "support"}
     assert per_tag["Chemical"]["support"] > 0 and "per_tag" not in results["cells"]["tiny"]["BIOSSES"]
     assert len(list((out / "cache" / "encoded").glob("*.json"))) == 6  # tokenised once per (task, split)
     assert (out / "manifest.json").is_file() and len(list((out / "trials").glob("*.json"))) == 4
@@ -272,17 +353,19 @@ def test_early_stopping_replaces_the_epoch_axis_and_leaves_the_keys_of_sweeps_wi
     from orchestrator.track.sweep import sweep_fingerprint
 
     model = {"m": Path("/nonexistent/m")}
-    plain = build_trials(SweepConfig(), resolve_space(SweepConfig()), model)
+    # blue.yaml fine-tunes with Adam in fp16 since issue 33 (seed 000 did); the keys are of its AdamW fp32 grid
+    fp32 = dataclasses.replace(resolve_space(SweepConfig()), precision="fp32", optimizer="adamw")
+    plain = build_trials(SweepConfig(), fp32, model)
     # computed before early stopping existed (commit 12b2fae): a change here makes every finished sweep train
     # again. The trials' data directories are absolute paths into the checkout: fixed here, so the keys are too.
     fixed = [dataclasses.replace(t, data_dir="/data/blue/" + Path(t.data_dir).name) for t in (plain[0], plain[-1])]
     assert [trial_fingerprint(t) for t in fixed] == ["5744bac4f9cec2bd", "241149a41fbc5a60"]
-    assert sweep_fingerprint(tracked_config(SweepConfig(), resolve_space(SweepConfig())), {}) == "f4b329e0aa29f69b"
+    assert sweep_fingerprint(tracked_config(SweepConfig(), fp32), {}) == "f4b329e0aa29f69b"
     assert {t.patience for t in plain} == {0}
 
     cfg = from_dict(SweepConfig, {"early_stopping": {"patience": 25}}, where="sweep")
     assert cfg.early_stopping == EarlyStopping(patience=25, max_epochs=100)  # seed 002's full fine-tuning
-    space = resolve_space(cfg)
+    space = dataclasses.replace(resolve_space(cfg), precision="fp32", optimizer="adamw")
     assert space.epochs == {} and space.early_stopping.on  # the space's epoch grids are replaced
     stopped = build_trials(cfg, space, model)
     assert [t.trial_id for t in stopped] == [t.trial_id for t in plain]  # learning rates x seeds remain

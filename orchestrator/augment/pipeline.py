@@ -247,6 +247,9 @@ def augment_task(spec: TaskSpec, data_dir: str | Path, out_dir: str | Path, mode
     that ``orchestrator.core.reuse.run_stage`` renames into place. Starts an embedded Ray unless one
     is running."""
     started = time.time()
+    if spec.format not in ("iob", "conll", "blue_ner"):
+        raise ConfigError(f"task {spec.name}: augmentation writes token-per-line files (iob, conll, blue_ner), not "
+                          f"{spec.format}; convert the task's notes to IOB first (its readers yield the IOB words)")
     spec = dataclasses.replace(spec, dir="")
     data_dir, out_dir, model_dir = Path(data_dir), Path(out_dir), Path(model_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

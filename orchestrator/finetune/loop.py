@@ -86,8 +86,9 @@ def _encoding_key(spec: TaskSpec, trial: TrialSpec, split: str, examples: list[E
     """Everything the tokenised tensors depend on: the examples' text, the tokenizer's vocabulary
     and settings, the length limit, the task's label order (targets are label indices)."""
     vocab = sorted(tokenizer.get_vocab().items())
+    labelling = [spec.subword_labels] if spec.subword_labels != "first" else []  # the default keeps its keys
     return content_key([type(tokenizer).__name__, getattr(tokenizer, "do_lower_case", None), vocab,
-                        trial.max_seq_length, spec.family, list(spec.labels), split],
+                        trial.max_seq_length, spec.family, list(spec.labels), split, *labelling],
                        [[ex.text_a, ex.text_b, ex.label] for ex in examples], length=24)
 
 
@@ -131,16 +132,21 @@ def encode(spec: TaskSpec, examples: list[Example], tokenizer, max_len: int) -> 
 
 
 def _encode_ner(spec: TaskSpec, examples: list[Example], tokenizer, max_len: int) -> Encoded:
+    """Word tags onto sub-word positions: each word's first sub-word carries its tag, and with
+    ``spec.subword_labels == "all"`` (seed 001) every further sub-word carries it too; the rest, and
+    [CLS]/[SEP], are ignored by the loss (-100). A word is predicted from its first sub-word."""
+    every = spec.subword_labels == "all"
     feats, targets, word_index = [], [], []
     for ex in examples:
         enc = tokenizer(list(ex.text_a), is_split_into_words=True, truncation=True, max_length=max_len)
         labels, firsts, seen = [], [], set()
         for pos, w in enumerate(enc.word_ids()):
-            if w is None or w in seen:
+            if w is None or (w in seen and not every):
                 labels.append(-100)
                 continue
-            seen.add(w)
-            firsts.append(pos)
+            if w not in seen:
+                seen.add(w)
+                firsts.append(pos)
             labels.append(spec.labels.index(ex.label[w]))
         feats.append({k: enc[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc})
         targets.append(labels)
@@ -197,6 +203,19 @@ def score(spec: TaskSpec, examples: list[Example], preds: list[Any]) -> float:
                   docs=[ex.doc for ex in examples])
 
 
+def make_optimizer(trained: list[tuple[str, torch.nn.Parameter]], trial: TrialSpec) -> torch.optim.Optimizer:
+    """``trial.optimizer``: 'adamw' decays every weight but biases and LayerNorm by ``trial.weight_decay``
+    (BERT's recipe); 'adam' is Adam without weight decay (seed 000 fine-tuned with Adam)."""
+    if trial.optimizer == "adam":
+        return torch.optim.Adam([p for _, p in trained], lr=trial.learning_rate, weight_decay=0.0)
+    if trial.optimizer != "adamw":
+        raise ValueError(f"trial {trial.trial_id}: optimizer {trial.optimizer!r} is not adamw or adam")
+    no_decay = ("bias", "LayerNorm.weight", "norm.weight")
+    groups = [{"params": [p for n, p in trained if not n.endswith(no_decay)], "weight_decay": trial.weight_decay},
+              {"params": [p for n, p in trained if n.endswith(no_decay)], "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=trial.learning_rate)
+
+
 @dataclasses.dataclass
 class BestDev:
     """Early stopping's bookkeeping: the best dev score so far and its epoch. A tie is no
@@ -247,11 +266,8 @@ def run_trial(trial: TrialSpec, report: Callable[[dict], None] | None = None,
     if trial.tune == "adapters":
         model.tune_adapters_only(trial.adapter_reduction_factor)
     model = model.to(device)
-    no_decay = ("bias", "LayerNorm.weight", "norm.weight")
     trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    groups = [{"params": [p for n, p in trained if not n.endswith(no_decay)], "weight_decay": trial.weight_decay},
-              {"params": [p for n, p in trained if n.endswith(no_decay)], "weight_decay": 0.0}]
-    optim = torch.optim.AdamW(groups, lr=trial.learning_rate)
+    optim = make_optimizer(trained, trial)
     params = [p for _, p in trained]
     scaler = make_scaler(trial.precision, device, init_scale=2.0 ** 16)
     skipped_steps = 0  # fp16: steps whose scaled gradients overflowed (the scale halves, the weights stay)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -89,6 +89,21 @@ def micro_f1_positive(gold: Sequence[str], pred: Sequence[str], *, labels: Seque
     return float(f1)
 
 
+@_register("macro_f1")
+def macro_f1(gold: Sequence[str], pred: Sequence[str], *, labels: Sequence[str] = (),
+             negative_labels: Sequence[str] = (), **_: Any) -> float:
+    """Unweighted mean of the per-class F1 (seed 004's classification tasks) over the classes that
+    occur in gold or predictions (scikit-learn's ``average='macro'``), in the task's declared order,
+    negative classes excluded; a class seen nowhere in a split is left out, not scored 0."""
+    from sklearn.metrics import f1_score  # heavy: sklearn
+
+    seen = set(gold) | set(pred)
+    classes = [x for x in (labels or sorted(seen)) if x in seen and x not in set(negative_labels)]
+    if not classes:
+        return 0.0
+    return float(f1_score(list(gold), list(pred), labels=classes, average="macro", zero_division=0))
+
+
 @_register("ner_f1")
 def ner_f1(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]], **_: Any) -> float:
     """Entity-level F1 with exact (strict) span and type match, CoNLL-style chunking (seqeval)."""
@@ -106,10 +121,40 @@ def ner_report(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -> 
     return {tag: {k: float(v) for k, v in row.items()} for tag, row in report.items()}
 
 
+def ner_counts(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -> dict[str, dict[str, int]]:
+    """Per entity type: exactly matched entities (tp), predicted entities and gold entities, chunked
+    as seqeval's default mode chunks them, so they reproduce its per-type precision and recall."""
+    from seqeval.metrics.sequence_labeling import get_entities  # heavy: seqeval
+
+    def entities(seqs: Sequence[Sequence[str]]) -> set[tuple[int, str, int, int]]:
+        return {(i, kind, start, end) for i, seq in enumerate(seqs) for kind, start, end in get_entities(list(seq))}
+
+    true, found = entities(gold), entities(pred)
+    out: dict[str, dict[str, int]] = {}
+    for name, group in (("gold", true), ("predicted", found), ("tp", true & found)):
+        for _, kind, _, _ in group:
+            row = out.setdefault(kind, {"tp": 0, "predicted": 0, "gold": 0})
+            row[name] += 1
+    return out
+
+
+def micro_prf(counts: Iterable[Mapping[str, int]]) -> dict[str, float]:
+    """Micro precision / recall / F1 from per-type entity counts (tp, predicted, gold) summed."""
+    tp = pred = gold = 0
+    for row in counts:
+        tp, pred, gold = tp + row["tp"], pred + row["predicted"], gold + row["gold"]
+    p = tp / pred if pred else 0.0
+    r = tp / gold if gold else 0.0
+    return {"precision": p, "recall": r, "f1": 2 * p * r / (p + r) if p + r else 0.0}
+
+
 def ner_per_tag(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -> dict[str, dict[str, float]]:
-    """Entity types only, keys named for results.json: {type: {precision, recall, f1, support}}."""
+    """Entity types only, keys named for results.json: {type: {precision, recall, f1, support, tp,
+    predicted}}; tp and predicted (entity counts) let micro precision be computed over types later."""
     names = {"precision": "precision", "recall": "recall", "f1-score": "f1", "support": "support"}
-    return {tag: {names[k]: v for k, v in row.items() if k in names}
+    counts = ner_counts(gold, pred)
+    return {tag: {**{names[k]: v for k, v in row.items() if k in names},
+                  "tp": counts.get(tag, {}).get("tp", 0), "predicted": counts.get(tag, {}).get("predicted", 0)}
             for tag, row in ner_report(gold, pred).items() if not tag.endswith(" avg")}
 
 

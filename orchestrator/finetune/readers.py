@@ -45,25 +45,51 @@ def read_split(spec: TaskSpec, data_root: str | Path, split: str) -> list[Exampl
 
 
 #: TaskSpec.format -> the ``orchestrator.formats`` reader of that file layout.
-READER_OF = {"tsv": "blue_tsv", "blue_ner": "blue_ner", "iob": "iob", "conll": "conll", "jsonl": "jsonl"}
-#: Formats of one token per line (their records are sentences).
-TOKEN_FORMATS = ("blue_ner", "iob", "conll")
+READER_OF = {"tsv": "blue_tsv", "blue_ner": "blue_ner", "iob": "iob", "conll": "conll", "jsonl": "jsonl",
+             "i2b2_deid": "i2b2_deid"}
+#: Formats whose records are tagged word sequences (sentences; an i2b2 note).
+TOKEN_FORMATS = ("blue_ner", "iob", "conll", "i2b2_deid")
+#: Formats whose split is a directory of files (sorted by name), one document each.
+DIRECTORY_FORMATS = {"i2b2_deid": "*.xml"}
 
 
 def read_file(spec: TaskSpec, path: str | Path) -> list[Example]:
+    """The examples of one split file (for a directory format: of every file in the directory)."""
     path = Path(path)
-    if not path.is_file():
+    pattern = DIRECTORY_FORMATS.get(spec.format)
+    if pattern:
+        files = sorted(path.glob(pattern)) if path.is_dir() else []
+        if not files:
+            raise InputError(path, f"no {pattern} files for task {spec.name}",
+                             expected=f"a directory of {spec.format} files, one note each")
+    elif not path.is_file():
         raise InputError(path, f"file not found for task {spec.name}", expected=f"a {spec.format} file")
+    else:
+        files = [path]
     layout = Layout(columns=spec.columns, positions=spec.positions, index_role="id", quoting=spec.quoting,
                     text_field="")
-    records = read(path, READER_OF[spec.format], layout)
-    if spec.format in TOKEN_FORMATS:
-        examples = [_token_example(spec, path, sentence) for sentence in records]
-    else:
-        examples = [_make_example(spec, path, row.line, row.fields) for row in records]
+    examples = []
+    for file in files:
+        records = read(file, READER_OF[spec.format], layout)
+        if spec.format in TOKEN_FORMATS:
+            examples += [piece for sentence in records
+                         for piece in chunk_words(_token_example(spec, file, sentence), spec.chunk_words)]
+        else:
+            examples += [_make_example(spec, file, row.line, row.fields) for row in records]
     if not examples:
         raise InputError(path, "no examples", expected=f"at least one {spec.family} example")
     return examples
+
+
+def chunk_words(example: Example, size: int) -> list[Example]:
+    """An NER example cut into consecutive pieces of at most ``size`` words (seed 001: a note of 700
+    words gives 250, 250 and 200), ids suffixed ``#<piece>``; 0 or a short example: itself."""
+    words = example.text_a
+    if not size or len(words) <= size:
+        return [example]
+    return [dataclasses.replace(example, id=f"{example.id}#{k}", text_a=words[i:i + size],
+                                label=example.label[i:i + size])
+            for k, i in enumerate(range(0, len(words), size))]
 
 
 def _make_example(spec: TaskSpec, path: Path, line: int, row: Mapping[str, Any]) -> Example:

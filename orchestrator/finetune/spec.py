@@ -25,7 +25,7 @@ SAMPLE_DIR = Path(__file__).resolve().parents[1] / "sample_data" / "blue"
 Family = Literal["sts", "ner", "re", "multilabel", "nli", "doccls"]
 #: A score group's name (a column of the report beside Total).
 GROUP_NAME = re.compile(r"[a-z0-9][a-z0-9_-]*")
-FileFormat = Literal["tsv", "blue_ner", "iob", "conll", "jsonl"]
+FileFormat = Literal["tsv", "blue_ner", "iob", "conll", "jsonl", "i2b2_deid"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,8 +37,11 @@ class TaskSpec:
         "other", help="score group: seed 000's clinical / biomedical, or any other name (e.g. 'japanese'); the "
                       "report averages each group's tasks in a column of its own beside Total")
     dir: str = field("", help="directory of this task's files under the sweep's data root")
-    format: FileFormat = field("tsv", help="tsv (header by name) | blue_ner (4 columns) | iob | conll | jsonl")
-    files: dict[str, str] = field(default_factory=dict, help="split -> file name (train, dev, test; or all)")
+    format: FileFormat = field("tsv", help="tsv (header by name) | blue_ner (4 columns) | iob | conll | jsonl | "
+                                           "i2b2_deid (i2b2 2014 de-identification XML: a split is a directory "
+                                           "of notes, one .xml file each)")
+    files: dict[str, str] = field(default_factory=dict, help="split -> file name (train, dev, test; or all); "
+                                                             "i2b2_deid: a directory name")
     columns: dict[str, str] = field(default_factory=dict,
                                     help="role (id, text_a, text_b, label) -> header column / JSON key")
     positions: dict[str, int] = field(default_factory=dict,
@@ -68,6 +71,14 @@ class TaskSpec:
         "split -> share of documents (train, dev, test; summing to 1): split the one file files.all by "
         "document (row id up to group_separator), for a corpus whose public release lacks some splits "
         "(ChemProt's dev file alone). The same split for every seed and run; no document crosses splits"))
+    chunk_words: int = field(0, help="ner: cut every sentence (a whole note, for i2b2_deid) into pieces of at most "
+                                     "this many words before tokenisation, each piece an example (seed 001: 250, "
+                                     "so a note fits BERT's 512 tokens); 0 = as read. Without it, words past "
+                                     "max_seq_length are predicted O")
+    subword_labels: Literal["first", "all"] = field(
+        "first", help="ner: which sub-words of a word are trained on its tag: 'first' (BERT's and seed 002's "
+                      "recipe; the others are ignored by the loss) or 'all', every sub-word carrying its word's "
+                      "IOB tag (seed 001). A word is predicted from its first sub-word either way")
     include: str = field("", help="family template this task was built on (resolved at load time)")
 
     def __post_init__(self):
@@ -101,6 +112,12 @@ class TaskSpec:
                 raise ConfigError(f"task {self.name}: score_range is for the sts family, not {self.family}")
             if not (math.isfinite(low) and math.isfinite(high) and low < high):
                 raise ConfigError(f"task {self.name}: score_range {list(self.score_range)} must be finite, low < high")
+        if (self.chunk_words or self.subword_labels != "first" or self.format == "i2b2_deid") \
+                and self.family != "ner":
+            raise ConfigError(f"task {self.name}: chunk_words, subword_labels and the i2b2_deid format are for "
+                              f"the ner family, not {self.family}")
+        if self.chunk_words < 0:
+            raise ConfigError(f"task {self.name}: chunk_words must be >= 0 (0 = no chunking), got {self.chunk_words}")
         unknown = [x for x in self.negative_labels if x not in self.labels]
         if unknown:
             raise ConfigError(f"task {self.name}: negative_labels {unknown} are not in labels")

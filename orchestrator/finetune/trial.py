@@ -22,6 +22,7 @@ class TrialSpec:
     max_train_examples: int = 0
     max_eval_examples: int = 0
     weight_decay: float = 0.01
+    optimizer: str = "adamw"  # adamw (weight_decay off biases and LayerNorm) | adam (no weight decay: seed 000)
     warmup_proportion: float = 0.1
     num_threads: int = 1
     device: str = "auto"

@@ -111,9 +111,9 @@ def ner_before_after(results: dict, baseline: str, model: str) -> dict[str, dict
     support} | None, "after": ...}}, "overall": {"before": .., "after": ..}, "overall_method":
     {measure: how it was obtained}}}``. A task is NER here when both cells carry ``per_tag``.
 
-    What "overall" is: the trial records keep per-type rows only (``finetune.metrics.ner_per_tag``
-    drops seqeval's averages), so micro precision and recall are not in the results. When a
-    ``per_tag`` does hold a ``micro avg`` row it is used as is. Otherwise overall recall is the
+    What "overall" is: trials recorded since issue 33 keep each type's predicted and true-positive
+    entity counts, and the sweep's ``per_tag`` then holds a ``micro avg`` row (micro precision /
+    recall / F1 from those counts, mean over seeds), used as is. For older results, overall recall is the
     support-weighted mean of per-tag recall, which equals micro recall (averaged over seeds) for a
     task without folds and approximates it with folds; overall precision is the support-weighted
     mean of per-tag precision, which is *not* micro precision (that needs the predicted-entity
@@ -268,7 +268,8 @@ def _ner_overall(cell: dict, metric: str) -> tuple[dict[str, float | None], dict
     if per_tag.get("micro avg"):
         row = _prf(per_tag["micro avg"])
         return ({k: row.get(k) for k in (*PRF, "support")},
-                {k: "micro average recorded with the trial" for k in (*PRF, "support")})
+                {**{k: "micro average from the recorded entity counts (true positives, predicted, gold), mean "
+                       "over seeds" for k in PRF}, "support": "gold entities"})
     rows = [r for t, r in per_tag.items() if not t.endswith(" avg")]
     support = sum(int(r.get("support") or 0) for r in rows)
 

@@ -60,7 +60,7 @@ class SweepResult:
         lines = [f"sweep: {self.ran} trial(s) run, {self.skipped} finished trial(s) skipped; "
                  f"results in {self.out_dir / 'results.json'}"]
         for model, s in self.results["summary"].items():
-            parts = [f"{k} {v:.3f}" for k, v in s.items() if v is not None]
+            parts = [f"{k} {v:.3f}" for k, v in s.items() if isinstance(v, (int, float))]  # not "partial"
             lines.append(f"  {model}: " + ", ".join(parts))
         n = sum(len(tasks) for tasks in self.exports.values())
         if n:
@@ -74,7 +74,8 @@ def plan_sweep(cfg: SweepConfig, models: dict[str, Path]) -> str:
     space = resolve_space(cfg)
     stop = space.early_stopping
     lines = [f"search space {cfg.search_space}: lr {list(space.learning_rates)} x seeds {list(space.seeds)}, "
-             f"batch {space.batch_size}, max_seq_length {space.max_seq_length}"
+             f"batch {space.batch_size if isinstance(space.batch_size, int) else list(space.batch_size)}, "
+             f"max_seq_length {space.max_seq_length}"
              + (f"; early stopping on dev, patience {stop.patience}, up to {stop.max_epochs} epochs" if stop.on
                 else "")]
     for name, path in models.items():
@@ -92,7 +93,7 @@ def plan_sweep(cfg: SweepConfig, models: dict[str, Path]) -> str:
         lines.append(f"task {spec.name} ({spec.family}, {spec.metric}, {spec.group}): {data_dir} "
                      f"{sizes}" + ("" if stop.on else f"; epochs {list(epoch_grid(space, task, spec))}"))
     n = len(build_trials(cfg, space, models))
-    lines.append(f"{n} trial(s) (one per model x task x lr x seed [x fold]; "
+    lines.append(f"{n} trial(s) (one per model x task x lr x [batch x] seed [x fold]; "
                  + ("each stops on dev)" if stop.on else "epochs shared within a trial)"))
     if cfg.export_best:
         lines.append(f"then export the selected model ({cfg.export_seed} seed) of each model x "

@@ -1,14 +1,17 @@
 """Selection on dev, seed aggregation and the results.json document (pure functions, no Ray).
 
-For each (model, task): every (learning rate, epochs) setting gets its dev mean over seeds;
-the best setting by the task metric's direction is selected (ties: fewer epochs, then the
-smaller learning rate); the test scores of all seeds at that setting give mean (sd), sd the
-sample standard deviation (ddof=1; 0 for one seed).
+For each (model, task): every (learning rate, batch size, epochs) setting gets its dev mean over
+seeds; the best setting by the task metric's direction is selected (ties: fewer epochs, then the
+smaller learning rate, then the smaller batch); the test scores of all seeds at that setting give
+mean (sd), sd the sample standard deviation (ddof=1; 0 for one seed). ``selected`` names the batch
+size only when the trials had a batch-size axis (several batch sizes).
 
 Cross-validated tasks (trials carry ``fold`` >= 0): selection uses the dev mean over every
 (seed, fold); the reported scores are one per fold (mean over seeds), so mean (sd) is over
 folds as in seed 000's Table 5. NER cells also carry ``per_tag`` precision / recall / F1 /
-support at the selected setting (mean over seeds and folds; seed 001's per-tag table).
+support at the selected setting (mean over seeds and folds; seed 001's per-tag table) and, where
+the trials recorded entity counts, a ``micro avg`` row: micro precision / recall / F1 of each run
+from its summed true-positive, predicted and gold entity counts, mean over the runs.
 
 Early-stopped trials (records with ``early_stopping``) have no epoch axis: a setting is a learning
 rate, each trial answering it with its best dev epoch's dev and test scores; ``selected`` holds the
@@ -23,7 +26,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from orchestrator.core.results import summarize
-from orchestrator.finetune.metrics import METRICS
+from orchestrator.finetune.metrics import METRICS, micro_prf
 from orchestrator.finetune.spec import TaskSpec
 
 EARLY_STOPPED = 0  # the epochs of an early-stopped trial's answer: chosen inside the trial, on dev
@@ -38,12 +41,22 @@ def _answers(rec: dict) -> list[tuple[int, float, float]]:
     return [(row["epoch"], row["dev"], row["test"]) for row in rec["epochs"] if "dev" in row]
 
 
+def _batch(rec: dict) -> int | None:
+    """A trial record's batch size (records written before the batch-size axis may lack it)."""
+    return rec["trial"].get("batch_size")
+
+
+def _at(rec: dict, lr: float, batch: int | None) -> bool:
+    """The record was trained at this learning rate (and batch size, unless None: any)."""
+    return rec["trial"]["learning_rate"] == lr and (batch is None or _batch(rec) == batch)
+
+
 def selected_runs(records: Iterable[dict], selected: dict) -> list[tuple[dict, int, float, float]]:
     """The runs behind a cell's ``selected`` setting: (record, epoch, dev, test) per (seed, fold) at
-    that learning rate and epoch count (early-stopped: each record at its own best dev epoch)."""
+    that learning rate, batch size and epoch count (early-stopped: each record at its own best dev epoch)."""
     out = []
     for rec in records:
-        if rec["trial"]["learning_rate"] != selected["learning_rate"]:
+        if not _at(rec, selected["learning_rate"], selected.get("batch_size")):
             continue
         if "early_stopping" in rec:
             epoch = rec["early_stopping"]["best_epoch"]
@@ -61,22 +74,25 @@ def select_cell(records: Iterable[dict], higher_is_better: bool) -> dict:
     records = list(records)
     if len({"early_stopping" in rec for rec in records}) > 1:
         raise ValueError("these trial records mix early-stopped trials and trials of an epoch grid")
-    by_setting: dict[tuple[float, int], dict[tuple[int, int], tuple[float, float]]] = defaultdict(dict)
+    batch_axis = len({_batch(rec) for rec in records}) > 1
+    by_setting: dict[tuple[float, int, int], dict[tuple[int, int], tuple[float, float]]] = defaultdict(dict)
     for rec in records:
         lr, seed, fold = rec["trial"]["learning_rate"], rec["trial"]["seed"], rec["trial"].get("fold", -1)
+        batch = _batch(rec) if batch_axis else 0
         for epochs, dev, test in _answers(rec):
-            by_setting[(lr, epochs)][(seed, fold)] = (dev, test)
+            by_setting[(lr, batch, epochs)][(seed, fold)] = (dev, test)
     if not by_setting:
         raise ValueError("no evaluated epochs in these trial records")
     sign = 1.0 if higher_is_better else -1.0
 
-    def rank(key: tuple[float, int]) -> tuple[float, int, float]:
-        lr, epochs = key
+    def rank(key: tuple[float, int, int]) -> tuple[float, int, float, int]:
+        lr, batch, epochs = key
         dev_mean = float(np.mean([d for d, _ in by_setting[key].values()]))
-        return (-sign * dev_mean, epochs, lr)
+        return (-sign * dev_mean, epochs, lr, batch)
 
-    best = min(by_setting, key=rank)
-    runs = by_setting[best]
+    best_lr, best_batch, best_epochs = min(by_setting, key=rank)
+    runs = by_setting[(best_lr, best_batch, best_epochs)]
+    batch_filter = best_batch if batch_axis else None
     seeds = sorted({s for s, _ in runs})
     folds = sorted({f for _, f in runs if f >= 0})
     devs = [float(d) for d, _ in runs.values()]
@@ -84,14 +100,16 @@ def select_cell(records: Iterable[dict], higher_is_better: bool) -> dict:
         tests = [float(np.mean([runs[(s, f)][1] for s in seeds if (s, f) in runs])) for f in folds]
     else:
         tests = [float(runs[(s, -1)][1]) for s in seeds]
-    stopped = [rec for rec in records if "early_stopping" in rec and rec["trial"]["learning_rate"] == best[0]]
+    stopped = [rec for rec in records if "early_stopping" in rec and _at(rec, best_lr, batch_filter)]
     if stopped:
         curve = _dev_curve(stopped)
     else:
-        curve = [{"epoch": ep, "dev": float(np.mean([d for d, _ in by_setting[(lr, ep)].values()])),
-                  "test": float(np.mean([t for _, t in by_setting[(lr, ep)].values()]))}
-                 for (lr, ep) in sorted(by_setting) if lr == best[0]]
-    selected = {"learning_rate": best[0]} if stopped else {"learning_rate": best[0], "epochs": best[1]}
+        curve = [{"epoch": ep, "dev": float(np.mean([d for d, _ in by_setting[(lr, b, ep)].values()])),
+                  "test": float(np.mean([t for _, t in by_setting[(lr, b, ep)].values()]))}
+                 for (lr, b, ep) in sorted(by_setting) if (lr, b) == (best_lr, best_batch)]
+    selected = {"learning_rate": best_lr} if stopped else {"learning_rate": best_lr, "epochs": best_epochs}
+    if batch_axis:
+        selected["batch_size"] = best_batch
     cell = {"mean": float(np.mean(tests)), "sd": float(np.std(tests, ddof=1)) if len(tests) > 1 else 0.0,
             "n": len(tests), "selected": selected,
             "dev_mean": float(np.mean(devs)), "test_scores": tests, "seeds": seeds, "curve": curve}
@@ -102,7 +120,7 @@ def select_cell(records: Iterable[dict], higher_is_better: bool) -> dict:
                                                                               r["trial"].get("fold", -1)))]
         cell["early_stopping"] = {"best_epochs": [x["best_epoch"] for x in stops],
                                   "stopped_epochs": [x["stopped_epoch"] for x in stops]}
-    per_tag = _per_tag_at(records, *best)
+    per_tag = _per_tag_at([rec for rec in records if _at(rec, best_lr, batch_filter)], best_lr, best_epochs)
     if per_tag:
         cell["per_tag"] = per_tag
     return cell
@@ -133,6 +151,12 @@ def _per_tag_at(records: list[dict], lr: float, epoch: int) -> dict[str, dict[st
         support_by_fold = {fold: row["support"] for fold, row in rows}
         out[tag] = {k: float(np.mean([row[k] for _, row in rows])) for k in ("precision", "recall", "f1")}
         out[tag]["support"] = int(sum(support_by_fold.values()))
+    counted = [rep for _, rep in reports if all("predicted" in row for row in rep.values())]
+    if reports and len(counted) == len(reports):  # records since issue 33 carry entity counts: micro P/R/F1
+        micro = [micro_prf({"tp": r["tp"], "predicted": r["predicted"], "gold": r["support"]} for r in rep.values())
+                 for rep in counted]
+        out["micro avg"] = {k: float(np.mean([m[k] for m in micro])) for k in ("precision", "recall", "f1")}
+        out["micro avg"]["support"] = sum(row["support"] for tag, row in out.items() if tag != "micro avg")
     return out
 
 

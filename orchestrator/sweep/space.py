@@ -33,10 +33,16 @@ class SearchSpace:
     epochs: dict[str, tuple[int, ...]] = field(default_factory=dict,
                                                help="task stem -> epoch counts to answer (seed 000 Table 4); "
                                                     "not with early_stopping, which replaces this axis")
-    batch_size: int = field(32, help="training batch size")
+    batch_size: int | tuple[int, ...] = field(
+        32, help="training batch size; a list is a sweep axis selected on dev like the learning rate (seed 002's "
+                 "classification grid: [16, 32] x epochs [2, 4, 6])")
     max_seq_length: int = field(128, help="maximum tokens per input")
     max_train_examples: int = field(0, help="cap training examples per task (0 = all)")
     max_eval_examples: int = field(0, help="cap dev/test examples per task (0 = all)")
+    optimizer: Literal["adamw", "adam"] = field(
+        "adamw", help="adamw: AdamW with weight_decay off biases and LayerNorm (BERT's and seed 002's recipe); adam: "
+                      "Adam without weight decay (seed 000: 'employed Adam for fine-tuning'); weight_decay is "
+                      "then ignored")
     weight_decay: float = field(0.01, help="AdamW weight decay (biases and LayerNorm excluded)")
     warmup_proportion: float = field(0.1, help="linear warmup share of the trial's steps")
     tune: Literal["full", "adapters"] = field(
@@ -54,8 +60,10 @@ class SearchSpace:
     def __post_init__(self):
         if not self.tasks or not self.learning_rates or not self.seeds:
             raise ConfigError("search space needs tasks, learning_rates and seeds")
-        if self.batch_size < 1 or self.max_seq_length < 8:
-            raise ConfigError("search space: batch_size >= 1 and max_seq_length >= 8")
+        if not self.batch_sizes or min(self.batch_sizes) < 1 or self.max_seq_length < 8:
+            raise ConfigError("search space: batch_size >= 1 (or a list of them) and max_seq_length >= 8")
+        if len(set(self.batch_sizes)) != len(self.batch_sizes):
+            raise ConfigError(f"search space: batch_size {list(self.batch_sizes)} repeats a value")
         if self.adapter_reduction_factor < 1:
             raise ConfigError("search space: adapter_reduction_factor must be >= 1")
         if self.max_train_examples < 0 or self.max_eval_examples < 0:
@@ -67,6 +75,11 @@ class SearchSpace:
         if self.early_stopping.on and self.epochs:
             raise ConfigError(f"search space: epochs {sorted(self.epochs)} and early_stopping.patience "
                               f"{self.early_stopping.patience}: early stopping replaces the epochs axis, give one")
+
+    @property
+    def batch_sizes(self) -> tuple[int, ...]:
+        """The batch-size axis: one value unless the space lists several."""
+        return (self.batch_size,) if isinstance(self.batch_size, int) else tuple(self.batch_size)
 
 
 def space_path(name_or_path: str) -> Path:
@@ -162,8 +175,9 @@ class Variant:
 
 def build_trials(cfg: SweepConfig, space: SearchSpace, models: dict[str, Path],
                  variants: Sequence[Variant] = ()) -> list[TrialSpec]:
-    """One TrialSpec per (model, task, learning rate, seed), and per fold for a cross-validated
-    task, in a stable order; then the trials of each variant on its tasks."""
+    """One TrialSpec per (model, task, learning rate, batch size, seed), and per fold for a
+    cross-validated task, in a stable order; then the trials of each variant on its tasks. The
+    trial id names the batch size only when the space has a batch-size axis (ids stay as they were)."""
     specs = space_tasks(space)
     entries = [(name, str(path), {task: (task_data_dir(cfg, task, specs[task]), space.max_train_examples)
                                   for task in space.tasks}) for name, path in models.items()]
@@ -182,19 +196,25 @@ def build_trials(cfg: SweepConfig, space: SearchSpace, models: dict[str, Path],
             spec = specs[task]
             grid = epoch_grid(space, task, spec)
             folds = range(spec.cv_folds) if spec.cv_folds else (-1,)
-            for lr, seed, fold in itertools.product(space.learning_rates, space.seeds, folds):
+            for lr, batch, seed, fold in itertools.product(space.learning_rates, space.batch_sizes, space.seeds,
+                                                           folds):
                 suffix = f"__f{fold}" if fold >= 0 else ""
-                trial_id = _safe(f"{model_name}__{task_key(task)}__lr{lr:g}__s{seed}{suffix}")
+                axis = f"__b{batch}" if len(space.batch_sizes) > 1 else ""
+                trial_id = _safe(f"{model_name}__{task_key(task)}__lr{lr:g}{axis}__s{seed}{suffix}")
                 trials.append(TrialSpec(
                     trial_id=trial_id, model_name=model_name, model_dir=str(Path(model_dir).resolve()),
                     task=str(Path(task).resolve()) if os.sep in task else task, data_dir=data_dir,
-                    learning_rate=float(lr), seed=int(seed), eval_epochs=grid, batch_size=space.batch_size,
+                    learning_rate=float(lr), seed=int(seed), eval_epochs=grid, batch_size=batch,
                     max_seq_length=space.max_seq_length, max_train_examples=max_train,
                     max_eval_examples=space.max_eval_examples, weight_decay=space.weight_decay,
                     warmup_proportion=space.warmup_proportion, num_threads=threads, fold=fold, tune=space.tune,
                     adapter_reduction_factor=space.adapter_reduction_factor, precision=space.precision,
-                    patience=space.early_stopping.patience))
+                    patience=space.early_stopping.patience, optimizer=space.optimizer))
     return trials
+
+
+#: Task keys added after trials were first recorded, with their defaults: a task at the default keeps its key.
+LATER_TASK_KEYS = {"chunk_words": 0, "subword_labels": "first"}
 
 
 def trial_fingerprint(trial: TrialSpec) -> str:
@@ -205,8 +225,10 @@ def trial_fingerprint(trial: TrialSpec) -> str:
             if k not in ("num_threads", "device", "cache_dir") and not (k == "fold" and v == -1)
             and not (k in ("tune", "adapter_reduction_factor") and trial.tune == "full")
             and not (k == "precision" and v == "fp32")
-            and not (k == "patience" and v == 0)}  # trials of the defaults keep the keys they had
-    data["task_spec"] = {k: v for k, v in to_dict(load_task(trial.task)).items() if k != "dir"}
+            and not (k == "patience" and v == 0)
+            and not (k == "optimizer" and v == "adamw")}  # trials of the defaults keep the keys they had
+    data["task_spec"] = {k: v for k, v in to_dict(load_task(trial.task)).items()
+                         if k != "dir" and not (k in LATER_TASK_KEYS and v == LATER_TASK_KEYS[k])}
     data["model_identity"] = model_identity(trial.model_dir)
     return content_key(data)
 
@@ -221,4 +243,6 @@ def tracked_config(cfg: SweepConfig, space: SearchSpace) -> dict:
     for part in data.values():
         if not part["early_stopping"]["patience"]:
             del part["early_stopping"]
+    if data["space"]["optimizer"] == "adamw":  # the default keeps the fingerprint it had before the option
+        del data["space"]["optimizer"]
     return data
