@@ -22,7 +22,7 @@ from orchestrator.core.config import to_dict
 from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
 from orchestrator.core.manifest import atomic_write_json, write_manifest
 from orchestrator.core.reuse import model_identity
-from orchestrator.core.runtime import init_ray
+from orchestrator.core.runtime import init_ray, possible_gpus
 from orchestrator.finetune.loop import CV_SPLIT_SEED, model_dir_ok, run_trial
 from orchestrator.finetune.readers import document_split, read_split
 from orchestrator.finetune.trial import TrialSpec
@@ -143,11 +143,11 @@ def _record_writer(trials_dir: Path):
 
 
 def _resources(cfg: SweepConfig) -> dict[str, float]:
-    import ray  # heavy: ray
-
+    """A trial's resources; automatic GPUs (-1) ask for one when the cluster has or can start a GPU
+    node (an autoscaling cluster at zero GPU workers: the request is what makes it start one)."""
     gpus = cfg.gpus_per_trial
     if gpus == -1:
-        gpus = 1.0 if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
+        gpus = 1.0 if possible_gpus() > 0 else 0.0
     return {"cpu": cfg.cpus_per_trial, "gpu": gpus}
 
 
