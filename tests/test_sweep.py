@@ -169,6 +169,9 @@ def test_sweep_on_ray_tune_with_mlflow_nesting_and_restore(tiny_bert, ray_local,
     assert per_tag["Chemical"]["support"] > 0 and "per_tag" not in results["cells"]["tiny"]["BIOSSES"]
     assert len(list((out / "cache" / "encoded").glob("*.json"))) == 6  # tokenised once per (task, split)
     assert (out / "manifest.json").is_file() and len(list((out / "trials").glob("*.json"))) == 4
+    for rec in map(json.loads, map(Path.read_text, (out / "trials").glob("*.json"))):  # benchmarks/sweep_overhead.py
+        counts = rec["counts"]
+        assert counts["setup_seconds"] > 0 and 0 < counts["train_seconds"] + counts["eval_seconds"] <= rec["seconds"]
 
     mlflow.set_tracking_uri(tracking.resolve_uri(tmp_path))
     runs = mlflow.search_runs(experiment_names=["test-sweep"], output_format="list")
@@ -237,7 +240,7 @@ def test_a_trial_whose_worker_is_killed_is_run_again_and_recorded_once(tiny_bert
     from orchestrator.sweep.runner import run_sweep
 
     cfg = SweepConfig(search_space="tiny", tasks=("biosses",), learning_rates=(5e-4,), seeds=(1, 2),
-                      epochs={"biosses": (40,)}, max_failures=2, max_concurrent_trials=1)
+                      epochs={"biosses": (20, 40)}, max_failures=2, max_concurrent_trials=1)  # reports epoch 20
     killed: list[int] = []
     sweep_dir = tmp_path / "sweep"
 
