@@ -68,17 +68,20 @@ CV_DEV_SHARE = 0.1  # share of the training folds held out as dev for selecting 
 
 
 _PROCESS_CACHE: collections.OrderedDict[tuple, Any] = collections.OrderedDict()
-_PROCESS_CACHE_SIZE = 16  # a few models x tasks: tokenizers, tokenised splits, encoder weights
+# entries kept per kind (key[0]): tokenised splits of a few tasks x models; encoder weights of two
+# models (a BERT-base's are 440 MB in each worker process)
+_PROCESS_CACHE_SIZE = {"tokenizer": 8, "splits": 16, "encoder": 2}
 
 
 def _process_cached(key: tuple, make: Callable[[], Any]) -> Any:
-    """``make()`` once per ``key`` in this process (least recently used entries dropped)."""
+    """``make()`` once per ``key`` in this process (the least recently used of its kind dropped)."""
     if key in _PROCESS_CACHE:
         _PROCESS_CACHE.move_to_end(key)
         return _PROCESS_CACHE[key]
     value = _PROCESS_CACHE[key] = make()
-    while len(_PROCESS_CACHE) > _PROCESS_CACHE_SIZE:
-        _PROCESS_CACHE.popitem(last=False)
+    same = [k for k in _PROCESS_CACHE if k[0] == key[0]]  # oldest first
+    for old in same[:max(0, len(same) - _PROCESS_CACHE_SIZE.get(key[0], 8))]:
+        del _PROCESS_CACHE[old]
     return value
 
 
