@@ -37,7 +37,7 @@ from orchestrator.core.config import flatten, to_dict
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.manifest import atomic_write_json, is_complete
 from orchestrator.core.reuse import content_key, output_lock, reusable, run_stage
-from orchestrator.core.runtime import ray_session, seed_everything
+from orchestrator.core.runtime import possible_gpus, ray_session, seed_everything
 from orchestrator.retrieval.table import CSS as RETRIEVAL_CSS
 from orchestrator.retrieval.table import render_html as retrieval_html
 from orchestrator.retrieval.table import render_markdown as retrieval_markdown
@@ -318,8 +318,8 @@ def arm_workers(cfg: ChainConfig, plans: dict[str, ArmPlan]) -> int:
     training = [p for p in plans.values() if p.kind == "pretrain"] or list(plans.values())
     pre = training[0].config.pretrain
     resources = ray.cluster_resources()
-    if pre.use_gpu:
-        fit = resources.get("GPU", 0.0) // pre.num_workers
+    if pre.use_gpu:  # an autoscaling cluster's GPU nodes count before they start: asking is what starts them
+        fit = possible_gpus() // pre.num_workers
     else:
         cpus = resources.get("CPU", 0.0)  # every job's Train workers, and CPUs left for the jobs' Ray Data reads
         fit = (cpus - DATA_CPU_RESERVE) // (pre.num_workers * worker_cpus(pre, cpus) + DATA_CPU_RESERVE)

@@ -1,13 +1,34 @@
 """The runtime module: embedded Ray on loopback, cluster detection, seeding."""
 from __future__ import annotations
 
+import copy
 import random
+from pathlib import Path
 
 import numpy as np
+import pytest
 import ray
 import torch
+import yaml
+from ray.autoscaler._private.util import prepare_config
 
 from orchestrator.core import runtime
+from orchestrator.core.errors import ConfigError
+
+CLUSTER_YAML = Path(__file__).resolve().parents[1] / "cluster.yaml"
+
+
+def test_node_type_gpus_counts_what_the_autoscaler_can_start():
+    """cluster.yaml as ``ray up`` leaves it on the head (Ray's prepare_config): a CPU head and a GPU
+    worker type at 0..8 nodes can give 8 GPUs, though none runs at the start."""
+    cluster = prepare_config(copy.deepcopy(yaml.safe_load(CLUSTER_YAML.read_text())))
+    assert cluster["available_node_types"]["gpu_worker"]["min_workers"] == 0
+    assert runtime.node_type_gpus(cluster) == 8
+    cluster["max_workers"] = 3  # the cluster's cap bounds every worker type
+    cluster["available_node_types"]["head"]["resources"]["GPU"] = 1  # a GPU head counts once
+    assert runtime.node_type_gpus(cluster) == 4
+    del cluster["available_node_types"]["gpu_worker"]
+    assert runtime.node_type_gpus(cluster) == 1 and runtime.node_type_gpus({}) == 0
 
 
 def test_cluster_address_resolution(monkeypatch, tmp_path):
@@ -43,6 +64,26 @@ def test_embedded_ray_binds_loopback(monkeypatch, tmp_path):
             return orchestrator.__file__
 
         assert ray.get(where.remote()).endswith("orchestrator/__init__.py")
+
+        # Automatic GPUs: this embedded Ray has none, and a stray autoscaler file does not count for it ...
+        from orchestrator.sweep.config import SweepConfig
+        from orchestrator.sweep.runner import _resources
+
+        monkeypatch.delenv(runtime.CLUSTER_GPUS_ENV, raising=False)
+        bootstrap = tmp_path / "ray_bootstrap_config.yaml"
+        bootstrap.write_text(yaml.safe_dump(prepare_config(yaml.safe_load(CLUSTER_YAML.read_text()))))
+        monkeypatch.setattr(runtime, "_BOOTSTRAP_CONFIG", bootstrap)
+        assert runtime.possible_gpus() == 0 and _resources(SweepConfig())["gpu"] == 0
+        # ... but attached to cluster.yaml's head at zero GPU workers, a trial asks for a GPU (so the
+        # autoscaler starts a GPU node), unless the user set a number
+        monkeypatch.setattr(runtime, "_CLUSTER_MARKER", bootstrap)
+        assert runtime.possible_gpus() == 8 and _resources(SweepConfig())["gpu"] == 1
+        assert _resources(SweepConfig(gpus_per_trial=0.25))["gpu"] == 0.25
+        monkeypatch.setenv(runtime.CLUSTER_GPUS_ENV, "0")  # the explicit setting wins
+        assert _resources(SweepConfig())["gpu"] == 0
+        monkeypatch.setenv(runtime.CLUSTER_GPUS_ENV, "two")
+        with pytest.raises(ConfigError, match="ORCH_CLUSTER_GPUS"):
+            runtime.possible_gpus()
     assert not ray.is_initialized()
 
 

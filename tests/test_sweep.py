@@ -173,16 +173,51 @@ def test_fingerprint_follows_the_task_definition_and_the_model_not_only_their_na
 
 
 def test_run_trial_is_deterministic_per_seed(tiny_bert):
-    from orchestrator.finetune.loop import run_trial
+    """The second trial of a task in a process reuses its tokenizer, tokenised splits and encoder weights
+    (``loop._PROCESS_CACHE``) and gives exactly the record of the first, which loaded everything."""
+    from orchestrator.finetune import loop
     from orchestrator.finetune.spec import SAMPLE_DIR
     from orchestrator.finetune.trial import TrialSpec
 
     spec = TrialSpec(trial_id="t", model_name="tiny", model_dir=str(tiny_bert), task="chemprot",
                      data_dir=str(SAMPLE_DIR / "ChemProt"), learning_rate=1e-3, seed=3, eval_epochs=(1,),
                      batch_size=16, max_seq_length=32)
-    a, b = run_trial(spec), run_trial(spec)
+    loop._PROCESS_CACHE.clear()
+    a = loop.run_trial(spec)
+    cached = {key[0]: value for key, value in loop._PROCESS_CACHE.items()}
+    assert set(cached) == {"tokenizer", "splits", "encoder"} and cached["encoder"] is not None
+    b = loop.run_trial(spec)
+    assert {key[0]: value for key, value in loop._PROCESS_CACHE.items()} == cached  # reused, not reloaded
     assert a["epochs"] == b["epochs"] and a["predictions"] == b["predictions"]
     assert a["counts"]["train_examples"] == 120 and a["counts"]["eval_examples"] == 80
+    assert 0 < b["counts"]["setup_seconds"] < a["counts"]["setup_seconds"]
+
+
+@pytest.mark.parametrize("ner", [False, True])
+def test_batches_are_the_host_built_padded_batches(ner):
+    """A batch sliced from the split's padded device tensors is, value for value and shape for shape,
+    the batch built from the example lists and padded to its own longest example (the former way)."""
+    import torch
+
+    from orchestrator.finetune.loop import Encoded, _batches
+
+    rng = torch.Generator().manual_seed(0)
+    lengths = [int(n) for n in torch.randint(2, 12, (11,), generator=rng)]
+    feats = [{"input_ids": torch.randint(5, 99, (n,), generator=rng).tolist(), "attention_mask": [1] * n,
+              "token_type_ids": [0] * (n // 2) + [1] * (n - n // 2)} for n in lengths]
+    targets = ([[int(x) for x in torch.randint(-100, 3, (n,), generator=rng)] for n in lengths] if ner
+               else [i % 3 for i in range(len(lengths))])
+    enc = Encoded(feats, targets, [None] * len(feats), [[0]] * len(feats) if ner else None)
+    order = torch.randperm(len(feats), generator=rng).tolist()
+    got = list(_batches(enc, order, 4, 0, torch.device("cpu")))
+    assert [idx for idx, _, _ in got] == [order[i:i + 4] for i in range(0, len(order), 4)]
+    for idx, batch, labels in got:
+        width = max(lengths[i] for i in idx)
+        for key in feats[0]:
+            pad = [0] * width
+            assert torch.equal(batch[key], torch.tensor([(feats[i][key] + pad)[:width] for i in idx]))
+        expected = [(targets[i] + [-100] * width)[:width] for i in idx] if ner else [targets[i] for i in idx]
+        assert torch.equal(labels, torch.tensor(expected))
 
 
 def test_sweep_on_ray_tune_with_mlflow_nesting_and_restore(tiny_bert, ray_local, tmp_path):
@@ -215,6 +250,9 @@ def test_sweep_on_ray_tune_with_mlflow_nesting_and_restore(tiny_bert, ray_local,
     assert per_tag["Chemical"]["support"] > 0 and "per_tag" not in results["cells"]["tiny"]["BIOSSES"]
     assert len(list((out / "cache" / "encoded").glob("*.json"))) == 6  # tokenised once per (task, split)
     assert (out / "manifest.json").is_file() and len(list((out / "trials").glob("*.json"))) == 4
+    for rec in map(json.loads, map(Path.read_text, (out / "trials").glob("*.json"))):  # benchmarks/sweep_overhead.py
+        counts = rec["counts"]
+        assert counts["setup_seconds"] > 0 and 0 < counts["train_seconds"] + counts["eval_seconds"] <= rec["seconds"]
 
     mlflow.set_tracking_uri(tracking.resolve_uri(tmp_path))
     runs = mlflow.search_runs(experiment_names=["test-sweep"], output_format="list")
@@ -283,7 +321,7 @@ def test_a_trial_whose_worker_is_killed_is_run_again_and_recorded_once(tiny_bert
     from orchestrator.sweep.runner import run_sweep
 
     cfg = SweepConfig(search_space="tiny", tasks=("biosses",), learning_rates=(5e-4,), seeds=(1, 2),
-                      epochs={"biosses": (40,)}, max_failures=2, max_concurrent_trials=1)
+                      epochs={"biosses": (20, 40)}, max_failures=2, max_concurrent_trials=1)  # reports epoch 20
     killed: list[int] = []
     sweep_dir = tmp_path / "sweep"
 

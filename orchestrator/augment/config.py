@@ -87,7 +87,8 @@ class AugmentRayConfig:
     address: str = field("", help="Ray address; empty = RAY_ADDRESS or an embedded local Ray")
     actors: int = field(2, help="MLM actors (each loads the model once)")
     cpus_per_actor: float = field(0.5, help="CPUs reserved per actor (torch threads = max(1, int(this)))")
-    gpus_per_actor: float = field(-1.0, help="-1 = 1 when the cluster has GPUs else 0; fractions share a GPU")
+    gpus_per_actor: float = field(-1.0, help="-1 = 1 when the cluster has (or its autoscaler can start) GPUs "
+                                             "else 0; fractions share a GPU")
 
     def __post_init__(self):
         if self.actors < 1:

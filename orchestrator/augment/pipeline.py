@@ -39,7 +39,7 @@ from orchestrator.core.manifest import (
     write_manifest,
 )
 from orchestrator.core.reuse import content_key, model_identity, run_stage
-from orchestrator.core.runtime import ray_session
+from orchestrator.core.runtime import possible_gpus, ray_session
 from orchestrator.finetune.readers import Example, fixed_subset, read_split
 from orchestrator.finetune.spec import SAMPLE_DIR, TaskSpec, load_task
 
@@ -92,13 +92,11 @@ class AugmentActor:
 
 
 def _actor_gpus(ray_cfg: AugmentRayConfig, device: str) -> float:
-    import ray  # heavy: ray
-
     if device == "cpu":
         return 0.0
     if ray_cfg.gpus_per_actor >= 0:
         return ray_cfg.gpus_per_actor
-    return 1.0 if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
+    return 1.0 if possible_gpus() > 0 else 0.0
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Typed, frozen configs loaded from YAML with dotted command-line overrides.
 
-    cfg = load_config(ChainConfig, "configs/real.yaml", ["pretrain.max_steps=50"])
+    cfg = load_config(ChainConfig, "configs/real_data.yaml", ["pretrain.phase1.steps=50"])
 
 Unknown keys are rejected with the closest valid key suggested; values are checked
 against the dataclass field types; each dataclass may validate itself in __post_init__.

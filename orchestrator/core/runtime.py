@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from orchestrator.core.errors import OrchestratorError
+from orchestrator.core.errors import ConfigError, OrchestratorError
 
 log = logging.getLogger(__name__)
 
@@ -142,3 +142,64 @@ def available_cpus(default: int = 2) -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # macOS
         return os.cpu_count() or default
+
+
+#: An explicit count of the GPUs the cluster can give (all its nodes at their most), for a cluster
+#: whose autoscaler this process cannot read; it wins over everything read from Ray.
+CLUSTER_GPUS_ENV = "ORCH_CLUSTER_GPUS"
+#: Where ``ray up`` leaves the autoscaler's config on the head (cluster.yaml starts Ray with it).
+_BOOTSTRAP_CONFIG = Path("~/ray_bootstrap_config.yaml")
+
+
+def node_type_gpus(cluster: dict) -> float:
+    """The GPUs an autoscaler config (cluster.yaml's form: ``available_node_types``,
+    ``head_node_type``, ``max_workers``) can start: each worker type's GPUs x its most nodes (its own
+    ``max_workers``, else the cluster's, never above the cluster's), plus the head's."""
+    limit = cluster.get("max_workers")
+    total = 0.0
+    for name, node in (cluster.get("available_node_types") or {}).items():
+        gpus = float((node.get("resources") or {}).get("GPU", 0) or 0)
+        if name == cluster.get("head_node_type"):
+            total += gpus
+            continue
+        most = node.get("max_workers", limit) or 0
+        total += gpus * (most if limit is None else min(most, limit))
+    return total
+
+
+def possible_gpus() -> float:
+    """How many GPUs the connected Ray cluster could give: those it has now, or, on an autoscaling
+    cluster whose GPU nodes have not started yet (``min_workers: 0``), those its node types can start.
+
+    Read from, the largest winning: ``ORCH_CLUSTER_GPUS`` (when set, the answer); the live cluster;
+    the autoscaler's cluster config in Ray's GCS (KubeRay, autoscaler v2); and, attached to a cluster,
+    the head's ``~/ray_bootstrap_config.yaml`` (``ray up``'s copy of cluster.yaml). An embedded
+    laptop Ray has only the first two: its answer is its GPUs."""
+    import ray  # heavy: ray
+
+    explicit = os.environ.get(CLUSTER_GPUS_ENV, "").strip()
+    if explicit:
+        try:
+            value = float(explicit)
+        except ValueError:
+            value = -1.0
+        if value < 0:
+            raise ConfigError(f"{CLUSTER_GPUS_ENV}={explicit!r}: expected a number of GPUs >= 0")
+        return value
+    found = [float(ray.cluster_resources().get("GPU", 0) or 0)]
+    try:  # what Ray Train v2 reads for the same question; None when no autoscaler reported a config
+        from ray._private.state import state  # heavy: ray
+
+        found.append(float((state.get_max_resources_from_cluster_config() or {}).get("GPU", 0) or 0))
+    except Exception as exc:  # a private API: an older or newer Ray may lack it or fail differently
+        log.debug("no autoscaler cluster config from Ray's GCS: %s", exc)
+    bootstrap = _BOOTSTRAP_CONFIG.expanduser()
+    if cluster_address() is not None and bootstrap.is_file():
+        import yaml
+
+        try:
+            found.append(node_type_gpus(yaml.safe_load(bootstrap.read_text(encoding="utf-8")) or {}))
+        except (OSError, yaml.YAMLError, AttributeError, TypeError, ValueError) as exc:
+            log.warning("%s: not an autoscaler config (%s); counting only the GPUs the cluster has now",
+                        bootstrap, exc)
+    return max(found)

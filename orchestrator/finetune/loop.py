@@ -12,13 +12,23 @@ Early stopping (``trial.patience`` > 0) replaces the epoch grid: dev is scored a
 the weights of the best dev epoch so far are kept (a CPU copy, taken only when dev improves), the
 trial stops ``patience`` epochs after its best (or at ``max_epochs``, which the schedule spans),
 and test is scored once, on the best dev epoch's weights, into that epoch's row.
+
+What a trial pays besides its arithmetic (a GPU trial's steps are milliseconds): a Tune worker runs
+many trials (``reuse_actors``), so each process keeps, per model and task, the tokenizer, the
+tokenised splits and the loaded encoder weights (``_process_cached``, keyed by the files' sizes and
+times) and copies the weights for each trial; each split is padded once into tensors on the trial's
+device and every batch is a slice of them, so no batch is built from Python lists or copied from
+the host. The results are those of loading everything afresh (``tests/test_sweep.py``).
 """
 from __future__ import annotations
 
+import collections
+import copy
 import dataclasses
 import json
 import logging
 import math
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -48,10 +58,41 @@ class Encoded:
     targets: list[Any]
     examples: list[Example]
     word_index: list[list[int]] | None = None  # NER: token position of each word's first piece
+    # device -> the split padded into tensors on it (``_on_device``): built once, sliced by every batch
+    tensors: dict[str, tuple[dict[str, torch.Tensor], torch.Tensor, list[int]]] = dataclasses.field(
+        default_factory=dict, repr=False, compare=False)
 
 
 CV_SPLIT_SEED = 0  # folds and dev carve-outs are the same for every seed and learning rate
 CV_DEV_SHARE = 0.1  # share of the training folds held out as dev for selecting lr / epochs
+
+
+_PROCESS_CACHE: collections.OrderedDict[tuple, Any] = collections.OrderedDict()
+# entries kept per kind (key[0]): tokenised splits of a few tasks x models; encoder weights of two
+# models (a BERT-base's are 440 MB in each worker process)
+_PROCESS_CACHE_SIZE = {"tokenizer": 8, "splits": 16, "encoder": 2}
+
+
+def _process_cached(key: tuple, make: Callable[[], Any]) -> Any:
+    """``make()`` once per ``key`` in this process (the least recently used of its kind dropped)."""
+    if key in _PROCESS_CACHE:
+        _PROCESS_CACHE.move_to_end(key)
+        return _PROCESS_CACHE[key]
+    value = _PROCESS_CACHE[key] = make()
+    same = [k for k in _PROCESS_CACHE if k[0] == key[0]]  # oldest first
+    for old in same[:max(0, len(same) - _PROCESS_CACHE_SIZE.get(key[0], 8))]:
+        del _PROCESS_CACHE[old]
+    return value
+
+
+def _dir_state(path: str | Path) -> tuple:
+    """The files directly in ``path`` with their sizes and modification times: a cache key that
+    changes when a model is re-pretrained or a task file rewritten in place."""
+    try:
+        with os.scandir(path) as entries:
+            return tuple(sorted((e.name, e.stat().st_size, e.stat().st_mtime_ns) for e in entries if e.is_file()))
+    except OSError:
+        return ()
 
 
 def load_splits(spec: TaskSpec, trial: TrialSpec) -> dict[str, list[Example]]:
@@ -154,21 +195,39 @@ def _encode_ner(spec: TaskSpec, examples: list[Example], tokenizer, max_len: int
     return Encoded(feats, targets, examples, word_index)
 
 
-def _batches(enc: Encoded, order: list[int], batch_size: int, pad_id: int) -> Any:
+def _on_device(enc: Encoded, pad_id: int, device: torch.device) -> tuple[dict[str, torch.Tensor], torch.Tensor,
+                                                                          list[int]]:
+    """The split padded to its longest example, as tensors on ``device`` (built once per split and
+    device): inputs by key, labels (NER: per token, padded with the ignore index), and lengths."""
+    key = f"{device}:{pad_id}"
+    if key not in enc.tensors:
+        lengths = [len(f["input_ids"]) for f in enc.features]
+        width = max(lengths, default=1)
+        inputs = {name: torch.tensor([f[name] + [pad_id if name == "input_ids" else 0] * (width - len(f[name]))
+                                      for f in enc.features]).to(device)
+                  for name in (enc.features[0] if enc.features else ())}
+        if enc.word_index is not None:
+            labels = torch.tensor([t + [-100] * (width - len(t)) for t in enc.targets])
+        else:
+            labels = torch.tensor(enc.targets)
+        enc.tensors[key] = (inputs, labels.to(device), lengths)
+    return enc.tensors[key]
+
+
+def _batches(enc: Encoded, order: list[int], batch_size: int, pad_id: int, device: torch.device) -> Any:
+    """(example indices, inputs, labels) on ``device``, ``batch_size`` examples of ``order`` at a time,
+    padded to the batch's longest example: slices of the split's device tensors (``_on_device``)."""
+    inputs, labels, lengths = _on_device(enc, pad_id, device)
+    where = torch.as_tensor(order, dtype=torch.long).to(device)
     for start in range(0, len(order), batch_size):
         idx = order[start:start + batch_size]
-        width = max(len(enc.features[i]["input_ids"]) for i in idx)
-        batch: dict[str, torch.Tensor] = {}
-        for key in enc.features[idx[0]]:
-            fill = pad_id if key == "input_ids" else 0
-            batch[key] = torch.tensor([enc.features[i][key] + [fill] * (width - len(enc.features[i][key]))
-                                       for i in idx])
-        targets = [enc.targets[i] for i in idx]
-        if enc.word_index is not None:  # NER: per-token labels, padded with the ignore index
-            labels = torch.tensor([t + [-100] * (width - len(t)) for t in targets])
-        else:
-            labels = torch.tensor(targets)
-        yield idx, batch, labels
+        width = max(lengths[i] for i in idx)
+        rows = where[start:start + batch_size]
+        batch = {k: v.index_select(0, rows)[:, :width].contiguous() for k, v in inputs.items()}
+        picked = labels.index_select(0, rows)
+        if enc.word_index is not None:
+            picked = picked[:, :width].contiguous()
+        yield idx, batch, picked
 
 
 def predict(model: TaskModel, spec: TaskSpec, enc: Encoded, batch_size: int, pad_id: int,
@@ -177,8 +236,8 @@ def predict(model: TaskModel, spec: TaskSpec, enc: Encoded, batch_size: int, pad
     model.eval()
     out: list[Any] = [None] * len(enc.examples)
     with torch.no_grad():
-        for idx, batch, _ in _batches(enc, list(range(len(enc.examples))), batch_size * 2, pad_id):
-            logits = model(**{k: v.to(device) for k, v in batch.items()}).float().cpu()
+        for idx, batch, _ in _batches(enc, list(range(len(enc.examples))), batch_size * 2, pad_id, device):
+            logits = model(**batch).float().cpu()
             for row, i in enumerate(idx):
                 out[i] = _decode(spec, logits[row], enc, i)
     return out
@@ -248,19 +307,29 @@ def run_trial(trial: TrialSpec, report: Callable[[dict], None] | None = None,
     ``trial.max_epochs``: the model of one epoch of a shared-epoch trial, exactly as the trial had it."""
     from transformers import AutoTokenizer, get_linear_schedule_with_warmup  # heavy: transformers
 
+    setup_tick = time.perf_counter()
     # trial.data_dir already is the task's own directory (see orchestrator.sweep.space.task_data_dir)
     spec = dataclasses.replace(task_spec or load_task(trial.task), dir="")
     torch.set_num_threads(max(1, trial.num_threads))
     device = choose_device(trial.device)
     allow_tf32(device)
-    splits = load_splits(spec, trial)
-    train, dev, test = splits["train"], splits["dev"], splits["test"]
-    tokenizer = AutoTokenizer.from_pretrained(trial.model_dir)
+    model_state = _dir_state(trial.model_dir)
+    tokenizer = _process_cached(("tokenizer", trial.model_dir, model_state),
+                                lambda: AutoTokenizer.from_pretrained(trial.model_dir))
     pad_id = tokenizer.pad_token_id or 0
-    enc = {name: encode_cached(spec, trial, name, exs, tokenizer) for name, exs in splits.items()}
+    data_key = ("splits", json.dumps(dataclasses.asdict(spec), sort_keys=True, default=str), trial.data_dir,
+                _dir_state(trial.data_dir), trial.fold, trial.max_train_examples, trial.max_eval_examples,
+                trial.max_seq_length, trial.model_dir, model_state, trial.cache_dir)
+
+    def read_and_encode() -> tuple[dict[str, list[Example]], dict[str, Encoded]]:
+        splits = load_splits(spec, trial)
+        return splits, {name: encode_cached(spec, trial, name, exs, tokenizer) for name, exs in splits.items()}
+
+    splits, enc = _process_cached(data_key, read_and_encode)
+    train, dev, test = splits["train"], splits["dev"], splits["test"]
 
     seed_everything(trial.seed)
-    model = TaskModel(trial.model_dir, spec)
+    model = TaskModel(trial.model_dir, spec, encoder=_encoder_copy(trial.model_dir, model_state))
     if spec.head_bias_init == "prior":
         model.init_bias_to_prior(enc["train"].targets)
     if trial.tune == "adapters":
@@ -296,16 +365,19 @@ def run_trial(trial: TrialSpec, report: Callable[[dict], None] | None = None,
                     per_tag[str(row["epoch"])] = ner_per_tag([ex.label for ex in test], pred)
         counts["eval_seconds"] += time.perf_counter() - tick
 
+    for split in enc.values():  # padded onto the device once (kept with the cached split for later trials)
+        _on_device(split, pad_id, device)
+    counts["setup_seconds"] = time.perf_counter() - setup_tick
     started = time.time()
     for epoch in range(1, trial.max_epochs + 1):
         tick = time.perf_counter()
         model.train()
         loss_sum, n_batches = torch.zeros((), device=device), 0  # summed on the device: no host sync a step
         order = rng.permutation(len(train)).tolist()
-        for _, batch, labels in _batches(enc["train"], order, trial.batch_size, pad_id):
+        for _, batch, labels in _batches(enc["train"], order, trial.batch_size, pad_id, device):
             with autocast_context(trial.precision, device):
-                logits = model(**{k: v.to(device) for k, v in batch.items()})
-                loss = model.loss(logits.float(), labels.to(device))
+                logits = model(**batch)
+                loss = model.loss(logits.float(), labels)
             scaler.scale(loss).backward()
             _, skipped = optimizer_update(params, optim, sched, scaler, grad_clip=1.0)
             skipped_steps += skipped
@@ -346,6 +418,20 @@ def run_trial(trial: TrialSpec, report: Callable[[dict], None] | None = None,
             "metric": spec.metric, "epochs": epochs, "predictions": predictions, "per_tag": per_tag, **stopping,
             "counts": {**counts, "train_size": len(train), "dev_size": len(dev), "test_size": len(test)},
             "seconds": round(time.time() - started, 3)}
+
+
+def _encoder_copy(model_dir: str, model_state: tuple) -> torch.nn.Module | None:
+    """A fresh copy of ``model_dir``'s encoder, loaded once per process; None (TaskModel loads it) when
+    loading it draws random numbers (weights the checkpoint lacks), so the copy could differ from a load."""
+    from orchestrator.modeling.encoder import load_encoder  # heavy: transformers
+
+    def load() -> torch.nn.Module | None:
+        before = torch.get_rng_state()
+        encoder = load_encoder(model_dir)
+        return encoder if torch.equal(before, torch.get_rng_state()) else None
+
+    cached = _process_cached(("encoder", model_dir, model_state), load)
+    return None if cached is None else copy.deepcopy(cached)
 
 
 def _jsonable(preds: list[Any]) -> list[Any]:

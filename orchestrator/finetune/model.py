@@ -33,14 +33,16 @@ def prior_log_odds(targets: Sequence[Sequence[float]]) -> torch.Tensor:
 class TaskModel(nn.Module):
     """Encoder + dropout + linear; token-level logits for NER, [CLS] logits otherwise."""
 
-    def __init__(self, model_dir: str | Path, spec: TaskSpec, use_safetensors: bool | None = None):
+    def __init__(self, model_dir: str | Path, spec: TaskSpec, use_safetensors: bool | None = None,
+                 encoder: nn.Module | None = None):
         super().__init__()
         from orchestrator.modeling.adapters import saved_adapters  # heavy: transformers
         from orchestrator.modeling.encoder import load_encoder
 
         self.family = spec.family
-        # fp32 masters, as pretraining; use_safetensors=True refuses pickled weights (an exported model)
-        self.encoder = load_encoder(model_dir, use_safetensors=use_safetensors)
+        # fp32 masters, as pretraining; use_safetensors=True refuses pickled weights (an exported model).
+        # ``encoder``: model_dir's encoder as load_encoder gives it, already loaded (a per-process copy)
+        self.encoder = encoder if encoder is not None else load_encoder(model_dir, use_safetensors=use_safetensors)
         if saved_adapters(model_dir):  # a model pretrained with adapters is fine-tuned with them in place
             self.encoder.requires_grad_(True)  # full fine-tuning: the base and its adapters
         hidden = self.encoder.config.hidden_size

@@ -56,7 +56,8 @@ class SweepConfig:
     task_dirs: dict[str, str] = field(default_factory=dict,
                                       help="task (stem or display name) -> directory holding its split files")
     cpus_per_trial: float = field(1.0, help="CPUs reserved per trial (torch threads = max(1, int(this)))")
-    gpus_per_trial: float = field(-1.0, help="GPUs per trial: -1 = 1 when the cluster has GPUs else 0; "
+    gpus_per_trial: float = field(-1.0, help="GPUs per trial: -1 = 1 when the cluster has GPUs or its autoscaler "
+                                             "can start GPU nodes (or ORCH_CLUSTER_GPUS > 0), else 0; "
                                              "fractions (0.5) pack trials onto one GPU")
     max_concurrent_trials: int = field(0, help="0 = as many as resources allow")
     max_failures: int = field(2, help="run a trial again this many times when it fails (its worker died, a spot "

