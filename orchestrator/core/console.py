@@ -60,10 +60,6 @@ def set_verbose(on: bool) -> None:
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 
-def verbose() -> bool:
-    return _verbose
-
-
 def capturing() -> bool:
     """True while a run's output goes to its log file (the terminal shows the concise lines only)."""
     return _terminal is not None
@@ -73,6 +69,14 @@ def updating() -> bool:
     """True when progress lines update in place: the run's terminal is a TTY."""
     term = _terminal
     return term is not None and term.isatty()
+
+
+def due(since_s: float, done: int, total: int, *, every_s: float = 30.0, share: float = 0.05,
+        at_most_s: float = 600.0) -> bool:
+    """Whether a plain progress line is due: ``since_s`` seconds and ``done`` units since the last one.
+    At least ``every_s`` apart, and then only after ``share`` of the ``total`` or ``at_most_s``: a phase
+    or a sweep prints about 20 lines, and a long one a line every 10 minutes more."""
+    return since_s >= every_s and (done >= share * total or since_s >= at_most_s)
 
 
 def _write(text: str, *, update: bool = False) -> None:
@@ -98,11 +102,12 @@ def progress(text: str) -> None:
     if _terminal is None:
         logging.getLogger("progress").info("%s", text)
         return
-    _write(time.strftime("%H:%M:%S ") + text, update=True)
+    line = time.strftime("%H:%M:%S ") + text
+    _write(line, update=True)
     log_file = _log_file
     if log_file is not None:
         with _lock:
-            log_file.write(text + "\n")
+            log_file.write(line + "\n")
 
 
 def worker_line(text: str, *, is_progress: bool = False) -> None:

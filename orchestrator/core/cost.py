@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from orchestrator.core.manifest import MANIFEST
+from orchestrator.core.runtime import available_cpus
 
 COST_FIELD = "cost"
 
@@ -94,8 +95,6 @@ def cluster_units() -> tuple[float, float]:
             return float(res.get("CPU", 1.0)), 0.0
     except ImportError:  # pragma: no cover - ray is a hard dependency
         pass
-    from orchestrator.core.runtime import available_cpus
-
     return float(available_cpus()), 0.0
 
 

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from orchestrator.core.config import from_dict
-from orchestrator.core.console import worker_line
+from orchestrator.core.console import due, worker_line
 from orchestrator.core.errors import OrchestratorError
 from orchestrator.core.runtime import seed_everything
 from orchestrator.instances.config import MaskingRule, Specials
@@ -203,19 +203,21 @@ def _check_same_decision(decision: str | None, world: int, device: torch.device,
 
 
 class Progress:
-    """A console line at most every ``every_s`` seconds (and at the phase's end): a pretraining phase
-    runs for hours and its metrics otherwise go only to MLflow. Printed for the driver's terminal
-    (``orchestrator.core.console.worker_line``: the progress line there) and kept in the run's log."""
+    """A console line when one is due (``orchestrator.core.console.due``: at least ``every_s`` seconds
+    apart, about 20 a phase) and at the phase's end: a pretraining phase runs for hours and its metrics
+    otherwise go only to MLflow. Printed for the driver's terminal (``console.worker_line``: the
+    progress line there) and kept in the run's log."""
 
     def __init__(self, phase_name: str, steps: int, start_step: int, every_s: float = 30.0):
         self.phase_name, self.steps, self.start_step, self.every_s = phase_name, steps, start_step, every_s
         self.started = self.last = time.monotonic()
+        self.last_step = start_step
 
     def step(self, phase_step: int, mlm_loss: float, mlm_accuracy: float, force: bool = False) -> str | None:
         now = time.monotonic()
-        if not force and now - self.last < self.every_s:
+        if not force and not due(now - self.last, phase_step - self.last_step, self.steps, every_s=self.every_s):
             return None
-        self.last = now
+        self.last, self.last_step = now, phase_step
         done = phase_step - self.start_step
         rate = done / max(now - self.started, 1e-9)
         eta = (self.steps - phase_step) / rate if rate > 0 else float("inf")

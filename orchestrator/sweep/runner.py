@@ -129,16 +129,17 @@ def _tune_trainable(config: dict) -> None:
 class SweepProgress:
     """The sweep's progress line: trials done of the total, elapsed, an estimate of the time left, and
     the best dev score so far of the task whose trial just ended. On a terminal it updates at every
-    trial; elsewhere (a log, a pipe) a line at most every ``every_s`` seconds and at the last trial."""
+    trial; elsewhere (a log, a pipe) when a line is due (``orchestrator.core.console.due``: at least
+    ``every_s`` apart, about 20 a sweep) and at the last trial."""
 
     def __init__(self, total: int, every_s: float = 30.0):
-        self.total, self.every_s, self.done = total, every_s, 0
+        self.total, self.every_s, self.done, self.last_done = total, every_s, 0, 0
         self.started = self.last = time.monotonic()
         self.best: dict[str, tuple[float, str]] = {}  # task -> (best dev, model)
 
     def add(self, record: dict) -> str | None:
         """Count a finished trial's record; returns the line when one is due."""
-        from orchestrator.core.console import progress, updating  # the terminal's progress line
+        from orchestrator.core.console import due, progress, updating  # the terminal's progress line
         from orchestrator.finetune.metrics import METRICS
 
         self.done += 1
@@ -151,9 +152,10 @@ class SweepProgress:
             if old is None or (dev > old[0] if higher else dev < old[0]):
                 self.best[task] = (dev, model)
         now = time.monotonic()
-        if not updating() and now - self.last < self.every_s and self.done < self.total:
+        if not updating() and self.done < self.total and not due(now - self.last, self.done - self.last_done,
+                                                                   self.total, every_s=self.every_s):
             return None
-        self.last = now
+        self.last, self.last_done = now, self.done
         elapsed = now - self.started
         left = elapsed / self.done * (self.total - self.done)
         line = (f"sweep: {self.done}/{self.total} trials, {duration(elapsed)} elapsed"
