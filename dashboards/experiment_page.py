@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator.core.cost import duration
 from orchestrator.core.errors import OrchestratorError
 from orchestrator.core.manifest import atomic_write_text
 from orchestrator.retrieval.table import CSS as RETRIEVAL_CSS
@@ -86,6 +87,7 @@ class Experiment:
     source_scores: dict[str, dict] = field(default_factory=dict)  # arm -> seed 004 scores (its selection run)
     retrieval: dict | None = None  # seed 002's retrieval results document (its newest retrieval run's)
     notes: list[str] = field(default_factory=list)  # what could not be shown, and why
+    costs: dict[str, list[dict]] = field(default_factory=dict)  # arm (or the sweep) -> its stages' costs
     git_commit: str = ""
 
 
@@ -145,7 +147,8 @@ def load_experiment(tracking_uri: str, experiment_run_id: str | None = None, *, 
     name = (parent.info.run_name or pid[:8]).removeprefix(f"{S.KIND_EXPERIMENT}:")
     exp = Experiment(tracking_uri=tracking_uri, run_id=pid, name=name,
                      status=parent.info.status, started=(parent.info.start_time or 0) / 1000 or None,
-                     baseline=tags.get(S.BASELINE_TAG) or params.get(S.BASELINE, ""), arms=_arms(tags, params))
+                     baseline=tags.get(S.BASELINE_TAG) or params.get(S.BASELINE, ""), arms=_arms(tags, params),
+                     costs=S.read_cost_tags(tags))
     for run in pretrains:  # newest first: an arm keeps its newest pretraining run
         name = run.data.tags.get(S.ARM)
         if not name:
@@ -294,6 +297,7 @@ def render_page(exp: Experiment) -> str:
            '<p class="meta">' + " &middot; ".join(meta) + "</p>"]
     out += [f'<p class="missing">{esc(note)}</p>' for note in exp.notes]
     out.append(_arms_html(exp, colours))
+    out.append(_cost_section(exp, colours))
     table = _blue_table(exp)
     out.append(_table_section(exp, table))
     out.append(_differences_section(exp))
@@ -346,6 +350,41 @@ def _arms_html(exp: Experiment, colours: dict[str, str]) -> str:
     if extra:
         out.append(f'<p class="notes">Also in the sweep (compare_models, not arms): {esc(", ".join(sorted(extra)))}.'
                    "</p>")
+    return "\n".join(out)
+
+
+def _cost_section(exp: Experiment, colours: dict[str, str]) -> str:
+    """Each arm's stages: wall time and device time (CPUs or GPUs held x wall), the arm's total, and the
+    whole sweep; a stage made by an earlier run and reused says so (its cost is what it cost then)."""
+    esc = html.escape
+    if not any(exp.costs.values()):
+        return ('<h2>Cost</h2><p class="missing">No stage costs recorded for this experiment (a run from before '
+                "they were).</p>")
+    out = ['<h2>Cost</h2><p class="notes">Wall time and device time (the CPUs or GPUs a stage held × its wall '
+           "time; a data stage is charged the Ray cluster's CPUs, an upper bound). A stage reused from an earlier "
+           "run shows what it cost when it was made; an output shared by arms counts in each.</p>",
+           '<table class="blue cost" id="cost"><thead><tr><th class="model">Arm</th><th>Stage</th><th>Wall</th>'
+           "<th>Device time</th><th>Held</th><th>Note</th></tr></thead><tbody>"]
+    for owner, rows in exp.costs.items():
+        if not rows:
+            continue
+        swatch = _swatch(colours[owner]) if owner in colours else ""
+        totals: dict[str, float] = {}
+        for i, row in enumerate(rows):
+            device = str(row.get("device", "CPU"))
+            totals[device] = totals.get(device, 0.0) + float(row.get("device_h", 0.0))
+            wall = float(row.get("wall_s", 0.0))
+            note = ", ".join(n for n in ("reused" if row.get("reused") else "",
+                                         f"shared with {row['shared']}" if row.get("shared") else "") if n)
+            head = (f'<td class="model" rowspan="{len(rows) + 1}">{swatch}{esc(owner)}</td>' if i == 0 else "")
+            out.append(f'<tr data-owner="{esc(owner)}" data-stage="{esc(str(row.get("stage", "")))}">{head}'
+                       f"<td>{esc(str(row.get('stage', '')))}</td><td>{'-' if wall < 0 else esc(duration(wall))}</td>"
+                       f"<td>{float(row.get('device_h', 0.0)):.3f} {esc(device)}-h</td>"
+                       f"<td>{float(row.get('units', 0.0)):g} {esc(device)}</td><td>{esc(note)}</td></tr>")
+        total = ", ".join(f"{h:.3f} {esc(d)}-h" for d, h in totals.items())
+        out.append(f'<tr class="total" data-owner="{esc(owner)}"><td>total</td><td></td><td>{total}</td>'
+                   "<td></td><td></td></tr>")
+    out.append("</tbody></table>")
     return "\n".join(out)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,8 @@ from typing import Any
 from orchestrator.augment.config import AugmentStageConfig
 from orchestrator.core.artifacts import SMALL_ROLES
 from orchestrator.core.config import expand_package_paths, field, flatten, from_dict, read_yaml, set_dotted, to_dict
+from orchestrator.core.console import LOG_PATH
+from orchestrator.core.cost import StageCost, cost_lines, read_cost
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.manifest import (
     atomic_write_json,
@@ -219,6 +222,9 @@ class ChainResult:
     arms: dict[str, dict] = dataclasses.field(default_factory=dict)  # an experiment's arms: status, error
     mlflow_run_id: str = ""  # an experiment's MLflow parent run ("" without tracking)
     experiment_id: str = ""  # the MLflow experiment the runs are in ("" without tracking)
+    costs: dict[str, list[StageCost]] = dataclasses.field(default_factory=dict)  # per arm (or model): stage costs
+    log_file: Path | None = None  # where Ray's, Tune's and the workers' output went (None: the terminal)
+    wall_s: float | None = None  # how long this run took
 
     @property
     def exit_code(self) -> int:
@@ -237,6 +243,9 @@ class ChainResult:
         for kind in ("html", "md", "png", PAGE, RETRIEVAL):
             if kind in self.report:
                 lines.append(f"report ({kind:4}): {self.report[kind]}")
+        lines += cost_lines(self.costs, self.wall_s)
+        if self.log_file:
+            lines.append(f"full log      : {self.log_file} (Ray, Tune and worker output; --verbose shows it here)")
         if self.tracking_uri:
             lines.append("MLflow UI     : " + self.mlflow_ui_command())
             url = ui_url(self.experiment_id) if self.experiment_id else UI_ADDRESS
@@ -503,9 +512,24 @@ def run(cfg: ChainConfig) -> ChainResult:
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(run_dir / "chain_config.json", to_dict(cfg))
     seed_everything(cfg.seed)
+    started = time.time()
     # Ray is shut down before returning so that workers' buffered output is flushed before the summary.
-    with ray_session(address=cfg.ray.address or None, num_cpus=cfg.ray.num_cpus or None) as info:
-        return _run_stages(cfg, run_dir, info)
+    with ray_session(address=cfg.ray.address or None, num_cpus=cfg.ray.num_cpus or None,
+                     log_file=run_dir / LOG_PATH) as info:
+        result = _run_stages(cfg, run_dir, info)
+    result.costs = {cfg.model_name: chain_costs(cfg, run_dir, since=started)}
+    result.log_file, result.wall_s = info["log_file"], time.time() - started
+    return result
+
+
+def chain_costs(cfg: ChainConfig, run_dir: Path, *, since: float) -> list[StageCost]:
+    """What each of the chain's stage outputs cost when it was made (their manifests), reused or not."""
+    names = [s for s in ("corpus", "vocab") if s in cfg.stages]
+    if "instances" in cfg.stages:
+        names += [f"instances/len{n}" for n in cfg.instances.max_seq_lengths]
+    names += [s for s in ("pretrain", "sweep") if s in cfg.stages]
+    costs = [read_cost(run_dir / name, name, since=since) for name in names]
+    return [c for c in costs if c is not None]
 
 
 def _run_stages(cfg: ChainConfig, run_dir: Path, info: dict) -> ChainResult:

@@ -28,12 +28,15 @@ import dataclasses
 import json
 import logging
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from orchestrator import chain
 from orchestrator.chain import ChainConfig, ChainResult, check_inputs, corpus_keys, corpus_stages
 from orchestrator.core.config import flatten, to_dict
+from orchestrator.core.console import LOG_PATH
+from orchestrator.core.cost import StageCost, read_cost, sweep_share
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.manifest import atomic_write_json, is_complete
 from orchestrator.core.reuse import content_key, output_lock, reusable, run_stage
@@ -56,6 +59,7 @@ log = logging.getLogger("experiment")
 STAGES_DIR = "stages"
 STATUS_FILE = "experiment.json"
 RANDOM_INIT = "random-init"
+SWEEP_COSTS = "the sweep, all arms"  # the costs' entry of the whole sweep, after the arms'
 MAX_TAG_TEXT = 4000  # an arm's error on the experiment's MLflow run (MLflow allows 8000 characters)
 
 
@@ -203,12 +207,51 @@ def run(cfg: ChainConfig) -> ChainResult:
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(run_dir / "chain_config.json", to_dict(cfg))
     seed_everything(cfg.seed)
-    with ray_session(address=cfg.ray.address or None, num_cpus=cfg.ray.num_cpus or None) as info:
+    started = time.time()
+    with ray_session(address=cfg.ray.address or None, num_cpus=cfg.ray.num_cpus or None,
+                     log_file=run_dir / LOG_PATH) as info:
         log.info("Ray %s with %s", info["mode"], {k: v for k, v in info["resources"].items() if k in ("CPU", "GPU")})
-        return _run_arms(cfg, plans, run_dir)
+        if info["log_file"]:
+            log.info("Ray's, Tune's and the workers' own output: %s", info["log_file"])
+        result = _run_arms(cfg, plans, run_dir, started)
+    result.log_file, result.wall_s = info["log_file"], time.time() - started
+    return result
 
 
-def _run_arms(cfg: ChainConfig, plans: dict[str, ArmPlan], run_dir: Path) -> ChainResult:
+def arm_costs(cfg: ChainConfig, plans: dict[str, ArmPlan], run_dir: Path, *, since: float
+              ) -> dict[str, list[StageCost]]:
+    """Each arm's stage outputs (a shared one in every arm that uses it, saying with whom), its augmented
+    tasks, and its share of the sweep (its trials' device time); then the sweep as a whole. What each
+    cost when it was made, from its manifest (``orchestrator.core.cost``); ``reused`` when made before
+    ``since``. A published model's arm has only its share of the sweep."""
+    graph = shared_outputs(plans)
+    costs: dict[str, list[StageCost]] = {}
+    for arm in plans.values():
+        rows = []
+        for out in arm.outputs:
+            cost = read_cost(out.path, out.name, since=since)
+            if cost is not None:
+                others = [a for a in graph[out.key][1] if a != arm.name]
+                rows.append(dataclasses.replace(cost, shared=", ".join(others)))
+        if arm.augmented:
+            for task_dir in sorted((run_dir / "augment" / arm.name).glob("*")):
+                cost = read_cost(task_dir, f"augment/{task_dir.name}", since=since)
+                rows += [cost] if cost is not None else []
+        share = sweep_share(run_dir / "sweep", arm.name, since=since) if "sweep" in cfg.stages else None
+        rows += [share] if share is not None else []
+        costs[arm.name] = rows  # every arm, even without rows: the parent run's cost tags keep one count
+    whole = read_cost(run_dir / "sweep", "sweep", since=since) if "sweep" in cfg.stages else None
+    if whole is not None:
+        costs[SWEEP_COSTS] = [whole]
+    return costs
+
+
+def _cost_tags(costs: dict[str, list[StageCost]]) -> dict[str, str]:
+    """The costs as the experiment parent's tags: what the experiment page shows."""
+    return S.cost_tags({owner: [dataclasses.asdict(c) for c in rows] for owner, rows in costs.items()})
+
+
+def _run_arms(cfg: ChainConfig, plans: dict[str, ArmPlan], run_dir: Path, started: float) -> ChainResult:
     from orchestrator.sweep.runner import run_sweep  # heavy: Ray Tune, torch
     from orchestrator.track.runs import parent_run, set_run_tags
 
@@ -300,9 +343,11 @@ def _run_arms(cfg: ChainConfig, plans: dict[str, ArmPlan], run_dir: Path) -> Cha
                                                                                   "comparison")])
         if retrieval:
             report[chain.RETRIEVAL] = retrieval[0] / "table.html"
+        costs = arm_costs(cfg, plans, run_dir, since=started)
         record_status()
+        set_run_tags(tracking_uri, parent_id, _cost_tags(costs))
     return ChainResult(run_dir=run_dir, report=report, results=results, tracking_uri=tracking_uri, arms=status,
-                       mlflow_run_id=parent_id or "",
+                       mlflow_run_id=parent_id or "", costs=costs,
                        experiment_id=experiment_id_of(tracking_uri, cfg.tracking.experiment))
 
 
@@ -341,7 +386,7 @@ def _build_arm(cfg: ChainConfig, arm: ArmPlan, run_dir: Path) -> Variant | None:
     if arm.kind == "random":
         run_stage("pretrain", last.path, last.key,
                   lambda tmp: random_init(a.pretrain, corpus.vocab_dir, tmp, dest=last.path),
-                  f"random initialisation ({arm.name})")
+                  f"random initialisation ({arm.name})", units=(1.0, 0.0))  # the driver alone
     else:
         with output_lock(last.path):  # an arm sharing this pretraining waits, then reuses it
             pretrain(a.pretrain, corpus.instances, corpus.vocab_dir, last.path, a.tracking, run_dir,

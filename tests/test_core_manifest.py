@@ -230,3 +230,31 @@ def test_a_killed_runs_temporary_directory_is_removed_by_the_next_run_and_no_one
         write_manifest(tmp, stage="demo", config={}, counts={})
     assert not killed.exists() and live.is_dir() and elsewhere.is_dir()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([elsewhere.name, live.name, "stage"])
+
+
+def test_a_stage_records_what_it_cost_and_a_later_run_reports_it_reused(tmp_path):
+    """run_stage times the build into the manifest (wall x the CPUs it held); a re-run that reuses the
+    output reports that cost, marked reused; GPUs, when held, make it GPU-hours."""
+    import time
+
+    from orchestrator.core.cost import StageCost, cost_lines, measured, read_cost
+    from orchestrator.core.reuse import run_stage
+
+    def build(tmp):
+        time.sleep(0.05)
+        write_manifest(tmp, stage="demo", config={})
+
+    start = time.time()
+    out = run_stage("demo", tmp_path / "demo", "k1", build, units=(4.0, 0.0))
+    made = read_cost(out, "demo", since=start)
+    assert made.wall_s >= 0.05 and (made.device, made.units, made.reused) == ("CPU", 4.0, False)
+    assert made.device_h == pytest.approx(made.wall_s * 4 / 3600, abs=1e-6)
+    assert run_stage("demo", tmp_path / "demo", "k1", lambda tmp: pytest.fail("rebuilt")) == out
+    later = read_cost(out, "demo", since=time.time() + 2)  # a run that started after it was made
+    assert later.reused and later.wall_s == made.wall_s
+    gpu = measured("pretrain", 1800.0, cpus=8, gpus=2)
+    assert (gpu.device, gpu.units, gpu.device_h) == ("GPU", 2, 1.0)
+    lines = cost_lines({"a": [later, StageCost("sweep (its trials)", -1.0, device_h=0.25, shared="b")], "b": []})
+    assert lines[1] == "  a" and "(reused)" in lines[2] and "(shared with b)" in lines[3]
+    assert lines[3].split()[3] == "-" and lines[4].split()[-2:] == [f"{0.25 + later.device_h:.3f}", "CPU-h"]
+    assert not any(line.strip() == "b" for line in lines)  # an arm without costs is not listed

@@ -122,3 +122,39 @@ def test_unreachable_cluster_fails_fast_with_a_clear_error(monkeypatch):
     monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")
     with pytest.raises(OrchestratorError, match="not reachable.*unset RAY_ADDRESS"):
         runtime.init_ray()
+
+
+def test_a_run_log_takes_the_process_output_and_the_terminal_keeps_the_concise_lines(tmp_path, capfd):
+    """fd 1 and 2 (Ray's C++ core, Tune's tables, forwarded worker output) go to the log file; the terminal
+    gets the project's records, the lines workers marked, and progress; --verbose changes nothing."""
+    import logging
+    import os
+
+    from orchestrator.core import console
+
+    path = tmp_path / "logs" / "job.log"
+    project, library = logging.getLogger("orchestrator.test"), logging.getLogger("ray.tune.test")
+    project.setLevel(logging.INFO)
+    library.setLevel(logging.INFO)
+    with runtime.run_log(path) as written:
+        assert written == path and console.capturing() and not console.updating()  # a pipe, not a TTY
+        os.write(1, b"Trial status: 60 TERMINATED\n")
+        os.write(2, b"tensorboardX notice\n")
+        project.info("corpus: started")
+        library.handle(logging.LogRecord("ray.tune.test", logging.INFO, "/site-packages/ray/tune/x.py", 1,
+                                         "a library's info", None, None))
+        console._forward({"lines": ["worker noise", "[progress] phase1: step 1/2", "(w) [console] phase1: 2 steps",
+                                    "(w) [console] phase1: 2 steps"]})  # a line delivered twice is shown once
+        console.progress("sweep: 1/2 trials")
+    out, err = capfd.readouterr()
+    terminal = (out + err).splitlines()
+    assert [line.split(" ", 1)[1] for line in terminal] == [
+        "corpus: started", "phase1: step 1/2", "phase1: 2 steps", "sweep: 1/2 trials"], terminal
+    kept = path.read_text(encoding="utf-8")
+    assert "Trial status: 60 TERMINATED" in kept and "tensorboardX notice" in kept
+    console.set_verbose(True)  # --verbose: everything stays on the terminal
+    try:
+        with runtime.run_log(path) as written:
+            assert written is None and not console.capturing()
+    finally:
+        console.set_verbose(False)

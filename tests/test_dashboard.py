@@ -68,6 +68,13 @@ def test_the_page_shows_what_mlflow_holds(store, page_file):
                                                                                                  "</table>"))
     assert arms == [("conventional", "ok", "pretrain"), ("simpt", "ok", "pretrain"), ("floor", "ok", "random")]
     assert parent.data.tags[S.ARMS] == ",".join(ARMS)
+    # Cost: each arm's stages (then the whole sweep's), as the parent's cost tags hold them
+    costs = S.read_cost_tags(parent.data.tags)
+    assert list(costs)[:3] == list(ARMS) and "random-init" in [r["stage"] for r in costs["floor"]]
+    cost = section(page, 'id="cost"', "</table>")
+    for owner, rows in costs.items():
+        shown = re.findall(rf'<tr data-owner="{re.escape(escape(owner))}" data-stage="([^"]+)"', cost)
+        assert shown == [escape(r["stage"]) for r in rows], owner
     # The seed 000 table: a row per arm; each task cell is the (model, task) run's test_mean in points.
     table = section(page, 'id="blue-table"', "</table>")
     assert re.findall(r'<tr data-model="([^"]+)"', table) == list(ARMS)

@@ -186,6 +186,34 @@ def test_a_killed_experiment_resumes_without_redoing_the_first_arms_stages(exper
 
 
 @pytest.mark.slow
+def test_the_terminal_shows_stages_progress_and_cost_and_the_log_file_keeps_the_rest(experiment_run):
+    """Issue 29: a run's terminal holds the stages with their times, pretraining's and the sweep's progress and
+    the summary with each arm's cost (at most 150 lines); Ray's, Tune's and the workers' own output is in
+    <run_dir>/logs/job.log. The re-run reports every stage's cost as it was made, reused."""
+    run_dir, first, again = experiment_run.run_dir, experiment_run.first, experiment_run.again
+    terminal = first.stdout + first.stderr
+    assert len(terminal.splitlines()) <= 150, terminal[-5000:]
+    log_file = run_dir / "logs" / "job.log"
+    kept = log_file.read_text(encoding="utf-8")
+    for text in ("Trial status:", "(RayTrainWorker pid=", "Trial _tune_trainable"):  # Tune's tables, Train's workers
+        assert text in kept and text not in terminal, text
+    assert f"full log      : {log_file}" in first.stdout
+    assert re.search(r"random initialisation \(floor\): done in [\d.]+s", terminal)
+    assert re.search(r"phase1: step 10/10, .* elapsed", terminal)  # the simpt arm's pretraining, resumed
+    assert re.search(r"sweep: (\d+)/\1 trials, .* elapsed; best dev so far on ", terminal)
+    # cost: every arm's stages from their manifests; on the re-run all of them were made before it
+    for res, reused in ((first, None), (again, True)):
+        block = res.stdout.split("cost          :", 1)[1].split("full log", 1)[0]
+        rows = re.findall(r"^    (\S+)\s+(-|[\dhms.]+)\s+([\d.]+) CPU-h(.*)$", block, re.M)
+        stages = [r[0] for r in rows if r[0] != "total"]
+        assert stages.count("pretrain") == 2 and stages.count("random-init") == 1 and "sweep" in stages, block
+        if reused:
+            assert all("reused" in r[3] for r in rows if r[0] != "total"), block
+    manifest = json.loads(next((run_dir / "stages" / "pretrain").glob("*/manifest.json")).read_text())
+    assert manifest["cost"]["wall_s"] > 0 and manifest["cost"]["units"] > 0
+
+
+@pytest.mark.slow
 def test_a_failing_arm_does_not_stop_the_others(tmp_path):
     """An arm whose corpus holds bytes that are not UTF-8 fails in its corpus stage; the published
     model's arm is still fine-tuned and reported, the failure is named, and the job exits 3."""

@@ -187,18 +187,19 @@ def test_a_stopper_restored_from_a_checkpoint_decides_as_the_uninterrupted_one(t
         assert before + after == whole, cut
 
 
-def test_progress_line_every_interval_and_at_the_phase_end(caplog):
+def test_progress_line_every_interval_and_at_the_phase_end(capsys):
+    from orchestrator.core.console import PROGRESS_TAG
     from orchestrator.pretrain.loop import Progress
 
-    caplog.set_level("INFO")
     progress = Progress("phase1", steps=200, start_step=50, every_s=3600.0)
     assert progress.step(51, 6.5, 0.1) is None  # within the interval: quiet
     progress.started -= 10.0  # 10 s for 10 steps: 1 step/s
     line = progress.step(60, 6.25, 0.125, force=True)
-    assert line.startswith("phase1: step 60/200, MLM loss 6.2500, accuracy 0.125, 1.00 steps/s")
-    assert "about 2m20s left" in line  # 140 steps at 1 step/s
-    assert progress.step(200, 5.0, 0.2, force=True).endswith("steps/s")  # done: no time left shown
-    assert "phase1: step 60/200" in caplog.text
+    assert line.startswith("phase1: step 60/200, MLM loss 6.2500, accuracy 0.125, 1.00 steps/s, 0m10s elapsed")
+    assert line.endswith("about 2m20s left")  # 140 steps at 1 step/s
+    assert progress.step(200, 5.0, 0.2, force=True).endswith("elapsed")  # done: no time left shown
+    # printed for the driver's terminal: the progress line there (orchestrator.core.console)
+    assert f"{PROGRESS_TAG}phase1: step 60/200" in capsys.readouterr().out
 
 
 def _decide_on_two_ranks(rank: int, store: str, decisions: tuple, out: str) -> None:

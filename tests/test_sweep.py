@@ -271,15 +271,24 @@ def test_sweep_on_ray_tune_with_mlflow_nesting_and_restore(tiny_bert, ray_local,
         history = mlflow.tracking.MlflowClient().get_metric_history(trials[0].info.run_id, "dev")
         assert [m.step for m in history] == [1, 2]
 
+    # what it cost: the trial slots it held x its wall time, shared out per model (one here)
+    cost = json.loads((out / "manifest.json").read_text())["cost"]
+    assert cost["wall_s"] > 0 and cost["device"] == "CPU" and cost["units"] == 2 * cfg.cpus_per_trial  # 2 CPUs
+    assert cost["device_h"] == pytest.approx(cost["wall_s"] * cost["units"] / 3600, abs=1e-5)
+    assert cost["by_model"] == {"tiny": pytest.approx(cost["device_h"], abs=1e-5)}
+
     # restore: a lost record is re-run, the finished ones are skipped
     next((out / "trials").glob("tiny__bc5cdr_chemical__*s2.json")).unlink()
     second = run_sweep(cfg, models, out, TrackingConfig(enabled=False), tmp_path)
     assert (second.ran, second.skipped) == (1, 3)
     assert second.results["cells"]["tiny"]["BIOSSES"] == results["cells"]["tiny"]["BIOSSES"]
+    again = json.loads((out / "manifest.json").read_text())["cost"]  # the earlier call's cost, plus this one's
+    assert again["wall_s"] > cost["wall_s"] and again["device_h"] > cost["device_h"]
 
     # the same sweep again logs into the same MLflow parent run, without duplicate children
     third = run_sweep(cfg, models, out, tracking, tmp_path)
     assert (third.ran, third.parent_run_id) == (0, first.parent_run_id)
+    assert json.loads((out / "manifest.json").read_text())["cost"] == again  # nothing ran: what it cost then
     runs = mlflow.search_runs(experiment_names=["test-sweep"], output_format="list")
     assert len([r for r in runs if r.data.tags.get("orchestrator.kind") == "sweep"]) == 1
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == first.parent_run_id]

@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from orchestrator.core.config import describe, load_config, read_yaml, to_dict
+from orchestrator.core.console import set_verbose
 from orchestrator.core.errors import OrchestratorError
 from orchestrator.core.manifest import check_writable_dir
 from orchestrator.core.registry import suggest
@@ -116,7 +117,10 @@ def build_parser(spec: JobSpec) -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true",
                    help="validate the config and that every input exists and parses, print the plan, train nothing")
     p.add_argument("--print-config", action="store_true", help="print the resolved config as YAML and exit")
-    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="the full output on the terminal: Ray's, Tune's and the workers' own lines and debug "
+                        "logging (by default a run keeps them in its log file, <run directory>/logs/job.log, "
+                        "and the terminal shows the stages, progress, warnings and the summary)")
     p.add_argument("overrides", nargs="*", metavar="key.path=value", help="dotted config overrides")
     return p
 
@@ -130,6 +134,7 @@ def resolve_config(spec: JobSpec, args: argparse.Namespace):
 
 def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
     args = build_parser(spec).parse_args(argv)
+    set_verbose(args.verbose)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     try:

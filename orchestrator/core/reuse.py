@@ -18,11 +18,13 @@ import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from orchestrator.core.config import to_dict
+from orchestrator.core.cost import COST_FIELD, StageCost, cluster_units, device_text, duration, measured
 from orchestrator.core.errors import OrchestratorError
 from orchestrator.core.locks import hold
 from orchestrator.core.manifest import MANIFEST, atomic_dir, atomic_write_json, file_sha256, read_manifest
@@ -54,12 +56,13 @@ def reusable(stage_dir: str | Path, key: str) -> bool:
         return False
 
 
-def stamp(stage_dir: str | Path, key: str) -> None:
-    """Record ``key`` in the manifest a stage wrote into ``stage_dir``."""
+def stamp(stage_dir: str | Path, key: str, cost: StageCost | None = None) -> None:
+    """Record ``key`` (and what making it cost) in the manifest a stage wrote into ``stage_dir``."""
     path = Path(stage_dir) / MANIFEST
     if not path.is_file():
         raise OrchestratorError(f"stage output {stage_dir} has no {MANIFEST}: the stage did not finish")
-    atomic_write_json(path, {**read_manifest(stage_dir), KEY_FIELD: key})
+    extra = {COST_FIELD: cost.record()} if cost is not None else {}
+    atomic_write_json(path, {**read_manifest(stage_dir), KEY_FIELD: key, **extra})
 
 
 _LOCKS: dict[str, threading.RLock] = {}
@@ -79,18 +82,26 @@ def output_lock(out_dir: str | Path) -> Iterator[None]:
         yield
 
 
-def run_stage(stage: str, out_dir: str | Path, key: str, build: Callable[[Path], Any], label: str = "") -> Path:
+def run_stage(stage: str, out_dir: str | Path, key: str, build: Callable[[Path], Any], label: str = "",
+              units: tuple[float, float] | None = None) -> Path:
     """Reuse ``out_dir`` if it was made with ``key``; otherwise ``build(tmp)`` and rename it into place.
 
-    ``stage`` is what the stage's manifest calls it; ``label`` names this output in the log."""
+    ``stage`` is what the stage's manifest calls it; ``label`` names this output in the log. The build's
+    wall time and device time (``units``: the (CPUs, GPUs) it held; default the Ray cluster's) go into
+    its manifest (``orchestrator.core.cost``)."""
     out_dir = Path(out_dir)
+    name = label or stage
     with output_lock(out_dir):
         if reusable(out_dir, key):
-            log.info("%s: output complete for this config and inputs, reused (%s)", label or stage, out_dir)
+            log.info("%s: output complete for this config and inputs, reused (%s)", name, out_dir)
             return out_dir
+        log.info("%s: started", name)
+        started = time.monotonic()
         with atomic_dir(out_dir, stage) as tmp:
             build(tmp)
-            stamp(tmp, key)
+            cost = measured(stage, time.monotonic() - started, *(units or cluster_units()))
+            stamp(tmp, key, cost)
+        log.info("%s: done in %s (%s)", name, duration(cost.wall_s), device_text(cost))
     return out_dir
 
 

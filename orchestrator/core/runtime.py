@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from orchestrator.core.console import run_log
 from orchestrator.core.errors import ConfigError, OrchestratorError
 
 log = logging.getLogger(__name__)
@@ -97,24 +98,30 @@ def _pythonpath_with(root: str) -> str:
 
 @contextlib.contextmanager
 def ray_session(address: str | None = None, num_cpus: int | None = None,
-                log_to_driver: bool = True) -> Iterator[dict]:
-    """init_ray for the block; shuts Ray down afterwards only if this block started it."""
+                log_to_driver: bool = True, log_file: str | Path | None = None) -> Iterator[dict]:
+    """init_ray for the block; shuts Ray down afterwards only if this block started it.
+
+    ``log_file``: the block's output (this process's stdout and stderr, Ray's and Tune's own lines, the
+    workers' output Ray forwards) goes to that file, the terminal keeping the project's concise lines
+    (``orchestrator.core.console``); ``info["log_file"]`` says where (None with ``--verbose``)."""
     import ray  # heavy: ray
 
-    started = not ray.is_initialized()
-    saved = {k: os.environ.get(k) for k in ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER",)}
-    info = init_ray(address=address, num_cpus=num_cpus, log_to_driver=log_to_driver)
-    try:
-        yield info
-    finally:
-        if started:
-            ray.shutdown()
-            # Do not leak the loopback switch into processes started later (e.g. `ray start`).
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
+    with contextlib.ExitStack() as stack:
+        written = stack.enter_context(run_log(log_file)) if log_file is not None else None
+        started = not ray.is_initialized()
+        saved = {k: os.environ.get(k) for k in ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER",)}
+        info = init_ray(address=address, num_cpus=num_cpus, log_to_driver=log_to_driver)
+        try:
+            yield {**info, "log_file": written}
+        finally:
+            if started:
+                ray.shutdown()  # before the log file closes: the workers' last lines are flushed into it
+                # Do not leak the loopback switch into processes started later (e.g. `ray start`).
+                for key, value in saved.items():
+                    if value is None:
+                        os.environ.pop(key, None)
+                    else:
+                        os.environ[key] = value
 
 
 def seed_everything(seed: int) -> None:

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from orchestrator.core.config import from_dict
+from orchestrator.core.console import due, worker_line
 from orchestrator.core.errors import OrchestratorError
 from orchestrator.core.runtime import seed_everything
 from orchestrator.instances.config import MaskingRule, Specials
@@ -230,26 +231,30 @@ def _check_same_decision(decision: str | None, world: int, device: torch.device,
 
 
 class Progress:
-    """A console line at most every ``every_s`` seconds (and at the phase's end): a pretraining phase
-    runs for hours and its metrics otherwise go only to MLflow."""
+    """A console line when one is due (``orchestrator.core.console.due``: at least ``every_s`` seconds
+    apart, about 20 a phase) and at the phase's end: a pretraining phase runs for hours and its metrics
+    otherwise go only to MLflow. Printed for the driver's terminal (``console.worker_line``: the
+    progress line there) and kept in the run's log."""
 
     def __init__(self, phase_name: str, steps: int, start_step: int, every_s: float = 30.0):
         self.phase_name, self.steps, self.start_step, self.every_s = phase_name, steps, start_step, every_s
         self.started = self.last = time.monotonic()
+        self.last_step = start_step
 
     def step(self, phase_step: int, mlm_loss: float, mlm_accuracy: float, force: bool = False,
              throughput: str = "") -> str | None:
         now = time.monotonic()
-        if not force and now - self.last < self.every_s:
+        if not force and not due(now - self.last, phase_step - self.last_step, self.steps, every_s=self.every_s):
             return None
-        self.last = now
+        self.last, self.last_step = now, phase_step
         done = phase_step - self.start_step
         rate = done / max(now - self.started, 1e-9)
         eta = (self.steps - phase_step) / rate if rate > 0 else float("inf")
         left = f", about {_duration(eta)} left" if phase_step < self.steps and math.isfinite(eta) else ""
         line = (f"{self.phase_name}: step {phase_step}/{self.steps}, MLM loss {mlm_loss:.4f}, accuracy "
-                f"{mlm_accuracy:.3f}, {rate:.2f} steps/s" + (f" ({throughput})" if throughput else "") + left)
-        log.info("%s", line)
+                f"{mlm_accuracy:.3f}, {rate:.2f} steps/s" + (f" ({throughput})" if throughput else "")
+                + f", {_duration(now - self.started)} elapsed" + left)
+        worker_line(line, is_progress=True)
         return line
 
 
@@ -300,7 +305,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
             training_state = load_training_state(Path(resume_dir))
             state = {"phases": [], **training_state["state"]}
             if rank == 0:
-                log.info("resuming from %s at step %d", resume_dir, state["step"])
+                worker_line(f"resuming from {resume_dir} at step {state['step']}")
     nsp = cfg.model.objective == "mlm_nsp"
     module = ray.train.torch.prepare_model(PretrainingModule(model, masked_only=cfg.speed.masked_only_head))
     if cfg.speed.compile:  # in place: the parameters, their names and DDP's hooks stay the model's own
@@ -308,8 +313,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     resume = (training_state or {}).get("resume")
     if resume is not None and resume.get("world") != world:
         if rank == 0:
-            log.warning("the checkpoint was written by %s workers, this run has %d: the random generators and "
-                        "the data position start afresh", resume.get("world"), world)
+            worker_line(f"warning: the checkpoint was written by {resume.get('world')} workers, this run has "
+                        f"{world}: the random generators and the data position start afresh")
         resume = None
     if resume is not None:  # dropout and the other random draws go on as in the uninterrupted run
         set_rng_state(resume["rng"][rank], device)
@@ -354,9 +359,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
                             transform=_batch_to_torch(nsp, pin=device.type == "cuda"), name=f"data-{phase_name}")
         position = start
         if rank == 0:
-            log.info("%s: %d steps, global batch %d = %d workers x %d x %d accumulation, lr %g", phase_name,
-                     phase.steps, plan.global_batch, world, plan.device_batch, plan.accumulation,
-                     phase.learning_rate)
+            worker_line(f"{phase_name}: {phase.steps} steps, global batch {plan.global_batch} = {world} workers x "
+                        f"{plan.device_batch} x {plan.accumulation} accumulation, lr {phase.learning_rate:g}")
         window = {"t": time.perf_counter(), "seq": 0, "tok": 0}
         progress = Progress(phase_name, phase.steps, state["phase_step"])
         first_step_s = None
@@ -434,9 +438,9 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
                     state["phases"].append({"phase": phase_name, "stopped_by": stopped_by, "step": state["step"],
                                             "phase_step": state["phase_step"], "max_steps": phase.steps})
                     if rank == 0 and stopped_by != STEPS:
-                        log.info("%s stopped by %s at step %d of %d (window MLM loss %.4f, accuracy %.4f)",
-                                 phase_name, stopped_by, state["phase_step"], phase.steps, window_end["mlm_loss"],
-                                 window_end["mlm_accuracy"])
+                        worker_line(f"{phase_name} stopped by {stopped_by} at step {state['phase_step']} of "
+                                    f"{phase.steps} (window MLM loss {window_end['mlm_loss']:.4f}, accuracy "
+                                    f"{window_end['mlm_accuracy']:.4f})")
                 if phase_done or (cfg.checkpoint_every and state["step"] % cfg.checkpoint_every == 0):
                     if phase_done and phase_index + 1 < len(cfg.active_phases()):
                         state = {**state, "phase": phase_index + 1, "phase_step": 0}

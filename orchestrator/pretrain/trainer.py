@@ -28,11 +28,13 @@ import json
 import logging
 import math
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
 from orchestrator.core.artifacts import INSTANCE_COLUMNS, InstanceInfo, read_instance_info
 from orchestrator.core.config import flatten, to_dict
+from orchestrator.core.cost import COST_FIELD, device_text, duration, measured
 from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
 from orchestrator.core.manifest import (
     atomic_dir,
@@ -338,6 +340,8 @@ def _train(cfg: PretrainConfig, infos: dict[str, InstanceInfo], tokenizer_dir: P
 
     from orchestrator.pretrain.process_group import BoundStoreTorchConfig  # heavy: ray, torch
 
+    started = time.monotonic()
+    log.info("pretrain: started (%d workers%s)", cfg.num_workers, ", GPUs" if cfg.use_gpu else "")
     storage_path, run_name, ckpt_dir = _storage(cfg, out_dir, key)
     ours = (out_dir / CHECKPOINTS / RUN_RECORD).is_file() or (out_dir / STORAGE_RECORD).is_file()
     if not ours:  # not a run of ours being resumed
@@ -402,12 +406,17 @@ def _train(cfg: PretrainConfig, infos: dict[str, InstanceInfo], tokenizer_dir: P
     losses = [h["loss"] for h in history]
     first, last = (losses[0], losses[-1]) if losses else (float("nan"), float("nan"))
     params = returned.get("params", {})
+    cost = measured("pretrain", time.monotonic() - started, cpus=cfg.num_workers * resources["CPU"],
+                    gpus=cfg.num_workers if cfg.use_gpu else 0.0)  # what the Train workers held
     write_manifest(out_dir, stage="pretrain", config=cfg,
                    inputs=[info.path for info in infos.values()] + [tokenizer_dir], seed=cfg.seed,
                    counts={"steps": history[-1]["step"] if history else 0, "first_loss": first, "last_loss": last,
                            "trainable_params": params.get("trainable"), "total_params": params.get("total")},
                    extra={"final": str(final), "phases": phases,
-                          "mlflow_run_id": (tracking_info or {}).get("run_id"), KEY_FIELD: key})
+                          "mlflow_run_id": (tracking_info or {}).get("run_id"), KEY_FIELD: key,
+                          COST_FIELD: cost.record()})
+    log.info("pretrain: done in %s (%s), loss %.3f -> %.3f", duration(cost.wall_s), device_text(cost),
+             first, last)
     _log_stops(tracking_info, phases)
     end_stage_run(tracking_info)
     return PretrainResult(model_dir=final, history=history, first_loss=first, last_loss=last,

@@ -19,8 +19,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from orchestrator.core.config import to_dict
+from orchestrator.core.cost import COST_FIELD, duration, measured
 from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
-from orchestrator.core.manifest import atomic_write_json, write_manifest
+from orchestrator.core.manifest import atomic_write_json, read_manifest, write_manifest
 from orchestrator.core.reuse import model_identity, output_lock
 from orchestrator.core.runtime import init_ray, possible_gpus
 from orchestrator.finetune.loop import CV_SPLIT_SEED, model_dir_ok, run_trial
@@ -127,11 +128,54 @@ def _tune_trainable(config: dict) -> None:
     tune.report({"epoch": record["epochs"][-1]["epoch"], "record": json.dumps(record)})
 
 
-def _record_writer(trials_dir: Path):
+class SweepProgress:
+    """The sweep's progress line: trials done of the total, elapsed, an estimate of the time left, and
+    the best dev score so far of the task whose trial just ended. On a terminal it updates at every
+    trial; elsewhere (a log, a pipe) when a line is due (``orchestrator.core.console.due``: at least
+    ``every_s`` apart, about 20 a sweep) and at the last trial."""
+
+    def __init__(self, total: int, every_s: float = 30.0):
+        self.total, self.every_s, self.done, self.last_done = total, every_s, 0, 0
+        self.started = self.last = time.monotonic()
+        self.best: dict[str, tuple[float, str]] = {}  # task -> (best dev, model)
+
+    def add(self, record: dict) -> str | None:
+        """Count a finished trial's record; returns the line when one is due."""
+        from orchestrator.core.console import due, progress, updating  # the terminal's progress line
+        from orchestrator.finetune.metrics import METRICS
+
+        self.done += 1
+        task, model = record.get("task", "?"), record.get("trial", {}).get("model_name", "?")
+        devs = [row["dev"] for row in record.get("epochs", []) if isinstance(row.get("dev"), int | float)]
+        higher = METRICS.get(record["metric"]).higher_is_better if record.get("metric") in METRICS else True
+        if devs:
+            dev = max(devs) if higher else min(devs)
+            old = self.best.get(task)
+            if old is None or (dev > old[0] if higher else dev < old[0]):
+                self.best[task] = (dev, model)
+        now = time.monotonic()
+        if not updating() and self.done < self.total and not due(now - self.last, self.done - self.last_done,
+                                                                   self.total, every_s=self.every_s):
+            return None
+        self.last, self.last_done = now, self.done
+        elapsed = now - self.started
+        left = elapsed / self.done * (self.total - self.done)
+        line = (f"sweep: {self.done}/{self.total} trials, {duration(elapsed)} elapsed"
+                + (f", about {duration(left)} left" if self.done < self.total else ""))
+        if task in self.best:
+            line += f"; best dev so far on {task}: {self.best[task][0]:.3f} ({self.best[task][1]})"
+        progress(line)
+        return line
+
+
+def _record_writer(trials_dir: Path, total: int):
     from ray import tune  # heavy: ray
 
     class RecordWriter(tune.Callback):
-        """Driver side: persist each trial's record as soon as it arrives (restore unit)."""
+        """Driver side: persist each trial's record as soon as it arrives (restore unit); the progress line."""
+
+        def __init__(self):
+            self.progress = SweepProgress(total)
 
         def on_trial_result(self, iteration, trials, trial, result, **info):
             if "record" not in result:
@@ -140,6 +184,7 @@ def _record_writer(trials_dir: Path):
             rec["fingerprint"] = trial_fingerprint(
                 TrialSpec(**{**rec["trial"], "eval_epochs": tuple(rec["trial"]["eval_epochs"])}))
             atomic_write_json(_record_path(trials_dir, rec["trial_id"]), rec)
+            self.progress.add(rec)
 
     return RecordWriter()
 
@@ -167,12 +212,51 @@ def _run_tune(cfg: SweepConfig, todo: list[TrialSpec], out_dir: Path, trials_dir
         tune_config=tune.TuneConfig(max_concurrent_trials=cfg.max_concurrent_trials or None, reuse_actors=True),
         run_config=tune.RunConfig(name=f"sweep-{time.strftime('%Y%m%d-%H%M%S')}",
                                   storage_path=str((out_dir / "tune").resolve()),
-                                  callbacks=[_record_writer(trials_dir)], verbose=1,
+                                  callbacks=[_record_writer(trials_dir, len(todo))], verbose=1,
                                   failure_config=tune.FailureConfig(max_failures=cfg.max_failures)))
     grid = tuner.fit()
     failed = [r for r in grid if r.error is not None]
     if failed:
         raise OrchestratorError(f"{len(failed)} trial(s) failed; first: {failed[0].error}")
+
+
+def sweep_cost(cfg: SweepConfig, records: list[dict], wall_s: float, ran: int, skipped: int, out_dir: Path) -> dict:
+    """The manifest's ``cost`` of a sweep: its wall time (this call's, plus the earlier calls' when some
+    trials had finished before) and its device time, the trial slots it held (as many trials as ran at
+    once, each with its CPUs or GPUs) x that wall time; ``by_model`` shares the device time out by each
+    model's trial time. A call that ran no trial keeps the earlier calls' record."""
+    earlier: dict = {}
+    if skipped:
+        try:
+            earlier = read_manifest(out_dir).get(COST_FIELD) or {}
+        except (FileNotFoundError, json.JSONDecodeError):
+            pass
+    if not ran and earlier:
+        return earlier
+    resources = _resources(cfg) if ran else {"cpu": cfg.cpus_per_trial, "gpu": max(cfg.gpus_per_trial, 0.0)}
+    per_trial = resources["gpu"] or resources["cpu"]
+    slots = min(ran, cfg.max_concurrent_trials or ran, _slots(resources)) if ran else 0
+    held = measured("sweep", wall_s, slots * resources["cpu"], slots * resources["gpu"])
+    record = measured("sweep", wall_s + float(earlier.get("wall_s", 0.0)), held.units).record()
+    record.update(device=held.device, units=slots * per_trial,
+                  device_h=round(held.device_h + float(earlier.get("device_h", 0.0)), 6))
+    seconds: dict[str, float] = {}
+    for rec in records:
+        model = rec.get("trial", {}).get("model_name", "?")
+        seconds[model] = seconds.get(model, 0.0) + float(rec.get("seconds", 0.0))
+    whole = sum(seconds.values()) or 1.0
+    record["by_model"] = {m: round(record["device_h"] * t / whole, 6) for m, t in seconds.items()}
+    return record
+
+
+def _slots(resources: dict[str, float]) -> int:
+    """How many trials with ``resources`` the Ray cluster runs at once."""
+    import ray  # heavy: ray
+
+    cluster = ray.cluster_resources()
+    fits = [cluster.get("CPU", 0.0) / resources["cpu"]] if resources["cpu"] > 0 else []
+    fits += [cluster.get("GPU", 0.0) / resources["gpu"]] if resources["gpu"] > 0 else []
+    return max(1, int(min(fits))) if fits else 1
 
 
 def _export_best(cfg: SweepConfig, results: dict, records: list[dict], tasks: list[str],
@@ -234,6 +318,7 @@ def _run_sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, trackin
     msg = f"sweep: {len(trials)} trial(s); skipping {skipped} finished, running {len(todo)}"
     log.info(msg)
     print(msg, flush=True)
+    started = time.monotonic()
     if todo:
         init_ray()
         _run_tune(cfg, todo, out_dir, trials_dir)
@@ -246,9 +331,14 @@ def _run_sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, trackin
     atomic_write_json(out_dir / "results.json", results)
     selection = {m: {t: c["selected"] for t, c in cells.items()} for m, cells in results["cells"].items()}
     atomic_write_json(out_dir / "selection.json", selection)
+    cost = sweep_cost(cfg, records, time.monotonic() - started if todo else 0.0, len(todo), skipped, out_dir)
     write_manifest(out_dir, stage="sweep", config=cfg, inputs=[Path(p) for p in models.values()],
                    counts={"trials": len(trials), "ran": len(todo), "skipped": skipped},
-                   extra={"search_space": to_dict(space), "models": {k: str(v) for k, v in models.items()}})
+                   extra={"search_space": to_dict(space), "models": {k: str(v) for k, v in models.items()},
+                          COST_FIELD: cost})
+    if todo:
+        log.info("sweep: done in %s (%.3f %s-h, %d trial(s) on %g %s(s))", duration(time.monotonic() - started),
+                 cost["device_h"], cost["device"], len(todo), cost["units"], cost["device"])
     exports, exported = _export_best(cfg, results, records, export, out_dir) if export else ({}, 0)
     artifacts = [out_dir / "results.json", out_dir / "selection.json"]
     if export:

@@ -40,6 +40,7 @@ read back by ``read_retrieval_metrics``; artifacts results.json, table.md, table
 """
 from __future__ import annotations
 
+import json
 import re
 
 #: MLflow's experiment tag that decides what its UI opens on: the runs table for model training.
@@ -135,6 +136,31 @@ def stopped_by_tag(phase: str) -> str:
 def stop_step_metric(phase: str) -> str:
     """A pretraining run's metric holding the global step ``phase`` ended at."""
     return f"{phase}.stop_step"
+
+
+COST_TAG_PREFIX = "orchestrator.cost."
+
+
+def cost_tags(costs: dict[str, list[dict]]) -> dict[str, str]:
+    """An experiment's stage costs as its parent run's tags, one per arm (and one for the whole sweep):
+    ``orchestrator.cost.<i>`` = ``{"owner": arm, "rows": [StageCost fields: stage, wall_s, device, units,
+    device_h, reused, shared]}`` (``orchestrator.core.cost``), numbered in the order they are shown."""
+    return {f"{COST_TAG_PREFIX}{i}": json.dumps({"owner": owner, "rows": rows})
+            for i, (owner, rows) in enumerate(costs.items())}
+
+
+def read_cost_tags(tags: dict[str, str]) -> dict[str, list[dict]]:
+    """``cost_tags`` back: {owner: rows}, in their order."""
+    found = []
+    for name, value in tags.items():
+        index = name[len(COST_TAG_PREFIX):]
+        if name.startswith(COST_TAG_PREFIX) and index.isdigit():
+            try:
+                doc = json.loads(value)
+                found.append((int(index), str(doc["owner"]), [dict(row) for row in doc["rows"]]))
+            except (ValueError, TypeError, KeyError):
+                continue
+    return {owner: rows for _, owner, rows in sorted(found)}
 
 
 def arm_tag(arm: str, name: str) -> str:

@@ -1,0 +1,208 @@
+"""What a run shows on the terminal, and the log file that keeps everything else.
+
+    with run_log(run_dir / "logs" / "job.log"):   # orchestrator.core.runtime.ray_session(log_file=...)
+        ... Ray, Tune, the stages ...
+
+Inside ``run_log`` the process's own stdout and stderr (file descriptors 1 and 2: Python, Ray's C++
+core, Tune's tables, tensorboardX's notices, and every Ray worker's output that Ray forwards to the
+driver) go to the log file. The terminal keeps only: the project's own log records (INFO and up,
+from code under this repository; any library's ERROR), the lines a Ray worker marks for it
+(``worker_line``: pretraining's phase lines and progress), and ``progress`` lines (on a terminal one
+line that updates in place, elsewhere a plain line each time). ``set_verbose(True)`` (a job's
+``--verbose``) turns this off: everything goes to the terminal, as Ray prints it.
+
+The CLI (``orchestrator.core.cli``) sets the verbosity; the runtime (``orchestrator.core.runtime``)
+opens the log file around a run's Ray session. Nothing else redirects output.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TextIO
+
+#: A Ray worker's line that the driver shows on the terminal (``worker_line``), and one that updates
+#: the progress line. Both stay in the log file as printed.
+CONSOLE_TAG, PROGRESS_TAG = "[console] ", "[progress] "
+#: Where a run's log file goes, under its run directory.
+LOG_PATH = Path("logs") / "job.log"
+_PROJECT_ROOT = str(Path(__file__).resolve().parents[2]) + os.sep
+
+
+class _TerminalFormat(logging.Formatter):
+    """``12:03:04 message``; a warning or an error says so (the log file keeps the logger names)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        level = f"{record.levelname.lower()}: " if record.levelno >= logging.WARNING else ""
+        return f"{self.formatTime(record, '%H:%M:%S')} {level}{text}"
+
+
+_FORMAT = _TerminalFormat("%(message)s")
+
+_lock = threading.RLock()
+_verbose = False
+_terminal: TextIO | None = None  # the terminal while a run's output goes to its log file
+_open_line = False  # a progress line is on the terminal without its newline (a TTY)
+_log_file: TextIO | None = None
+
+
+def set_verbose(on: bool) -> None:
+    """``--verbose``: every line on the terminal, no redirection (the run's log file is not written)."""
+    global _verbose
+    _verbose = bool(on)
+    if not _verbose:  # MLflow's artifact download bar (the experiment page reads artifacts) is a library's own
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+
+
+def capturing() -> bool:
+    """True while a run's output goes to its log file (the terminal shows the concise lines only)."""
+    return _terminal is not None
+
+
+def updating() -> bool:
+    """True when progress lines update in place: the run's terminal is a TTY."""
+    term = _terminal
+    return term is not None and term.isatty()
+
+
+def due(since_s: float, done: int, total: int, *, every_s: float = 30.0, share: float = 0.05,
+        at_most_s: float = 600.0) -> bool:
+    """Whether a plain progress line is due: ``since_s`` seconds and ``done`` units since the last one.
+    At least ``every_s`` apart, and then only after ``share`` of the ``total`` or ``at_most_s``: a phase
+    or a sweep prints about 20 lines, and a long one a line every 10 minutes more."""
+    return since_s >= every_s and (done >= share * total or since_s >= at_most_s)
+
+
+def _write(text: str, *, update: bool = False) -> None:
+    """One line on the terminal; ``update`` rewrites the progress line in place on a TTY."""
+    global _open_line
+    term = _terminal
+    if term is None:
+        return
+    with _lock:
+        tty = term.isatty()
+        if update and tty:
+            term.write("\r\033[K" + text)
+            _open_line = True
+        else:
+            term.write(("\n" if _open_line else "") + text + "\n")
+            _open_line = False
+        term.flush()
+
+
+def progress(text: str) -> None:
+    """A progress line: on a TTY one line updated in place, elsewhere a plain line. Also in the log
+    file (or, without one, a log record)."""
+    if _terminal is None:
+        logging.getLogger("progress").info("%s", text)
+        return
+    line = time.strftime("%H:%M:%S ") + text
+    _write(line, update=True)
+    log_file = _log_file
+    if log_file is not None:
+        with _lock:
+            log_file.write(line + "\n")
+
+
+def worker_line(text: str, *, is_progress: bool = False) -> None:
+    """In a Ray worker: a line the driver shows on its terminal (through Ray's log forwarding);
+    ``is_progress`` makes it update the progress line. Without a driver that captures, a plain print."""
+    print((PROGRESS_TAG if is_progress else CONSOLE_TAG) + text, flush=True)
+
+
+class _TerminalHandler(logging.Handler):
+    """The project's records (and any ERROR) on the terminal; a progress line is ended first."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            _write(self.format(record))
+        except Exception:  # noqa: BLE001 - logging must never raise
+            self.handleError(record)
+
+
+def _for_terminal(record: logging.LogRecord) -> bool:
+    if record.levelno >= logging.ERROR:
+        return True
+    return record.levelno >= logging.INFO and (record.pathname or "").startswith(_PROJECT_ROOT)
+
+
+_last_forwarded: list[str] = []  # the last marked line shown: Ray Train's workers can deliver a line twice
+
+
+def _forward(data: dict) -> None:
+    """Ray's log forwarding (driver side): the lines workers marked for the terminal."""
+    for line in data.get("lines", ()):
+        for tag, update in ((PROGRESS_TAG, True), (CONSOLE_TAG, False)):
+            at = line.find(tag)
+            if at >= 0:
+                text = line[at + len(tag):]
+                with _lock:
+                    if _last_forwarded == [text]:
+                        break
+                    _last_forwarded[:] = [text]
+                _write(time.strftime("%H:%M:%S ") + text, update=update)
+                break
+
+
+def _dispatcher():
+    """Ray's driver-side dispatcher of forwarded worker output (a private API: without it the
+    workers' marked lines are in the log file only)."""
+    try:
+        from ray._private.ray_logging import global_worker_stdstream_dispatcher  # heavy: ray
+    except ImportError:  # pragma: no cover - a Ray without it
+        return None
+    return global_worker_stdstream_dispatcher
+
+
+@contextlib.contextmanager
+def run_log(path: str | Path) -> Iterator[Path | None]:
+    """This process's stdout and stderr (and the Ray output forwarded to them) into ``path``
+    (appended), the terminal keeping the concise lines; yields ``path``. With ``--verbose``, or
+    inside another ``run_log``, it changes nothing and yields None."""
+    global _terminal, _open_line, _log_file
+    if _verbose or _terminal is not None:
+        yield None
+        return
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = (os.dup(1), os.dup(2))
+    terminal = os.fdopen(os.dup(saved[1]), "w", encoding="utf-8", errors="replace", buffering=1)
+    log_file = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - closed below
+    handler = _TerminalHandler(logging.INFO)
+    handler.addFilter(_for_terminal)
+    handler.setFormatter(_FORMAT)
+    root = logging.getLogger()
+    dispatcher = _dispatcher()
+    with _lock:
+        os.dup2(log_file.fileno(), 1)
+        os.dup2(log_file.fileno(), 2)
+        _terminal, _open_line, _log_file = terminal, False, log_file
+    root.addHandler(handler)
+    if dispatcher is not None:
+        dispatcher.add_handler("orchestrator_console", _forward)
+    try:
+        yield path
+    finally:
+        if dispatcher is not None:
+            dispatcher.remove_handler("orchestrator_console")
+        root.removeHandler(handler)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        with _lock:
+            if _open_line:
+                terminal.write("\n")
+            _terminal, _open_line, _log_file = None, False, None
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+        terminal.close()
+        log_file.close()
+        for fd in saved:
+            os.close(fd)

@@ -1,0 +1,135 @@
+"""What a stage cost: its wall time and its device time (the CPUs or GPUs it held x that time).
+
+A stage records its cost in its manifest (``manifest.json``'s ``cost``) when it is made, so a
+later run that reuses the output still reports what it cost then (``reused``):
+
+    {"wall_s": 252.1, "device": "CPU", "units": 1.0, "device_h": 0.07, "made": "2026-11-25T19:02:11Z"}
+
+``units`` is what the stage held: a pretraining run its Train workers' CPUs (or GPUs); a sweep's
+``device_h`` is the sum over its trials of each trial's time x the trial's CPUs (or GPUs); a data
+stage (corpus, vocabulary, instances, which spread over Ray Data tasks) the CPUs of the Ray
+cluster it ran on, an upper bound of what it used.
+"""
+from __future__ import annotations
+
+import calendar
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+from orchestrator.core.manifest import MANIFEST
+from orchestrator.core.runtime import available_cpus
+
+COST_FIELD = "cost"
+
+
+@dataclasses.dataclass(frozen=True)
+class StageCost:
+    stage: str  # the output's name: corpus, vocab, instances/len64, pretrain, random-init, sweep, ...
+    wall_s: float
+    device: str = "CPU"  # CPU | GPU
+    units: float = 1.0  # CPUs or GPUs held
+    device_h: float = 0.0
+    reused: bool = False  # made by an earlier run, reused by this one
+    shared: str = ""  # the other arms this output is shared with (an experiment)
+
+    def record(self) -> dict:
+        """The manifest's ``cost`` entry."""
+        return {"wall_s": round(self.wall_s, 3), "device": self.device, "units": self.units,
+                "device_h": round(self.device_h, 6), "made": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def measured(stage: str, wall_s: float, cpus: float = 1.0, gpus: float = 0.0) -> StageCost:
+    """A stage that held ``gpus`` GPUs (if any, its device time is GPU-hours) or ``cpus`` CPUs for ``wall_s``."""
+    device, units = ("GPU", gpus) if gpus > 0 else ("CPU", cpus)
+    return StageCost(stage, wall_s, device, units, wall_s * units / 3600.0)
+
+
+def from_record(stage: str, record: dict | None, *, since: float | None = None) -> StageCost | None:
+    """A manifest's ``cost`` entry; ``reused`` when it was made before ``since`` (the run's start, epoch s)."""
+    if not record or "wall_s" not in record:
+        return None
+    made = record.get("made")
+    reused = False
+    if since is not None and made:
+        try:
+            reused = calendar.timegm(time.strptime(made, "%Y-%m-%dT%H:%M:%SZ")) < int(since)
+        except ValueError:
+            reused = False
+    return StageCost(stage, float(record["wall_s"]), str(record.get("device", "CPU")), float(record.get("units", 1.0)),
+                     float(record.get("device_h", 0.0)), reused)
+
+
+def read_record(stage_dir: str | Path) -> dict | None:
+    """A stage output's manifest ``cost`` entry (None for an output made before costs were recorded)."""
+    try:
+        return json.loads((Path(stage_dir) / MANIFEST).read_text(encoding="utf-8")).get(COST_FIELD)
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+        return None
+
+
+def read_cost(stage_dir: str | Path, stage: str, *, since: float | None = None) -> StageCost | None:
+    """The cost a stage output's manifest records; ``reused`` when made before ``since``."""
+    return from_record(stage, read_record(stage_dir), since=since)
+
+
+def sweep_share(sweep_dir: str | Path, model: str, *, since: float | None = None) -> StageCost | None:
+    """One model's share of a sweep: the device time of its trials (no wall time of its own: ``wall_s``
+    is -1, the trials of every model ran together)."""
+    record = read_record(sweep_dir)
+    whole = from_record("sweep", record, since=since)
+    if whole is None or model not in (record or {}).get("by_model", {}):
+        return None
+    return dataclasses.replace(whole, stage="sweep (its trials)", wall_s=-1.0,
+                               device_h=float(record["by_model"][model]))
+
+
+def cluster_units() -> tuple[float, float]:
+    """(CPUs, GPUs) of the connected Ray cluster, or this machine's CPUs without Ray."""
+    try:
+        import ray  # heavy: ray
+
+        if ray.is_initialized():
+            res = ray.cluster_resources()
+            return float(res.get("CPU", 1.0)), 0.0
+    except ImportError:  # pragma: no cover - ray is a hard dependency
+        pass
+    return float(available_cpus()), 0.0
+
+
+def duration(seconds: float) -> str:
+    """12.3s, 4m05s, 1h02m."""
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes = int(seconds // 60)
+    return f"{minutes // 60}h{minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m{int(seconds % 60):02d}s"
+
+
+def device_text(cost: StageCost) -> str:
+    return f"{cost.device_h:.3f} {cost.device}-h"
+
+
+def cost_lines(costs: dict[str, list[StageCost]], total_wall_s: float | None = None) -> list[str]:
+    """The summary's block: per arm (or model), each stage's wall and device time, and the arm's total."""
+    if not any(costs.values()):
+        return []
+    lines = ["cost          : wall time, device time (CPUs or GPUs held x wall); reused = made by an earlier run"]
+    width = max(len(c.stage) for stages in costs.values() for c in stages)
+    for owner, stages in costs.items():
+        if not stages:
+            continue
+        lines.append(f"  {owner}")
+        for c in stages:
+            wall = "-" if c.wall_s < 0 else duration(c.wall_s)
+            note = ", ".join(n for n in ("reused" if c.reused else "", f"shared with {c.shared}" if c.shared else "")
+                             if n)
+            lines.append(f"    {c.stage:<{width}}  {wall:>8}  {device_text(c):>14}" + (f"  ({note})" if note else ""))
+        by_device: dict[str, float] = {}
+        for c in stages:
+            by_device[c.device] = by_device.get(c.device, 0.0) + c.device_h
+        total = ", ".join(f"{h:.3f} {d}-h" for d, h in by_device.items())
+        lines.append(f"    {'total':<{width}}  {'':>8}  {total:>14}")
+    if total_wall_s is not None:
+        lines.append(f"  this run took {duration(total_wall_s)}")
+    return lines
