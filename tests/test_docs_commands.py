@@ -378,10 +378,48 @@ def test_readme_shows_the_summary_the_job_prints():
     uri = re.search(r"--backend-store-uri (\S+)", shown)[1]
     experiment = re.search(r"#/experiments/(\w+)/", shown)
     arms = {name: {"status": status} for name, status in re.findall(r"^arm (\S+) *: (\w+)$", shown, re.M)}
+    costs, wall_s = _costs_shown(shown)
+    log_file = re.search(r"^full log      : (\S+)", shown, re.M)
     printed = ChainResult(run_dir=run_dir, report=report, results={}, tracking_uri=uri,
                           pretrain_loss=(float(loss[1]), float(loss[2])) if loss else None, arms=arms,
-                          experiment_id=experiment[1] if experiment else "").summary()
+                          experiment_id=experiment[1] if experiment else "", costs=costs, wall_s=wall_s,
+                          log_file=Path(log_file[1]) if log_file else None).summary()
     assert printed.strip("\n") == shown
+    assert costs and log_file  # the cost block and the log file's place are shown (issue 29)
     # what the default job prints: an experiment of the pretrained model and its floor, with its page
     assert arms == {"pretrained": {"status": "ok"}, "floor": {"status": "ok"}}
     assert {"html", "md", "png", "page"} <= set(report)
+
+
+def _seconds(text: str) -> float:
+    """cost.duration's text back to seconds: 58.4s, 23m52s, 1h02m; '-' (no wall time of its own) -1."""
+    if text == "-":
+        return -1.0
+    parts = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(?:([\d.]+)s)?", text)
+    hours, minutes, seconds = (float(g) if g else 0.0 for g in parts.groups())
+    return hours * 3600 + minutes * 60 + seconds
+
+
+def _costs_shown(shown: str):
+    """The summary's cost block read back into StageCost rows per owner, and the run's wall time."""
+    from orchestrator.core.cost import StageCost
+
+    costs: dict[str, list] = {}
+    wall_s = None
+    owner = None
+    for line in shown.splitlines():
+        if m := re.fullmatch(r"  this run took (\S+)", line):
+            wall_s = _seconds(m[1])
+        elif m := re.fullmatch(r"  (\S.*)", line):
+            owner = m[1]
+            costs[owner] = []
+        elif owner and (m := re.fullmatch(r"    (\S.*?) +(\S+) +([\d.]+) (\w+)-h(?:  \((.*)\))?", line)):
+            if m[1] == "total":
+                continue
+            note = m[5] or ""
+            shared = re.search(r"shared with (.+)", note)
+            costs[owner].append(StageCost(m[1], _seconds(m[2]), m[4], device_h=float(m[3]),
+                                          reused="reused" in note, shared=shared[1] if shared else ""))
+        elif not line.startswith(" "):
+            owner = None
+    return costs, wall_s
