@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 from orchestrator.core.console import run_log
 from orchestrator.core.errors import ConfigError, OrchestratorError
@@ -202,8 +203,6 @@ def possible_gpus() -> float:
         log.debug("no autoscaler cluster config from Ray's GCS: %s", exc)
     bootstrap = _BOOTSTRAP_CONFIG.expanduser()
     if cluster_address() is not None and bootstrap.is_file():
-        import yaml
-
         try:
             found.append(node_type_gpus(yaml.safe_load(bootstrap.read_text(encoding="utf-8")) or {}))
         except (OSError, yaml.YAMLError, AttributeError, TypeError, ValueError) as exc:
