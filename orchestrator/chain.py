@@ -23,7 +23,7 @@ from orchestrator.augment.config import AugmentStageConfig
 from orchestrator.core.artifacts import SMALL_ROLES
 from orchestrator.core.config import expand_package_paths, field, flatten, from_dict, read_yaml, set_dotted, to_dict
 from orchestrator.core.console import LOG_PATH
-from orchestrator.core.cost import StageCost, cost_lines, read_cost
+from orchestrator.core.cost import StageCost, read_cost
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.manifest import (
     atomic_write_json,
@@ -39,12 +39,13 @@ from orchestrator.corpus.stage import CorpusConfig, input_stats, source_sizes
 from orchestrator.formats import READERS
 from orchestrator.instances.config import InstanceConfig
 from orchestrator.pretrain.config import PretrainConfig
+from orchestrator.report.summary import PAGE, RETRIEVAL, ChainResult  # noqa: F401 (chain.PAGE, chain.RETRIEVAL)
 from orchestrator.retrieval.config import RetrievalSpec
 from orchestrator.selection.arms import ArmScoringConfig
 from orchestrator.sweep.config import SweepConfig
 from orchestrator.sweep.space import Variant, resolve_space, space_tasks, task_data_dir, task_key
 from orchestrator.track import TrackingConfig, effective_uri, local_uri, probe
-from orchestrator.track.experiments import UI_ADDRESS, experiment_id_of, ui_url
+from orchestrator.track.experiments import experiment_id_of
 from orchestrator.vocab.quality import quality_inputs
 from orchestrator.vocab.stage import model_tokenizer_files
 from orchestrator.vocab.wordpiece import VocabConfig
@@ -68,10 +69,6 @@ ARM_MODEL, ARM_INIT, ARM_CORPUS = "model", "init", "corpus_from"
 #: A model arm's optional note of the job that makes its model (a model made by another job, e.g. the entity
 #: cycle): its dry run passes before that job has run, and the run refuses with this note until it has.
 ARM_MADE_BY = "made_by"
-#: ChainResult.report's key for an experiment's comparison page (dashboards/, written by jobs/blue_sweep.py).
-PAGE = "page"
-#: ChainResult.report's key for an experiment's retrieval table (seed 002, Table 6).
-RETRIEVAL = "retrieval"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,50 +209,6 @@ class ChainConfig:
         return tuple(s for s in self.stages if s != "augment" or self.augment.enabled)
 
 
-@dataclasses.dataclass
-class ChainResult:
-    run_dir: Path
-    report: dict[str, Path]
-    results: dict
-    tracking_uri: str
-    pretrain_loss: tuple[float, float] | None = None
-    arms: dict[str, dict] = dataclasses.field(default_factory=dict)  # an experiment's arms: status, error
-    mlflow_run_id: str = ""  # an experiment's MLflow parent run ("" without tracking)
-    experiment_id: str = ""  # the MLflow experiment the runs are in ("" without tracking)
-    costs: dict[str, list[StageCost]] = dataclasses.field(default_factory=dict)  # per arm (or model): stage costs
-    log_file: Path | None = None  # where Ray's, Tune's and the workers' output went (None: the terminal)
-    wall_s: float | None = None  # how long this run took
-
-    @property
-    def exit_code(self) -> int:
-        """3 when an experiment's arm failed (the others finished and are reported), else 0."""
-        return 3 if any(arm["status"] == "failed" for arm in self.arms.values()) else 0
-
-    def mlflow_ui_command(self) -> str:
-        return f"mlflow ui --backend-store-uri {self.tracking_uri} --host 127.0.0.1 --port 5000"
-
-    def summary(self) -> str:
-        lines = ["", "=" * 72, f"run directory : {self.run_dir}"]
-        for name, arm in self.arms.items():
-            lines.append(f"arm {name:<10}: {arm['status']}" + (f" ({arm['error']})" if arm.get("error") else ""))
-        if self.pretrain_loss:
-            lines.append(f"pretraining   : loss {self.pretrain_loss[0]:.3f} -> {self.pretrain_loss[1]:.3f}")
-        for kind in ("html", "md", "png", PAGE, RETRIEVAL):
-            if kind in self.report:
-                lines.append(f"report ({kind:4}): {self.report[kind]}")
-        lines += cost_lines(self.costs, self.wall_s)
-        if self.log_file:
-            lines.append(f"full log      : {self.log_file} (Ray, Tune and worker output; --verbose shows it here)")
-        if self.tracking_uri:
-            lines.append("MLflow UI     : " + self.mlflow_ui_command())
-            url = ui_url(self.experiment_id) if self.experiment_id else UI_ADDRESS
-            lines.append(f"                then open {url}")
-        else:
-            lines.append("MLflow        : off (tracking.enabled=false)")
-        lines.append("=" * 72)
-        return "\n".join(lines)
-
-
 # ---------------------------------------------------------------------------------------------
 # The first three stages (also jobs/build_corpus.py)
 
@@ -314,11 +267,16 @@ def check_corpus_outputs(run_dir: Path, instances: InstanceConfig,
     """The first three stages' outputs under ``run_dir`` (by name) may be written: each is absent, empty
     or an earlier output of its stage. Checked before Ray starts and by the dry run: a folder holding
     its own ``vocab/`` stops the job before ``corpus/`` is written beside it."""
-    outputs = [(s, run_dir / s) for s in ("corpus", "vocab") if s in stages]
+    for stage, name in corpus_outputs(instances, stages):
+        check_replaceable(run_dir / name, stage)
+
+
+def corpus_outputs(instances: InstanceConfig, stages: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(stage, output name under the run directory) of the first three stages that run."""
+    names = [(s, s) for s in ("corpus", "vocab") if s in stages]
     if "instances" in stages:
-        outputs += [("instances", run_dir / "instances" / f"len{n}") for n in instances.max_seq_lengths]
-    for stage, path in outputs:
-        check_replaceable(path, stage)
+        names += [("instances", f"instances/len{n}") for n in instances.max_seq_lengths]
+    return names
 
 
 def corpus_stages(corpus: CorpusConfig, vocab: VocabConfig, instances: InstanceConfig, run_dir: Path,
@@ -524,9 +482,7 @@ def run(cfg: ChainConfig) -> ChainResult:
 
 def chain_costs(cfg: ChainConfig, run_dir: Path, *, since: float) -> list[StageCost]:
     """What each of the chain's stage outputs cost when it was made (their manifests), reused or not."""
-    names = [s for s in ("corpus", "vocab") if s in cfg.stages]
-    if "instances" in cfg.stages:
-        names += [f"instances/len{n}" for n in cfg.instances.max_seq_lengths]
+    names = [name for _, name in corpus_outputs(cfg.instances, cfg.stages)]
     names += [s for s in ("pretrain", "sweep") if s in cfg.stages]
     costs = [read_cost(run_dir / name, name, since=since) for name in names]
     return [c for c in costs if c is not None]
