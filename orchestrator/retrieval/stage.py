@@ -164,7 +164,7 @@ class _Failed:
 
 def _embed_task(model_dir: str, texts, options: dict, label: str):
     """Ray task body: one side of a set embedded by one model. A user-facing error comes back as its
-    message, so that the driver can say which model and file (see selection's ``_score_source_task``)."""
+    message, so that the driver can say which model and file (as in ``orchestrator.workflows.score_sources``)."""
     from orchestrator.retrieval.embed import embed_texts  # heavy: torch, transformers
 
     _progress_to_driver()
