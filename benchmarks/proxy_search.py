@@ -1,6 +1,6 @@
 """Proxy throughput: K proxies through the shared path vs K independent pretraining runs of the same size.
 
-Shared path (``orchestrator.proxy.propose_from_proxies``): the sources read, split and tokenized
+Shared path (``orchestrator.workflows.proxy_search.run``): the sources read, split and tokenized
 once (one vocabulary), then K trials of one Ray Tune run, each drawing its mixture from the pools,
 training and measuring its target loss (plus the regression and the written proposal).
 
@@ -34,8 +34,8 @@ from orchestrator.corpus.mixing import MixerConfig
 from orchestrator.instances.config import InstanceConfig
 from orchestrator.pretrain.config import ModelConfig, PhaseConfig, PretrainConfig
 from orchestrator.pretrain.trainer import pretrain
-from orchestrator.proxy import ProxySearchConfig, mixtures, propose_from_proxies
 from orchestrator.vocab.wordpiece import VocabConfig
+from orchestrator.workflows.proxy_search import ProxySearchConfig, mixtures, run
 
 
 def main() -> None:
@@ -51,7 +51,7 @@ def main() -> None:
             f"out_dir={tmp}/shared/out", f"proxies={args.proxies}", f"proxy.train_tokens={args.steps * batch * length}",
             f"proxy.batch_size={batch}", f"pools.max_seq_length={length}", "tracking.enabled=false"])
         start = time.perf_counter()
-        shared = propose_from_proxies(cfg)
+        shared = run(cfg)
         shared_s = time.perf_counter() - start
         assert all(p["steps"] == args.steps for p in shared.proxies)
 

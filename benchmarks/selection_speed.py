@@ -15,8 +15,8 @@ The shared sources are smaller than 1M tokens (this tokenizer: PubMed ~0.17M, Wi
 ~0.52M, Tiny Shakespeare ~0.25M), so at ``--sample-tokens 1000000`` every sub-sample is the whole
 source (``short_source=whole``: the five sub-samples of a source are the same text, each still
 counted, modelled and measured); ``source_tokens`` and ``whole_source`` in the JSON say so. The
-Ray path submits the largest source first (``scoring.largest_first``): with 3 sources on 2 CPUs
-the largest one submitted last ran alone at the end.
+Ray path submits the largest source first (``orchestrator.workflows.score_sources.largest_first``):
+with 3 sources on 2 CPUs the largest one submitted last ran alone at the end.
 """
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ import time
 from pathlib import Path
 
 from orchestrator.core.runtime import ray_session
-from orchestrator.selection.scoring import SelectionConfig, score_sources
+from orchestrator.selection.scoring import SelectionConfig
+from orchestrator.workflows import score_sources
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 TARGETS = [DATA / "ner" / "BC5CDR-chem-IOB" / "devel.tsv", DATA / "hoc" / "dev.tsv", DATA / "chemprot" / "dev.tsv"]
@@ -39,7 +40,7 @@ SOURCES = {"pubmed": DATA / "pubmed_sample" / "PubMedAbstract_1MB.txt",
 
 def timed(cfg: SelectionConfig) -> tuple[float, dict]:
     start = time.perf_counter()
-    result = score_sources(cfg)
+    result = score_sources.run(cfg)
     seconds = time.perf_counter() - start
     samples = json.loads((result.out_dir / "samples.json").read_text())
     return seconds, samples

@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import sys
 
-from orchestrator.augment.config import AugmentJobConfig
-from orchestrator.augment.pipeline import plan_augment_job, run_augment_job
 from orchestrator.core.cli import JobSpec, run_job
+from orchestrator.workflows.augment import AugmentJobConfig, plan, run
 
 SPEC = JobSpec(
     name="augment",
     description=__doc__.split("\n\n")[0],
     config_cls=AugmentJobConfig,
-    run=run_augment_job,
-    dry_run=plan_augment_job,
+    run=run,
+    dry_run=plan,
     default_preset="tiny",
     outputs=("out_dir", "similarity.cache_dir"),
 )

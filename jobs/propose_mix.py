@@ -19,10 +19,10 @@ import json
 import sys
 
 from orchestrator.core.cli import JobSpec, run_job
-from orchestrator.proposal import ProposalConfig, plan_proposal, propose
+from orchestrator.workflows.propose_mix import ProposalConfig, plan, run
 
-SPEC = JobSpec(name="propose_mix", description=__doc__.split("\n\n")[0], config_cls=ProposalConfig, run=propose,
-               dry_run=plan_proposal, default_preset="tiny",
+SPEC = JobSpec(name="propose_mix", description=__doc__.split("\n\n")[0], config_cls=ProposalConfig, run=run,
+               dry_run=plan, default_preset="tiny",
                outputs=("out_dir",))
 
 

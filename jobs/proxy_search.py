@@ -19,10 +19,10 @@ from __future__ import annotations
 import sys
 
 from orchestrator.core.cli import JobSpec, run_job, shorthand_overrides
-from orchestrator.proxy import ProxySearchConfig, plan_proxy_search, propose_from_proxies
+from orchestrator.workflows.proxy_search import ProxySearchConfig, plan, run
 
 SPEC = JobSpec(name="proxy_search", description=__doc__.split("\n\n")[0], config_cls=ProxySearchConfig,
-               run=propose_from_proxies, dry_run=plan_proxy_search, default_preset="tiny",
+               run=run, dry_run=plan, default_preset="tiny",
                outputs=("out_dir", "work_dir"))
 
 

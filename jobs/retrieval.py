@@ -20,8 +20,7 @@ import sys
 
 from orchestrator.core.cli import JobSpec, run_job
 from orchestrator.core.cli import shorthand_overrides as cli_shorthands
-from orchestrator.retrieval.config import RetrievalConfig
-from orchestrator.retrieval.stage import plan_retrieval, run_retrieval
+from orchestrator.workflows.retrieval import RetrievalConfig, plan, run
 
 SHORTHANDS = (("--model", "models", "NAME=DIR"), ("--text", "texts", "LANG=FILE"), ("--pair", "pairs", "SRC-TGT=FILE"))
 
@@ -32,8 +31,8 @@ def shorthand_overrides(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    spec = JobSpec(name="retrieval", description=__doc__, config_cls=RetrievalConfig, run=run_retrieval,
-                   dry_run=plan_retrieval, outputs=("run_dir",))
+    spec = JobSpec(name="retrieval", description=__doc__, config_cls=RetrievalConfig, run=run, dry_run=plan,
+                   outputs=("run_dir",))
     return run_job(spec, shorthand_overrides(sys.argv[1:] if argv is None else argv))
 
 

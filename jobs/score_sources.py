@@ -15,7 +15,7 @@ import sys
 
 from orchestrator.core.cli import JobSpec, run_job
 from orchestrator.core.cli import shorthand_overrides as cli_shorthands
-from orchestrator.selection.scoring import SelectionConfig, plan_selection, score_sources
+from orchestrator.workflows.score_sources import SelectionConfig, plan, run
 
 
 def shorthand_overrides(argv: list[str]) -> list[str]:
@@ -24,8 +24,8 @@ def shorthand_overrides(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    spec = JobSpec(name="score_sources", description=__doc__, config_cls=SelectionConfig,
-                   run=score_sources, dry_run=plan_selection, outputs=("out_dir", "work_dir"))
+    spec = JobSpec(name="score_sources", description=__doc__, config_cls=SelectionConfig, run=run,
+                   dry_run=plan, outputs=("out_dir", "work_dir"))
     return run_job(spec, shorthand_overrides(sys.argv[1:] if argv is None else argv))
 
 

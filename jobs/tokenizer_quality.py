@@ -16,7 +16,7 @@ import sys
 
 from orchestrator.core.cli import JobSpec, run_job
 from orchestrator.core.cli import shorthand_overrides as cli_shorthands
-from orchestrator.vocab.quality import TokenizerQualityConfig, plan_quality, run_quality
+from orchestrator.workflows.tokenizer_quality import TokenizerQualityConfig, plan, run
 
 
 def shorthand_overrides(argv: list[str]) -> list[str]:
@@ -25,7 +25,7 @@ def shorthand_overrides(argv: list[str]) -> list[str]:
 
 
 SPEC = JobSpec(name="tokenizer_quality", description=__doc__.split("\n\n")[0], config_cls=TokenizerQualityConfig,
-               run=run_quality, dry_run=plan_quality, default_preset="tiny",
+               run=run, dry_run=plan, default_preset="tiny",
                outputs=("out_dir",))
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.augment.config import AugmentConfig, AugmentJobConfig, AugmentRayConfig, SimilarityConfig
+from orchestrator.augment.config import AugmentConfig, AugmentRayConfig, SimilarityConfig
 from orchestrator.augment.filtered import (
     FilteredAugmenter,
     MaskedWordPredictor,
@@ -35,6 +35,7 @@ from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.manifest import read_manifest
 from orchestrator.finetune.readers import read_file, read_split
 from orchestrator.finetune.spec import SAMPLE_DIR, load_task
+from orchestrator.workflows.augment import AugmentJobConfig
 
 IN_DOMAIN = SAMPLE_DIR.parent / "corpus" / "in_domain.txt"
 TOKENS = ["Treatment", "with", "doxorubicin", "reduced", "symptoms", "in", "2", "cultured", "cells", "."]

@@ -87,8 +87,8 @@ def test_the_weighted_mixer_feeds_each_source_its_share():
 @pytest.fixture(scope="module")
 def proposal(tmp_path_factory):
     """The job's tiny preset (the bundled corpora against the bundled BC5CDR-chem and HoC text), run."""
-    from orchestrator.proposal import ProposalConfig, propose
     from orchestrator.selection.scoring import kenlm_binary
+    from orchestrator.workflows.propose_mix import ProposalConfig, run
 
     try:
         kenlm_binary("lmplz"), kenlm_binary("build_binary")
@@ -96,7 +96,7 @@ def proposal(tmp_path_factory):
         pytest.skip("KenLM lmplz/build_binary not built: run scripts/setup.sh")
     out = tmp_path_factory.mktemp("proposal") / "out"
     cfg = load_config(ProposalConfig, overrides=[f"out_dir={out}"], base=load_preset("propose_mix", "tiny"))
-    return cfg, propose(cfg)
+    return cfg, run(cfg)
 
 
 def test_the_proposal_is_a_corpus_config_that_dry_runs(proposal):
@@ -120,25 +120,25 @@ def test_the_proposal_is_a_corpus_config_that_dry_runs(proposal):
 
 def test_a_new_rule_reuses_the_scores_and_a_score_sources_output_serves_too(proposal, tmp_path, caplog):
     from orchestrator.core.config import replace
-    from orchestrator.proposal import propose
     from orchestrator.selection.proposal import WeightingConfig as W
+    from orchestrator.workflows.propose_mix import run
 
     cfg, first = proposal
     shutil.copytree(first.out_dir, tmp_path / "copy")  # an earlier output, kept for the other tests
     with caplog.at_level("INFO"):
-        top = propose(replace(cfg, out_dir=str(tmp_path / "copy"), weighting=W(name="top_k")))
+        top = run(replace(cfg, out_dir=str(tmp_path / "copy"), weighting=W(name="top_k")))
     assert "scores reused" in caplog.text and "scoring candidate" not in caplog.text
     assert top.weights == {"in_domain": 1.0, "general": 0.0} and top.scores == first.scores
     built = load_config(CorpusBuildConfig, top.corpus_file)
     assert [s.name for s in built.corpus.sources] == ["in_domain"]  # weight 0: left out of the corpus
     # the scores of a score_sources run (its layout: scores.json, scores_by_task.json), per target task
-    again = propose(replace(cfg, out_dir=str(tmp_path / "again"), scores=str(top.out_dir), target_task="HoC"))
+    again = run(replace(cfg, out_dir=str(tmp_path / "again"), scores=str(top.out_dir), target_task="HoC"))
     hoc = json.loads((top.out_dir / "scores_by_task.json").read_text())["HoC"]
     assert again.weights == pytest.approx(propose_weights(hoc, W()))
     with pytest.raises(InputError, match="has no scores for candidate 'general'"):
         (tmp_path / "partial").mkdir()
         (tmp_path / "partial" / "scores.json").write_text(json.dumps({"in_domain": first.scores["in_domain"]}))
-        propose(replace(cfg, out_dir=str(tmp_path / "x"), scores=str(tmp_path / "partial")))
+        run(replace(cfg, out_dir=str(tmp_path / "x"), scores=str(tmp_path / "partial")))
 
 
 def test_an_experiment_arm_takes_the_proposal_as_its_corpus(proposal, tmp_path):

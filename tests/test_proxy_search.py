@@ -70,13 +70,13 @@ def test_spearman_and_the_pools_sharing_known_answers():
 @pytest.fixture(scope="module")
 def search(tmp_path_factory, ray_local):
     """The job's tiny preset with 3 proxies of 20 steps, run for real: Tune trials, training, MLflow."""
-    from orchestrator.proxy import ProxySearchConfig, propose_from_proxies
+    from orchestrator.workflows.proxy_search import ProxySearchConfig, run
 
     out = tmp_path_factory.mktemp("proxy") / "out"
     cfg = load_config(ProxySearchConfig, overrides=[f"out_dir={out}", "proxies=3", "proxy.train_tokens=10000",
                                                     "regression.samples=2000", "regression.top_k=10"],
                       base=load_preset("proxy_search", "tiny"))
-    return cfg, propose_from_proxies(cfg)
+    return cfg, run(cfg)
 
 
 def test_a_real_proxy_search_writes_a_corpus_config_and_logs_a_run_per_proxy(search):
@@ -114,14 +114,14 @@ def test_a_real_proxy_search_writes_a_corpus_config_and_logs_a_run_per_proxy(sea
 
 def test_a_rerun_reuses_the_output_and_a_changed_search_reuses_the_trained_proxies(search, caplog):
     from orchestrator.core.config import replace
-    from orchestrator.proxy import propose_from_proxies
     from orchestrator.selection.regmix import RegressionConfig as R
+    from orchestrator.workflows.proxy_search import run
 
     cfg, first = search
-    again = propose_from_proxies(cfg)
+    again = run(cfg)
     assert again.reused and again.weights == first.weights
     with caplog.at_level("INFO"):
-        other = propose_from_proxies(replace(cfg, regression=R(features="quadratic", samples=2000, top_k=10)))
+        other = run(replace(cfg, regression=R(features="quadratic", samples=2000, top_k=10)))
     assert "3 of 3 already trained" in caplog.text and not other.reused
     assert [p["target_mlm_loss"] for p in other.proxies] == [p["target_mlm_loss"] for p in first.proxies]
 
@@ -135,7 +135,7 @@ def test_a_rerun_reuses_the_output_and_a_changed_search_reuses_the_trained_proxi
     (["pools.max_seq_length=4"], "max_seq_length must be >= 8"),
 ])
 def test_bad_configs_are_refused(overrides, message):
-    from orchestrator.proxy import ProxySearchConfig
+    from orchestrator.workflows.proxy_search import ProxySearchConfig
 
     with pytest.raises(ConfigError, match=re.escape(message)):
         load_config(ProxySearchConfig, overrides=overrides, base=load_preset("proxy_search", "tiny"))

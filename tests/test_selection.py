@@ -227,7 +227,7 @@ def test_job_shorthand_flags_become_overrides():
 
 def test_the_ray_path_submits_the_largest_source_first(tmp_path):
     """3 sources on 2 CPUs: the largest must not wait for a CPU behind the small ones."""
-    from orchestrator.selection.scoring import largest_first
+    from orchestrator.workflows.score_sources import largest_first
 
     for name, size in (("a", 10), ("b", 300), ("c", 50)):
         (tmp_path / f"{name}.txt").write_text("word " * size)

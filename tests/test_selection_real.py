@@ -76,7 +76,8 @@ def test_pubmed_scores_closest_on_ppl_jsd_tvc(tmp_path: Path, capsys):
 
 def test_bad_source_in_a_ray_task_is_reported_by_file_and_line(tmp_path: Path):
     from orchestrator.core.errors import InputError, OrchestratorError
-    from orchestrator.selection.scoring import SelectionConfig, score_sources
+    from orchestrator.selection.scoring import SelectionConfig
+    from orchestrator.workflows import score_sources
 
     good = tmp_path / "good.txt"
     good.write_text("the liver tumor shows early enhancement .\n" * 50, encoding="utf-8")
@@ -88,10 +89,10 @@ def test_bad_source_in_a_ray_task_is_reported_by_file_and_line(tmp_path: Path):
                           short_source="whole", num_samples=1, num_cpus=2, lmplz_memory="50M",
                           out_dir=str(tmp_path / "out"))
     with pytest.raises(OrchestratorError, match=r"bad.txt:2: invalid UTF-8 byte 0xef"):
-        score_sources(cfg)
+        score_sources.run(cfg)
     assert not (tmp_path / "out").exists()
     empty = tmp_path / "empty.txt"
     empty.write_bytes(b"")
     with pytest.raises(InputError, match="empty.txt: is empty"):
-        score_sources(SelectionConfig(targets=[str(target)], sources={"good": str(good), "e": str(empty)},
+        score_sources.run(SelectionConfig(targets=[str(target)], sources={"good": str(good), "e": str(empty)},
                                       out_dir=str(tmp_path / "out")))

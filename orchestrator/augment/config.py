@@ -99,31 +99,6 @@ class AugmentRayConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class AugmentJobConfig:
-    """``python jobs/augment.py``: one NER task's training split in, an augmented task directory out."""
-
-    out_dir: str = field("runs/augment", help="output task directory (train augmented; dev/test copied)")
-    task: str = field("bc5cdr_chemical", help="task file stem, display name or task YAML path (family ner)")
-    data_dir: str = field("", help="directory holding the task's split files; empty = the shipped sample")
-    format: str = field("", help="override the task's file format (e.g. iob for 2-column files); empty = "
-                                 "the task's own")
-    model_dir: str = field("", help="MLM directory: BertForMaskedLM / BertForPreTraining (e.g. a pretrain "
-                                    "run's final/)")
-    max_train_sentences: int = field(0, help="augment a fixed subset of this many training sentences "
-                                             "(the subset the sweep's max_train_examples picks); 0 = all")
-    device: str = field("auto", help="auto | cpu | cuda")
-    augment: AugmentConfig = field(default_factory=AugmentConfig, help="the algorithm")
-    similarity: SimilarityConfig = field(default_factory=SimilarityConfig, help="the similarity filter")
-    ray: AugmentRayConfig = field(default_factory=AugmentRayConfig, help="actor pool placement")
-
-    def __post_init__(self):
-        if not self.out_dir:
-            raise ConfigError("out_dir must be set")
-        if self.max_train_sentences < 0:
-            raise ConfigError("max_train_sentences must be >= 0")
-
-
-@dataclasses.dataclass(frozen=True)
 class AugmentStageConfig:
     """The main job's augmentation stage: every NER task of the sweep is also fine-tuned on a
     filtered-BERT augmented copy of its training split, reported as a second model

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from orchestrator.augment.config import AugmentConfig, AugmentJobConfig, AugmentRayConfig, SimilarityConfig
+from orchestrator.augment.config import AugmentConfig, AugmentRayConfig, SimilarityConfig
 from orchestrator.augment.filtered import FilteredAugmenter, MaskedWordPredictor, plan_rows, repeat_rows
 from orchestrator.augment.similarity import WordVectors, train_vectors
 from orchestrator.core.config import from_dict, to_dict
@@ -35,13 +35,12 @@ from orchestrator.core.manifest import (
     hash_inputs,
     make_private,
     private_dir,
-    read_manifest,
     write_manifest,
 )
-from orchestrator.core.reuse import content_key, model_identity, run_stage
+from orchestrator.core.reuse import content_key, model_identity
 from orchestrator.core.runtime import possible_gpus, ray_session
 from orchestrator.finetune.readers import Example, fixed_subset, read_split
-from orchestrator.finetune.spec import SAMPLE_DIR, TaskSpec, load_task
+from orchestrator.finetune.spec import TaskSpec
 
 log = logging.getLogger(__name__)
 
@@ -309,66 +308,6 @@ def augment_key(spec: TaskSpec, data_dir: str | Path, model_dir: str | Path, cfg
                        cfg, sim, max_train_sentences)
 
 
-# -------------------------------------------------------------------------------------- the job
-def job_spec(cfg: AugmentJobConfig) -> tuple[TaskSpec, Path]:
-    spec = load_task(cfg.task)
-    if cfg.format:
-        spec = from_format(spec, cfg.format)
-    data_dir = Path(cfg.data_dir) if cfg.data_dir else SAMPLE_DIR / spec.dir
-    return spec, data_dir
-
-
 def from_format(spec: TaskSpec, fmt: str) -> TaskSpec:
+    """``spec`` read as ``fmt`` (e.g. iob for 2-column files) instead of its own format."""
     return from_dict(TaskSpec, {**to_dict(spec), "format": fmt}, where=f"task {spec.name}")
-
-
-def plan_augment_job(cfg: AugmentJobConfig) -> str:
-    """Dry run: the task parses, the MLM directory has a head, the vectors or corpus exist."""
-    spec, data_dir = job_spec(cfg)
-    examples = training_sentences(dataclasses.replace(spec, dir=""), data_dir, cfg.max_train_sentences)
-    model_dir = _check_mlm_dir(cfg.model_dir)
-    for path in ([cfg.similarity.vectors] if cfg.similarity.vectors else list(cfg.similarity.corpus)):
-        if not Path(path).is_file():
-            raise InputError(path, "similarity input not found", expected="a vectors file or corpus text")
-    total = int(round(len(examples) * cfg.augment.multiple))
-    sim = cfg.similarity.vectors or (", ".join(cfg.similarity.corpus) or "the training sentences")
-    return "\n".join([
-        f"task: {spec.name} ({spec.format}) from {data_dir}: {len(examples)} training sentences",
-        f"augment: {total} sentences, k={cfg.augment.words_per_sentence} words each, {cfg.augment.mask_mode} "
-        f"masking, up to {cfg.augment.candidates} proposals, accept {cfg.augment.min_similarity} < cos <= "
-        f"{cfg.augment.max_similarity}, entities {'replaced' if cfg.augment.replace_entities else 'kept'}",
-        f"MLM: {model_dir}",
-        f"similarity: {sim}",
-        f"ray: {cfg.ray.actors} actors x {cfg.ray.cpus_per_actor} CPU",
-        f"output: {Path(cfg.out_dir).resolve()}",
-    ])
-
-
-def _check_mlm_dir(model_dir: str) -> Path:
-    """The MLM directory exists and is a BERT with a masked-LM head (or one transformers adds)."""
-    path = Path(model_dir)
-    if not (path / "config.json").is_file():
-        raise InputError(model_dir or "model_dir", "MLM directory not found",
-                         expected="a BertForMaskedLM / BertForPreTraining directory (e.g. run "
-                                  "`python jobs/pretrain.py` first)")
-    try:
-        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(path / "config.json", f"not a JSON model config ({exc})") from None
-    if config.get("model_type") != "bert":
-        raise InputError(path / "config.json", f"model_type is {config.get('model_type')!r}",
-                         expected="a BERT masked language model")
-    if not ((path / "vocab.txt").is_file() or (path / "tokenizer.json").is_file()):
-        raise InputError(path, "no tokenizer (vocab.txt or tokenizer.json)", expected="the MLM's tokenizer files")
-    return path
-
-
-def run_augment_job(cfg: AugmentJobConfig) -> AugmentResult:
-    spec, data_dir = job_spec(cfg)
-    _check_mlm_dir(cfg.model_dir)
-    spec = dataclasses.replace(spec, dir="")
-    key = augment_key(spec, data_dir, cfg.model_dir, cfg.augment, cfg.similarity, cfg.max_train_sentences)
-    out = run_stage("augment", cfg.out_dir, key, lambda tmp: augment_task(
-        spec, data_dir, tmp, cfg.model_dir, cfg.augment, cfg.similarity, cfg.ray,
-        max_train_sentences=cfg.max_train_sentences, device=cfg.device))
-    return AugmentResult(out, read_manifest(out)["counts"], 0.0)

@@ -17,7 +17,7 @@ with the same vocabulary, packed the same way and masked once with a fixed seed 
 ``train_tokens`` budget, without replacement while a pool lasts), trains a fresh masked-LM BERT
 (the same initial weights for every proxy, ``init_seed``) with dynamic masking, AdamW and a linear
 warm-up / decay, and returns the mean masked-LM cross-entropy on the target positions. Pure
-functions of files on disk, so a Ray Tune trial (``orchestrator.proxy``) or a test runs them alike.
+functions of files on disk, so a Ray Tune trial (``orchestrator.workflows.proxy_search``) or a test runs them alike.
 """
 from __future__ import annotations
 

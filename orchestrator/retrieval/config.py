@@ -1,8 +1,8 @@
 """The retrieval evaluation's settings: what text, how it is embedded, which models.
 
 ``RetrievalSpec`` is what an experiment's ``retrieval:`` section holds (its arms give the models);
-``RetrievalConfig`` adds what the job alone needs (its run directory, MLflow, Ray). Imports configs
-only: torch comes in with ``orchestrator.retrieval.embed``.
+``orchestrator.workflows.retrieval.RetrievalConfig`` adds what the job alone needs (its run directory,
+MLflow, Ray). Imports configs only: torch comes in with ``orchestrator.retrieval.embed``.
 """
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from typing import Literal
 
 from orchestrator.core.config import check_number, field
 from orchestrator.core.errors import ConfigError
-from orchestrator.track import TrackingConfig
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -99,20 +98,4 @@ def pair_languages(key: str) -> tuple[str, str]:
     return parts[0], parts[1]
 
 
-@dataclasses.dataclass(frozen=True)
-class RetrievalConfig(RetrievalSpec):
-    run_dir: str = field("runs/retrieval", help="run directory: retrieval/ (results.json, table.{txt,md,html}, "
-                                                "manifest.json; reused when models, text and settings are unchanged) "
-                                                "and the MLflow store mlflow.db")
-    tracking: TrackingConfig = field(default_factory=TrackingConfig, help="MLflow tracking")
-    ray_address: str = field("", help="Ray cluster address; empty = RAY_ADDRESS or a cluster head if present, else an "
-                                      "embedded local Ray on 127.0.0.1")
-    num_cpus: int = field(0, help="CPUs for the embedded local Ray (0 = all)")
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.num_cpus < 0:
-            raise ConfigError(f"num_cpus must be >= 0 (0 = all), got {self.num_cpus}")
-
-
-__all__ = ["RetrievalSpec", "RetrievalConfig", "pair_languages"]
+__all__ = ["RetrievalSpec", "pair_languages"]

@@ -28,10 +28,10 @@ from pathlib import Path
 from orchestrator.core.config import flatten
 from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
 from orchestrator.core.manifest import atomic_write_json, atomic_write_text, hash_inputs, write_manifest
-from orchestrator.core.reuse import content_key, model_identity, reusable, run_stage
+from orchestrator.core.reuse import content_key, model_identity, run_stage
 from orchestrator.core.runtime import ray_session
 from orchestrator.formats.parallel import align, detect_format, read_parallel, read_tsv_pairs
-from orchestrator.retrieval.config import RetrievalConfig, RetrievalSpec, pair_languages
+from orchestrator.retrieval.config import RetrievalSpec, pair_languages
 from orchestrator.retrieval.table import (
     RESULTS,
     direction,
@@ -41,7 +41,7 @@ from orchestrator.retrieval.table import (
     render_text,
     section_of,
 )
-from orchestrator.track import TrackingConfig, effective_uri
+from orchestrator.track import TrackingConfig
 from orchestrator.track import schema as S
 
 log = logging.getLogger("retrieval")
@@ -164,7 +164,7 @@ class _Failed:
 
 def _embed_task(model_dir: str, texts, options: dict, label: str):
     """Ray task body: one side of a set embedded by one model. A user-facing error comes back as its
-    message, so that the driver can say which model and file (see selection's ``_score_source_task``)."""
+    message, so that the driver can say which model and file (as in ``orchestrator.workflows.score_sources``)."""
     from orchestrator.retrieval.embed import embed_texts  # heavy: torch, transformers
 
     _progress_to_driver()
@@ -315,32 +315,6 @@ def log_results(tracking: TrackingConfig | None, run_dir: Path, spec: RetrievalS
     return runs
 
 
-# ----------------------------------------------------------------------------- the job
-@dataclasses.dataclass(frozen=True)
-class RetrievalResult:
-    out_dir: Path
-    results: dict
-    tracking_uri: str
-
-    def summary(self) -> str:
-        lines = [render_text(self.results).rstrip("\n"), "", f"tables  : {self.out_dir / TABLE_MD}, "
-                                                               f"{self.out_dir / TABLE_HTML}",
-                 f"results : {self.out_dir / RESULTS}"]
-        if self.tracking_uri:
-            lines.append(f"MLflow  : mlflow ui --backend-store-uri {self.tracking_uri} --host 127.0.0.1 --port 5000")
-        lines.append(json.dumps(scores_only(self.results), sort_keys=False))
-        return "\n".join(lines)
-
-
-def run_retrieval(cfg: RetrievalConfig) -> RetrievalResult:
-    """``python jobs/retrieval.py``: every model on every language pair; the table printed, then the scores as JSON."""
-    run_dir = Path(cfg.run_dir).resolve()
-    out, results = retrieval_stage(cfg, cfg.models, lambda key: run_dir / STAGE, cfg.tracking, run_dir,
-                                   ray_address=cfg.ray_address or None, num_cpus=cfg.num_cpus or None)
-    uri = effective_uri(cfg.tracking, run_dir) if cfg.tracking.enabled else ""
-    return RetrievalResult(out, results, uri)
-
-
 def plan_sets(spec: RetrievalSpec, sets: list[ParallelSet] | None = None) -> list[str]:
     """The dry run's lines for the text: every file parsed and aligned (``sets``: already loaded), what each
     set holds."""
@@ -360,26 +334,5 @@ def plan_sets(spec: RetrievalSpec, sets: list[ParallelSet] | None = None) -> lis
     return lines
 
 
-def plan_retrieval(cfg: RetrievalConfig) -> str:
-    """Dry run: models hold a config, weights and a tokenizer; every text file parses and the sides align."""
-    if not cfg.models:
-        raise ConfigError("retrieval: no models: give --model NAME=DIR (models.NAME=DIR)")
-    if not cfg.enabled:
-        raise ConfigError("retrieval: no text: give --text LANG=FILE twice or more, or --pair SRC-TGT=FILE.tsv")
-    lines = []
-    for name, path in cfg.models.items():
-        info = check_model(name, path)
-        lines.append(f"model {name}: {path} ({info['model_type']}, {info['layers']} layers, hidden {info['hidden']}, "
-                     f"{info['max_position_embeddings']} positions)")
-    sets = load_sets(cfg)
-    lines += plan_sets(cfg, sets)
-    run_dir = Path(cfg.run_dir).resolve()
-    state = "reused" if reusable(run_dir / STAGE, retrieval_key(cfg, cfg.models)) else "build"
-    sides = sum(len(s.languages) for s in sets)
-    lines.append(f"output: {run_dir / STAGE} ({state}); {len(cfg.models) * sides} embedding task(s) on Ray")
-    return "\n".join(lines)
-
-
-__all__ = ["ParallelSet", "RetrievalResult", "check_model", "directions", "evaluate", "load_sets", "log_results",
-           "model_metrics", "plan_retrieval", "plan_sets", "read_results", "retrieval_key", "retrieval_stage",
-           "run_retrieval", "scores_only"]
+__all__ = ["ParallelSet", "check_model", "directions", "evaluate", "load_sets", "log_results", "model_metrics",
+           "plan_sets", "read_results", "retrieval_key", "retrieval_stage", "scores_only"]

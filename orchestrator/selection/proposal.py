@@ -19,7 +19,7 @@ for mixing them. The rules here are this project's, registered in ``WEIGHTINGS``
 - ``uniform``: every candidate the same weight (the baseline a proposal should beat).
 
 TTR has no direction (it measures diversity, not closeness) and is refused as the rule's measure.
-Pure functions; ``orchestrator.proposal`` writes the weights as a corpus config the chain runs.
+Pure functions; ``orchestrator.workflows.propose_mix`` writes the weights as a corpus config the chain runs.
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@
 RegMix (Liu et al., ICLR 2025) trains many small proxy models on random mixtures, fits a regression
 from the mixture to the validation loss, simulates many mixtures with it and takes the mean of the
 top-ranked ones as the proposal. The pieces here are pure numpy, tested on a known answer without
-Ray or torch; ``orchestrator.proxy`` trains the proxies.
+Ray or torch; ``orchestrator.workflows.proxy_search`` trains the proxies.
 
 - ``dirichlet_mixtures``: RegMix samples around the token distribution of the sources; here
   Dirichlet(concentration x n x p), p = the sources' natural proportions (bytes), so the mean is the

@@ -26,7 +26,8 @@ n-gram counts and model also give per-task scores (``scores_by_task.json``), whi
 seed correlates with per-task gains (300 source-task-seed points in its Figure 3).
 
 Files are read by ``orchestrator.formats`` (``read_units``). Pure functions (sampling plan,
-JSD/TVC/TTR, perplexity) are tested without Ray; ``score_sources`` fans the sources out as Ray tasks.
+JSD/TVC/TTR, perplexity) are tested without Ray; ``score_source`` scores one source, and the job
+(``orchestrator.workflows.score_sources``) fans the sources out as Ray tasks.
 """
 from __future__ import annotations
 
@@ -50,8 +51,6 @@ import numpy as np
 
 from orchestrator.core.config import field
 from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
-from orchestrator.core.manifest import atomic_dir, atomic_write_json, atomic_write_text, write_manifest
-from orchestrator.core.runtime import ray_session
 from orchestrator.formats import SUFFIXES, text_units
 
 log = logging.getLogger(__name__)
@@ -497,29 +496,7 @@ def ranked_table(scores: Mapping[str, Mapping[str, float]]) -> str:
     return "\n".join(lines)
 
 
-# ----------------------------------------------------------------------------- the stage
-@dataclass(frozen=True)
-class SelectionResult:
-    out_dir: Path
-    scores: dict[str, dict[str, float]]
-    by_task: dict[str, dict[str, dict[str, float]]]
-    table: str
-    correlations: dict | None
-    task_correlations: dict | None
-
-    def summary(self) -> str:
-        text = self.table + f"\nscores: {self.out_dir / 'scores.json'}"
-        if self.correlations:
-            text += "\nPearson r with the downstream gain: " + ", ".join(
-                f"{m}={c['r']:+.3f}" if c["r"] is not None else f"{m}=n/a ({c['why']})"
-                for m, c in self.correlations.items())
-        if self.task_correlations:
-            text += "\nPearson r over (source, task) points: " + ", ".join(
-                f"{m}={c['r']:+.3f}" if c["r"] is not None else f"{m}=n/a ({c['why']})"
-                for m, c in self.task_correlations.items())
-        return text
-
-
+# ----------------------------------------------------------------------------- the targets
 def load_targets(cfg: SelectionConfig) -> dict[str, TargetProfile]:
     """{task: profile} of the target files, grouped by task name (see ``target_tasks``)."""
     if not cfg.targets:
@@ -535,115 +512,8 @@ def load_targets(cfg: SelectionConfig) -> dict[str, TargetProfile]:
     return profiles
 
 
-def plan_selection(cfg: SelectionConfig) -> str:
-    """Dry run: every input exists and parses in full, sizes against sample_tokens, KenLM is installed."""
-    if not cfg.sources:
-        raise ConfigError("no sources: give --source NAME=PATH ... or sources={name: path}")
-    lines = [f"target task {task}: {t.tokens} tokens, {len(t.lines)} units, {len(t.content_vocab)} content-word "
-             f"types, {t.ngram_total} n-grams" for task, t in load_targets(cfg).items()]
-    for name, path in sorted(cfg.sources.items()):
-        files = input_files(path)
-        tokens = sum(len(tokenize(u)) for f in files for u in read_units(f, cfg.input_format, cfg.text_field))
-        note = ""
-        if tokens < cfg.sample_tokens:
-            note = (" -- fewer than sample_tokens: " +
-                    ("scoring will stop with an error" if cfg.short_source == "error" else "scored whole"))
-        lines.append(f"source {name}: {len(files)} file(s), {tokens} tokens{note}")
-    lines.append(f"per source: {cfg.num_samples} sub-samples x {cfg.sample_tokens} tokens; "
-                 f"lmplz={kenlm_binary('lmplz')}, build_binary={kenlm_binary('build_binary')}")
-    return "\n".join(lines)
-
-
-def score_sources(cfg: SelectionConfig) -> SelectionResult:
-    """Score every source against the targets; write scores.json, samples.json, table.txt, manifest."""
-    if not cfg.sources:
-        raise ConfigError("no sources: give --source NAME=PATH ... or sources={name: path}")
-    for tool in ("lmplz", "build_binary"):  # fail before any work, not after the first source
-        kenlm_binary(tool)
-    for path in cfg.sources.values():  # cheap checks first: a missing or 0-byte file stops before any scoring
-        for f in input_files(path):
-            if f.stat().st_size == 0:
-                raise InputError(f, "is empty (0 bytes)", expected="text to score")
-    targets = load_targets(cfg)
-    for task, t in targets.items():
-        log.info("target task %s: %d tokens, %d content-word types", task, t.tokens, len(t.content_vocab))
-    if cfg.parallel and len(cfg.sources) > 1:
-        results = _score_on_ray(targets, cfg)
-    else:
-        results = [score_source(n, p, targets, cfg) for n, p in sorted(cfg.sources.items())]
-    scores = {r.name: r.measures() for r in results}
-    by_task = {task: {r.name: r.by_task[task] for r in results} for task in targets}
-    table = ranked_table(scores)
-    corr = correlations(scores, cfg.gains) if cfg.gains else None
-    task_corr = task_correlations(by_task, cfg.task_gains) if cfg.task_gains else None
-    out_dir = Path(cfg.out_dir)
-    with atomic_dir(out_dir, "selection") as tmp:
-        atomic_write_json(tmp / "scores.json", scores)
-        atomic_write_json(tmp / "scores_by_task.json", by_task)
-        atomic_write_json(tmp / "samples.json", {
-            r.name: {"samples": list(r.samples), "source_tokens": r.tokens, "sample_tokens": r.sample_tokens,
-                     "whole_source": r.whole} for r in results})
-        atomic_write_text(tmp / "table.txt", table + "\n")
-        if corr is not None:
-            atomic_write_json(tmp / "correlations.json", corr)
-        if task_corr is not None:
-            atomic_write_json(tmp / "correlations_by_task.json", task_corr)
-        write_manifest(tmp, stage="selection", config=cfg,
-                       inputs=[p for paths in target_tasks(cfg.targets).values() for p in paths]
-                       + list(cfg.sources.values()),
-                       counts={"sources": len(results), "target_tasks": len(targets),
-                               "target_tokens": sum(t.tokens for t in targets.values())},
-                       seed=cfg.seed,
-                       extra={"jsd_base": 2, "tvc_content_words": "proxy: alphabetic non-function words",
-                              "short_sources": sorted(r.name for r in results if r.whole)})
-    return SelectionResult(out_dir=out_dir, scores=scores, by_task=by_task, table=table, correlations=corr,
-                           task_correlations=task_corr)
-
-
-@dataclass(frozen=True)
-class _Failed:
-    message: str
-
-
-def _score_source_task(name: str, path: str, targets: Mapping[str, TargetProfile],
-                       cfg: SelectionConfig) -> SourceScore | _Failed:
-    """Ray task body. A user-facing error comes back as its message: InputError's constructor
-    signature keeps Ray from rebuilding it on the driver (it would arrive as an opaque
-    UnserializableException instead of naming the bad file)."""
-    try:
-        return score_source(name, path, targets, cfg)
-    except OrchestratorError as exc:
-        return _Failed(str(exc))
-
-
-def largest_first(sources: Mapping[str, str]) -> list[str]:
-    """Source names by their input bytes, largest first (ties by name): the order the Ray path submits
-    them in. With more sources than CPUs, a large source submitted last would start only when a CPU
-    frees and finish long after the others (3 sources on 2 CPUs, WikiText last: 1.4x sequential
-    instead of 1.9x)."""
-    size = {n: sum(f.stat().st_size for f in input_files(p)) for n, p in sources.items()}
-    return sorted(sources, key=lambda n: (-size[n], n))
-
-
-def _score_on_ray(targets: dict[str, TargetProfile], cfg: SelectionConfig) -> list[SourceScore]:
-    """One Ray task per source (each runs its own lmplz), the largest submitted first; the first failure
-    is raised with its message. Results come back in name order."""
-    import ray  # heavy: ray
-
-    with ray_session(num_cpus=cfg.num_cpus or None):
-        task = ray.remote(num_cpus=1)(_score_source_task)
-        ref = ray.put(targets)
-        refs = {n: task.remote(n, cfg.sources[n], ref, cfg) for n in largest_first(cfg.sources)}
-        results = ray.get([refs[n] for n in sorted(cfg.sources)])
-    for result in results:
-        if isinstance(result, _Failed):
-            raise OrchestratorError(result.message)
-    return results
-
-
-__all__ = ["SelectionConfig", "SelectionResult", "SourceScore", "InputFile", "TargetProfile", "MEASURES",
-           "FUNCTION_WORDS",
-           "score_sources", "plan_selection", "score_source", "load_targets", "target_tasks", "merge_profiles",
-           "profile_target", "tokenize", "is_content_word", "read_units", "input_files", "ngrams",
-           "jensen_shannon", "type_token_ratio", "vocabulary_covered", "perplexity", "plan_samples",
-           "kenlm_binary", "build_kenlm", "largest_first", "correlations", "task_correlations", "ranked_table"]
+__all__ = ["SelectionConfig", "SourceScore", "InputFile", "TargetProfile", "MEASURES", "FUNCTION_WORDS",
+           "score_source", "load_targets", "target_tasks", "merge_profiles", "profile_target", "tokenize",
+           "is_content_word", "read_units", "input_files", "ngrams", "jensen_shannon", "type_token_ratio",
+           "vocabulary_covered", "perplexity", "plan_samples", "kenlm_binary", "build_kenlm", "correlations",
+           "task_correlations", "ranked_table"]

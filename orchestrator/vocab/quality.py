@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import html
-import json
 import re
 import unicodedata
 from collections import Counter
@@ -36,7 +35,6 @@ from pathlib import Path
 
 from orchestrator.core.config import field
 from orchestrator.core.errors import ConfigError, InputError
-from orchestrator.core.manifest import atomic_write_json, atomic_write_text
 from orchestrator.formats import text_units
 from orchestrator.formats.base import LANGUAGE_CODE
 from orchestrator.formats.parallel import read_squad
@@ -303,52 +301,3 @@ def load_tokenizer(path: str | Path):
     from transformers import AutoTokenizer  # heavy: transformers
 
     return AutoTokenizer.from_pretrained(str(path), use_fast=True).backend_tokenizer
-
-
-# ---------------------------------------------------------------------------------------------
-# The standalone job (jobs/tokenizer_quality.py)
-
-
-@dataclasses.dataclass(frozen=True)
-class TokenizerQualityConfig:
-    tokenizers: dict[str, str] = field(default_factory=dict, help="name -> Hugging Face tokenizer or model "
-                                                                  "directory (--tokenizer NAME=DIR)")
-    texts: dict[str, str] = field(default_factory=dict, help="'<language>' or '<language>:<kind>' -> text file "
-                                                             "(--text de:specific=FILE): plain text a unit per line, "
-                                                             "JSONL, SQuAD .json (its paragraphs: XQuAD), or a task "
-                                                             "file (BLUE TSV, IOB, BLUE NER)")
-    max_lines: int = field(5000, help="text units read from each file")
-    out_dir: str = field("", help="write tokenizer_quality.json and .md here; empty = print only")
-
-    def __post_init__(self) -> None:
-        if not self.tokenizers or not self.texts:
-            raise ConfigError("give at least one tokenizer (--tokenizer NAME=DIR) and one text (--text LANG=FILE)")
-        QualityConfig(tokenizers=self.tokenizers, texts=self.texts, max_lines=self.max_lines)  # same checks
-
-
-def run_quality(cfg: TokenizerQualityConfig) -> list[dict]:
-    """Measure every tokenizer on every text; print the Markdown table, then as its last line JSON such as
-    ``{"tokenizer_quality": {"de:text": {"minilm": {"continued_words": 0.41, "fertility": 1.9}}}}``."""
-    rows = quality_table(load_tokenizers(cfg.tokenizers), read_text_sets(cfg.texts, cfg.max_lines))
-    table = render_markdown(rows)
-    if cfg.out_dir:
-        out = Path(cfg.out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(out / "tokenizer_quality.json", rows)
-        atomic_write_text(out / "tokenizer_quality.md", table)
-    print(table)
-    summary: dict[str, dict] = {}
-    for r in rows:
-        summary.setdefault(f"{r['language']}:{r['kind']}", {})[r["tokenizer"]] = {
-            "continued_words": r["continued_words"], "fertility": r["fertility"]}
-    print(json.dumps({"tokenizer_quality": summary}))
-    return rows
-
-
-def plan_quality(cfg: TokenizerQualityConfig) -> str:
-    """Dry run: every tokenizer loads and every text file reads; nothing is measured or written."""
-    names = list(load_tokenizers(cfg.tokenizers))
-    texts = read_text_sets(cfg.texts, cfg.max_lines)
-    return (f"tokenizer quality: {', '.join(names)} on "
-            + ", ".join(f"{t.language}:{t.kind} ({len(t.lines)} units)" for t in texts)
-            + (f"; write {cfg.out_dir}/tokenizer_quality.json, .md" if cfg.out_dir else "; print only"))

@@ -1,4 +1,5 @@
-"""Which data to pretrain on, as a corpus config: candidate sources scored against the target, weighted.
+"""``jobs/propose_mix.py``: which data to pretrain on, as a corpus config: candidate sources scored
+against the target, weighted.
 
     python jobs/propose_mix.py --config candidates.yaml --target BC5CDR=bc5cdr/train.tsv HoC=hoc/train.tsv
     python jobs/build_corpus.py --config runs/proposal/corpus.yaml          # the proposal, built
@@ -187,7 +188,7 @@ def write_proposal(out_dir: Path, corpus: dict, record: dict, header: str) -> Pa
     return atomic_write_json(out_dir / PROPOSAL_FILE, {**record, "corpus": CORPUS_FILE})
 
 
-def propose(cfg: ProposalConfig) -> ProposalResult:
+def run(cfg: ProposalConfig) -> ProposalResult:
     """Score (or read) the candidates, weight them, write the proposal into ``cfg.out_dir``."""
     input_stats(cfg.corpus)  # every candidate file exists and is not empty, before any work
     out_dir = Path(cfg.out_dir)
@@ -241,7 +242,7 @@ def _reusable_scores(out_dir: Path, key: str) -> dict[str, dict] | None:
         return None
 
 
-def plan_proposal(cfg: ProposalConfig) -> str:
+def plan(cfg: ProposalConfig) -> str:
     """Dry run: the candidates and targets exist and parse, the scores to reuse cover the candidates
     (and then the weights, which cost nothing), KenLM is there; nothing is written."""
     from orchestrator.corpus.stage import plan_corpus  # heavy: the corpus stage's reader (a full pass)
@@ -267,5 +268,5 @@ def plan_proposal(cfg: ProposalConfig) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["ProposalConfig", "ProposalResult", "propose", "plan_proposal", "write_proposal", "proposal_corpus",
-           "candidate_files", "scoring_key", "CORPUS_FILE", "PROPOSAL_FILE"]
+__all__ = ["ProposalConfig", "ProposalResult", "run", "plan", "write_proposal", "proposal_corpus", "candidate_files",
+           "scoring_key", "CORPUS_FILE", "PROPOSAL_FILE"]

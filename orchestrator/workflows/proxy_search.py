@@ -1,4 +1,5 @@
-"""Which data to pretrain on, from proxy runs (RegMix): K tiny BERTs on random mixtures, a regression, the best mixture.
+"""``jobs/proxy_search.py``: which data to pretrain on, from proxy runs (RegMix): K tiny BERTs on random
+mixtures, a regression, the best mixture.
 
     python jobs/proxy_search.py --config configs/proxy_biomed.yaml     # -> runs/proxy_biomed/corpus.yaml
     python jobs/build_corpus.py --config runs/proxy_biomed/corpus.yaml # the proposal, built
@@ -43,7 +44,6 @@ from orchestrator.corpus.sources import source_files
 from orchestrator.corpus.stage import CorpusConfig, input_stats, source_sizes
 from orchestrator.formats import text_units
 from orchestrator.pretrain.proxy import POOLS_STAGE, PoolConfig, ProxyModelConfig
-from orchestrator.proposal import CORPUS_FILE, PROPOSAL_FILE, proposal_corpus, write_proposal
 from orchestrator.selection.regmix import (
     RegressionConfig,
     cross_validate,
@@ -54,6 +54,7 @@ from orchestrator.selection.regmix import (
 )
 from orchestrator.selection.scoring import target_tasks
 from orchestrator.track import TrackingConfig, effective_uri
+from orchestrator.workflows.propose_mix import CORPUS_FILE, PROPOSAL_FILE, proposal_corpus, write_proposal
 
 log = logging.getLogger("proxy_search")
 
@@ -278,7 +279,7 @@ def regress(cfg: ProxySearchConfig, proxies: list[dict]) -> dict:
             "coefficients": fit.coef.tolist(), "best_proxy": int(np.argmin(y))}
 
 
-def propose_from_proxies(cfg: ProxySearchConfig) -> ProxySearchResult:
+def run(cfg: ProxySearchConfig) -> ProxySearchResult:
     """The whole search: pools -> proxies (one Tune run) -> regression -> corpus.yaml in ``cfg.out_dir``."""
     from orchestrator.core.runtime import ray_session  # heavy: ray behind it
 
@@ -359,7 +360,7 @@ def _read_result(out_dir: Path, reused: bool = False, tracking_uri: str = "") ->
                              cv=cv, proxies=record["proxies"], reused=reused, tracking_uri=tracking_uri)
 
 
-def plan_proxy_search(cfg: ProxySearchConfig) -> str:
+def plan(cfg: ProxySearchConfig) -> str:
     """Dry run: the candidates and targets exist and parse; the mixtures, the budget and what is written."""
     from orchestrator.corpus.stage import plan_corpus  # heavy: the corpus stage's reader (a full pass)
 
@@ -389,5 +390,5 @@ def plan_proxy_search(cfg: ProxySearchConfig) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["ProxySearchConfig", "ProxySearchResult", "propose_from_proxies", "plan_proxy_search", "mixtures",
-           "regress", "search_key", "pools_key", "STAGE"]
+__all__ = ["ProxySearchConfig", "ProxySearchResult", "run", "plan", "mixtures", "regress", "search_key", "pools_key",
+           "STAGE"]
