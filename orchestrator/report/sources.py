@@ -42,7 +42,7 @@ from orchestrator.core.reuse import content_key
 from orchestrator.track import TrackingConfig
 from orchestrator.track import schema as S
 
-#: Seed 004's measures and which way is closer to the target (orchestrator.selection.scoring.CLOSER;
+#: Seed 004's measures and which way is closer to the target (orchestrator.selection.measures.CLOSER;
 #: not imported: the report reads results and never imports a stage).
 SOURCE_MEASURES = {"ppl": "lower is closer", "jsd": "lower is closer", "tvc": "higher is closer",
                    "ttr": "diversity, no direction"}
