@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from orchestrator.core.config import to_dict
+from orchestrator.core.config import is_number, to_dict
 from orchestrator.core.cost import COST_FIELD, duration, measured
 from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
 from orchestrator.core.manifest import atomic_write_json, read_manifest, write_manifest
@@ -61,7 +61,7 @@ class SweepResult:
         lines = [f"sweep: {self.ran} trial(s) run, {self.skipped} finished trial(s) skipped; "
                  f"results in {self.out_dir / 'results.json'}"]
         for model, s in self.results["summary"].items():
-            parts = [f"{k} {v:.3f}" for k, v in s.items() if isinstance(v, (int, float))]  # not "partial"
+            parts = [f"{k} {v:.3f}" for k, v in s.items() if is_number(v, finite=False)]  # not "partial"
             lines.append(f"  {model}: " + ", ".join(parts))
         n = sum(len(tasks) for tasks in self.exports.values())
         if n:
