@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import pickle
 from pathlib import Path
 
 import pytest
 
+from orchestrator.core.config import to_dict
 from orchestrator.core.errors import ConfigError
 from orchestrator.sweep.config import SweepConfig
 from orchestrator.sweep.selection import select_cell
@@ -38,6 +40,9 @@ def test_blue_space_is_seed_000_table_4():
     assert (space.batch_size, space.max_seq_length) == (32, 128)
     assert (space.optimizer, space.precision) == ("adam", "fp16")  # seed 000: Adam, FP16 fine-tuning
     assert resolve_space(SweepConfig(precision="fp32")).precision == "fp32"  # a CPU run turns fp16 off
+    cfg = SweepConfig(precision="fp32")
+    assert cfg.space is cfg.space == resolve_space(cfg)  # a job resolves its space once and passes it along
+    assert pickle.loads(pickle.dumps(cfg)).space == cfg.space and to_dict(cfg) == to_dict(SweepConfig(precision="fp32"))
     assert space.epochs["biosses"] == (40, 50) and space.epochs["mednli"] == (5, 6, 7, 8, 9, 10, 15)
     trials = build_trials(SweepConfig(), space, {"m": Path("/nonexistent")})
     assert len(trials) == 10 * 3 * 5  # epochs are shared inside a trial, not expanded

@@ -34,7 +34,6 @@ from orchestrator.sweep.space import (
     Variant,
     build_trials,
     epoch_grid,
-    resolve_space,
     space_tasks,
     task_data_dir,
     tracked_config,
@@ -72,7 +71,7 @@ class SweepResult:
 
 def plan_sweep(cfg: SweepConfig, models: dict[str, Path]) -> str:
     """Dry run: the space resolves, every task file parses, every model directory loads."""
-    space = resolve_space(cfg)
+    space = cfg.space
     stop = space.early_stopping
     lines = [f"search space {cfg.search_space}: lr {list(space.learning_rates)} x seeds {list(space.seeds)}, "
              f"batch {space.batch_size if isinstance(space.batch_size, int) else list(space.batch_size)}, "
@@ -307,7 +306,7 @@ def _run_sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, trackin
                run_dir: Path, variants: Sequence[Variant], row_tags: dict[str, dict[str, str]] | None) -> SweepResult:
     trials_dir = out_dir / "trials"
     trials_dir.mkdir(parents=True, exist_ok=True)
-    space = resolve_space(cfg)
+    space = cfg.space
     specs = space_tasks(space)
     export = export_tasks(cfg.export_best, specs) if cfg.export_best else []  # a misspelt task fails here
     # tokenised splits are shared by every trial of a (task, tokenizer): see finetune.loop.encode_cached
