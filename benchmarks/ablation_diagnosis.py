@@ -50,7 +50,7 @@ def main() -> None:
     config = {"run_name": "sweep", "runs_root": str(out), "stages": ["sweep", "report"], "compare_models": models,
               "sweep": {"search_space": "tiny", "learning_rates": [1.0e-3], "seeds": [1, 2],
                         "max_train_examples": 500, "max_eval_examples": 300,
-                        "tasks": [f"configs/tasks/{t}.yaml" for t in tasks], "epochs": {t: [10] for t in tasks},
+                        "tasks": list(tasks), "epochs": {t: [10] for t in tasks},
                         "task_dirs": {t: str(DATA / d) for t, d in tasks.items()}}}
     (out / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     subprocess.run([sys.executable, str(ROOT / "jobs" / "blue_sweep.py"), "--config", str(out / "config.yaml")],

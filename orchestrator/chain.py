@@ -43,7 +43,7 @@ from orchestrator.report.summary import PAGE, RETRIEVAL, ChainResult  # noqa: F4
 from orchestrator.retrieval.config import RetrievalSpec
 from orchestrator.selection.arms import ArmScoringConfig
 from orchestrator.sweep.config import SweepConfig
-from orchestrator.sweep.space import Variant, resolve_space, space_tasks, task_data_dir, task_key
+from orchestrator.sweep.space import Variant, space_tasks, task_data_dir, task_key
 from orchestrator.track import TrackingConfig, effective_uri, local_uri, probe
 from orchestrator.track.experiments import experiment_id_of
 from orchestrator.vocab.quality import quality_inputs
@@ -360,7 +360,7 @@ def augment_stage(cfg: AugmentStageConfig, sweep: SweepConfig, models: dict[str,
     (``<model>+repeated`` with method ``repeat``, the equal-steps control)."""
     from orchestrator.augment.pipeline import augment_key, augment_task  # heavy: torch, fastText
 
-    space = resolve_space(sweep)
+    space = sweep.space
     ner = {task: spec for task, spec in space_tasks(space).items() if spec.family == "ner"}
     if not ner:
         log.warning("augment: the search space has no NER task; nothing to augment")
@@ -411,7 +411,7 @@ def selection_targets(sweep: SweepConfig) -> dict[str, list[tuple[str, str, str]
     ``max_train_examples`` subset), by the task's display name as the results name it. A token
     file is read with its own format; BLUE TSV layouts by their header (``auto``)."""
     targets = {}
-    for task, spec in space_tasks(resolve_space(sweep)).items():
+    for task, spec in space_tasks(sweep.space).items():
         flat = dataclasses.replace(spec, dir="")
         path = flat.split_path(Path(task_data_dir(sweep, task, spec)), "all" if spec.cv_folds else "train")
         targets[spec.name] = [(str(path), spec.format if spec.format in READERS else "auto", "text")]
@@ -455,7 +455,7 @@ def check_inputs(cfg: ChainConfig) -> None:
             raise ConfigError(f"compare_models.{name}: {path} is not a Hugging Face model directory "
                               "(no config.json)")
     if "sweep" in cfg.stages:
-        for task, spec in space_tasks(resolve_space(cfg.sweep)).items():
+        for task, spec in space_tasks(cfg.sweep.space).items():
             flat = dataclasses.replace(spec, dir="")
             for split in spec.file_splits:
                 path = flat.split_path(Path(task_data_dir(cfg.sweep, task, spec)), split)

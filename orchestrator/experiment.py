@@ -44,7 +44,8 @@ from orchestrator.core.runtime import possible_gpus, ray_session, seed_everythin
 from orchestrator.retrieval.table import CSS as RETRIEVAL_CSS
 from orchestrator.retrieval.table import render_html as retrieval_html
 from orchestrator.retrieval.table import render_markdown as retrieval_markdown
-from orchestrator.selection.arms import read_scores, score_arm, scoring_key
+from orchestrator.selection.arms import read_scores, score_arm
+from orchestrator.selection.settings import scoring_key
 from orchestrator.sweep.space import Variant
 from orchestrator.track import effective_uri
 from orchestrator.track import schema as S

@@ -119,7 +119,7 @@ def test_repeat_plans_as_many_rows_as_filtered_bert_and_changes_no_word():
 def test_repeat_writes_the_originals_twice_without_an_mlm(tmp_path, shared_data):
     """A real BC5CDR subset through augment_task: no MLM, no vectors, no Ray; the training file holds
     the capped originals and one unchanged copy of each; dev and test are copied."""
-    spec = dataclasses.replace(load_task("configs/tasks/bc5cdr_chem_iob.yaml"), dir="")
+    spec = dataclasses.replace(load_task("bc5cdr_chem_iob"), dir="")
     data_dir = shared_data / "ner" / "BC5CDR-chem-IOB"
     cfg = AugmentConfig(method="repeat")
     result = augment_task(spec, data_dir, tmp_path / "out", tmp_path / "no-mlm", cfg, SimilarityConfig(),

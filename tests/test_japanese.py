@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.pretokenize import MecabWords, piece_tokenizer, pretokenize_of
 from orchestrator.corpus.sentences import split_japanese, split_sentences
@@ -254,8 +253,8 @@ def test_japanese_preset_sliced_corpus_to_jsts(japanese, tmp_path, ray_local):
     config = json.loads((model / "tokenizer_config.json").read_text(encoding="utf-8"))
     assert (config["tokenizer_class"], config["word_tokenizer_type"], config["mecab_kwargs"]) == (
         "BertJapaneseTokenizer", "mecab", {"mecab_dic": "unidic_lite"})
-    # the preset's JSTS (search_spaces/tasks/jsts_prior.yaml): the regression output starts at the mean score
-    spec = load_task(str(ROOT / "search_spaces" / "tasks" / "jsts_prior.yaml"))
+    # the preset's JSTS (orchestrator/finetune/tasks/jsts_prior.yaml): the regression output starts at the mean score
+    spec = load_task("jsts_prior")
     assert (spec.name, spec.head_bias_init) == ("JSTS", "prior")
     head = TaskModel(model, spec)
     head.init_bias_to_prior([1.0, 2.0, 4.5])

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.core.config import read_yaml
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.finetune.readers import Example, read_file, read_split, stratified_folds
 from orchestrator.finetune.spec import SAMPLE_DIR, load_task, task_names
@@ -21,14 +22,20 @@ def flat(name: str, **changes):
 
 
 def blue_task_names() -> list[str]:
-    """BLUE's ten tasks among the shipped ones (the others, e.g. JGLUE's jsts, are of other groups)."""
-    return [n for n in task_names() if load_task(n).group in ("clinical", "biomedical")]
+    """BLUE's ten tasks, as the blue search space lists them (the other shipped tasks are JGLUE's jsts and
+    variants of a task: another file format, labelling or start)."""
+    return list(read_yaml(ROOT / "search_spaces" / "blue.yaml")["tasks"])
 
 
 def test_every_shipped_task_loads_with_its_family_template():
     names = blue_task_names()
-    assert len(names) == 10 and set(task_names()) - set(names) == {"jsts"}
+    assert len(names) == 10 and set(names) <= set(task_names())
+    assert set(task_names()) - set(names) == {
+        "jsts", "jsts_prior", "hoc_prior", "bc5cdr_chem_iob", "bc5cdr_disease_iob", "bc5cdr_chem_iob_seed001",
+        "bc5cdr_disease_iob_seed001", "chemprot_resplit", "i2b2_2014_phi"}
+    assert all(load_task(n).name for n in task_names())  # every one loads, variants through their task
     assert load_task("jsts").group == "other"
+    assert load_task("HoC") == load_task("hoc") != load_task("hoc_prior")  # a variant's shared name: the task
     groups = {load_task(n).name: load_task(n).group for n in names}
     assert {k for k, v in groups.items() if v == "clinical"} == {"MedSTS", "ShARe/CLEFE", "i2b2-2010", "MedNLI"}
     assert load_task("BC5CDR-chemical").files["dev"] == "devel.tsv"   # display name works too
@@ -212,7 +219,7 @@ def test_score_range_is_declared_for_blue_sts_tasks_only():
 
 def test_only_the_data_use_agreement_tasks_are_restricted():
     restricted = {load_task(n).name for n in task_names() if load_task(n).restricted}
-    assert restricted == {"MedNLI", "i2b2-2010", "ShARe/CLEFE", "MedSTS"}
+    assert restricted == {"MedNLI", "i2b2-2010", "ShARe/CLEFE", "MedSTS", "i2b2-2014-PHI"}
 
 
 def test_tokenised_splits_of_a_restricted_task_are_owner_only(tmp_path):
@@ -272,7 +279,7 @@ PHI_TAGS = [("DATE", "DATE", "2067-05-03"), ("NAME", "DOCTOR", "John Smith"), ("
 
 
 def test_i2b2_deid_xml_notes_read_as_iob_words_cut_at_the_phi_spans(tmp_path):
-    spec = flat("configs/tasks/i2b2_2014_phi.yaml", chunk_words=0)
+    spec = flat("i2b2_2014_phi", chunk_words=0)
     (tmp_path / "train").mkdir()
     (tmp_path / "train" / "220-01.xml").write_text(deid_xml(NOTE, PHI_TAGS), encoding="utf-8")
     (tmp_path / "train" / "221-02.xml").write_text(deid_xml("No PHI here.\n", []), encoding="utf-8")
@@ -299,7 +306,7 @@ def test_i2b2_deid_xml_notes_read_as_iob_words_cut_at_the_phi_spans(tmp_path):
     ("<deIdi2b2><TAGS/></deIdi2b2>", "holding <TEXT>"),
 ])
 def test_malformed_i2b2_deid_notes_are_refused_naming_the_file(tmp_path, text, what):
-    spec = flat("configs/tasks/i2b2_2014_phi.yaml")
+    spec = flat("i2b2_2014_phi")
     (tmp_path / "test").mkdir()
     (tmp_path / "test" / "300-01.xml").write_text(text, encoding="utf-8")
     with pytest.raises(InputError, match="300-01.xml") as err:
@@ -319,7 +326,7 @@ def test_notes_are_cut_into_250_word_pieces_before_tokenisation():
     assert [len(p.text_a) for p in pieces] == [250, 250, 200] and [p.id for p in pieces] == ["n1#0", "n1#1", "n1#2"]
     assert pieces[1].text_a[0] == "w250" and pieces[1].label[0] == "I-DATE" and {p.doc for p in pieces} == {"n1"}
     assert sum((p.text_a for p in pieces), []) == words and chunk_words(pieces[2], 250) == [pieces[2]]
-    assert load_task("configs/tasks/i2b2_2014_phi.yaml").chunk_words == 250
+    assert load_task("i2b2_2014_phi").chunk_words == 250
     with pytest.raises(ConfigError, match="for the ner family"):
         dataclasses.replace(load_task("chemprot"), chunk_words=250)
 
@@ -333,7 +340,7 @@ def test_every_sub_word_can_carry_its_words_tag():
     from orchestrator.finetune.loop import _encode_ner
 
     tokenizer = AutoTokenizer.from_pretrained(get_model_path())
-    spec = flat("configs/tasks/i2b2_2014_phi.yaml")
+    spec = flat("i2b2_2014_phi")
     ex = Example(id="x", text_a=["Seen", "by", "Zyxwvutsky", "today"], label=["O", "O", "B-DOCTOR", "O"])
     pieces = tokenizer.tokenize("zyxwvutsky")
     assert len(pieces) > 1  # a word of several sub-words
@@ -353,7 +360,7 @@ def test_a_phi_trial_reads_xml_notes_in_pieces_and_records_entity_counts(tiny_be
     from orchestrator.finetune.trial import TrialSpec
 
     task = tmp_path / "phi.yaml"
-    task.write_text(f"include: {ROOT / 'configs' / 'tasks' / 'i2b2_2014_phi.yaml'}\nchunk_words: 12\n",
+    task.write_text("include: i2b2_2014_phi.yaml\nchunk_words: 12\n",  # a shipped task, by file name
                     encoding="utf-8")
     for split in ("train", "dev", "test"):
         (tmp_path / "data" / split).mkdir(parents=True)

@@ -7,7 +7,6 @@ import re
 
 import pytest
 
-from conftest import ROOT
 from orchestrator.core.errors import ConfigError
 from orchestrator.finetune.loop import load_splits
 from orchestrator.finetune.readers import Example, document_split
@@ -40,7 +39,7 @@ def test_bad_resplit_settings_are_refused(files, resplit, message):
 
 
 def test_chemprot_dev_file_is_resplit_by_abstract(shared_data, tmp_path):
-    spec = dataclasses.replace(load_task(str(ROOT / "configs" / "tasks" / "chemprot_resplit.yaml")), dir="")
+    spec = dataclasses.replace(load_task("chemprot_resplit"), dir="")
     assert spec.file_splits == ("all",)
     trial = TrialSpec(trial_id="t", model_name="m", model_dir="", task="chemprot",
                       data_dir=str(shared_data / "chemprot"),

@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import pickle
 from pathlib import Path
 
 import pytest
 
+from orchestrator.core.config import to_dict
 from orchestrator.core.errors import ConfigError
 from orchestrator.sweep.config import SweepConfig
 from orchestrator.sweep.selection import select_cell
@@ -38,6 +40,9 @@ def test_blue_space_is_seed_000_table_4():
     assert (space.batch_size, space.max_seq_length) == (32, 128)
     assert (space.optimizer, space.precision) == ("adam", "fp16")  # seed 000: Adam, FP16 fine-tuning
     assert resolve_space(SweepConfig(precision="fp32")).precision == "fp32"  # a CPU run turns fp16 off
+    cfg = SweepConfig(precision="fp32")
+    assert cfg.space is cfg.space == resolve_space(cfg)  # a job resolves its space once and passes it along
+    assert pickle.loads(pickle.dumps(cfg)).space == cfg.space and to_dict(cfg) == to_dict(SweepConfig(precision="fp32"))
     assert space.epochs["biosses"] == (40, 50) and space.epochs["mednli"] == (5, 6, 7, 8, 9, 10, 15)
     trials = build_trials(SweepConfig(), space, {"m": Path("/nonexistent")})
     assert len(trials) == 10 * 3 * 5  # epochs are shared inside a trial, not expanded
@@ -125,9 +130,9 @@ def test_the_optimizer_option_reaches_the_optimizer(tmp_path):
 def test_space_file_task_paths_are_relative_to_the_space_and_names_must_be_unique(tmp_path):
     from orchestrator.finetune.spec import load_task
 
-    space = resolve_space(SweepConfig(search_space="tiny"))  # the demo's HoC: tasks/hoc_prior.yaml
-    hoc = [t for t in space.tasks if t.endswith("hoc_prior.yaml")]
-    assert len(hoc) == 1 and Path(hoc[0]).is_absolute() and Path(hoc[0]).is_file()
+    space = resolve_space(SweepConfig(search_space="tiny"))  # the demo's HoC: a shipped variant, by name
+    hoc = [t for t in space.tasks if "hoc" in t]
+    assert hoc == ["hoc_prior"]
     spec = load_task(hoc[0])
     assert (spec.name, spec.head_bias_init) == ("HoC", "prior") and load_task("hoc").head_bias_init == "zero"
     trials = build_trials(SweepConfig(search_space="tiny"), space, {"m": Path("/nonexistent")})

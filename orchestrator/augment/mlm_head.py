@@ -33,26 +33,27 @@ def token_windows(tokenizer, lines: list[str], length: int) -> list[list[int]]:
     return windows
 
 
-def mask_batch(tokenizer, windows: list[list[int]], mask_prob: float, generator):
-    """[CLS] window [SEP], padded, with BERT's 80/10/10 masking of ``mask_prob`` of the word
-    pieces. Returns (input ids, attention mask, labels: the original id where predicted, else -100)."""
+def mask_batch(windows: list[list[int]], specials, mask_prob: float, gen):
+    """[CLS] window [SEP], padded, masked by BERT's rule (``orchestrator.instances.masking.mask_batch``:
+    ``mask_prob`` of each row's length, 80/10/10), drawn from the numpy generator ``gen``.
+    Returns torch (input ids, attention mask, labels: the original id where predicted, else -100)."""
+    import numpy as np  # heavy: numpy
     import torch  # heavy: torch
 
+    from orchestrator.instances.config import MaskingRule  # heavy: numpy (the instances stage)
+    from orchestrator.instances.masking import mask_batch as bert_mask  # heavy: numpy
+
     width = max(len(w) for w in windows) + 2
-    ids = torch.full((len(windows), width), tokenizer.pad_token_id or 0, dtype=torch.long)
-    attn = torch.zeros_like(ids)
+    ids = np.full((len(windows), width), specials.pad or 0, dtype=np.int64)
+    lengths = np.array([len(w) + 2 for w in windows], dtype=np.int64)
     for r, w in enumerate(windows):
-        ids[r, :len(w) + 2] = torch.tensor([tokenizer.cls_token_id, *w, tokenizer.sep_token_id])
-        attn[r, :len(w) + 2] = 1
-    body = attn.bool() & (ids != tokenizer.cls_token_id) & (ids != tokenizer.sep_token_id)
-    chosen = (torch.rand(ids.shape, generator=generator) < mask_prob) & body
-    labels = torch.where(chosen, ids, torch.full_like(ids, -100))
-    roll = torch.rand(ids.shape, generator=generator)
-    masked = ids.clone()
-    masked[chosen & (roll < 0.8)] = tokenizer.mask_token_id
-    swap = chosen & (roll >= 0.8) & (roll < 0.9)
-    masked[swap] = torch.randint(len(tokenizer), (int(swap.sum()),), generator=generator)
-    return masked, attn, labels
+        ids[r, :len(w) + 2] = [specials.cls, *w, specials.sep]
+    original = ids.copy()
+    rule = MaskingRule(masked_lm_prob=mask_prob, max_predictions_per_seq=width, whole_word_mask=False)
+    chosen, _ = bert_mask(ids, lengths, rule, specials, np.zeros(specials.vocab_size, dtype=bool), gen)
+    labels = np.where(chosen, original, -100)
+    attn = (np.arange(width)[None, :] < lengths[:, None]).astype(np.int64)
+    return torch.from_numpy(ids), torch.from_numpy(attn), torch.from_numpy(labels)
 
 
 def fit_mlm_head(encoder_dir: str | Path, corpus: list[Path], out_dir: str | Path, *, steps: int = 800,
@@ -66,8 +67,11 @@ def fit_mlm_head(encoder_dir: str | Path, corpus: list[Path], out_dir: str | Pat
     encoder's cost is paid once, not per step. Defaults: measured on the 1 MB PubMed sample,
     loss 10.6 -> 5.0 in about 5 minutes on 2 shared cores.
     """
+    import numpy as np  # heavy: numpy
     import torch  # heavy: torch, transformers
     from transformers import AutoTokenizer, BertForMaskedLM
+
+    from orchestrator.instances.config import Specials  # heavy: numpy (the instances stage)
 
     lines = [ln.strip() for path in corpus for ln in Path(path).read_text(encoding="utf-8").splitlines()
              if ln.strip()]
@@ -81,11 +85,13 @@ def fit_mlm_head(encoder_dir: str | Path, corpus: list[Path], out_dir: str | Pat
         raise InputError(corpus[0], "every line is shorter than 8 word pieces", expected="sentences or longer")
     rng = random.Random(seed)
     gen = torch.Generator().manual_seed(seed)
+    mask_gen = np.random.default_rng(seed)
+    specials = Specials.from_tokenizer(tokenizer)
     states, targets = [], []
     with torch.inference_mode():
         for b in range(encode_batches):
-            ids, attn, labels = mask_batch(tokenizer, rng.sample(windows, min(batch_size, len(windows))),
-                                           mask_prob, gen)
+            ids, attn, labels = mask_batch(rng.sample(windows, min(batch_size, len(windows))), specials,
+                                           mask_prob, mask_gen)
             hidden = model.bert(input_ids=ids, attention_mask=attn).last_hidden_state
             states.append(hidden[labels != -100].clone())
             targets.append(labels[labels != -100].clone())

@@ -31,10 +31,14 @@ def field(default: Any = dataclasses.MISSING, *, help: str, default_factory: Any
     return dataclasses.field(default=default, metadata={"help": help})
 
 
-def is_number(value: Any) -> bool:
-    """A real, finite number (not a bool): what a config value, a score or a weight must be to be
-    compared. NaN passes every ``x <= 0`` check and ``inf`` every ``x > 0``: test this first."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+def is_number(value: Any, *, finite: bool = True) -> bool:
+    """The one number check. A real number, never a bool (``True`` is an int to Python, not a number
+    to us): an int or a float, also numpy's (``np.float64`` is a float, ``np.int64`` is not an int).
+    ``finite`` (the default: what a config value, a score or a weight must be to be compared): NaN and
+    infinities are refused, since NaN passes every ``x <= 0`` check and ``inf`` every ``x > 0``.
+    ``finite=False``: NaN and infinities count as numbers (a metric that diverged is still a metric
+    to log, to show, or to record in a results file)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and (not finite or math.isfinite(value))
 
 
 def check_number(where: str, value: Any, *, low: float | None = None, high: float | None = None,

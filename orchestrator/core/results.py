@@ -121,4 +121,4 @@ def validate_results(results: Any, source: str | Path = "results.json") -> None:
 
 
 def _is_number_or_none(value: Any) -> bool:
-    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+    return value is None or is_number(value, finite=False)  # a diverged cell's NaN is recorded as such

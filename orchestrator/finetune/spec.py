@@ -1,7 +1,12 @@
 """Tasks as data: one YAML per task, built on a family template through ``include:``.
 
     spec = load_task("biosses")           # orchestrator/finetune/tasks/biosses.yaml
+    spec = load_task("hoc_prior")         # a variant there: include: hoc.yaml, one key changed
     spec = load_task("my_tasks/foo.yaml") # any YAML file following the same keys
+
+Every shipped task YAML, its family templates (``_*.yaml``) and its variants live in one folder,
+``orchestrator/finetune/tasks/``, which installs with the package; search spaces and configs name
+them by file stem.
 
 Python only says what YAML cannot (readers, heads, metrics); a new dataset in a known family
 and file format needs a YAML file and no code.
@@ -144,8 +149,15 @@ class TaskSpec:
 
 
 def task_names() -> list[str]:
-    """Names of the tasks shipped with the project (file stems, templates excluded)."""
+    """Names of the tasks shipped with the project (file stems, ``_`` templates excluded): BLUE's and
+    JGLUE's tasks and their variants (a task YAML that includes another task, e.g. ``hoc_prior``)."""
     return sorted(p.stem for p in TASK_DIR.glob("*.yaml") if not p.stem.startswith("_"))
+
+
+def _is_variant(path: Path) -> bool:
+    """A task built on another task (``include: hoc.yaml``), not on a family template (``_*.yaml``)."""
+    parent = str(read_yaml(path).get("include") or "")
+    return bool(parent) and not Path(parent).name.startswith("_")
 
 
 def _task_path(name_or_path: str) -> Path:
@@ -155,7 +167,10 @@ def _task_path(name_or_path: str) -> Path:
     by_stem = TASK_DIR / f"{name_or_path}.yaml"
     if by_stem.is_file():
         return by_stem
-    by_name = {_display_name(p): p for p in TASK_DIR.glob("*.yaml") if not p.stem.startswith("_")}
+    by_name: dict[str, Path] = {}  # a display name a variant shares (hoc_prior: HoC) names the task it varies
+    for p in sorted(TASK_DIR.glob("*.yaml"), key=lambda p: (_is_variant(p), p.stem)):
+        if not p.stem.startswith("_"):
+            by_name.setdefault(_display_name(p), p)
     if name_or_path in by_name:
         return by_name[name_or_path]
     raise ConfigError(f"unknown task {name_or_path!r}{suggest(name_or_path, task_names() + list(by_name))}")

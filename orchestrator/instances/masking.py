@@ -5,7 +5,10 @@
 - ``mask_batch``: the same rule for a batch of instances as numpy operations (the fast path);
   the pretraining collator calls it too, for instances written unmasked (``masking: dynamic``),
   with the ``MaskingRule`` the instances manifest records: masks drawn at load time follow the
-  same rule as masks drawn when the instances were built.
+  same rule as masks drawn when the instances were built. The augment stage's MLM head
+  (``orchestrator.augment.mlm_head``) masks its training windows with it too;
+- ``replacements``: the 80/10/10 replacement of the chosen targets (``_replacement`` its per-token,
+  Python ``random`` form).
 """
 from __future__ import annotations
 
@@ -119,11 +122,15 @@ def mask_batch(input_ids: np.ndarray, lengths: np.ndarray, p: MaskingRule, sp: S
             if (taken >= n_pred).all():
                 break
         chosen = cand & take[rows[:, None], np.maximum(word, 0)]
-    count = int(chosen.sum())
     original = input_ids[chosen]
+    input_ids[chosen] = replacements(original, sp, gen)
+    return chosen, original
+
+
+def replacements(original: np.ndarray, sp: Specials, gen: np.random.Generator) -> np.ndarray:
+    """BERT's 80/10/10 for the targets ``original`` (1-D ids): 80 % [MASK], 10 % kept, 10 % a random id
+    of the vocabulary. The numpy form of ``_replacement`` (which draws RNG call for RNG call as BERT)."""
+    count = len(original)
     keep_or_random = gen.random(count) >= 0.8
     random_id = gen.random(count) >= 0.5
-    replacement = np.where(~keep_or_random, sp.mask,
-                           np.where(random_id, gen.integers(0, sp.vocab_size, count), original))
-    input_ids[chosen] = replacement
-    return chosen, original
+    return np.where(~keep_or_random, sp.mask, np.where(random_id, gen.integers(0, sp.vocab_size, count), original))

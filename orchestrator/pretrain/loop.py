@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from orchestrator.core.config import from_dict
+from orchestrator.core.config import from_dict, is_number
 from orchestrator.core.console import due, worker_line
 from orchestrator.core.errors import OrchestratorError
 from orchestrator.core.runtime import seed_everything
@@ -485,7 +485,7 @@ def _report_checkpoint(rank, model, tokenizer_dir, optimizer, scheduler, scaler,
 
     metrics = {"step": state["step"]}
     if state["history"]:
-        metrics.update({k: v for k, v in state["history"][-1].items() if isinstance(v, (int, float))})
+        metrics.update({k: v for k, v in state["history"][-1].items() if is_number(v, finite=False)})
     with tempfile.TemporaryDirectory(prefix="ckpt-") as tmp:
         checkpoint = None
         if rank == 0:

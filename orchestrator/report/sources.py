@@ -37,12 +37,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from orchestrator.core.config import is_number
 from orchestrator.core.errors import InputError
 from orchestrator.core.reuse import content_key
 from orchestrator.track import TrackingConfig
 from orchestrator.track import schema as S
 
-#: Seed 004's measures and which way is closer to the target (orchestrator.selection.scoring.CLOSER;
+#: Seed 004's measures and which way is closer to the target (orchestrator.selection.measures.CLOSER;
 #: not imported: the report reads results and never imports a stage).
 SOURCE_MEASURES = {"ppl": "lower is closer", "jsd": "lower is closer", "tvc": "higher is closer",
                    "ttr": "diversity, no direction"}
@@ -214,7 +215,7 @@ def read_source_scores(path: str | Path) -> dict[str, dict]:
                                                                   '"by_task": {...}}}')
     for name, entry in doc.items():
         measures = entry.get("measures") if isinstance(entry, dict) else None
-        missing = [m for m in SOURCE_MEASURES if not isinstance((measures or {}).get(m), (int, float))]
+        missing = [m for m in SOURCE_MEASURES if not is_number((measures or {}).get(m), finite=False)]
         if missing:
             raise InputError(path, f"source {name!r} has no {missing[0]} score",
                              expected=f"the measures {', '.join(SOURCE_MEASURES)} per source")

@@ -16,46 +16,28 @@ import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Literal
 
 from orchestrator.core.config import field
 from orchestrator.core.errors import ConfigError
-from orchestrator.core.manifest import atomic_write_json, hash_inputs, write_manifest
-from orchestrator.core.reuse import content_key
+from orchestrator.core.manifest import atomic_write_json, write_manifest
+from orchestrator.selection.settings import File, ScoringSettings
 
 SCORES = "scores.json"
-#: One input file: (path, reader format of orchestrator.formats or "auto", JSONL key / parquet column).
-File = tuple[str, str, str]
 
 
 @dataclasses.dataclass(frozen=True)
-class ArmScoringConfig:
+class ArmScoringConfig(ScoringSettings):
+    """The experiment's ``selection:`` section: the scoring settings (``ScoringSettings``) and ``enabled``."""
     enabled: bool = field(False, help="experiments only: score every pretraining arm's corpus sources against the "
                                       "training text of the sweep's tasks (seed 004: KenLM perplexity, JSD, target "
                                       "vocabulary covered, TTR) and report the Pearson r of each measure with the "
                                       "arm's gain over the baseline")
-    sample_tokens: int = field(100_000, help="tokens per sub-sample of each arm's sources (10M in the seed)")
-    num_samples: int = field(5, help="sub-samples per arm; each measure is their mean (5 in the seed)")
-    order: int = field(3, help="n-gram order of the KenLM model and of the JSD distribution")
-    seed: int = field(0, help="seed of the sub-sampling")
-    short_source: Literal["error", "whole"] = field(
-        "error", help="an arm's sources with fewer than sample_tokens tokens: 'error' stops naming the files; "
-                      "'whole' scores all of them in every sub-sample")
-    lmplz_memory: str = field("1G", help="lmplz -S: memory for n-gram counting")
 
     def __post_init__(self) -> None:
-        if self.sample_tokens < 1 or self.num_samples < 1:
-            raise ConfigError("selection.sample_tokens and selection.num_samples must be >= 1")
-        if not 1 <= self.order <= 6:
-            raise ConfigError(f"selection.order must be in 1..6, got {self.order}")
-
-
-def scoring_key(cfg: ArmScoringConfig, sources: Sequence[File], targets: Mapping[str, Sequence[File]]) -> str:
-    """What an arm's scores depend on: the settings, the source files' and the target files' contents."""
-    settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "enabled"}
-    return content_key("selection", settings, [list(f) for f in sources], hash_inputs(f[0] for f in sources),
-                       {task: [list(f) for f in files] for task, files in sorted(targets.items())},
-                       hash_inputs(f[0] for files in targets.values() for f in files))
+        try:
+            super().__post_init__()
+        except ConfigError as exc:
+            raise ConfigError(f"selection.{exc}") from None
 
 
 def score_arm(name: str, cfg: ArmScoringConfig, sources: Sequence[File], targets: Mapping[str, Sequence[File]],
@@ -79,9 +61,7 @@ def score_arm(name: str, cfg: ArmScoringConfig, sources: Sequence[File], targets
         profiles[task] = profile_target((u for path, fmt, tf in files for u in read_units(path, fmt, tf)), cfg.order)
         if profiles[task].tokens == 0:
             raise ConfigError(f"selection: the training text of task {task} ({files[0][0]}) holds no tokens")
-    scfg = SelectionConfig(sample_tokens=cfg.sample_tokens, num_samples=cfg.num_samples, order=cfg.order,
-                           seed=cfg.seed, short_source=cfg.short_source, lmplz_memory=cfg.lmplz_memory,
-                           work_dir=str(out_dir))
+    scfg = SelectionConfig(**cfg.scoring(), work_dir=str(out_dir))
     score = score_source(name, [(Path(p), fmt, tf) for p, fmt, tf in sources], profiles, scfg)
     doc = {"measures": score.measures(), "by_task": score.by_task, "tokens": score.tokens,
            "sample_tokens": score.sample_tokens, "whole_source": score.whole}

@@ -27,7 +27,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Mapping
 
-from orchestrator.core.config import field
+from orchestrator.core.config import field, is_number
 from orchestrator.core.errors import ConfigError
 from orchestrator.core.registry import Registry
 
@@ -96,7 +96,7 @@ def propose_weights(scores: Mapping[str, Mapping[str, float]], cfg: WeightingCon
     closeness = {}
     for name, measures in scores.items():
         value = measures.get(cfg.measure)
-        if not isinstance(value, (int, float)) or not math.isfinite(value) or (cfg.measure == "ppl" and value <= 0):
+        if not is_number(value) or (cfg.measure == "ppl" and value <= 0):
             raise ConfigError(f"source {name!r} has no usable {cfg.measure} score ({value!r})")
         closeness[name] = CLOSENESS[cfg.measure](float(value))
     weights = WEIGHTINGS.get(cfg.name)(closeness, cfg)

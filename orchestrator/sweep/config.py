@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Literal
 
-from orchestrator.core.config import check_number, field
+from orchestrator.core.config import check_number, field, to_dict
 from orchestrator.core.errors import ConfigError
 
 
@@ -32,9 +33,11 @@ class EarlyStopping:
 
 
 @dataclasses.dataclass(frozen=True)
-class SweepConfig:
-    search_space: str = field("blue", help="search space: a name under search_spaces/ (blue = seed 000's "
-                                           "Table 4 grid, tiny = laptop) or a YAML path")
+class SpaceOverrides:
+    """What a sweep config changes in its search space (``sweep.tasks``, ``sweep.learning_rates``, ...: the
+    keys users write under ``sweep:``). Unset (empty / None) leaves the space's own value; ``apply`` is
+    the one place that says what each override does, ``SweepConfig.space`` the space they resolve to."""
+
     tasks: tuple[str, ...] = field((), help="override the space's tasks (task file stems, display names "
                                             "or task YAML paths)")
     learning_rates: tuple[float, ...] = field((), help="override the space's learning rates")
@@ -51,6 +54,46 @@ class SweepConfig:
                                     "scaler)")
     tune: str = field("", help="override the space's tune: full (every weight) or adapters (adapters and head "
                                "only, seed 002)")
+
+    def __post_init__(self):
+        for lr in self.learning_rates:
+            check_number("sweep.learning_rates: each", lr, low=0, low_open=True)
+        for name in ("max_train_examples", "max_eval_examples"):
+            if (getattr(self, name) or 0) < 0:
+                raise ConfigError(f"sweep.{name} must be >= 0 (0 = all)")
+        for task, grid in self.epochs.items():
+            if not grid or any(e < 1 for e in grid):
+                raise ConfigError(f"sweep.epochs.{task}: need positive epoch counts, got {list(grid)}")
+        if self.early_stopping.on and self.epochs:
+            raise ConfigError(f"sweep.epochs {sorted(self.epochs)} and sweep.early_stopping.patience "
+                              f"{self.early_stopping.patience}: early stopping replaces the epochs axis, set one "
+                              "of them (sweep.epochs={} or sweep.early_stopping.patience=0)")
+
+    def apply(self, data: dict) -> dict:
+        """The search space's YAML ``data`` with these overrides applied (a new dict)."""
+        data = dict(data)
+        for key in ("tasks", "learning_rates", "seeds"):
+            if getattr(self, key):
+                data[key] = list(getattr(self, key))
+        if self.epochs:  # an epoch grid given for this sweep turns the space's early stopping off
+            data["epochs"] = {**data.get("epochs", {}), **{k: list(v) for k, v in self.epochs.items()}}
+            data.pop("early_stopping", None)
+        if self.early_stopping.on:  # and early stopping given for it drops the space's epoch grids
+            data["early_stopping"] = to_dict(self.early_stopping)
+            data.pop("epochs", None)
+        for key in ("tune", "precision"):
+            if getattr(self, key):
+                data[key] = getattr(self, key)
+        for key in ("max_train_examples", "max_eval_examples"):
+            if getattr(self, key) is not None:
+                data[key] = getattr(self, key)
+        return data
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepConfig(SpaceOverrides):
+    search_space: str = field("blue", help="search space: a name under search_spaces/ (blue = seed 000's "
+                                           "Table 4 grid, tiny = laptop) or a YAML path")
     data_dir: str = field("", help="BLUE data root with one directory per task (each task YAML's 'dir'); "
                                    "empty = the synthetic sample shipped in orchestrator/sample_data/blue")
     task_dirs: dict[str, str] = field(default_factory=dict,
@@ -77,15 +120,12 @@ class SweepConfig:
             raise ConfigError("sweep.max_failures and sweep.max_concurrent_trials must be >= 0")
         if self.gpus_per_trial != -1:
             check_number("sweep.gpus_per_trial (-1 = auto)", self.gpus_per_trial, low=0)
-        for lr in self.learning_rates:
-            check_number("sweep.learning_rates: each", lr, low=0, low_open=True)
-        for name in ("max_train_examples", "max_eval_examples"):
-            if (getattr(self, name) or 0) < 0:
-                raise ConfigError(f"sweep.{name} must be >= 0 (0 = all)")
-        for task, grid in self.epochs.items():
-            if not grid or any(e < 1 for e in grid):
-                raise ConfigError(f"sweep.epochs.{task}: need positive epoch counts, got {list(grid)}")
-        if self.early_stopping.on and self.epochs:
-            raise ConfigError(f"sweep.epochs {sorted(self.epochs)} and sweep.early_stopping.patience "
-                              f"{self.early_stopping.patience}: early stopping replaces the epochs axis, set one "
-                              "of them (sweep.epochs={} or sweep.early_stopping.patience=0)")
+        super().__post_init__()
+
+    @functools.cached_property
+    def space(self):  # -> orchestrator.sweep.space.SearchSpace
+        """The search space this sweep runs: its YAML read and these overrides applied, once per config
+        (``resolve_space``); every stage of a job reads this one object."""
+        from orchestrator.sweep.space import resolve_space  # the space module builds on this one
+
+        return resolve_space(self)

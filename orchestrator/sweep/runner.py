@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from orchestrator.core.config import to_dict
+from orchestrator.core.config import is_number, to_dict
 from orchestrator.core.cost import COST_FIELD, duration, measured
 from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
 from orchestrator.core.manifest import atomic_write_json, read_manifest, write_manifest
@@ -34,7 +34,6 @@ from orchestrator.sweep.space import (
     Variant,
     build_trials,
     epoch_grid,
-    resolve_space,
     space_tasks,
     task_data_dir,
     tracked_config,
@@ -61,7 +60,7 @@ class SweepResult:
         lines = [f"sweep: {self.ran} trial(s) run, {self.skipped} finished trial(s) skipped; "
                  f"results in {self.out_dir / 'results.json'}"]
         for model, s in self.results["summary"].items():
-            parts = [f"{k} {v:.3f}" for k, v in s.items() if isinstance(v, (int, float))]  # not "partial"
+            parts = [f"{k} {v:.3f}" for k, v in s.items() if is_number(v, finite=False)]  # not "partial"
             lines.append(f"  {model}: " + ", ".join(parts))
         n = sum(len(tasks) for tasks in self.exports.values())
         if n:
@@ -72,7 +71,7 @@ class SweepResult:
 
 def plan_sweep(cfg: SweepConfig, models: dict[str, Path]) -> str:
     """Dry run: the space resolves, every task file parses, every model directory loads."""
-    space = resolve_space(cfg)
+    space = cfg.space
     stop = space.early_stopping
     lines = [f"search space {cfg.search_space}: lr {list(space.learning_rates)} x seeds {list(space.seeds)}, "
              f"batch {space.batch_size if isinstance(space.batch_size, int) else list(space.batch_size)}, "
@@ -307,7 +306,7 @@ def _run_sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, trackin
                run_dir: Path, variants: Sequence[Variant], row_tags: dict[str, dict[str, str]] | None) -> SweepResult:
     trials_dir = out_dir / "trials"
     trials_dir.mkdir(parents=True, exist_ok=True)
-    space = resolve_space(cfg)
+    space = cfg.space
     specs = space_tasks(space)
     export = export_tasks(cfg.export_best, specs) if cfg.export_best else []  # a misspelt task fails here
     # tokenised splits are shared by every trial of a (task, tokenizer): see finetune.loop.encode_cached

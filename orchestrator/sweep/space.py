@@ -96,28 +96,14 @@ def space_path(name_or_path: str) -> Path:
 
 
 def resolve_space(cfg: SweepConfig) -> SearchSpace:
-    """The space's YAML with the sweep config's non-empty overrides applied."""
+    """The space's YAML with the sweep config's overrides applied (``SpaceOverrides.apply``). A job
+    reads it once, as ``cfg.space``; call this for a fresh read."""
     path = space_path(cfg.search_space)
     data = read_yaml(path)
     # a task YAML named in a space file is found relative to that file (overrides: to the cwd)
     data["tasks"] = [str((path.parent / t).resolve()) if str(t).endswith((".yaml", ".yml"))
                      and not Path(t).is_absolute() else t for t in data.get("tasks") or []]
-    for key in ("tasks", "learning_rates", "seeds"):
-        if getattr(cfg, key):
-            data[key] = list(getattr(cfg, key))
-    if cfg.epochs:  # an epoch grid given for this sweep turns the space's early stopping off
-        data["epochs"] = {**data.get("epochs", {}), **{k: list(v) for k, v in cfg.epochs.items()}}
-        data.pop("early_stopping", None)
-    if cfg.early_stopping.on:  # and early stopping given for it drops the space's epoch grids
-        data["early_stopping"] = to_dict(cfg.early_stopping)
-        data.pop("epochs", None)
-    for key in ("tune", "precision"):
-        if getattr(cfg, key):
-            data[key] = getattr(cfg, key)
-    for key in ("max_train_examples", "max_eval_examples"):
-        if getattr(cfg, key) is not None:
-            data[key] = getattr(cfg, key)
-    return from_dict(SearchSpace, data, where=str(path))
+    return from_dict(SearchSpace, cfg.apply(data), where=str(path))
 
 
 def task_key(name: str) -> str:

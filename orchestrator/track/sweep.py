@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 
+from orchestrator.core.config import is_number
 from orchestrator.core.manifest import git_commit
 from orchestrator.core.reuse import content_key
 from orchestrator.track import TrackingConfig, flat_params, log_params, start_tracking
@@ -88,7 +89,7 @@ def log_sweep(tracking: TrackingConfig, run_dir, *, name: str, config, results: 
             log_params(flat_params(config))
         for model, summary in results["summary"].items():
             for key, value in summary.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                if is_number(value, finite=False):
                     mlflow.log_metric(S.summary_metric(model, key), value)
         for path in artifacts:
             mlflow.log_artifact(str(path))

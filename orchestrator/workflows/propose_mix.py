@@ -21,7 +21,7 @@ mixing weights, and the output directory gets:
 
 The written ``corpus.yaml`` is loaded back as a ``CorpusBuildConfig`` before the output appears, so
 a proposal that would not run is never written. Scoring is reused from an earlier output in the
-same directory when its candidates, targets and settings are unchanged (``scoring_key``).
+same directory when its candidates, targets and settings are unchanged (``candidates_key``).
 """
 from __future__ import annotations
 
@@ -29,19 +29,18 @@ import dataclasses
 import json
 import logging
 from pathlib import Path
-from typing import Literal
 
 import yaml
 
 from orchestrator.chain import CorpusBuildConfig, sample_corpus
 from orchestrator.core.config import field, load_config, to_dict
 from orchestrator.core.errors import ConfigError, InputError
-from orchestrator.core.manifest import atomic_dir, atomic_write_json, atomic_write_text, hash_inputs, write_manifest
-from orchestrator.core.reuse import content_key
+from orchestrator.core.manifest import atomic_dir, atomic_write_json, atomic_write_text, write_manifest
 from orchestrator.corpus.sources import source_files
 from orchestrator.corpus.stage import CorpusConfig, input_stats
 from orchestrator.report.sources import read_source_scores
 from orchestrator.selection.proposal import WeightingConfig, propose_weights
+from orchestrator.selection.settings import ScoringSettings, scoring_key
 
 log = logging.getLogger("proposal")
 
@@ -50,7 +49,7 @@ POOLED_TARGET = "all targets pooled"
 
 
 @dataclasses.dataclass(frozen=True)
-class ProposalConfig:
+class ProposalConfig(ScoringSettings):
     out_dir: str = field("runs/proposal", help="output directory: corpus.yaml (the proposal), proposal.json, "
                                                "scores.json, manifest.json")
     corpus: CorpusConfig = field(default_factory=sample_corpus,
@@ -66,20 +65,12 @@ class ProposalConfig:
                                        help="the rule from scores to weights (orchestrator.selection.proposal)")
     scores: str = field("", help="reuse a jobs/score_sources.py output directory (source names = the candidates' "
                                  "names) instead of scoring here; targets are then not read")
-    sample_tokens: int = field(100_000, help="scoring: tokens per sub-sample of each candidate (10M in seed 004)")
-    num_samples: int = field(5, help="scoring: sub-samples per candidate; each measure is their mean")
-    order: int = field(3, help="scoring: n-gram order of the KenLM model and of the JSD distribution")
-    seed: int = field(0, help="scoring: seed of the sub-sampling")
-    short_source: Literal["error", "whole"] = field(
-        "error", help="scoring: a candidate shorter than sample_tokens: 'error' stops, 'whole' scores all of it")
-    lmplz_memory: str = field("1G", help="scoring: lmplz -S, memory for n-gram counting")
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if not self.scores and not self.targets:
             raise ConfigError("no targets: give --target FILE... (or targets=[...]), or scores= a score_sources "
                               "output directory")
-        if self.sample_tokens < 1 or self.num_samples < 1:
-            raise ConfigError("sample_tokens and num_samples must be >= 1")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,23 +104,18 @@ def candidate_files(corpus: CorpusConfig) -> dict[str, list[tuple[str, str, str]
     return {s.name: [(str(p), s.format, s.text_field) for p in source_files(s)] for s in corpus.sources}
 
 
-def scoring_key(cfg: ProposalConfig) -> str:
-    """What the scores depend on: the candidates' files and formats, the targets, the settings."""
+def candidates_key(cfg: ProposalConfig) -> str:
+    """What the scores depend on (``scoring_key``): the candidates' files and formats, the targets, the settings."""
     from orchestrator.selection.scoring import target_tasks  # heavy: numpy
 
-    files = candidate_files(cfg.corpus)
-    targets = target_tasks(cfg.targets)
-    settings = {k: getattr(cfg, k) for k in ("sample_tokens", "num_samples", "order", "seed", "short_source")}
-    return content_key("proposal-scores", settings, files, hash_inputs(f for fs in files.values() for f, _, _ in fs),
-                       targets, hash_inputs(p for ps in targets.values() for p in ps))
+    targets = {task: [(p, "auto", "text") for p in paths] for task, paths in target_tasks(cfg.targets).items()}
+    return scoring_key(cfg, candidate_files(cfg.corpus), targets)
 
 
 def _selection_config(cfg: ProposalConfig, work_dir: str = ""):
     from orchestrator.selection.scoring import SelectionConfig  # heavy: numpy
 
-    return SelectionConfig(targets=list(cfg.targets), sample_tokens=cfg.sample_tokens, num_samples=cfg.num_samples,
-                           order=cfg.order, seed=cfg.seed, short_source=cfg.short_source,
-                           lmplz_memory=cfg.lmplz_memory, work_dir=work_dir, parallel=False)
+    return SelectionConfig(**cfg.scoring(), targets=list(cfg.targets), work_dir=work_dir, parallel=False)
 
 
 def score_candidates(cfg: ProposalConfig, work_dir: Path) -> dict[str, dict]:
@@ -198,7 +184,7 @@ def run(cfg: ProposalConfig) -> ProposalResult:
         from orchestrator.selection.scoring import kenlm_binary  # heavy: numpy
 
         kenlm_binary("lmplz"), kenlm_binary("build_binary")
-        key, where = scoring_key(cfg), "the scoring"
+        key, where = candidates_key(cfg), "the scoring"
         scores = _reusable_scores(out_dir, key)
     with atomic_dir(out_dir, "proposal") as tmp:
         if scores is None:
@@ -269,4 +255,4 @@ def plan(cfg: ProposalConfig) -> str:
 
 
 __all__ = ["ProposalConfig", "ProposalResult", "run", "plan", "write_proposal", "proposal_corpus", "candidate_files",
-           "scoring_key", "CORPUS_FILE", "PROPOSAL_FILE"]
+           "candidates_key", "CORPUS_FILE", "PROPOSAL_FILE"]
