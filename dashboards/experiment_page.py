@@ -11,8 +11,9 @@ What is read (names from ``orchestrator.track.schema``): the experiment's parent
 ``orchestrator.kind=experiment``; the newest one unless a run id is given) and its tags naming
 the arms, the baseline and each arm's status; its children: each arm's pretraining run (tag
 ``arm``, per-step training loss) and the sweep's parent run, whose results document
-``orchestrator.report.mlflow_results`` rebuilds. The table is ``orchestrator.report.blue_table``'s,
-the differences ``orchestrator.report.compare``'s: nothing is computed twice.
+``orchestrator.report.mlflow_results`` rebuilds. The table is ``orchestrator.report.table``'s,
+the differences ``orchestrator.report.compare``'s: nothing is computed twice; the report's HTML
+(``orchestrator.report.pages``) renders them.
 
 The page is one static file: inline CSS and inline SVG plots, no script, no font or image from
 anywhere (its Content-Security-Policy forbids every load, so a browser would say so if one crept
@@ -276,7 +277,7 @@ p.missing { color: #a60; font-style: italic; }
 
 def render_page(exp: Experiment) -> str:
     """The page's HTML (pure: no I/O)."""
-    from orchestrator.report.blue_table import CSS  # heavy: numpy, through orchestrator.report.compare
+    from orchestrator.report.pages import CSS  # the report's package: loaded for a page, not for --help
 
     esc = html.escape
     colours = _colours(exp)
@@ -394,13 +395,13 @@ def _failure_notes(exp: Experiment) -> list[str]:
 
 def _blue_table(exp: Experiment):
     """The seed 000 table of the sweep's results (None before the sweep ran): built once per page."""
-    from orchestrator.report.blue_table import build_table  # heavy: numpy
+    from orchestrator.report.table import build_table  # the report's package: loaded for a page, not for --help
 
     return build_table(exp.results, source=f"{exp.tracking_uri} run {exp.sweep_run}") if exp.results else None
 
 
 def _table_section(exp: Experiment, table) -> str:
-    from orchestrator.report.blue_table import selection_html, table_html  # heavy: numpy
+    from orchestrator.report.pages import selection_html, table_html  # loaded for a page, not for --help
 
     if table is None:
         return '<h2>Results</h2><p class="missing">No sweep results yet.</p>'
@@ -417,12 +418,12 @@ def _sources_section(exp: Experiment, table) -> str:
     Pearson r and Spearman rho of each measure with the gains (``orchestrator.report.sources``)."""
     if not exp.source_scores:
         return ""
-    from orchestrator.report.blue_table import SOURCES_TITLE, sources_html  # heavy: numpy
+    from orchestrator.report.pages import SOURCES_TITLE, sources_html  # loaded for a page, not for --help
 
     if not (exp.comparison and exp.comparison.get("sources")):
         return (f"<h2>{html.escape(SOURCES_TITLE)}</h2><p class=\"missing\">Sources of {len(exp.source_scores)} "
                 "arm(s) were scored; their correlation with the gains needs the paired differences.</p>")
-    return sources_html(table, exp.comparison["sources"])
+    return sources_html(exp.comparison["sources"], table.scale, table.digits)
 
 
 def _retrieval_section(exp: Experiment) -> str:
