@@ -3,7 +3,7 @@ dictionary or a token-classification (NER) model, on whole words rebuilt from Wo
 
     dictionary = load_dictionaries(["orchestrator/instances/term_lists/radiology.yaml"])
     PhraseMatcher(dictionary, max_phrase_words=6)(["early", "enhancement", "of", "hcc"])
-    # [(0, 2, "finding"), (3, 4, "disease")]            (first word, end word, type)
+    # [(0, 2, "property_of_lesion"), (3, 4, "disease_name")]    (first word, end word, type)
     NerExtractor("runs/x/sweep/exports/<trial>-<key>")(words)   # the same spans from BIO predictions
     token_words(["[CLS]", "hepato", "##ma"])             # [("hepatoma", (1, 2))]
 

@@ -1,7 +1,7 @@
 """The BLUE table's numbers (seed 000's Tables 6, 7, A3): columns, cells, ranks; pure, no I/O.
 
     table = build_table(results)            # results: sweep/results.json (docs/ARCHITECTURE.md)
-    table.cell("ours", "total")             # Cell(mean=0.811, sd=0.004, n=5, rank=1, ...)
+    table.cell("ours", "total")             # Cell(mean=0.811, sd=0.004, n=None, rank=1, ...)
     table.text(0.8114)                      # "81.1"
 
 One row per model; columns Total, then one per group (Clinical, Biomedical, ...), then one per
