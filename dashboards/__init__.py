@@ -6,5 +6,6 @@ experiment comparison page: one static HTML file per experiment (arms and their 
 000 table, paired differences against the baseline arm with bootstrap intervals and p-values,
 pretraining loss curves of all arms on one plot, fine-tuning curves), written by
 ``jobs/blue_sweep.py`` to ``<run_dir>/report/experiment.html`` and by
-``python dashboards/experiment_page.py --tracking-uri ... --out ...`` for any store.
+``python dashboards/experiment_page.py --tracking-uri ... --out ...`` for any store. It renders
+what ``experiment_data`` reads from MLflow; ``svg`` draws its plots.
 """

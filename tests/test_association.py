@@ -13,9 +13,15 @@ import pytest
 from orchestrator.core.config import from_dict
 from orchestrator.core.errors import ConfigError
 from orchestrator.core.reuse import content_key
-from orchestrator.instances.association import Cooccurrence, derive_association, npmi, write_association
+from orchestrator.instances.association import (
+    Cooccurrence,
+    derive_association,
+    load_association,
+    npmi,
+    write_association,
+)
 from orchestrator.instances.config import InstanceConfig
-from orchestrator.instances.entity_masking import EntityMaskingConfig, load_association
+from orchestrator.instances.entity_masking import EntityMaskingConfig
 
 TERMS = "types:\n" + "".join(f"  {t}:\n    terms: [{w}]\n" for t, w in
                              (("a", "alpha"), ("b", "beta"), ("c", "gamma"), ("d", "delta")))

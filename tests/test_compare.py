@@ -16,8 +16,10 @@ from conftest import ROOT
 from orchestrator.core.errors import InputError
 from orchestrator.core.manifest import read_manifest
 from orchestrator.core.results import summarize
-from orchestrator.report.blue_table import build_table, render_markdown, write_report
+from orchestrator.report.blue_table import write_report
 from orchestrator.report.compare import comparison_document, ner_before_after, paired_differences
+from orchestrator.report.pages import render_markdown
+from orchestrator.report.table import build_table
 
 SEEDS = [1, 2, 3, 4]
 #: model -> task -> per-seed test scores (seeds 1..4)

@@ -610,9 +610,8 @@ def test_derived_association_is_counted_once_recorded_written_and_reusable(tmp_p
     from orchestrator.core.artifacts import load_plan
     from orchestrator.core.config import to_dict
     from orchestrator.core.manifest import read_manifest
-    from orchestrator.instances.association import Cooccurrence, derive_association
+    from orchestrator.instances.association import Cooccurrence, derive_association, load_association
     from orchestrator.instances.config import InstanceConfig
-    from orchestrator.instances.entity_masking import load_association
     from orchestrator.instances.stage import build_instances
     from orchestrator.instances.workers import CooccurrenceCounter, plan_documents
 

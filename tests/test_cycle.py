@@ -52,7 +52,7 @@ def exported_ner(tmp_path_factory) -> Path:
 
 def test_the_masking_stage_extractor_loads_a_sweep_export_and_tags_as_the_export_does(exported_ner):
     from orchestrator.finetune.export import entity_spans, load_token_classifier
-    from orchestrator.instances.entity_masking import NerExtractor
+    from orchestrator.instances.entities import NerExtractor
 
     extractor = NerExtractor(exported_ner)
     assert extractor.types == frozenset({"chemical"})
@@ -132,8 +132,9 @@ def test_a_cycle_after_0_groups_by_its_extractors_terms(exported_ner):
     import random
 
     from orchestrator.core.config import from_dict, read_yaml
+    from orchestrator.instances.association import AssociationTable
     from orchestrator.instances.config import Params, Specials
-    from orchestrator.instances.entity_masking import AssociationTable, EntityMasker
+    from orchestrator.instances.entity_masking import EntityMasker
     from orchestrator.instances.grouped import create_grouped_instances
 
     root = Path(__file__).resolve().parents[1]

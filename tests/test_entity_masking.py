@@ -7,12 +7,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.core.errors import ConfigError, InputError
-from orchestrator.instances.entity_masking import (
-    EntityMasker,
-    EntityMaskingConfig,
-    load_association,
-    split_words,
-)
+from orchestrator.instances.association import load_association
+from orchestrator.instances.entities import split_words
+from orchestrator.instances.entity_masking import EntityMasker, EntityMaskingConfig
 
 # FIG. 7 of the patent, WordPiece-tokenized ("s3" -> s ##3, "washout" -> wash ##out, "hcc" -> hc ##c).
 FIG7 = ("[CLS] tumor having a size of a diameter of 6 cm is recognized in a liver s ##3 . "

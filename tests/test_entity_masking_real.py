@@ -100,7 +100,7 @@ def test_grouping_puts_every_real_sentence_in_one_group_of_its_kind():
 
 
 def test_bio_spans_known_answers():
-    from orchestrator.instances.entity_masking import bio_spans
+    from orchestrator.instances.entities import bio_spans
 
     assert bio_spans(["B-Chemical", "I-Chemical", "O", "I-Disease", "I-Disease", "B-Disease", "I-Chemical"]) == [
         (0, 2, "chemical"), (3, 5, "disease"), (5, 6, "disease"), (6, 7, "chemical")]

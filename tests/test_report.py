@@ -14,7 +14,9 @@ import pytest
 from orchestrator.core.errors import InputError
 from orchestrator.core.manifest import read_manifest
 from orchestrator.core.results import summarize
-from orchestrator.report.blue_table import build_table, rank_top2, render_markdown, seed_sd, write_report
+from orchestrator.report.blue_table import write_report
+from orchestrator.report.pages import render_markdown
+from orchestrator.report.table import build_table, rank_top2, seed_sd
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -6,7 +6,8 @@ import pytest
 
 from orchestrator.core.errors import InputError
 from orchestrator.core.results import summarize, validate_results
-from orchestrator.report.blue_table import build_table, render_markdown
+from orchestrator.report.pages import render_markdown
+from orchestrator.report.table import build_table
 
 TASKS = [{"name": "MedSTS", "metric": "pearson", "higher_is_better": True, "group": "clinical"},
          {"name": "MedNLI", "metric": "accuracy", "higher_is_better": True, "group": "clinical"},

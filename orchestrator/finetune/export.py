@@ -27,7 +27,7 @@ from orchestrator.core.manifest import is_complete
 from orchestrator.finetune.model import TaskModel
 from orchestrator.finetune.readers import Example
 from orchestrator.finetune.spec import TaskSpec
-from orchestrator.instances.entity_masking import EXPORT_HEAD
+from orchestrator.instances.entities import EXPORT_HEAD
 
 HEAD_WEIGHTS = EXPORT_HEAD  # the masking stage's NerExtractor loads an export's head by this name
 TASK_FILE = "task.json"

@@ -1,7 +1,9 @@
-"""The degree of association between entity types, derived from the corpus (issue 15; seed 003's
-Embodiment 2 derives it, FIG. 8 shows it on a 0-10 scale).
+"""The degree of association between entity types (seed 003; FIG. 8 shows it on a 0-10 scale): the
+table the masking consults (``AssociationTable``), read from YAML (``load_association``: ``default``
+and ``pairs: [[type_a, type_b, degree], ...]``; the patent's FIG. 8 is shipped) or derived from the
+corpus (issue 15; the patent's Embodiment 2 derives it).
 
-Co-occurrence counts of the extracted types, per window (a sentence, or a whole document):
+Derived, it rests on co-occurrence counts of the extracted types, per window (a sentence, or a whole document):
 
     n           windows with at least one token
     c(a)        windows holding an entity of type a
@@ -29,12 +31,56 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator.instances.entity_masking import AssociationTable
+import yaml
+
+from orchestrator.core.errors import InputError
+from orchestrator.instances.entities import compose_yaml, yaml_mapping
 
 #: Version of the derivation, part of the instances key when the association is derived.
 ASSOCIATION_DERIVATION_VERSION = 1
 #: The derived table's file name beside the instances.
 ASSOCIATION_FILE = "association.yaml"
+
+
+@dataclass(frozen=True)
+class AssociationTable:
+    """Symmetric degree of association between two entity types."""
+    pairs: dict[frozenset[str], float]
+    default: float
+
+    def __call__(self, type_a: str, type_b: str) -> float:
+        return self.pairs.get(frozenset((type_a, type_b)), self.default)
+
+
+def load_association(path: str | Path, known_types: frozenset[str] | None = None) -> AssociationTable:
+    """Read ``default`` and ``pairs: [[type_a, type_b, degree], ...]``; unknown types are errors."""
+    path = Path(path)
+    top = yaml_mapping(compose_yaml(path), path, "the file")
+    default = 0.0
+    if "default" in top:
+        try:
+            default = float(top["default"].value)
+        except (TypeError, ValueError):
+            raise InputError(path, "'default' must be a number", line=top["default"].start_mark.line + 1) from None
+    if "pairs" not in top or not isinstance(top["pairs"], yaml.SequenceNode):
+        raise InputError(path, "no 'pairs' list", line=1, expected="pairs: [[type_a, type_b, degree], ...]")
+    pairs: dict[frozenset[str], float] = {}
+    for item in top["pairs"].value:
+        line = item.start_mark.line + 1
+        values = [n.value for n in item.value] if isinstance(item, yaml.SequenceNode) else []
+        if len(values) != 3:
+            raise InputError(path, "bad pair", line=line, expected="[type_a, type_b, degree]")
+        type_a, type_b, raw = values
+        try:
+            degree = float(raw)
+        except ValueError:
+            raise InputError(path, f"degree {raw!r} is not a number", line=line) from None
+        for name in (type_a, type_b):
+            if known_types is not None and name not in known_types:
+                raise InputError(path, f"type {name!r} is in no dictionary", line=line,
+                                 expected=f"one of {sorted(known_types)}")
+        pairs[frozenset((type_a, type_b))] = degree
+    return AssociationTable(pairs=pairs, default=default)
 
 
 @dataclass

@@ -27,7 +27,8 @@ from array import array
 from collections.abc import Sequence
 
 from orchestrator.instances.config import Params, Specials
-from orchestrator.instances.entity_masking import Entity, EntityMasker, TextInfo
+from orchestrator.instances.entities import Entity
+from orchestrator.instances.entity_masking import EntityMasker, TextInfo
 from orchestrator.instances.exact import Instance, truncate_seq_pair
 from orchestrator.instances.masking import create_masked_lm_predictions
 

@@ -20,12 +20,13 @@ from orchestrator.core.pretokenize import pretokenize_of
 from orchestrator.instances.association import (
     ASSOCIATION_DERIVATION_VERSION,
     ASSOCIATION_FILE,
+    AssociationTable,
     derive_association,
     table_pairs,
     write_association,
 )
 from orchestrator.instances.config import InstanceConfig
-from orchestrator.instances.entity_masking import AssociationTable, EntityMasker
+from orchestrator.instances.entity_masking import EntityMasker
 from orchestrator.instances.workers import count_cooccurrence, run_units
 
 log = logging.getLogger(__name__)

@@ -22,10 +22,10 @@ from tqdm import tqdm
 from orchestrator.core.artifacts import Unit, provenance_label
 from orchestrator.core.config import from_dict, to_dict
 from orchestrator.core.pretokenize import MecabWords, piece_tokenizer, pretokenize_of
-from orchestrator.instances.association import Cooccurrence
+from orchestrator.instances.association import AssociationTable, Cooccurrence
 from orchestrator.instances.config import InstanceConfig, Params, Specials
 from orchestrator.instances.encoding import MecabSentenceEncoder, SentenceEncoder
-from orchestrator.instances.entity_masking import AssociationTable, EntityMasker
+from orchestrator.instances.entity_masking import EntityMasker
 from orchestrator.instances.exact import create_training_instances, unit_rng
 from orchestrator.instances.grouped import create_grouped_instances
 from orchestrator.instances.packing import TokenizedDocs, instance_batches

@@ -2,7 +2,6 @@
 
     comparison = compare.paired_differences(results, baseline="floor")
     doc = source_correlations(comparison, scores)        # scores: {arm: {"measures", "by_task"}}
-    render_scatter_png(doc, "sources_scatter.png"); render_matrix_png(doc, "sources_matrix.png")
     metrics = source_metrics(doc)                        # the numbers, as MLflow metrics
 
 Each arm of an experiment pretrains on its own sources; ``orchestrator.selection`` scores them
@@ -25,12 +24,12 @@ values behind it or a constant series. n counts points, but a measure takes one 
 (per arm and task, pooled), so the evidence rests on the arms: p treats every point as
 independent and is optimistic; with three arms nothing can be concluded. The note says so.
 
-Pure (numpy, scipy, matplotlib for the figures); reads documents, imports no stage.
+Pure (numpy, scipy); reads documents, imports no stage. Its tables are rendered by
+``orchestrator.report.pages`` (``sources_markdown``, ``sources_html``), its figures by
+``orchestrator.report.figures`` (``render_figures``: ``render_scatter_png``, ``render_matrix_png``).
 """
 from __future__ import annotations
 
-import base64
-import html
 import json
 import math
 from collections.abc import Sequence
@@ -52,8 +51,6 @@ GAIN = "gain"
 #: The matrix's variables, in Figure 3's order (the measures, then the gain).
 MATRIX_VARIABLES = (*SOURCE_MEASURES, GAIN)
 MIN_UNITS = 3
-TITLE = "Source similarity vs gain (seed 004)"
-FIGURES = {"scatter": "sources_scatter.png", "matrix": "sources_matrix.png"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -229,180 +226,3 @@ def _read_json(path: Path) -> Any:
         raise InputError(path, f"invalid JSON: {exc.msg}", line=exc.lineno) from None
     except UnicodeDecodeError as exc:
         raise InputError(path, f"not UTF-8 text (byte {exc.start})", expected="JSON") from None
-
-
-# ---------------------------------------------------------------------------------------------
-# Rendering: tables (Markdown, HTML) and figures (PNG)
-def _label(column: str) -> str:
-    return "Total" if column == "total" else column
-
-
-def _stat(value: float | None, p: float | None) -> str:
-    return "\u2013" if value is None else f"{value:+.3f} (p={p:.2g})" if p is not None else f"{value:+.3f}"
-
-
-def _tables(doc: dict, scale: float, digits: int) -> list[tuple[str, list[str], list[list[str]]]]:
-    """(id, head, rows) of the three tables: each arm's measures and mean gain on Total; r and rho per
-    column and measure (seed 004's Tables 3/4 layout); the matrix (its Figure 3), Pearson below the
-    diagonal and Spearman above it."""
-    measures = list(doc["measures"])
-    head = ["Arm", *(m.upper() for m in measures), f"Gain on Total vs {doc['baseline']}"]
-    rows = []
-    for arm, score in doc["scores"].items():
-        gain = doc["gains"].get("total", {}).get(arm)
-        rows.append([arm, *(f"{score['measures'][m]:.4g}" for m in measures),
-                     "\u2013" if gain is None else f"{gain * scale:+.{digits}f}"])
-    corr_head = ["Column", "n (arms)", *(f"{kind}({m.upper()})" for m in measures for kind in ("r", "\u03c1"))]
-    corr_rows = []
-    for column, per in doc["correlations"].items():
-        first = next(iter(per.values()))
-        row = [_label(column), f"{first['n']} ({first['arms']})"]
-        for m in measures:
-            c = per[m]
-            if c["r"] is None and c["rho"] is None:
-                row += [f"\u2013 ({c['why']})", "\u2013"]
-            else:
-                row += [_stat(c["r"], c["p"]), _stat(c["rho"], c["rho_p"])]
-        corr_rows.append(row)
-    names = doc["matrix"]["variables"]
-    matrix_head = ["", *(n.upper() for n in names)]
-    matrix_rows = []
-    for i, a in enumerate(names):
-        row = [a.upper()]
-        for j in range(len(names)):
-            value = doc["matrix"]["pearson" if j <= i else "spearman"][i][j]
-            row.append("\u2013" if value is None else f"{value:+.2f}")
-        matrix_rows.append(row)
-    return [("source-scores", head, rows), ("source-correlations", corr_head, corr_rows),
-            ("source-matrix", matrix_head, matrix_rows)]
-
-
-def _caption(doc: dict) -> str:
-    directions = "; ".join(f"{m.upper()}: {d}" for m, d in doc["measures"].items())
-    m = doc["matrix"]
-    text = (f"Measures of each arm's pretraining sources against the sweep's tasks' training text ({directions}). "
-            f"Second table: Pearson r and Spearman \u03c1 of each measure with the gain (p two-sided). Third: the "
-            f"correlation between the measures and the gain over the {m['n']} pooled points ({m['units']} distinct "
-            "(arm, task) values; Pearson below the diagonal, Spearman above). " + doc["note"])
-    if doc.get("unscored"):
-        text += " Not in the analysis (no scores): " + ", ".join(doc["unscored"]) + "."
-    if doc.get("unmatched"):
-        text += " Tasks without per-task scores: " + ", ".join(doc["unmatched"]) + "."
-    return text
-
-
-def sources_markdown(doc: dict, scale: float = 100.0, digits: int = 1, figures: bool = True) -> list[str]:
-    """The report's section; ``figures``: link the PNGs ``write_report`` puts beside it."""
-    lines = [f"## {TITLE}"]
-    for _, head, rows in _tables(doc, scale, digits):
-        lines += ["", "| " + " | ".join(head) + " |", "|" + "|".join(["---"] + [":---:"] * (len(head) - 1)) + "|"]
-        lines += ["| " + " | ".join(v.replace("|", "\\|") for v in row) + " |" for row in rows]
-    lines += ["", _caption(doc)]
-    if figures:
-        lines += ["", f"![each measure against the gain]({FIGURES['scatter']})", "",
-                  f"![correlation between the measures and the gain]({FIGURES['matrix']})"]
-    return lines
-
-
-def sources_html(doc: dict, scale: float = 100.0, digits: int = 1, figures: dict[str, str] | None = None) -> str:
-    """The section as an HTML fragment; ``figures``: {"scatter"|"matrix": PNG bytes base64} to embed."""
-    esc = html.escape
-    out = [f"<h2>{esc(TITLE)}</h2>"]
-    for ident, head, rows in _tables(doc, scale, digits):
-        out.append(f'<table class="blue" id="{ident}"><thead><tr>' + "".join(f"<th>{esc(h)}</th>" for h in head)
-                   + "</tr></thead><tbody>")
-        out += ["<tr>" + "".join(f"<td>{esc(v)}</td>" for v in row) + "</tr>" for row in rows]
-        out.append("</tbody></table>")
-    out.append(f'<p class="notes">{esc(_caption(doc))}</p>')
-    for kind, alt in (("scatter", "each measure against the gain"),
-                      ("matrix", "correlation between the measures and the gain")):
-        if figures and figures.get(kind):
-            out.append(f'<img id="source-{kind}" alt="{alt}" src="data:image/png;base64,{figures[kind]}">')
-    return "\n".join(out)
-
-
-def render_scatter_png(doc: dict, path: str | Path, scale: float = 100.0) -> Path:
-    """One panel per measure: the gain (x ``scale``) of every (arm, task, seed) point against the arm's
-    measure on that task's text, a colour per task, each (arm, task) mean as a labelled larger marker;
-    the panel's title gives the pooled r, rho, n and arms."""
-    import matplotlib  # heavy: matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # heavy: matplotlib
-    from matplotlib.ticker import NullFormatter
-
-    points = [p for p in doc["points"] if p["column"] != "total"]
-    columns = list(dict.fromkeys(p["column"] for p in points))
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    fig, axes = plt.subplots(1, len(SOURCE_MEASURES), figsize=(4.0 * len(SOURCE_MEASURES), 3.6), squeeze=False)
-    for ax, measure in zip(axes.flat, SOURCE_MEASURES):
-        for k, column in enumerate(columns):
-            pts = [p for p in points if p["column"] == column]
-            colour = colours[k % len(colours)]
-            ax.scatter([p[measure] for p in pts], [p[GAIN] * scale for p in pts], s=12, alpha=0.45, color=colour,
-                       label=column)
-            for arm in dict.fromkeys(p["arm"] for p in pts):
-                mine = [p for p in pts if p["arm"] == arm]
-                x, y = mine[0][measure], sum(p[GAIN] for p in mine) / len(mine) * scale
-                ax.scatter([x], [y], s=60, marker="D", color=colour, edgecolors="black", linewidths=0.6)
-                ax.annotate(arm, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
-        if measure == "ppl" and points and min(p["ppl"] for p in points) > 0:
-            ax.set_xscale("log")
-            ax.xaxis.set_minor_formatter(NullFormatter())  # 2-3 decades at most: the major ticks say enough
-        ax.axhline(0.0, color="#888", linewidth=0.8)
-        c = doc["correlations"][POOLED][measure]
-        stats = (f"r={c['r']:+.2f}" if c["r"] is not None else "r undefined") + \
-                (f", \u03c1={c['rho']:+.2f}" if c["rho"] is not None else "") + f", n={c['n']} ({c['arms']} arms)"
-        ax.set_title(f"{measure.upper()} ({SOURCE_MEASURES[measure]})\n{stats}", fontsize=9)
-        ax.set_xlabel(measure.upper())
-        ax.grid(alpha=0.3)
-    axes.flat[0].set_ylabel(f"gain vs {doc['baseline']} (x {scale:g})")
-    if columns:
-        axes.flat[0].legend(fontsize=6)
-    fig.suptitle("Source measure vs gain per (arm, task, seed); diamonds: the arm's mean per task", fontsize=10)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
-def render_matrix_png(doc: dict, path: str | Path) -> Path:
-    """Seed 004's Figure 3: the Pearson correlation between the measures and the gain as a heat map,
-    each cell printed (\u2013 where undefined)."""
-    import matplotlib  # heavy: matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # heavy: matplotlib
-    import numpy as np  # heavy: numpy
-
-    names = [n.upper() if n != GAIN else "\u0394 (gain)" for n in doc["matrix"]["variables"]]
-    values = np.array([[np.nan if v is None else v for v in row] for row in doc["matrix"]["pearson"]], dtype=float)
-    fig, ax = plt.subplots(figsize=(4.8, 4.2))
-    image = ax.imshow(np.ma.masked_invalid(values), cmap="RdBu_r", vmin=-1, vmax=1)
-    ax.set_xticks(range(len(names)), names, fontsize=8)
-    ax.set_yticks(range(len(names)), names, fontsize=8)
-    for i in range(len(names)):
-        for j in range(len(names)):
-            v = values[i, j]
-            ax.text(j, i, "\u2013" if np.isnan(v) else f"{v:.2f}", ha="center", va="center", fontsize=8,
-                    color="white" if not np.isnan(v) and abs(v) > 0.6 else "black")
-    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
-    m = doc["matrix"]
-    ax.set_title(f"Pearson r over {m['n']} points ({m['units']} (arm, task) values)", fontsize=9)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
-def render_figures(doc: dict, out_dir: Path, scale: float = 100.0) -> dict[str, Path]:
-    """Both figures into ``out_dir`` (``FIGURES`` names)."""
-    return {"scatter": render_scatter_png(doc, Path(out_dir) / FIGURES["scatter"], scale),
-            "matrix": render_matrix_png(doc, Path(out_dir) / FIGURES["matrix"])}
-
-
-def embedded(paths: dict[str, Path]) -> dict[str, str]:
-    """{kind: base64 of the PNG} for ``sources_html``."""
-    return {kind: base64.b64encode(Path(p).read_bytes()).decode("ascii") for kind, p in paths.items()}
