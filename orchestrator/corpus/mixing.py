@@ -59,6 +59,12 @@ class MixerConfig:
                  "'Except for English, we up-sample using Wikipedia data'); their domain text is not taken whole "
                  "first but drawn up to the language's smoothed share of the budget left after the other "
                  "languages' domain text")
+    upsample_sources: tuple[str, ...] = field(
+        (), help="mdapt: the domain sources (by name) that are their language's up-sampling pool; the language's "
+                 "other domain sources are taken whole first, like every other language's (seed 002's M_D+M_WIKI: "
+                 "M_D's English abstracts whole, English up-sampled from more abstracts, E_D); empty = all domain "
+                 "text of an upsample_from_domain language is its pool. Each source's language must be in "
+                 "upsample_from_domain")
 
     def __post_init__(self) -> None:
         if self.name not in MIXERS:
@@ -84,6 +90,9 @@ class MixerConfig:
         if self.upsample_from_domain and self.name != "mdapt":
             raise ConfigError(f"mixer.upsample_from_domain is an mdapt setting; mixer {self.name!r} has no "
                               "per-language budget")
+        if self.upsample_sources and not self.upsample_from_domain:
+            raise ConfigError(f"mixer.upsample_sources {list(self.upsample_sources)} needs "
+                              "mixer.upsample_from_domain: the languages those sources up-sample")
         if len(set(self.upsample_from_domain)) != len(self.upsample_from_domain) or not all(
                 self.upsample_from_domain):
             raise ConfigError(f"mixer.upsample_from_domain {list(self.upsample_from_domain)}: give each language "
@@ -252,18 +261,26 @@ def mdapt(shards: Sequence[ShardInfo], cfg: MixerConfig, rng: random.Random) -> 
     is not taken whole in the first pass but is the language's pool in the second, where the
     language gets its smoothed share of what the budget has left like every other language. Its
     P(L) is that of its general text when a general source of the language is given (the seed's
-    probabilities are over Wikipedia), else that of its domain pool.
+    probabilities are over Wikipedia), else that of its domain pool. With ``cfg.upsample_sources``
+    only those sources are the pool, and the language's other domain text is taken whole first (the
+    seed's English: M_D's abstracts whole, then up-sampled from more abstracts).
     """
     domain = _by_role(shards, ("domain", "small"))
     general = _by_role(shards, ("general", "large"))
     if not domain:
         raise ConfigError("mixer mdapt needs at least one source with role domain")
     from_domain = set(cfg.upsample_from_domain)
+    named = set(cfg.upsample_sources)
+    named_langs = {s.language for s in domain if s.source in named}
+
+    def is_pool(s: ShardInfo) -> bool:
+        return s.language in from_domain and (s.source in named or s.language not in named_langs)
+
     refs: list[tuple[str, int]] = []
     domain_taken = 0
     domain_by_lang: dict[str, int] = defaultdict(int)
     for s in domain:  # "simply populating the corpus until reaching the allowance"
-        if s.language in from_domain:
+        if is_pool(s):
             continue
         for row, n in enumerate(s.doc_sentences):
             if domain_taken >= cfg.sentence_budget:
@@ -282,7 +299,7 @@ def mdapt(shards: Sequence[ShardInfo], cfg: MixerConfig, rng: random.Random) -> 
             candidates[s.language].append((page, n, (s.path, row)))
     pool: dict[str, int] = defaultdict(int)
     for s in domain:
-        if s.language in from_domain:
+        if is_pool(s):
             pool[s.language] += s.n_sentences
             for row, (page, n) in enumerate(zip(s.pages, s.doc_sentences)):
                 candidates[s.language].append((page, n, (s.path, row)))
@@ -308,6 +325,8 @@ def mdapt(shards: Sequence[ShardInfo], cfg: MixerConfig, rng: random.Random) -> 
                                           from_domain)}
     if from_domain:
         notes["upsample_from_domain"] = sorted(from_domain)
+    if named:
+        notes["upsample_sources"] = sorted(named)
     return MixPlan(tuple(_units_from_refs(refs, shards, cfg)), notes)
 
 
