@@ -104,6 +104,12 @@ def input_stats(cfg: CorpusConfig) -> dict[str, tuple[int, int]]:
             if src.format != "parquet":
                 check_head(path)
             stats[str(path)] = (path.stat().st_size, path.stat().st_mtime_ns)
+        if src.mesh.descriptors:  # the tree numbers the selection reads
+            path = Path(src.mesh.descriptors)
+            if not path.is_file():
+                raise InputError(path, f"source {src.name!r}: mesh.descriptors does not exist",
+                                 expected="NLM's MeSH descriptor file, desc<year>.xml")
+            stats[str(path)] = (path.stat().st_size, path.stat().st_mtime_ns)
     return stats
 
 
