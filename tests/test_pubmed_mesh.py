@@ -89,6 +89,10 @@ def test_table_a2_rule_included_but_not_excluded_and_years():
     assert not selected(["D4"], "2020", trees, MeshSelect(descriptors="d", include=("C", "B01.650")))  # fP: no B03
     assert not selected(["D9"], "2020", trees, sp)  # a UI the descriptor file lacks has no tree number
     assert selected(["D9"], "2020", {}, MeshSelect(year_to=2020))
+    fp = MeshSelect(descriptors="d", include=("C", "B01.650"), exclude=("E05",))
+    op = MeshSelect(descriptors="d", include=("C", "B01.650"), exclude=("E05",), invert=True)  # PubMed minus fP
+    for uis in (["D1"], ["D1", "D2"], ["D3"], ["D4"], ["D9"]):
+        assert selected(uis, "2020", trees, fp) != selected(uis, "2020", trees, op)
 
 
 def test_a_pubmed_source_keeps_the_selected_articles_only(tmp_path):
@@ -142,5 +146,7 @@ def test_mesh_config_errors():
         MeshSelect(include=("C",))
     with pytest.raises(ConfigError, match="from <= to"):
         MeshSelect(year_from=2012, year_to=2010)
+    with pytest.raises(ConfigError, match="invert negates"):
+        MeshSelect(invert=True)
     with pytest.raises(ConfigError, match="needs format pubmed_xml"):
         from_dict(SourceConfig, {"name": "a", "paths": ["x"], "mesh": {"year_from": 2011}})

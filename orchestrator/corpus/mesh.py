@@ -32,10 +32,12 @@ class MeshSelect:
     year_from: int = field(0, help="keep articles published in this year or later (PubDate; an article "
                                          "without a year is left out when a bound is set); 0 = no bound")
     year_to: int = field(0, help="keep articles published in this year or earlier; 0 = no bound")
+    invert: bool = field(False, help="keep the articles the rule rejects instead (seed 000's oP: the PubMed "
+                                     "articles that are not fP)")
 
     @property
     def active(self) -> bool:
-        return bool(self.include or self.exclude or self.year_from or self.year_to)
+        return bool(self.include or self.exclude or self.year_from or self.year_to)  # invert alone: keeps none
 
     def __post_init__(self) -> None:
         for prefix in (*self.include, *self.exclude):
@@ -48,6 +50,8 @@ class MeshSelect:
         if self.year_from < 0 or self.year_to < 0 or (self.year_from and self.year_to and
                                                       self.year_from > self.year_to):
             raise ConfigError(f"mesh.year_from {self.year_from} / year_to {self.year_to}: years >= 0, from <= to")
+        if self.invert and not self.active:
+            raise ConfigError("mesh.invert negates a selection: give include, exclude or a year bound")
 
 
 def under(tree: str, prefix: str) -> bool:
@@ -58,7 +62,12 @@ def under(tree: str, prefix: str) -> bool:
 
 
 def selected(uis: list[str], year: str, trees: dict[str, tuple[str, ...]], cfg: MeshSelect) -> bool:
-    """Table A2's rule for one article: its descriptors' tree numbers and its publication year."""
+    """Table A2's rule for one article (its descriptors' tree numbers, its publication year); with
+    ``cfg.invert`` its negation."""
+    return _rule(uis, year, trees, cfg) != cfg.invert
+
+
+def _rule(uis: list[str], year: str, trees: dict[str, tuple[str, ...]], cfg: MeshSelect) -> bool:
     if cfg.year_from or cfg.year_to:
         if not year.isdigit():
             return False
