@@ -11,6 +11,7 @@ from orchestrator.corpus.mixing import (
     MIXERS,
     MixerConfig,
     allocate_budget,
+    fill_quotas,
     planned_bytes,
     select_pages,
     smoothed_probabilities,
@@ -86,6 +87,17 @@ def test_select_pages_never_repeats_a_page_across_languages():
     used = [ref[1] for refs in chosen.values() for ref in refs]
     assert len(used) == len(set(used)) == 18
     assert taken == {"en": 30, "de": 30, "es": 30}
+
+
+def test_select_pages_lets_a_language_take_the_other_paragraphs_of_its_own_page():
+    """A page is one language's once taken; that language may take its other documents (SQuAD-style
+    paragraphs share their article's title), the others may not."""
+    cands = {"de": [(f"A{i // 4}", 5, ("de", i)) for i in range(8)],  # 2 pages x 4 paragraphs
+             "ru": [(f"A{i // 4}", 5, ("ru", i)) for i in range(8)]}
+    chosen, taken = select_pages(cands, {"de": 40, "ru": 40}, random.Random(0))
+    assert taken == {"de": 20, "ru": 20}  # each language one whole page, none of the other's
+    pages = {lang: {ref[1] // 4 for ref in refs} for lang, refs in chosen.items()}
+    assert len(pages["de"]) == len(pages["ru"]) == 1 and pages["de"] != pages["ru"]
 
 
 def test_mdapt_fills_budget_domain_first_then_smoothed_general():
@@ -245,3 +257,17 @@ def test_upsample_sources_must_be_domain_sources_of_an_upsampled_language():
         corpus(upsample_from_domain=["de"], upsample_sources=["wiki"])
     with pytest.raises(ConfigError, match="'e_d' is en text"):
         corpus(upsample_from_domain=["de"], upsample_sources=["e_d"])
+
+
+def test_a_language_short_of_pages_passes_its_excess_to_the_others():
+    """de and ru share 10 parallel pages (10 sentences each), so each gets about half; what they cannot
+    fill goes to en (its own pages), and the budget is met instead of falling short."""
+    cands = {"de": [(f"P{i}", 10, ("de", i)) for i in range(10)], "ru": [(f"P{i}", 10, ("ru", i)) for i in range(10)],
+             "en": [(f"E{i}", 10, ("en", i)) for i in range(100)]}
+    available = {lang: sum(c[1] for c in cs) for lang, cs in cands.items()}
+    sizes = {"de": 100, "ru": 100, "en": 100}
+    quotas, chosen, taken, final = fill_quotas(cands, 300, available, 0.3, sizes, random.Random(0))
+    assert sum(taken.values()) == 300 and taken["de"] + taken["ru"] == 100
+    assert final["de"] == taken["de"] < 100 and final["en"] == 1000 and quotas["en"] == 200
+    once = select_pages(cands, allocate_budget(300, available, 0.3, sizes), random.Random(0))[1]
+    assert sum(once.values()) == 200  # one round of quotas alone falls short

@@ -211,32 +211,53 @@ def select_pages(candidates: dict[str, list[tuple[str, int, object]]], quotas: d
 
     ``candidates[lang]`` holds (page key, sentences, ref). A page taken in one language is
     excluded from every other language (seed 002: "the same page is not sampled twice across
-    languages"). Languages are served round-robin, one page at a time, so no language can
-    claim all the shared pages first. Returns the chosen refs and the sentences taken per language.
+    languages"); the language that took it may take its other documents (a page's paragraphs, when
+    a document is a paragraph). Languages are served round-robin, one document at a time, so no
+    language can claim all the shared pages first. Returns the chosen refs and the sentences taken
+    per language.
     """
     order = {lang: rng.sample(cands, len(cands)) for lang, cands in sorted(candidates.items())}
     cursor = {lang: 0 for lang in order}
     taken: dict[str, int] = {lang: 0 for lang in order}
     chosen: dict[str, list[object]] = {lang: [] for lang in order}
-    used: set[str] = set()
+    owner: dict[str, str] = {}  # page -> the language that took it
     active = [lang for lang in sorted(order) if quotas.get(lang, 0) > 0]
     while active:
         still = []
         for lang in active:
             cands = order[lang]
-            while cursor[lang] < len(cands) and cands[cursor[lang]][0] in used:
+            while cursor[lang] < len(cands) and owner.get(cands[cursor[lang]][0], lang) != lang:
                 cursor[lang] += 1
             if cursor[lang] >= len(cands):
                 continue
             page, n_sent, ref = cands[cursor[lang]]
             cursor[lang] += 1
-            used.add(page)
+            owner[page] = lang
             chosen[lang].append(ref)
             taken[lang] += n_sent
             if taken[lang] < quotas[lang]:
                 still.append(lang)
         active = still
     return chosen, taken
+
+
+def fill_quotas(candidates: dict[str, list[tuple[str, int, object]]], remaining: int, available: dict[str, int],
+                alpha: float, sizes: dict[str, int], rng: random.Random):
+    """Quotas by smoothed probability, then pages; a language that runs out of pages before its quota
+    (the others took them: parallel text shares its page titles) is capped at what it got and its
+    excess goes to the others, as when it has too little text. Repeats until no language falls short
+    for want of pages or none is left to take the excess; each round draws from the same seed.
+    Returns the quotas, the chosen refs, the sentences taken and what each language could give."""
+    seed = rng.getrandbits(64)
+    available = dict(available)
+    while True:
+        quotas = allocate_budget(remaining, available, alpha, sizes)
+        chosen, taken = select_pages(candidates, quotas, random.Random(seed))
+        short = {lang for lang in quotas if taken.get(lang, 0) < quotas[lang] and available[lang] > taken.get(lang, 0)}
+        if not short or sum(taken.values()) >= remaining:
+            return quotas, chosen, taken, available
+        for lang in short:
+            available[lang] = taken.get(lang, 0)
 
 
 def _units_from_refs(refs: list[tuple[str, int]], shards: Sequence[ShardInfo], cfg: MixerConfig) -> list[Unit]:
@@ -307,8 +328,7 @@ def mdapt(shards: Sequence[ShardInfo], cfg: MixerConfig, rng: random.Random) -> 
         sizes[lang] = sizes[lang] or n
     sizes = {lang: sizes.get(lang, 0) for lang in sorted(set(sizes) | set(candidates))}
     available = {lang: sum(c[1] for c in candidates.get(lang, ())) for lang in sizes}
-    quotas = allocate_budget(remaining, available, cfg.alpha, sizes)
-    chosen, taken = select_pages(candidates, quotas, rng)
+    quotas, chosen, taken, available = fill_quotas(candidates, remaining, available, cfg.alpha, sizes, rng)
     for lang in sorted(chosen):
         refs.extend(chosen[lang])  # type: ignore[arg-type]
     total = domain_taken + sum(taken.values())
