@@ -11,6 +11,7 @@ from orchestrator.corpus.mixing import (
     MIXERS,
     MixerConfig,
     allocate_budget,
+    fill_quotas,
     planned_bytes,
     select_pages,
     smoothed_probabilities,
@@ -86,6 +87,17 @@ def test_select_pages_never_repeats_a_page_across_languages():
     used = [ref[1] for refs in chosen.values() for ref in refs]
     assert len(used) == len(set(used)) == 18
     assert taken == {"en": 30, "de": 30, "es": 30}
+
+
+def test_select_pages_lets_a_language_take_the_other_paragraphs_of_its_own_page():
+    """A page is one language's once taken; that language may take its other documents (SQuAD-style
+    paragraphs share their article's title), the others may not."""
+    cands = {"de": [(f"A{i // 4}", 5, ("de", i)) for i in range(8)],  # 2 pages x 4 paragraphs
+             "ru": [(f"A{i // 4}", 5, ("ru", i)) for i in range(8)]}
+    chosen, taken = select_pages(cands, {"de": 40, "ru": 40}, random.Random(0))
+    assert taken == {"de": 20, "ru": 20}  # each language one whole page, none of the other's
+    pages = {lang: {ref[1] // 4 for ref in refs} for lang, refs in chosen.items()}
+    assert len(pages["de"]) == len(pages["ru"]) == 1 and pages["de"] != pages["ru"]
 
 
 def test_mdapt_fills_budget_domain_first_then_smoothed_general():
@@ -169,3 +181,93 @@ def test_upsample_from_domain_without_general_text_uses_the_pool_size_and_is_mda
         MixerConfig(name="simpt", upsample_from_domain=("en",))
     with pytest.raises(ConfigError, match="once"):
         MixerConfig(name="mdapt", upsample_from_domain=("en", "en"))
+
+
+def _compositions() -> dict[str, tuple[list[ShardInfo], MixerConfig]]:
+    """Seed 002's three corpora (Section 3.2), as experiments/mdapt_compositions.yaml composes them,
+    on a 1,000-sentence budget: M_D 60 de + 40 fr + 20 en (WMT / PubMed titles and abstracts), E_D 2,000
+    English abstracts, M_WIKI 800 de, 320 fr and 1,600 en sentences (de and en pages parallel)."""
+    m_d = (_shards("m_d_de", "domain", 3, language="de", docs=2) + _shards("m_d_fr", "domain", 2, language="fr", docs=2)
+           + _shards("m_d_en", "domain", 1, language="en", docs=2))
+    e_d = _shards("e_d", "domain", 50, language="en")
+    wiki = (_shards("wiki_de", "general", 20, language="de", pages=[f"P{i}" for i in range(80)])
+            + _shards("wiki_fr", "general", 8, language="fr", pages=[f"F{i}" for i in range(32)])
+            + _shards("wiki_en", "general", 40, language="en", pages=[f"P{i}" for i in range(160)]))
+    budget = {"name": "mdapt", "sentence_budget": 1000, "alpha": 0.3}
+    return {"E_D": (e_d, MixerConfig(**budget)),
+            "M_D+E_D": (m_d + e_d, MixerConfig(**budget)),
+            "M_D+M_WIKI": (m_d + e_d + wiki, MixerConfig(**budget, upsample_from_domain=("en",),
+                                                          upsample_sources=("e_d",)))}
+
+
+def _sentences_by(plan, shards) -> dict[tuple[str, str], int]:
+    """(source, language) -> sentences the plan feeds once (dupe factor not counted)."""
+    by_path = {s.path: s for s in shards}
+    out: dict[tuple[str, str], int] = {}
+    for unit in plan.units:
+        for m in unit.members:
+            s = by_path[m.path]
+            n = sum(s.doc_sentences[r] for r in (m.rows if m.rows is not None else range(s.n_docs)))
+            out[(s.source, s.language)] = out.get((s.source, s.language), 0) + n
+    return out
+
+
+def test_seed002_compositions_have_the_languages_and_shares_of_the_recipe():
+    """E_D: English domain text to the budget. M_D+E_D: all of M_D, English domain text for the rest.
+    M_D+M_WIKI: all of M_D (its English too), the 880 sentences left split by P(L)^0.3 over the general
+    text's 800 : 320 : 1600, de and fr from Wikipedia, en from E_D's abstracts; no English Wikipedia."""
+    plans = {name: (MIXERS.get("mdapt")(shards, cfg, random.Random(0)), shards)
+             for name, (shards, cfg) in _compositions().items()}
+    got = {name: _sentences_by(plan, shards) for name, (plan, shards) in plans.items()}
+
+    assert got["E_D"] == {("e_d", "en"): 1000}
+    assert got["M_D+E_D"] == {("m_d_de", "de"): 60, ("m_d_fr", "fr"): 40, ("m_d_en", "en"): 20, ("e_d", "en"): 880}
+
+    mwiki, shards = plans["M_D+M_WIKI"]
+    q = smoothed_probabilities({"de": 800, "fr": 320, "en": 1600}, 0.3)
+    langs = mwiki.notes["languages"]
+    assert {k: v["domain"] for k, v in langs.items()} == {"de": 60, "fr": 40, "en": 20}  # M_D whole
+    assert {k: v["target"] for k, v in langs.items()} == pytest.approx({k: round(880 * q[k], 2) for k in q})
+    assert {k: v["quota"] for k, v in langs.items()} == {"de": 294, "fr": 224, "en": 362}  # the targets, rounded
+    mix = got["M_D+M_WIKI"]
+    assert set(mix) == {("m_d_de", "de"), ("m_d_fr", "fr"), ("m_d_en", "en"), ("e_d", "en"), ("wiki_de", "de"),
+                        ("wiki_fr", "fr")}
+    for lang, source in (("de", "wiki_de"), ("fr", "wiki_fr"), ("en", "e_d")):
+        assert langs[lang]["quota"] <= mix[(source, lang)] < langs[lang]["quota"] + 10  # whole 10-sentence docs
+    assert 1000 <= sum(mix.values()) < 1000 + 30
+    general = sum(n for (src, _), n in mix.items() if src.startswith("wiki"))
+    assert general / sum(mix.values()) == pytest.approx((880 * (q["de"] + q["fr"])) / 1000, abs=0.02)
+    assert mwiki.notes["upsample_sources"] == ["e_d"]
+
+
+def test_upsample_sources_must_be_domain_sources_of_an_upsampled_language():
+    from orchestrator.core.config import from_dict
+    from orchestrator.corpus.stage import CorpusConfig
+
+    sources = [{"name": "m_d_en", "paths": ["a"], "role": "domain"}, {"name": "e_d", "paths": ["b"], "role": "domain"},
+               {"name": "wiki", "paths": ["c"], "role": "general", "language": "de"}]
+
+    def corpus(**mixer):
+        return from_dict(CorpusConfig, {"sources": sources, "mixer": {"name": "mdapt", **mixer}})
+
+    assert corpus(upsample_from_domain=["en"], upsample_sources=["e_d"]).mixer.upsample_sources == ("e_d",)
+    with pytest.raises(ConfigError, match="needs mixer.upsample_from_domain"):
+        corpus(upsample_sources=["e_d"])
+    with pytest.raises(ConfigError, match="'wiki' is not a source with role domain"):
+        corpus(upsample_from_domain=["de"], upsample_sources=["wiki"])
+    with pytest.raises(ConfigError, match="'e_d' is en text"):
+        corpus(upsample_from_domain=["de"], upsample_sources=["e_d"])
+
+
+def test_a_language_short_of_pages_passes_its_excess_to_the_others():
+    """de and ru share 10 parallel pages (10 sentences each), so each gets about half; what they cannot
+    fill goes to en (its own pages), and the budget is met instead of falling short."""
+    cands = {"de": [(f"P{i}", 10, ("de", i)) for i in range(10)], "ru": [(f"P{i}", 10, ("ru", i)) for i in range(10)],
+             "en": [(f"E{i}", 10, ("en", i)) for i in range(100)]}
+    available = {lang: sum(c[1] for c in cs) for lang, cs in cands.items()}
+    sizes = {"de": 100, "ru": 100, "en": 100}
+    quotas, chosen, taken, final = fill_quotas(cands, 300, available, 0.3, sizes, random.Random(0))
+    assert sum(taken.values()) == 300 and taken["de"] + taken["ru"] == 100
+    assert final["de"] == taken["de"] < 100 and final["en"] == 1000 and quotas["en"] == 200
+    once = select_pages(cands, allocate_budget(300, available, 0.3, sizes), random.Random(0))[1]
+    assert sum(once.values()) == 200  # one round of quotas alone falls short

@@ -134,6 +134,13 @@ def test_target_and_term_files_must_be_utf8(tmp_path):
     assert read_terms(_write(tmp_path / "ok.txt", "\ufeffaspirin\r\n\r\n  heparin \r\n")) == ["aspirin", "heparin"]
 
 
+def test_seed000_table1_term_list_is_the_tables_twenty_terms():
+    """The AmpV report's term list for seed 000 (vocab.term_list): Table 1's medical terms, in its order."""
+    terms = read_terms(ROOT / "orchestrator" / "vocab" / "terms" / "seed000_table1.txt")
+    assert terms[:3] == ["stroke", "malaria", "bleeding"] and terms[-1] == "codeine"
+    assert len(terms) == len(set(terms)) == 20 and all(t.isalpha() and t.islower() for t in terms)
+
+
 def _write(path: Path, text: str) -> Path:
     path.write_bytes(text.encode("utf-8"))
     return path

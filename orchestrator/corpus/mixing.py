@@ -59,6 +59,12 @@ class MixerConfig:
                  "'Except for English, we up-sample using Wikipedia data'); their domain text is not taken whole "
                  "first but drawn up to the language's smoothed share of the budget left after the other "
                  "languages' domain text")
+    upsample_sources: tuple[str, ...] = field(
+        (), help="mdapt: the domain sources (by name) that are their language's up-sampling pool; the language's "
+                 "other domain sources are taken whole first, like every other language's (seed 002's M_D+M_WIKI: "
+                 "M_D's English abstracts whole, English up-sampled from more abstracts, E_D); empty = all domain "
+                 "text of an upsample_from_domain language is its pool. Each source's language must be in "
+                 "upsample_from_domain")
 
     def __post_init__(self) -> None:
         if self.name not in MIXERS:
@@ -84,6 +90,9 @@ class MixerConfig:
         if self.upsample_from_domain and self.name != "mdapt":
             raise ConfigError(f"mixer.upsample_from_domain is an mdapt setting; mixer {self.name!r} has no "
                               "per-language budget")
+        if self.upsample_sources and not self.upsample_from_domain:
+            raise ConfigError(f"mixer.upsample_sources {list(self.upsample_sources)} needs "
+                              "mixer.upsample_from_domain: the languages those sources up-sample")
         if len(set(self.upsample_from_domain)) != len(self.upsample_from_domain) or not all(
                 self.upsample_from_domain):
             raise ConfigError(f"mixer.upsample_from_domain {list(self.upsample_from_domain)}: give each language "
@@ -202,32 +211,53 @@ def select_pages(candidates: dict[str, list[tuple[str, int, object]]], quotas: d
 
     ``candidates[lang]`` holds (page key, sentences, ref). A page taken in one language is
     excluded from every other language (seed 002: "the same page is not sampled twice across
-    languages"). Languages are served round-robin, one page at a time, so no language can
-    claim all the shared pages first. Returns the chosen refs and the sentences taken per language.
+    languages"); the language that took it may take its other documents (a page's paragraphs, when
+    a document is a paragraph). Languages are served round-robin, one document at a time, so no
+    language can claim all the shared pages first. Returns the chosen refs and the sentences taken
+    per language.
     """
     order = {lang: rng.sample(cands, len(cands)) for lang, cands in sorted(candidates.items())}
     cursor = {lang: 0 for lang in order}
     taken: dict[str, int] = {lang: 0 for lang in order}
     chosen: dict[str, list[object]] = {lang: [] for lang in order}
-    used: set[str] = set()
+    owner: dict[str, str] = {}  # page -> the language that took it
     active = [lang for lang in sorted(order) if quotas.get(lang, 0) > 0]
     while active:
         still = []
         for lang in active:
             cands = order[lang]
-            while cursor[lang] < len(cands) and cands[cursor[lang]][0] in used:
+            while cursor[lang] < len(cands) and owner.get(cands[cursor[lang]][0], lang) != lang:
                 cursor[lang] += 1
             if cursor[lang] >= len(cands):
                 continue
             page, n_sent, ref = cands[cursor[lang]]
             cursor[lang] += 1
-            used.add(page)
+            owner[page] = lang
             chosen[lang].append(ref)
             taken[lang] += n_sent
             if taken[lang] < quotas[lang]:
                 still.append(lang)
         active = still
     return chosen, taken
+
+
+def fill_quotas(candidates: dict[str, list[tuple[str, int, object]]], remaining: int, available: dict[str, int],
+                alpha: float, sizes: dict[str, int], rng: random.Random):
+    """Quotas by smoothed probability, then pages; a language that runs out of pages before its quota
+    (the others took them: parallel text shares its page titles) is capped at what it got and its
+    excess goes to the others, as when it has too little text. Repeats until no language falls short
+    for want of pages or none is left to take the excess; each round draws from the same seed.
+    Returns the quotas, the chosen refs, the sentences taken and what each language could give."""
+    seed = rng.getrandbits(64)
+    available = dict(available)
+    while True:
+        quotas = allocate_budget(remaining, available, alpha, sizes)
+        chosen, taken = select_pages(candidates, quotas, random.Random(seed))
+        short = {lang for lang in quotas if taken.get(lang, 0) < quotas[lang] and available[lang] > taken.get(lang, 0)}
+        if not short or sum(taken.values()) >= remaining:
+            return quotas, chosen, taken, available
+        for lang in short:
+            available[lang] = taken.get(lang, 0)
 
 
 def _units_from_refs(refs: list[tuple[str, int]], shards: Sequence[ShardInfo], cfg: MixerConfig) -> list[Unit]:
@@ -252,18 +282,26 @@ def mdapt(shards: Sequence[ShardInfo], cfg: MixerConfig, rng: random.Random) -> 
     is not taken whole in the first pass but is the language's pool in the second, where the
     language gets its smoothed share of what the budget has left like every other language. Its
     P(L) is that of its general text when a general source of the language is given (the seed's
-    probabilities are over Wikipedia), else that of its domain pool.
+    probabilities are over Wikipedia), else that of its domain pool. With ``cfg.upsample_sources``
+    only those sources are the pool, and the language's other domain text is taken whole first (the
+    seed's English: M_D's abstracts whole, then up-sampled from more abstracts).
     """
     domain = _by_role(shards, ("domain", "small"))
     general = _by_role(shards, ("general", "large"))
     if not domain:
         raise ConfigError("mixer mdapt needs at least one source with role domain")
     from_domain = set(cfg.upsample_from_domain)
+    named = set(cfg.upsample_sources)
+    named_langs = {s.language for s in domain if s.source in named}
+
+    def is_pool(s: ShardInfo) -> bool:
+        return s.language in from_domain and (s.source in named or s.language not in named_langs)
+
     refs: list[tuple[str, int]] = []
     domain_taken = 0
     domain_by_lang: dict[str, int] = defaultdict(int)
     for s in domain:  # "simply populating the corpus until reaching the allowance"
-        if s.language in from_domain:
+        if is_pool(s):
             continue
         for row, n in enumerate(s.doc_sentences):
             if domain_taken >= cfg.sentence_budget:
@@ -282,7 +320,7 @@ def mdapt(shards: Sequence[ShardInfo], cfg: MixerConfig, rng: random.Random) -> 
             candidates[s.language].append((page, n, (s.path, row)))
     pool: dict[str, int] = defaultdict(int)
     for s in domain:
-        if s.language in from_domain:
+        if is_pool(s):
             pool[s.language] += s.n_sentences
             for row, (page, n) in enumerate(zip(s.pages, s.doc_sentences)):
                 candidates[s.language].append((page, n, (s.path, row)))
@@ -290,8 +328,7 @@ def mdapt(shards: Sequence[ShardInfo], cfg: MixerConfig, rng: random.Random) -> 
         sizes[lang] = sizes[lang] or n
     sizes = {lang: sizes.get(lang, 0) for lang in sorted(set(sizes) | set(candidates))}
     available = {lang: sum(c[1] for c in candidates.get(lang, ())) for lang in sizes}
-    quotas = allocate_budget(remaining, available, cfg.alpha, sizes)
-    chosen, taken = select_pages(candidates, quotas, rng)
+    quotas, chosen, taken, available = fill_quotas(candidates, remaining, available, cfg.alpha, sizes, rng)
     for lang in sorted(chosen):
         refs.extend(chosen[lang])  # type: ignore[arg-type]
     total = domain_taken + sum(taken.values())
@@ -308,6 +345,8 @@ def mdapt(shards: Sequence[ShardInfo], cfg: MixerConfig, rng: random.Random) -> 
                                           from_domain)}
     if from_domain:
         notes["upsample_from_domain"] = sorted(from_domain)
+    if named:
+        notes["upsample_sources"] = sorted(named)
     return MixPlan(tuple(_units_from_refs(refs, shards, cfg)), notes)
 
 

@@ -1,4 +1,4 @@
-"""Corpus sources: documents of text, WikiText, JSONL, parquet and SQuAD-style JSON files; their Ray Data edge.
+"""Corpus sources: documents of text, WikiText, JSONL, parquet, SQuAD JSON and PubMed XML files; their Ray Data edge.
 
 Files are read by ``orchestrator.formats`` (one streaming reader per format, tested without Ray);
 ``iter_documents`` turns their records into ``Document`` rows, one in memory at a time.
@@ -14,7 +14,9 @@ A document's language is the source's ``language``, or with ``language_field`` t
 that field of each JSONL / parquet record (seed 002 takes it from the PubMed metadata). Seed
 002's filters are options: ``skip_line_prefix`` drops the lines of a document that start with
 it (the WMT abstracts' "#" lines: paper id and authors), and ``drop_letterless`` (the corpus
-stage's setting) drops every sentence without a letter of any script.
+stage's setting) drops every sentence without a letter of any script. Seed 000's selection is
+``mesh`` on a ``pubmed_xml`` source (PubMed's PubmedArticleSet files): articles by MeSH tree numbers
+and publication year (``orchestrator.corpus.mesh``, Table A2).
 """
 from __future__ import annotations
 
@@ -24,13 +26,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-from orchestrator.core.config import field, to_dict
+from orchestrator.core.config import field, from_dict, to_dict
 from orchestrator.core.errors import ConfigError, InputError
+from orchestrator.corpus.mesh import MeshSelect, descriptor_trees, selected
 from orchestrator.corpus.sentences import has_letter, split_sentences
 from orchestrator.formats import Layout, Passage, Row, read
 from orchestrator.formats.base import LANGUAGE_CODE, check_text
 
-Format = Literal["text", "wikitext", "jsonl", "parquet", "squad"]
+Format = Literal["text", "wikitext", "jsonl", "parquet", "squad", "pubmed_xml"]
 Role = Literal["small", "large", "domain", "general"]
 
 
@@ -39,7 +42,9 @@ class SourceConfig:
     name: str = field(help="short name; used in provenance and output paths")
     paths: tuple[str, ...] = field(help="files or directories (every non-hidden file inside, sorted)")
     format: Format = field("text", help="text | wikitext | jsonl | parquet | squad (SQuAD-style JSON: each distinct "
-                                        "paragraph context a document, its article title the page)")
+                                        "paragraph context a document, its article title the page) | pubmed_xml "
+                                        "(PubMed's PubmedArticleSet: an article's title and abstract a document; "
+                                        "page_field pmid makes its PMID the page)")
     document_split: Literal["line", "blank_line"] = field(
         "line", help="plain text: one document per line, or blank-line separated paragraphs")
     text_field: str = field("text", help="jsonl key / parquet column holding the document text")
@@ -55,9 +60,12 @@ class SourceConfig:
                                          "has `language`")
     skip_line_prefix: str = field("", help="drop the lines of a document that start with this (after leading "
                                            "spaces), e.g. '#' for seed 002's WMT abstracts; empty = keep all")
+    mesh: MeshSelect = field(default_factory=MeshSelect,
+                             help="pubmed_xml: keep the articles of these MeSH tree numbers and years (seed 000's "
+                                  "Table A2: descriptors, include, exclude, year_from, year_to)")
 
     #: Fields added after the first corpus outputs: they enter the stage key only when set.
-    LATER_FIELDS = ("language_field", "skip_line_prefix")
+    LATER_FIELDS = ("language_field", "skip_line_prefix", "mesh")
 
     def __post_init__(self) -> None:
         if not self.name or not re.fullmatch(r"[A-Za-z0-9_.-]+", self.name):
@@ -70,6 +78,9 @@ class SourceConfig:
                               "file has no per-document fields); set `language` instead")
         if not self.paths:
             raise ConfigError(f"source {self.name!r}: paths is empty")
+        if self.mesh.active and self.format != "pubmed_xml":
+            raise ConfigError(f"source {self.name!r}: mesh selects PubMed articles; it needs format pubmed_xml "
+                              f"(not {self.format})")
         if self.format in ("jsonl", "parquet") and not self.text_field:
             raise ConfigError(f"source {self.name!r}: format {self.format} needs `text_field`")
 
@@ -131,7 +142,11 @@ def _documents(src: SourceConfig, path: Path) -> Iterator[tuple[int, str, str, s
     if src.language_field and src.format == "parquet":  # the parquet reader reads the named columns only
         layout = dataclasses.replace(layout, columns={k: k for k in (src.text_field, src.page_field,
                                                                     src.language_field) if k})
+    trees = descriptor_trees(src.mesh.descriptors) if src.mesh.descriptors else {}
     for record in read(path, src.format, layout):
+        if src.mesh.active and isinstance(record, Row) and not selected(
+                record.text("mesh").split(), record.text("year"), trees, src.mesh):
+            continue
         if isinstance(record, Passage):
             yield record.line, record.text, record.page, src.language
         elif isinstance(record, Row) and record.text(src.text_field):
@@ -218,7 +233,7 @@ class RemoteInputError(Exception):
 
 def _read_file_batches(batch: dict[str, Any], source: dict, drop_letterless: bool = False
                        ) -> Iterator[dict[str, list]]:
-    src = SourceConfig(**{**source, "paths": tuple(source["paths"])})
+    src = from_dict(SourceConfig, source)
     try:
         for path, index in zip(batch["path"], batch["file_index"]):
             yield from document_rows(src, Path(path), int(index), drop_letterless=drop_letterless)

@@ -46,11 +46,12 @@ class CorpusConfig:
 
     def identity(self) -> dict:
         """The config as the stage's content key sees it: the options added after the first outputs
-        (``drop_letterless``, ``mixer.upsample_from_domain`` / ``weights`` / ``total_bytes``, the
+        (``drop_letterless``, ``mixer.upsample_from_domain`` / ``upsample_sources`` / ``weights`` / ``total_bytes``, the
         sources' ``LATER_FIELDS``) only when set, so an output built before they existed keeps its key."""
         data = to_dict(self)
         _drop_defaults(self, data, ("drop_letterless",))
-        _drop_defaults(self.mixer, data["mixer"], ("upsample_from_domain", "weights", "total_bytes"))
+        _drop_defaults(self.mixer, data["mixer"], ("upsample_from_domain", "upsample_sources", "weights",
+                                                       "total_bytes"))
         for src, entry in zip(self.sources, data["sources"]):
             _drop_defaults(src, entry, SourceConfig.LATER_FIELDS)
         return data
@@ -66,6 +67,14 @@ class CorpusConfig:
             raise ConfigError("mixer simpt needs a source with role small and one with role large")
         if self.mixer.name == "mdapt" and not roles & {"domain", "small"}:
             raise ConfigError("mixer mdapt needs a source with role domain")
+        for name in self.mixer.upsample_sources:
+            src = next((s for s in self.sources if s.name == name), None)
+            if src is None or src.role not in ("domain", "small"):
+                raise ConfigError(f"corpus.mixer.upsample_sources: {name!r} is not a source with role domain "
+                                  f"(sources: {names})")
+            if src.language not in self.mixer.upsample_from_domain:
+                raise ConfigError(f"corpus.mixer.upsample_sources: source {name!r} is {src.language} text but "
+                                  f"mixer.upsample_from_domain is {list(self.mixer.upsample_from_domain)}")
         unknown = sorted(set(self.mixer.weights) - set(names))
         if unknown:
             raise ConfigError(f"corpus.mixer.weights.{unknown[0]}: no such source (sources: {names})")
@@ -94,6 +103,12 @@ def input_stats(cfg: CorpusConfig) -> dict[str, tuple[int, int]]:
         for path in source_files(src):
             if src.format != "parquet":
                 check_head(path)
+            stats[str(path)] = (path.stat().st_size, path.stat().st_mtime_ns)
+        if src.mesh.descriptors:  # the tree numbers the selection reads
+            path = Path(src.mesh.descriptors)
+            if not path.is_file():
+                raise InputError(path, f"source {src.name!r}: mesh.descriptors does not exist",
+                                 expected="NLM's MeSH descriptor file, desc<year>.xml")
             stats[str(path)] = (path.stat().st_size, path.stat().st_mtime_ns)
     return stats
 

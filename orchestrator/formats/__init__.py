@@ -5,12 +5,12 @@
         row.line, row.fields["text"], row.fields["y"]
     list(text_units("BC5CDR-chem/test.tsv"))   # sniffed blue_ner: the tokens of each sentence
 
-Formats (``READERS``): text, wikitext, squad (``Passage``), jsonl, parquet, blue_tsv (``Row``), iob, conll,
+Formats (``READERS``): text, wikitext, squad (``Passage``), jsonl, parquet, blue_tsv, pubmed_xml (``Row``), iob, conll,
 blue_ner, i2b2_deid (``Sentence``; the last: i2b2 2014 de-identification XML, a note per file). Every text
 file is strict UTF-8 with the same ``InputError`` (file, line, byte, column); this package knows file
 layouts only, what a column or tag means is the caller's.
 """
-from orchestrator.formats import deid, records, squad, text, tokens, tsv  # noqa: F401  (each registers its readers)
+from orchestrator.formats import deid, pubmed, records, squad, text, tokens, tsv  # noqa: F401  (each registers its readers)
 from orchestrator.formats.base import READERS, Layout, Passage, Reader, Record, Row, Sentence, lines
 from orchestrator.formats.files import SUFFIXES, read, resolve, sniff, text_units
 from orchestrator.formats.tokens import TAG
