@@ -31,8 +31,8 @@ def write(path: Path, data: str | bytes) -> Path:
 
 
 def test_one_registry_of_every_layout():
-    assert READERS.names() == ["blue_ner", "blue_tsv", "conll", "i2b2_deid", "iob", "jsonl", "parquet", "squad", "text",
-                              "wikitext"]
+    assert READERS.names() == ["blue_ner", "blue_tsv", "conll", "i2b2_deid", "iob", "jsonl", "parquet", "pubmed_xml",
+                              "squad", "text", "wikitext"]
     with pytest.raises(ConfigError, match="unknown file format 'blue_nr' \\(did you mean 'blue_ner'\\?\\)"):
         READERS.get("blue_nr")
 
