@@ -187,8 +187,8 @@ def test_saved_tokenizer_reloads_to_the_same_ids_and_instances_use_them(mecab_vo
 
 
 def test_instances_pretokenize_must_match_the_vocabulary():
-    from orchestrator.chain import check_pretokenize
     from orchestrator.instances.config import InstanceConfig
+    from orchestrator.workflows.runner import check_pretokenize
 
     check_pretokenize(VocabConfig(pretokenize="mecab"), InstanceConfig())  # auto follows the vocabulary
     check_pretokenize(VocabConfig(pretokenize="mecab"), InstanceConfig(pretokenize="mecab"))
@@ -209,13 +209,14 @@ def test_japanese_preset_sliced_corpus_to_jsts(japanese, tmp_path, ray_local):
     import pyarrow.parquet as pq
     from transformers import AutoTokenizer
 
-    from orchestrator.chain import ChainConfig, corpus_stages
     from orchestrator.core.cli import load_preset
     from orchestrator.core.config import load_config
     from orchestrator.finetune.loop import run_trial
     from orchestrator.finetune.model import TaskModel
     from orchestrator.finetune.trial import TrialSpec
     from orchestrator.pretrain.trainer import pretrain
+    from orchestrator.workflows.config import ChainConfig
+    from orchestrator.workflows.runner import corpus_stages
 
     squad = json.loads((japanese / "jsquad-v1.3" / "valid-v1.3.json").read_text(encoding="utf-8"))
     (tmp_path / "wiki.json").write_text(json.dumps({"data": squad["data"][:4]}, ensure_ascii=False), encoding="utf-8")

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.core.artifacts import INSTANCE_COLUMNS, InstanceInfo, read_instance_info
-from orchestrator.core.config import flatten, to_dict
+from orchestrator.core.config import flatten
 from orchestrator.core.cost import COST_FIELD, device_text, duration, measured
 from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
 from orchestrator.core.manifest import (
@@ -54,7 +54,7 @@ from orchestrator.pretrain.checkpoint import (
     latest_checkpoint,
     save_hf,
 )
-from orchestrator.pretrain.config import PretrainConfig, batch_plan, pretrain_key
+from orchestrator.pretrain.config import PretrainConfig, batch_plan, input_keys, pretrain_key
 from orchestrator.pretrain.data import check_vocab_matches, masking_rule, ordered_ingest
 from orchestrator.pretrain.loop import TrainingDiverged, train_loop_per_worker
 from orchestrator.pretrain.model import (
@@ -293,7 +293,7 @@ def pretrain(cfg: PretrainConfig, instances: dict[int, Path], tokenizer_dir: Pat
     for info in infos.values():
         check_vocab_matches(info, tokenizer_dir, special.vocab_size)
     _check_init_from(cfg, special.vocab_size, tokenizer_dir)
-    key = pretrain_key(cfg, {info.max_seq_length: info.path for info in infos.values()}, tokenizer_dir)
+    key = pretrain_key(cfg, *input_keys(instances, tokenizer_dir))  # the key the runner names its folder by
     if reusable(out_dir, key) and (out_dir / "final" / "config.json").is_file():
         if (out_dir / PENDING).is_file():  # metrics an earlier attempt could not send: send them now
             end_stage_run(start_stage_run(tracking, run_dir, stage=S.KIND_PRETRAIN, params=cfg, out_dir=out_dir))
@@ -369,9 +369,10 @@ def _train(cfg: PretrainConfig, infos: dict[str, InstanceInfo], tokenizer_dir: P
     try:
         datasets = {name: ray.data.read_parquet(sorted(str(p) for p in info.path.glob("*.parquet")))
                     .select_columns(list(INSTANCE_COLUMNS)) for name, info in infos.items()}
-        loop_config = {"cfg": to_dict(cfg), "tokenizer_dir": str(tokenizer_dir.resolve()),
-                       "special": special.to_dict(), "tracking": worker_tracking,
-                       "dynamic": {name: dataclasses.asdict(masking_rule(info)) if info.masking == "dynamic"
+        # the configs themselves (Ray pickles them): no dict round trip between the driver and the loop
+        loop_config = {"cfg": cfg, "tokenizer_dir": str(tokenizer_dir.resolve()),
+                       "special": special, "tracking": worker_tracking,
+                       "dynamic": {name: masking_rule(info) if info.masking == "dynamic"
                                    else None for name, info in infos.items()},
                        "resume_dir": str(resume_dir) if resume_dir else None, "fail_at": fail_at}
         resources = {"CPU": worker_cpus(cfg, ray.cluster_resources().get("CPU", 0.0)),
