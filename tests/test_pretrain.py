@@ -553,6 +553,19 @@ def test_checkpoints_of_another_run_are_refused_or_discarded(corpus, tmp_path):
     # the operational settings are not the run: changing them resumes
     assert pretrain_key(_cfg(keep_checkpoints=5, log_every=3), *input_keys(inputs, corpus["tokenizer"])) == \
         pretrain_key(_cfg(), *input_keys(inputs, corpus["tokenizer"]))
+    # a run recorded with the key pretraining computed before issue 32 (vocab.txt's hash) is this run: restamped once
+    from orchestrator.core.manifest import file_sha256
+    from orchestrator.core.reuse import content_key, output_key
+    from orchestrator.pretrain.trainer import _adopt_earlier_key, _phase_inputs
+
+    infos = _phase_inputs(_cfg(), inputs)
+    earlier = content_key("pretrain", _cfg().training_fields(), {str(n): output_key(p) for n, p in inputs.items()},
+                          file_sha256(corpus["tokenizer"] / "vocab.txt"))
+    atomic_write_json(out / "checkpoints" / "run.json", {"key": earlier, "config": _cfg().training_fields()})
+    _adopt_earlier_key(out, run_key, _cfg(), infos, corpus["tokenizer"])
+    assert json.loads((out / "checkpoints" / "run.json").read_text())["key"] == run_key
+    _adopt_earlier_key(out, key, _cfg(), infos, corpus["tokenizer"])  # another run's record is left alone
+    assert json.loads((out / "checkpoints" / "run.json").read_text())["key"] == run_key
 
 
 def test_a_checkpoint_cut_off_while_copied_is_never_taken(corpus, tmp_path):
