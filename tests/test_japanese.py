@@ -215,7 +215,7 @@ def test_japanese_preset_sliced_corpus_to_jsts(japanese, tmp_path, ray_local):
     from orchestrator.finetune.model import TaskModel
     from orchestrator.finetune.trial import TrialSpec
     from orchestrator.pretrain.trainer import pretrain
-    from orchestrator.workflows.config import ChainConfig
+    from orchestrator.workflows.config import ExperimentConfig
     from orchestrator.workflows.runner import corpus_stages
 
     squad = json.loads((japanese / "jsquad-v1.3" / "valid-v1.3.json").read_text(encoding="utf-8"))
@@ -225,7 +225,7 @@ def test_japanese_preset_sliced_corpus_to_jsts(japanese, tmp_path, ray_local):
     preset = load_preset("blue_sweep", "japanese")
     preset["corpus"]["sources"][0]["paths"] = [str(tmp_path / "captions.json")]
     preset["corpus"]["sources"][1]["paths"] = [str(tmp_path / "wiki.json")]
-    cfg = load_config(ChainConfig, base=preset, overrides=[
+    cfg = load_config(ExperimentConfig, base=preset, overrides=[
         "corpus.mixer.shard_bytes=8000", "corpus.mixer.units=4", "vocab.vocab_size=1500",
         "pretrain.phase1.steps=2", "pretrain.checkpoint_every=2", "pretrain.num_workers=1",
         "pretrain.cpus_per_worker=1"])
