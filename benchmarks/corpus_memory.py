@@ -31,7 +31,7 @@ CHILD = """
 import sys
 from pathlib import Path
 from orchestrator.core.config import from_dict
-from orchestrator.chain import CorpusBuildConfig, build_corpus
+from orchestrator.workflows.build_corpus import CorpusBuildConfig, build_corpus
 work = Path(sys.argv[1])
 cfg = from_dict(CorpusBuildConfig, {
     "out_dir": str(work / "out"),

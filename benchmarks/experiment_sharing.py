@@ -23,16 +23,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from orchestrator.chain import ChainConfig
 from orchestrator.core.cli import load_preset
 from orchestrator.core.config import from_dict, merge, read_yaml
-from orchestrator.experiment import arm_plans, run, shared_outputs
+from orchestrator.workflows.blue_sweep import run
+from orchestrator.workflows.config import ExperimentConfig
+from orchestrator.workflows.runner import arm_plans, shared_outputs
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD_STAGES = ("corpus", "vocab", "instances", "pretrain")
 
 
-def counted(cfg: ChainConfig) -> dict:
+def counted(cfg: ExperimentConfig) -> dict:
     plans = arm_plans(cfg)
     shared = collections.Counter(out.stage for out, _ in shared_outputs(plans).values())
     separate = collections.Counter(out.stage for p in plans.values() for out in p.outputs)
@@ -40,15 +41,15 @@ def counted(cfg: ChainConfig) -> dict:
             "outputs_shared": sum(shared.values()), "outputs_separate": sum(separate.values())}
 
 
-def sample_config(arms: dict, root: Path, name: str) -> ChainConfig:
+def sample_config(arms: dict, root: Path, name: str) -> ExperimentConfig:
     """The smoke preset on the bundled sample data, building stages only, with these arms."""
     base = merge(load_preset("blue_sweep", "smoke"),
                  {"runs_root": str(root), "run_name": name, "stages": list(BUILD_STAGES),
                   "tracking": {"enabled": False}, "corpus": {"mixer": {"name": "conventional"}}})
-    return from_dict(ChainConfig, merge(base, {"arms": arms, "baseline": next(iter(arms))}))
+    return from_dict(ExperimentConfig, merge(base, {"arms": arms, "baseline": next(iter(arms))}))
 
 
-def timed(cfg: ChainConfig) -> float:
+def timed(cfg: ExperimentConfig) -> float:
     start = time.perf_counter()
     result = run(cfg)
     if any(a["status"] != "ok" for a in result.arms.values()):
@@ -63,7 +64,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
 
     data = read_yaml(args.config)
-    count = counted(from_dict(ChainConfig, data, where=str(args.config)))
+    count = counted(from_dict(ExperimentConfig, data, where=str(args.config)))
     print(f"{args.config.name}: {count['outputs_shared']} stage outputs shared vs {count['outputs_separate']} "
           f"as separate chains; per stage (shared, separate): {count['by_stage']}")
     arms = data["arms"]

@@ -26,7 +26,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from orchestrator.chain import corpus_stages
 from orchestrator.core.cli import load_preset
 from orchestrator.core.config import load_config
 from orchestrator.core.runtime import ray_session
@@ -36,6 +35,7 @@ from orchestrator.pretrain.config import ModelConfig, PhaseConfig, PretrainConfi
 from orchestrator.pretrain.trainer import pretrain
 from orchestrator.vocab.wordpiece import VocabConfig
 from orchestrator.workflows.proxy_search import ProxySearchConfig, mixtures, run
+from orchestrator.workflows.runner import corpus_stages
 
 
 def main() -> None:

@@ -111,7 +111,7 @@ def load_experiment(tracking_uri: str, experiment_run_id: str | None = None, *, 
         arm = run.data.tags.get(S.ARM)
         if run.data.tags.get(S.KIND) == S.KIND_SELECTION and arm and arm not in scores:
             scores[arm] = S.read_source_metrics(run.data.metrics)
-    # orchestrator.experiment names the run "experiment:<run_name>"
+    # orchestrator.workflows.blue_sweep names the run "experiment:<run_name>"
     name = (parent.info.run_name or pid[:8]).removeprefix(f"{S.KIND_EXPERIMENT}:")
     exp = Experiment(tracking_uri=tracking_uri, run_id=pid, name=name,
                      status=parent.info.status, started=(parent.info.start_time or 0) / 1000 or None,

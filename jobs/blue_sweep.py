@@ -12,42 +12,16 @@ comparison page, read back from MLflow: <run_dir>/report/experiment.html (dashbo
 """
 from __future__ import annotations
 
-import logging
 import sys
 
-from dashboards.experiment_page import PAGE_PATH, build_page
-from orchestrator import experiment
-from orchestrator.chain import PAGE, ChainConfig, ChainResult
 from orchestrator.core.cli import JobSpec, run_job
-from orchestrator.experiment import plan
-
-log = logging.getLogger("blue_sweep")
-
-
-def run(cfg: ChainConfig) -> ChainResult:
-    """The chain or the experiment; then an experiment's comparison page next to its report."""
-    result = experiment.run(cfg)
-    if cfg.arms and result.report and result.tracking_uri:
-        write_page(result)
-    return result
-
-
-def write_page(result: ChainResult) -> None:
-    """``<run_dir>/report/experiment.html`` from the experiment's MLflow runs. The page is a view: when
-    it cannot be built the job still succeeds, and says why (it can be built later by hand)."""
-    out = result.run_dir / PAGE_PATH
-    try:
-        result.report[PAGE] = build_page(result.tracking_uri, out, result.mlflow_run_id or None)
-    except Exception as exc:  # MLflow raises many types; the experiment itself has finished
-        log.warning("the experiment page was not written (%s: %s); build it with: python "
-                    "dashboards/experiment_page.py --tracking-uri %s --out %s", type(exc).__name__, exc,
-                    result.tracking_uri, out)
-
+from orchestrator.workflows.blue_sweep import plan, run
+from orchestrator.workflows.config import ExperimentConfig
 
 SPEC = JobSpec(
     name="blue_sweep",
     description=__doc__.split("\n\n")[0],
-    config_cls=ChainConfig,
+    config_cls=ExperimentConfig,
     run=run,
     dry_run=plan,
     default_preset="default",

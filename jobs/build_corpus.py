@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import sys
 
-from orchestrator.chain import CorpusBuildConfig, build_corpus, plan_build_corpus
 from orchestrator.core.cli import JobSpec, run_job
+from orchestrator.workflows.build_corpus import CorpusBuildConfig, build_corpus, plan
 
 SPEC = JobSpec(
     name="build_corpus",
     description=__doc__.split("\n\n")[0],
     config_cls=CorpusBuildConfig,
     run=build_corpus,
-    dry_run=plan_build_corpus,
+    dry_run=plan,
     default_preset="tiny",
     outputs=("out_dir",),
 )

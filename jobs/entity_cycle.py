@@ -3,18 +3,18 @@ instances with it, continue pretraining; N cycles, the first with random masking
 
     python jobs/entity_cycle.py --preset tiny            # 2 cycles on the bundled sample, CPU, minutes
     python jobs/entity_cycle.py --preset tiny cycles=3 pretrain.stop.mlm_accuracy=0.3
-    python jobs/entity_cycle.py --config configs/cycle.yaml --dry-run
+    python jobs/entity_cycle.py --config configs/entity_cycle.yaml --dry-run
 
 Each cycle's manifest (<run_dir>/cycle-<c>/manifest.json) names the extractor its instances were
 built with and records that extractor's F1, the entity counts, the derived association table and
-the MLM accuracy; MLflow has them as steps of one parent run (orchestrator/cycle.py).
+the MLM accuracy; MLflow has them as steps of one parent run (orchestrator/workflows/entity_cycle.py).
 """
 from __future__ import annotations
 
 import sys
 
 from orchestrator.core.cli import JobSpec, run_job
-from orchestrator.cycle import CycleConfig, plan, run
+from orchestrator.workflows.entity_cycle import CycleConfig, plan, run
 
 SPEC = JobSpec(
     name="entity_cycle",

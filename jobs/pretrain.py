@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 
 from orchestrator.core.cli import JobSpec, run_job
-from orchestrator.pretrain.job import PretrainJobConfig, plan, run
+from orchestrator.workflows.pretrain import PretrainJobConfig, plan, run
 
 SPEC = JobSpec(
     name="pretrain",

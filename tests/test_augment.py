@@ -353,9 +353,9 @@ def test_job_dry_run_and_run(ray_local, tiny_mlm, vectors, tmp_path, capsys):
 
 def test_augment_stage_gives_one_variant_per_model_over_the_ner_tasks(ray_local, tiny_mlm, vectors, tmp_path):
     from orchestrator.augment.config import AugmentStageConfig
-    from orchestrator.chain import augment_stage
     from orchestrator.sweep.config import SweepConfig
     from orchestrator.sweep.space import build_trials, resolve_space
+    from orchestrator.workflows.runner import augment_stage
 
     sweep = from_dict(SweepConfig, {"search_space": "tiny", "tasks": ["bc5cdr_chemical", "biosses"], "seeds": [1, 2],
                                     "learning_rates": [5e-5], "max_train_examples": 6,
@@ -407,10 +407,10 @@ def test_sweep_augment_end_to_end_reports_both_rows_in_results_and_mlflow(ray_lo
     import mlflow
 
     from orchestrator.augment.config import AugmentStageConfig
-    from orchestrator.chain import augment_stage
     from orchestrator.sweep.config import SweepConfig
     from orchestrator.sweep.runner import run_sweep
     from orchestrator.track import TrackingConfig
+    from orchestrator.workflows.runner import augment_stage
 
     data = tmp_path / "bc5cdr"
     data.mkdir()

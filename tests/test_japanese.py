@@ -186,8 +186,8 @@ def test_saved_tokenizer_reloads_to_the_same_ids_and_instances_use_them(mecab_vo
 
 
 def test_instances_pretokenize_must_match_the_vocabulary():
-    from orchestrator.chain import check_pretokenize
     from orchestrator.instances.config import InstanceConfig
+    from orchestrator.workflows.runner import check_pretokenize
 
     check_pretokenize(VocabConfig(pretokenize="mecab"), InstanceConfig())  # auto follows the vocabulary
     check_pretokenize(VocabConfig(pretokenize="mecab"), InstanceConfig(pretokenize="mecab"))
@@ -208,13 +208,14 @@ def test_japanese_preset_sliced_corpus_to_jsts(japanese, tmp_path, ray_local):
     import pyarrow.parquet as pq
     from transformers import AutoTokenizer
 
-    from orchestrator.chain import ChainConfig, corpus_stages
     from orchestrator.core.cli import load_preset
     from orchestrator.core.config import load_config
     from orchestrator.finetune.loop import run_trial
     from orchestrator.finetune.model import TaskModel
     from orchestrator.finetune.trial import TrialSpec
     from orchestrator.pretrain.trainer import pretrain
+    from orchestrator.workflows.config import ExperimentConfig
+    from orchestrator.workflows.runner import corpus_stages
 
     squad = json.loads((japanese / "jsquad-v1.3" / "valid-v1.3.json").read_text(encoding="utf-8"))
     (tmp_path / "wiki.json").write_text(json.dumps({"data": squad["data"][:4]}, ensure_ascii=False), encoding="utf-8")
@@ -223,7 +224,7 @@ def test_japanese_preset_sliced_corpus_to_jsts(japanese, tmp_path, ray_local):
     preset = load_preset("blue_sweep", "japanese")
     preset["corpus"]["sources"][0]["paths"] = [str(tmp_path / "captions.json")]
     preset["corpus"]["sources"][1]["paths"] = [str(tmp_path / "wiki.json")]
-    cfg = load_config(ChainConfig, base=preset, overrides=[
+    cfg = load_config(ExperimentConfig, base=preset, overrides=[
         "corpus.mixer.shard_bytes=8000", "corpus.mixer.units=4", "vocab.vocab_size=1500",
         "pretrain.phase1.steps=2", "pretrain.checkpoint_every=2", "pretrain.num_workers=1",
         "pretrain.cpus_per_worker=1"])

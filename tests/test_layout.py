@@ -23,7 +23,7 @@ def _run(*cmd: str) -> subprocess.CompletedProcess:
 
 def test_import_layers_hold():
     """core < formats, track < corpus, vocab, instances, selection < pretrain, finetune < augment
-    < sweep < report < chain (the contracts in pyproject.toml)."""
+    < sweep < report < workflows (the contracts in pyproject.toml)."""
     res = _run(str(BIN / "lint-imports"))
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
     assert "0 broken" in res.stdout
@@ -34,13 +34,44 @@ def test_ruff_is_clean():
     assert res.returncode == 0, res.stdout[-4000:]
 
 
-def test_the_chain_and_every_config_import_light():
-    """`import orchestrator.chain` (what --help and --dry-run need first) pulls in no torch, Ray or MLflow."""
-    code = ("import sys, orchestrator.chain, orchestrator.core.cli; "
+def test_the_workflows_and_every_config_import_light():
+    """The main job's workflow and runner (what --help and --dry-run need first) pull in no torch, Ray or MLflow."""
+    code = ("import sys, orchestrator.workflows.blue_sweep, orchestrator.workflows.entity_cycle, "
+            "orchestrator.workflows.build_corpus, orchestrator.workflows.pretrain, orchestrator.core.cli; "
             "print(sorted(m for m in ('torch', 'ray', 'mlflow', 'transformers') if m in sys.modules))")
     res = _run(sys.executable, "-c", code)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "[]"
+
+
+def _calls(path: Path, names: set[str]) -> list[int]:
+    """The lines of ``path`` that call a function of one of ``names`` (``f(...)`` or ``x.f(...)``)."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+            if name in names:
+                lines.append(node.lineno)
+    return lines
+
+
+def test_only_the_runner_pretrains_and_sweeps():
+    """Issue 32: one runner wires the stages. Outside their own packages, ``pretrain()`` and ``run_sweep()``
+    are called only by orchestrator/workflows/runner.py (the jobs, workflows and dashboards go through it;
+    benchmarks and tests measure and check the stages themselves)."""
+    own = {"pretrain": ROOT / "orchestrator" / "pretrain", "run_sweep": ROOT / "orchestrator" / "sweep"}
+    runner = ROOT / "orchestrator" / "workflows" / "runner.py"
+    found: dict[str, list[str]] = {name: [] for name in own}
+    for top in ("orchestrator", "jobs", "dashboards"):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            for name, package in own.items():
+                if package in path.parents:
+                    continue
+                found[name] += [f"{path.relative_to(ROOT)}:{line}" for line in _calls(path, {name})]
+    for name, where in found.items():
+        assert where and all(w.startswith(f"{runner.relative_to(ROOT)}:") for w in where), (name, where)
+    assert len(found["pretrain"]) == 1 and len(found["run_sweep"]) == 1, found
 
 
 def _function_imports(path: Path):

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CHROMIUM, FLAGS, needs_chromium
-from orchestrator.chain import ChainResult
+from orchestrator.report.summary import ChainResult
 from orchestrator.track import TrackingConfig, local_uri
 from orchestrator.track.experiments import experiment_id_of
 from orchestrator.track.runs import end_stage_run, start_stage_run

@@ -52,7 +52,7 @@ def test_a_gpu_model_is_asked_for_as_ray_shares_it():
     share = ScalingConfig(num_workers=8, use_gpu=True, accelerator_type=cfg.accelerator_type)
     assert 0 < share._resources_per_worker_not_none["accelerator_type:H100"] <= 1 / 8
     plain = PretrainConfig(use_gpu=True, num_workers=8, phase1=PhaseConfig(global_batch_size=64, device_batch_size=8))
-    assert pretrain_key(cfg, {}, Path("/nonexistent")) == pretrain_key(plain, {}, Path("/nonexistent"))
+    assert pretrain_key(cfg, {}, "") == pretrain_key(plain, {}, "")
 
 
 def test_dynamic_masking_80_10_10_never_cls_or_sep_and_bert_count():
@@ -520,13 +520,13 @@ def _fake_checkpoint(corpus, ckpt_dir: Path, hidden: int | None = None) -> None:
 
 def test_checkpoint_of_other_architecture_refused(corpus, tmp_path):
     from orchestrator.core.manifest import atomic_write_json
-    from orchestrator.pretrain.config import pretrain_key
+    from orchestrator.pretrain.config import input_keys, pretrain_key
     from orchestrator.pretrain.trainer import pretrain
 
     inputs = {32: corpus[32], 64: corpus[64]}
     _fake_checkpoint(corpus, tmp_path / "out" / "checkpoints" / "ckpt-0000005", hidden=96)
     atomic_write_json(tmp_path / "out" / "checkpoints" / "run.json",  # of this very run, yet another width
-                      {"key": pretrain_key(_cfg(), inputs, corpus["tokenizer"]), "config": {}})
+                      {"key": pretrain_key(_cfg(), *input_keys(inputs, corpus["tokenizer"])), "config": {}})
     with pytest.raises(InputError, match="another architecture.*hidden_size"):
         pretrain(_cfg(), inputs, corpus["tokenizer"], tmp_path / "out")
 
@@ -534,16 +534,16 @@ def test_checkpoint_of_other_architecture_refused(corpus, tmp_path):
 def test_checkpoints_of_another_run_are_refused_or_discarded(corpus, tmp_path):
     """Issue 12: resume compared only the architecture, so a changed learning rate continued the old run."""
     from orchestrator.core.manifest import atomic_write_json
-    from orchestrator.pretrain.config import pretrain_key
+    from orchestrator.pretrain.config import input_keys, pretrain_key
     from orchestrator.pretrain.trainer import _check_run
 
     inputs = {32: corpus[32], 64: corpus[64]}
     out = tmp_path / "out"
     _fake_checkpoint(corpus, out / "checkpoints" / "ckpt-0000005")
-    atomic_write_json(out / "checkpoints" / "run.json", {"key": pretrain_key(_cfg(), inputs, corpus["tokenizer"]),
-                                                         "config": _cfg().training_fields()})
+    run_key = pretrain_key(_cfg(), *input_keys(inputs, corpus["tokenizer"]))
+    atomic_write_json(out / "checkpoints" / "run.json", {"key": run_key, "config": _cfg().training_fields()})
     changed = _cfg(**{"phase1.learning_rate": 1e-3, "seed": 7})
-    key = pretrain_key(changed, inputs, corpus["tokenizer"])
+    key = pretrain_key(changed, *input_keys(inputs, corpus["tokenizer"]))
     with pytest.raises(ConfigError, match=r"another run \(phase1.learning_rate 0.05 -> 0.001, seed 42 -> 7\)"):
         _check_run(changed, key, out / "checkpoints")
     assert (out / "checkpoints" / "ckpt-0000005").is_dir()
@@ -551,8 +551,21 @@ def test_checkpoints_of_another_run_are_refused_or_discarded(corpus, tmp_path):
     assert not (out / "checkpoints" / "ckpt-0000005").exists()
     assert json.loads((out / "checkpoints" / "run.json").read_text())["key"] == key
     # the operational settings are not the run: changing them resumes
-    assert pretrain_key(_cfg(keep_checkpoints=5, log_every=3), inputs, corpus["tokenizer"]) == \
-        pretrain_key(_cfg(), inputs, corpus["tokenizer"])
+    assert pretrain_key(_cfg(keep_checkpoints=5, log_every=3), *input_keys(inputs, corpus["tokenizer"])) == \
+        pretrain_key(_cfg(), *input_keys(inputs, corpus["tokenizer"]))
+    # a run recorded with the key pretraining computed before issue 32 (vocab.txt's hash) is this run: restamped once
+    from orchestrator.core.manifest import file_sha256
+    from orchestrator.core.reuse import content_key, output_key
+    from orchestrator.pretrain.trainer import _adopt_earlier_key, _phase_inputs
+
+    infos = _phase_inputs(_cfg(), inputs)
+    earlier = content_key("pretrain", _cfg().training_fields(), {str(n): output_key(p) for n, p in inputs.items()},
+                          file_sha256(corpus["tokenizer"] / "vocab.txt"))
+    atomic_write_json(out / "checkpoints" / "run.json", {"key": earlier, "config": _cfg().training_fields()})
+    _adopt_earlier_key(out, run_key, _cfg(), infos, corpus["tokenizer"])
+    assert json.loads((out / "checkpoints" / "run.json").read_text())["key"] == run_key
+    _adopt_earlier_key(out, key, _cfg(), infos, corpus["tokenizer"])  # another run's record is left alone
+    assert json.loads((out / "checkpoints" / "run.json").read_text())["key"] == run_key
 
 
 def test_a_checkpoint_cut_off_while_copied_is_never_taken(corpus, tmp_path):

@@ -12,13 +12,14 @@ import shutil
 import pytest
 
 from conftest import ROOT, run_job
-from orchestrator.chain import ChainConfig, CorpusBuildConfig
 from orchestrator.core.artifacts import ShardInfo
 from orchestrator.core.cli import load_preset
 from orchestrator.core.config import from_dict, load_config, merge
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.corpus.mixing import MIXERS, MixerConfig, planned_bytes
 from orchestrator.selection.proposal import WeightingConfig, propose_weights
+from orchestrator.workflows.build_corpus import CorpusBuildConfig
+from orchestrator.workflows.config import ExperimentConfig
 
 SCORES = {"a": {"ppl": 100.0, "jsd": 0.5, "tvc": 0.3, "ttr": 0.1},
           "b": {"ppl": 200.0, "jsd": 0.6, "tvc": 0.2, "ttr": 0.2},
@@ -142,13 +143,13 @@ def test_a_new_rule_reuses_the_scores_and_a_score_sources_output_serves_too(prop
 
 
 def test_an_experiment_arm_takes_the_proposal_as_its_corpus(proposal, tmp_path):
-    from orchestrator.experiment import arm_plans
+    from orchestrator.workflows.runner import arm_plans
 
     _, result = proposal
     base = merge(load_preset("blue_sweep", "smoke"), {"runs_root": str(tmp_path), "run_name": "exp"})
     arms = {"proposal": {"corpus_from": str(result.corpus_file), "corpus.mixer.dupe_factor": 3},
             "base": {}, "floor": {"init": "random"}}
-    cfg = from_dict(ChainConfig, merge(base, {"arms": arms}))
+    cfg = from_dict(ExperimentConfig, merge(base, {"arms": arms}))
     arm = cfg.arm("proposal")
     assert arm.corpus.mixer.name == "weighted" and arm.corpus.mixer.weights == pytest.approx(result.weights)
     assert arm.corpus.mixer.dupe_factor == 3  # the arm's own overrides apply on top of the file's corpus
@@ -156,10 +157,10 @@ def test_an_experiment_arm_takes_the_proposal_as_its_corpus(proposal, tmp_path):
     plans = arm_plans(cfg)
     assert plans["proposal"].outputs[0].key != plans["base"].outputs[0].key  # its own corpus output
     with pytest.raises(ConfigError, match=r"arms.bad.corpus_from: config file not found"):
-        from_dict(ChainConfig, merge(base, {"arms": {"bad": {"corpus_from": str(tmp_path / "none.yaml")}}}))
+        from_dict(ExperimentConfig, merge(base, {"arms": {"bad": {"corpus_from": str(tmp_path / "none.yaml")}}}))
     (tmp_path / "no_corpus.yaml").write_text("vocab: {vocab_size: 100}\n")
     with pytest.raises(ConfigError, match="has no corpus: section"):
-        from_dict(ChainConfig, merge(base, {"arms": {"bad": {"corpus_from": str(tmp_path / "no_corpus.yaml")}}}))
+        from_dict(ExperimentConfig, merge(base, {"arms": {"bad": {"corpus_from": str(tmp_path / "no_corpus.yaml")}}}))
 
 
 def test_the_shipped_proposal_loads():

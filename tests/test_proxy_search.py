@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, run_job
-from orchestrator.chain import CorpusBuildConfig
 from orchestrator.core.cli import load_preset
 from orchestrator.core.config import load_config
 from orchestrator.core.errors import ConfigError
@@ -25,6 +24,7 @@ from orchestrator.selection.regmix import (
     search_simplex,
     spearman,
 )
+from orchestrator.workflows.build_corpus import CorpusBuildConfig
 
 BEST = np.array([0.6, 0.3, 0.1])
 

@@ -245,13 +245,26 @@ class PretrainConfig:
         return fields
 
 
-def pretrain_key(cfg: PretrainConfig, instances: dict[int, Path], tokenizer_dir: Path) -> str:
-    """What a pretraining run is: its training settings, its instances (their stage keys) and its
-    vocabulary (vocab.txt's contents). A resume must match it; a finished output is reused by it."""
-    vocab = Path(tokenizer_dir) / "vocab.txt"
+def pretrain_key(cfg: PretrainConfig, instances: dict[int, str], vocab: str) -> str:
+    """What a pretraining run is, and the one key of its output: its training settings, its instances
+    (each length's instances-stage key) and its vocabulary (the vocab stage's key). The runner computes
+    it from configs before anything is built (an experiment's folder is named by it); the trainer
+    computes it from the keys its inputs record (``input_keys``) and records it. A resume must match
+    it; a finished output is reused by it."""
     return content_key("pretrain", cfg.training_fields(),
-                       {str(n): output_key(p) for n, p in sorted(instances.items())},
-                       file_sha256(vocab) if vocab.is_file() else None)
+                       {f"instances/len{n}": key for n, key in sorted(instances.items())}, vocab)
+
+
+def input_keys(instances: dict[int, Path], tokenizer_dir: Path) -> tuple[dict[int, str], str]:
+    """The keys ``pretrain_key`` takes, read from the inputs on disk: each instances directory's recorded
+    key, and the vocabulary's (a tokenizer directory that is no vocab-stage output, e.g. a published
+    model's: the hash of its vocab.txt)."""
+    vocab = Path(tokenizer_dir)
+    if (vocab / "manifest.json").is_file():
+        vocab_key = output_key(vocab)
+    else:
+        vocab_key = file_sha256(vocab / "vocab.txt") if (vocab / "vocab.txt").is_file() else ""
+    return {int(n): output_key(p) for n, p in instances.items()}, vocab_key
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """MLM accuracy of a pretrained model on fixed instances: one yardstick for models trained on
-differently masked instances (the cycles of ``orchestrator.cycle``: a cycle's training accuracy is
+differently masked instances (the cycles of ``orchestrator.workflows.entity_cycle``: a cycle's training accuracy is
 on its own, entity-masked, instances and says nothing across cycles).
 
     evaluate_mlm(model_dir, instances_dir, max_instances=512)

@@ -20,11 +20,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from orchestrator.core.config import from_dict, is_number
+from orchestrator.core.config import is_number
 from orchestrator.core.console import due, worker_line
 from orchestrator.core.errors import OrchestratorError
 from orchestrator.core.runtime import seed_everything
-from orchestrator.instances.config import MaskingRule, Specials
+from orchestrator.instances.config import Specials
 from orchestrator.modeling.adapters import add_adapters, parameter_counts
 from orchestrator.modeling.precision import allow_tf32, autocast_context, make_scaler, optimizer_update
 from orchestrator.pretrain.checkpoint import checkpoint_name, load_training_state, load_weights, save_checkpoint
@@ -264,9 +264,9 @@ def _duration(seconds: float) -> str:
 
 
 def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
-    """Ray Train entry point. ``config``: cfg (dict), tokenizer_dir, special, dynamic (per phase name:
-    its masking rule, or None for static masks), tracking ({uri, run_id} or None), resume_dir (a
-    checkpoint to start from when Ray has none),
+    """Ray Train entry point. ``config``: cfg (the PretrainConfig itself), tokenizer_dir, special
+    (Specials), dynamic (per phase name: its MaskingRule, or None for static masks), tracking ({uri,
+    run_id} or None), resume_dir (a checkpoint to start from when Ray has none),
     fail_at (test hook: {step, marker} makes rank 1 die once at that step).
 
     Returns (rank 0) {"history": [...], "diverged": message or None, "params": counts, "phases": per
@@ -275,9 +275,9 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     import ray.train  # heavy: ray
     import ray.train.torch
 
-    cfg: PretrainConfig = from_dict(PretrainConfig, config["cfg"])
+    cfg: PretrainConfig = config["cfg"]
     tokenizer_dir = Path(config["tokenizer_dir"])
-    special = Specials.from_dict(config["special"])
+    special: Specials = config["special"]
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     device = ray.train.torch.get_device()
@@ -351,7 +351,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
         if resume is not None and resume["data"]["phase"] == phase_index and state["phase_step"] > 0:
             start = resume["data"]["positions"][rank]  # go on where this worker's shard stopped
         # read, collate and mask (and pin) on a background thread while the device runs the steps
-        stream = Prefetcher(micro_batches(shard, plan.device_batch, special, MaskingRule(**rule) if rule else None,
+        stream = Prefetcher(micro_batches(shard, plan.device_batch, special, rule,
                                           seed=cfg.seed, seed_key=(rank, phase_index, state["step"]),
                                           prefetch=cfg.dataloader_prefetch,
                                           pad_to=8 if device.type == "cuda" else 1, start=start),

@@ -33,10 +33,11 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.core.artifacts import INSTANCE_COLUMNS, InstanceInfo, read_instance_info
-from orchestrator.core.config import flatten, to_dict
+from orchestrator.core.config import flatten
 from orchestrator.core.cost import COST_FIELD, device_text, duration, measured
 from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
 from orchestrator.core.manifest import (
+    MANIFEST,
     atomic_dir,
     atomic_write_json,
     check_replaceable,
@@ -44,7 +45,15 @@ from orchestrator.core.manifest import (
     read_manifest,
     write_manifest,
 )
-from orchestrator.core.reuse import KEY_FIELD, MODEL_FILES_FIELD, model_file_record, output_lock, reusable
+from orchestrator.core.reuse import (
+    KEY_FIELD,
+    MODEL_FILES_FIELD,
+    content_key,
+    model_file_record,
+    output_key,
+    output_lock,
+    reusable,
+)
 from orchestrator.core.runtime import ray_session
 from orchestrator.instances.config import Specials
 from orchestrator.pretrain.checkpoint import (
@@ -54,7 +63,7 @@ from orchestrator.pretrain.checkpoint import (
     latest_checkpoint,
     save_hf,
 )
-from orchestrator.pretrain.config import PretrainConfig, batch_plan, pretrain_key
+from orchestrator.pretrain.config import PretrainConfig, batch_plan, input_keys, pretrain_key
 from orchestrator.pretrain.data import check_vocab_matches, masking_rule, ordered_ingest
 from orchestrator.pretrain.loop import TrainingDiverged, train_loop_per_worker
 from orchestrator.pretrain.model import (
@@ -276,6 +285,24 @@ def _export_final(checkpoint, tokenizer_dir: Path, final: Path, cfg: PretrainCon
                        extra={MODEL_FILES_FIELD: model_file_record(tmp), "pretrain_key": key})
 
 
+def _adopt_earlier_key(out_dir: Path, key: str, cfg: PretrainConfig, infos: dict[str, InstanceInfo],
+                       tokenizer_dir: Path) -> None:
+    """An output made before issue 32 records the key pretraining computed then (its phases' instances and
+    vocab.txt's hash, not the stages' keys): when it records that key of these very inputs, it is this run,
+    and its manifest and checkpoints' run record are stamped with ``key`` once, so it is reused or resumed."""
+    vocab = Path(tokenizer_dir) / "vocab.txt"
+    if not vocab.is_file():
+        return
+    earlier = content_key("pretrain", cfg.training_fields(),
+                          {str(i.max_seq_length): output_key(i.path) for i in infos.values()}, file_sha256(vocab))
+    for record in (out_dir / MANIFEST, out_dir / CHECKPOINTS / RUN_RECORD):
+        data = json.loads(record.read_text(encoding="utf-8")) if record.is_file() else {}
+        if data.get(KEY_FIELD if record.name == MANIFEST else "key") == earlier:
+            data[KEY_FIELD if record.name == MANIFEST else "key"] = key
+            atomic_write_json(record, data)
+            log.info("pretrain: %s recorded this run's earlier key; stamped with its key now", record)
+
+
 def pretrain(cfg: PretrainConfig, instances: dict[int, Path], tokenizer_dir: Path, out_dir: Path,
              tracking=None, run_dir: Path | None = None, *, fail_at: dict | None = None,
              run_tags: dict[str, str] | None = None) -> PretrainResult:
@@ -293,7 +320,8 @@ def pretrain(cfg: PretrainConfig, instances: dict[int, Path], tokenizer_dir: Pat
     for info in infos.values():
         check_vocab_matches(info, tokenizer_dir, special.vocab_size)
     _check_init_from(cfg, special.vocab_size, tokenizer_dir)
-    key = pretrain_key(cfg, {info.max_seq_length: info.path for info in infos.values()}, tokenizer_dir)
+    key = pretrain_key(cfg, *input_keys(instances, tokenizer_dir))  # the key the runner names its folder by
+    _adopt_earlier_key(out_dir, key, cfg, infos, tokenizer_dir)
     if reusable(out_dir, key) and (out_dir / "final" / "config.json").is_file():
         if (out_dir / PENDING).is_file():  # metrics an earlier attempt could not send: send them now
             end_stage_run(start_stage_run(tracking, run_dir, stage=S.KIND_PRETRAIN, params=cfg, out_dir=out_dir))
@@ -369,9 +397,10 @@ def _train(cfg: PretrainConfig, infos: dict[str, InstanceInfo], tokenizer_dir: P
     try:
         datasets = {name: ray.data.read_parquet(sorted(str(p) for p in info.path.glob("*.parquet")))
                     .select_columns(list(INSTANCE_COLUMNS)) for name, info in infos.items()}
-        loop_config = {"cfg": to_dict(cfg), "tokenizer_dir": str(tokenizer_dir.resolve()),
-                       "special": special.to_dict(), "tracking": worker_tracking,
-                       "dynamic": {name: dataclasses.asdict(masking_rule(info)) if info.masking == "dynamic"
+        # the configs themselves (Ray pickles them): no dict round trip between the driver and the loop
+        loop_config = {"cfg": cfg, "tokenizer_dir": str(tokenizer_dir.resolve()),
+                       "special": special, "tracking": worker_tracking,
+                       "dynamic": {name: masking_rule(info) if info.masking == "dynamic"
                                    else None for name, info in infos.items()},
                        "resume_dir": str(resume_dir) if resume_dir else None, "fail_at": fail_at}
         resources = {"CPU": worker_cpus(cfg, ray.cluster_resources().get("CPU", 0.0)),

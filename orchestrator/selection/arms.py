@@ -1,6 +1,6 @@
 """Seed 004 inside an experiment: each pretraining arm's corpus scored against the sweep's tasks.
 
-With ``selection.enabled`` an experiment (``orchestrator.experiment``) scores the sources of every
+With ``selection.enabled`` an experiment (``orchestrator.workflows.blue_sweep``) scores the sources of every
 arm that pretrains, as one text (its sources' files together, as written, not weighted by the
 mixer), against the training text of every task of its sweep: PPL, JSD, TVC and TTR of
 ``orchestrator.selection.scoring``, pooled over the tasks and per task. Each arm's scores are a

@@ -20,7 +20,7 @@ with a stopping rule (``pretrain.stop``) also WINDOW_MLM_LOSS and WINDOW_MLM_ACC
 end. Once it has finished, each phase's ``stopped_by_tag(phase)`` says what ended it (steps, plateau,
 mlm_accuracy) and ``stop_step_metric(phase)`` holds the global step it ended at.
 
-Run tree of an experiment (``orchestrator.experiment``): one parent, KIND=experiment, EXPERIMENT_KEY;
+Run tree of an experiment (``orchestrator.workflows.blue_sweep``): one parent, KIND=experiment, EXPERIMENT_KEY;
 each arm's pretraining run and the sweep parent above are its children; the pretraining run and
 every (model, task) run carry ARM. The parent's tags say what the arms are and how they fared,
 updated as each arm finishes: ARMS (the arm names in config order, comma-separated), BASELINE_TAG,

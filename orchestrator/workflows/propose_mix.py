@@ -32,7 +32,6 @@ from pathlib import Path
 
 import yaml
 
-from orchestrator.chain import CorpusBuildConfig, sample_corpus
 from orchestrator.core.config import field, load_config, to_dict
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.manifest import atomic_dir, atomic_write_json, atomic_write_text, write_manifest
@@ -41,6 +40,8 @@ from orchestrator.corpus.stage import CorpusConfig, input_stats
 from orchestrator.report.sources import read_source_scores
 from orchestrator.selection.proposal import WeightingConfig, propose_weights
 from orchestrator.selection.settings import ScoringSettings, scoring_key
+from orchestrator.workflows.build_corpus import CorpusBuildConfig
+from orchestrator.workflows.config import sample_corpus
 
 log = logging.getLogger("proposal")
 

@@ -35,7 +35,6 @@ import logging
 import time
 from pathlib import Path
 
-from orchestrator.chain import RayConfig, sample_corpus
 from orchestrator.core.config import field, to_dict
 from orchestrator.core.errors import ConfigError, OrchestratorError
 from orchestrator.core.manifest import atomic_dir, atomic_write_json, hash_inputs, read_manifest, write_manifest
@@ -54,6 +53,7 @@ from orchestrator.selection.regmix import (
 )
 from orchestrator.selection.scoring import target_tasks
 from orchestrator.track import TrackingConfig, effective_uri
+from orchestrator.workflows.config import RayConfig, sample_corpus
 from orchestrator.workflows.propose_mix import CORPUS_FILE, PROPOSAL_FILE, proposal_corpus, write_proposal
 
 log = logging.getLogger("proxy_search")

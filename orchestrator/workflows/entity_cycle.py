@@ -1,4 +1,5 @@
-"""Embodiment 4 of seed 003: the iterative cycle of entity-aware pretraining (``jobs/entity_cycle.py``).
+"""What ``python jobs/entity_cycle.py`` runs: Embodiment 4 of seed 003, the iterative cycle of entity-aware
+pretraining.
 
     cycle 0   corpus -> vocab -> instances (random masking) -> pretrain -> extractor
     cycle c   instances (entity-aware: extractor c-1, association derived) -> pretrain (from cycle c-1's
@@ -7,8 +8,9 @@
 An extractor is the cycle's model fine-tuned on a labelled NER task (``extractor``: a one-task sweep,
 BC5CDR-chemical by default) and exported (``sweep.export_best``); the next cycle's instances stage
 loads that export as its entity extractor (``instances.entity_masking.ner_model``) and derives the
-association from the extracted terms over the corpus (``association_method: npmi``). Every stage is
-the chain's own, reused by key, so a re-run resumes where it stopped.
+association from the extracted terms over the corpus (``association_method: npmi``). Each cycle is an
+arm of the runner (``orchestrator.workflows.runner``): its stages are built by ``build_arm``, placed as
+below and reused by key, so a re-run resumes where it stopped; its extractor is the runner's sweep.
 
     <run_dir>/corpus, vocab                     shared by every cycle
     <run_dir>/cycle-<c>/instances/len<L>        cycle 0: random masking; later: entity-aware
@@ -28,7 +30,6 @@ import dataclasses
 import logging
 from pathlib import Path
 
-from orchestrator.chain import RayConfig, corpus_keys, corpus_stages, plan_corpus_stages, sample_corpus
 from orchestrator.core.config import field, to_dict
 from orchestrator.core.errors import ConfigError
 from orchestrator.core.manifest import atomic_write_json, read_manifest, write_manifest
@@ -41,6 +42,8 @@ from orchestrator.pretrain.config import PretrainConfig
 from orchestrator.sweep.config import SweepConfig
 from orchestrator.track import TrackingConfig, effective_uri
 from orchestrator.vocab.wordpiece import VocabConfig
+from orchestrator.workflows.config import ChainConfig, RayConfig, sample_corpus
+from orchestrator.workflows.runner import ArmPlan, arm_outputs, build_arm, plan_corpus_stages, sweep
 
 log = logging.getLogger("entity_cycle")
 
@@ -184,34 +187,41 @@ def step_metrics(record: dict) -> dict[str, float]:
     return out
 
 
+def cycle_arm(cfg: CycleConfig, c: int, extractor_dir: Path | None, init_from: Path | None) -> ArmPlan:
+    """Cycle ``c`` as an arm of the runner: instances (random, or entity-aware with ``extractor_dir``) and
+    pretraining (from ``init_from``) under ``cycle-<c>/``, on the corpus and vocabulary every cycle
+    shares under the run directory."""
+    run_dir, cycle_dir = cfg.run_dir, cfg.run_dir / f"cycle-{c}"
+    chain = ChainConfig(run_name=cfg.run_name, runs_root=cfg.runs_root, model_name=f"{cfg.model_name}-{c}",
+                        stages=("corpus", "vocab", "instances", "pretrain"), seed=cfg.seed, ray=cfg.ray,
+                        tracking=cfg.tracking, corpus=cfg.corpus, vocab=cfg.vocab,
+                        instances=cfg.cycle_instances(extractor_dir), pretrain=cfg.cycle_pretrain(init_from))
+
+    def place(name: str, key: str) -> Path:
+        return run_dir / name if name in ("corpus", "vocab") else cycle_dir / name
+
+    return ArmPlan(chain.model_name, "pretrain", chain, arm_outputs(chain, "pretrain", place),
+                   cycle_dir / "pretrain" / "final", tags={"cycle": str(c)})
+
+
 def run_cycle(cfg: CycleConfig, c: int, previous: dict | None) -> dict:
     """One cycle: instances (random, or entity-aware with the previous extractor) -> pretrain -> extractor;
     writes and returns its record (``cycle-<c>/manifest.json``)."""
     from orchestrator.pretrain.evaluate import evaluate_mlm  # heavy: torch, transformers
-    from orchestrator.pretrain.trainer import pretrain
-    from orchestrator.sweep.runner import run_sweep
 
     run_dir, cycle_dir = cfg.run_dir, cfg.run_dir / f"cycle-{c}"
     extractor_dir = Path(previous["extractor"]["dir"]) if previous else None
-    instances = cfg.cycle_instances(extractor_dir)
-    shared = ("corpus", "vocab")
-
-    def place(name: str, key: str) -> Path:
-        return run_dir / name if name in shared else cycle_dir / name
-
-    log.info("cycle %d of %d: instances (%s)", c, cfg.cycles - 1,
-             f"entities by {extractor_dir}" if extractor_dir else "random masking")
-    corpus = corpus_stages(cfg.corpus, cfg.vocab, instances, run_dir, place=place,
-                           keys=corpus_keys(cfg.corpus, cfg.vocab, instances))
     init_from = Path(previous["model_dir"]) if previous else None
-    pre_cfg = cfg.cycle_pretrain(init_from)
-    log.info("cycle %d: pretrain%s", c, f" from {init_from}" if init_from else "")
-    result = pretrain(pre_cfg, corpus.instances, corpus.vocab_dir, cycle_dir / "pretrain", cfg.tracking, run_dir,
-                      run_tags={"cycle": str(c)})
+    arm = cycle_arm(cfg, c, extractor_dir, init_from)
+    log.info("cycle %d of %d: instances (%s), then pretrain%s", c, cfg.cycles - 1,
+             f"entities by {extractor_dir}" if extractor_dir else "random masking",
+             f" from {init_from}" if init_from else "")
+    built = build_arm(arm, run_dir)
+    corpus, result, pre_cfg = built.corpus, built.pretrained, arm.config.pretrain
     model_name = f"{cfg.model_name}-{c}"
     log.info("cycle %d: extractor (%s) from %s", c, cfg.extractor.tasks[0], result.model_dir)
-    sweep = run_sweep(cfg.extractor, {model_name: result.model_dir}, cycle_dir / "extractor", cfg.tracking, run_dir)
-    (export,) = sweep.exports[model_name].values()
+    extractor = sweep(cfg.extractor, {model_name: result.model_dir}, cycle_dir / "extractor", cfg.tracking, run_dir)
+    (export,) = extractor.exports[model_name].values()
     first = min(corpus.instances)
     inst_manifest = read_manifest(corpus.instances[first])
     reference = previous["reference_instances"] if previous else str(corpus.instances[first])

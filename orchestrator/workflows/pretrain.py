@@ -1,4 +1,5 @@
-"""What ``python jobs/pretrain.py`` runs: find the corpus stage's outputs, then ``pretrain``."""
+"""What ``python jobs/pretrain.py`` runs: find the corpus stage's outputs, then pretrain them through the
+runner (``orchestrator.workflows.runner.pretrain_stage``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,6 +11,7 @@ from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.runtime import cluster_address, ray_session
 from orchestrator.pretrain.config import PretrainConfig
 from orchestrator.track import TrackingConfig
+from orchestrator.workflows.runner import pretrain_stage
 
 
 @dataclass(frozen=True)
@@ -44,13 +46,11 @@ def find_instances(instances_dir: Path) -> dict[int, Path]:
 
 
 def run(cfg: PretrainJobConfig):
-    from orchestrator.pretrain.trainer import pretrain  # heavy: torch, Ray Train (--help stays quick)
-
     out_dir = Path(cfg.out_dir).resolve()
     run_dir = Path(cfg.run_dir).resolve() if cfg.run_dir else out_dir.parent
     with ray_session(address=cfg.ray_address or None):
-        return pretrain(cfg.pretrain, find_instances(Path(cfg.instances_dir)), Path(cfg.tokenizer_dir), out_dir,
-                        cfg.tracking, run_dir)
+        return pretrain_stage(cfg.pretrain, find_instances(Path(cfg.instances_dir)), Path(cfg.tokenizer_dir),
+                              out_dir, cfg.tracking, run_dir)
 
 
 def plan(cfg: PretrainJobConfig) -> str:

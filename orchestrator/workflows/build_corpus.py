@@ -1,0 +1,40 @@
+"""What ``python jobs/build_corpus.py`` runs: the first three stages of the chain (corpus -> vocab ->
+instances) into one run directory, by name (``out_dir/corpus``, ``vocab``, ``instances/len<L>``), each
+reused by key. The stage wiring is the runner's (``orchestrator.workflows.runner.corpus_stages``).
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from orchestrator.core.config import field
+from orchestrator.core.runtime import ray_session
+from orchestrator.corpus.stage import CorpusConfig, input_stats
+from orchestrator.instances.config import InstanceConfig
+from orchestrator.vocab.wordpiece import VocabConfig
+from orchestrator.workflows.config import RayConfig, sample_corpus
+from orchestrator.workflows.runner import CorpusResult, check_corpus_outputs, corpus_stages, plan_corpus_stages
+
+
+@dataclasses.dataclass(frozen=True)
+class CorpusBuildConfig:
+    out_dir: str = field("runs/corpus", help="run directory: corpus/, vocab/, instances/len<L>/ go inside")
+    corpus: CorpusConfig = field(default_factory=sample_corpus, help="corpus stage: sources and mixing")
+    vocab: VocabConfig = field(default_factory=VocabConfig, help="vocabulary stage: WordPiece / AmpV")
+    instances: InstanceConfig = field(default_factory=InstanceConfig, help="instances stage: NSP + MLM")
+    ray: RayConfig = field(default_factory=RayConfig, help="Ray runtime")
+
+
+def build_corpus(cfg: CorpusBuildConfig) -> CorpusResult:
+    """``python jobs/build_corpus.py``: the first three stages of the chain."""
+    input_stats(cfg.corpus)  # fail fast, before Ray starts, on missing or empty source files
+    check_corpus_outputs(Path(cfg.out_dir), cfg.instances)
+    with ray_session(address=cfg.ray.address or None, num_cpus=cfg.ray.num_cpus or None):
+        return corpus_stages(cfg.corpus, cfg.vocab, cfg.instances, Path(cfg.out_dir))
+
+
+def plan(cfg: CorpusBuildConfig) -> str:
+    """Dry run: every source parses; what each stage would build, and where."""
+    check_corpus_outputs(Path(cfg.out_dir), cfg.instances)
+    return plan_corpus_stages(cfg.corpus, cfg.vocab, cfg.instances) + f"\n  run directory: {cfg.out_dir}"
+

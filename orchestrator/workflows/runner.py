@@ -1,0 +1,488 @@
+"""The one runner: it builds every arm's stages (corpus -> vocab -> instances -> pretrain or
+random-init -> augment) and runs the one sweep over the arms' models. The only module outside
+``orchestrator.pretrain`` and ``orchestrator.sweep`` that calls ``pretrain()`` and ``run_sweep()``
+(tests/test_layout.py checks it).
+
+An arm (``ArmPlan``) is a chain config, its kind, and its outputs in build order, each with its
+content key (``orchestrator.core.reuse``) and the folder a ``Place`` gives it:
+
+- an experiment's arm (``jobs/blue_sweep.py`` with ``arms:``): ``<run_dir>/stages/<output>/<key>``
+  (``by_key``), so arms whose stage would be identical share one output, built once;
+- the plain chain (no ``arms:``): a one-arm experiment whose outputs are ``<run_dir>/<output>``
+  (``by_name``: corpus, vocab, instances/len<L>, pretrain), where earlier runs put them;
+- a cycle of ``jobs/entity_cycle.py``: corpus and vocab under the run directory, the cycle's
+  instances and pretraining under ``cycle-<c>/``.
+
+Whatever the place, an output's key is computed here from configs and input files alone, and the
+stage records the same key in its manifest (``pretrain_key`` for pretraining): a finished output
+with that key is reused, so a re-run resumes where it stopped and a changed setting re-runs exactly
+the stages downstream of it.
+
+Importing this module is cheap (configs only): the stage implementations, with torch and Ray
+behind them, are imported when a stage runs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from orchestrator.augment.config import AugmentStageConfig
+from orchestrator.core.artifacts import SMALL_ROLES
+from orchestrator.core.config import flatten
+from orchestrator.core.errors import ConfigError, InputError
+from orchestrator.core.manifest import check_replaceable, check_writable_dir, hash_inputs, read_manifest
+from orchestrator.core.reuse import content_key, output_lock, reusable, run_stage
+from orchestrator.core.runtime import possible_gpus
+from orchestrator.corpus.stage import CorpusConfig, input_stats, source_sizes
+from orchestrator.instances.config import InstanceConfig
+from orchestrator.pretrain.config import PretrainConfig, pretrain_key
+from orchestrator.sweep.config import SweepConfig
+from orchestrator.sweep.space import Variant, space_tasks, task_data_dir, task_key
+from orchestrator.track import schema as S
+from orchestrator.vocab.quality import quality_inputs
+from orchestrator.vocab.stage import model_tokenizer_files
+from orchestrator.vocab.wordpiece import VocabConfig
+from orchestrator.workflows.config import ARM_MADE_BY, ARM_MODEL, ChainConfig, ExperimentConfig, safe_name
+
+log = logging.getLogger("runner")
+
+STAGES_DIR = "stages"
+RANDOM_INIT = "random-init"
+CORPUS_STAGES = ("corpus", "vocab", "instances")
+AUGMENTED_SUFFIX = "+filtered-bert"
+#: The row of the equal-steps control (augment.augment.method: repeat): the originals repeated unchanged.
+REPEATED_SUFFIX = "+repeated"
+
+
+# ---------------------------------------------------------------------------------------------
+# The first three stages (also jobs/build_corpus.py)
+
+@dataclasses.dataclass
+class CorpusResult:
+    corpus_dir: Path
+    vocab_dir: Path
+    instances: dict[int, Path]
+    counts: dict
+
+    def summary(self) -> str:
+        lines = [f"corpus:    {self.corpus_dir}", f"vocab:     {self.vocab_dir}"]
+        for length, path in sorted(self.instances.items()):
+            c = self.counts["instances"][length]
+            lines.append(f"instances: {path}  ({c['instances']} instances, {c['tokens']} tokens)")
+        return "\n".join(lines)
+
+
+#: Where a stage output lives: (output name, e.g. "corpus" or "instances/len128"; its key) -> directory.
+Place = Callable[[str, str], Path]
+
+
+def corpus_keys(corpus: CorpusConfig, vocab: VocabConfig, instances: InstanceConfig,
+                stages: tuple[str, ...] = ("corpus", "vocab", "instances")) -> dict[str, str]:
+    """The key of every output of the first three stages, from configs and input files alone (a
+    finished stage records its key, so a downstream key never needs the upstream output itself).
+    Reads the sources' sizes and the vocabulary's target files; builds nothing."""
+    keys = {"corpus": content_key("corpus", corpus.identity(), input_stats(corpus))}
+    if "vocab" not in stages:
+        return keys
+    # the tokenizer-quality table's inputs only when it has any (default keys stay what they were)
+    quality = [hash_inputs(quality_inputs(vocab.quality))] if vocab.quality.active else []
+    if vocab.from_model:  # the model's tokenizer files alone: arms on other corpora share it
+        keys["vocab"] = content_key("vocab", vocab.identity(), hash_inputs(model_tokenizer_files(vocab.from_model)),
+                                    *quality, *([keys["corpus"]] if vocab.quality.corpus_lines else []))
+    else:
+        keys["vocab"] = content_key("vocab", vocab.identity(), hash_inputs(vocab.target_paths), keys["corpus"],
+                                    *quality)
+    for length in instances.max_seq_lengths if "instances" in stages else ():
+        keys[f"instances/len{length}"] = content_key("instances", instances.output_fields(), length, keys["corpus"],
+                                                     keys["vocab"])
+    return keys
+
+
+def check_pretokenize(vocab: VocabConfig, instances: InstanceConfig) -> None:
+    """instances.pretokenize, when not auto, must be what the vocabulary trains with (a vocabulary taken
+    from a model is checked against its files when the instances are built)."""
+    if instances.pretokenize != "auto" and not vocab.from_model and instances.pretokenize != vocab.pretokenize:
+        raise ConfigError(f"instances.pretokenize is {instances.pretokenize} but vocab.pretokenize is "
+                          f"{vocab.pretokenize}: instances must split words as the vocabulary does (set both, or "
+                          "instances.pretokenize=auto)")
+
+
+def check_corpus_outputs(run_dir: Path, instances: InstanceConfig,
+                         stages: tuple[str, ...] = ("corpus", "vocab", "instances")) -> None:
+    """The first three stages' outputs under ``run_dir`` (by name) may be written: each is absent, empty
+    or an earlier output of its stage. Checked before Ray starts and by the dry run: a folder holding
+    its own ``vocab/`` stops the job before ``corpus/`` is written beside it."""
+    for stage, name in corpus_outputs(instances, stages):
+        check_replaceable(run_dir / name, stage)
+
+
+def corpus_outputs(instances: InstanceConfig, stages: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(stage, output name under the run directory) of the first three stages that run."""
+    names = [(s, s) for s in ("corpus", "vocab") if s in stages]
+    if "instances" in stages:
+        names += [("instances", f"instances/len{n}") for n in instances.max_seq_lengths]
+    return names
+
+
+def corpus_stages(corpus: CorpusConfig, vocab: VocabConfig, instances: InstanceConfig, run_dir: Path,
+                  stages: tuple[str, ...] = ("corpus", "vocab", "instances"), place: Place | None = None,
+                  keys: dict[str, str] | None = None) -> CorpusResult:
+    """corpus -> vocab -> instances/len<L> (Ray must be running), each reused by key; by default under
+    ``run_dir`` by name, or wherever ``place`` puts each output (an experiment: by key)."""
+    from orchestrator.corpus.stage import build_corpus  # heavy: Ray Data, pyarrow, tokenizers behind these
+    from orchestrator.instances.stage import build_instances
+    from orchestrator.vocab.stage import build_vocab
+
+    check_pretokenize(vocab, instances)
+    run_dir = Path(run_dir)
+    place = place or (lambda name, key: run_dir / name)
+    keys = keys or corpus_keys(corpus, vocab, instances, stages)
+    corpus_dir = run_stage("corpus", place("corpus", keys["corpus"]), keys["corpus"],
+                           lambda tmp: build_corpus(corpus, tmp))
+    vocab_dir = place("vocab", keys["vocab"]) if "vocab" in stages else run_dir / "vocab"
+    inst_dirs: dict[int, Path] = {}
+    if "vocab" in stages:
+        run_stage("vocab", vocab_dir, keys["vocab"], lambda tmp: build_vocab(vocab, corpus_dir, tmp))
+    if "instances" in stages:
+        for length in instances.max_seq_lengths:
+            name = f"instances/len{length}"
+            inst_dirs[length] = run_stage(
+                "instances", place(name, keys[name]), keys[name],
+                lambda tmp, n=length: build_instances(instances, corpus_dir, vocab_dir, tmp, n),
+                f"instances len{length}")
+    counts = {"corpus": read_manifest(corpus_dir)["counts"],
+              "vocab": read_manifest(vocab_dir)["counts"] if "vocab" in stages else {},
+              "instances": {n: read_manifest(p)["counts"] for n, p in inst_dirs.items()}}
+    return CorpusResult(corpus_dir, vocab_dir, inst_dirs, counts)
+
+
+def plan_corpus_stages(corpus: CorpusConfig, vocab: VocabConfig, instances: InstanceConfig,
+                       stages: tuple[str, ...] = ("corpus", "vocab", "instances")) -> str:
+    """Dry run of the first three stages: every source parses; what each stage would build."""
+    from orchestrator.corpus.stage import plan_corpus  # heavy: the stage's implementation
+    from orchestrator.instances.stage import plan_instances
+    from orchestrator.vocab.stage import plan_vocab
+
+    check_pretokenize(vocab, instances)
+    lines = [plan_corpus(corpus)]
+    if "vocab" in stages:
+        sizes = source_sizes(corpus)
+        small = sum(sizes[s.name] for s in corpus.sources if s.role in SMALL_ROLES)
+        lines.append("  " + plan_vocab(vocab, small, sum(sizes.values()) - small))
+    if "instances" in stages:
+        lines.append("  " + plan_instances(instances))
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Arms: their outputs, keys and places
+
+def by_name(run_dir: Path) -> Place:
+    """The plain chain's place: every output under the run directory by its name."""
+    return lambda name, key: Path(run_dir) / name
+
+
+def by_key(root: Path) -> Place:
+    """An experiment's place: ``root/<output>/<key>``, shared by the arms whose output it is."""
+    return lambda name, key: Path(root) / name / key
+
+
+@dataclasses.dataclass(frozen=True)
+class Output:
+    """One stage output of an arm: ``name`` (corpus, vocab, instances/len128, pretrain or
+    random-init), its content key, and where it lives."""
+
+    stage: str
+    name: str
+    key: str
+    path: Path
+
+    def done(self) -> bool:
+        return reusable(self.path, self.key) and (self.stage != "pretrain"
+                                                  or (self.path / "final" / "config.json").is_file())
+
+
+@dataclasses.dataclass
+class ArmPlan:
+    name: str
+    kind: str  # pretrain | random | model (see ExperimentConfig.arm_kind)
+    config: ChainConfig
+    outputs: list[Output]  # in build order
+    model_dir: Path  # what the sweep fine-tunes
+    made_by: str = ""  # a model arm: the job that makes its model (arms.<name>.made_by)
+    tags: dict[str, str] | None = None  # on its pretraining's MLflow run
+
+    @property
+    def missing(self) -> bool:
+        """A model arm whose model another job has not made yet."""
+        return self.kind == "model" and not (self.model_dir / "config.json").is_file()
+
+    @property
+    def augmented(self) -> bool:
+        return self.kind != "model" and "augment" in self.config.stages and self.config.augment.enabled
+
+
+def arm_outputs(arm: ChainConfig, kind: str, place: Place) -> list[Output]:
+    """An arm's outputs in build order (the stages of ``arm.stages`` it has), keyed from configs and input
+    files alone (nothing is built); a pretraining output's key is ``pretrain_key``, the one its
+    manifest records."""
+    stages = ("corpus", "vocab") if kind == "random" else tuple(s for s in CORPUS_STAGES if s in arm.stages)
+    if not stages:
+        return []
+    keys = corpus_keys(arm.corpus, arm.vocab, arm.instances, stages)
+    outputs = [Output(n.split("/")[0], n, k, place(n, k)) for n, k in keys.items()]
+    if kind == "random":
+        key = content_key("random-init", arm.pretrain.model, arm.pretrain.seed, keys["vocab"])
+        outputs.append(Output("pretrain", RANDOM_INIT, key, place(RANDOM_INIT, key)))
+    elif "pretrain" in arm.stages:
+        lengths = {n: keys[f"instances/len{n}"] for n in arm.instances.max_seq_lengths}
+        key = pretrain_key(arm.pretrain, lengths, keys["vocab"])
+        outputs.append(Output("pretrain", "pretrain", key, place("pretrain", key)))
+    return outputs
+
+
+def chain_arm(cfg: ChainConfig) -> ArmPlan:
+    """The plain chain as the one arm of an experiment, named ``model_name``, its outputs by name
+    under the run directory (``by_name``)."""
+    outputs = arm_outputs(cfg, "pretrain", by_name(cfg.run_dir))
+    return ArmPlan(cfg.model_name, "pretrain", cfg, outputs, cfg.run_dir / "pretrain" / "final")
+
+
+def arm_plans(cfg: ExperimentConfig) -> dict[str, ArmPlan]:
+    """Every arm's outputs and model directory (an experiment's arms by key under ``<run_dir>/stages``;
+    without arms, the chain's one arm), from configs and input files alone (nothing is built)."""
+    if not cfg.arms:
+        return {cfg.model_name: chain_arm(cfg.chain())}
+    place = by_key(cfg.run_dir / STAGES_DIR)
+    plans = {}
+    for name in cfg.arms:
+        arm, kind = cfg.arm(name), cfg.arm_kind(name)
+        if kind == "model":
+            entry = flatten(cfg.arms[name])
+            model_dir, made_by = Path(entry[ARM_MODEL]), str(entry.get(ARM_MADE_BY, ""))
+            if not (model_dir / "config.json").is_file() and not made_by:  # nothing here builds it
+                raise ConfigError(f"arms.{name}.model: {model_dir} is not a Hugging Face model directory "
+                                  "(no config.json)")
+            plans[name] = ArmPlan(name, kind, arm, [], model_dir, made_by)
+            continue
+        if "pretrain" not in arm.stages:
+            raise ConfigError(f"arms.{name}: an arm that pretrains needs the corpus, vocab, instances and pretrain "
+                              f"stages (stages: {list(arm.stages)}); to fine-tune given models only, drop the arms "
+                              "(arms={}: the default preset is an experiment) or make each one {model: <directory>}")
+        outputs = arm_outputs(arm, kind, place)
+        plans[name] = ArmPlan(name, kind, arm, outputs, outputs[-1].path / "final", tags={S.ARM: name})
+    return plans
+
+
+def shared_outputs(plans: dict[str, ArmPlan]) -> dict[str, tuple[Output, list[str]]]:
+    """Each distinct output (by key) and the arms that use it, in build order."""
+    graph: dict[str, tuple[Output, list[str]]] = {}
+    for plan in plans.values():
+        for out in plan.outputs:
+            graph.setdefault(out.key, (out, []))[1].append(plan.name)
+    return graph
+
+
+
+@dataclasses.dataclass
+class BuiltArm:
+    corpus: CorpusResult | None
+    pretrained: object | None = None  # orchestrator.pretrain.trainer.PretrainResult (not for random-init)
+    variant: Variant | None = None  # an augmented arm's sweep row
+
+
+def build_arm(arm: ArmPlan, run_dir: Path, sweep: SweepConfig | None = None,
+              announce: Callable[[str], None] | None = None) -> BuiltArm:
+    """Build (or reuse) the arm's outputs, each where its plan places it (Ray must be running); with
+    ``sweep``, an augmented arm's NER tasks too, as its sweep row. ``announce(stage)`` is called
+    before its pretraining starts (a progress line)."""
+    if arm.kind == "model" or not arm.outputs:
+        return BuiltArm(None)
+    from orchestrator.pretrain.trainer import random_init  # heavy: torch, transformers
+
+    a = arm.config
+    by_name_ = {o.name: o for o in arm.outputs}
+    wanted = tuple(dict.fromkeys(o.stage for o in arm.outputs if o.stage in CORPUS_STAGES))
+    corpus = corpus_stages(a.corpus, a.vocab, a.instances, run_dir, wanted,
+                           place=lambda name, key: by_name_[name].path, keys={o.name: o.key for o in arm.outputs})
+    built = BuiltArm(corpus)
+    last = arm.outputs[-1]
+    if last.name == RANDOM_INIT:
+        run_stage("pretrain", last.path, last.key,
+                  lambda tmp: random_init(a.pretrain, corpus.vocab_dir, tmp, dest=last.path),
+                  f"random initialisation ({arm.name})", units=(1.0, 0.0))  # the driver alone
+    elif last.stage == "pretrain":
+        if announce is not None:
+            announce("pretrain")
+        with output_lock(last.path):  # an arm sharing this pretraining waits, then reuses it
+            built.pretrained = pretrain_stage(a.pretrain, corpus.instances, corpus.vocab_dir, last.path, a.tracking,
+                                              run_dir, tags=arm.tags)
+    if sweep is not None and arm.augmented:
+        variant, = augment_stage(a.augment, sweep, {arm.name: arm.model_dir}, run_dir)
+        built.variant = dataclasses.replace(variant, name=arm.name)
+    return built
+
+
+def pretrain_stage(cfg: PretrainConfig, instances: dict[int, Path], tokenizer_dir: Path, out_dir: Path, tracking,
+                   run_dir: Path, tags: dict[str, str] | None = None):
+    """Pretrain (or resume, or reuse) into ``out_dir``: ``orchestrator.pretrain.trainer.pretrain``, whose
+    output records ``pretrain_key`` of these inputs (an arm's: the key its plan placed it by)."""
+    from orchestrator.pretrain.trainer import pretrain  # heavy: torch, transformers, Ray Train
+
+    return pretrain(cfg, instances, tokenizer_dir, out_dir, tracking, run_dir, run_tags=tags)
+
+
+def build_arms(cfg: ExperimentConfig, plans: dict[str, ArmPlan], run_dir: Path, status: dict[str, dict],
+               on_status: Callable[[], None]) -> list[Variant]:
+    """Every arm built (up to ``arm_workers`` at once); ``status`` holds each arm's outcome, and
+    ``on_status`` is called under a lock whenever it changes. A failing arm does not stop the others:
+    its error goes into its status, and an arm sharing the output it failed in is not retried.
+    Returns the augmented arms' sweep rows, in the arms' order."""
+    failed: dict[str, str] = {}  # output key -> the error that stopped it (arms sharing it are not retried)
+    variants: dict[str, Variant] = {}
+    guard = threading.Lock()  # status, failed, variants and the status records, across arm threads
+
+    def build(i: int, arm: ArmPlan) -> None:
+        log.info("[arm %d/%d] %s", i, len(plans), arm.name)
+        with guard:
+            blocked = next((o for o in arm.outputs if o.key in failed), None)
+            if blocked is not None:
+                status[arm.name] = {"status": "failed", "kind": arm.kind, "stage": blocked.name,
+                                    "error": f"shared with a failed arm: {failed[blocked.key]}"}
+                on_status()
+                return
+            status[arm.name] = {"status": "running", "kind": arm.kind}
+        stage = None
+        try:
+            variant = build_arm(arm, run_dir, cfg.sweep).variant
+            result = {"status": "ok", "kind": arm.kind, "model_dir": str(arm.model_dir)}
+        except Exception as exc:  # one arm's failure never stops the others
+            variant, stage = None, next((o for o in arm.outputs if not o.done()), None)
+            error = f"{type(exc).__name__}: {exc}"
+            log.error("arm %s failed%s: %s", arm.name, f" in {stage.name}" if stage else "", error)
+            result = {"status": "failed", "kind": arm.kind, "stage": stage.name if stage else None,
+                      "error": error}
+        with guard:
+            if stage is not None:
+                failed[stage.key] = result["error"]
+            if variant is not None:
+                variants[arm.name] = variant
+            status[arm.name] = result
+            on_status()
+
+    workers = arm_workers(cfg, plans)
+    if workers > 1:
+        log.info("building up to %d arms at once", workers)
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="arm") as pool:
+            for future in [pool.submit(build, i, arm) for i, arm in enumerate(plans.values(), 1)]:
+                future.result()
+    else:
+        for i, arm in enumerate(plans.values(), 1):
+            build(i, arm)
+    return [variants[name] for name in plans if name in variants]  # the arms' order, whatever finished first
+
+
+def arm_workers(cfg: ExperimentConfig, plans: dict[str, ArmPlan]) -> int:
+    """How many arms to build at once: ``cfg.arm_concurrency``, or for 0 as many pretraining jobs as the
+    connected Ray cluster's GPUs (``use_gpu``) or CPUs hold, at most one per arm that trains."""
+    if cfg.arm_concurrency:
+        return min(cfg.arm_concurrency, len(plans))
+    import ray  # heavy: ray
+
+    from orchestrator.pretrain.trainer import DATA_CPU_RESERVE, worker_cpus  # heavy: torch
+
+    training = [p for p in plans.values() if p.kind == "pretrain"] or list(plans.values())
+    pre = training[0].config.pretrain
+    resources = ray.cluster_resources()
+    if pre.use_gpu:  # an autoscaling cluster's GPU nodes count before they start: asking is what starts them
+        fit = possible_gpus() // pre.num_workers
+    else:
+        cpus = resources.get("CPU", 0.0)  # every job's Train workers, and CPUs left for the jobs' Ray Data reads
+        fit = (cpus - DATA_CPU_RESERVE) // (pre.num_workers * worker_cpus(pre, cpus) + DATA_CPU_RESERVE)
+    return max(1, min(len(plans), int(fit)))
+
+
+
+def sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, tracking, run_dir: Path,
+          variants: list[Variant] = (), row_tags: dict[str, dict[str, str]] | None = None):
+    """The one sweep over the models (and the augmented rows): ``orchestrator.sweep.runner.run_sweep``."""
+    from orchestrator.sweep.runner import run_sweep  # heavy: Ray Tune, torch
+
+    return run_sweep(cfg, models, out_dir, tracking, run_dir, list(variants), row_tags=row_tags)
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks before anything is written
+
+def check_inputs(cfg: ChainConfig) -> None:
+    """The checks that cost no pass over the data, made before anything is written or started:
+    source files exist and are not empty, model directories hold a config, task files exist."""
+    if "corpus" in cfg.stages:
+        input_stats(cfg.corpus)
+    check_writable_dir(cfg.run_dir, "runs_root/run_name")
+    if "vocab" in cfg.stages:
+        for path in cfg.vocab.target_paths:
+            if not Path(path).is_file():
+                raise InputError(path, "vocab target file does not exist", expected="a text or task file")
+    for name, path in cfg.compare_models.items():
+        if not (Path(path) / "config.json").is_file():
+            raise ConfigError(f"compare_models.{name}: {path} is not a Hugging Face model directory "
+                              "(no config.json)")
+    if "sweep" in cfg.stages:
+        for task, spec in space_tasks(cfg.sweep.space).items():
+            flat = dataclasses.replace(spec, dir="")
+            for split in spec.file_splits:
+                path = flat.split_path(Path(task_data_dir(cfg.sweep, task, spec)), split)
+                if not path.is_file():
+                    raise InputError(path, f"file not found for task {spec.name}", expected=f"its {split} split")
+
+
+
+# ---------------------------------------------------------------------------------------------
+# The augmentation stage
+
+def augment_stage(cfg: AugmentStageConfig, sweep: SweepConfig, models: dict[str, Path], run_dir: Path) -> list:
+    """Every NER task of the sweep's space augmented once per model (``run_dir/augment/<model>/<task>``,
+    reused by key); returns the sweep variants ``<model>+filtered-bert`` that fine-tune on them
+    (``<model>+repeated`` with method ``repeat``, the equal-steps control)."""
+    from orchestrator.augment.pipeline import augment_key, augment_task  # heavy: torch, fastText
+
+    space = sweep.space
+    ner = {task: spec for task, spec in space_tasks(space).items() if spec.family == "ner"}
+    if not ner:
+        log.warning("augment: the search space has no NER task; nothing to augment")
+        return []
+    variants = []
+    for name, model_dir in models.items():
+        mlm = Path(cfg.model_dir or model_dir)
+        task_dirs = {}
+        for task, spec in ner.items():
+            data_dir = task_data_dir(sweep, task, spec)
+            flat = dataclasses.replace(spec, dir="")
+
+            def build(tmp: Path, flat=flat, data_dir=data_dir, mlm=mlm) -> None:
+                augment_task(flat, data_dir, tmp, mlm, cfg.augment, cfg.similarity, cfg.ray,
+                             max_train_sentences=space.max_train_examples)
+
+            key = augment_key(flat, data_dir, mlm, cfg.augment, cfg.similarity, space.max_train_examples)
+            out = run_stage("augment", run_dir / "augment" / safe_name(name) / task_key(task), key, build,
+                            f"augment {name}/{spec.name}")
+            task_dirs[task] = str(out)
+        suffix = REPEATED_SUFFIX if cfg.augment.method == "repeat" else AUGMENTED_SUFFIX
+        variants.append(Variant(name + suffix, str(model_dir), task_dirs))
+    return variants
+
+
+def augment_plan(cfg: AugmentStageConfig) -> str:
+    """The dry run's line for the augmentation stage."""
+    a = cfg.augment
+    if a.method == "repeat":
+        return (f"repeat (the equal-steps control): every NER task's training sentences plus {a.multiple:g} x as "
+                f"many unchanged copies, as many as filtered-BERT writes; rows <model>{REPEATED_SUFFIX}")
+    return (f"MLM: {cfg.model_dir or 'each model itself'}; k={a.words_per_sentence}, cos > {a.min_similarity}, "
+            f"{a.multiple:g} x the training sentences; every NER task of the sweep gets a row "
+            f"<model>{AUGMENTED_SUFFIX}")
