@@ -117,15 +117,28 @@ def run_chain(cfg: ExperimentConfig) -> ChainResult:
     check_inputs(cfg)  # before Ray starts and before the run directory is written to
     check_corpus_outputs(run_dir, cfg.instances, cfg.stages)
     (arm,) = arm_plans(cfg).values()
+
+    def stages(info: dict, started: float) -> ChainResult:
+        result = _chain_stages(cfg, arm, run_dir)
+        result.costs = {cfg.model_name: chain_costs(cfg, run_dir, since=started)}
+        return result
+
+    return _in_ray_session(cfg, stages)
+
+
+def _in_ray_session(cfg: ExperimentConfig, body) -> ChainResult:
+    """What the chain and the experiment both do around their stages: the run directory and its config,
+    the seed, Ray (with the job's log file) and the run's wall time. ``body(info, started)`` runs the
+    stages; Ray is shut down before returning, so workers' buffered output is flushed before the summary."""
+    run_dir = cfg.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(run_dir / "chain_config.json", to_dict(cfg))
     seed_everything(cfg.seed)
     started = time.time()
-    # Ray is shut down before returning so that workers' buffered output is flushed before the summary.
     with ray_session(address=cfg.ray.address or None, num_cpus=cfg.ray.num_cpus or None,
                      log_file=run_dir / LOG_PATH) as info:
-        result = _chain_stages(cfg, arm, run_dir, info)
-    result.costs = {cfg.model_name: chain_costs(cfg, run_dir, since=started)}
+        log.info("Ray %s with %s", info["mode"], {k: v for k, v in info["resources"].items() if k in ("CPU", "GPU")})
+        result = body(info, started)
     result.log_file, result.wall_s = info["log_file"], time.time() - started
     return result
 
@@ -138,8 +151,7 @@ def chain_costs(cfg: ChainConfig, run_dir: Path, *, since: float) -> list[StageC
     return [c for c in costs if c is not None]
 
 
-def _chain_stages(cfg: ExperimentConfig, arm: ArmPlan, run_dir: Path, info: dict) -> ChainResult:
-    log.info("Ray %s with %s", info["mode"], {k: v for k, v in info["resources"].items() if k in ("CPU", "GPU")})
+def _chain_stages(cfg: ExperimentConfig, arm: ArmPlan, run_dir: Path) -> ChainResult:
     tracking_uri = effective_uri(cfg.tracking, run_dir) if cfg.tracking.enabled else ""
     stages = cfg.active_stages
     total = len(stages)
@@ -278,19 +290,13 @@ def run_experiment(cfg: ExperimentConfig) -> ChainResult:
         kenlm_binary("lmplz"), kenlm_binary("build_binary")  # fail before any arm is built, not after
     if cfg.retrieval.enabled:
         check_retrieval_inputs(cfg)  # bad or unaligned text, a missing extra model: before any arm is built
-    run_dir = cfg.run_dir
-    run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(run_dir / "chain_config.json", to_dict(cfg))
-    seed_everything(cfg.seed)
-    started = time.time()
-    with ray_session(address=cfg.ray.address or None, num_cpus=cfg.ray.num_cpus or None,
-                     log_file=run_dir / LOG_PATH) as info:
-        log.info("Ray %s with %s", info["mode"], {k: v for k, v in info["resources"].items() if k in ("CPU", "GPU")})
+
+    def arms(info: dict, started: float) -> ChainResult:
         if info["log_file"]:
             log.info("Ray's, Tune's and the workers' own output: %s", info["log_file"])
-        result = _run_arms(cfg, plans, run_dir, started)
-    result.log_file, result.wall_s = info["log_file"], time.time() - started
-    return result
+        return _run_arms(cfg, plans, cfg.run_dir, started)
+
+    return _in_ray_session(cfg, arms)
 
 
 def arm_costs(cfg: ExperimentConfig, plans: dict[str, ArmPlan], run_dir: Path, *, since: float
