@@ -139,6 +139,8 @@ def test_two_nodes_in_a_fresh_process():
     res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"{__file__}::{test}"],
                          cwd=Path(__file__).resolve().parents[1], env={**clean, INNER: "1"},
                          capture_output=True, text=True, timeout=900)
+    if res.returncode == 0 and "1 skipped" in res.stdout and not (DATA / "pubmed_sample").is_dir():
+        pytest.skip("../shared/data not present")  # what the inner test said
     assert res.returncode == 0 and "1 passed" in res.stdout, res.stdout[-5000:] + res.stderr[-3000:]
 
 
