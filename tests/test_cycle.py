@@ -100,7 +100,10 @@ def test_the_tiny_preset_runs_two_cycles_and_each_manifest_names_the_extractor_b
 
     root = Path(__file__).resolve().parents[1]
     res = subprocess.run([sys.executable, str(root / "jobs" / "entity_cycle.py"), "--preset", "tiny",
-                          f"runs_root={tmp_path}", "ray.num_cpus=2"], capture_output=True, text=True, timeout=900,
+                          f"runs_root={tmp_path}", "ray.num_cpus=2",
+                          # half the preset's corpus and a third of its steps: what is checked is the wiring
+                          "corpus.mixer.units=2", "pretrain.phase1.steps=10", "eval_instances=128"],
+                         capture_output=True, text=True, timeout=900,
                          cwd=root)
     assert res.returncode == 0, res.stderr[-3000:]
     run_dir = tmp_path / "entity_cycle_tiny"

@@ -241,7 +241,7 @@ def test_a_failing_arm_does_not_stop_the_others(tmp_path):
 
 def _kenlm_built() -> bool:
     from orchestrator.core.errors import OrchestratorError
-    from orchestrator.selection.scoring import kenlm_binary
+    from orchestrator.selection.measures import kenlm_binary
 
     try:
         kenlm_binary("lmplz"), kenlm_binary("build_binary")

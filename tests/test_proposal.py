@@ -88,7 +88,7 @@ def test_the_weighted_mixer_feeds_each_source_its_share():
 @pytest.fixture(scope="module")
 def proposal(tmp_path_factory):
     """The job's tiny preset (the bundled corpora against the bundled BC5CDR-chem and HoC text), run."""
-    from orchestrator.selection.scoring import kenlm_binary
+    from orchestrator.selection.measures import kenlm_binary
     from orchestrator.workflows.propose_mix import ProposalConfig, run
 
     try:

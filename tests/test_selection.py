@@ -11,8 +11,7 @@ import pytest
 from scipy.spatial.distance import jensenshannon
 
 from orchestrator.core.errors import ConfigError, InputError
-from orchestrator.selection.scoring import (
-    SelectionConfig,
+from orchestrator.selection.measures import (
     correlations,
     is_content_word,
     jensen_shannon,
@@ -22,11 +21,11 @@ from orchestrator.selection.scoring import (
     profile_target,
     ranked_table,
     read_units,
-    score_source,
     tokenize,
     type_token_ratio,
     vocabulary_covered,
 )
+from orchestrator.selection.scoring import SelectionConfig, score_source
 
 
 def test_tokenize_lowercases_and_splits_punctuation():
@@ -175,7 +174,7 @@ def test_source_smaller_than_budget_errors_or_is_scored_whole(tmp_path: Path):
 
 
 def test_target_tasks_group_files_by_task_name():
-    from orchestrator.selection.scoring import target_tasks
+    from orchestrator.selection.measures import target_tasks
 
     assert target_tasks(["d/hoc/train.tsv", "d/hoc/dev.tsv", "d/BC5CDR-chem-IOB/devel.tsv", "x/notes.txt",
                          "mine=a.txt", "mine=b.txt"]) == {
@@ -185,7 +184,7 @@ def test_target_tasks_group_files_by_task_name():
 
 def test_whole_source_mode_scores_per_task_with_real_kenlm(tmp_path: Path):
     pytest.importorskip("kenlm")
-    from orchestrator.selection.scoring import kenlm_binary
+    from orchestrator.selection.measures import kenlm_binary
 
     try:
         kenlm_binary("lmplz")

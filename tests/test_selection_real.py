@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.core.manifest import read_manifest
-from orchestrator.selection.scoring import kenlm_binary
+from orchestrator.selection.measures import kenlm_binary
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 TARGETS = [DATA / "ner" / "BC5CDR-chem-IOB" / "devel.tsv", DATA / "hoc" / "dev.tsv", DATA / "chemprot" / "dev.tsv"]

@@ -98,9 +98,9 @@ def cluster_units() -> tuple[float, float]:
     return float(available_cpus()), 0.0
 
 
-def duration(seconds: float) -> str:
-    """12.3s, 4m05s, 1h02m."""
-    if seconds < 60:
+def duration(seconds: float, tenths: bool = True) -> str:
+    """12.3s, 4m05s, 1h02m; with ``tenths=False`` a short time reads 0m12s, as a progress line's columns do."""
+    if seconds < 60 and tenths:
         return f"{seconds:.1f}s"
     minutes = int(seconds // 60)
     return f"{minutes // 60}h{minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m{int(seconds % 60):02d}s"

@@ -22,6 +22,7 @@ import torch
 
 from orchestrator.core.config import is_number
 from orchestrator.core.console import due, worker_line
+from orchestrator.core.cost import duration
 from orchestrator.core.errors import OrchestratorError
 from orchestrator.core.runtime import seed_everything
 from orchestrator.instances.config import Specials
@@ -250,17 +251,12 @@ class Progress:
         done = phase_step - self.start_step
         rate = done / max(now - self.started, 1e-9)
         eta = (self.steps - phase_step) / rate if rate > 0 else float("inf")
-        left = f", about {_duration(eta)} left" if phase_step < self.steps and math.isfinite(eta) else ""
+        left = f", about {duration(eta, tenths=False)} left" if phase_step < self.steps and math.isfinite(eta) else ""
         line = (f"{self.phase_name}: step {phase_step}/{self.steps}, MLM loss {mlm_loss:.4f}, accuracy "
                 f"{mlm_accuracy:.3f}, {rate:.2f} steps/s" + (f" ({throughput})" if throughput else "")
-                + f", {_duration(now - self.started)} elapsed" + left)
+                + f", {duration(now - self.started, tenths=False)} elapsed" + left)
         worker_line(line, is_progress=True)
         return line
-
-
-def _duration(seconds: float) -> str:
-    minutes = int(seconds // 60)
-    return f"{minutes // 60}h{minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m{int(seconds % 60):02d}s"
 
 
 def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:

@@ -45,12 +45,8 @@ def score_arm(name: str, cfg: ArmScoringConfig, sources: Sequence[File], targets
     """Score one arm's sources against every target task into ``out_dir`` (``scores.json`` and a
     manifest): ``{"measures": {ppl, jsd, tvc, ttr} (all targets pooled), "by_task": {task: {...}},
     "tokens", "sample_tokens", "whole_source"}``."""
-    from orchestrator.selection.scoring import (  # heavy: numpy, KenLM
-        SelectionConfig,
-        profile_target,
-        read_units,
-        score_source,
-    )
+    from orchestrator.selection.measures import profile_target, read_units  # heavy: numpy, KenLM
+    from orchestrator.selection.scoring import SelectionConfig, score_source
 
     if not sources:
         raise ConfigError(f"arm {name}: no corpus source to score")

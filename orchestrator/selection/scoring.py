@@ -25,24 +25,18 @@ import numpy as np
 from orchestrator.core.config import field
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.selection.measures import (
-    FUNCTION_WORDS,
     MEASURES,
     TargetProfile,
     build_kenlm,
-    correlations,
     input_files,
-    is_content_word,
     jensen_shannon,
-    kenlm_binary,
     merge_profiles,
     ngrams,
     perplexity,
     plan_samples,
     profile_target,
-    ranked_table,
     read_units,
     target_tasks,
-    task_correlations,
     tokenize,
     type_token_ratio,
     vocabulary_covered,
@@ -237,9 +231,4 @@ def load_targets(cfg: SelectionConfig) -> dict[str, TargetProfile]:
     return profiles
 
 
-__all__ = ["SelectionConfig", "SourceScore", "InputFile", "TargetProfile", "MEASURES",
-           "FUNCTION_WORDS",
-           "score_source", "load_targets", "target_tasks", "merge_profiles",
-           "profile_target", "tokenize", "is_content_word", "read_units", "input_files", "ngrams",
-           "jensen_shannon", "type_token_ratio", "vocabulary_covered", "perplexity", "plan_samples",
-           "kenlm_binary", "build_kenlm", "correlations", "task_correlations", "ranked_table"]
+__all__ = ["SelectionConfig", "SourceScore", "InputFile", "score_source", "load_targets"]

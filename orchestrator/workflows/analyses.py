@@ -72,7 +72,7 @@ def _scoring_outputs(cfg: ExperimentConfig, arms) -> tuple[dict[str, tuple[str, 
 
 def selection_plan(cfg: ExperimentConfig, plans: dict[str, ArmPlan]) -> str:
     """The dry run's section: which arms are scored (shared by key), against which task text."""
-    from orchestrator.selection.scoring import kenlm_binary, read_units, tokenize  # heavy: numpy
+    from orchestrator.selection.measures import kenlm_binary, read_units, tokenize  # heavy: numpy
 
     outputs, targets = _scoring_outputs(cfg, plans.values())
     s = cfg.selection

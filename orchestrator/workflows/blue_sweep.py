@@ -285,7 +285,7 @@ def run_experiment(cfg: ExperimentConfig) -> ChainResult:
                               f"{arm.made_by}")
         check_inputs(arm.config)  # every arm's inputs, before Ray starts and before anything is written
     if cfg.selection.enabled:
-        from orchestrator.selection.scoring import kenlm_binary  # heavy: numpy
+        from orchestrator.selection.measures import kenlm_binary  # heavy: numpy
 
         kenlm_binary("lmplz"), kenlm_binary("build_binary")  # fail before any arm is built, not after
     if cfg.retrieval.enabled:

@@ -107,7 +107,7 @@ def candidate_files(corpus: CorpusConfig) -> dict[str, list[tuple[str, str, str]
 
 def candidates_key(cfg: ProposalConfig) -> str:
     """What the scores depend on (``scoring_key``): the candidates' files and formats, the targets, the settings."""
-    from orchestrator.selection.scoring import target_tasks  # heavy: numpy
+    from orchestrator.selection.measures import target_tasks  # heavy: numpy
 
     targets = {task: [(p, "auto", "text") for p in paths] for task, paths in target_tasks(cfg.targets).items()}
     return scoring_key(cfg, candidate_files(cfg.corpus), targets)
@@ -182,7 +182,7 @@ def run(cfg: ProposalConfig) -> ProposalResult:
     if cfg.scores:
         scores, key, where = read_scores(cfg), "", cfg.scores
     else:
-        from orchestrator.selection.scoring import kenlm_binary  # heavy: numpy
+        from orchestrator.selection.measures import kenlm_binary  # heavy: numpy
 
         kenlm_binary("lmplz"), kenlm_binary("build_binary")
         key, where = candidates_key(cfg), "the scoring"
@@ -241,7 +241,8 @@ def plan(cfg: ProposalConfig) -> str:
         lines.append(f"scores: read from {cfg.scores}; weights: "
                      + ", ".join(f"{n} {w:.3f}" for n, w in weights.items()))
     else:
-        from orchestrator.selection.scoring import kenlm_binary, load_targets  # heavy: numpy
+        from orchestrator.selection.measures import kenlm_binary  # heavy: numpy
+        from orchestrator.selection.scoring import load_targets  # heavy: numpy
 
         for task, t in load_targets(_selection_config(cfg)).items():
             lines.append(f"target task {task}: {t.tokens} tokens, {len(t.lines)} units")

@@ -43,6 +43,7 @@ from orchestrator.corpus.sources import source_files
 from orchestrator.corpus.stage import CorpusConfig, input_stats, source_sizes
 from orchestrator.formats import text_units
 from orchestrator.pretrain.proxy import POOLS_STAGE, PoolConfig, ProxyModelConfig
+from orchestrator.selection.measures import target_tasks
 from orchestrator.selection.regmix import (
     RegressionConfig,
     cross_validate,
@@ -51,7 +52,6 @@ from orchestrator.selection.regmix import (
     natural_proportions,
     search_simplex,
 )
-from orchestrator.selection.scoring import target_tasks
 from orchestrator.track import TrackingConfig, effective_uri
 from orchestrator.workflows.config import RayConfig, sample_corpus
 from orchestrator.workflows.propose_mix import CORPUS_FILE, PROPOSAL_FILE, proposal_corpus, write_proposal

@@ -18,21 +18,18 @@ from pathlib import Path
 from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
 from orchestrator.core.manifest import atomic_dir, atomic_write_json, atomic_write_text, write_manifest
 from orchestrator.core.runtime import ray_session
-from orchestrator.selection.scoring import (
-    SelectionConfig,
-    SourceScore,
+from orchestrator.selection.measures import (
     TargetProfile,
     correlations,
     input_files,
     kenlm_binary,
-    load_targets,
     ranked_table,
     read_units,
-    score_source,
     target_tasks,
     task_correlations,
     tokenize,
 )
+from orchestrator.selection.scoring import SelectionConfig, SourceScore, load_targets, score_source
 
 log = logging.getLogger(__name__)
 
