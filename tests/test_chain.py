@@ -126,8 +126,8 @@ def test_chain_on_real_data(tmp_path, shared_data):
     # (orchestrator/finetune/tasks/chemprot_resplit.yaml). compare_models.<name>=<dir>: the override without spaces.
     res = run_job("blue_sweep.py", "--config", str(ROOT / "configs" / "real_data.yaml"), f"runs_root={tmp_path}",
                   "run_name=real", f"compare_models.minilm={get_model_path()}",
-                  "pretrain.phase1.steps=40", "pretrain.phase2.steps=4", "corpus.mixer.units=4",
-                  "sweep.seeds=[1]", "sweep.max_train_examples=80", "sweep.max_eval_examples=50",
+                  "pretrain.phase1.steps=20", "pretrain.phase2.steps=2", "corpus.mixer.units=2",
+                  "sweep.seeds=[1]", "sweep.max_train_examples=40", "sweep.max_eval_examples=30",
                   timeout=1500)
     assert res.returncode == 0, (res.stdout[-3000:], res.stderr[-5000:])
     _assert_chain_outcome(tmp_path / "real", res.stdout, {"ours", "minilm"},

@@ -184,3 +184,52 @@ def test_a_sweep_whose_logging_process_is_killed_is_completed_by_a_re_run(tmp_pa
     # logged completely, the cell is kept as it is by the next re-run
     assert log_sweep(TrackingConfig(), tmp_path, **{k: v for k, v in args.items() if k != "run_dir"}) == parent
     assert sorted(r.info.run_id for r in client.search_runs([exp])) == sorted(r.info.run_id for r in live)
+
+
+def _store_contents(db_file) -> tuple:
+    """What an empty store holds that matters: its schema, its migration head, its experiments (times aside)."""
+    import sqlite3
+
+    with sqlite3.connect(db_file) as db:
+        # a table's clauses sorted: MLflow itself writes a table's constraints in no fixed order
+        schema = sorted((kind, name, sorted((sql or "").replace(", \n", "\n").splitlines()))
+                        for kind, name, sql in db.execute("SELECT type, name, sql FROM sqlite_master"))
+        head = db.execute("SELECT version_num FROM alembic_version").fetchall()
+        experiments = db.execute("SELECT experiment_id, name, artifact_location, lifecycle_stage FROM experiments"
+                                 ).fetchall()
+    return schema, head, experiments
+
+
+def test_a_new_run_directory_store_is_the_store_mlflow_would_have_made(tmp_path, monkeypatch):
+    """A new SQLite store starts as a copy of the empty one kept in the cache (made once by MLflow):
+    the same tables, migration head and Default experiment, whose artifact location still follows the
+    working directory, as MLflow's own does."""
+    from orchestrator.track import TrackingConfig, effective_uri
+    from orchestrator.track.local_store import cache_dir
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    made_by_mlflow = tmp_path / "plain" / "mlflow.db"
+    made_by_mlflow.parent.mkdir()
+    mlflow.MlflowClient(f"sqlite:///{made_by_mlflow}").search_experiments()
+    first, second = tmp_path / "run1", tmp_path / "run2"
+    first.mkdir(), second.mkdir()
+    effective_uri(TrackingConfig(), first)  # makes the kept empty store, then copies it
+    templates = list(cache_dir().glob("mlflow-*-empty.db"))
+    assert [p.name for p in templates] == [f"mlflow-{mlflow.__version__}-empty.db"]
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    effective_uri(TrackingConfig(), second)  # a copy, made from another working directory
+    assert _store_contents(first / "mlflow.db") == _store_contents(made_by_mlflow)
+    schema, head, experiments = _store_contents(second / "mlflow.db")
+    assert (schema, head) == _store_contents(made_by_mlflow)[:2]
+    assert experiments == [(0, "Default", str(tmp_path / "elsewhere" / "mlruns" / "0"), "active")]
+    # the copy is a working store: an experiment and a run go in and come back
+    client = mlflow.MlflowClient(f"sqlite:///{second / 'mlflow.db'}")
+    run = client.create_run(ensure_experiment(f"sqlite:///{second / 'mlflow.db'}", "exp", second))
+    client.log_metric(run.info.run_id, "f1", 0.5)
+    assert client.get_run(run.info.run_id).data.metrics == {"f1": 0.5}
+    # an existing store is never replaced
+    before = (second / "mlflow.db").stat().st_mtime_ns
+    effective_uri(TrackingConfig(), second)
+    assert (second / "mlflow.db").stat().st_mtime_ns == before

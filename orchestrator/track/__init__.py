@@ -21,6 +21,7 @@ from pathlib import Path
 
 from orchestrator.core.config import field, flatten
 from orchestrator.track.experiments import ensure_experiment
+from orchestrator.track.local_store import start_local_store
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,8 @@ def probe(uri: str, timeout: float = PROBE_TIMEOUT_S) -> str | None:
 
 def effective_uri(tracking: TrackingConfig, run_dir) -> str:
     """The store this process logs to: the configured one when it answers (checked once, with a
-    short timeout), else the run directory's SQLite store, with one warning."""
+    short timeout), else the run directory's SQLite store, with one warning. A SQLite store that
+    does not exist yet is made from a kept empty one (``local_store``: milliseconds, not seconds)."""
     configured = tracking.resolve_uri(run_dir)
     if configured not in _EFFECTIVE:
         problem = probe(configured)
@@ -77,6 +79,7 @@ def effective_uri(tracking: TrackingConfig, run_dir) -> str:
             log.warning("MLflow at %s does not answer (%s): this run logs to %s instead and trains on "
                         "(open it with: mlflow ui --backend-store-uri %s)", configured, problem, fallback, fallback)
             _EFFECTIVE[configured] = fallback
+    start_local_store(_EFFECTIVE[configured])
     return _EFFECTIVE[configured]
 
 
