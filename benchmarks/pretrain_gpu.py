@@ -13,9 +13,11 @@ masked by ``micro_batches`` on the loop's ``Prefetcher`` thread, copied to the d
 DistributedDataParallel (a process group of one: nccl on CUDA, gloo on CPU, so DDP's hooks and its
 gradient all-reduce run, with ``no_sync`` on the accumulated micro-batches), the optimizer with
 clipping and loss scaling, and the all-reduce of the step's statistics, as the loop does. The
-instances are synthetic (random ids, every row full length, so no padding; masks drawn as the
-instances stage records them). The clock is read after ``--warmup`` steps, with the device
-synchronised around the timed steps.
+instances are synthetic (random ids; masks drawn as the instances stage records them); with
+``--lengths real`` (the default) the rows are as long as real instances' (37 % full length, the rest
+shorter, about a quarter of a batch's positions padding), with ``--lengths full`` every row is full
+length (no padding: how the figures before ``pretrain.speed.unpad`` were measured). The clock is read
+after ``--warmup`` steps, with the device synchronised around the timed steps.
 
 Per configuration: seq/s, tokens/s, MFU, the first step's time (it holds torch.compile's compile, so
 it is reported apart from the steady state), the share of the timed steps spent waiting for the
@@ -47,32 +49,48 @@ VOCAB = 30522  # BERT's uncased vocabulary size
 SPECIAL = {"pad": 0, "cls": 2, "sep": 3, "mask": 4}
 
 
-def write_instances(out: Path, rows: int, length: int, masking: str, seed: int = 0) -> Path:
-    """Synthetic NSP instances in the instances stage's parquet schema: [CLS] A [SEP] B [SEP], full
-    length; static masks as the stage draws them (15 %, at most 20 per 128 tokens), or none (dynamic)."""
+#: Real instances' lengths (benchmarks/RESULTS.md, two length-128 sets from ../shared/data): 37 % of the
+#: rows full length, the others shorter; batched and padded to their longest row, 25-26 % padding.
+FULL_SHARE = 0.37
+
+
+def row_lengths(gen: np.random.Generator, rows: int, length: int, lengths: str) -> np.ndarray:
+    """Each row's real length: ``full`` = every row ``length`` (no padding, the earlier figures);
+    ``real`` = FULL_SHARE of the rows full, the rest uniform between a quarter and all of ``length``."""
+    if lengths == "full":
+        return np.full(rows, length)
+    short = gen.integers(max(8, length // 4), length, size=rows)
+    return np.where(gen.random(rows) < FULL_SHARE, length, short)
+
+
+def write_instances(out: Path, rows: int, length: int, masking: str, seed: int = 0, lengths: str = "full") -> Path:
+    """Synthetic NSP instances in the instances stage's parquet schema: [CLS] A [SEP] B [SEP], each row
+    as long as ``row_lengths`` says; static masks as the stage draws them (15 %, at most 20 per 128
+    tokens), or none (dynamic)."""
     import pyarrow as pa  # heavy: pyarrow
     import pyarrow.parquet as pq
 
     gen = np.random.default_rng(seed)
-    ids = gen.integers(5, VOCAB, size=(rows, length), dtype=np.int32)
-    split = gen.integers(length // 4, 3 * length // 4, size=rows)
-    ids[:, 0] = SPECIAL["cls"]
-    ids[np.arange(rows), split] = SPECIAL["sep"]
-    ids[:, -1] = SPECIAL["sep"]
-    types = (np.arange(length)[None, :] > split[:, None]).astype(np.int8)
-    predictions = max(1, min(round(0.15 * length), round(20 * length / 128)))
+    sizes = row_lengths(gen, rows, length, lengths)
+    ids = [gen.integers(5, VOCAB, size=n, dtype=np.int32) for n in sizes]
+    split = [int(gen.integers(n // 4, 3 * n // 4)) for n in sizes]
+    types = []
+    for row, cut in zip(ids, split):
+        row[0], row[cut], row[-1] = SPECIAL["cls"], SPECIAL["sep"], SPECIAL["sep"]
+        types.append((np.arange(len(row)) > cut).astype(np.int8))
     positions, originals = [], []
-    for r in range(rows):
+    for row, cut in zip(ids, split):
         if masking == "static":
-            candidates = np.setdiff1d(np.arange(1, length - 1), [split[r]])
+            predictions = max(1, min(round(0.15 * len(row)), round(20 * length / 128)))
+            candidates = np.setdiff1d(np.arange(1, len(row) - 1), [cut])
             chosen = np.sort(gen.choice(candidates, size=predictions, replace=False)).astype(np.int32)
             positions.append(chosen)
-            originals.append(ids[r, chosen].copy())
-            ids[r, chosen] = SPECIAL["mask"]
+            originals.append(row[chosen].copy())
+            row[chosen] = SPECIAL["mask"]
         else:
             positions.append(np.zeros(0, np.int32))
             originals.append(np.zeros(0, np.int32))
-    table = pa.table({"input_ids": list(ids), "token_type_ids": list(types), "masked_lm_positions": positions,
+    table = pa.table({"input_ids": ids, "token_type_ids": types, "masked_lm_positions": positions,
                       "masked_lm_ids": originals, "next_sentence_label": gen.integers(0, 2, rows).astype(np.int8)},
                      schema=pa.schema([("input_ids", pa.list_(pa.int32())), ("token_type_ids", pa.list_(pa.int8())),
                                        ("masked_lm_positions", pa.list_(pa.int32())),
@@ -104,17 +122,21 @@ def device_name(device: torch.device) -> str:
 
 
 def speed_configs(ablate: str, compile_on: bool, optim: str) -> list[tuple[str, dict]]:
-    """(label, pretrain.speed overrides): all on, then each technique off in turn, then all off."""
-    on = {"masked_only_head": True, "attention": "sdpa", "fused_optimizer": True, "compile": compile_on}
+    """(label, pretrain.speed overrides): all on, then each technique off in turn, then all off. unpad and
+    compile exclude each other (the unpadded encoder bypasses the compiled one): with compile on, "all on"
+    compiles and a row "unpad, no compile" measures the other choice."""
+    on = {"masked_only_head": True, "attention": "sdpa", "fused_optimizer": True, "compile": compile_on,
+          "unpad": not compile_on}
     configs = [("all on", on)]
     if ablate == "none":
         return configs
     offs = [("masked_only_head", False), ("attention", "eager")]
     if optim == "adamw":  # LAMB is always multi-tensor: the switch changes nothing there
         offs.append(("fused_optimizer", False))
-    if compile_on:
-        offs.append(("compile", False))
+    offs.append(("compile", False) if compile_on else ("unpad", False))
     configs += [(f"- {key}" if value is False else f"- {key}={value}", {**on, key: value}) for key, value in offs]
+    if compile_on:
+        configs.append(("unpad, no compile", {**on, "compile": False, "unpad": True}))
     configs.append(("all off", {**on, **dict(offs)}))
     return configs
 
@@ -158,8 +180,9 @@ def measure(size: str, precision: str, speed: dict, batch: int, accumulation: in
     special = Specials(cls=SPECIAL["cls"], sep=SPECIAL["sep"], mask=SPECIAL["mask"], vocab_size=VOCAB,
                        continuation=frozenset(), pad=SPECIAL["pad"])
     model = build_model(cfg.model, VOCAB, SPECIAL["pad"], attention=cfg.speed.attention).to(device)
-    module = DistributedDataParallel(PretrainingModule(model, masked_only=cfg.speed.masked_only_head),
-                                     device_ids=[device.index] if device.type == "cuda" else None)
+    module = DistributedDataParallel(
+        PretrainingModule(model, masked_only=cfg.speed.masked_only_head, unpad=cfg.speed.unpad),
+        device_ids=[device.index] if device.type == "cuda" else None)
     if cfg.speed.compile:
         compile_encoder(model)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -218,7 +241,7 @@ def measure(size: str, precision: str, speed: dict, batch: int, accumulation: in
 
 
 def step_ratios(size: str, batch: int, length: int, steps: int, repeats: int, device: torch.device,
-                precision: str, optim: str) -> dict:
+                precision: str, optim: str, lengths: str = "full") -> dict:
     """The engine's ``train_step`` alone (no Ray Data, no DDP: the model's work only), each technique
     off against all on, interleaved ``repeats`` times on the same pre-collated batches: the median
     ratio of step times. On a loaded CPU this isolates what a technique saves from the data path's
@@ -236,8 +259,9 @@ def step_ratios(size: str, batch: int, length: int, steps: int, repeats: int, de
     special = Specials(cls=SPECIAL["cls"], sep=SPECIAL["sep"], mask=SPECIAL["mask"], vocab_size=VOCAB,
                        continuation=frozenset(), pad=SPECIAL["pad"])
     gen = np.random.default_rng(0)
-    rows = {"input_ids": list(gen.integers(5, VOCAB, size=(batch, length))), "token_type_ids":
-            [np.zeros(length, np.int64)] * batch, "next_sentence_label": gen.integers(0, 2, batch)}
+    sizes = row_lengths(gen, batch, length, lengths)
+    rows = {"input_ids": [gen.integers(5, VOCAB, size=n) for n in sizes], "token_type_ids":
+            [np.zeros(n, np.int64) for n in sizes], "next_sentence_label": gen.integers(0, 2, batch)}
     batches = [_to_device({k: torch.from_numpy(v) for k, v in collate(rows, special, rule=MaskingRule(),
                                                                       gen=gen).items()}, device)
                for _ in range(steps)]
@@ -251,9 +275,9 @@ def step_ratios(size: str, batch: int, length: int, steps: int, repeats: int, de
         torch.manual_seed(0)
         model = build_model(cfg.model, VOCAB, SPECIAL["pad"], attention=cfg.speed.attention).to(device)
         optimizer = build_optimizer(model, cfg.optim, 1e-4, fused=cfg.speed.fused_optimizer)
-        setups[label] = (PretrainingModule(model, masked_only=cfg.speed.masked_only_head), optimizer,
-                         build_scheduler(optimizer, 0, 10 ** 6, 1.0), make_scaler(precision, device, 2.0 ** 16),
-                         [p for p in model.parameters() if p.requires_grad])
+        module = PretrainingModule(model, masked_only=cfg.speed.masked_only_head, unpad=cfg.speed.unpad)
+        setups[label] = (module, optimizer, build_scheduler(optimizer, 0, 10 ** 6, 1.0),
+                         make_scaler(precision, device, 2.0 ** 16), [p for p in model.parameters() if p.requires_grad])
 
     clock = time.perf_counter if device.type == "cuda" else time.process_time
     if device.type != "cuda":
@@ -334,6 +358,10 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--step-only", action="store_true",
                    help="time train_step alone (no Ray Data, no DDP) with each technique off against all on, "
                         "interleaved --repeats times: the median ratio (what each saves, on a loaded CPU)")
+    p.add_argument("--lengths", choices=("real", "full"), default="real",
+                   help="real: rows as long as real instances (37 %% full length, the rest shorter: ~24 %% padding "
+                        "in batches), where pretrain.speed.unpad saves work; full: every row full length (no "
+                        "padding: the figures recorded before unpad)")
     p.add_argument("--masking", choices=("static", "dynamic"), default="static",
                    help="static: masks read from the instances (the default recipe); dynamic: drawn per batch")
     p.add_argument("--no-tf32", dest="tf32", action="store_false",
@@ -373,7 +401,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"  peak for {prec}: " + (f"{peak / 1e12:g} TFLOP/s" if peak else
                                         "none in orchestrator/pretrain/peaks.py (exact names): MFU n/a"))
     if args.step_only:
-        out = [step_ratios(size, batch, length, steps, args.repeats, device, prec, args.optim)
+        out = [step_ratios(size, batch, length, steps, args.repeats, device, prec, args.optim, args.lengths)
                for size in sizes for prec in precisions]
         for r in out:
             print(f"{name}: {r['size']} len {r['length']} batch {r['batch']} {r['precision']}: all on "
@@ -388,7 +416,7 @@ def main(argv: list[str] | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="pretrain_gpu_") as tmp, \
             ray_session(num_cpus=args.cpus, log_to_driver=False):
         rows = (warmup + steps) * args.accumulation * batch
-        instances = write_instances(Path(tmp) / "instances", rows, length, args.masking)
+        instances = write_instances(Path(tmp) / "instances", rows, length, args.masking, lengths=args.lengths)
         for size in sizes:
             for prec in precisions:
                 runs: dict[str, list[dict]] = {label: [] for label, _ in configs}

@@ -59,8 +59,10 @@ def _assert_same(a: tuple[dict, dict], b: tuple[dict, dict]) -> None:
 
 def test_the_switches_default_on_and_stay_out_of_the_run_key():
     speed = SpeedConfig()
-    assert speed.masked_only_head and speed.attention == "sdpa" and speed.fused_optimizer and not speed.compile
-    plain = PretrainConfig(speed=SpeedConfig(masked_only_head=False, attention="eager", fused_optimizer=False))
+    assert speed.masked_only_head and speed.attention == "sdpa" and speed.fused_optimizer and speed.unpad
+    assert not speed.compile
+    plain = PretrainConfig(speed=SpeedConfig(masked_only_head=False, attention="eager", fused_optimizer=False,
+                                             unpad=False))
     assert plain.training_fields() == PretrainConfig().training_fields()  # how, not what: same checkpoints reused
 
 
@@ -172,10 +174,15 @@ def test_the_gpu_benchmark_runs_its_cpu_smoke_mode_with_the_ablation_table():
     spec.loader.exec_module(bench)
     configs = dict(bench.speed_configs("each", True, "adamw"))
     assert list(configs) == ["all on", "- masked_only_head", "- attention=eager", "- fused_optimizer", "- compile",
-                             "all off"]
+                             "unpad, no compile", "all off"]
     assert configs["all off"] == {"masked_only_head": False, "attention": "eager", "fused_optimizer": False,
-                                  "compile": False}
-    assert "- fused_optimizer" not in dict(bench.speed_configs("each", False, "lamb"))
+                                  "compile": False, "unpad": False}
+    assert configs["unpad, no compile"]["unpad"] and not configs["all on"]["unpad"]  # they exclude each other
+    cpu = dict(bench.speed_configs("each", False, "lamb"))
+    assert "- fused_optimizer" not in cpu and cpu["all on"]["unpad"] and not cpu["- unpad"]["unpad"]
+    # --lengths real: rows as long as real instances, about a quarter of a batch padding
+    lengths = bench.row_lengths(np.random.default_rng(0), 4096, 128, "real")
+    assert 0.2 < 1 - lengths.mean() / 128 < 0.3 and (bench.row_lengths(None, 3, 128, "full") == 128).all()
     done = subprocess.run([sys.executable, str(root / "benchmarks" / "pretrain_gpu.py"), "--device", "cpu",
                            "--steps", "1", "--batch", "4", "--accumulation", "1", "--length", "16", "--cpus", "1",
                            "--ablate", "none"], cwd=root, capture_output=True, text=True, timeout=600,
@@ -199,3 +206,78 @@ def test_the_progress_line_and_the_mlflow_tags_say_the_throughput_and_what_the_m
     basis = mfu_basis(torch.device("cpu"), "bf16")
     assert basis["mfu.device"] == "cpu" and basis["mfu.peak_flops"].startswith("none")
     assert basis["mfu.formula"] == MFU_FORMULA
+
+
+@pytest.mark.parametrize("objective, adapters", [("mlm_nsp", False), ("mlm", False), ("mlm_nsp", True)])
+def test_the_unpadded_encoder_gives_the_padded_loss_and_gradients(objective, adapters):
+    """``speed.unpad``: the encoder on the real tokens only (pretrain/unpad.py) = BertModel with SDPA on
+    the padded batch, at every real position: the same losses, MLM counts and every gradient; with NSP
+    (the pooler reads [CLS]), MLM only, and adapters (the layer's output module is the adapter's)."""
+    from orchestrator.modeling.adapters import add_adapters
+    from orchestrator.pretrain.model import PretrainingModule
+    from orchestrator.pretrain.unpad import unpadded_sequence_output
+
+    model = _model(objective=objective)
+    if adapters:
+        add_adapters(model, reduction_factor=4)
+        for p in model.parameters():  # adapters start as the identity: move them off it, or they check nothing
+            if p.requires_grad:
+                p.data.add_(0.02 * torch.randn_like(p))
+    batch = _batch(2)
+    if objective == "mlm":
+        batch.pop("next_sentence_label")
+    unpadded = _forward_backward(PretrainingModule(model, unpad=True), batch)
+    padded = _forward_backward(PretrainingModule(model, unpad=False), batch)
+    if objective == "mlm":
+        for result in (unpadded, padded):
+            result[0]["nsp_loss"] = torch.zeros(())
+    _assert_same(unpadded, padded) if not adapters else _assert_same_trainable(unpadded, padded)
+    real = batch["attention_mask"].bool()
+    with torch.no_grad():
+        ours = unpadded_sequence_output(model.bert, batch["input_ids"], batch["token_type_ids"],
+                                        batch["attention_mask"])
+        theirs = model.bert(input_ids=batch["input_ids"], token_type_ids=batch["token_type_ids"],
+                            attention_mask=batch["attention_mask"]).last_hidden_state
+    torch.testing.assert_close(ours[real], theirs[real], **TOL)
+    assert (ours[~real] == 0).all() and (~real).sum() > 10
+
+
+def _assert_same_trainable(a, b) -> None:
+    (out_a, grads_a), (out_b, grads_b) = a, b
+    for k in ("loss", "mlm_loss", "nsp_loss"):
+        torch.testing.assert_close(out_a[k], out_b[k], **TOL)
+    assert grads_a.keys() == grads_b.keys() and any("adapter" in n for n in grads_a)
+    for name in grads_a:
+        torch.testing.assert_close(grads_a[name], grads_b[name], **TOL, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def test_the_unpadded_encoder_checkpoints_its_layers_as_transformers_does():
+    """pretrain.gradient_checkpointing (transformers marks every layer) holds on the unpadded path: each
+    layer is recomputed in the backward pass (the checkpoint op runs), with the same gradients."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from orchestrator.pretrain.model import PretrainingModule
+
+    batch = _batch(3)
+    plain = _forward_backward(PretrainingModule(_model(), unpad=True), batch)
+    model = _model()
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    model.train()  # checkpointing acts in training only; dropout is 0, so the arithmetic is eval's
+    assert all(layer.gradient_checkpointing for layer in model.bert.encoder.layer)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        checkpointed = _forward_backward(PretrainingModule(model, unpad=True), batch)
+    forwards = sum(e.count for e in prof.key_averages() if e.key == "aten::scaled_dot_product_attention")
+    assert forwards == 2 * len(model.bert.encoder.layer)  # each layer's attention ran again in the backward
+    _assert_same(checkpointed, plain)
+
+
+def test_unpad_refuses_compile_and_a_model_it_does_not_cover():
+    from orchestrator.core.errors import ConfigError
+    from orchestrator.pretrain.model import PretrainingModule
+
+    with pytest.raises(ConfigError, match="unpad and compile"):
+        SpeedConfig(unpad=True, compile=True)
+    model = _model()
+    model.bert.config.position_embedding_type = "relative_key"
+    with pytest.raises(ConfigError, match="relative_key"):
+        PretrainingModule(model, unpad=True)

@@ -135,10 +135,20 @@ class SpeedConfig:
     fused_optimizer: bool = field(
         True, help="AdamW as one fused kernel (fused=True) on CUDA, multi-tensor (foreach) elsewhere; false = the "
                    "per-tensor loop. LAMB is always multi-tensor")
+    unpad: bool = field(
+        True, help="run the encoder's projections, feed-forward blocks and LayerNorms on the real tokens only, "
+                    "packed (pretrain/unpad.py), not on padding (a quarter of real instances' positions); the "
+                    "attention runs padded with the padding masked. compile: true needs unpad: false (the unpadded "
+                    "encoder bypasses the compiled one)")
     compile: bool = field(
         False, help="torch.compile the encoder (inductor; its first steps compile, timed apart in the log); "
                     "off by default: unmeasured on a GPU in this engine, minutes of compile per worker and phase, "
                     "and a new compile for each new sequence width")
+
+    def __post_init__(self):
+        if self.unpad and self.compile:
+            raise ConfigError("pretrain.speed: unpad and compile together; the unpadded encoder bypasses the compiled "
+                              "one: with compile: true set unpad: false")
 
 
 @dataclass(frozen=True)

@@ -303,7 +303,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
             if rank == 0:
                 worker_line(f"resuming from {resume_dir} at step {state['step']}")
     nsp = cfg.model.objective == "mlm_nsp"
-    module = ray.train.torch.prepare_model(PretrainingModule(model, masked_only=cfg.speed.masked_only_head))
+    module = ray.train.torch.prepare_model(
+        PretrainingModule(model, masked_only=cfg.speed.masked_only_head, unpad=cfg.speed.unpad))
     if cfg.speed.compile:  # in place: the parameters, their names and DDP's hooks stay the model's own
         compile_encoder(model)
     resume = (training_state or {}).get("resume")

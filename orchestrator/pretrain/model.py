@@ -19,6 +19,7 @@ from transformers import BertConfig, BertForMaskedLM, BertForPreTraining, PreTra
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.pretrain.config import ModelConfig
 from orchestrator.pretrain.data import IGNORE_INDEX
+from orchestrator.pretrain.unpad import encode, unpad_refusal
 
 log = logging.getLogger(__name__)
 
@@ -114,20 +115,24 @@ class PretrainingModule(torch.nn.Module):
     ``masked_only=True`` gathers the encoder's output at the masked positions (labels != -100)
     before the MLM decoder (transform, LayerNorm, vocabulary projection); ``False`` decodes every
     position and then keeps the masked ones (what ``BertForPreTraining.forward`` computes): the
-    same logits at those positions, so the same loss, accuracy and gradients."""
+    same logits at those positions, so the same loss, accuracy and gradients. ``unpad=True`` runs the
+    encoder on the real tokens only (``pretrain/unpad.py``): the same outputs at every real position."""
 
-    def __init__(self, model: PreTrainedModel, masked_only: bool = True):
+    def __init__(self, model: PreTrainedModel, masked_only: bool = True, unpad: bool = False):
         super().__init__()
         self.model = model
         self.nsp = isinstance(model, BertForPreTraining)
         self.masked_only = masked_only
+        self.unpad = unpad
+        if unpad and (reason := unpad_refusal(model.bert)):
+            raise ConfigError(f"pretrain.speed.unpad: this model cannot run unpadded ({reason}); set it to false")
 
     def forward(self, input_ids, token_type_ids, attention_mask, labels, next_sentence_label=None):
-        out = self.model.bert(input_ids=input_ids, token_type_ids=token_type_ids, attention_mask=attention_mask)
         masked = labels != IGNORE_INDEX
         targets = labels[masked]
         heads = self.model.cls
-        hidden = out.last_hidden_state
+        # unpad: the encoder on the real tokens only, when the batch has padding (pretrain/unpad.py)
+        hidden, pooled = encode(self.model.bert, input_ids, token_type_ids, attention_mask, self.unpad)
         logits = heads.predictions(hidden[masked]) if self.masked_only else heads.predictions(hidden)[masked]
         # A micro-batch with nothing masked contributes zero loss (cross-entropy of nothing is NaN).
         mlm_loss = F.cross_entropy(logits.float(), targets) if targets.numel() else logits.sum() * 0.0
@@ -135,7 +140,7 @@ class PretrainingModule(torch.nn.Module):
                   "mlm_count": targets.new_tensor(targets.numel())}
         loss = mlm_loss
         if self.nsp:
-            nsp_logits = heads.seq_relationship(out.pooler_output)
+            nsp_logits = heads.seq_relationship(pooled)
             nsp_loss = F.cross_entropy(nsp_logits.float(), next_sentence_label)
             result["nsp_loss"] = nsp_loss
             loss = loss + nsp_loss
