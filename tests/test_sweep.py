@@ -198,6 +198,30 @@ def test_run_trial_is_deterministic_per_seed(tiny_bert):
     assert 0 < b["counts"]["setup_seconds"] < a["counts"]["setup_seconds"]
 
 
+def test_the_encoding_cache_key_is_the_content_key_of_the_vocabulary_and_the_examples(tiny_bert):
+    """The tokenised-split cache key hashes the tokenizer's vocabulary once per process (it took about
+    a second a split): the keys are those of hashing everything each time, so earlier caches stay valid."""
+    from transformers import AutoTokenizer
+
+    from orchestrator.core.reuse import content_key
+    from orchestrator.finetune import loop
+    from orchestrator.finetune.spec import SAMPLE_DIR, load_task
+    from orchestrator.finetune.trial import TrialSpec
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_bert))
+    for task, folder, labelling in [("chemprot", "ChemProt", "first"), ("bc5cdr_chemical", "BC5CDR-chem", "all")]:
+        spec = dataclasses.replace(load_task(task), dir="", subword_labels=labelling)
+        trial = TrialSpec(trial_id="t", model_name="tiny", model_dir=str(tiny_bert), task=task,
+                          data_dir=str(SAMPLE_DIR / folder), learning_rate=1e-3, seed=1, eval_epochs=(1,))
+        for split, examples in loop.load_splits(spec, trial).items():
+            expected = content_key([type(tok).__name__, getattr(tok, "do_lower_case", None),
+                                    sorted(tok.get_vocab().items()), trial.max_seq_length, spec.family,
+                                    list(spec.labels), split, *([labelling] if labelling != "first" else [])],
+                                   [[ex.text_a, ex.text_b, ex.label] for ex in examples], length=24)
+            assert loop._encoding_key(spec, trial, split, examples, tok) == expected
+    assert tok in loop._TOKENIZER_HASHES  # its vocabulary hashed once, kept while the tokenizer lives
+
+
 @pytest.mark.parametrize("ner", [False, True])
 def test_batches_are_the_host_built_padded_batches(ner):
     """A batch sliced from the split's padded device tensors is, value for value and shape for shape,
