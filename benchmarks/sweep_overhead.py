@@ -9,7 +9,8 @@ splits its wall time x trial slots (trials that run at once) with the trial reco
 
 - compute: ``train_seconds`` + ``eval_seconds`` (the epochs' forward/backward/optimizer steps with
   their batch slicing, and the dev/test predictions with their scoring);
-- trial setup: ``setup_seconds`` (reading and tokenising the task, loading the model, to-device);
+- trial setup: ``setup_seconds`` (a worker's first imports, reading and tokenising the task, loading the
+  model, to-device);
 - trial rest: the rest of each trial's ``seconds`` (per-epoch bookkeeping, Tune reports, the record);
 - outside trials: slot time no trial used (Ray scheduling, worker start-up and imports, Tune's
   driver loop and result handling, the records written, results.json).
