@@ -9,15 +9,22 @@ splits its wall time x trial slots (trials that run at once) with the trial reco
 
 - compute: ``train_seconds`` + ``eval_seconds`` (the epochs' forward/backward/optimizer steps with
   their batch slicing, and the dev/test predictions with their scoring);
-- trial setup: ``setup_seconds`` (reading and tokenising the task, loading the model, to-device);
+- trial setup: ``setup_seconds`` (a worker's first imports, reading and tokenising the task, loading the
+  model, to-device);
 - trial rest: the rest of each trial's ``seconds`` (per-epoch bookkeeping, Tune reports, the record);
 - outside trials: slot time no trial used (Ray scheduling, worker start-up and imports, Tune's
   driver loop and result handling, the records written, results.json).
 
-Overhead = 1 - compute share. With a GPU it also prints the fine-tuning model FLOP/s achieved
-(6 x non-embedding parameters x trained tokens + 2 x that x evaluated tokens, over the compute time of
-all trials; attention's sequence-squared term and padding left out, so a lower bound) and its share of
-the GPU's peak. Exit 1 when the overhead is above ``--max-overhead`` (default 0.10). Last line: JSON.
+Overhead = 1 - compute share of the whole wall (the limit applies to it). With each trial's start and
+end in its worker the wall is also split into what a sweep pays once and what it pays per trial: the
+fixed start-up (the clock's start until a slot's first trial trains: Tune, the worker process and its
+imports, the first tokenizer and model loaded), the end (a slot's last trial to the clock's end), the
+time between trials, and the per-trial overhead (1 - compute share of the slot time less the start-up
+and the end: what a longer sweep's overhead tends to). With a GPU it also prints the
+fine-tuning model FLOP/s achieved (6 x non-embedding parameters x trained tokens + 2 x that x
+evaluated tokens, over the compute time of all trials; attention's sequence-squared term and padding
+left out, so a lower bound) and its share of the GPU's peak. Exit 1 when the overhead is above
+``--max-overhead`` (default 0.10). Last line: JSON.
 """
 from __future__ import annotations
 
@@ -49,6 +56,39 @@ def overhead(records: list[dict], wall_s: float, slots: int) -> dict[str, float]
     shares["overhead"] = 1.0 - shares["compute"]
     shares["in_trial_overhead"] = 1.0 - compute / trials if trials else 0.0
     return shares
+
+
+def timeline(spans: list[tuple[int, float, float, float]], end: float, slots: int) -> dict[str, float]:
+    """The fixed and the per-trial parts of a sweep's time, from each trial's (worker pid, start, start of
+    its training, end) in seconds of the clock (``_tune_trainable`` reports them): ``startup_s``, the wall
+    seconds from the clock's start until a slot's first trial trains (Tune starting, the worker process
+    and its imports, the first tokenizer and model loaded: paid once per sweep, whatever its number of
+    trials; the mean over slots), ``end_s`` from a slot's last trial to the clock's end (the last trials'
+    unequal lengths, Tune ending, results written), and ``between_s``, the slot seconds between one trial
+    and the next of a worker (Tune ending and starting a trial); a slot that ran no trial is start-up."""
+    by_pid: dict[int, list[tuple[float, float, float]]] = {}
+    for pid, *times in spans:
+        by_pid.setdefault(pid, []).append(tuple(times))
+    runs = sorted((sorted(v) for v in by_pid.values()), key=lambda v: v[0][0])[:max(1, slots)]
+    idle = max(0, slots - len(runs)) * end
+    startup = sum(v[0][1] for v in runs) + idle
+    tail = sum(end - max(t[2] for t in v) for v in runs)
+    between = sum(max(0.0, nxt[0] - prev[2]) for v in runs for prev, nxt in zip(v, v[1:]))
+    return {"startup_s": startup / max(1, slots), "end_s": tail / max(1, slots), "between_s": between}
+
+
+def _spans(tune_dir: Path, clock_start: float) -> list[tuple[int, float, float, float]]:
+    """(pid, start, training start, end) of every trial in seconds from ``clock_start``, from Tune's
+    per-trial result.json (the record's ``seconds`` run from the end of its setup to its end)."""
+    spans = []
+    for path in tune_dir.glob("*/*/result.json"):
+        for line in path.read_text().splitlines():
+            row = json.loads(line) if line.strip() else {}
+            if "trial_started" in row:
+                ended = row["trial_ended"] - clock_start
+                spans.append((row["pid"], row["trial_started"] - clock_start,
+                              ended - json.loads(row["record"])["seconds"], ended))
+    return spans
 
 
 def _model(out: Path, size: str) -> Path:
@@ -123,18 +163,24 @@ def measure(size: str, seeds: list[int], lrs: list[float], epochs: list[int], de
     print(f"sweep_overhead: {n_trials} trials ({len(tasks)} tasks x {len(lrs)} lr x {len(seeds)} seeds, epochs "
           f"{epochs}), {size} BERT, {'GPU' if gpu else 'CPU'}, {slots} at a time; Ray started in {ray_start:.1f} s",
           flush=True)
-    tick = time.perf_counter()
+    tick, clock_start = time.perf_counter(), time.time()
     run_sweep(cfg, {"m": model}, tmp / "sweep", None, tmp)
     wall = time.perf_counter() - tick
     records = [json.loads(p.read_text()) for p in sorted((tmp / "sweep" / "trials").glob("*.json"))]
     shares = overhead(records, wall, slots)
+    fixed = timeline(_spans(tmp / "sweep" / "tune", clock_start), wall, slots)
+    # the per-trial overhead: of the slot time less the fixed start-up and the end
+    span = wall * slots - (fixed["startup_s"] + fixed["end_s"]) * slots
+    compute = shares["compute"] * wall * slots
     out = {"size": size, "device": torch.cuda.get_device_name() if gpu else "cpu", "trials": len(records),
            "slots": slots, "wall_s": round(wall, 2), "ray_start_s": round(ray_start, 2),
            "train_s": round(sum(r["counts"]["train_seconds"] for r in records), 2),
            "eval_s": round(sum(r["counts"]["eval_seconds"] for r in records), 2),
            "setup_s": round(sum(r["counts"].get("setup_seconds", 0.0) for r in records), 2),
            "trial_s": round(sum(r["seconds"] + r["counts"].get("setup_seconds", 0.0) for r in records), 2),
-           **{k: round(v, 4) for k, v in shares.items()}}
+           **{k: round(v, 4) for k, v in shares.items()}, **{k: round(v, 2) for k, v in fixed.items()},
+           "between_trials": round(fixed["between_s"] / (wall * slots), 4),
+           "per_trial_overhead": round(1 - compute / span, 4) if span > 0 else None}
     if gpu:
         from orchestrator.pretrain.peaks import peak_flops
 
@@ -166,6 +212,11 @@ def main(argv: list[str] | None = None) -> int:
           f"({out['setup_s']:.1f} s), rest of trials {out['trial_rest']:.1%}, outside trials "
           f"{out['outside_trials']:.1%}; overhead {out['overhead']:.1%} (inside trials "
           f"{out['in_trial_overhead']:.1%}; limit {args.max_overhead:.0%})")
+    if out["per_trial_overhead"] is not None:
+        print(f"fixed start-up {out['startup_s']:.1f} s (until a slot's first trial trains: Tune, the worker "
+              f"process, its imports, the first tokenizer and model), end {out['end_s']:.1f} s (after a slot's "
+              f"last trial), between trials {out['between_s']:.1f} s; per-trial overhead (the rest) "
+              f"{out['per_trial_overhead']:.1%}")
     if "model_flops_per_s" in out:
         share = "" if out["share_of_peak"] is None else f", {out['share_of_peak']:.1%} of bf16 peak"
         print(f"fine-tuning model FLOP/s on {out['device']}: {out['model_flops_per_s'] / 1e12:.2f} TFLOP/s{share}")

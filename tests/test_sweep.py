@@ -198,6 +198,46 @@ def test_run_trial_is_deterministic_per_seed(tiny_bert):
     assert 0 < b["counts"]["setup_seconds"] < a["counts"]["setup_seconds"]
 
 
+def test_the_encoding_cache_key_is_the_content_key_of_the_vocabulary_and_the_examples(tiny_bert):
+    """The tokenised-split cache key hashes the tokenizer's vocabulary once per process (it took about
+    a second a split): the keys are those of hashing everything each time, so earlier caches stay valid."""
+    from transformers import AutoTokenizer
+
+    from orchestrator.core.reuse import content_key
+    from orchestrator.finetune import loop
+    from orchestrator.finetune.spec import SAMPLE_DIR, load_task
+    from orchestrator.finetune.trial import TrialSpec
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_bert))
+    vocab = sorted(tok.get_vocab().items())
+    for task, folder, labelling in [("chemprot", "ChemProt", "first"), ("bc5cdr_chemical", "BC5CDR-chem", "all")]:
+        spec = dataclasses.replace(load_task(task), dir="", subword_labels=labelling)
+        trial = TrialSpec(trial_id="t", model_name="tiny", model_dir=str(tiny_bert), task=task,
+                          data_dir=str(SAMPLE_DIR / folder), learning_rate=1e-3, seed=1, eval_epochs=(1,))
+        examples = loop.load_splits(spec, trial)["dev"]
+        expected = content_key([type(tok).__name__, getattr(tok, "do_lower_case", None), vocab,
+                                trial.max_seq_length, spec.family, list(spec.labels), "dev",
+                                *([labelling] if labelling != "first" else [])],
+                               [[ex.text_a, ex.text_b, ex.label] for ex in examples], length=24)
+        assert loop._encoding_key(spec, trial, "dev", examples, tok) == expected
+    assert tok in loop._TOKENIZER_HASHES  # its vocabulary hashed once, kept while the tokenizer lives
+
+
+def test_the_overhead_benchmark_splits_a_sweep_into_its_fixed_start_up_and_its_per_trial_part():
+    """``benchmarks/sweep_overhead.py``'s timeline: two slots; a slot's start-up runs until its first trial
+    trains, the end from its last trial, and the gaps between a worker's trials are per trial."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "sweep_overhead.py"
+    spec = importlib.util.spec_from_file_location("sweep_overhead", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    spans = [(1, 2.0, 5.0, 20.0), (1, 21.0, 22.0, 40.0), (2, 3.0, 7.0, 30.0), (2, 30.5, 31.0, 44.0)]
+    got = bench.timeline(spans, 45.0, 2)
+    assert got == pytest.approx({"startup_s": (5.0 + 7.0) / 2, "end_s": (5.0 + 1.0) / 2, "between_s": 1.5})
+    assert bench.timeline(spans[:2], 45.0, 2)["startup_s"] == pytest.approx((5.0 + 45.0) / 2)  # an idle slot
+
+
 @pytest.mark.parametrize("ner", [False, True])
 def test_batches_are_the_host_built_padded_batches(ner):
     """A batch sliced from the split's padded device tensors is, value for value and shape for shape,
@@ -258,6 +298,11 @@ def test_sweep_on_ray_tune_with_mlflow_nesting_and_restore(tiny_bert, ray_local,
     for rec in map(json.loads, map(Path.read_text, (out / "trials").glob("*.json"))):  # benchmarks/sweep_overhead.py
         counts = rec["counts"]
         assert counts["setup_seconds"] > 0 and 0 < counts["train_seconds"] + counts["eval_seconds"] <= rec["seconds"]
+    # each trial's start and end in its worker, for the benchmark's fixed start-up and per-trial overhead
+    spans = [row for path in out.glob("tune/*/*/result.json") for row in map(json.loads, path.read_text().splitlines())
+             if "trial_started" in row]
+    assert len(spans) == 4 and all(r["trial_ended"] - r["trial_started"] >= json.loads(r["record"])["seconds"] > 0
+                                   for r in spans)
 
     mlflow.set_tracking_uri(tracking.resolve_uri(tmp_path))
     runs = mlflow.search_runs(experiment_names=["test-sweep"], output_format="list")

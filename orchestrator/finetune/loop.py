@@ -25,11 +25,13 @@ from __future__ import annotations
 import collections
 import copy
 import dataclasses
+import hashlib
 import json
 import logging
 import math
 import os
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -37,8 +39,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from orchestrator.core.config import to_dict
 from orchestrator.core.manifest import atomic_write_json, private_dir
-from orchestrator.core.reuse import content_key
 from orchestrator.core.runtime import choose_device, seed_everything
 from orchestrator.finetune.metrics import METRICS, ner_per_tag
 from orchestrator.finetune.model import TaskModel
@@ -125,12 +127,36 @@ def load_splits(spec: TaskSpec, trial: TrialSpec) -> dict[str, list[Example]]:
 
 def _encoding_key(spec: TaskSpec, trial: TrialSpec, split: str, examples: list[Example], tokenizer) -> str:
     """Everything the tokenised tensors depend on: the examples' text, the tokenizer's vocabulary
-    and settings, the length limit, the task's label order (targets are label indices)."""
-    vocab = sorted(tokenizer.get_vocab().items())
+    and settings, the length limit, the task's label order (targets are label indices).
+
+    The key is ``content_key([type, lower-casing, sorted vocabulary, length, family, labels, split
+    (, sub-word labelling)], examples)``; the tokenizer's part (a 30k-entry vocabulary: about a
+    second to list, sort and serialise) is hashed once per tokenizer object (``_tokenizer_hash``)
+    and the rest added to a copy of that hash, which gives the same key."""
     labelling = [spec.subword_labels] if spec.subword_labels != "first" else []  # the default keeps its keys
-    return content_key([type(tokenizer).__name__, getattr(tokenizer, "do_lower_case", None), vocab,
-                        trial.max_seq_length, spec.family, list(spec.labels), split, *labelling],
-                       [[ex.text_a, ex.text_b, ex.label] for ex in examples], length=24)
+    rest = [trial.max_seq_length, spec.family, list(spec.labels), split, *labelling]
+    digest = _tokenizer_hash(tokenizer).copy()
+    digest.update("".join(", " + _canonical(p) for p in rest).encode())
+    digest.update(("], " + _canonical([[ex.text_a, ex.text_b, ex.label] for ex in examples]) + "]").encode())
+    return digest.hexdigest()[:24]
+
+
+def _canonical(value: Any) -> str:
+    """``value``'s JSON as ``content_key`` writes it (one item of its list)."""
+    return json.dumps(to_dict(value), sort_keys=True, default=str)
+
+
+_TOKENIZER_HASHES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _tokenizer_hash(tokenizer) -> Any:
+    """sha256 fed with the start of ``_encoding_key``'s JSON text up to the tokenizer's vocabulary, once
+    per tokenizer object (a process keeps its tokenizers: ``_process_cached``)."""
+    if tokenizer not in _TOKENIZER_HASHES:
+        head = [type(tokenizer).__name__, getattr(tokenizer, "do_lower_case", None),
+                sorted(tokenizer.get_vocab().items())]
+        _TOKENIZER_HASHES[tokenizer] = hashlib.sha256(("[[" + ", ".join(map(json.dumps, head))).encode())
+    return _TOKENIZER_HASHES[tokenizer]
 
 
 def encode_cached(spec: TaskSpec, trial: TrialSpec, split: str, examples: list[Example], tokenizer) -> Encoded:
@@ -305,9 +331,9 @@ def run_trial(trial: TrialSpec, report: Callable[[dict], None] | None = None,
     ends; ``keep`` gets the fine-tuned model at the end (early stopping: at its best dev epoch).
     ``stop_after`` > 0 ends the trial after that epoch, its learning-rate schedule still spanning
     ``trial.max_epochs``: the model of one epoch of a shared-epoch trial, exactly as the trial had it."""
+    setup_tick = time.perf_counter()  # setup: imports (a worker's first trial), tokenizer, data, model
     from transformers import AutoTokenizer, get_linear_schedule_with_warmup  # heavy: transformers
 
-    setup_tick = time.perf_counter()
     # trial.data_dir already is the task's own directory (see orchestrator.sweep.space.task_data_dir)
     spec = dataclasses.replace(task_spec or load_task(trial.task), dir="")
     torch.set_num_threads(max(1, trial.num_threads))

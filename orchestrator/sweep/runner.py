@@ -119,12 +119,15 @@ def _finished(trials_dir: Path, trial: TrialSpec) -> dict | None:
 def _tune_trainable(config: dict) -> None:
     """Runs in a Ray worker: the real per-trial loop, reporting each evaluated epoch to Tune (an epoch
     with a training loss only is in the record, not worth a report's round trip); the last report
-    carries the whole trial record so the driver can persist it."""
+    carries the whole trial record so the driver can persist it, and when the trial began and ended in
+    this worker (``benchmarks/sweep_overhead.py`` reads them from Tune's result.json)."""
     from ray import tune  # heavy: ray
 
+    started = time.time()
     trial = TrialSpec(**{**config["trial"], "eval_epochs": tuple(config["trial"]["eval_epochs"])})
     record = run_trial(trial, report=lambda row: tune.report(row) if "dev" in row else None)
-    tune.report({"epoch": record["epochs"][-1]["epoch"], "record": json.dumps(record)})
+    tune.report({"epoch": record["epochs"][-1]["epoch"], "record": json.dumps(record), "trial_started": started,
+                 "trial_ended": time.time()})
 
 
 class SweepProgress:
