@@ -42,7 +42,7 @@ def run_engine(instances: Path, tokenizer: Path, length: int, args, out: Path) -
         "phase1": {"max_seq_length": length, "steps": args.steps, "global_batch_size": args.batch,
                    "device_batch_size": args.batch, "learning_rate": 1e-4, "warmup_proportion": 0.0},
         "optim": {"name": "adamw", "grad_clip": 1.0}, "num_workers": 1, "cpus_per_worker": args.cpus,
-        "keep_checkpoints": 1, "max_failures": 0})
+        "keep_checkpoints": 1, "max_failures": 0, "speed": {"unpad": args.unpad == "on"}})
     result = pretrain(cfg, {length: instances}, tokenizer, out)
     rates = [h["seq_per_s"] / args.batch for h in result.history[args.skip:]]
     return statistics.median(rates)
@@ -104,6 +104,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--cpus", type=int, default=2)
     p.add_argument("--vocab-size", type=int, default=8000)
     p.add_argument("--repeats", type=int, default=3, help="engine/HF pairs, run in turn; speedup = median ratio")
+    p.add_argument("--unpad", choices=("on", "off"), default="on",
+                   help="the engine's pretrain.speed.unpad (its default: on); off measures the engine without it")
     args = p.parse_args(argv)
     if args.repeats < 1:
         p.error("--repeats must be >= 1")
