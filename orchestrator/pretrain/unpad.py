@@ -57,7 +57,7 @@ def encode(bert, input_ids: torch.Tensor, token_type_ids: torch.Tensor, attentio
     """``bert``'s (last hidden state, pooler output): unpadded when ``unpad`` and the batch has padding,
     else ``bert``'s own forward (a batch of full rows gains nothing from packing: measured 0.96x on CPU)."""
     if unpad:
-        index = attention_mask.reshape(-1).nonzero().squeeze(1)  # the real tokens, row after row
+        index = real_tokens(attention_mask)
         if index.numel() < attention_mask.numel():
             hidden = unpadded_sequence_output(bert, input_ids, token_type_ids, attention_mask, index)
             return hidden, (bert.pooler(hidden) if bert.pooler is not None else None)
@@ -65,18 +65,21 @@ def encode(bert, input_ids: torch.Tensor, token_type_ids: torch.Tensor, attentio
     return out.last_hidden_state, out.pooler_output
 
 
+def real_tokens(attention_mask: torch.Tensor) -> torch.Tensor:
+    """The flat positions of the real tokens, row after row (one host sync on CUDA)."""
+    return attention_mask.reshape(-1).nonzero().squeeze(1)
+
+
 def unpadded_sequence_output(bert, input_ids: torch.Tensor, token_type_ids: torch.Tensor,
                              attention_mask: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
     """``bert(...).last_hidden_state`` ([batch, length, hidden]) computed on the real tokens only; the
     padded positions hold zeros. ``bert`` is a ``BertModel`` (``model.bert``) with absolute positions;
-    ``index``: the real tokens' flat positions, when the caller has them."""
+    ``index``: ``real_tokens(attention_mask)``, when the caller has it."""
     batch, length = input_ids.shape
-    if index is None:
-        index = attention_mask.reshape(-1).nonzero().squeeze(1)
+    index = real_tokens(attention_mask) if index is None else index
     embedded = bert.embeddings(input_ids=input_ids, token_type_ids=token_type_ids)
     hidden = embedded.reshape(batch * length, -1).index_select(0, index)
-    # every query sees its row's real tokens; a batch without padding needs no mask (FlashAttention on CUDA)
-    key_mask = None if index.numel() == batch * length else attention_mask.bool()[:, None, None, :]
+    key_mask = attention_mask.bool()[:, None, None, :]  # every query sees its row's real tokens
     for layer in bert.encoder.layer:
         if getattr(layer, "gradient_checkpointing", False) and layer.training and torch.is_grad_enabled():
             # pretrain.gradient_checkpointing (transformers marks each layer): recompute it in the backward

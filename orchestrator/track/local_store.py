@@ -5,10 +5,10 @@ has (about 60 in MLflow 3): 1.5 s on an idle laptop core, 4-5 s on a busy one, p
 run directory and by every test that starts one. The result is the same empty store each time, so
 the first new store this MLflow version makes is kept in the user's cache
 (``$XDG_CACHE_HOME/bioptorch-orchestrator``, else ``~/.cache/...``) and later new stores start as
-a copy of it. The one thing in an empty store that depends on where it was made, the artifact
-location of MLflow's "Default" experiment (``<working directory>/mlruns/0``) and its times, are
-set in the copy as MLflow would have set them. Anything unexpected (no cache directory, a copy that fails) leaves the
-file for MLflow to make as before.
+a copy of it. What in an empty store depends on where and when it was made, the artifact location
+of MLflow's "Default" experiment (``<working directory>/mlruns/0``) and its times, is set in the
+copy as MLflow would have set it. Anything unexpected (no cache directory, a copy that fails)
+leaves the file for MLflow to make as before.
 """
 from __future__ import annotations
 
