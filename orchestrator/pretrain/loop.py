@@ -306,7 +306,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     module = ray.train.torch.prepare_model(
         PretrainingModule(model, masked_only=cfg.speed.masked_only_head, unpad=cfg.speed.unpad))
     if cfg.speed.compile:  # in place: the parameters, their names and DDP's hooks stay the model's own
-        compile_encoder(model)
+        compile_encoder(model, unpad=cfg.speed.unpad)
     resume = (training_state or {}).get("resume")
     if resume is not None and resume.get("world") != world:
         if rank == 0:

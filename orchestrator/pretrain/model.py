@@ -19,7 +19,7 @@ from transformers import BertConfig, BertForMaskedLM, BertForPreTraining, PreTra
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.pretrain.config import ModelConfig
 from orchestrator.pretrain.data import IGNORE_INDEX
-from orchestrator.pretrain.unpad import encode, unpad_refusal
+from orchestrator.pretrain.unpad import compile_unpadded, encode, unpad_refusal
 
 log = logging.getLogger(__name__)
 
@@ -148,11 +148,15 @@ class PretrainingModule(torch.nn.Module):
         return result
 
 
-def compile_encoder(model: PreTrainedModel, backend: str = "inductor") -> PreTrainedModel:
+def compile_encoder(model: PreTrainedModel, backend: str = "inductor", unpad: bool = False) -> PreTrainedModel:
     """``torch.compile`` the encoder in place (``Module.compile``): its parameters and their names, so
     the state dict, the checkpoints and DDP's gradient hooks, stay the model's own. The MLM decoder
     stays eager: gathering the masked positions gives a size known only at run time. The first
     forward of each new input shape compiles (the loop logs the first step's time apart);
-    ``dynamic=None`` lets torch make a dimension dynamic once it has seen it change."""
+    ``dynamic=None`` lets torch make a dimension dynamic once it has seen it change. With ``unpad``
+    (``speed.unpad``) the unpadded encoder is compiled too, with dynamic shapes (``pretrain/unpad.py``):
+    batches with padding run it, batches without run the compiled ``BertModel``."""
     model.bert.compile(backend=backend, dynamic=None)
+    if unpad:
+        compile_unpadded(model.bert, backend)
     return model

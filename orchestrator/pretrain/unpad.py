@@ -6,19 +6,29 @@ attention's two matmuls works on each position alone (the Q, K, V and output pro
 feed-forward block, LayerNorm, dropout): those run here on the real tokens only, packed as one
 ``[tokens, hidden]`` matrix, as NVIDIA's and MLPerf's unpadded BERTs do. The attention itself scatters
 Q, K and V back to ``[batch, heads, length, head size]`` and runs ``scaled_dot_product_attention``
-with the padding masked, as the padded path does: at length 128 it is about 3 % of a layer's FLOPs,
+(or, with ``speed.attention: eager``, transformers' matmul-softmax-matmul) with the padding masked, as
+the padded path does: at length 128 it is about 3 % of a layer's FLOPs,
 and a varlen kernel (FlashAttention's) would need a package the project does not require.
 
 The same arithmetic as ``BertModel`` with SDPA attention (the padded positions' outputs aside, which
 no loss reads): tests/test_pretrain_speed.py checks the loss and every gradient, with NSP, MLM only
 and adapters. The modules are the model's own, so checkpoints, DDP and adapters are unchanged; with
 ``pretrain.gradient_checkpointing`` each layer is recomputed in the backward pass, as transformers does.
+
+With ``pretrain.speed.compile`` too, ``compile_unpadded`` has the packed encoder compiled as one
+function with dynamic shapes (``torch.compile(dynamic=True)``): the number of real tokens changes with
+every batch, and a compile per count would never end. The positions of the real tokens (``nonzero``, a
+size known only from the data) are found before the compiled region.
 """
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 import torch.utils.checkpoint
+
+#: the attribute of a ``BertModel`` that names the torch.compile backend of its unpadded encoder
+COMPILED = "_unpadded_compile_backend"
+_compiled: dict[str, object] = {}  # backend -> packed_encoder compiled with it (one per process)
 
 
 def unpad_refusal(bert) -> str | None:
@@ -33,9 +43,10 @@ def unpad_refusal(bert) -> str | None:
     return None
 
 
-def _layer(layer, hidden: torch.Tensor, index: torch.Tensor, shape: tuple[int, int],
-           key_mask: torch.Tensor | None) -> torch.Tensor:
-    """One ``BertLayer`` on the packed tokens ``hidden`` ([tokens, hidden])."""
+def _layer(layer, hidden: torch.Tensor, index: torch.Tensor, shape: tuple[int, int], key_mask: torch.Tensor,
+           eager: bool) -> torch.Tensor:
+    """One ``BertLayer`` on the packed tokens ``hidden`` ([tokens, hidden]); ``eager``: the attention as
+    transformers' eager implementation computes it, else with ``scaled_dot_product_attention``."""
     attention = layer.attention.self
     batch, length = shape
     heads, size = attention.num_attention_heads, attention.attention_head_size
@@ -46,7 +57,12 @@ def _layer(layer, hidden: torch.Tensor, index: torch.Tensor, shape: tuple[int, i
 
     q, k, v = (spread(projection(hidden)) for projection in (attention.query, attention.key, attention.value))
     dropout = attention.dropout.p if attention.training else 0.0
-    context = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, dropout_p=dropout)
+    if eager:  # speed.attention: eager, transformers' matmul-softmax-matmul (eager_attention_forward)
+        scores = (q @ k.transpose(2, 3)) * size ** -0.5
+        scores = scores.masked_fill(~key_mask, torch.finfo(scores.dtype).min)
+        context = F.dropout(scores.softmax(-1), p=dropout, training=dropout > 0) @ v
+    else:
+        context = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, dropout_p=dropout)
     context = context.transpose(1, 2).reshape(batch * length, heads * size).index_select(0, index)
     attended = layer.attention.output(context, hidden)
     return layer.output(layer.intermediate(attended), attended)
@@ -70,21 +86,41 @@ def real_tokens(attention_mask: torch.Tensor) -> torch.Tensor:
     return attention_mask.reshape(-1).nonzero().squeeze(1)
 
 
+def compile_unpadded(bert, backend: str = "inductor") -> None:
+    """Run ``bert``'s unpadded encoder compiled with ``backend`` from now on (``speed.compile`` with
+    ``speed.unpad``): an attribute names the backend, so the module, its state dict and copies of it are
+    unchanged."""
+    setattr(bert, COMPILED, backend)
+
+
 def unpadded_sequence_output(bert, input_ids: torch.Tensor, token_type_ids: torch.Tensor,
                              attention_mask: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
     """``bert(...).last_hidden_state`` ([batch, length, hidden]) computed on the real tokens only; the
     padded positions hold zeros. ``bert`` is a ``BertModel`` (``model.bert``) with absolute positions;
     ``index``: ``real_tokens(attention_mask)``, when the caller has it."""
-    batch, length = input_ids.shape
     index = real_tokens(attention_mask) if index is None else index
+    backend = getattr(bert, COMPILED, None)
+    if backend is None:
+        return packed_encoder(bert, input_ids, token_type_ids, attention_mask, index)
+    if backend not in _compiled:
+        _compiled[backend] = torch.compile(packed_encoder, backend=backend, dynamic=True)
+    return _compiled[backend](bert, input_ids, token_type_ids, attention_mask, index)
+
+
+def packed_encoder(bert, input_ids: torch.Tensor, token_type_ids: torch.Tensor, attention_mask: torch.Tensor,
+                   index: torch.Tensor) -> torch.Tensor:
+    """The embeddings and every layer on the real tokens at ``index``, scattered back to [batch, length,
+    hidden] with zeros at the padding: what ``unpadded_sequence_output`` runs, eager or compiled."""
+    batch, length = input_ids.shape
     embedded = bert.embeddings(input_ids=input_ids, token_type_ids=token_type_ids)
     hidden = embedded.reshape(batch * length, -1).index_select(0, index)
     key_mask = attention_mask.bool()[:, None, None, :]  # every query sees its row's real tokens
+    eager = bert.config._attn_implementation == "eager"  # speed.attention, as the padded path reads it
     for layer in bert.encoder.layer:
         if getattr(layer, "gradient_checkpointing", False) and layer.training and torch.is_grad_enabled():
             # pretrain.gradient_checkpointing (transformers marks each layer): recompute it in the backward
             hidden = torch.utils.checkpoint.checkpoint(_layer, layer, hidden, index, (batch, length), key_mask,
-                                                       use_reentrant=False)
+                                                       eager, use_reentrant=False)
         else:
-            hidden = _layer(layer, hidden, index, (batch, length), key_mask)
+            hidden = _layer(layer, hidden, index, (batch, length), key_mask, eager)
     return hidden.new_zeros(batch * length, hidden.shape[-1]).index_copy(0, index, hidden).view(batch, length, -1)
