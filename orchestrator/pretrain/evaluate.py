@@ -43,9 +43,12 @@ def evaluate_mlm(model_dir: str | Path, instances_dir: str | Path, max_instances
     from transformers import AutoModelForPreTraining, AutoTokenizer
 
     from orchestrator.pretrain.model import PretrainingModule  # heavy: torch, transformers
+    from orchestrator.pretrain.unpad import unpad_refusal
 
     special = Specials.from_tokenizer(AutoTokenizer.from_pretrained(str(model_dir)))
-    module = PretrainingModule(AutoModelForPreTraining.from_pretrained(str(model_dir))).eval()
+    model = AutoModelForPreTraining.from_pretrained(str(model_dir))
+    # the encoder on the real tokens only (pretrain.speed.unpad's path), where the model allows it
+    module = PretrainingModule(model, unpad=unpad_refusal(model.bert) is None).eval()
     rows = read_rows(Path(instances_dir), max_instances)
     n = len(rows["input_ids"])
     correct = count = loss = 0.0
