@@ -263,7 +263,7 @@ def step_ratios(size: str, batch: int, length: int, steps: int, repeats: int, de
     rows = {"input_ids": [gen.integers(5, VOCAB, size=n) for n in sizes], "token_type_ids":
             [np.zeros(n, np.int64) for n in sizes], "next_sentence_label": gen.integers(0, 2, batch)}
     batches = [_to_device({k: torch.from_numpy(v) for k, v in collate(rows, special, rule=MaskingRule(),
-                                                                      gen=gen).items()}, device)
+                                                                      gen=gen, indices=True).items()}, device)
                for _ in range(steps)]
     configs = [(label, speed) for label, speed in speed_configs("each", False, optim) if label != "all off"]
     setups = {}

@@ -67,7 +67,7 @@ def profile_step(size: str, mode: str, batch: int, length: int, steps: int, devi
             "token_type_ids": [np.zeros(n, np.int64) for n in lengths],
             "next_sentence_label": gen.integers(0, 2, batch)}
     micro = [_to_device({k: torch.from_numpy(v)
-                         for k, v in collate(rows, special, rule=MaskingRule(), gen=gen).items()}, device)
+                         for k, v in collate(rows, special, rule=MaskingRule(), gen=gen, indices=True).items()}, device)
              for _ in range(2)]
     precision = "bf16" if device.type == "cuda" else "fp32"
     cfg = from_dict(PretrainConfig, {"model": {"size": size}, "speed": MODES[mode], "num_workers": 1,

@@ -156,7 +156,8 @@ def _todays_stream(shard, seed: int, key: tuple[int, ...], n: int) -> list[dict[
         gen = np.random.default_rng((seed, *key, epoch))
         for rows in shard.iter_batches(batch_size=8, batch_format="numpy", drop_last=True, prefetch_batches=2,
                                        local_shuffle_buffer_size=32, local_shuffle_seed=seed + epoch):
-            out.append(collate(rows, SPECIAL, rule=RULE, gen=gen, continuation=SPECIAL.continuation_mask()))
+            out.append(collate(rows, SPECIAL, rule=RULE, gen=gen, continuation=SPECIAL.continuation_mask(),
+                               indices=True))
         epoch += 1
     return out[:n]
 

@@ -28,12 +28,12 @@ def _model(attention: str = "sdpa", objective: str = "mlm_nsp"):
     return model.eval()  # no dropout: the paths compared must see the same arithmetic
 
 
-def _batch(seed: int = 0, size: int = 6) -> dict[str, torch.Tensor]:
+def _batch(seed: int = 0, size: int = 6, indices: bool = False) -> dict[str, torch.Tensor]:
     rng = np.random.default_rng(seed)
     rows = {"input_ids": [np.array([2, *rng.integers(5, 100, int(k)), 3]) for k in rng.integers(8, 30, size)],
             "next_sentence_label": rng.integers(0, 2, size)}
     rows["token_type_ids"] = [np.zeros(len(r), np.int64) for r in rows["input_ids"]]
-    batch = collate(rows, SPECIAL, rule=MaskingRule(masked_lm_prob=0.2), gen=rng)
+    batch = collate(rows, SPECIAL, rule=MaskingRule(masked_lm_prob=0.2), gen=rng, indices=indices)
     assert (batch["attention_mask"] == 0).any(), "the batch must hold padding"
     return {k: torch.from_numpy(v) for k, v in batch.items()}
 
@@ -325,3 +325,24 @@ def test_the_compiled_unpadded_encoder_compiles_once_for_every_token_count():
     finally:
         _compiled.pop(counter, None)
         torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("unpad, masked_only", [(True, True), (False, True), (True, False)])
+def test_positions_found_on_the_data_thread_leave_the_step_no_nonzero(unpad, masked_only):
+    """``collate(..., indices=True)`` (the loop's micro-batches) gives the flat positions of the real and
+    the masked tokens: the model then runs no ``nonzero`` (on CUDA a host sync per micro-batch) and
+    computes the same losses, counts and gradients as when it finds them itself."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from orchestrator.pretrain.model import PretrainingModule
+
+    with_index, plain = _batch(8, indices=True), _batch(8)
+    assert with_index.keys() - plain.keys() == {"real_index", "masked_index"}
+    assert torch.equal(with_index["real_index"], plain["attention_mask"].reshape(-1).nonzero().squeeze(1))
+    assert torch.equal(with_index["masked_index"], (plain["labels"] != -100).reshape(-1).nonzero().squeeze(1))
+    found = _forward_backward(PretrainingModule(_model(), unpad=unpad, masked_only=masked_only), plain)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        given = _forward_backward(PretrainingModule(_model(), unpad=unpad, masked_only=masked_only), with_index)
+    syncing = {"aten::nonzero", "aten::masked_select"} & {e.key for e in prof.key_averages()}
+    assert not syncing, syncing
+    _assert_same(given, found)

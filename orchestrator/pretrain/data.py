@@ -49,13 +49,16 @@ def check_vocab_matches(info: InstanceInfo, tokenizer_dir: Path, tokenizer_vocab
 
 def collate(rows: Mapping[str, Sequence], special: Specials, *, rule: MaskingRule | None = None,
             gen: np.random.Generator | None = None, continuation: np.ndarray | None = None,
-            pad_to_multiple: int = 1) -> dict[str, np.ndarray]:
+            pad_to_multiple: int = 1, indices: bool = False) -> dict[str, np.ndarray]:
     """Pad a micro-batch (column -> per-row sequences) into model inputs.
 
     ``labels`` holds the original id at predicted positions and IGNORE_INDEX elsewhere. Static
     instances carry their masks; with a ``rule`` (dynamic masking) the masks are drawn here from
     ``gen`` by ``mask_batch``, a fresh draw every time a row is seen (``continuation``: the ## table
-    of ``special``, computed once by the caller, needed for whole-word masking).
+    of ``special``, computed once by the caller, needed for whole-word masking). ``indices`` adds
+    ``real_index`` and ``masked_index``, the flat positions (row-major) of the real tokens and of the
+    masked ones: found here, on the data thread, the model needs no ``nonzero`` of its own, which on
+    CUDA would wait for the GPU (a host sync per micro-batch).
     """
     input_rows = rows["input_ids"]
     n = len(input_rows)
@@ -79,8 +82,12 @@ def collate(rows: Mapping[str, Sequence], special: Specials, *, rule: MaskingRul
             row = np.repeat(np.arange(n), [len(p) for p in positions])
             labels[row, np.concatenate(positions)] = np.concatenate(
                 [np.asarray(i, np.int64) for i in rows["masked_lm_ids"]])
-    return {"input_ids": input_ids, "token_type_ids": token_type, "attention_mask": valid.astype(np.int64),
-            "labels": labels, "next_sentence_label": np.asarray(rows["next_sentence_label"], np.int64)}
+    batch = {"input_ids": input_ids, "token_type_ids": token_type, "attention_mask": valid.astype(np.int64),
+             "labels": labels, "next_sentence_label": np.asarray(rows["next_sentence_label"], np.int64)}
+    if indices:
+        batch["real_index"] = np.flatnonzero(valid)
+        batch["masked_index"] = np.flatnonzero(labels != IGNORE_INDEX)
+    return batch
 
 
 # ------------------------------------------------------------------------------------- the stream
@@ -115,7 +122,8 @@ def micro_batches(shard, device_batch: int, special: Specials, rule: MaskingRule
             produced += 1
             if produced <= skip:
                 continue
-            batch = collate(rows, special, rule=rule, gen=gen, continuation=continuation, pad_to_multiple=pad_to)
+            batch = collate(rows, special, rule=rule, gen=gen, continuation=continuation, pad_to_multiple=pad_to,
+                            indices=True)
             yield batch, {"seed_key": list(key), "epoch": epoch, "batches": produced, "rng": gen.bit_generator.state}
         if produced == 0:
             raise OrchestratorError(f"a worker's data shard yielded no full batch of {device_batch} sequences")

@@ -54,7 +54,7 @@ def evaluate_mlm(model_dir: str | Path, instances_dir: str | Path, max_instances
     correct = count = loss = 0.0
     with torch.no_grad():
         for start in range(0, n, batch_size):
-            batch = collate({c: v[start:start + batch_size] for c, v in rows.items()}, special)
+            batch = collate({c: v[start:start + batch_size] for c, v in rows.items()}, special, indices=True)
             out = module(**{k: torch.from_numpy(v) for k, v in batch.items()})
             correct += float(out["mlm_correct"])
             count += float(out["mlm_count"])

@@ -127,13 +127,20 @@ class PretrainingModule(torch.nn.Module):
         if unpad and (reason := unpad_refusal(model.bert)):
             raise ConfigError(f"pretrain.speed.unpad: this model cannot run unpadded ({reason}); set it to false")
 
-    def forward(self, input_ids, token_type_ids, attention_mask, labels, next_sentence_label=None):
-        masked = labels != IGNORE_INDEX
-        targets = labels[masked]
+    def forward(self, input_ids, token_type_ids, attention_mask, labels, next_sentence_label=None,
+                real_index=None, masked_index=None):
+        """``real_index`` / ``masked_index``: the flat positions of the real and the masked tokens
+        (``collate(..., indices=True)``, found on the data thread); without them they are found here,
+        which on CUDA waits for the GPU."""
+        if masked_index is None:
+            masked_index = (labels != IGNORE_INDEX).reshape(-1).nonzero().squeeze(1)
+        targets = labels.reshape(-1).index_select(0, masked_index)
         heads = self.model.cls
         # unpad: the encoder on the real tokens only, when the batch has padding (pretrain/unpad.py)
-        hidden, pooled = encode(self.model.bert, input_ids, token_type_ids, attention_mask, self.unpad)
-        logits = heads.predictions(hidden[masked]) if self.masked_only else heads.predictions(hidden)[masked]
+        hidden, pooled = encode(self.model.bert, input_ids, token_type_ids, attention_mask, self.unpad, real_index)
+        flat = hidden.reshape(-1, hidden.shape[-1])
+        logits = (heads.predictions(flat.index_select(0, masked_index)) if self.masked_only
+                  else heads.predictions(flat).index_select(0, masked_index))
         # A micro-batch with nothing masked contributes zero loss (cross-entropy of nothing is NaN).
         mlm_loss = F.cross_entropy(logits.float(), targets) if targets.numel() else logits.sum() * 0.0
         result = {"mlm_loss": mlm_loss, "mlm_correct": (logits.argmax(-1) == targets).sum(),
