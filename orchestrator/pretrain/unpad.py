@@ -10,15 +10,16 @@ Q, K and V back to ``[batch, heads, length, head size]`` and runs ``scaled_dot_p
 the padded path does: at length 128 it is about 3 % of a layer's FLOPs,
 and a varlen kernel (FlashAttention's) would need a package the project does not require.
 
-The same arithmetic as ``BertModel`` with SDPA attention (the padded positions' outputs aside, which
+The same arithmetic as ``BertModel`` with its attention (the padded positions' outputs aside, which
 no loss reads): tests/test_pretrain_speed.py checks the loss and every gradient, with NSP, MLM only
 and adapters. The modules are the model's own, so checkpoints, DDP and adapters are unchanged; with
 ``pretrain.gradient_checkpointing`` each layer is recomputed in the backward pass, as transformers does.
 
 With ``pretrain.speed.compile`` too, ``compile_unpadded`` has the packed encoder compiled as one
 function with dynamic shapes (``torch.compile(dynamic=True)``): the number of real tokens changes with
-every batch, and a compile per count would never end. The positions of the real tokens (``nonzero``, a
-size known only from the data) are found before the compiled region.
+every batch, and a compile per count would never end. The positions of the real tokens come from the
+data thread (``collate(..., indices=True)``) or, without them, from a ``nonzero`` before the compiled
+region (its size is known only from the data).
 """
 from __future__ import annotations
 
