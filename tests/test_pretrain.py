@@ -205,7 +205,7 @@ def test_progress_line_every_interval_and_at_the_phase_end(capsys):
 def _decide_on_two_ranks(rank: int, store: str, decisions: tuple, out: str) -> None:
     import torch.distributed as dist
 
-    from orchestrator.pretrain.loop import _check_same_decision  # imported before the fork: no cost here
+    from orchestrator.pretrain.loop import _check_same_decision  # heavy: torch
 
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
     try:
@@ -219,13 +219,12 @@ def _decide_on_two_ranks(rank: int, store: str, decisions: tuple, out: str) -> N
 
 @pytest.mark.parametrize("decisions", [(PLATEAU, PLATEAU), (None, PLATEAU), (MLM_ACCURACY, None)])
 def test_ranks_that_decide_differently_fail_on_every_rank_instead_of_hanging(tmp_path, decisions):
-    """The loop's check at each window's end, on two gloo ranks (forked processes)."""
+    """The loop's check at each window's end, on two gloo ranks (fresh processes: a rank forked from the
+    suite's process, which earlier tests leave with threads, once aborted with a double free)."""
     import torch.multiprocessing as mp
 
-    import orchestrator.pretrain.loop  # noqa: F401 - once here, not in each forked rank
-
     mp.start_processes(_decide_on_two_ranks, args=(str(tmp_path / "store"), decisions, str(tmp_path / "rank")),
-                       nprocs=2, start_method="fork")
+                       nprocs=2, start_method="spawn")
     seen = [(tmp_path / f"rank.{r}").read_text() for r in (0, 1)]
     if decisions[0] == decisions[1]:
         assert seen == ["agreed", "agreed"]
