@@ -240,21 +240,12 @@ def measure(size: str, precision: str, speed: dict, batch: int, accumulation: in
             "data_wait_share": waited / elapsed, "peak_memory_gib": peak_mem}
 
 
-def step_ratios(size: str, batch: int, length: int, steps: int, repeats: int, device: torch.device,
-                precision: str, optim: str, lengths: str = "full") -> dict:
-    """The engine's ``train_step`` alone (no Ray Data, no DDP: the model's work only), each technique
-    off against all on, interleaved ``repeats`` times on the same pre-collated batches: the median
-    ratio of step times. On a loaded CPU this isolates what a technique saves from the data path's
-    noise (``--step-only``). On CPU the clock is the process's CPU time on one torch thread: a loaded
-    machine stretches the wall time of a step, much less the CPU time it takes."""
-    from orchestrator.core.config import from_dict
+def synthetic_batches(batch: int, length: int, lengths: str, count: int, device: torch.device) -> list[dict]:
+    """``count`` collated micro-batches of ``batch`` random rows (``row_lengths``), masked as the
+    instances stage does, with the data thread's token positions (``indices``), on ``device``."""
     from orchestrator.instances.config import MaskingRule, Specials
-    from orchestrator.modeling.precision import make_scaler
-    from orchestrator.pretrain.config import PretrainConfig
     from orchestrator.pretrain.data import collate
-    from orchestrator.pretrain.loop import _to_device, train_step
-    from orchestrator.pretrain.model import PretrainingModule, build_model
-    from orchestrator.pretrain.optim import build_optimizer, build_scheduler
+    from orchestrator.pretrain.loop import _to_device
 
     special = Specials(cls=SPECIAL["cls"], sep=SPECIAL["sep"], mask=SPECIAL["mask"], vocab_size=VOCAB,
                        continuation=frozenset(), pad=SPECIAL["pad"])
@@ -262,22 +253,48 @@ def step_ratios(size: str, batch: int, length: int, steps: int, repeats: int, de
     sizes = row_lengths(gen, batch, length, lengths)
     rows = {"input_ids": [gen.integers(5, VOCAB, size=n) for n in sizes], "token_type_ids":
             [np.zeros(n, np.int64) for n in sizes], "next_sentence_label": gen.integers(0, 2, batch)}
-    batches = [_to_device({k: torch.from_numpy(v) for k, v in collate(rows, special, rule=MaskingRule(),
-                                                                      gen=gen, indices=True).items()}, device)
-               for _ in range(steps)]
+    return [_to_device({k: torch.from_numpy(v) for k, v in collate(rows, special, rule=MaskingRule(), gen=gen,
+                                                                   indices=True).items()}, device)
+            for _ in range(count)]
+
+
+def step_setup(size: str, speed: dict, optim: str, batch: int, length: int, device: torch.device,
+               precision: str) -> tuple:
+    """What ``train_step`` takes for one configuration, without Ray or DDP: (module, optimizer,
+    scheduler, scaler, trained parameters); the model seeded alike for every configuration, compiled
+    when ``speed`` says so."""
+    from orchestrator.core.config import from_dict
+    from orchestrator.modeling.precision import make_scaler
+    from orchestrator.pretrain.config import PretrainConfig
+    from orchestrator.pretrain.model import PretrainingModule, build_model, compile_encoder
+    from orchestrator.pretrain.optim import build_optimizer, build_scheduler
+
+    cfg = from_dict(PretrainConfig, {"model": {"size": size, "max_position_embeddings": max(512, length)},
+                                     "optim": {"name": optim}, "speed": speed, "num_workers": 1,
+                                     "phase1": {"max_seq_length": length, "global_batch_size": batch,
+                                                "device_batch_size": batch}})
+    torch.manual_seed(0)
+    model = build_model(cfg.model, VOCAB, SPECIAL["pad"], attention=cfg.speed.attention).to(device)
+    optimizer = build_optimizer(model, cfg.optim, 1e-4, fused=cfg.speed.fused_optimizer)
+    module = PretrainingModule(model, masked_only=cfg.speed.masked_only_head, unpad=cfg.speed.unpad)
+    if cfg.speed.compile:
+        compile_encoder(model, unpad=cfg.speed.unpad)
+    return (module, optimizer, build_scheduler(optimizer, 0, 10 ** 6, 1.0), make_scaler(precision, device, 2.0 ** 16),
+            [p for p in model.parameters() if p.requires_grad])
+
+
+def step_ratios(size: str, batch: int, length: int, steps: int, repeats: int, device: torch.device,
+                precision: str, optim: str, lengths: str = "full") -> dict:
+    """The engine's ``train_step`` alone (no Ray Data, no DDP: the model's work only), each technique
+    off against all on, interleaved ``repeats`` times on the same pre-collated batches: the median
+    ratio of step times. On a loaded CPU this isolates what a technique saves from the data path's
+    noise (``--step-only``). On CPU the clock is the process's CPU time on one torch thread: a loaded
+    machine stretches the wall time of a step, much less the CPU time it takes."""
+    from orchestrator.pretrain.loop import train_step
+
+    batches = synthetic_batches(batch, length, lengths, steps, device)
     configs = [(label, speed) for label, speed in speed_configs("each", False, optim) if label != "all off"]
-    setups = {}
-    for label, speed in configs:
-        cfg = from_dict(PretrainConfig, {"model": {"size": size, "max_position_embeddings": max(512, length)},
-                                         "optim": {"name": optim}, "speed": speed, "num_workers": 1,
-                                         "phase1": {"max_seq_length": length, "global_batch_size": batch,
-                                                    "device_batch_size": batch}})
-        torch.manual_seed(0)
-        model = build_model(cfg.model, VOCAB, SPECIAL["pad"], attention=cfg.speed.attention).to(device)
-        optimizer = build_optimizer(model, cfg.optim, 1e-4, fused=cfg.speed.fused_optimizer)
-        module = PretrainingModule(model, masked_only=cfg.speed.masked_only_head, unpad=cfg.speed.unpad)
-        setups[label] = (module, optimizer, build_scheduler(optimizer, 0, 10 ** 6, 1.0),
-                         make_scaler(precision, device, 2.0 ** 16), [p for p in model.parameters() if p.requires_grad])
+    setups = {label: step_setup(size, speed, optim, batch, length, device, precision) for label, speed in configs}
 
     clock = time.perf_counter if device.type == "cuda" else time.process_time
     if device.type != "cuda":

@@ -23,7 +23,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,7 +35,7 @@ FAMILIES = [("gemm", ("gemm", "cutlass", "nvjet", "xmma", "cublas", "wgmma")),
             ("softmax/cross-entropy", ("softmax", "nll", "cross_entropy")),
             ("index/scatter", ("index", "scatter", "gather", "nonzero")),
             ("triton (other fused)", ("triton",))]
-MODES = {"eager": {"compile": False}, "compile": {"compile": True}}
+MODES = {"eager": {"compile": False}, "compile": {"compile": True}}  # pretrain.speed over its defaults
 
 
 def family(name: str) -> str:
@@ -47,40 +46,15 @@ def family(name: str) -> str:
 def profile_step(size: str, mode: str, batch: int, length: int, steps: int, device: torch.device) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
-    from orchestrator.core.config import from_dict
-    from orchestrator.instances.config import MaskingRule, Specials
-    from orchestrator.modeling.precision import make_scaler
-    from orchestrator.pretrain.config import PretrainConfig
-    from orchestrator.pretrain.data import collate
-    from orchestrator.pretrain.loop import _to_device, train_step
-    from orchestrator.pretrain.model import PretrainingModule, build_model, compile_encoder
-    from orchestrator.pretrain.optim import build_optimizer, build_scheduler
+    from orchestrator.pretrain.loop import train_step
 
     spec = importlib.util.spec_from_file_location("pretrain_gpu", ROOT / "benchmarks" / "pretrain_gpu.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    special = Specials(cls=bench.SPECIAL["cls"], sep=bench.SPECIAL["sep"], mask=bench.SPECIAL["mask"],
-                       vocab_size=bench.VOCAB, continuation=frozenset(), pad=bench.SPECIAL["pad"])
-    gen = np.random.default_rng(0)
-    lengths = bench.row_lengths(gen, batch, length, "real")
-    rows = {"input_ids": [gen.integers(5, bench.VOCAB, size=n) for n in lengths],
-            "token_type_ids": [np.zeros(n, np.int64) for n in lengths],
-            "next_sentence_label": gen.integers(0, 2, batch)}
-    micro = [_to_device({k: torch.from_numpy(v)
-                         for k, v in collate(rows, special, rule=MaskingRule(), gen=gen, indices=True).items()}, device)
-             for _ in range(2)]
+    micro = bench.synthetic_batches(batch, length, "real", 2, device)
     precision = "bf16" if device.type == "cuda" else "fp32"
-    cfg = from_dict(PretrainConfig, {"model": {"size": size}, "speed": MODES[mode], "num_workers": 1,
-                                     "phase1": {"max_seq_length": length, "global_batch_size": 2 * batch,
-                                                "device_batch_size": batch}})
-    torch.manual_seed(0)
-    model = build_model(cfg.model, bench.VOCAB, bench.SPECIAL["pad"], attention=cfg.speed.attention).to(device)
-    optimizer = build_optimizer(model, cfg.optim, 1e-4, fused=cfg.speed.fused_optimizer)
-    module = PretrainingModule(model, masked_only=cfg.speed.masked_only_head, unpad=cfg.speed.unpad)
-    if cfg.speed.compile:
-        compile_encoder(model, unpad=cfg.speed.unpad)
-    scheduler, scaler = build_scheduler(optimizer, 0, 10 ** 6, 1.0), make_scaler(precision, device, 2.0 ** 16)
-    params = [p for p in model.parameters() if p.requires_grad]
+    module, optimizer, scheduler, scaler, params = bench.step_setup(size, MODES[mode], "lamb", 2 * batch, length,
+                                                                    device, precision)
     module.train()
 
     def step():
