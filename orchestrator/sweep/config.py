@@ -103,6 +103,11 @@ class SweepConfig(SpaceOverrides):
                                              "can start GPU nodes (or ORCH_CLUSTER_GPUS > 0), else 0; "
                                              "fractions (0.5) pack trials onto one GPU")
     max_concurrent_trials: int = field(0, help="0 = as many as resources allow")
+    bundle_learning_rates: Literal["auto", "on", "off"] = field(
+        "auto", help="train the trials that differ only in their learning rate as one batched computation (one "
+                     "Ray trial holding one trial's resources; far fewer GPU kernel launches per trial-step; each "
+                     "trial's record as it would be alone, up to float rounding): auto = on for GPU trials (on "
+                     "CPUs it saves nothing); fp16 trials always train alone")
     max_failures: int = field(2, help="run a trial again this many times when it fails (its worker died, a spot "
                                       "node was reclaimed); a trial restarts from its beginning")
     log_predictions: bool = field(True, help="log each trial's test predictions to MLflow as artifacts")

@@ -24,7 +24,8 @@ from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
 from orchestrator.core.manifest import atomic_write_json, read_manifest, write_manifest
 from orchestrator.core.reuse import model_identity, output_lock
 from orchestrator.core.runtime import init_ray, possible_gpus
-from orchestrator.finetune.loop import CV_SPLIT_SEED, model_dir_ok, run_trial
+from orchestrator.finetune.bundle import group_trials
+from orchestrator.finetune.loop import CV_SPLIT_SEED, model_dir_ok
 from orchestrator.finetune.readers import document_split, read_split
 from orchestrator.finetune.trial import TrialSpec
 from orchestrator.sweep.config import SweepConfig
@@ -92,9 +93,15 @@ def plan_sweep(cfg: SweepConfig, models: dict[str, Path]) -> str:
             sizes["cv_folds"] = spec.cv_folds
         lines.append(f"task {spec.name} ({spec.family}, {spec.metric}, {spec.group}): {data_dir} "
                      f"{sizes}" + ("" if stop.on else f"; epochs {list(epoch_grid(space, task, spec))}"))
-    n = len(build_trials(cfg, space, models))
-    lines.append(f"{n} trial(s) (one per model x task x lr x [batch x] seed [x fold]; "
+    trials = build_trials(cfg, space, models)
+    lines.append(f"{len(trials)} trial(s) (one per model x task x lr x [batch x] seed [x fold]; "
                  + ("each stops on dev)" if stop.on else "epochs shared within a trial)"))
+    if cfg.bundle_learning_rates != "off" and len(space.learning_rates) > 1:
+        groups = len(group_trials(trials, bundle=True))
+        lines.append(f"learning rates bundled ({cfg.bundle_learning_rates}"
+                     + (": on GPU trials" if cfg.bundle_learning_rates == "auto" else "")
+                     + f"): {groups} Ray trial(s), each training the {len(space.learning_rates)} learning rates "
+                       "of one setting as one batched computation")
     if cfg.export_best:
         lines.append(f"then export the selected model ({cfg.export_seed} seed) of each model x "
                      f"{export_tasks(cfg.export_best, space_tasks(space))}")
@@ -117,16 +124,26 @@ def _finished(trials_dir: Path, trial: TrialSpec) -> dict | None:
 
 
 def _tune_trainable(config: dict) -> None:
-    """Runs in a Ray worker: the real per-trial loop, reporting each evaluated epoch to Tune (an epoch
-    with a training loss only is in the record, not worth a report's round trip); the last report
-    carries the whole trial record so the driver can persist it, and when the trial began and ended in
-    this worker (``benchmarks/sweep_overhead.py`` reads them from Tune's result.json)."""
+    """Runs in a Ray worker: the real loop for one trial or a bundle of trials that differ only in their
+    learning rate (``orchestrator.finetune.bundle``), reporting each evaluated epoch to Tune (an epoch with
+    a training loss only is in the records, not worth a report's round trip); the last report carries the
+    trials' records so the driver can persist them, and when the Ray trial began and ended in this worker
+    and how long its trials trained (``benchmarks/sweep_overhead.py`` reads them from Tune's result.json)."""
     from ray import tune  # heavy: ray
 
+    from orchestrator.finetune.bundle import run_bundle  # heavy: torch
+
     started = time.time()
-    trial = TrialSpec(**{**config["trial"], "eval_epochs": tuple(config["trial"]["eval_epochs"])})
-    record = run_trial(trial, report=lambda row: tune.report(row) if "dev" in row else None)
-    tune.report({"epoch": record["epochs"][-1]["epoch"], "record": json.dumps(record), "trial_started": started,
+    trials = [TrialSpec(**{**t, "eval_epochs": tuple(t["eval_epochs"])}) for t in config["bundle"]["trials"]]
+
+    def report(epoch: dict) -> None:
+        devs = [row["dev"] for row in epoch["rows"] if "dev" in row]
+        if devs:
+            tune.report({"epoch": epoch["epoch"], "dev": devs[0] if len(trials) == 1 else devs})
+
+    records = run_bundle(trials, report=report)
+    tune.report({"epoch": max(r["epochs"][-1]["epoch"] for r in records), "records": json.dumps(records),
+                 "run_seconds": sum(r["seconds"] for r in records), "trial_started": started,
                  "trial_ended": time.time()})
 
 
@@ -180,13 +197,11 @@ def _record_writer(trials_dir: Path, total: int):
             self.progress = SweepProgress(total)
 
         def on_trial_result(self, iteration, trials, trial, result, **info):
-            if "record" not in result:
-                return
-            rec = json.loads(result["record"])
-            rec["fingerprint"] = trial_fingerprint(
-                TrialSpec(**{**rec["trial"], "eval_epochs": tuple(rec["trial"]["eval_epochs"])}))
-            atomic_write_json(_record_path(trials_dir, rec["trial_id"]), rec)
-            self.progress.add(rec)
+            for rec in json.loads(result.get("records", "[]")):  # the Ray trial's trials (a bundle: several)
+                rec["fingerprint"] = trial_fingerprint(
+                    TrialSpec(**{**rec["trial"], "eval_epochs": tuple(rec["trial"]["eval_epochs"])}))
+                atomic_write_json(_record_path(trials_dir, rec["trial_id"]), rec)
+                self.progress.add(rec)
 
     return RecordWriter()
 
@@ -200,14 +215,25 @@ def _resources(cfg: SweepConfig) -> dict[str, float]:
     return {"cpu": cfg.cpus_per_trial, "gpu": gpus}
 
 
+def _bundled(cfg: SweepConfig, resources: dict[str, float]) -> bool:
+    """Whether trials that differ only in their learning rate train as one computation: ``on``, or ``auto``
+    with GPU trials (on CPUs the batched computation is as fast as the separate ones, measured)."""
+    return cfg.bundle_learning_rates == "on" or (cfg.bundle_learning_rates == "auto" and resources["gpu"] > 0)
+
+
 def _run_tune(cfg: SweepConfig, todo: list[TrialSpec], out_dir: Path, trials_dir: Path) -> None:
     from ray import tune  # heavy: ray
 
     resources = _resources(cfg)
     if resources["gpu"] > 0:
         todo = [dataclasses.replace(t, device="cuda") for t in todo]
+    groups = group_trials(todo, _bundled(cfg, resources))
+    if len(groups) < len(todo):
+        log.info("sweep: %d trial(s) in %d Ray trial(s): the learning rates of each setting train as one "
+                 "batched computation (sweep.bundle_learning_rates)", len(todo), len(groups))
     trainable = tune.with_resources(_tune_trainable, resources)
-    param_space = {"trial": tune.grid_search([dataclasses.asdict(t) for t in todo])}
+    param_space = {"bundle": tune.grid_search([{"trials": [dataclasses.asdict(t) for t in group]}
+                                                for group in groups])}
     tuner = tune.Tuner(
         trainable, param_space=param_space,
         # reuse_actors: a worker process imports torch/transformers once, not once per trial

@@ -1,0 +1,282 @@
+"""Trials that differ only in their learning rate, trained as one batched computation (issue 31).
+
+A small BERT's fine-tuning step at batch 32 is a few milliseconds of GPU kernels, so a GPU trial pays
+for kernel launches and Python, not arithmetic. The trials of one (model, task, seed, fold, epoch grid,
+batch size, ...) that differ only in their learning rate read the same batches in the same order, start
+from the same weights (the head's initial weights come from the seed) and draw the same dropout masks
+(the dropout stream comes from the seed too). So they can run as one computation: their trained
+weights stacked on a first axis of size T, the forward ``torch.func.vmap``-ed over that axis with
+``randomness="same"`` (one dropout mask for all, drawn from the stream as one trial draws it), one
+backward through the sum of the T losses, and one AdamW step on the stacked weights with a
+learning-rate vector. Each launch then does T trials' work.
+
+It computes what the separate trials compute: the same batches, masks, losses, gradients (each trial's
+loss depends only on its own row of weights), per-trial gradient clipping, per-trial AdamW (PyTorch's
+update, with a skipped step for a trial whose gradients are not finite), and the same linear schedule
+(a common factor of every trial's learning rate). ``tests/test_bundle.py`` compares every record with
+the separate trials' records: the same predictions, scores and losses, up to float rounding (the
+batched matrix products sum in another order: losses agree to ~1e-6).
+
+Not bundled, trained alone as before: fp16 trials (the loss scale is per trial) and a group of one.
+Early stopping is bundled: each trial keeps its own best epoch and stops recording when it is done;
+the bundle trains until its last trial is done (the others' extra epochs are discarded).
+
+A bundle's setup, training and evaluation time is shared out equally among its trials' records
+(``counts`` and ``seconds``), so sums over records stay the sweep's compute time; ``bundle`` in each
+record names the bundle's size and trials.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from orchestrator.finetune.loop import (
+    BestDev,
+    Prepared,
+    TrialLog,
+    _batches,
+    build_model,
+    linear_schedule,
+    predict_with,
+    prepare,
+    run_trial,
+)
+from orchestrator.finetune.metrics import METRICS
+from orchestrator.finetune.model import TaskModel
+from orchestrator.finetune.spec import TaskSpec
+from orchestrator.finetune.trial import TrialSpec
+from orchestrator.modeling.precision import autocast_context
+
+log = logging.getLogger(__name__)
+
+BUNDLED_PRECISIONS = ("fp32", "bf16")  # fp16's dynamic loss scale is a per-trial state: those train alone
+NO_DECAY = ("bias", "LayerNorm.weight", "norm.weight")  # as loop.make_optimizer
+ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8  # torch.optim.AdamW's defaults, which the separate trials use
+GRAD_CLIP = 1.0  # as run_trial
+
+
+def bundle_key(trial: TrialSpec) -> tuple | None:
+    """What a trial shares with the trials it can be bundled with: every setting but its id and learning
+    rate. None: the trial trains alone."""
+    if trial.precision not in BUNDLED_PRECISIONS:
+        return None
+    settings = dataclasses.asdict(trial)
+    del settings["trial_id"], settings["learning_rate"]
+    return tuple(sorted(settings.items()))
+
+
+def group_trials(trials: Sequence[TrialSpec], bundle: bool) -> list[list[TrialSpec]]:
+    """``trials`` in groups that train together (in the order of their first trial); with ``bundle``
+    False, or for a trial ``bundle_key`` keeps alone, groups of one."""
+    groups: dict[Any, list[TrialSpec]] = {}
+    for i, trial in enumerate(trials):
+        key = bundle_key(trial) if bundle else None
+        groups.setdefault(("alone", i) if key is None else key, []).append(trial)
+    return list(groups.values())
+
+
+class StackedWeights:
+    """The trained weights of T copies of one model in one [T, N] buffer, with their gradients, AdamW's
+    moments and a learning rate per row: one optimizer step is a few kernels on [T, N] tensors.
+
+    ``params`` are views of the buffer shaped as the model's parameters with a leading T axis, each a leaf
+    whose ``.grad`` is a view of the gradient buffer (autograd adds each backward's gradients into it)."""
+
+    def __init__(self, model: torch.nn.Module, learning_rates: Sequence[float], weight_decay: float,
+                 decoupled: bool):
+        trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        self.names = [n for n, _ in trained]
+        self.shapes = [p.shape for _, p in trained]
+        t = len(learning_rates)
+        with torch.no_grad():
+            self.flat = torch.cat([p.detach().reshape(1, -1) for _, p in trained], dim=1).repeat(t, 1)
+        self.grad = torch.zeros_like(self.flat)
+        self.exp_avg, self.exp_avg_sq = torch.zeros_like(self.flat), torch.zeros_like(self.flat)
+        device = self.flat.device
+        self.lr = torch.tensor(list(learning_rates), dtype=torch.float64, device=device).view(t, 1)
+        self.steps = torch.zeros(t, 1, dtype=torch.float64, device=device)  # each row's AdamW steps taken
+        # decoupled weight decay per element: weight_decay on weights, 0 on biases and LayerNorm (make_optimizer)
+        decay = [torch.full((p.numel(),), 0.0 if n.endswith(NO_DECAY) or not decoupled else weight_decay)
+                 for n, p in trained]
+        self.decay = torch.cat(decay).to(device).view(1, -1) if decay else torch.zeros(1, 0, device=device)
+        self.params: dict[str, torch.Tensor] = {}
+        offset = 0
+        for name, shape in zip(self.names, self.shapes):
+            size = shape.numel()
+            view = self.flat[:, offset:offset + size].view(t, *shape).requires_grad_(True)
+            view.grad = self.grad[:, offset:offset + size].view(t, *shape)
+            self.params[name] = view
+            offset += size
+        # the frozen weights (adapter fine-tuning) and buffers: one copy, shared by every row
+        self.shared = {**{n: p for n, p in model.named_parameters() if not p.requires_grad},
+                       **dict(model.named_buffers())}
+
+    @torch.no_grad()
+    def step(self, factor: float, grad_clip: float) -> None:
+        """Clip each row's gradients to ``grad_clip`` (its own norm, as ``clip_grad_norm_``), then take
+        PyTorch's AdamW step at learning rate ``lr x factor`` on each row whose gradients are finite (a row
+        with an inf/nan gradient is left as it was, its moments and step count too); zero the gradients."""
+        g = self.grad
+        norm = torch.linalg.vector_norm(g, dim=1, keepdim=True)
+        if grad_clip > 0:
+            g.mul_((grad_clip / (norm + 1e-6)).clamp_(max=1.0))
+        ok = torch.isfinite(norm)
+        g.masked_fill_(~ok, 0.0)  # with a zero gradient and zero step size below, the row stays exactly as it was
+        okf = ok.double()
+        self.steps += okf
+        beta1, beta2 = ADAM_BETAS
+        lr = (self.lr * factor * okf).float()  # 0 for a skipped row
+        self.flat.mul_(1 - lr * self.decay)
+        self.exp_avg.lerp_(g, ((1 - beta1) * okf).float())
+        self.exp_avg_sq.mul_(torch.where(ok, beta2, 1.0).float()).addcmul_(g, g, value=1 - beta2)
+        steps = self.steps.clamp(min=1)
+        step_size = (lr / (1 - beta1 ** steps)).float()
+        denom = (self.exp_avg_sq.sqrt() / (1 - beta2 ** steps).sqrt().float()).add_(ADAM_EPS)
+        self.flat.sub_(step_size * self.exp_avg / denom)
+        g.zero_()
+
+    def row(self, t: int) -> torch.Tensor:
+        """Trial ``t``'s trained weights, a CPU copy (early stopping's best epoch)."""
+        return self.flat[t].detach().to("cpu", copy=True)
+
+    @torch.no_grad()
+    def load_row(self, t: int, weights: torch.Tensor) -> None:
+        self.flat[t].copy_(weights)
+
+
+def run_bundle(trials: Sequence[TrialSpec], report: Callable[[dict], None] | None = None,
+               task_spec: TaskSpec | None = None) -> list[dict]:
+    """Train ``trials`` (the same but for their learning rates: ``bundle_key``) as one computation; their
+    records, as ``run_trial`` gives them, in their order. ``report`` gets each epoch's rows as
+    ``{"epoch": e, "rows": [one row per trial still recording]}``. One trial, or fp16: ``run_trial``."""
+    trials = list(trials)
+    if len(trials) == 1 or bundle_key(trials[0]) is None:
+        if len(trials) > 1:
+            raise ValueError(f"{trials[0].precision} trials train alone, not in a bundle of {len(trials)}")
+        return [run_trial(trials[0], report=(lambda row: report({"epoch": row["epoch"], "rows": [row]}))
+                          if report else None, task_spec=task_spec)]
+    if len({bundle_key(t) for t in trials}) > 1:
+        raise ValueError(f"trials {[t.trial_id for t in trials]} differ in more than their learning rates")
+    setup_tick = time.perf_counter()
+    first = trials[0]
+    prep = prepare(first, task_spec)
+    model = build_model(first, prep)
+    stack = StackedWeights(model, [t.learning_rate for t in trials], first.weight_decay,
+                           decoupled=first.optimizer == "adamw")
+    if first.optimizer not in ("adamw", "adam"):
+        raise ValueError(f"trial {first.trial_id}: optimizer {first.optimizer!r} is not adamw or adam")
+    schedule = linear_schedule(torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0), first,
+                               len(prep.splits["train"]))  # its learning rate is the factor of every trial's
+    logs = [TrialLog(t, prep) for t in trials]
+    n = len(trials)
+    train_seconds = eval_seconds = 0.0
+    higher = METRICS.get(prep.spec.metric).higher_is_better
+    stoppers = [BestDev(first.patience, higher) for _ in trials] if first.patience else None
+    best_rows: dict[int, torch.Tensor] = {}
+    active = list(range(n))  # trials still recording epochs (early stopping: not done yet)
+    rng = np.random.default_rng(first.seed)
+    batched_loss = _batched_loss(model, stack)
+
+    def evaluate(name: str) -> list[list[Any]]:
+        nonlocal eval_seconds
+        tick = time.perf_counter()
+        preds = _predict(model, stack, prep, name, first.batch_size)
+        eval_seconds += time.perf_counter() - tick
+        return preds
+
+    setup_seconds = time.perf_counter() - setup_tick
+    started = time.time()
+    with warnings.catch_warnings():
+        _quiet()
+        for epoch in range(1, first.max_epochs + 1):
+            tick = time.perf_counter()
+            model.train()
+            loss_sum, n_batches = torch.zeros(n, device=prep.device), 0
+            order = rng.permutation(len(prep.splits["train"])).tolist()
+            for _, batch, labels in _batches(prep.enc["train"], order, first.batch_size, prep.pad_id, prep.device):
+                with autocast_context(first.precision, prep.device):
+                    losses = batched_loss(batch, labels)
+                losses.sum().backward()
+                stack.step(schedule.get_last_lr()[0], GRAD_CLIP)
+                schedule.step()
+                loss_sum += losses.detach().float()
+                n_batches += 1
+            train_seconds += time.perf_counter() - tick
+            mean_loss = (loss_sum / max(n_batches, 1)).tolist()
+            rows = {t: {"epoch": epoch, "train_loss": mean_loss[t]} for t in active}
+            names = ("dev",) if stoppers else ("dev", "test") if epoch in first.eval_epochs else ()
+            for name in names:
+                preds = evaluate(name)
+                for t in active:
+                    logs[t].scored(rows[t], name, preds[t])
+            for t in active:
+                logs[t].epochs.append(rows[t])
+                logs[t].counts["train_examples"] += len(prep.splits["train"])
+                log.info("%s epoch %d: %s", trials[t].trial_id, epoch, {k: round(v, 4) for k, v in rows[t].items()})
+            if report is not None:
+                report({"epoch": epoch, "rows": [dict(rows[t], trial_id=trials[t].trial_id) for t in active]})
+            if stoppers:
+                for t in active:
+                    if stoppers[t].update(epoch, rows[t]["dev"]):
+                        best_rows[t] = stack.row(t)
+                active = [t for t in active if not stoppers[t].done(epoch)]
+                if not active:
+                    break
+        if stoppers:  # test once, each trial at its best dev epoch's weights
+            for t in range(n):
+                stack.load_row(t, best_rows[t])
+            preds = evaluate("test")
+            for t in range(n):
+                logs[t].scored(logs[t].epochs[stoppers[t].best_epoch - 1], "test", preds[t])
+                logs[t].stopped(stoppers[t])
+    seconds = time.time() - started
+    records = []
+    for out in logs:
+        out.counts.update(train_seconds=train_seconds / n, eval_seconds=eval_seconds / n,
+                          setup_seconds=setup_seconds / n)
+        records.append({**out.record(seconds / n),
+                        "bundle": {"size": n, "trial_ids": [x.trial_id for x in trials], "seconds": round(seconds, 3)}})
+    return records
+
+
+def _quiet() -> None:
+    """Leave out the warnings a bundle's training raises on purpose."""
+    # the gradients are views of rows of one buffer, as meant (autograd adds into them in place)
+    warnings.filterwarnings("ignore", message="grad and param do not obey the gradient layout contract")
+    # the schedule here is a factor on a stand-in optimizer, which never steps
+    warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step\\(\\)` before")
+    # CPU only: PyTorch loops over the rows for CPU flash attention (CUDA's SDPA kernels have batching rules)
+    warnings.filterwarnings("ignore", message="There is a performance drop because we have not yet implemented")
+
+
+def _batched_loss(model: TaskModel, stack: StackedWeights) -> Callable[[dict[str, torch.Tensor], torch.Tensor],
+                                                                       torch.Tensor]:
+    """``(batch, labels) -> losses``: each row of ``stack`` run through ``model`` on the same batch, one loss
+    per row, dropout's masks the same for every row (drawn once, as one trial draws them)."""
+    from torch.func import functional_call, vmap
+
+    def one(params: dict[str, torch.Tensor], batch: dict[str, torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
+        logits = functional_call(model, (params, stack.shared), kwargs=batch)
+        return model.loss(logits.float(), labels)
+
+    losses = vmap(one, in_dims=(0, None, None), randomness="same")
+    return lambda batch, labels: losses(stack.params, batch, labels)
+
+
+def _predict(model: TaskModel, stack: StackedWeights, prep: Prepared, name: str, batch_size: int) -> list[list[Any]]:
+    """Every row's predictions on split ``name`` (as ``loop.predict``: eval mode, no autocast)."""
+    from torch.func import functional_call, vmap
+
+    model.eval()
+    logits = vmap(lambda params, batch: functional_call(model, (params, stack.shared), kwargs=batch),
+                  in_dims=(0, None), randomness="same")
+    params = {k: v.detach() for k, v in stack.params.items()}
+    return predict_with(lambda batch: logits(params, batch), len(stack.lr), prep.spec, prep.enc[name], batch_size,
+                        prep.pad_id, prep.device)
