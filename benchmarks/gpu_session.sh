@@ -12,9 +12,11 @@
 #   1 eager      the engine's default (unpad, no compile) after the host-sync change: against
 #                3,424 / 8,317 seq/s (BERT-base / small) measured before it
 #   2 compiled   compile + unpad, all on: against 4,054 / 10,720 seq/s
-#   3 profile    why the packed encoder gains nothing on BERT-base under compile
-#   4 sweep      the GPU sweep's overhead (68.1 % at the first figure)
-#   5 ablation   the whole ablation with compile (each technique off in turn), both sizes
+#   3 bundled    the GPU sweep with 3 learning rates trained as one batched computation per (task, seed)
+#   4 separate   the same sweep, each learning rate its own Ray trial (the reference for 3; 68.1 %
+#                overhead at the first figure, with 1 learning rate)
+#   5 profile    why the packed encoder gains nothing on BERT-base under compile
+#   6 ablation   the whole ablation with compile (each technique off in turn), both sizes
 set -u
 OUT=${OUT:-gpu_session_out}
 TOKENIZER=${TOKENIZER:-.gpu/tok}
@@ -43,9 +45,12 @@ python3 -c "import torch, transformers, ray; print('torch', torch.__version__, '
 TABLE='^\||^NVIDIA|^cpu:|Error'
 step 1-eager 90 "$TABLE" python3 benchmarks/pretrain_gpu.py --compile off --ablate none
 step 2-compiled 150 "$TABLE" python3 benchmarks/pretrain_gpu.py --compile on --ablate none
-step 3-profile 120 '^[a-z]+ (eager|compile):|^  [a-z/ ()-]+ +[0-9.]+ ms|Error' \
+SWEEP='^sweep_overhead|^wall|^fixed|^fine-tuning|Error'
+step 3-bundled 120 "$SWEEP" python3 benchmarks/sweep_overhead.py --size gpu --tokenizer "$TOKENIZER" \
+  --lrs 1e-4 3e-4 1e-3 --bundle on
+step 4-separate 120 "$SWEEP" python3 benchmarks/sweep_overhead.py --size gpu --tokenizer "$TOKENIZER" \
+  --lrs 1e-4 3e-4 1e-3 --bundle off
+step 5-profile 120 '^[a-z]+ (eager|compile):|^  [a-z/ ()-]+ +[0-9.]+ ms|Error' \
   python3 benchmarks/pretrain_profile.py --sizes base
-step 4-sweep 150 '^sweep_overhead|^wall|^fixed|^fine-tuning|Error' \
-  python3 benchmarks/sweep_overhead.py --size gpu --tokenizer "$TOKENIZER"
-step 5-ablation 420 "$TABLE" python3 benchmarks/pretrain_gpu.py
+step 6-ablation 420 "$TABLE" python3 benchmarks/pretrain_gpu.py
 echo "done at t+$(($(date +%s) - T0))s; outputs in $OUT"

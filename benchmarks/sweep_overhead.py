@@ -2,6 +2,7 @@
 
     python benchmarks/sweep_overhead.py                      # 2 CPUs: the laptop space, a tiny BERT
     python benchmarks/sweep_overhead.py --size gpu           # one GPU: 4-layer hidden-512 BERT, bf16
+    python benchmarks/sweep_overhead.py --size gpu --lrs 1e-4 3e-4 1e-3 --bundle off   # and --bundle on
 
 Runs a real sweep (``orchestrator.sweep.runner.run_sweep`` on Ray Tune, sample tasks of every BLUE
 family, a randomly initialised BERT with MiniLM's tokenizer) on a Ray started before the clock, and
@@ -14,6 +15,9 @@ splits its wall time x trial slots (trials that run at once) with the trial reco
 - trial rest: the rest of each trial's ``seconds`` (per-epoch bookkeeping, Tune reports, the record);
 - outside trials: slot time no trial used (Ray scheduling, worker start-up and imports, Tune's
   driver loop and result handling, the records written, results.json).
+
+With several ``--lrs`` on a GPU (or ``--bundle on``) each (task, seed)'s learning rates train as one
+batched computation in one Ray trial (``sweep.bundle_learning_rates``); the records share its times.
 
 Overhead = 1 - compute share of the whole wall (the limit applies to it). With each trial's start and
 end in its worker the wall is also split into what a sweep pays once and what it pays per trial: the

@@ -144,7 +144,8 @@ def test_a_bundled_sweep_records_each_trial_and_restores_one_alone(tiny_bert, ra
     assert (first.ran, first.skipped) == (2, 0)
     records = {p.name: json.loads(p.read_text()) for p in (out / "trials").glob("*.json")}
     assert len(records) == 2 and all(r["bundle"]["size"] == 2 for r in records.values())
-    assert len(list(out.glob("tune/*/*/result.json"))) == 1  # one Ray trial
+    assert len(list(out.glob("tune/*/*/result.json"))) == 1  # one Ray trial, holding one trial's slot
+    assert json.loads((out / "manifest.json").read_text())["cost"]["units"] == cfg.cpus_per_trial
     cell = first.results["cells"]["tiny"]["ChemProt"]
     assert cell["selected"]["learning_rate"] in (1e-3, 3e-2) and [p["epoch"] for p in cell["curve"]] == [1, 2]
 

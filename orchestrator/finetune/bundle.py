@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.func import functional_call, vmap
 
 from orchestrator.finetune.loop import (
     BestDev,
@@ -260,8 +261,6 @@ def _batched_loss(model: TaskModel, stack: StackedWeights) -> Callable[[dict[str
                                                                        torch.Tensor]:
     """``(batch, labels) -> losses``: each row of ``stack`` run through ``model`` on the same batch, one loss
     per row, dropout's masks the same for every row (drawn once, as one trial draws them)."""
-    from torch.func import functional_call, vmap
-
     def one(params: dict[str, torch.Tensor], batch: dict[str, torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
         logits = functional_call(model, (params, stack.shared), kwargs=batch)
         return model.loss(logits.float(), labels)
@@ -272,8 +271,6 @@ def _batched_loss(model: TaskModel, stack: StackedWeights) -> Callable[[dict[str
 
 def _predict(model: TaskModel, stack: StackedWeights, prep: Prepared, name: str, batch_size: int) -> list[list[Any]]:
     """Every row's predictions on split ``name`` (as ``loop.predict``: eval mode, no autocast)."""
-    from torch.func import functional_call, vmap
-
     model.eval()
     logits = vmap(lambda params, batch: functional_call(model, (params, stack.shared), kwargs=batch),
                   in_dims=(0, None), randomness="same")

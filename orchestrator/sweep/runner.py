@@ -221,7 +221,8 @@ def _bundled(cfg: SweepConfig, resources: dict[str, float]) -> bool:
     return cfg.bundle_learning_rates == "on" or (cfg.bundle_learning_rates == "auto" and resources["gpu"] > 0)
 
 
-def _run_tune(cfg: SweepConfig, todo: list[TrialSpec], out_dir: Path, trials_dir: Path) -> None:
+def _run_tune(cfg: SweepConfig, todo: list[TrialSpec], out_dir: Path, trials_dir: Path) -> int:
+    """Run ``todo`` on Ray Tune; returns how many Ray trials that took (a bundle of learning rates is one)."""
     from ray import tune  # heavy: ray
 
     resources = _resources(cfg)
@@ -246,9 +247,11 @@ def _run_tune(cfg: SweepConfig, todo: list[TrialSpec], out_dir: Path, trials_dir
     failed = [r for r in grid if r.error is not None]
     if failed:
         raise OrchestratorError(f"{len(failed)} trial(s) failed; first: {failed[0].error}")
+    return len(groups)
 
 
-def sweep_cost(cfg: SweepConfig, records: list[dict], wall_s: float, ran: int, skipped: int, out_dir: Path) -> dict:
+def sweep_cost(cfg: SweepConfig, records: list[dict], wall_s: float, ran: int, skipped: int, out_dir: Path,
+               ray_trials: int | None = None) -> dict:
     """The manifest's ``cost`` of a sweep: its wall time (this call's, plus the earlier calls' when some
     trials had finished before) and its device time, the trial slots it held (as many trials as ran at
     once, each with its CPUs or GPUs) x that wall time; ``by_model`` shares the device time out by each
@@ -263,7 +266,8 @@ def sweep_cost(cfg: SweepConfig, records: list[dict], wall_s: float, ran: int, s
         return earlier
     resources = _resources(cfg) if ran else {"cpu": cfg.cpus_per_trial, "gpu": max(cfg.gpus_per_trial, 0.0)}
     per_trial = resources["gpu"] or resources["cpu"]
-    slots = min(ran, cfg.max_concurrent_trials or ran, _slots(resources)) if ran else 0
+    ray_trials = ran if ray_trials is None else ray_trials  # a bundle of learning rates holds one trial's slot
+    slots = min(ray_trials, cfg.max_concurrent_trials or ray_trials, _slots(resources)) if ran else 0
     held = measured("sweep", wall_s, slots * resources["cpu"], slots * resources["gpu"])
     record = measured("sweep", wall_s + float(earlier.get("wall_s", 0.0)), held.units).record()
     record.update(device=held.device, units=slots * per_trial,
@@ -349,7 +353,7 @@ def _run_sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, trackin
     started = time.monotonic()
     if todo:
         init_ray()
-        _run_tune(cfg, todo, out_dir, trials_dir)
+        ray_trials = _run_tune(cfg, todo, out_dir, trials_dir)
     records = [_finished(trials_dir, t) for t in trials]
     missing = [t.trial_id for t, r in zip(trials, records) if r is None]
     if missing:
@@ -359,7 +363,8 @@ def _run_sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, trackin
     atomic_write_json(out_dir / "results.json", results)
     selection = {m: {t: c["selected"] for t, c in cells.items()} for m, cells in results["cells"].items()}
     atomic_write_json(out_dir / "selection.json", selection)
-    cost = sweep_cost(cfg, records, time.monotonic() - started if todo else 0.0, len(todo), skipped, out_dir)
+    cost = sweep_cost(cfg, records, time.monotonic() - started if todo else 0.0, len(todo), skipped, out_dir,
+                      ray_trials if todo else None)
     write_manifest(out_dir, stage="sweep", config=cfg, inputs=[Path(p) for p in models.values()],
                    counts={"trials": len(trials), "ran": len(todo), "skipped": skipped},
                    extra={"search_space": to_dict(space), "models": {k: str(v) for k, v in models.items()},
