@@ -39,6 +39,7 @@ import torch
 from torch.func import functional_call, vmap
 
 from orchestrator.finetune.loop import (
+    NO_DECAY,
     BestDev,
     Prepared,
     TrialLog,
@@ -58,7 +59,6 @@ from orchestrator.modeling.precision import autocast_context
 log = logging.getLogger(__name__)
 
 BUNDLED_PRECISIONS = ("fp32", "bf16")  # fp16's dynamic loss scale is a per-trial state: those train alone
-NO_DECAY = ("bias", "LayerNorm.weight", "norm.weight")  # as loop.make_optimizer
 ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8  # torch.optim.AdamW's defaults, which the separate trials use
 GRAD_CLIP = 1.0  # as run_trial
 

@@ -296,6 +296,9 @@ def score(spec: TaskSpec, examples: list[Example], preds: list[Any]) -> float:
                   docs=[ex.doc for ex in examples])
 
 
+NO_DECAY = ("bias", "LayerNorm.weight", "norm.weight")  # AdamW's weight decay leaves these out (BERT's recipe)
+
+
 def make_optimizer(trained: list[tuple[str, torch.nn.Parameter]], trial: TrialSpec) -> torch.optim.Optimizer:
     """``trial.optimizer``: 'adamw' decays every weight but biases and LayerNorm by ``trial.weight_decay``
     (BERT's recipe); 'adam' is Adam without weight decay (seed 000 fine-tuned with Adam)."""
@@ -303,9 +306,8 @@ def make_optimizer(trained: list[tuple[str, torch.nn.Parameter]], trial: TrialSp
         return torch.optim.Adam([p for _, p in trained], lr=trial.learning_rate, weight_decay=0.0)
     if trial.optimizer != "adamw":
         raise ValueError(f"trial {trial.trial_id}: optimizer {trial.optimizer!r} is not adamw or adam")
-    no_decay = ("bias", "LayerNorm.weight", "norm.weight")
-    groups = [{"params": [p for n, p in trained if not n.endswith(no_decay)], "weight_decay": trial.weight_decay},
-              {"params": [p for n, p in trained if n.endswith(no_decay)], "weight_decay": 0.0}]
+    groups = [{"params": [p for n, p in trained if not n.endswith(NO_DECAY)], "weight_decay": trial.weight_decay},
+              {"params": [p for n, p in trained if n.endswith(NO_DECAY)], "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=trial.learning_rate)
 
 

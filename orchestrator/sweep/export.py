@@ -7,7 +7,8 @@ trained once more, with the same TrialSpec: the same seed, data order, schedule 
 trial's schedule still spans its largest epoch count: ``run_trial(stop_after=)``) and thread count,
 so on CPU it is the same model the sweep scored; the export's manifest records the re-run's dev and
 test scores beside the recorded ones (``reproduced``), and a mismatch (a non-deterministic GPU
-kernel) is logged as a warning.
+kernel; or a trial the sweep trained in a learning-rate bundle, ``finetune.bundle``, whose re-run alone
+differs by the bundle's float rounding) is logged as a warning.
 
     <sweep>/exports/<trial_id>-<key>/   config.json (id2label, label2id), model.safetensors, tokenizer
                                         files, head.safetensors, task.json, manifest.json
