@@ -239,11 +239,14 @@ def test_ray_up_submit_down_over_ssh(tmp_path, sshd):
         runs = tmp_path / "runs"
         # A dotted key into a mapping field (no spaces, so it survives ray submit's unquoted join);
         # the directory is the one the smoke preset reads anyway, so the run costs nothing more.
-        # One task: every stage still runs on the cluster; the other four tasks' trials only cost time.
+        # One task, one instance length, 10 steps of one phase: every stage still runs on the cluster; the
+        # other four tasks' trials, the second phase and its instances only cost time (test_chain runs them).
         biosses = ROOT / "orchestrator" / "sample_data" / "blue" / "BIOSSES"
         submit = ray_cli("submit", "--log-style=record", str(yaml_path), str(ROOT / "jobs" / "blue_sweep.py"),
                          "--", "--preset", "smoke", f"runs_root={runs}", "run_name=cluster",
-                         f"sweep.task_dirs.biosses={biosses}", "sweep.tasks=[biosses]", timeout=600)
+                         f"sweep.task_dirs.biosses={biosses}", "sweep.tasks=[biosses]",
+                         "instances.max_seq_lengths=[64]", "pretrain.phase1.steps=10", "pretrain.phase2.steps=0",
+                         timeout=600)
         assert submit.returncode == 0, submit.stdout[-4000:] + submit.stderr[-4000:]
         output = submit.stdout + submit.stderr
         assert "ray cluster" in output  # attached to the launched head, not an embedded Ray

@@ -322,7 +322,7 @@ def test_arms_built_at_once_share_their_common_stages_and_pretrain_side_by_side(
     res = run_job("blue_sweep.py", "--preset", "smoke", f"runs_root={tmp_path}", "run_name=exp", "ray.num_cpus=4",
                   "arm_concurrency=2", "arms.a.pretrain.seed=1", "arms.b.pretrain.seed=2",
                   "stages=[corpus,vocab,instances,pretrain]", "instances.max_seq_lengths=[64]",
-                  "pretrain.phase1.steps=30", "pretrain.phase2.steps=0", timeout=900)
+                  "pretrain.phase1.steps=10", "pretrain.phase2.steps=0", timeout=900)
     assert res.returncode == 0, (res.stdout[-3000:], res.stderr[-3000:])
     assert "building up to 2 arms at once" in res.stdout + res.stderr
     stages = tmp_path / "exp" / "stages"
