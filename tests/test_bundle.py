@@ -64,6 +64,101 @@ def test_a_bundle_gives_each_trial_the_record_it_gets_alone(tiny_bert, task, lrs
         assert any(a["early_stopping"]["stopped_epoch"] < 4 for a in alone)  # a trial stopped early, on its own
 
 
+def test_the_bundled_forwards_compute_attention_in_a_form_vmap_batches_on_every_device(tiny_bert):
+    """vmap of SDPA's fused CUDA kernels failed in the first GPU runs of a bundle: with dropout (random draws
+    on a batched input under ``randomness="same"``) and without (efficient attention's batching rule and
+    BERT's broadcast mask). The bundle's forwards run no SDPA: attention as its math path computes it, the
+    same masks and loss as one trial's plain forward, which does run SDPA (so the check can fail); the
+    bundle's predictions are each row's own."""
+    import torch
+    from torch.func import functional_call
+    from torch.nn import functional as F
+    from torch.profiler import profile
+
+    from orchestrator.finetune.bundle import StackedWeights, _attention, _batched_loss, _predict
+    from orchestrator.finetune.loop import _batches, build_model, predict_with, prepare
+
+    q, k, v = torch.randn(3, 2, 4, 16, 8).unbind(0)
+    mask = torch.rand(2, 1, 16, 16) > 0.2
+    mask[..., 0] = True
+    for kwargs in ({"attn_mask": mask}, {"attn_mask": torch.where(mask, 0.0, -1e4)}, {"is_causal": True}, {}):
+        torch.manual_seed(0)
+        want = F.scaled_dot_product_attention(q, k, v, dropout_p=0.1, **kwargs)
+        torch.manual_seed(0)
+        torch.testing.assert_close(_attention(q, k, v, dropout_p=0.1, **kwargs), want, rtol=1e-6, atol=1e-6)
+
+    trial = _trials(tiny_bert, "chemprot", (1e-3, 3e-3))[0]
+    prep = prepare(trial)
+    model = build_model(trial, prep)
+    stack = StackedWeights(model, [1e-3, 3e-3], 0.01, decoupled=True)
+    _, batch, labels = next(iter(_batches(prep.enc["train"], list(range(16)), 16, prep.pad_id, prep.device)))
+    model.train()
+    with profile() as bundled:
+        torch.manual_seed(0)
+        losses = _batched_loss(model, stack)(batch, labels)
+    assert "aten::scaled_dot_product_attention" not in {e.name for e in bundled.events()}
+    assert "aten::dropout" in {e.name for e in bundled.events()}
+    with profile() as plain:
+        torch.manual_seed(0)
+        params = {k: v[0] for k, v in stack.params.items()}
+        alone = model.loss(functional_call(model, (params, stack.shared), kwargs=batch).float(), labels)
+    assert "aten::scaled_dot_product_attention" in {e.name for e in plain.events()}
+    assert losses[0].item() == pytest.approx(alone.item(), rel=1e-6) and losses[0].item() == losses[1].item()
+
+    with torch.no_grad():  # rows with different weights: row 1 predicts the head's last class everywhere
+        stack.flat[1].mul_(1.5)
+        stack.params["head.bias"][1, -1] += 100.0
+    with profile() as predicted:
+        preds = _predict(model, stack, prep, "dev", 16)
+    assert "aten::scaled_dot_product_attention" not in {e.name for e in predicted.events()}
+    for t in range(2):
+        params = {k: v[t].detach() for k, v in stack.params.items()}
+        alone_preds = predict_with(lambda batch, params=params: functional_call(model, (params, stack.shared),
+                                                                               kwargs=batch)[None],
+                                   1, prep.spec, prep.enc["dev"], 16, prep.pad_id, prep.device)
+        assert preds[t] == alone_preds[0]
+    assert preds[0] != preds[1]
+
+
+def test_a_bundle_that_fails_before_its_first_epoch_ends_trains_its_trials_alone(tiny_bert, monkeypatch, caplog):
+    """A device that cannot run the bundle (the first GPU runs: a vmap batching rule refused) costs the
+    sweep its batching, not its trials: they train alone, their records as ``run_trial`` gives them and
+    marked; after an epoch has ended (reported) a failure is raised, not hidden."""
+    from orchestrator.finetune import bundle
+    from orchestrator.finetune.loop import run_trial
+
+    message = "Vmap does not currently support same randomness with a batched tensor input."
+    real, epochs_seen = bundle._batched_loss, []
+
+    def failing(model, stack):
+        losses = real(model, stack)
+
+        def fail_after(batch, labels):
+            if len(epochs_seen) >= fail_at:
+                raise RuntimeError(message)
+            return losses(batch, labels)
+        return fail_after
+
+    monkeypatch.setattr(bundle, "_batched_loss", failing)
+    trials = _trials(tiny_bert, "chemprot", (1e-3, 3e-3), eval_epochs=(1, 2))
+    fail_at = 0
+    with caplog.at_level("WARNING", logger="orchestrator.finetune.bundle"):
+        records = bundle.run_bundle(trials, report=epochs_seen.append)
+    assert "failed before its first epoch ended" in caplog.text
+    for record, want in zip(records, [run_trial(t) for t in trials]):
+        ids = [t.trial_id for t in trials]
+        assert record["bundle_failed"] == {"trial_ids": ids, "error": f"RuntimeError: {message}"}
+        assert record["predictions"] == want["predictions"] and "bundle" not in record
+        assert [r["train_loss"] for r in record["epochs"]] == [r["train_loss"] for r in want["epochs"]]
+    assert [len(e["rows"]) for e in epochs_seen] == [1, 1, 1, 1]  # each trial's 2 epochs, one row each
+
+    epochs_seen.clear()
+    fail_at = 1
+    with pytest.raises(RuntimeError, match="same randomness"):
+        bundle.run_bundle(trials, report=epochs_seen.append)
+    assert len(epochs_seen) == 1
+
+
 def test_a_trial_whose_gradients_are_not_finite_skips_its_step_and_the_others_do_not():
     """Each row takes the step of PyTorch's AdamW as ``run_trial`` makes it (``make_optimizer``: no decay on
     biases and LayerNorm), clipped by its own norm; a row with an inf gradient is left as it was, its moments

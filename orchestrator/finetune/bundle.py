@@ -10,6 +10,16 @@ weights stacked on a first axis of size T, the forward ``torch.func.vmap``-ed ov
 backward through the sum of the T losses, and one AdamW step on the stacked weights with a
 learning-rate vector. Each launch then does T trials' work.
 
+Attention under vmap: on a GPU, vmap of SDPA's fused kernels failed twice in the first runs of a
+bundle (H200, torch 2.11): with dropout, vmap refuses their in-kernel random draws on a batched input
+(``randomness="same"``); without it, efficient attention's batching rule rejects BERT's broadcast mask
+("attn_bias: wrong shape"). So inside the bundle's forwards ``_BatchableAttention`` computes attention as
+SDPA's math path does (scores, mask, softmax, ``F.dropout``, values), which vmap batches on every device
+(``F.dropout``'s ``native_dropout`` batches). On CPU that is the path the separate trial runs in
+training, so its masks are the bundle's. On a GPU the separate trial's fused kernel draws its attention
+masks inside the kernel: a bundled GPU trial has the same hidden-state masks and other attention masks
+(the same training, not the same numbers; GPU kernels are not bit-reproducible either).
+
 It computes what the separate trials compute: the same batches, masks, losses, gradients (each trial's
 loss depends only on its own row of weights), per-trial gradient clipping, per-trial AdamW (PyTorch's
 update, with a skipped step for a trial whose gradients are not finite), and the same linear schedule
@@ -29,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -37,6 +48,8 @@ from typing import Any
 import numpy as np
 import torch
 from torch.func import functional_call, vmap
+from torch.nn import functional as F
+from torch.overrides import TorchFunctionMode
 
 from orchestrator.finetune.loop import (
     NO_DECAY,
@@ -156,23 +169,56 @@ def run_bundle(trials: Sequence[TrialSpec], report: Callable[[dict], None] | Non
                task_spec: TaskSpec | None = None) -> list[dict]:
     """Train ``trials`` (the same but for their learning rates: ``bundle_key``) as one computation; their
     records, as ``run_trial`` gives them, in their order. ``report`` gets each epoch's rows as
-    ``{"epoch": e, "rows": [one row per trial still recording]}``. One trial, or fp16: ``run_trial``."""
+    ``{"epoch": e, "rows": [one row per trial still recording]}``. One trial, or fp16: ``run_trial``.
+
+    A bundle that fails before its first epoch has ended (a device whose vmap lacks a batching rule the
+    bundle needs, memory for T copies) trains its trials one at a time instead, with a warning; their
+    records say so (``bundle_failed``: the bundle's trials and the error). A failure after that is raised."""
     trials = list(trials)
+
+    def alone(trial: TrialSpec) -> dict:
+        return run_trial(trial, report=(lambda row: report({"epoch": row["epoch"], "rows": [row]}))
+                         if report else None, task_spec=task_spec)
+
     if len(trials) == 1 or bundle_key(trials[0]) is None:
         if len(trials) > 1:
             raise ValueError(f"{trials[0].precision} trials train alone, not in a bundle of {len(trials)}")
-        return [run_trial(trials[0], report=(lambda row: report({"epoch": row["epoch"], "rows": [row]}))
-                          if report else None, task_spec=task_spec)]
+        return [alone(trials[0])]
     if len({bundle_key(t) for t in trials}) > 1:
         raise ValueError(f"trials {[t.trial_id for t in trials]} differ in more than their learning rates")
+    if trials[0].optimizer not in ("adamw", "adam"):
+        raise ValueError(f"trial {trials[0].trial_id}: optimizer {trials[0].optimizer!r} is not adamw or adam")
+    epochs_ended = 0
+
+    def counted(epoch: dict) -> None:
+        nonlocal epochs_ended
+        epochs_ended += 1
+        if report is not None:
+            report(epoch)
+
+    try:
+        return _train_together(trials, counted, task_spec)
+    except (RuntimeError, NotImplementedError, torch.cuda.OutOfMemoryError) as err:
+        if epochs_ended:
+            raise
+        ids = [t.trial_id for t in trials]
+        error = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+        log.warning("the bundle of %s failed before its first epoch ended (%s); training them one at a time",
+                    ", ".join(ids), error)
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        return [{**alone(t), "bundle_failed": {"trial_ids": ids, "error": error}} for t in trials]
+
+
+def _train_together(trials: list[TrialSpec], report: Callable[[dict], None],
+                    task_spec: TaskSpec | None) -> list[dict]:
+    """``run_bundle``'s batched computation (its checks done)."""
     setup_tick = time.perf_counter()
     first = trials[0]
     prep = prepare(first, task_spec)
     model = build_model(first, prep)
     stack = StackedWeights(model, [t.learning_rate for t in trials], first.weight_decay,
                            decoupled=first.optimizer == "adamw")
-    if first.optimizer not in ("adamw", "adam"):
-        raise ValueError(f"trial {first.trial_id}: optimizer {first.optimizer!r} is not adamw or adam")
     schedule = linear_schedule(torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0), first,
                                len(prep.splits["train"]))  # its learning rate is the factor of every trial's
     logs = [TrialLog(t, prep) for t in trials]
@@ -221,8 +267,7 @@ def run_bundle(trials: Sequence[TrialSpec], report: Callable[[dict], None] | Non
                 logs[t].epochs.append(rows[t])
                 logs[t].counts["train_examples"] += len(prep.splits["train"])
                 log.info("%s epoch %d: %s", trials[t].trial_id, epoch, {k: round(v, 4) for k, v in rows[t].items()})
-            if report is not None:
-                report({"epoch": epoch, "rows": [dict(rows[t], trial_id=trials[t].trial_id) for t in active]})
+            report({"epoch": epoch, "rows": [dict(rows[t], trial_id=trials[t].trial_id) for t in active]})
             if stoppers:
                 for t in active:
                     if stoppers[t].update(epoch, rows[t]["dev"]):
@@ -253,8 +298,35 @@ def _quiet() -> None:
     warnings.filterwarnings("ignore", message="grad and param do not obey the gradient layout contract")
     # the schedule here is a factor on a stand-in optimizer, which never steps
     warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step\\(\\)` before")
-    # CPU only: PyTorch loops over the rows for CPU flash attention (CUDA's SDPA kernels have batching rules)
-    warnings.filterwarnings("ignore", message="There is a performance drop because we have not yet implemented")
+
+
+def _attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None = None,
+               dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
+               enable_gqa: bool = False) -> torch.Tensor:
+    """``F.scaled_dot_product_attention`` as its math path computes it (scores, mask, softmax,
+    ``F.dropout``, values)."""
+    if enable_gqa and key.size(-3) != query.size(-3):
+        key = key.repeat_interleave(query.size(-3) // key.size(-3), -3)
+        value = value.repeat_interleave(query.size(-3) // value.size(-3), -3)
+    root = math.sqrt(1 / math.sqrt(query.size(-1)) if scale is None else scale)  # split as the math path does
+    scores = (query * root) @ (key.transpose(-2, -1) * root)
+    if is_causal:
+        keep = torch.ones(query.size(-2), key.size(-2), dtype=torch.bool, device=query.device).tril()
+        scores = scores.masked_fill(~keep, float("-inf"))
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else scores + attn_mask
+    return F.dropout(scores.softmax(-1), dropout_p) @ value
+
+
+class _BatchableAttention(TorchFunctionMode):
+    """Inside a bundle's vmapped forwards: attention through ``_attention`` (see the module's docstring);
+    every other call as it is."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.scaled_dot_product_attention:
+            return _attention(*args, **kwargs)
+        return func(*args, **kwargs)
 
 
 def _batched_loss(model: TaskModel, stack: StackedWeights) -> Callable[[dict[str, torch.Tensor], torch.Tensor],
@@ -262,7 +334,8 @@ def _batched_loss(model: TaskModel, stack: StackedWeights) -> Callable[[dict[str
     """``(batch, labels) -> losses``: each row of ``stack`` run through ``model`` on the same batch, one loss
     per row, dropout's masks the same for every row (drawn once, as one trial draws them)."""
     def one(params: dict[str, torch.Tensor], batch: dict[str, torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
-        logits = functional_call(model, (params, stack.shared), kwargs=batch)
+        with _BatchableAttention():
+            logits = functional_call(model, (params, stack.shared), kwargs=batch)
         return model.loss(logits.float(), labels)
 
     losses = vmap(one, in_dims=(0, None, None), randomness="same")
@@ -272,8 +345,11 @@ def _batched_loss(model: TaskModel, stack: StackedWeights) -> Callable[[dict[str
 def _predict(model: TaskModel, stack: StackedWeights, prep: Prepared, name: str, batch_size: int) -> list[list[Any]]:
     """Every row's predictions on split ``name`` (as ``loop.predict``: eval mode, no autocast)."""
     model.eval()
-    logits = vmap(lambda params, batch: functional_call(model, (params, stack.shared), kwargs=batch),
-                  in_dims=(0, None), randomness="same")
+    def one(params: dict[str, torch.Tensor], batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        with _BatchableAttention():
+            return functional_call(model, (params, stack.shared), kwargs=batch)
+
+    logits = vmap(one, in_dims=(0, None), randomness="same")
     params = {k: v.detach() for k, v in stack.params.items()}
     return predict_with(lambda batch: logits(params, batch), len(stack.lr), prep.spec, prep.enc[name], batch_size,
                         prep.pad_id, prep.device)
