@@ -594,8 +594,8 @@ def test_two_workers_two_phases_loss_falls_checkpoints_and_mlflow(corpus, ray_lo
     from orchestrator.track import TrackingConfig
 
     out = tmp_path / "pretrain"
-    with listening_beyond_loopback() as exposed:
-        result = pretrain(_cfg(), {32: corpus[32], 64: corpus[64]}, corpus["tokenizer"], out,
+    with listening_beyond_loopback() as exposed:  # through Ray Data (the other runs here read locally: auto)
+        result = pretrain(_cfg(ingest="ray_data"), {32: corpus[32], 64: corpus[64]}, corpus["tokenizer"], out,
                           TrackingConfig(experiment="pretrain-test"), tmp_path)
     assert not exposed, exposed
     losses = [h["loss"] for h in result.history]
@@ -609,6 +609,7 @@ def test_two_workers_two_phases_loss_falls_checkpoints_and_mlflow(corpus, ray_lo
     assert model.config.vocab_size == len(tok)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["stage"] == "pretrain" and manifest["counts"]["steps"] == 34
+    assert manifest["ingest"] == {"phase1": "ray_data", "phase2": "ray_data"}
     # final/ carries its content identity: the sha256 of every model file
     from orchestrator.core.manifest import file_sha256
 
@@ -681,6 +682,7 @@ def test_worker_killed_mid_run_resumes_from_checkpoint_schedule_and_stopping_sta
     result = pretrain(cfg, {32: corpus[32]}, corpus["tokenizer"], tmp_path / "out",
                       fail_at={"step": 7, "marker": str(marker)})
     assert marker.is_file()  # the worker really died once
+    assert json.loads((tmp_path / "out" / "manifest.json").read_text())["ingest"] == {"phase1": "local"}  # auto
     steps = [h["step"] for h in result.history]
     assert steps == list(range(1, 9))  # steps 1-5 from the checkpoint, 6-8 after the restart
     assert result.phases == [{"phase": "phase1", "stopped_by": "plateau", "step": 8, "phase_step": 8,

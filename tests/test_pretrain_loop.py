@@ -197,6 +197,53 @@ def test_prefetched_batches_are_todays_batches_and_a_resume_goes_on_where_it_sto
     fresh.close()
 
 
+def test_a_local_shard_is_the_workers_equal_share_shuffled_per_epoch_and_a_stream_over_it_resumes(tmp_path):
+    """``pretrain.ingest: local``: each worker reads its equal share of the files itself (rows in file
+    order, split as Ray Data's ``split(world, equal=True)``: the remainder left out), shuffled whole with
+    the epoch's seed; the micro-batch stream over it resumes from a position exactly, as over Ray Data."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from orchestrator.core.artifacts import instance_schema
+    from orchestrator.pretrain.data import LocalShard, instance_files, resolve_ingest
+
+    rng = np.random.default_rng(5)
+    rows = []
+    for i in range(45):
+        ids = np.concatenate([[2], rng.integers(5, 100, int(rng.integers(3, 12))), [3]]).astype(np.int32)
+        rows.append({"input_ids": ids.tolist(), "token_type_ids": [0] * len(ids), "masked_lm_positions": [],
+                     "masked_lm_ids": [], "next_sentence_label": i % 2, "source": "s", "language": ""})
+    for name, part in (("part-1.parquet", rows[20:]), ("part-0.parquet", rows[:20])):  # read in name order
+        pq.write_table(pa.Table.from_pylist(part, schema=instance_schema()), tmp_path / name)
+    files = instance_files(tmp_path)
+    assert [f.name for f in files] == ["part-0.parquet", "part-1.parquet"]
+    assert resolve_ingest("auto", files) == "local" and resolve_ingest("ray_data", files) == "ray_data"
+
+    shards = [LocalShard(files, rank, 2) for rank in range(2)]
+    assert [s.rows for s in shards] == [22, 22]
+    firsts = [tuple(r) for s in shards for r in s.columns["input_ids"]]
+    assert firsts == [tuple(r["input_ids"]) for r in rows[:44]]  # rank 0 rows 0-21, rank 1 rows 22-43
+
+    def epoch(shard, seed):
+        return [tuple(map(tuple, b["input_ids"])) for b in shard.iter_batches(
+            batch_size=8, batch_format="numpy", drop_last=True, local_shuffle_buffer_size=32, local_shuffle_seed=seed)]
+    assert len(epoch(shards[0], 1)) == 2 and epoch(shards[0], 1) == epoch(shards[0], 1)
+    assert epoch(shards[0], 1) != epoch(shards[0], 2)
+    assert {r for b in epoch(shards[0], 1) for r in b} <= set(firsts[:22])
+
+    n = 7
+    today = [b for b, _ in _take(micro_batches(shards[1], 8, SPECIAL, RULE, seed=42, seed_key=(1, 0, 0)), n)]
+    whole = micro_batches(shards[1], 8, SPECIAL, RULE, seed=42, seed_key=(1, 0, 0))
+    positions = [p for _, p in _take(whole, n)]
+    for k in (1, 2, 3):  # mid-epoch, at an epoch's end, in the second epoch
+        resumed = micro_batches(LocalShard(files, 1, 2), 8, SPECIAL, RULE, seed=42, seed_key=(9, 9, 9),
+                                start=positions[k - 1])
+        assert all(_same(batch, ref) for (batch, _), ref in zip(_take(resumed, n - k), today[k:])), k
+    # auto keeps the key runs had before ingest existed; a reader named explicitly is part of it
+    assert "ingest" not in PretrainConfig().training_fields()
+    assert PretrainConfig(ingest="local").training_fields()["ingest"] == "local"
+
+
 def test_the_data_thread_stops_when_training_stops_early_and_reports_its_errors(rows_dataset):
     before = {t.ident for t in threading.enumerate()}
     source = micro_batches(rows_dataset, 8, SPECIAL, RULE, seed=1, seed_key=(0,))

@@ -67,7 +67,7 @@ from orchestrator.finetune.metrics import METRICS
 from orchestrator.finetune.model import TaskModel
 from orchestrator.finetune.spec import TaskSpec
 from orchestrator.finetune.trial import TrialSpec
-from orchestrator.modeling.precision import autocast_context
+from orchestrator.modeling.precision import SCHEDULE_BEFORE_STEP, autocast_context
 
 log = logging.getLogger(__name__)
 
@@ -297,7 +297,7 @@ def _quiet() -> None:
     # the gradients are views of rows of one buffer, as meant (autograd adds into them in place)
     warnings.filterwarnings("ignore", message="grad and param do not obey the gradient layout contract")
     # the schedule here is a factor on a stand-in optimizer, which never steps
-    warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step\\(\\)` before")
+    warnings.filterwarnings("ignore", message=SCHEDULE_BEFORE_STEP)
 
 
 def _attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None = None,

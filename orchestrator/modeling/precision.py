@@ -12,6 +12,9 @@ import torch
 PRECISIONS = ("fp32", "bf16", "fp16")
 
 
+#: the start of torch's warning when a schedule steps before its optimizer has (a skipped or stand-in step)
+SCHEDULE_BEFORE_STEP = "Detected call of `lr_scheduler.step\\(\\)` before"
+
 def allow_tf32(device: torch.device) -> None:
     """On CUDA, let fp32 matrix products and convolutions use TF32 tensor cores (torch's default is
     full fp32: about 67 instead of about 494 TFLOPS on an H100); nothing elsewhere."""
@@ -57,7 +60,7 @@ def optimizer_update(params: list[torch.nn.Parameter], optimizer, scheduler, sca
         if not skipped:
             optimizer.step()
     with warnings.catch_warnings():  # torch warns when the schedule moves before a first real step: meant here
-        warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step\\(\\)` before")
+        warnings.filterwarnings("ignore", message=SCHEDULE_BEFORE_STEP)
         scheduler.step()
     optimizer.zero_grad(set_to_none=True)
     return norm_value, skipped

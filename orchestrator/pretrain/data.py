@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.core.artifacts import InstanceInfo
+from orchestrator.core.artifacts import INSTANCE_COLUMNS, InstanceInfo
 from orchestrator.core.errors import InputError, OrchestratorError
 from orchestrator.core.manifest import file_sha256
 from orchestrator.instances.config import MaskingRule, Specials
@@ -26,6 +26,7 @@ from orchestrator.instances.masking import mask_batch
 
 log = logging.getLogger(__name__)
 IGNORE_INDEX = -100
+LOCAL_INGEST_MAX_BYTES = 256 * 2**20  # pretrain.ingest auto: a phase's instance files up to this are read locally
 
 
 def masking_rule(info: InstanceInfo) -> MaskingRule:
@@ -91,11 +92,56 @@ def collate(rows: Mapping[str, Sequence], special: Specials, *, rule: MaskingRul
 
 
 # ------------------------------------------------------------------------------------- the stream
+def instance_files(directory: Path) -> list[Path]:
+    """An instances directory's parquet files, in name order (the order both readers read them in)."""
+    return sorted(Path(directory).glob("*.parquet"))
+
+
+def resolve_ingest(setting: str, files: Sequence[Path]) -> str:
+    """``pretrain.ingest`` for one phase: ``local`` or ``ray_data`` (``auto``: local up to
+    ``LOCAL_INGEST_MAX_BYTES`` of files)."""
+    if setting != "auto":
+        return setting
+    return "local" if sum(f.stat().st_size for f in files) <= LOCAL_INGEST_MAX_BYTES else "ray_data"
+
+
+class LocalShard:
+    """A worker's share of a phase's instances, read by the worker itself (``pretrain.ingest: local``):
+    rows ``[rank x n, (rank + 1) x n)`` of the files read in name order, ``n`` = rows // world, as Ray
+    Data's ``split(world, equal=True)`` shares them. ``iter_batches`` takes Ray Data's arguments and
+    shuffles the whole share with ``local_shuffle_seed`` (an epoch's order depends on its seed alone, so
+    a resume re-reads it exactly)."""
+
+    def __init__(self, files: Sequence[str | Path], rank: int, world: int):
+        import pyarrow as pa  # heavy: pyarrow
+        import pyarrow.parquet as pq
+
+        if not files:
+            raise OrchestratorError("no instance files to read")
+        table = pa.concat_tables([pq.read_table(f, columns=list(INSTANCE_COLUMNS)) for f in files])
+        n = table.num_rows // world
+        share = table.slice(rank * n, n)
+        self.rows = n
+        self.columns = {c: share.column(c).to_numpy(zero_copy_only=False) for c in INSTANCE_COLUMNS}
+
+    def iter_batches(self, *, batch_size: int, batch_format: str = "numpy", drop_last: bool = True,
+                     prefetch_batches: int = 0, local_shuffle_buffer_size: int | None = None,
+                     local_shuffle_seed: int | None = None) -> Iterator[dict[str, np.ndarray]]:
+        if batch_format != "numpy":
+            raise ValueError(f"LocalShard gives numpy batches, not {batch_format}")
+        order = (np.random.default_rng(local_shuffle_seed).permutation(self.rows) if local_shuffle_buffer_size
+                 else np.arange(self.rows))
+        end = self.rows - self.rows % batch_size if drop_last else self.rows
+        for i in range(0, end, batch_size):
+            picked = order[i:i + batch_size]
+            yield {c: v[picked] for c, v in self.columns.items()}
+
+
 def micro_batches(shard, device_batch: int, special: Specials, rule: MaskingRule | None, *, seed: int,
                   seed_key: Sequence[int], prefetch: int = 2, pad_to: int = 1,
                   start: Mapping[str, Any] | None = None) -> Iterator[tuple[dict[str, np.ndarray], dict]]:
-    """Endless stream of collated micro-batches from a worker's Ray Data shard (anything with
-    ``iter_batches``), epoch after epoch, each with its position: the stream's state just after it.
+    """Endless stream of collated micro-batches from a worker's Ray Data shard or ``LocalShard`` (anything
+    with ``iter_batches``), epoch after epoch, each with its position: the stream's state just after it.
 
     Epoch ``e`` reads the shard locally shuffled with seed ``seed + e`` and, under dynamic masking
     (``rule``), draws its masks from ``np.random.default_rng((seed, *seed_key, e))``. A position is

@@ -30,7 +30,7 @@ from orchestrator.modeling.adapters import add_adapters, parameter_counts
 from orchestrator.modeling.precision import allow_tf32, autocast_context, make_scaler, optimizer_update
 from orchestrator.pretrain.checkpoint import checkpoint_name, load_training_state, load_weights, save_checkpoint
 from orchestrator.pretrain.config import PretrainConfig, batch_plan
-from orchestrator.pretrain.data import Prefetcher, micro_batches
+from orchestrator.pretrain.data import LocalShard, Prefetcher, micro_batches
 from orchestrator.pretrain.model import PretrainingModule, build_model, check_same_architecture, compile_encoder
 from orchestrator.pretrain.optim import build_optimizer, build_scheduler
 from orchestrator.pretrain.peaks import peak_flops
@@ -342,11 +342,18 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
             state["phase_step"] = 0
             stopper = Stopper(cfg.stop)
         state["phase"] = phase_index
-        shard = ray.train.get_dataset_shard(phase_name)
+        local = config.get("local_files", {}).get(phase_name)
+        ingest = "local" if local else "ray_data"
+        shard = LocalShard(local, rank, world) if local else ray.train.get_dataset_shard(phase_name)
         rule = config["dynamic"][phase_name]
         start = None
         if resume is not None and resume["data"]["phase"] == phase_index and state["phase_step"] > 0:
-            start = resume["data"]["positions"][rank]  # go on where this worker's shard stopped
+            if resume["data"].get("ingest", "ray_data") == ingest:
+                start = resume["data"]["positions"][rank]  # go on where this worker's shard stopped
+            elif rank == 0:  # the other reader's positions mean other rows: read this phase from a fresh epoch
+                worker_line(f"warning: the checkpoint's data position is of another reader "
+                            f"({resume['data'].get('ingest', 'ray_data')}, this run {ingest}): {phase_name}'s data "
+                            f"starts a fresh epoch")
         # read, collate and mask (and pin) on a background thread while the device runs the steps
         stream = Prefetcher(micro_batches(shard, plan.device_batch, special, rule,
                                           seed=cfg.seed, seed_key=(rank, phase_index, state["step"]),
@@ -443,7 +450,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
                         state = {**state, "phase": phase_index + 1, "phase_step": 0}
                     # every worker's generators and data position, so that a resume goes on from here
                     resume_state = {"world": world, "rng": _all_gather(rng_state(device), world),
-                                    "data": {"phase": phase_index, "positions": _all_gather(position, world)}}
+                                    "data": {"phase": phase_index, "positions": _all_gather(position, world),
+                                             "ingest": ingest}}
                     _report_checkpoint(rank, model, tokenizer_dir, optimizer, scheduler, scaler, state,
                                        resume_state)
                 if phase_done:

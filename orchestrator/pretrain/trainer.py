@@ -64,7 +64,13 @@ from orchestrator.pretrain.checkpoint import (
     save_hf,
 )
 from orchestrator.pretrain.config import PretrainConfig, batch_plan, input_keys, pretrain_key
-from orchestrator.pretrain.data import check_vocab_matches, masking_rule, ordered_ingest
+from orchestrator.pretrain.data import (
+    check_vocab_matches,
+    instance_files,
+    masking_rule,
+    ordered_ingest,
+    resolve_ingest,
+)
 from orchestrator.pretrain.loop import TrainingDiverged, train_loop_per_worker
 from orchestrator.pretrain.model import (
     SIZE_PRESETS,
@@ -126,14 +132,15 @@ def special_ids(tokenizer_dir: Path) -> Specials:
 DATA_CPU_RESERVE = 1.0
 
 
-def worker_cpus(cfg: PretrainConfig, cluster_cpus: float) -> float:
+def worker_cpus(cfg: PretrainConfig, cluster_cpus: float, data_reads: bool = True) -> float:
     """CPUs to reserve per Train worker, leaving ``DATA_CPU_RESERVE`` for Ray Data's read tasks.
 
     Workers that take every CPU starve the streaming reads that feed them and the run hangs
-    (2 workers x 1 CPU on a 2-core laptop); there, each worker's share is shrunk to fit.
+    (2 workers x 1 CPU on a 2-core laptop); there, each worker's share is shrunk to fit. Without
+    ``data_reads`` (every phase read by the workers themselves: ``pretrain.ingest``) nothing is left over.
     """
     wanted = cfg.cpus_per_worker * cfg.num_workers
-    if cfg.use_gpu or cluster_cpus <= 0 or wanted + DATA_CPU_RESERVE <= cluster_cpus:
+    if cfg.use_gpu or cluster_cpus <= 0 or wanted + (DATA_CPU_RESERVE if data_reads else 0.0) <= cluster_cpus:
         return cfg.cpus_per_worker
     share = (cluster_cpus - DATA_CPU_RESERVE) / cfg.num_workers
     if share <= 0.05:
@@ -395,18 +402,24 @@ def _train(cfg: PretrainConfig, infos: dict[str, InstanceInfo], tokenizer_dir: P
                     tracking_info["uri"])
         worker_tracking = None
     try:
-        datasets = {name: ray.data.read_parquet(sorted(str(p) for p in info.path.glob("*.parquet")))
-                    .select_columns(list(INSTANCE_COLUMNS)) for name, info in infos.items()}
+        files = {name: instance_files(info.path) for name, info in infos.items()}
+        ingest = {name: resolve_ingest(cfg.ingest, files[name]) for name in infos}
+        log.info("pretrain: instances read by %s", ", ".join(
+            f"{name}: {'the workers themselves' if how == 'local' else 'Ray Data'}" for name, how in ingest.items()))
+        datasets = {name: ray.data.read_parquet([str(p) for p in files[name]]).select_columns(list(INSTANCE_COLUMNS))
+                    for name in infos if ingest[name] == "ray_data"}
         # the configs themselves (Ray pickles them): no dict round trip between the driver and the loop
         loop_config = {"cfg": cfg, "tokenizer_dir": str(tokenizer_dir.resolve()),
                        "special": special, "tracking": worker_tracking,
                        "dynamic": {name: masking_rule(info) if info.masking == "dynamic"
                                    else None for name, info in infos.items()},
-                       "resume_dir": str(resume_dir) if resume_dir else None, "fail_at": fail_at}
-        resources = {"CPU": worker_cpus(cfg, ray.cluster_resources().get("CPU", 0.0)),
+                       "resume_dir": str(resume_dir) if resume_dir else None, "fail_at": fail_at,
+                       "local_files": {name: [str(p.resolve()) for p in files[name]]
+                                       for name in infos if ingest[name] == "local"}}
+        resources = {"CPU": worker_cpus(cfg, ray.cluster_resources().get("CPU", 0.0), data_reads=bool(datasets)),
                      **cfg.resources_per_worker}
         trainer = TorchTrainer(
-            train_loop_per_worker, train_loop_config=loop_config, datasets=datasets,
+            train_loop_per_worker, train_loop_config=loop_config, datasets=datasets or None,
             torch_config=BoundStoreTorchConfig(),  # rank 0's rendezvous store on its node address only
             dataset_config=ordered_ingest(),  # the same rows in the same order per worker: exact resumes
             scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu,
@@ -441,7 +454,7 @@ def _train(cfg: PretrainConfig, infos: dict[str, InstanceInfo], tokenizer_dir: P
                    inputs=[info.path for info in infos.values()] + [tokenizer_dir], seed=cfg.seed,
                    counts={"steps": history[-1]["step"] if history else 0, "first_loss": first, "last_loss": last,
                            "trainable_params": params.get("trainable"), "total_params": params.get("total")},
-                   extra={"final": str(final), "phases": phases,
+                   extra={"final": str(final), "phases": phases, "ingest": ingest,
                           "mlflow_run_id": (tracking_info or {}).get("run_id"), KEY_FIELD: key,
                           COST_FIELD: cost.record()})
     log.info("pretrain: done in %s (%s), loss %.3f -> %.3f", duration(cost.wall_s), device_text(cost),
