@@ -10,10 +10,9 @@ import warnings
 import torch
 
 PRECISIONS = ("fp32", "bf16", "fp16")
-
-
 #: the start of torch's warning when a schedule steps before its optimizer has (a skipped or stand-in step)
 SCHEDULE_BEFORE_STEP = "Detected call of `lr_scheduler.step\\(\\)` before"
+
 
 def allow_tf32(device: torch.device) -> None:
     """On CUDA, let fp32 matrix products and convolutions use TF32 tensor cores (torch's default is

@@ -194,7 +194,7 @@ class PretrainConfig:
         "auto", help="how the workers get a phase's instances: ray_data streams them (Ray Data read tasks and a "
                      "split coordinator, for sets larger than a worker's memory), local has each worker read its "
                      "equal share of the parquet files itself and shuffle it whole each epoch (no Ray Data processes "
-                     "to start: ~15 s less per run on a laptop); auto = local up to 256 MiB of instance files a "
+                     "to start: ~10-15 s less per run on 2 cores); auto = local up to 256 MiB of instance files a "
                      "phase. The two read the same rows in other orders, so an explicit value is part of the key")
     speed: SpeedConfig = field(
         default_factory=SpeedConfig, help="how the step is computed (kernels, decoder, compile): the same loss and "
