@@ -153,12 +153,14 @@ def run_until(script: str, *args: str, marker: str, after: str, timeout: int = 9
 
 @pytest.fixture(scope="session")
 def experiment_run(tmp_path_factory) -> ExperimentRun:
-    """The 3-arm smoke experiment (EXPERIMENT_ARMS): killed (SIGKILL to its whole process group) once the
-    second arm's pretraining has started, re-run to the end, then run once more. Shared by the
+    """The 3-arm smoke experiment (EXPERIMENT_ARMS): killed (SIGKILL to its whole process group) as the
+    second arm's pretraining starts its workers, re-run to the end, then run once more. Shared by the
     experiment, MLflow and dashboard tests (about three minutes on 2 cores)."""
     root = tmp_path_factory.mktemp("experiment")
     args = [*EXPERIMENT_ARGS, f"runs_root={root}"]
-    killed, code = run_until("blue_sweep.py", *args, marker="steps, global batch", after="[arm 2/3]")
+    # killed as the second arm's pretraining hands its instances to Ray Train, before a step is logged (read
+    # locally, a smoke phase's 10 steps can be logged before the phase banner reaches the driver)
+    killed, code = run_until("blue_sweep.py", *args, marker="pretrain: instances read by", after="[arm 2/3]")
     assert code is None, f"the job ended ({code}) before the second arm's pretraining started:\n{killed[-3000:]}"
     outputs = {str(m): m.stat().st_mtime_ns for m in (root / "exp" / "stages").glob("*/*/manifest.json")}
     outputs.update({str(m): m.stat().st_mtime_ns for m in (root / "exp" / "stages").glob("*/*/*/manifest.json")})
