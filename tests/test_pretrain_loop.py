@@ -95,6 +95,40 @@ def test_step_statistics_stay_on_the_device_and_sum_to_what_the_host_summed():
     assert stats.sequences == 12 and not stats.skipped
 
 
+def test_with_cuda_graphs_the_gradients_are_kept_and_added_into_in_place_with_the_same_steps():
+    """``speed.cuda_graphs``: each parameter's gradient is one tensor for the whole run, zeroed after each
+    step and added into by every micro-batch's backward (a gradient a backward creates would be the CUDA
+    graph's own output memory, overwritten by the next micro-batch's replay). The steps are those of
+    freed gradients: the same weights after three steps of two accumulated micro-batches."""
+    from orchestrator.modeling.precision import make_scaler
+    from orchestrator.pretrain.loop import train_step
+    from orchestrator.pretrain.optim import build_optimizer, build_scheduler
+
+    cpu, micro = torch.device("cpu"), _batches(6, seed=2)
+    weights = []
+    for graphs in (False, True):
+        model, module = _tiny()
+        params = [p for p in model.parameters() if p.requires_grad]
+        opt = build_optimizer(model, OptimConfig(), 1e-3)
+        sched, scaler = build_scheduler(opt, 0, 10, 1.0), make_scaler("fp32", cpu, 1)
+        held = None
+        for step in range(3):
+            train_step(module, micro[2 * step:2 * step + 2], opt, sched, scaler, precision="fp32", device=cpu,
+                       grad_clip=1.0, params=params, cuda_graphs=graphs)
+            if graphs:
+                assert all(p.grad is not None and not p.grad.any() for p in params)  # zeroed, not freed
+                held = held or [p.grad for p in params]
+                assert all(p.grad is g for p, g in zip(params, held))  # the same tensors every step
+            else:
+                assert all(p.grad is None for p in params)
+        weights.append({k: v.detach().clone() for k, v in model.state_dict().items()})
+    freed, kept = weights
+    for name in freed:
+        torch.testing.assert_close(kept[name], freed[name], rtol=1e-6, atol=1e-7, msg=name)
+    assert not torch.equal(freed["bert.encoder.layer.0.output.dense.weight"],
+                           _tiny()[0].state_dict()["bert.encoder.layer.0.output.dense.weight"])
+
+
 # ------------------------------------------------------------------------------ gradient checkpointing
 def test_gradient_checkpointing_changes_memory_not_the_step():
     """Issue 18 item 12: recomputed activations (dropout replayed from the saved RNG state) give the same

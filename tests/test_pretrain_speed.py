@@ -173,13 +173,15 @@ def test_the_gpu_benchmark_runs_its_cpu_smoke_mode_with_the_ablation_table():
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     configs = dict(bench.speed_configs("each", True, "adamw"))
-    assert list(configs) == ["all on", "- masked_only_head", "- attention=eager", "- fused_optimizer", "- compile",
-                             "- unpad", "all off"]
+    assert list(configs) == ["all on", "+ cuda_graphs", "- masked_only_head", "- attention=eager",
+                             "- fused_optimizer", "- compile", "- unpad", "all off"]
+    assert configs["+ cuda_graphs"] == {**configs["all on"], "cuda_graphs": True}
     assert configs["all off"] == {"masked_only_head": False, "attention": "eager", "fused_optimizer": False,
                                   "compile": False, "unpad": False}
     assert configs["all on"]["unpad"] and configs["all on"]["compile"]  # the compiled unpadded encoder
     cpu = dict(bench.speed_configs("each", False, "lamb"))
     assert "- fused_optimizer" not in cpu and "- compile" not in cpu and cpu["all on"]["unpad"]
+    assert "+ cuda_graphs" not in cpu  # graphs are recorded from the compiled encoder
     assert not cpu["- unpad"]["unpad"]
     # --lengths real: rows as long as real instances, about a quarter of a batch padding
     lengths = bench.row_lengths(np.random.default_rng(0), 4096, 128, "real")
@@ -323,7 +325,7 @@ def test_the_compiled_unpadded_encoder_compiles_once_for_every_token_count():
         graphs = [g for g in counter.graphs if len(g.graph.nodes)]  # dynamo hands the backend an empty one too
         assert len(graphs) == 1, f"compiled {len(graphs)} graphs for {len(batches)} batches"
     finally:
-        _compiled.pop(counter, None)
+        _compiled.pop((counter, None), None)
         torch._dynamo.reset()
 
 
@@ -346,3 +348,113 @@ def test_positions_found_on_the_data_thread_leave_the_step_no_nonzero(unpad, mas
     syncing = {"aten::nonzero", "aten::masked_select"} & {e.key for e in prof.key_averages()}
     assert not syncing, syncing
     _assert_same(given, found)
+
+
+def _rows(seed: int, size: int) -> dict:
+    rng = np.random.default_rng(seed)
+    rows = {"input_ids": [np.array([2, *rng.integers(5, 100, int(k)), 3]) for k in rng.integers(8, 30, size)],
+            "next_sentence_label": rng.integers(0, 2, size)}
+    rows["token_type_ids"] = [np.zeros(len(r), np.int64) for r in rows["input_ids"]]
+    rows["masked_lm_positions"] = rows["masked_lm_ids"] = [np.zeros(0, np.int64)] * size  # read without a rule
+    return rows
+
+
+def test_static_shapes_pad_rows_to_the_phase_length_and_fill_the_positions_to_their_buckets():
+    """``speed.cuda_graphs``' micro-batches: every row as long as the phase's sequences, the real and the
+    masked positions first and in order, then filler to the buckets' multiples: distinct padding
+    positions for the tokens, unmasked (IGNORE_INDEX) positions for the masked list."""
+    from orchestrator.core.errors import OrchestratorError
+    from orchestrator.pretrain.data import IGNORE_INDEX, StaticShapes
+
+    shapes = StaticShapes(width=40, tokens=16, masked=8)
+    plain = collate(_rows(3, 6), SPECIAL, rule=MaskingRule(masked_lm_prob=0.2), gen=np.random.default_rng(0),
+                    indices=True)
+    static = collate(_rows(3, 6), SPECIAL, rule=MaskingRule(masked_lm_prob=0.2), gen=np.random.default_rng(0),
+                     indices=True, shapes=shapes)
+    width = plain["input_ids"].shape[1]
+    assert width < 40 and static["input_ids"].shape == (6, 40)
+    for key in ("input_ids", "attention_mask", "labels"):  # the same rows, padded further
+        assert (static[key][:, :width] == plain[key]).all()
+    real, masked = static["real_index"], static["masked_index"]
+    n_real, n_masked = len(plain["real_index"]), len(plain["masked_index"])
+    assert len(real) % 16 == 0 and len(real) > n_real and len(masked) % 8 == 0 and len(masked) > n_masked
+    flat_mask, flat_labels = static["attention_mask"].reshape(-1), static["labels"].reshape(-1)
+    assert (real[:n_real] == np.flatnonzero(flat_mask)).all()
+    assert (flat_mask[real[n_real:]] == 0).all() and len(set(real.tolist())) == len(real)
+    assert (masked[:n_masked] == np.flatnonzero(flat_labels != IGNORE_INDEX)).all()
+    assert (flat_labels[masked[n_masked:]] == IGNORE_INDEX).all()
+    # the buckets never ask for more filler than the batch has positions
+    full = collate(_rows(3, 2), SPECIAL, indices=True, shapes=StaticShapes(width=30, tokens=64, masked=8))
+    assert len(full["real_index"]) == 60
+    with pytest.raises(OrchestratorError, match="longer than the phase's 16"):
+        collate(_rows(3, 6), SPECIAL, indices=True, shapes=StaticShapes(width=16, tokens=8, masked=8))
+
+
+@pytest.mark.parametrize("unpad, masked_only", [(True, True), (False, True), (True, False)])
+def test_static_shapes_give_the_same_loss_counts_and_gradients(unpad, masked_only):
+    """The filler of static shapes changes nothing the step computes: the losses, the MLM counts and every
+    gradient are those of the plain micro-batch (the filler's targets are skipped, its tokens attended
+    by no real token)."""
+    from orchestrator.pretrain.data import StaticShapes
+    from orchestrator.pretrain.model import PretrainingModule
+
+    rule, shapes = MaskingRule(masked_lm_prob=0.2), StaticShapes(width=48, tokens=32, masked=16)
+    batches = [{k: torch.from_numpy(v) for k, v in collate(_rows(4, 6), SPECIAL, rule=rule,
+                                                           gen=np.random.default_rng(1), indices=True,
+                                                           shapes=static).items()} for static in (None, shapes)]
+    plain, filled = batches
+    assert len(filled["real_index"]) > len(plain["real_index"])
+    assert len(filled["masked_index"]) > len(plain["masked_index"])
+    _assert_same(_forward_backward(PretrainingModule(_model(), unpad=unpad, masked_only=masked_only), filled),
+                 _forward_backward(PretrainingModule(_model(), unpad=unpad, masked_only=masked_only), plain))
+
+
+def test_a_micro_batch_with_nothing_masked_adds_zero_loss_and_no_gradient_to_the_decoder():
+    """Nothing masked (only filler in the masked list, or nothing at all): the MLM loss is 0, not the NaN of
+    an empty mean, and it sends no gradient into the vocabulary projection."""
+    from orchestrator.pretrain.data import StaticShapes
+    from orchestrator.pretrain.model import PretrainingModule
+
+    for shapes in (None, StaticShapes(width=32, tokens=8, masked=8)):
+        batch = {k: torch.from_numpy(v) for k, v in collate(_rows(5, 3), SPECIAL, indices=True,
+                                                            shapes=shapes).items()}
+        module = PretrainingModule(_model(objective="mlm"))
+        batch.pop("next_sentence_label")
+        out, grads = _forward_backward(module, batch)
+        assert float(out["mlm_loss"]) == 0.0 and int(out["mlm_count"]) == 0
+        assert all(float(g.abs().sum()) == 0.0 for g in grads.values())
+
+
+def test_cuda_graphs_need_compile_and_give_the_loop_static_shapes():
+    from orchestrator.core.errors import ConfigError
+    from orchestrator.pretrain.data import StaticShapes
+    from orchestrator.pretrain.loop import static_shapes
+
+    with pytest.raises(ConfigError, match="cuda_graphs needs pretrain.speed.compile"):
+        SpeedConfig(cuda_graphs=True)
+    assert static_shapes(SpeedConfig(compile=True), 256, 128) is None
+    assert static_shapes(SpeedConfig(compile=True, cuda_graphs=True), 256, 128) == StaticShapes(128, 1024, 128)
+
+
+def test_the_compiled_encoder_with_cuda_graphs_takes_static_batches_and_gives_eager_results():
+    """``speed.cuda_graphs``: the packed encoder compiled in reduce-overhead mode (on CPU inductor leaves
+    the graphs out; aot_eager, as above, ignores the mode) runs micro-batches in static shapes with
+    eager's losses and gradients."""
+    from orchestrator.pretrain.data import StaticShapes
+    from orchestrator.pretrain.model import PretrainingModule, compile_encoder
+    from orchestrator.pretrain.unpad import _compiled
+
+    torch._dynamo.reset()
+    model = _model()
+    compile_encoder(model, backend="aot_eager", unpad=True, cuda_graphs=True)
+    try:
+        compiled, eager = PretrainingModule(model, unpad=True), PretrainingModule(_model(), unpad=True)
+        for seed in (6, 7):
+            batch = {k: torch.from_numpy(v) for k, v in collate(
+                _rows(seed, 6), SPECIAL, rule=MaskingRule(masked_lm_prob=0.2), gen=np.random.default_rng(seed),
+                indices=True, shapes=StaticShapes(width=40, tokens=32, masked=16)).items()}
+            _assert_same(_forward_backward(compiled, batch), _forward_backward(eager, batch))
+        assert ("aot_eager", "reduce-overhead") in _compiled
+    finally:
+        _compiled.pop(("aot_eager", "reduce-overhead"), None)
+        torch._dynamo.reset()

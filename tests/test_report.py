@@ -272,13 +272,14 @@ def test_report_job_rebuilds_from_mlflow_alone(tmp_path):
     curves, selections, and each task's group and direction from its tags (no re-coded task list)."""
     from mlflow import MlflowClient
 
-    from orchestrator.report.mlflow_results import default_tracking_uri, load_results, results_from_children
+    from orchestrator.report.mlflow_results import load_results, results_from_children
+    from orchestrator.track import local_uri
 
     run_dir = tmp_path / "runs" / "demo"
     run_dir.mkdir(parents=True)
     results = make_results()
     results["summary"] = summarize(results["tasks"], results["cells"])
-    uri = default_tracking_uri(run_dir)
+    uri = local_uri(run_dir)
     pid = log_sweep(run_dir, results)
     loaded = load_results(uri)
     assert loaded.run_id == pid and loaded.source == "artifact" and loaded.results == results
@@ -308,10 +309,11 @@ def test_metric_fallback_refuses_runs_without_group_and_direction(tmp_path):
     """A (model, task) run without the group / higher_is_better tags is refused by name, not guessed."""
     from mlflow import MlflowClient
 
-    from orchestrator.report.mlflow_results import default_tracking_uri, results_from_children
+    from orchestrator.report.mlflow_results import results_from_children
+    from orchestrator.track import local_uri
     from orchestrator.track import schema as S
 
-    uri = default_tracking_uri(tmp_path)
+    uri = local_uri(tmp_path)
     client = MlflowClient(uri)
     exp = client.create_experiment("bioptorch")
     pid = client.create_run(exp, tags={S.KIND: S.KIND_SWEEP}).info.run_id

@@ -35,8 +35,9 @@ def make_scaler(precision: str, device: torch.device, init_scale: float) -> torc
 
 
 def optimizer_update(params: list[torch.nn.Parameter], optimizer, scheduler, scaler: torch.amp.GradScaler,
-                     grad_clip: float) -> tuple[float, bool]:
-    """Unscale, clip, step (or skip), update the scale. Returns (gradient norm, skipped).
+                     grad_clip: float, keep_grads: bool = False) -> tuple[float, bool]:
+    """Unscale, clip, step (or skip), update the scale. Returns (gradient norm, skipped). The gradients
+    are then freed, or with ``keep_grads`` zeroed in place (``train_step``'s CUDA graphs).
 
     A step is skipped when the gradients are not finite: under fp16 the scaler lowers the scale;
     under fp32/bf16 the weights are left untouched. The LR schedule advances on every step, skipped
@@ -61,5 +62,5 @@ def optimizer_update(params: list[torch.nn.Parameter], optimizer, scheduler, sca
     with warnings.catch_warnings():  # torch warns when the schedule moves before a first real step: meant here
         warnings.filterwarnings("ignore", message=SCHEDULE_BEFORE_STEP)
         scheduler.step()
-    optimizer.zero_grad(set_to_none=True)
+    optimizer.zero_grad(set_to_none=not keep_grads)
     return norm_value, skipped

@@ -146,6 +146,18 @@ class SpeedConfig:
                     "the small model's 1.29x faster than unpad alone, for 41 s / 20 s of compile per worker and "
                     "phase, repaid after ~1,700 / ~1,400 steps (benchmarks/RESULTS.md): off by default (the CPU "
                     "runs are short, and inductor takes minutes of CPU), on in configs/cluster.yaml")
+    cuda_graphs: bool = field(
+        False, help="with compile: torch.compile's reduce-overhead mode, each shape's compiled encoder recorded "
+                    "once as a CUDA graph and replayed as one launch (the compiled step is host-bound: the GPU "
+                    "waits for the host to issue its ~2,700 kernels). Micro-batches then come in few shapes: rows "
+                    "padded to the phase's length, packed tokens and masked positions rounded up to buckets "
+                    "(filler the loss skips). Not yet measured on a GPU: off by default. On CPU: compiled, no "
+                    "graphs")
+
+    def __post_init__(self):
+        if self.cuda_graphs and not self.compile:
+            raise ConfigError("pretrain.speed.cuda_graphs needs pretrain.speed.compile: true (the graphs are "
+                              "recorded from the compiled encoder)")
 
 
 @dataclass(frozen=True)

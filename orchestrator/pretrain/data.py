@@ -13,6 +13,7 @@ import logging
 import queue
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,9 +49,35 @@ def check_vocab_matches(info: InstanceInfo, tokenizer_dir: Path, tokenizer_vocab
                          expected="instances and tokenizer from the same corpus run")
 
 
+@dataclass(frozen=True)
+class StaticShapes:
+    """Micro-batches of few shapes (``pretrain.speed.cuda_graphs``): a CUDA graph replays one shape, so
+    every row is padded to ``width`` and the packed token and masked position counts are rounded up to
+    a multiple of ``tokens`` / ``masked``. The extra positions are filler the loss never reads: extra real
+    positions are padding positions (the packed encoder computes them and writes them back to padding),
+    extra masked positions are unmasked ones (their label is IGNORE_INDEX, which the loss skips)."""
+    width: int
+    tokens: int
+    masked: int
+
+    @classmethod
+    def for_batch(cls, rows: int, width: int) -> StaticShapes:
+        """Steps of ``rows x width / 32`` packed tokens and ``/ 256`` masked positions: at 256 x 128 and a
+        quarter of padding, 1,024-token buckets (about 2 % extra work) and a handful of shapes."""
+        return cls(width, max(8, rows * width // 32), max(8, rows * width // 256))
+
+
+def _fill(index: np.ndarray, multiple: int, spare: np.ndarray) -> np.ndarray:
+    """``index`` followed by the first positions of ``spare``, to a multiple of ``multiple`` (as far as
+    ``spare`` goes)."""
+    extra = min(-len(index) % multiple, len(spare))
+    return np.concatenate([index, spare[:extra]]) if extra else index
+
+
 def collate(rows: Mapping[str, Sequence], special: Specials, *, rule: MaskingRule | None = None,
             gen: np.random.Generator | None = None, continuation: np.ndarray | None = None,
-            pad_to_multiple: int = 1, indices: bool = False) -> dict[str, np.ndarray]:
+            pad_to_multiple: int = 1, indices: bool = False,
+            shapes: StaticShapes | None = None) -> dict[str, np.ndarray]:
     """Pad a micro-batch (column -> per-row sequences) into model inputs.
 
     ``labels`` holds the original id at predicted positions and IGNORE_INDEX elsewhere. Static
@@ -59,12 +86,16 @@ def collate(rows: Mapping[str, Sequence], special: Specials, *, rule: MaskingRul
     of ``special``, computed once by the caller, needed for whole-word masking). ``indices`` adds
     ``real_index`` and ``masked_index``, the flat positions (row-major) of the real tokens and of the
     masked ones: found here, on the data thread, the model needs no ``nonzero`` of its own, which on
-    CUDA would wait for the GPU (a host sync per micro-batch).
+    CUDA would wait for the GPU (a host sync per micro-batch). ``shapes`` (with ``indices``): rows padded
+    to ``shapes.width`` and both index lists filled to its multiples (``StaticShapes``).
     """
     input_rows = rows["input_ids"]
     n = len(input_rows)
     lengths = np.fromiter((len(r) for r in input_rows), dtype=np.int64, count=n)
     width = -(-int(lengths.max()) // pad_to_multiple) * pad_to_multiple
+    if shapes is not None and int(lengths.max()) > shapes.width:
+        raise OrchestratorError(f"a row of {int(lengths.max())} tokens is longer than the phase's "
+                                f"{shapes.width}: the instances were built for longer sequences")
     valid = np.arange(width)[None, :] < lengths[:, None]
     input_ids = np.full((n, width), special.pad, np.int64)
     input_ids[valid] = np.concatenate([np.asarray(r, np.int64) for r in input_rows])
@@ -83,11 +114,18 @@ def collate(rows: Mapping[str, Sequence], special: Specials, *, rule: MaskingRul
             row = np.repeat(np.arange(n), [len(p) for p in positions])
             labels[row, np.concatenate(positions)] = np.concatenate(
                 [np.asarray(i, np.int64) for i in rows["masked_lm_ids"]])
+    if shapes is not None and shapes.width > width:  # after the masks are drawn: they do not depend on it
+        extra = ((0, 0), (0, shapes.width - width))
+        input_ids, token_type = np.pad(input_ids, extra, constant_values=special.pad), np.pad(token_type, extra)
+        valid, labels = np.pad(valid, extra), np.pad(labels, extra, constant_values=IGNORE_INDEX)
     batch = {"input_ids": input_ids, "token_type_ids": token_type, "attention_mask": valid.astype(np.int64),
              "labels": labels, "next_sentence_label": np.asarray(rows["next_sentence_label"], np.int64)}
     if indices:
         batch["real_index"] = np.flatnonzero(valid)
         batch["masked_index"] = np.flatnonzero(labels != IGNORE_INDEX)
+        if shapes is not None:
+            batch["real_index"] = _fill(batch["real_index"], shapes.tokens, np.flatnonzero(~valid))
+            batch["masked_index"] = _fill(batch["masked_index"], shapes.masked, np.flatnonzero(labels == IGNORE_INDEX))
     return batch
 
 
@@ -139,7 +177,8 @@ class LocalShard:
 
 def micro_batches(shard, device_batch: int, special: Specials, rule: MaskingRule | None, *, seed: int,
                   seed_key: Sequence[int], prefetch: int = 2, pad_to: int = 1,
-                  start: Mapping[str, Any] | None = None) -> Iterator[tuple[dict[str, np.ndarray], dict]]:
+                  start: Mapping[str, Any] | None = None,
+                  shapes: StaticShapes | None = None) -> Iterator[tuple[dict[str, np.ndarray], dict]]:
     """Endless stream of collated micro-batches from a worker's Ray Data shard or ``LocalShard`` (anything
     with ``iter_batches``), epoch after epoch, each with its position: the stream's state just after it.
 
@@ -149,7 +188,7 @@ def micro_batches(shard, device_batch: int, special: Specials, rule: MaskingRule
     given one as ``start`` the stream goes on from there: it reads past the batches already
     produced in that epoch (no collation, no masking) and restores the generator, so it yields what
     the uninterrupted stream would have yielded next, as long as the shard's rows come in the same
-    order (``ordered_ingest``).
+    order (``ordered_ingest``). ``shapes``: ``collate``'s static shapes (``speed.cuda_graphs``).
     """
     continuation = special.continuation_mask()
     key = tuple(int(k) for k in (start["seed_key"] if start else seed_key))
@@ -169,7 +208,7 @@ def micro_batches(shard, device_batch: int, special: Specials, rule: MaskingRule
             if produced <= skip:
                 continue
             batch = collate(rows, special, rule=rule, gen=gen, continuation=continuation, pad_to_multiple=pad_to,
-                            indices=True)
+                            indices=True, shapes=shapes)
             yield batch, {"seed_key": list(key), "epoch": epoch, "batches": produced, "rng": gen.bit_generator.state}
         if produced == 0:
             raise OrchestratorError(f"a worker's data shard yielded no full batch of {device_batch} sequences")

@@ -30,7 +30,7 @@ from orchestrator.modeling.adapters import add_adapters, parameter_counts
 from orchestrator.modeling.precision import allow_tf32, autocast_context, make_scaler, optimizer_update
 from orchestrator.pretrain.checkpoint import checkpoint_name, load_training_state, load_weights, save_checkpoint
 from orchestrator.pretrain.config import PretrainConfig, batch_plan
-from orchestrator.pretrain.data import LocalShard, Prefetcher, micro_batches
+from orchestrator.pretrain.data import LocalShard, Prefetcher, StaticShapes, micro_batches
 from orchestrator.pretrain.model import PretrainingModule, build_model, check_same_architecture, compile_encoder
 from orchestrator.pretrain.optim import build_optimizer, build_scheduler
 from orchestrator.pretrain.peaks import peak_flops
@@ -75,17 +75,30 @@ class StepStats:
 
 def train_step(module: torch.nn.Module, micro_batches: list[dict[str, torch.Tensor]], optimizer, scheduler,
                scaler: torch.amp.GradScaler, *, precision: str, device: torch.device, grad_clip: float,
-               params: list[torch.nn.Parameter]) -> StepStats:
+               params: list[torch.nn.Parameter], cuda_graphs: bool = False) -> StepStats:
     """One optimizer step over ``len(micro_batches)`` accumulated micro-batches.
 
     Gradients are synchronised across DDP workers only on the last micro-batch (``no_sync``). The
     statistics stay on the device (no host sync per micro-batch): each micro-batch's loss enters as
     float64 divided by ``n``, so the sums are the ones the host used to add up, to the last bit.
+
+    ``cuda_graphs`` (``speed.cuda_graphs``): the gradients stay allocated from step to step (zeroed in
+    place, never freed), so every backward adds into them. A gradient a backward creates is the
+    compiled backward's output itself, which lives in the CUDA graph's memory: the next micro-batch's
+    replay overwrites it, and accumulation loses all but the last micro-batch (pytorch/pytorch#96693,
+    #169545).
     """
+    if cuda_graphs:
+        for p in params:
+            if p.grad is None:  # the first step: afterwards optimizer_update zeroes them in place
+                p.grad = torch.zeros_like(p)
     n = len(micro_batches)
     totals = torch.zeros(len(STAT_FIELDS), dtype=torch.float64, device=device)
     sequences = 0
     for i, batch in enumerate(micro_batches):
+        # speed.cuda_graphs: a new forward, so the compiled encoder may reuse its graphs' output memory
+        # (the previous micro-batch's backward is done); without graphs this does nothing
+        torch.compiler.cudagraph_mark_step_begin()
         sync = i == n - 1 or not hasattr(module, "no_sync")
         with contextlib.nullcontext() if sync else module.no_sync():
             with autocast_context(precision, device):
@@ -98,8 +111,13 @@ def train_step(module: torch.nn.Module, micro_batches: list[dict[str, torch.Tens
         totals += torch.cat([losses, counts])
         sequences += int(batch["input_ids"].shape[0])
     scale = scaler.get_scale() if scaler.is_enabled() else 1.0
-    grad_norm, skipped = optimizer_update(params, optimizer, scheduler, scaler, grad_clip)
+    grad_norm, skipped = optimizer_update(params, optimizer, scheduler, scaler, grad_clip, keep_grads=cuda_graphs)
     return StepStats(totals, sequences=sequences, grad_norm=grad_norm, skipped=skipped, loss_scale=scale)
+
+
+def static_shapes(speed, rows: int, length: int) -> StaticShapes | None:
+    """The micro-batches' fixed shapes under ``speed.cuda_graphs`` (a graph replays one shape), else None."""
+    return StaticShapes.for_batch(rows, length) if speed.cuda_graphs else None
 
 
 def training_flops_per_token(model: torch.nn.Module, seq_len: float, masked_fraction: float) -> float:
@@ -306,7 +324,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     module = ray.train.torch.prepare_model(
         PretrainingModule(model, masked_only=cfg.speed.masked_only_head, unpad=cfg.speed.unpad))
     if cfg.speed.compile:  # in place: the parameters, their names and DDP's hooks stay the model's own
-        compile_encoder(model, unpad=cfg.speed.unpad)
+        compile_encoder(model, unpad=cfg.speed.unpad, cuda_graphs=cfg.speed.cuda_graphs)
     resume = (training_state or {}).get("resume")
     if resume is not None and resume.get("world") != world:
         if rank == 0:
@@ -358,7 +376,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
         stream = Prefetcher(micro_batches(shard, plan.device_batch, special, rule,
                                           seed=cfg.seed, seed_key=(rank, phase_index, state["step"]),
                                           prefetch=cfg.dataloader_prefetch,
-                                          pad_to=8 if device.type == "cuda" else 1, start=start),
+                                          pad_to=8 if device.type == "cuda" else 1, start=start,
+                                          shapes=static_shapes(cfg.speed, plan.device_batch, phase.max_seq_length)),
                             depth=max(1, cfg.dataloader_prefetch) * plan.accumulation,
                             transform=_batch_to_torch(nsp, pin=device.type == "cuda"), name=f"data-{phase_name}")
         position = start
@@ -383,7 +402,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
                 lr = optimizer.param_groups[0]["lr"]
                 step_started = time.perf_counter()
                 stats = train_step(module, micro, optimizer, scheduler, scaler, precision=cfg.precision,
-                                   device=device, grad_clip=cfg.optim.grad_clip, params=params)
+                                   device=device, grad_clip=cfg.optim.grad_clip, params=params,
+                                   cuda_graphs=cfg.speed.cuda_graphs)
                 nonfinite_flag = (~torch.isfinite(stats.totals[:1])).double()
                 loss, mlm, nsp_l, correct, count, toks, nonfinite = _all_reduce(
                     torch.cat([stats.totals, nonfinite_flag]), device)

@@ -141,10 +141,12 @@ class PretrainingModule(torch.nn.Module):
         flat = hidden.reshape(-1, hidden.shape[-1])
         logits = (heads.predictions(flat.index_select(0, masked_index)) if self.masked_only
                   else heads.predictions(flat).index_select(0, masked_index))
-        # A micro-batch with nothing masked contributes zero loss (cross-entropy of nothing is NaN).
-        mlm_loss = F.cross_entropy(logits.float(), targets) if targets.numel() else logits.sum() * 0.0
-        result = {"mlm_loss": mlm_loss, "mlm_correct": (logits.argmax(-1) == targets).sum(),
-                  "mlm_count": targets.new_tensor(targets.numel())}
+        # The mean over the masked positions. Filler positions (speed.cuda_graphs' static shapes) have the
+        # target IGNORE_INDEX, which the sum skips; a micro-batch with nothing masked contributes zero loss.
+        count = (targets != IGNORE_INDEX).sum()
+        mlm_loss = F.cross_entropy(logits.float(), targets, ignore_index=IGNORE_INDEX, reduction="sum") \
+            / count.clamp(min=1)
+        result = {"mlm_loss": mlm_loss, "mlm_correct": (logits.argmax(-1) == targets).sum(), "mlm_count": count}
         loss = mlm_loss
         if self.nsp:
             nsp_logits = heads.seq_relationship(pooled)
@@ -155,15 +157,19 @@ class PretrainingModule(torch.nn.Module):
         return result
 
 
-def compile_encoder(model: PreTrainedModel, backend: str = "inductor", unpad: bool = False) -> PreTrainedModel:
+def compile_encoder(model: PreTrainedModel, backend: str = "inductor", unpad: bool = False,
+                    cuda_graphs: bool = False) -> PreTrainedModel:
     """``torch.compile`` the encoder in place (``Module.compile``): its parameters and their names, so
     the state dict, the checkpoints and DDP's gradient hooks, stay the model's own. The MLM decoder
     stays eager: gathering the masked positions gives a size known only at run time. The first
     forward of each new input shape compiles (the loop logs the first step's time apart);
     ``dynamic=None`` lets torch make a dimension dynamic once it has seen it change. With ``unpad``
     (``speed.unpad``) the unpadded encoder is compiled too, with dynamic shapes (``pretrain/unpad.py``):
-    batches with padding run it, batches without run the compiled ``BertModel``."""
-    model.bert.compile(backend=backend, dynamic=None)
+    batches with padding run it, batches without run the compiled ``BertModel``. ``cuda_graphs``
+    (``speed.cuda_graphs``, inductor only): mode ``reduce-overhead``, each shape's kernels recorded once as a
+    CUDA graph and replayed as one launch (on CPU inductor leaves the graphs out)."""
+    mode = "reduce-overhead" if cuda_graphs else None
+    model.bert.compile(backend=backend, dynamic=None, mode=mode)
     if unpad:
-        compile_unpadded(model.bert, backend)
+        compile_unpadded(model.bert, backend, mode)
     return model

@@ -27,9 +27,9 @@ import torch
 import torch.nn.functional as F
 import torch.utils.checkpoint
 
-#: the attribute of a ``BertModel`` that names the torch.compile backend of its unpadded encoder
-COMPILED = "_unpadded_compile_backend"
-_compiled: dict[str, object] = {}  # backend -> packed_encoder compiled with it (one per process)
+#: the attribute of a ``BertModel`` that names the torch.compile (backend, mode) of its unpadded encoder
+COMPILED = "_unpadded_compile"
+_compiled: dict[tuple[str, str | None], object] = {}  # (backend, mode) -> packed_encoder compiled so (per process)
 
 
 def unpad_refusal(bert) -> str | None:
@@ -88,31 +88,35 @@ def real_tokens(attention_mask: torch.Tensor) -> torch.Tensor:
     return attention_mask.reshape(-1).nonzero().squeeze(1)
 
 
-def compile_unpadded(bert, backend: str = "inductor") -> None:
-    """Run ``bert``'s unpadded encoder compiled with ``backend`` from now on (``speed.compile`` with
-    ``speed.unpad``): an attribute names the backend, so the module, its state dict and copies of it are
-    unchanged."""
-    setattr(bert, COMPILED, backend)
+def compile_unpadded(bert, backend: str = "inductor", mode: str | None = None) -> None:
+    """Run ``bert``'s unpadded encoder compiled with ``backend`` (and torch.compile's ``mode``) from now on
+    (``speed.compile`` with ``speed.unpad``): an attribute names them, so the module, its state dict and
+    copies of it are unchanged."""
+    setattr(bert, COMPILED, (backend, mode))
 
 
 def unpadded_sequence_output(bert, input_ids: torch.Tensor, token_type_ids: torch.Tensor,
                              attention_mask: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
     """``bert(...).last_hidden_state`` ([batch, length, hidden]) computed on the real tokens only; the
-    padded positions hold zeros. ``bert`` is a ``BertModel`` (``model.bert``) with absolute positions;
-    ``index``: ``real_tokens(attention_mask)``, when the caller has it."""
+    padded positions hold zeros (or, for filler positions in ``index``, what the layers made of them).
+    ``bert`` is a ``BertModel`` (``model.bert``) with absolute positions; ``index``:
+    ``real_tokens(attention_mask)``, when the caller has it."""
     index = real_tokens(attention_mask) if index is None else index
-    backend = getattr(bert, COMPILED, None)
-    if backend is None:
+    how = getattr(bert, COMPILED, None)
+    if how is None:
         return packed_encoder(bert, input_ids, token_type_ids, attention_mask, index)
-    if backend not in _compiled:
-        _compiled[backend] = torch.compile(packed_encoder, backend=backend, dynamic=True)
-    return _compiled[backend](bert, input_ids, token_type_ids, attention_mask, index)
+    if how not in _compiled:
+        backend, mode = how
+        _compiled[how] = torch.compile(packed_encoder, backend=backend, dynamic=True, mode=mode)
+    return _compiled[how](bert, input_ids, token_type_ids, attention_mask, index)
 
 
 def packed_encoder(bert, input_ids: torch.Tensor, token_type_ids: torch.Tensor, attention_mask: torch.Tensor,
                    index: torch.Tensor) -> torch.Tensor:
     """The embeddings and every layer on the real tokens at ``index``, scattered back to [batch, length,
-    hidden] with zeros at the padding: what ``unpadded_sequence_output`` runs, eager or compiled."""
+    hidden] with zeros at the padding: what ``unpadded_sequence_output`` runs, eager or compiled. ``index``
+    may end with padding positions (``collate``'s static shapes): they are computed as tokens of their
+    row, attended by no real token (their keys are masked), and written back to their own padding."""
     batch, length = input_ids.shape
     embedded = bert.embeddings(input_ids=input_ids, token_type_ids=token_type_ids)
     hidden = embedded.reshape(batch * length, -1).index_select(0, index)

@@ -45,11 +45,6 @@ class SweepResults:
     tracking_uri: str
 
 
-def default_tracking_uri(run_dir: str | Path) -> str:
-    """The laptop default store of a run directory: ``sqlite:///<run_dir>/mlflow.db``."""
-    return f"sqlite:///{(Path(run_dir) / 'mlflow.db').resolve()}"
-
-
 def find_sweep_run(client, experiment: str, run_id: str | None = None):
     """The sweep's parent run: ``run_id`` if given, else the newest run tagged ``orchestrator.kind=sweep``."""
     if run_id:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from orchestrator.core.config import field, flatten
 from orchestrator.track.experiments import ensure_experiment
-from orchestrator.track.local_store import start_local_store
+from orchestrator.track.local_store import sqlite_file, sqlite_uri, start_local_store
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,8 @@ class TrackingConfig:
 
 
 def local_uri(run_dir) -> str:
-    return f"sqlite:///{(Path(run_dir) / 'mlflow.db').resolve()}"
+    """The laptop default store of a run directory: ``sqlite:///<run_dir>/mlflow.db``."""
+    return sqlite_uri(Path(run_dir) / "mlflow.db")
 
 
 def probe(uri: str, timeout: float = PROBE_TIMEOUT_S) -> str | None:
@@ -58,8 +59,8 @@ def probe(uri: str, timeout: float = PROBE_TIMEOUT_S) -> str | None:
                 return None if response.status == 200 else f"HTTP {response.status}"
         except (OSError, urllib.error.URLError) as exc:
             return str(getattr(exc, "reason", exc))
-    if uri.startswith("sqlite:///"):
-        parent = Path(uri[len("sqlite:///"):]).parent
+    if (database := sqlite_file(uri)) is not None:
+        parent = database.parent
         while not parent.exists() and parent != parent.parent:
             parent = parent.parent
         return None if os.access(parent, os.W_OK) else f"{parent} is not writable"

@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from orchestrator.track import schema as S
+from orchestrator.track.local_store import sqlite_file
 
 
 def ensure_experiment(uri: str, name: str, run_dir: str | Path | None) -> str:
@@ -56,7 +57,7 @@ def experiment_id_of(uri: str, name: str) -> str:
         return ""
     import mlflow  # heavy: mlflow
 
-    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
+    if (database := sqlite_file(uri)) is not None and not database.is_file():
         return ""  # nothing was logged; asking would create the file
     try:
         experiment = mlflow.MlflowClient(uri).get_experiment_by_name(name)

@@ -26,6 +26,16 @@ log = logging.getLogger(__name__)
 SQLITE_PREFIX = "sqlite:///"
 
 
+def sqlite_uri(path: str | Path) -> str:
+    """The URI of the SQLite store in file ``path`` (made absolute)."""
+    return SQLITE_PREFIX + str(Path(path).resolve())
+
+
+def sqlite_file(uri: str) -> Path | None:
+    """The file of a SQLite store's URI; None for any other store."""
+    return Path(uri[len(SQLITE_PREFIX):]) if uri.startswith(SQLITE_PREFIX) else None
+
+
 def cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "bioptorch-orchestrator"
@@ -55,10 +65,8 @@ def default_artifact_location() -> str:
 def start_local_store(uri: str) -> None:
     """Make the SQLite store at ``uri`` from the kept empty one when the file does not exist yet;
     any other URI, or an existing file, is left alone."""
-    if not uri.startswith(SQLITE_PREFIX):
-        return
-    target = Path(uri[len(SQLITE_PREFIX):])
-    if target.exists() or not target.parent.is_dir():
+    target = sqlite_file(uri)
+    if target is None or target.exists() or not target.parent.is_dir():
         return
     try:
         import mlflow  # heavy: mlflow

@@ -18,7 +18,7 @@ from orchestrator.core.config import field
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.manifest import check_replaceable
 from orchestrator.core.results import validate_results
-from orchestrator.track import TrackingConfig
+from orchestrator.track import TrackingConfig, local_uri, sqlite_file
 
 
 @dataclass(frozen=True)
@@ -51,9 +51,7 @@ class ReportConfig:
             raise ConfigError("out_dir is required when run_dir is not given")
 
     def resolved_uri(self) -> str:
-        from orchestrator.report.mlflow_results import default_tracking_uri  # heavy: numpy
-
-        return self.tracking_uri or default_tracking_uri(self.run_dir)
+        return self.tracking_uri or local_uri(self.run_dir)
 
     def resolved_out(self) -> Path:
         return Path(self.out_dir) if self.out_dir else Path(self.run_dir) / "report"
@@ -114,8 +112,8 @@ def plan(cfg: ReportConfig) -> str:
         from orchestrator.report.mlflow_results import load_results  # heavy: numpy
 
         uri = cfg.resolved_uri()
-        if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
-            raise InputError(uri[len("sqlite:///"):], "MLflow store not found", expected="the run's mlflow.db")
+        if (database := sqlite_file(uri)) is not None and not database.is_file():
+            raise InputError(database, "MLflow store not found", expected="the run's mlflow.db")
         found = load_results(uri, cfg.experiment, cfg.run_id or None)
         results = found.results
         source = f"MLflow {uri}, experiment {cfg.experiment!r}, run {found.run_id} (from its {found.source})"
