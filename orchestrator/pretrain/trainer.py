@@ -27,6 +27,7 @@ import dataclasses
 import json
 import logging
 import math
+import os
 import shutil
 import time
 from pathlib import Path
@@ -92,6 +93,11 @@ from orchestrator.track import schema as S
 from orchestrator.track.runs import PENDING, RankZeroLogger, end_stage_run, set_run_tags, start_stage_run
 
 log = logging.getLogger(__name__)
+#: How often Ray Train's controller polls its workers (Ray's default: 2 s). A finished run is noticed up
+#: to that long after its workers return, and a dead worker as late: 0.5 s took a 2-worker smoke
+#: pretraining's end (last step to fit() returning) from 4.7 s to 1.8 s on 2 cores. A user's own
+#: RAY_TRAIN_HEALTH_CHECK_INTERVAL_S wins.
+HEALTH_CHECK_ENV, HEALTH_CHECK_INTERVAL_S = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5"
 CHECKPOINTS = "checkpoints"
 
 
@@ -428,6 +434,7 @@ def _train(cfg: PretrainConfig, infos: dict[str, InstanceInfo], tokenizer_dir: P
             run_config=RunConfig(name=run_name, storage_path=storage_path,
                                  checkpoint_config=CheckpointConfig(num_to_keep=cfg.keep_checkpoints),
                                  failure_config=FailureConfig(max_failures=cfg.max_failures)))
+        os.environ.setdefault(HEALTH_CHECK_ENV, HEALTH_CHECK_INTERVAL_S)  # propagated to Train's controller
         try:
             result = trainer.fit()
         except Exception as exc:  # Ray wraps worker errors; surface the cause as a user-facing failure
