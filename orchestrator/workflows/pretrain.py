@@ -2,16 +2,20 @@
 runner (``orchestrator.workflows.runner.pretrain_stage``)."""
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.core.artifacts import read_instance_info
 from orchestrator.core.config import field
+from orchestrator.core.console import LOG_PATH
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.runtime import cluster_address, ray_session
 from orchestrator.pretrain.config import PretrainConfig
 from orchestrator.track import TrackingConfig
 from orchestrator.workflows.runner import pretrain_stage
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -48,7 +52,11 @@ def find_instances(instances_dir: Path) -> dict[int, Path]:
 def run(cfg: PretrainJobConfig):
     out_dir = Path(cfg.out_dir).resolve()
     run_dir = Path(cfg.run_dir).resolve() if cfg.run_dir else out_dir.parent
-    with ray_session(address=cfg.ray_address or None):
+    # Ray's, Train's and the workers' own lines go to the run's log file, the terminal keeping the job's
+    # progress (as jobs/blue_sweep.py does); --verbose keeps everything on the terminal
+    with ray_session(address=cfg.ray_address or None, log_file=run_dir / LOG_PATH) as info:
+        if info["log_file"]:
+            log.info("Ray's, Train's and the workers' own output: %s", info["log_file"])
         return pretrain_stage(cfg.pretrain, find_instances(Path(cfg.instances_dir)), Path(cfg.tokenizer_dir),
                               out_dir, cfg.tracking, run_dir)
 
