@@ -198,6 +198,9 @@ def test_the_terminal_shows_stages_progress_and_cost_and_the_log_file_keeps_the_
     for text in ("Trial status:", "(RayTrainWorker pid=", "Trial _tune_trainable"):  # Tune's tables, Train's workers
         assert text in kept and text not in terminal, text
     assert f"full log      : {log_file}" in first.stdout
+    # the embedded Ray has no dashboard: Train's placement-group cleaner, which asks its state API once a
+    # second, is quieted in every worker (core/worker_setup.py) instead of filling the log
+    assert "Failed to query Ray Train Controller actor state" not in kept
     assert re.search(r"random initialisation \(floor\): done in [\d.]+s", terminal)
     assert re.search(r"phase1: step 10/10, .* elapsed", terminal)  # the simpt arm's pretraining, resumed
     assert re.search(r"sweep: (\d+)/\1 trials, .* elapsed; best dev so far on ", terminal)

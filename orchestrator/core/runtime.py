@@ -55,6 +55,7 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, num_gpus: 
     if target is None:
         _force_loopback()
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        env["worker_process_setup_hook"] = "orchestrator.core.worker_setup.quiet_embedded_ray"  # no dashboard
         ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
                  log_to_driver=log_to_driver, runtime_env=env, _node_ip_address="127.0.0.1")
         mode = "local"
