@@ -278,6 +278,26 @@ def test_a_local_shard_is_the_workers_equal_share_shuffled_per_epoch_and_a_strea
     assert PretrainConfig(ingest="local").training_fields()["ingest"] == "local"
 
 
+def test_a_resume_goes_on_at_the_saved_position_only_under_the_reader_that_saved_it():
+    """A checkpoint's data positions are per reader: under the same reader each rank goes on where it
+    stopped; under the other (``pretrain.ingest`` changed, or a checkpoint from before the setting,
+    which had only Ray Data) the phase starts a fresh epoch and rank 0 says so; a finished phase, a
+    phase not yet begun, or no resume data start fresh without a word."""
+    from orchestrator.pretrain.loop import data_start
+
+    saved = {"data": {"phase": 1, "positions": [{"epoch": 0, "batch": 3}, {"epoch": 0, "batch": 4}],
+                      "ingest": "local"}}
+    assert data_start(saved, 1, "phase2", 5, "local", 1) == ({"epoch": 0, "batch": 4}, None)
+    start, warning = data_start(saved, 1, "phase2", 5, "ray_data", 0)
+    assert start is None and "another reader (local, this run ray_data)" in warning and "phase2" in warning
+    old = {"data": {"phase": 1, "positions": [7, 8]}}  # written before pretrain.ingest existed
+    assert data_start(old, 1, "phase2", 5, "ray_data", 1) == (8, None)
+    assert data_start(old, 1, "phase2", 5, "local", 1)[1].startswith("warning: the checkpoint's data position")
+    for args in ((None, 1, "phase2", 5, "local", 0), (saved, 0, "phase1", 5, "local", 0),
+                 (saved, 1, "phase2", 0, "local", 0)):
+        assert data_start(*args) == (None, None), args
+
+
 def test_the_data_thread_stops_when_training_stops_early_and_reports_its_errors(rows_dataset):
     before = {t.ident for t in threading.enumerate()}
     source = micro_batches(rows_dataset, 8, SPECIAL, RULE, seed=1, seed_key=(0,))

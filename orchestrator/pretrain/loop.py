@@ -277,6 +277,24 @@ class Progress:
         return line
 
 
+def data_start(resume: dict[str, Any] | None, phase_index: int, phase_name: str, phase_step: int, ingest: str,
+               rank: int) -> tuple[Any, str | None]:
+    """Where this worker's stream of a phase starts on a resume, and a warning when it cannot go on.
+
+    ``resume`` is the checkpoint's resume data (None: a fresh run, or another world size). A phase
+    interrupted mid-way goes on at this rank's saved position when the checkpoint was written by the
+    same reader (``ingest``: "local" or "ray_data"; checkpoints from before ``pretrain.ingest`` were
+    all "ray_data"). The other reader's positions count other rows, so its phase starts a fresh epoch.
+    """
+    if resume is None or resume["data"]["phase"] != phase_index or phase_step <= 0:
+        return None, None
+    written_by = resume["data"].get("ingest", "ray_data")
+    if written_by == ingest:
+        return resume["data"]["positions"][rank], None  # go on where this worker's shard stopped
+    return None, (f"warning: the checkpoint's data position is of another reader ({written_by}, this run "
+                  f"{ingest}): {phase_name}'s data starts a fresh epoch")
+
+
 def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     """Ray Train entry point. ``config``: cfg (the PretrainConfig itself), tokenizer_dir, special
     (Specials), dynamic (per phase name: its MaskingRule, or None for static masks), tracking ({uri,
@@ -364,14 +382,9 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
         ingest = "local" if local else "ray_data"
         shard = LocalShard(local, rank, world) if local else ray.train.get_dataset_shard(phase_name)
         rule = config["dynamic"][phase_name]
-        start = None
-        if resume is not None and resume["data"]["phase"] == phase_index and state["phase_step"] > 0:
-            if resume["data"].get("ingest", "ray_data") == ingest:
-                start = resume["data"]["positions"][rank]  # go on where this worker's shard stopped
-            elif rank == 0:  # the other reader's positions mean other rows: read this phase from a fresh epoch
-                worker_line(f"warning: the checkpoint's data position is of another reader "
-                            f"({resume['data'].get('ingest', 'ray_data')}, this run {ingest}): {phase_name}'s data "
-                            f"starts a fresh epoch")
+        start, warning = data_start(resume, phase_index, phase_name, state["phase_step"], ingest, rank)
+        if warning and rank == 0:
+            worker_line(warning)
         # read, collate and mask (and pin) on a background thread while the device runs the steps
         stream = Prefetcher(micro_batches(shard, plan.device_batch, special, rule,
                                           seed=cfg.seed, seed_key=(rank, phase_index, state["step"]),
