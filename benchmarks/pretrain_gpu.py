@@ -121,15 +121,19 @@ def device_name(device: torch.device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
 
 
-def speed_configs(ablate: str, compile_on: bool, optim: str) -> list[tuple[str, dict]]:
+def speed_configs(ablate: str, compile_on: bool, optim: str, precision: str = "bf16") -> list[tuple[str, dict]]:
     """(label, pretrain.speed overrides): all on, then each technique off in turn, then all off. With
     compile on, "all on" compiles the unpadded encoder (dynamic shapes) and "- compile" is the engine's
-    default (unpad, eager)."""
+    default (unpad, eager); the techniques not yet on by default follow it, each added to the row
+    before: "+ cuda_graphs", then (bf16) "+ cuda_graphs + fp8" (FP8's casts are more kernels: without
+    the graphs a host-bound step would only get slower)."""
     on = {"masked_only_head": True, "attention": "sdpa", "fused_optimizer": True, "compile": compile_on,
           "unpad": True}
     configs = [("all on", on)]
-    if compile_on:  # not yet on by default: measured beside all on until it is
+    if compile_on:  # not yet on by default: measured beside all on until they are
         configs.append(("+ cuda_graphs", {**on, "cuda_graphs": True}))
+        if precision == "bf16":
+            configs.append(("+ cuda_graphs + fp8", {**on, "cuda_graphs": True, "fp8": True}))
     if ablate == "none":
         return configs
     offs = [("masked_only_head", False), ("attention", "eager")]
@@ -156,6 +160,7 @@ def measure(size: str, precision: str, speed: dict, batch: int, accumulation: in
     from orchestrator.modeling.precision import make_scaler
     from orchestrator.pretrain.config import PretrainConfig
     from orchestrator.pretrain.data import Prefetcher, micro_batches
+    from orchestrator.pretrain.float8 import use_float8
     from orchestrator.pretrain.loop import (
         _all_reduce,
         _batch_to_torch,
@@ -182,7 +187,10 @@ def measure(size: str, precision: str, speed: dict, batch: int, accumulation: in
     seed_everything(cfg.seed)
     special = Specials(cls=SPECIAL["cls"], sep=SPECIAL["sep"], mask=SPECIAL["mask"], vocab_size=VOCAB,
                        continuation=frozenset(), pad=SPECIAL["pad"])
-    model = build_model(cfg.model, VOCAB, SPECIAL["pad"], attention=cfg.speed.attention).to(device)
+    model = build_model(cfg.model, VOCAB, SPECIAL["pad"], attention=cfg.speed.attention)
+    if cfg.speed.fp8:
+        use_float8(model.bert, device)
+    model = model.to(device)
     module = DistributedDataParallel(
         PretrainingModule(model, masked_only=cfg.speed.masked_only_head, unpad=cfg.speed.unpad),
         device_ids=[device.index] if device.type == "cuda" else None)
@@ -273,15 +281,20 @@ def step_setup(size: str, speed: dict, optim: str, batch: int, length: int, devi
     from orchestrator.core.config import from_dict
     from orchestrator.modeling.precision import make_scaler
     from orchestrator.pretrain.config import PretrainConfig
+    from orchestrator.pretrain.float8 import use_float8
     from orchestrator.pretrain.model import PretrainingModule, build_model, compile_encoder
     from orchestrator.pretrain.optim import build_optimizer, build_scheduler
 
     cfg = from_dict(PretrainConfig, {"model": {"size": size, "max_position_embeddings": max(512, length)},
                                      "optim": {"name": optim}, "speed": speed, "num_workers": 1,
+                                     "precision": precision,
                                      "phase1": {"max_seq_length": length, "global_batch_size": batch,
                                                 "device_batch_size": batch}})
     torch.manual_seed(0)
-    model = build_model(cfg.model, VOCAB, SPECIAL["pad"], attention=cfg.speed.attention).to(device)
+    model = build_model(cfg.model, VOCAB, SPECIAL["pad"], attention=cfg.speed.attention)
+    if cfg.speed.fp8:
+        use_float8(model.bert, device)
+    model = model.to(device)
     optimizer = build_optimizer(model, cfg.optim, 1e-4, fused=cfg.speed.fused_optimizer)
     module = PretrainingModule(model, masked_only=cfg.speed.masked_only_head, unpad=cfg.speed.unpad)
     if cfg.speed.compile:
@@ -435,7 +448,6 @@ def main(argv: list[str] | None = None) -> dict:
         print(json.dumps(summary))
         return summary
     process_group(device)
-    configs = speed_configs(args.ablate, compile_on, args.optim)
     results = []
     with tempfile.TemporaryDirectory(prefix="pretrain_gpu_") as tmp, \
             ray_session(num_cpus=args.cpus, log_to_driver=False):
@@ -443,6 +455,7 @@ def main(argv: list[str] | None = None) -> dict:
         instances = write_instances(Path(tmp) / "instances", rows, length, args.masking, lengths=args.lengths)
         for size in sizes:
             for prec in precisions:
+                configs = speed_configs(args.ablate, compile_on, args.optim, prec)
                 runs: dict[str, list[dict]] = {label: [] for label, _ in configs}
                 for _ in range(args.repeats):
                     for label, speed in configs:

@@ -37,7 +37,8 @@ FAMILIES = [("gemm", ("gemm", "cutlass", "nvjet", "xmma", "cublas", "wgmma")),
             ("index/scatter", ("index", "scatter", "gather", "nonzero")),
             ("triton (other fused)", ("triton",))]
 MODES = {"eager": {"compile": False}, "compile": {"compile": True},  # pretrain.speed over its defaults
-         "graphs": {"compile": True, "cuda_graphs": True}}
+         "graphs": {"compile": True, "cuda_graphs": True}, "graphs_fp8": {"compile": True, "cuda_graphs": True,
+                                                                          "fp8": True}}
 
 
 def family(name: str) -> str:
@@ -54,7 +55,7 @@ def profile_step(size: str, mode: str, batch: int, length: int, steps: int, devi
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     micro = bench.synthetic_batches(batch, length, "real", 2, device, static=MODES[mode].get("cuda_graphs", False))
-    precision = "bf16" if device.type == "cuda" else "fp32"
+    precision = "bf16" if device.type == "cuda" or MODES[mode].get("fp8") else "fp32"  # fp8 needs bf16
     module, optimizer, scheduler, scaler, params = bench.step_setup(size, MODES[mode], "lamb", 2 * batch, length,
                                                                     device, precision)
     module.train()

@@ -173,9 +173,11 @@ def test_the_gpu_benchmark_runs_its_cpu_smoke_mode_with_the_ablation_table():
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     configs = dict(bench.speed_configs("each", True, "adamw"))
-    assert list(configs) == ["all on", "+ cuda_graphs", "- masked_only_head", "- attention=eager",
-                             "- fused_optimizer", "- compile", "- unpad", "all off"]
+    assert list(configs) == ["all on", "+ cuda_graphs", "+ cuda_graphs + fp8", "- masked_only_head",
+                             "- attention=eager", "- fused_optimizer", "- compile", "- unpad", "all off"]
     assert configs["+ cuda_graphs"] == {**configs["all on"], "cuda_graphs": True}
+    assert configs["+ cuda_graphs + fp8"] == {**configs["+ cuda_graphs"], "fp8": True}
+    assert "+ cuda_graphs + fp8" not in dict(bench.speed_configs("none", True, "lamb", "fp16"))  # bf16 only
     assert configs["all off"] == {"masked_only_head": False, "attention": "eager", "fused_optimizer": False,
                                   "compile": False, "unpad": False}
     assert configs["all on"]["unpad"] and configs["all on"]["compile"]  # the compiled unpadded encoder
@@ -299,13 +301,17 @@ def test_the_unpadded_encoder_runs_eager_attention_when_asked():
     _assert_same(unpadded, padded)
 
 
-def test_the_compiled_unpadded_encoder_compiles_once_for_every_token_count():
+@pytest.mark.parametrize("fp8", [False, True])
+def test_the_compiled_unpadded_encoder_compiles_once_for_every_token_count(fp8):
     """``speed.compile`` with ``speed.unpad``: the packed encoder compiled with dynamic shapes gives the
     eager unpadded loss and gradients, and batches with other numbers of real tokens (and another
-    width) reuse the one compiled graph instead of compiling again. aot_eager, as the compile test
-    above: dynamo's tracing and AOT autograd as in a run, without inductor's minutes of CPU."""
+    width) reuse the one compiled graph instead of compiling again; with ``speed.fp8`` too, whose
+    matmuls pad the rows to a multiple of 16 (a branch on the count would compile once per case).
+    aot_eager, as the compile test above: dynamo's tracing and AOT autograd as in a run, without
+    inductor's minutes of CPU."""
     from torch._dynamo.testing import CompileCounterWithBackend
 
+    from orchestrator.pretrain.float8 import use_float8
     from orchestrator.pretrain.model import PretrainingModule, compile_encoder
     from orchestrator.pretrain.unpad import _compiled
 
@@ -313,10 +319,12 @@ def test_the_compiled_unpadded_encoder_compiles_once_for_every_token_count():
         pytest.skip("torch.compile is not available")
     torch._dynamo.reset()
     counter = CompileCounterWithBackend("aot_eager")
-    batches = [_batch(seed, size) for seed, size in ((5, 6), (6, 5), (7, 7))]
-    assert len({int(b["attention_mask"].sum()) for b in batches}) == 3  # three token counts
-    eager = PretrainingModule(_model(), unpad=True)
-    model = _model()
+    batches = [_batch(seed, size) for seed, size in ((5, 6), (6, 5), (7, 7), (22, 5))]
+    tokens = [int(b["attention_mask"].sum()) for b in batches]
+    assert len(set(tokens)) == 4 and {t % 16 == 0 for t in tokens} == {True, False}  # some padded, one not
+    eager, model = PretrainingModule(_model(), unpad=True), _model()
+    if fp8:
+        use_float8(eager.model.bert), use_float8(model.bert)
     compile_encoder(model, backend=counter, unpad=True)
     try:
         compiled = PretrainingModule(model, unpad=True)
@@ -436,19 +444,23 @@ def test_cuda_graphs_need_compile_and_give_the_loop_static_shapes():
     assert static_shapes(SpeedConfig(compile=True, cuda_graphs=True), 256, 128) == StaticShapes(128, 1024, 128)
 
 
-def test_the_compiled_encoder_with_cuda_graphs_takes_static_batches_and_gives_eager_results():
+@pytest.mark.parametrize("fp8", [False, True])
+def test_the_compiled_encoder_with_cuda_graphs_takes_static_batches_and_gives_eager_results(fp8):
     """``speed.cuda_graphs``: the packed encoder compiled in reduce-overhead mode (on CPU inductor leaves
     the graphs out; aot_eager, as above, ignores the mode) runs micro-batches in static shapes with
-    eager's losses and gradients."""
+    eager's losses and gradients; with ``speed.fp8`` too (the FP8 matmuls traced into the graph)."""
     from orchestrator.pretrain.data import StaticShapes
+    from orchestrator.pretrain.float8 import use_float8
     from orchestrator.pretrain.model import PretrainingModule, compile_encoder
     from orchestrator.pretrain.unpad import _compiled
 
     torch._dynamo.reset()
-    model = _model()
+    model, reference = _model(), _model()
+    if fp8:
+        use_float8(model.bert), use_float8(reference.bert)
     compile_encoder(model, backend="aot_eager", unpad=True, cuda_graphs=True)
     try:
-        compiled, eager = PretrainingModule(model, unpad=True), PretrainingModule(_model(), unpad=True)
+        compiled, eager = PretrainingModule(model, unpad=True), PretrainingModule(reference, unpad=True)
         for seed in (6, 7):
             batch = {k: torch.from_numpy(v) for k, v in collate(
                 _rows(seed, 6), SPECIAL, rule=MaskingRule(masked_lm_prob=0.2), gen=np.random.default_rng(seed),
@@ -458,3 +470,87 @@ def test_the_compiled_encoder_with_cuda_graphs_takes_static_batches_and_gives_ea
     finally:
         _compiled.pop(("aot_eager", "reduce-overhead"), None)
         torch._dynamo.reset()
+
+
+def test_fp8_products_are_the_quantised_operands_multiplied_in_float32():
+    """``speed.fp8``: each of the three matmuls of a linear layer multiplies the operands rounded to 8 bits
+    (x and W in e4m3, the output gradient in e5m2, one scale per tensor), accumulated in float32: the
+    same as multiplying those rounded operands in float32. Rows that are not a multiple of 16 are padded
+    and cut off again; a frozen weight gets no gradient; under autocast the output is in its dtype."""
+    from orchestrator.pretrain.float8 import E4M3, E5M2, float8_linear, quantize
+
+    torch.manual_seed(0)
+    x = torch.randn(37, 64, requires_grad=True)  # 37 rows: padded to 48 inside
+    w = torch.randn(48, 64, requires_grad=True)
+    b = torch.randn(48, requires_grad=True)
+    g = torch.randn(37, 48)
+    y = float8_linear(x, w, b)
+    y.backward(g)
+    (xq, x_inv), (wq, w_inv), (gq, g_inv) = quantize(x, E4M3), quantize(w, E4M3), quantize(g, E5M2)
+    assert xq.dtype == E4M3 and gq.dtype == E5M2 and xq.float().abs().max() == 448.0
+    x8, w8, g8 = xq.float() * x_inv, wq.float() * w_inv, gq.float() * g_inv
+    torch.testing.assert_close(y, x8 @ w8.T + b, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(x.grad, g8 @ w8, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(w.grad, g8.T @ x8, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(b.grad, g.sum(0))
+    # rounded, so near the exact products but not equal to them
+    exact = x.detach() @ w.detach().T + b.detach()
+    error = ((y - exact).norm() / exact.norm()).item()
+    assert 1e-3 < error < 0.05, error
+    x.grad = None
+    frozen = w.detach()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = float8_linear(x[:32], frozen, None)
+    assert out.dtype == torch.bfloat16
+    out.float().sum().backward()
+    assert x.grad.dtype == torch.float32 and x.grad[:32].abs().sum() > 0 and not frozen.requires_grad
+    zero, inverse = quantize(torch.zeros(4, 4), E4M3)  # an all-zero tensor: no division by zero
+    assert torch.isfinite(inverse) and zero.float().abs().sum() == 0
+
+
+def test_an_fp8_model_keeps_its_weights_and_checkpoints_and_stays_within_fp8s_error_of_bf16(tmp_path):
+    """``use_float8`` switches the six linear layers of every encoder layer in place: the same parameters
+    and names (a checkpoint loads in ``transformers`` as a plain BERT), ``_scaled_mm`` in the step, and
+    the bf16 model's loss and gradients within what rounding to 8 bits moves them."""
+    from transformers import BertForPreTraining
+
+    from orchestrator.pretrain.float8 import Float8Linear, use_float8
+    from orchestrator.pretrain.model import PretrainingModule
+
+    plain, fp8 = _model(), _model()
+    keys = list(plain.state_dict())
+    assert use_float8(fp8.bert, torch.device("cpu")) == 6 * len(fp8.bert.encoder.layer)
+    assert list(fp8.state_dict()) == keys and isinstance(fp8.bert.encoder.layer[0].output.dense, Float8Linear)
+    assert type(fp8.cls.predictions.transform.dense) is torch.nn.Linear  # the head stays bf16
+    batch = _batch()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want = _forward_backward(PretrainingModule(plain, unpad=True), batch)
+        with torch.profiler.profile() as prof:
+            got = _forward_backward(PretrainingModule(fp8, unpad=True), batch)
+    assert "aten::_scaled_mm" in {e.key for e in prof.key_averages()}
+    torch.testing.assert_close(got[0]["loss"], want[0]["loss"], rtol=0.02, atol=0)
+    assert want[1].keys() == got[1].keys()
+    for name, grad in want[1].items():
+        if name.endswith("key.bias"):  # its true gradient is 0 (softmax ignores a shift of a row's scores): noise
+            assert grad.norm() < 1e-5 and got[1][name].norm() < 1e-5
+            continue
+        cosine = torch.nn.functional.cosine_similarity(got[1][name].flatten(), grad.flatten(), dim=0)
+        assert cosine > 0.99, (name, float(cosine))  # measured: >= 0.994 for the FP8 layers, 1.0000 elsewhere
+        assert not name.endswith("dense.weight") or "encoder" not in name or cosine < 0.9999, name  # FP8 ran
+    fp8.save_pretrained(tmp_path)
+    loaded = BertForPreTraining.from_pretrained(tmp_path)
+    assert type(loaded.bert.encoder.layer[0].output.dense) is torch.nn.Linear
+    torch.testing.assert_close(loaded.state_dict()["bert.encoder.layer.0.output.dense.weight"],
+                               fp8.state_dict()["bert.encoder.layer.0.output.dense.weight"])
+
+
+def test_fp8_needs_bf16_and_is_part_of_the_run_key_only_when_on():
+    from orchestrator.core.errors import ConfigError
+    from orchestrator.pretrain.float8 import fp8_refusal
+
+    with pytest.raises(ConfigError, match="fp8 needs precision bf16"):
+        PretrainConfig(speed=SpeedConfig(fp8=True))
+    on = PretrainConfig(precision="bf16", speed=SpeedConfig(fp8=True))
+    assert on.training_fields()["fp8"] is True
+    assert "fp8" not in PretrainConfig(precision="bf16").training_fields()  # off: the key runs always had
+    assert fp8_refusal(torch.device("cpu")) is None

@@ -123,8 +123,9 @@ class AdapterConfig:
 
 @dataclass(frozen=True)
 class SpeedConfig:
-    """How the step is computed, never what: each switch keeps the loss and gradients of the plain path
-    (float rounding aside; tests/test_pretrain_speed.py checks each), so none is part of a run's key."""
+    """How the step is computed: each switch keeps the loss and gradients of the plain path (float rounding
+    aside; tests/test_pretrain_speed.py checks each), so none is part of a run's key. The exception is
+    ``fp8``, which rounds the matmuls' operands to 8 bits: on, it is part of the key."""
     masked_only_head: bool = field(
         True, help="apply the MLM decoder (transform + vocabulary projection) only at the masked positions, as "
                    "NVIDIA's recipe does, instead of at every position and then dropping the unmasked ones "
@@ -153,6 +154,13 @@ class SpeedConfig:
                     "padded to the phase's length, packed tokens and masked positions rounded up to buckets "
                     "(filler the loss skips). Not yet measured on a GPU: off by default. On CPU: compiled, no "
                     "graphs")
+
+    fp8: bool = field(
+        False, help="the encoder layers' six linear layers multiply in FP8 (pretrain/float8.py: tensorwise dynamic "
+                    "scaling, e4m3 forward, e5m2 gradients, float32 accumulation; H100/H200/L4-class GPUs), as "
+                    "MLPerf's H100 BERT runs do; the embeddings, pooler and MLM head stay bf16. Needs precision "
+                    "bf16, and compile to fuse the casts (without it, slower than bf16). Changes the arithmetic, so "
+                    "part of the run's key when on; MFU stays against the bf16 peak. Not yet measured on a GPU: off")
 
     def __post_init__(self):
         if self.cuda_graphs and not self.compile:
@@ -210,7 +218,8 @@ class PretrainConfig:
                      "phase. The two read the same rows in other orders, so an explicit value is part of the key")
     speed: SpeedConfig = field(
         default_factory=SpeedConfig, help="how the step is computed (kernels, decoder, compile): the same loss and "
-                                          "gradients either way, so not part of the run's key")
+                                          "gradients either way, so not part of the run's key (fp8 aside: it "
+                                          "rounds the matmuls' operands, and is part of the key when on)")
     gradient_checkpointing: bool = field(
         False, help="recompute each layer's activations in the backward pass instead of keeping them (about a third "
                     "more compute for much less activation memory: longer sequences or larger device batches fit); "
@@ -237,6 +246,9 @@ class PretrainConfig:
             raise ConfigError("dataloader_prefetch must be >= 1")
         if self.ingest not in ("auto", "local", "ray_data"):
             raise ConfigError(f"ingest must be auto, local or ray_data, not {self.ingest!r}")
+        if self.speed.fp8 and self.precision != "bf16":
+            raise ConfigError(f"pretrain.speed.fp8 needs precision bf16 (the matmuls around the FP8 ones run in bf16), "
+                              f"not {self.precision}")
         if self.checkpoint_every < 0 or self.keep_checkpoints < 1 or self.max_failures < 0:
             raise ConfigError("checkpoint_every >= 0, keep_checkpoints >= 1, max_failures >= 0")
         check_number("init_loss_scale", self.init_loss_scale, low=0, low_open=True)
@@ -271,6 +283,8 @@ class PretrainConfig:
             del fields["ingest"]
         if not self.stop.enabled:  # without a rule a run keeps the key it had before rules existed
             del fields["stop"]
+        if self.speed.fp8:  # rounds the matmuls' operands: another model (off, the key runs always had)
+            fields["fp8"] = True
         return fields
 
 

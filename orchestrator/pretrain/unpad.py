@@ -56,7 +56,7 @@ def _layer(layer, hidden: torch.Tensor, index: torch.Tensor, shape: tuple[int, i
         padded = x.new_zeros(batch * length, x.shape[-1]).index_copy(0, index, x)
         return padded.view(batch, length, heads, size).transpose(1, 2)
 
-    q, k, v = (spread(projection(hidden)) for projection in (attention.query, attention.key, attention.value))
+    q, k, v = spread(attention.query(hidden)), spread(attention.key(hidden)), spread(attention.value(hidden))
     dropout = attention.dropout.p if attention.training else 0.0
     if eager:  # speed.attention: eager, transformers' matmul-softmax-matmul (eager_attention_forward)
         scores = (q @ k.transpose(2, 3)) * size ** -0.5
