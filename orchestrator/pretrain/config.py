@@ -154,7 +154,6 @@ class SpeedConfig:
                     "padded to the phase's length, packed tokens and masked positions rounded up to buckets "
                     "(filler the loss skips). Not yet measured on a GPU: off by default. On CPU: compiled, no "
                     "graphs")
-
     fp8: bool = field(
         False, help="the encoder layers' six linear layers multiply in FP8 (pretrain/float8.py: tensorwise dynamic "
                     "scaling, e4m3 forward, e5m2 gradients, float32 accumulation; H100/H200/L4-class GPUs), as "

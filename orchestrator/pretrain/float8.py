@@ -28,6 +28,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from orchestrator.core.errors import ConfigError
+
 E4M3 = torch.float8_e4m3fn
 E5M2 = torch.float8_e5m2
 #: ``torch._scaled_mm`` on CUDA needs every dimension a multiple of 16: the rows are padded to it
@@ -117,8 +119,6 @@ class Float8Linear(torch.nn.Linear):
 def use_float8(bert, device: torch.device | None = None) -> int:
     """Switch the linear layers of every layer of ``bert`` (a ``BertModel``) to FP8 (before adapters wrap
     the layers' outputs); returns how many. ``device``: refused with a ``ConfigError`` where FP8 cannot run."""
-    from orchestrator.core.errors import ConfigError
-
     if device is not None and (reason := fp8_refusal(device)):
         raise ConfigError(f"pretrain.speed.fp8: {reason}; set it to false")
     switched = 0
