@@ -160,7 +160,7 @@ def measure(size: str, precision: str, speed: dict, batch: int, accumulation: in
     from orchestrator.modeling.precision import make_scaler
     from orchestrator.pretrain.config import PretrainConfig
     from orchestrator.pretrain.data import Prefetcher, micro_batches
-    from orchestrator.pretrain.float8 import use_float8
+    from orchestrator.pretrain.float8 import check_fp8
     from orchestrator.pretrain.loop import (
         _all_reduce,
         _batch_to_torch,
@@ -187,10 +187,10 @@ def measure(size: str, precision: str, speed: dict, batch: int, accumulation: in
     seed_everything(cfg.seed)
     special = Specials(cls=SPECIAL["cls"], sep=SPECIAL["sep"], mask=SPECIAL["mask"], vocab_size=VOCAB,
                        continuation=frozenset(), pad=SPECIAL["pad"])
-    model = build_model(cfg.model, VOCAB, SPECIAL["pad"], attention=cfg.speed.attention)
     if cfg.speed.fp8:
-        use_float8(model.bert, device)
-    model = model.to(device)
+        check_fp8(device)
+    model = build_model(cfg.model, VOCAB, SPECIAL["pad"], attention=cfg.speed.attention,
+                        fp8=cfg.speed.fp8).to(device)
     module = DistributedDataParallel(
         PretrainingModule(model, masked_only=cfg.speed.masked_only_head, unpad=cfg.speed.unpad),
         device_ids=[device.index] if device.type == "cuda" else None)
@@ -281,7 +281,7 @@ def step_setup(size: str, speed: dict, optim: str, batch: int, length: int, devi
     from orchestrator.core.config import from_dict
     from orchestrator.modeling.precision import make_scaler
     from orchestrator.pretrain.config import PretrainConfig
-    from orchestrator.pretrain.float8 import use_float8
+    from orchestrator.pretrain.float8 import check_fp8
     from orchestrator.pretrain.model import PretrainingModule, build_model, compile_encoder
     from orchestrator.pretrain.optim import build_optimizer, build_scheduler
 
@@ -291,10 +291,10 @@ def step_setup(size: str, speed: dict, optim: str, batch: int, length: int, devi
                                      "phase1": {"max_seq_length": length, "global_batch_size": batch,
                                                 "device_batch_size": batch}})
     torch.manual_seed(0)
-    model = build_model(cfg.model, VOCAB, SPECIAL["pad"], attention=cfg.speed.attention)
     if cfg.speed.fp8:
-        use_float8(model.bert, device)
-    model = model.to(device)
+        check_fp8(device)
+    model = build_model(cfg.model, VOCAB, SPECIAL["pad"], attention=cfg.speed.attention,
+                        fp8=cfg.speed.fp8).to(device)
     optimizer = build_optimizer(model, cfg.optim, 1e-4, fused=cfg.speed.fused_optimizer)
     module = PretrainingModule(model, masked_only=cfg.speed.masked_only_head, unpad=cfg.speed.unpad)
     if cfg.speed.compile:

@@ -19,12 +19,12 @@ SPECIAL = Specials(cls=2, sep=3, mask=4, vocab_size=100, continuation=frozenset(
 TOL = dict(rtol=1e-5, atol=1e-6)
 
 
-def _model(attention: str = "sdpa", objective: str = "mlm_nsp"):
+def _model(attention: str = "sdpa", objective: str = "mlm_nsp", fp8: bool = False):
     from orchestrator.pretrain.model import build_model
 
     torch.manual_seed(0)
     model = build_model(ModelConfig(size="tiny", objective=objective, max_position_embeddings=64, dropout=0.0),
-                        100, 0, attention=attention)
+                        100, 0, attention=attention, fp8=fp8)
     return model.eval()  # no dropout: the paths compared must see the same arithmetic
 
 
@@ -311,7 +311,6 @@ def test_the_compiled_unpadded_encoder_compiles_once_for_every_token_count(fp8):
     inductor's minutes of CPU."""
     from torch._dynamo.testing import CompileCounterWithBackend
 
-    from orchestrator.pretrain.float8 import use_float8
     from orchestrator.pretrain.model import PretrainingModule, compile_encoder
     from orchestrator.pretrain.unpad import _compiled
 
@@ -322,9 +321,7 @@ def test_the_compiled_unpadded_encoder_compiles_once_for_every_token_count(fp8):
     batches = [_batch(seed, size) for seed, size in ((5, 6), (6, 5), (7, 7), (22, 5))]
     tokens = [int(b["attention_mask"].sum()) for b in batches]
     assert len(set(tokens)) == 4 and {t % 16 == 0 for t in tokens} == {True, False}  # some padded, one not
-    eager, model = PretrainingModule(_model(), unpad=True), _model()
-    if fp8:
-        use_float8(eager.model.bert), use_float8(model.bert)
+    eager, model = PretrainingModule(_model(fp8=fp8), unpad=True), _model(fp8=fp8)
     compile_encoder(model, backend=counter, unpad=True)
     try:
         compiled = PretrainingModule(model, unpad=True)
@@ -450,14 +447,11 @@ def test_the_compiled_encoder_with_cuda_graphs_takes_static_batches_and_gives_ea
     the graphs out; aot_eager, as above, ignores the mode) runs micro-batches in static shapes with
     eager's losses and gradients; with ``speed.fp8`` too (the FP8 matmuls traced into the graph)."""
     from orchestrator.pretrain.data import StaticShapes
-    from orchestrator.pretrain.float8 import use_float8
     from orchestrator.pretrain.model import PretrainingModule, compile_encoder
     from orchestrator.pretrain.unpad import _compiled
 
     torch._dynamo.reset()
-    model, reference = _model(), _model()
-    if fp8:
-        use_float8(model.bert), use_float8(reference.bert)
+    model, reference = _model(fp8=fp8), _model(fp8=fp8)
     compile_encoder(model, backend="aot_eager", unpad=True, cuda_graphs=True)
     try:
         compiled, eager = PretrainingModule(model, unpad=True), PretrainingModule(reference, unpad=True)
@@ -517,9 +511,9 @@ def test_an_fp8_model_keeps_its_weights_and_checkpoints_and_stays_within_fp8s_er
     from orchestrator.pretrain.float8 import Float8Linear, use_float8
     from orchestrator.pretrain.model import PretrainingModule
 
-    plain, fp8 = _model(), _model()
+    plain, fp8 = _model(), _model(fp8=True)
     keys = list(plain.state_dict())
-    assert use_float8(fp8.bert, torch.device("cpu")) == 6 * len(fp8.bert.encoder.layer)
+    assert use_float8(_model().bert) == 6 * len(fp8.bert.encoder.layer)
     assert list(fp8.state_dict()) == keys and isinstance(fp8.bert.encoder.layer[0].output.dense, Float8Linear)
     assert type(fp8.cls.predictions.transform.dense) is torch.nn.Linear  # the head stays bf16
     batch = _batch()

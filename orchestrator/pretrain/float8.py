@@ -116,11 +116,15 @@ class Float8Linear(torch.nn.Linear):
         return float8_linear(x, self.weight, self.bias)
 
 
-def use_float8(bert, device: torch.device | None = None) -> int:
-    """Switch the linear layers of every layer of ``bert`` (a ``BertModel``) to FP8 (before adapters wrap
-    the layers' outputs); returns how many. ``device``: refused with a ``ConfigError`` where FP8 cannot run."""
-    if device is not None and (reason := fp8_refusal(device)):
+def check_fp8(device: torch.device) -> None:
+    """A ``ConfigError`` where ``pretrain.speed.fp8`` cannot run (``fp8_refusal``)."""
+    if reason := fp8_refusal(device):
         raise ConfigError(f"pretrain.speed.fp8: {reason}; set it to false")
+
+
+def use_float8(bert) -> int:
+    """Switch the linear layers of every layer of ``bert`` (a ``BertModel``) to FP8 (before adapters wrap
+    the layers' outputs); returns how many."""
     switched = 0
     for layer in bert.encoder.layer:
         for path in LAYER_LINEARS:

@@ -31,7 +31,7 @@ from orchestrator.modeling.precision import allow_tf32, autocast_context, make_s
 from orchestrator.pretrain.checkpoint import checkpoint_name, load_training_state, load_weights, save_checkpoint
 from orchestrator.pretrain.config import PretrainConfig, batch_plan
 from orchestrator.pretrain.data import LocalShard, Prefetcher, StaticShapes, micro_batches
-from orchestrator.pretrain.float8 import use_float8
+from orchestrator.pretrain.float8 import check_fp8
 from orchestrator.pretrain.model import PretrainingModule, build_model, check_same_architecture, compile_encoder
 from orchestrator.pretrain.optim import build_optimizer, build_scheduler
 from orchestrator.pretrain.peaks import peak_flops
@@ -320,9 +320,9 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     torch.set_num_threads(max(1, int(cfg.cpus_per_worker)))
     seed_everything(cfg.seed)
 
-    model = build_model(cfg.model, special.vocab_size, special.pad, attention=cfg.speed.attention)
-    if cfg.speed.fp8:  # the layers' linear layers multiply in FP8 (before adapters wrap their outputs)
-        use_float8(model.bert, device)
+    if cfg.speed.fp8:
+        check_fp8(device)
+    model = build_model(cfg.model, special.vocab_size, special.pad, attention=cfg.speed.attention, fp8=cfg.speed.fp8)
     if cfg.adapters.enabled:
         add_adapters(model, cfg.adapters.reduction_factor, cfg.adapters.train_heads)
     if cfg.gradient_checkpointing:  # recompute each layer's activations in the backward pass: less memory

@@ -19,6 +19,7 @@ from transformers import BertConfig, BertForMaskedLM, BertForPreTraining, PreTra
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.pretrain.config import ModelConfig
 from orchestrator.pretrain.data import IGNORE_INDEX
+from orchestrator.pretrain.float8 import use_float8
 from orchestrator.pretrain.unpad import compile_unpadded, encode, unpad_refusal
 
 log = logging.getLogger(__name__)
@@ -56,16 +57,27 @@ def read_hf_config(model_dir: Path) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def build_model(cfg: ModelConfig, vocab_size: int, pad_token_id: int, attention: str = "sdpa") -> PreTrainedModel:
+def build_model(cfg: ModelConfig, vocab_size: int, pad_token_id: int, attention: str = "sdpa",
+                fp8: bool = False) -> PreTrainedModel:
     """A fresh model from the size preset, or ``cfg.init_from`` with any missing head added.
 
     Continuing from a directory whose vocabulary size differs from the tokenizer's is refused
     unless ``allow_vocab_resize`` (resized embeddings for new ids start untrained). ``attention``:
-    the kernel the self-attention runs (``set_attention``).
+    the kernel the self-attention runs (``set_attention``); ``fp8`` (``speed.fp8``): the encoder
+    layers' linear layers multiply in FP8 (``float8.use_float8``; the caller checks the device with
+    ``float8.fp8_refusal``).
     """
+    model = _built(cfg, vocab_size, pad_token_id)
+    set_attention(model, attention)
+    if fp8:
+        use_float8(model.bert)
+    return model
+
+
+def _built(cfg: ModelConfig, vocab_size: int, pad_token_id: int) -> PreTrainedModel:
     cls = model_class(cfg.objective)
     if not cfg.init_from:
-        return set_attention(cls(bert_config(cfg, vocab_size, pad_token_id)), attention)
+        return cls(bert_config(cfg, vocab_size, pad_token_id))
     source = Path(cfg.init_from)
     hf = read_hf_config(source)
     if hf.get("model_type") != "bert":
@@ -81,7 +93,7 @@ def build_model(cfg: ModelConfig, vocab_size: int, pad_token_id: int, attention:
     if model.config.vocab_size != vocab_size:
         log.warning("resizing embeddings of %s from %d to %d", source, model.config.vocab_size, vocab_size)
         model.resize_token_embeddings(vocab_size)
-    return set_attention(model, attention)
+    return model
 
 
 def set_attention(model: PreTrainedModel, attention: str) -> PreTrainedModel:
