@@ -147,6 +147,17 @@ def speed_configs(ablate: str, compile_on: bool, optim: str, precision: str = "b
     return configs
 
 
+def select_rows(configs: list[tuple[str, dict]], rows: str) -> list[tuple[str, dict]]:
+    """The configurations ``--rows`` names (comma-separated labels), in the table's order; a label the
+    table does not have is an error, not a row silently left out."""
+    wanted = [label.strip() for label in rows.split(",") if label.strip()]
+    unknown = [label for label in wanted if label not in dict(configs)]
+    if unknown:
+        raise SystemExit(f"--rows: no row {', '.join(map(repr, unknown))}; this run's rows: "
+                         f"{', '.join(label for label, _ in configs)}")
+    return [(label, speed) for label, speed in configs if label in wanted]
+
+
 def measure(size: str, precision: str, speed: dict, batch: int, accumulation: int, length: int, steps: int,
             warmup: int, device: torch.device, instances: Path, masking: str, tf32: bool, cpus: int,
             optim: str) -> dict:
@@ -213,6 +224,12 @@ def measure(size: str, precision: str, speed: dict, batch: int, accumulation: in
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
+    # the packed encoder's input shapes (its token count) by when each was first seen: a compiled encoder
+    # specialises, and CUDA graphs record, per shape, so a shape first seen in the timed steps puts that
+    # cost in the figure
+    shapes: dict[str, set] = {"warm-up": set(), "timed": set()}
+    phase = "warm-up"
+
     def step() -> tuple[float, float, float, float]:
         waited = 0.0
         micro = []
@@ -220,6 +237,7 @@ def measure(size: str, precision: str, speed: dict, batch: int, accumulation: in
             t = time.perf_counter()
             batch_ = next(stream)[0]
             waited += time.perf_counter() - t
+            shapes[phase].add(len(batch_["real_index"]) if "real_index" in batch_ else tuple(batch_["input_ids"].shape))
             micro.append(_to_device(batch_, device))
         module.train()
         stats = train_step(module, micro, optimizer, scheduler, scaler, precision=precision, device=device,
@@ -236,6 +254,7 @@ def measure(size: str, precision: str, speed: dict, batch: int, accumulation: in
         for _ in range(warmup - 1):
             step()
         sync()
+        phase = "timed"
         start = time.perf_counter()
         seqs = toks = masked = waited = 0.0
         for _ in range(steps):
@@ -249,7 +268,8 @@ def measure(size: str, precision: str, speed: dict, batch: int, accumulation: in
     peak_mem = torch.cuda.max_memory_allocated(device) / 2 ** 30 if device.type == "cuda" else None
     return {"size": size, "precision": precision, "speed": speed, "seq_per_s": seqs / elapsed,
             "tokens_per_s": toks / elapsed, "mfu": mfu, "first_step_s": first_step_s, "step_s": elapsed / steps,
-            "data_wait_share": waited / elapsed, "peak_memory_gib": peak_mem}
+            "data_wait_share": waited / elapsed, "peak_memory_gib": peak_mem,
+            "shapes_warmup": len(shapes["warm-up"]), "shapes_new_timed": len(shapes["timed"] - shapes["warm-up"])}
 
 
 def synthetic_batches(batch: int, length: int, lengths: str, count: int, device: torch.device,
@@ -388,6 +408,8 @@ def main(argv: list[str] | None = None) -> dict:
                    help="lamb (the recipe; always multi-tensor) or adamw (fused on CUDA: its switch is ablated)")
     p.add_argument("--ablate", choices=("each", "none"), default="each",
                    help="each: every pretrain.speed technique off in turn, then all off; none: all on only")
+    p.add_argument("--rows", default=None,
+                   help="comma-separated row labels to measure, of those --ablate gives (e.g. 'all on,+ cuda_graphs')")
     p.add_argument("--compile", choices=("auto", "on", "off"), default="auto",
                    help="torch.compile in the all-on configuration (auto: on for CUDA, off on CPU: inductor "
                         "takes minutes of CPU to compile)")
@@ -456,6 +478,8 @@ def main(argv: list[str] | None = None) -> dict:
         for size in sizes:
             for prec in precisions:
                 configs = speed_configs(args.ablate, compile_on, args.optim, prec)
+                if args.rows:
+                    configs = select_rows(configs, args.rows)
                 runs: dict[str, list[dict]] = {label: [] for label, _ in configs}
                 for _ in range(args.repeats):
                     for label, speed in configs:
@@ -464,7 +488,8 @@ def main(argv: list[str] | None = None) -> dict:
                                                    args.optim))
                         r = runs[label][-1]
                         print(f"  {size} {prec} [{label}]: {r['seq_per_s']:,.1f} seq/s, MFU {_fmt(r['mfu'], '.3f')}, "
-                              f"first step {r['first_step_s']:.2f}s", flush=True)
+                              f"first step {r['first_step_s']:.2f}s, encoder shapes {r['shapes_warmup']} in warm-up "
+                              f"+ {r['shapes_new_timed']} new in the timed steps", flush=True)
                 block = [{"label": label, **_median_of(runs[label])} for label, _ in configs]
                 print(f"\n{name}: {size}, length {length}, batch {batch} x {args.accumulation}, {prec}"
                       f"{' (TF32)' if gpu and args.tf32 and prec == 'fp32' else ''}, {args.optim}, "

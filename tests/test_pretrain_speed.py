@@ -185,6 +185,10 @@ def test_the_gpu_benchmark_runs_its_cpu_smoke_mode_with_the_ablation_table():
     assert "- fused_optimizer" not in cpu and "- compile" not in cpu and cpu["all on"]["unpad"]
     assert "+ cuda_graphs" not in cpu  # graphs are recorded from the compiled encoder
     assert not cpu["- unpad"]["unpad"]
+    picked = bench.select_rows(list(configs.items()), "- unpad, all on")  # --rows: the table's order
+    assert [label for label, _ in picked] == ["all on", "- unpad"]
+    with pytest.raises(SystemExit, match="no row '- unpadd'"):
+        bench.select_rows(list(configs.items()), "all on,- unpadd")
     # --lengths real: rows as long as real instances, about a quarter of a batch padding
     lengths = bench.row_lengths(np.random.default_rng(0), 4096, 128, "real")
     assert 0.2 < 1 - lengths.mean() / 128 < 0.3 and (bench.row_lengths(None, 3, 128, "full") == 128).all()
@@ -198,6 +202,8 @@ def test_the_gpu_benchmark_runs_its_cpu_smoke_mode_with_the_ablation_table():
     (result,) = summary["results"]
     assert result["label"] == "all on" and result["seq_per_s"] > 0 and result["mfu"] is None
     assert 0 <= result["data_wait_share"] <= 1 and result["first_step_s"] > 0
+    # the encoder's input shapes by phase: the one warm-up step's one micro-batch, then the timed step's
+    assert result["shapes_warmup"] == 1 and result["shapes_new_timed"] in (0, 1)
 
 
 def test_the_progress_line_and_the_mlflow_tags_say_the_throughput_and_what_the_mfu_is_against():
