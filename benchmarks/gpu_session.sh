@@ -15,6 +15,10 @@
 #                ("Recording function") and any skip ("skipping cudagraphs", at WARNING)
 #   2 profile    the compiled step with and without CUDA graphs: kernels launched, GPU busy
 #   3 ablation   the whole ablation with compile (each technique off in turn), both sizes
+#   4 ddp        all on, BERT-base, with the module wrapped in DDP as every figure up to session 20 was
+#                (a one-worker run is not: Ray Train wraps only for more than one); against step 1's row
+# Steps 1-3 measure the one-worker loop (no DDP), so their rows compare with each other, not with
+# the figures recorded before session 21.
 # The GPU sweep (bundled against separate) was measured in session 20; its commands are in RESULTS.
 set -u
 OUT=${OUT:-gpu_session_out}
@@ -48,4 +52,6 @@ echo "[1-graphs] graphs recorded: $(grep -c 'Recording function' "$OUT/1-graphs.
 step 2-profile 150 '^[a-z]+ (eager|compile|graphs):|^  [a-z/ ()-]+ +[0-9.]+ ms|Error' \
   python3 benchmarks/pretrain_profile.py --sizes base,small --modes compile,graphs
 step 3-ablation 420 "$TABLE" python3 benchmarks/pretrain_gpu.py
+step 4-ddp 120 "$TABLE" python3 benchmarks/pretrain_gpu.py --compile on --ablate none --rows "all on" --ddp \
+  --sizes base --warmup 20 --steps 60
 echo "done at t+$(($(date +%s) - T0))s; outputs in $OUT"

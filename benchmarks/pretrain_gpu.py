@@ -9,10 +9,13 @@
 Times what a Ray Train worker does per optimizer step (``orchestrator.pretrain.loop``), not a bare
 forward/backward: its data path (instances in parquet, read and batched by Ray Data, collated and
 masked by ``micro_batches`` on the loop's ``Prefetcher`` thread, copied to the device by
-``_to_device``), ``train_step`` over ``--accumulation`` micro-batches of the module wrapped in
-DistributedDataParallel (a process group of one: nccl on CUDA, gloo on CPU, so DDP's hooks and its
-gradient all-reduce run, with ``no_sync`` on the accumulated micro-batches), the optimizer with
-clipping and loss scaling, and the all-reduce of the step's statistics, as the loop does. The
+``_to_device``), ``train_step`` over ``--accumulation`` micro-batches, the optimizer with clipping and
+loss scaling, and the all-reduce of the step's statistics over a process group of one (nccl on CUDA,
+gloo on CPU), as the loop of a one-worker run does. With ``--ddp`` the module is wrapped in
+DistributedDataParallel as in a run of several workers (its hooks, bucket copies and gradient
+all-reduce run, with ``no_sync`` on the accumulated micro-batches); Ray Train's ``prepare_model``
+leaves a one-worker run unwrapped. Every figure recorded up to session 20 was taken with DDP, a cost a
+one-worker run does not pay. The
 instances are synthetic (random ids; masks drawn as the instances stage records them); with
 ``--lengths real`` (the default) the rows are as long as real instances' (37 % full length, the rest
 shorter, about a quarter of a batch's positions padding), with ``--lengths full`` every row is full
@@ -160,7 +163,7 @@ def select_rows(configs: list[tuple[str, dict]], rows: str) -> list[tuple[str, d
 
 def measure(size: str, precision: str, speed: dict, batch: int, accumulation: int, length: int, steps: int,
             warmup: int, device: torch.device, instances: Path, masking: str, tf32: bool, cpus: int,
-            optim: str) -> dict:
+            optim: str, ddp: bool = False) -> dict:
     import ray.data  # heavy: ray
     from torch.nn.parallel import DistributedDataParallel
 
@@ -202,9 +205,9 @@ def measure(size: str, precision: str, speed: dict, batch: int, accumulation: in
         check_fp8(device)
     model = build_model(cfg.model, VOCAB, SPECIAL["pad"], attention=cfg.speed.attention,
                         fp8=cfg.speed.fp8).to(device)
-    module = DistributedDataParallel(
-        PretrainingModule(model, masked_only=cfg.speed.masked_only_head, unpad=cfg.speed.unpad),
-        device_ids=[device.index] if device.type == "cuda" else None)
+    module = PretrainingModule(model, masked_only=cfg.speed.masked_only_head, unpad=cfg.speed.unpad)
+    if ddp:  # as Ray Train's prepare_model wraps it for a world of more than one worker (not for one)
+        module = DistributedDataParallel(module, device_ids=[device.index] if device.type == "cuda" else None)
     if cfg.speed.compile:
         compile_encoder(model, unpad=cfg.speed.unpad, cuda_graphs=cfg.speed.cuda_graphs)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -408,6 +411,10 @@ def main(argv: list[str] | None = None) -> dict:
                    help="lamb (the recipe; always multi-tensor) or adamw (fused on CUDA: its switch is ablated)")
     p.add_argument("--ablate", choices=("each", "none"), default="each",
                    help="each: every pretrain.speed technique off in turn, then all off; none: all on only")
+    p.add_argument("--ddp", action="store_true",
+                   help="wrap the module in DistributedDataParallel (a world of one: its hooks, bucket copies and "
+                        "all-reduce launches), as a run of several workers does; without it, as a one-worker run "
+                        "does (Ray Train's prepare_model wraps only for more than one)")
     p.add_argument("--rows", default=None,
                    help="comma-separated row labels to measure, of those --ablate gives (e.g. 'all on,+ cuda_graphs')")
     p.add_argument("--compile", choices=("auto", "on", "off"), default="auto",
@@ -485,7 +492,7 @@ def main(argv: list[str] | None = None) -> dict:
                     for label, speed in configs:
                         runs[label].append(measure(size, prec, speed, batch, args.accumulation, length, steps,
                                                    warmup, device, instances, args.masking, args.tf32, args.cpus,
-                                                   args.optim))
+                                                   args.optim, ddp=args.ddp))
                         r = runs[label][-1]
                         print(f"  {size} {prec} [{label}]: {r['seq_per_s']:,.1f} seq/s, MFU {_fmt(r['mfu'], '.3f')}, "
                               f"first step {r['first_step_s']:.2f}s, encoder shapes {r['shapes_warmup']} in warm-up "
@@ -496,7 +503,8 @@ def main(argv: list[str] | None = None) -> dict:
                       f"{args.repeats} repeat(s), medians\n{table(block)}\n", flush=True)
                 results += [{**r, "device": name, "batch": batch, "accumulation": args.accumulation,
                              "length": length, "optim": args.optim} for r in block]
-    summary = {"gpu": gpu, "smoke": not gpu, "device": name, "mfu_formula": MFU_FORMULA, "results": results}
+    summary = {"gpu": gpu, "smoke": not gpu, "device": name, "mfu_formula": MFU_FORMULA, "ddp": args.ddp,
+               "results": results}
     print(json.dumps(summary))
     return summary
 

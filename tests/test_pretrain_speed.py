@@ -200,6 +200,7 @@ def test_the_gpu_benchmark_runs_its_cpu_smoke_mode_with_the_ablation_table():
     assert "| configuration | seq/s |" in done.stdout and "training_flops_per_token" in done.stdout
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     (result,) = summary["results"]
+    assert summary["ddp"] is False  # a one-worker run's module, unwrapped as Ray Train leaves it
     assert result["label"] == "all on" and result["seq_per_s"] > 0 and result["mfu"] is None
     assert 0 <= result["data_wait_share"] <= 1 and result["first_step_s"] > 0
     # the encoder's input shapes by phase: the one warm-up step's one micro-batch, then the timed step's
@@ -290,6 +291,29 @@ def test_unpad_refuses_a_model_it_does_not_cover():
     model.bert.config.position_embedding_type = "relative_key"
     with pytest.raises(ConfigError, match="relative_key"):
         PretrainingModule(model, unpad=True)
+
+
+def test_the_unpadded_layer_projects_q_k_v_as_one_matmul_and_scatters_them_once():
+    """The unpadded layer computes Q, K and V as one matmul of the three weights stacked
+    (``unpad._projections``; equal to the three modules' own outputs) and scatters them to the padded
+    layout in one ``index_copy`` a layer (three before): the profile counts one a layer and the
+    encoder's output's. FP8's layers keep their own matmuls, side by side."""
+    from collections import Counter
+
+    from torch.profiler import profile
+
+    from orchestrator.pretrain.unpad import _projections, unpadded_sequence_output
+
+    model, batch = _model(), _batch(3)
+    with torch.no_grad(), profile() as prof:
+        unpadded_sequence_output(model.bert, batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+    counts = Counter(event.name for event in prof.events())
+    assert counts["aten::index_copy"] == model.config.num_hidden_layers + 1
+    hidden = torch.randn(7, model.config.hidden_size)
+    for fp8 in (False, True):
+        attention = _model(fp8=fp8).bert.encoder.layer[0].attention.self
+        separate = torch.cat([attention.query(hidden), attention.key(hidden), attention.value(hidden)], dim=-1)
+        torch.testing.assert_close(_projections(attention, hidden), separate, **TOL)
 
 
 def test_the_unpadded_encoder_runs_eager_attention_when_asked():

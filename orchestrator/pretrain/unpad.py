@@ -4,11 +4,13 @@ Real instances are a quarter padding (benchmarks/RESULTS.md: 25-26 % of the posi
 length-128 instance sets, batches padded to their longest row). Every part of a BERT layer but the
 attention's two matmuls works on each position alone (the Q, K, V and output projections, the
 feed-forward block, LayerNorm, dropout): those run here on the real tokens only, packed as one
-``[tokens, hidden]`` matrix, as NVIDIA's and MLPerf's unpadded BERTs do. The attention itself scatters
-Q, K and V back to ``[batch, heads, length, head size]`` and runs ``scaled_dot_product_attention``
-(or, with ``speed.attention: eager``, transformers' matmul-softmax-matmul) with the padding masked, as
-the padded path does: at length 128 it is about 3 % of a layer's FLOPs,
-and a varlen kernel (FlashAttention's) would need a package the project does not require.
+``[tokens, hidden]`` matrix, as NVIDIA's and MLPerf's unpadded BERTs do (Q, K and V as one matmul, as
+theirs). The attention itself scatters Q, K and V back to ``[batch, heads, length, head size]`` and
+runs ``scaled_dot_product_attention`` (or, with ``speed.attention: eager``, transformers'
+matmul-softmax-matmul) with the padding masked, as the padded path does: at length 128 it is about
+3 % of a layer's FLOPs. A varlen kernel would skip the scatter: FlashAttention's needs a package the
+project does not require, and torch's own (``torch.nn.attention.varlen``, 2.10 and later) has no
+attention dropout, which BERT's recipe uses.
 
 The same arithmetic as ``BertModel`` with its attention (the padded positions' outputs aside, which
 no loss reads): tests/test_pretrain_speed.py checks the loss and every gradient, with NSP, MLM only
@@ -44,6 +46,18 @@ def unpad_refusal(bert) -> str | None:
     return None
 
 
+def _projections(attention, hidden: torch.Tensor) -> torch.Tensor:
+    """The attention's queries, keys and values of the packed tokens, side by side ([tokens, 3 x hidden]).
+    When the three are plain linear layers (not ``speed.fp8``'s), as one matmul with their weights
+    stacked (as NVIDIA's and MLPerf's BERTs fuse them): one GEMM and one cast where there were three,
+    each output column the same dot product. The weights stay the model's three modules: checkpoints
+    are unchanged, and the gradients reach each through the concatenation."""
+    linears = (attention.query, attention.key, attention.value)
+    if all(type(m) is torch.nn.Linear and m.bias is not None for m in linears):  # BERT's: with biases
+        return F.linear(hidden, torch.cat([m.weight for m in linears]), torch.cat([m.bias for m in linears]))
+    return torch.cat([m(hidden) for m in linears], dim=-1)
+
+
 def _layer(layer, hidden: torch.Tensor, index: torch.Tensor, shape: tuple[int, int], key_mask: torch.Tensor,
            eager: bool) -> torch.Tensor:
     """One ``BertLayer`` on the packed tokens ``hidden`` ([tokens, hidden]); ``eager``: the attention as
@@ -52,11 +66,11 @@ def _layer(layer, hidden: torch.Tensor, index: torch.Tensor, shape: tuple[int, i
     batch, length = shape
     heads, size = attention.num_attention_heads, attention.attention_head_size
 
-    def spread(x: torch.Tensor) -> torch.Tensor:  # [tokens, heads * size] -> [batch, heads, length, size]
-        padded = x.new_zeros(batch * length, x.shape[-1]).index_copy(0, index, x)
-        return padded.view(batch, length, heads, size).transpose(1, 2)
-
-    q, k, v = spread(attention.query(hidden)), spread(attention.key(hidden)), spread(attention.value(hidden))
+    # Q, K and V side by side ([tokens, 3 x heads x size]), scattered to the padded layout in one pass:
+    # [batch, length, 3, heads, size] -> three [batch, heads, length, size] views
+    qkv = _projections(attention, hidden)
+    padded = qkv.new_zeros(batch * length, qkv.shape[-1]).index_copy(0, index, qkv)
+    q, k, v = padded.view(batch, length, 3, heads, size).permute(2, 0, 3, 1, 4).unbind(0)
     dropout = attention.dropout.p if attention.training else 0.0
     if eager:  # speed.attention: eager, transformers' matmul-softmax-matmul (eager_attention_forward)
         scores = (q @ k.transpose(2, 3)) * size ** -0.5
