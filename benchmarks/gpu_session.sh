@@ -14,10 +14,12 @@
 #                warm-up and first seen in the timed steps, and TORCH_LOGS=cudagraphs logs each recording
 #                ("Recording function") and any skip ("skipping cudagraphs", at WARNING)
 #   2 profile    the compiled step with and without CUDA graphs: kernels launched, GPU busy
-#   3 ablation   the whole ablation with compile (each technique off in turn), both sizes
-#   4 ddp        all on, BERT-base, with the module wrapped in DDP as every figure up to session 20 was
+#   3 large      BERT-large, all on and + cuda_graphs (the issue's MFU anchors are BERT-large runs: larger
+#                matmuls, nearer cuBLAS's peak than BERT-base's at K = 768)
+#   4 ablation   the whole ablation with compile (each technique off in turn), both sizes
+#   5 ddp        all on, BERT-base, with the module wrapped in DDP as every figure up to session 20 was
 #                (a one-worker run is not: Ray Train wraps only for more than one); against step 1's row
-# Steps 1-3 measure the one-worker loop (no DDP), so their rows compare with each other, not with
+# Steps 1-4 measure the one-worker loop (no DDP), so their rows compare with each other, not with
 # the figures recorded before session 21.
 # The GPU sweep (bundled against separate) was measured in session 20; its commands are in RESULTS.
 set -u
@@ -51,7 +53,9 @@ TORCH_LOGS=recompiles,cudagraphs step 1-graphs 260 "$TABLE|seq/s|Recompiling|ski
 echo "[1-graphs] graphs recorded: $(grep -c 'Recording function' "$OUT/1-graphs.txt")"
 step 2-profile 150 '^[a-z]+ (eager|compile|graphs):|^  [a-z/ ()-]+ +[0-9.]+ ms|Error' \
   python3 benchmarks/pretrain_profile.py --sizes base,small --modes compile,graphs
-step 3-ablation 420 "$TABLE" python3 benchmarks/pretrain_gpu.py
-step 4-ddp 120 "$TABLE" python3 benchmarks/pretrain_gpu.py --compile on --ablate none --rows "all on" --ddp \
+step 3-large 150 "$TABLE|seq/s" python3 benchmarks/pretrain_gpu.py --compile on --ablate none \
+  --rows "all on,+ cuda_graphs" --sizes large --batch 128 --accumulation 4 --warmup 10 --steps 20
+step 4-ablation 420 "$TABLE" python3 benchmarks/pretrain_gpu.py
+step 5-ddp 120 "$TABLE" python3 benchmarks/pretrain_gpu.py --compile on --ablate none --rows "all on" --ddp \
   --sizes base --warmup 20 --steps 60
 echo "done at t+$(($(date +%s) - T0))s; outputs in $OUT"
