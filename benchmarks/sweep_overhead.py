@@ -28,7 +28,9 @@ and the end: what a longer sweep's overhead tends to). With a GPU it also prints
 fine-tuning model FLOP/s achieved (6 x non-embedding parameters x trained tokens + 2 x that x
 evaluated tokens, over the compute time of all trials; attention's sequence-squared term and padding
 left out, so a lower bound) and its share of the GPU's peak. Exit 1 when the overhead is above
-``--max-overhead`` (default 0.10). Last line: JSON.
+``--max-overhead`` (default 0.10). The JSON holds each task's selection (the setting selected on dev,
+its dev and test means); ``--against`` a file holding another run's JSON compares the two (exit 2 when
+they differ). Last line: JSON.
 """
 from __future__ import annotations
 
@@ -46,6 +48,28 @@ SIZES = {  # hidden, layers, heads, intermediate
     "tiny": (64, 2, 2, 256),  # the laptop default's pretrain size
     "gpu": (512, 4, 8, 2048),  # the GPU-scale ablation (experiments/oubiobert_ablation_gpu.yaml)
 }
+
+
+def selection(results: dict) -> dict[str, dict]:
+    """Per task of a sweep's results.json (one model): the setting selected on dev, its dev mean and the
+    test mean over the seeds: what a sweep is for, to compare across ways of running it."""
+    (cells,) = results["cells"].values()
+    return {task: {"selected": cell["selected"], "dev_mean": cell["dev_mean"], "test_mean": cell["mean"]}
+            for task, cell in sorted(cells.items())}
+
+
+def selection_differences(ours: dict[str, dict], theirs: dict[str, dict], tol: float = 1e-4) -> list[str]:
+    """Where two runs' ``selection`` differ: a task in one only, another setting selected, or a dev or test
+    mean more than ``tol`` apart (scores are fractions: F1, accuracy, Pearson; 1e-4 is rounding, not another result)."""
+    out = [f"{task}: in one run only" for task in sorted(set(ours) ^ set(theirs))]
+    for task in sorted(set(ours) & set(theirs)):
+        a, b = ours[task], theirs[task]
+        if a["selected"] != b["selected"]:
+            out.append(f"{task}: selected {a['selected']} here, {b['selected']} there")
+        for key in ("dev_mean", "test_mean"):
+            if abs(a[key] - b[key]) > tol:
+                out.append(f"{task}: {key} {a[key]:.4f} here, {b[key]:.4f} there")
+    return out
 
 
 def overhead(records: list[dict], wall_s: float, slots: int) -> dict[str, float]:
@@ -193,7 +217,8 @@ def measure(size: str, seeds: list[int], lrs: list[float], epochs: list[int], de
            "trial_s": round(sum(r["seconds"] + r["counts"].get("setup_seconds", 0.0) for r in records), 2),
            **{k: round(v, 4) for k, v in shares.items()}, **{k: round(v, 2) for k, v in fixed.items()},
            "between_trials": round(fixed["between_s"] / (wall * slots), 4),
-           "per_trial_overhead": round(1 - compute / span, 4) if span > 0 else None}
+           "per_trial_overhead": round(1 - compute / span, 4) if span > 0 else None,
+           "selection": selection(json.loads((tmp / "sweep" / "results.json").read_text()))}
     if gpu:
         from orchestrator.pretrain.peaks import peak_flops
 
@@ -222,7 +247,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="sweep.bundle_learning_rates: train each setting's learning rates (--lrs) as one batched "
                          "computation (auto: on a GPU)")
     ap.add_argument("--max-overhead", type=float, default=0.10)
+    ap.add_argument("--against", type=Path, default=None,
+                    help="the JSON line another run of this benchmark printed (in a file): checks that this run "
+                         "selects the same settings with the same dev and test means (e.g. --bundle on against off)")
     args = ap.parse_args(argv)
+    reference = json.loads(args.against.read_text().strip().splitlines()[-1]) if args.against else None
     out = measure(args.size, args.seeds, args.lrs, args.epochs, args.device, args.gpus_per_trial, args.concurrency,
                   args.cpus, args.tokenizer, args.bundle)
     print(f"wall {out['wall_s']:.1f} s x {out['slots']} slot(s): compute {out['compute']:.1%} (train "
@@ -238,7 +267,14 @@ def main(argv: list[str] | None = None) -> int:
     if "model_flops_per_s" in out:
         share = "" if out["share_of_peak"] is None else f", {out['share_of_peak']:.1%} of bf16 peak"
         print(f"fine-tuning model FLOP/s on {out['device']}: {out['model_flops_per_s'] / 1e12:.2f} TFLOP/s{share}")
+    if reference is not None:
+        differences = selection_differences(out["selection"], reference["selection"])
+        out["same_selection"] = not differences
+        print(f"selection against {args.against}: " + ("the same settings, dev and test means" if not differences
+                                                        else "DIFFERENT: " + "; ".join(differences)))
     print(json.dumps(out))
+    if reference is not None and differences:
+        return 2
     return 0 if out["overhead"] <= args.max_overhead else 1
 
 

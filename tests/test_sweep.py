@@ -236,6 +236,15 @@ def test_the_overhead_benchmark_splits_a_sweep_into_its_fixed_start_up_and_its_p
     got = bench.timeline(spans, 45.0, 2)
     assert got == pytest.approx({"startup_s": (5.0 + 7.0) / 2, "end_s": (5.0 + 1.0) / 2, "between_s": 1.5})
     assert bench.timeline(spans[:2], 45.0, 2)["startup_s"] == pytest.approx((5.0 + 45.0) / 2)  # an idle slot
+    # --against: the same selection, or where it differs (a setting, a mean beyond rounding, a task)
+    cell = {"selected": {"learning_rate": 1e-3, "epochs": 10}, "dev_mean": 0.5, "mean": 0.4}
+    ours = bench.selection({"cells": {"m": {"hoc": cell, "biosses": {**cell, "mean": 0.7}}}})
+    assert ours["biosses"] == {"selected": {"learning_rate": 1e-3, "epochs": 10}, "dev_mean": 0.5, "test_mean": 0.7}
+    assert bench.selection_differences(ours, {k: dict(v) for k, v in ours.items()}) == []
+    theirs = {"hoc": {**ours["hoc"], "selected": {"learning_rate": 3e-3, "epochs": 10}, "test_mean": 0.40001}}
+    assert bench.selection_differences(ours, theirs) == [
+        "biosses: in one run only", "hoc: selected {'learning_rate': 0.001, 'epochs': 10} here, "
+        "{'learning_rate': 0.003, 'epochs': 10} there"]
 
 
 @pytest.mark.parametrize("ner", [False, True])
