@@ -20,7 +20,7 @@
 #   5 ddp        all on, BERT-base, with the module wrapped in DDP as every figure up to session 20 was
 #                (a one-worker run is not: Ray Train wraps only for more than one); against step 1's row
 # Steps 1-4 measure the one-worker loop (no DDP), so their rows compare with each other, not with
-# the figures recorded before session 21.
+# the figures recorded up to session 20 (all taken with DDP).
 # The GPU sweep (bundled against separate) was measured in session 20; its commands are in RESULTS.
 set -u
 OUT=${OUT:-gpu_session_out}

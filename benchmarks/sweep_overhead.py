@@ -231,6 +231,23 @@ def measure(size: str, seeds: list[int], lrs: list[float], epochs: list[int], de
     return out
 
 
+def _reference(path: Path) -> dict:
+    """The JSON line (the last line) of another run of this benchmark, read from ``path``; a clear error
+    naming the file when it is not one."""
+    expected = "expected this benchmark's JSON line (with \"selection\") as the file's last line"
+    try:
+        lines = path.read_text().strip().splitlines()
+    except OSError as exc:
+        raise SystemExit(f"--against {path}: {exc.strerror}; {expected}") from None
+    try:
+        reference = json.loads(lines[-1]) if lines else None
+    except json.JSONDecodeError as exc:
+        raise SystemExit(f"--against {path}, line {len(lines)}: not JSON ({exc.msg}); {expected}") from None
+    if not isinstance(reference, dict) or "selection" not in reference:
+        raise SystemExit(f"--against {path}, line {max(1, len(lines))}: {expected}")
+    return reference
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size", choices=sorted(SIZES), default="tiny")
@@ -251,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="the JSON line another run of this benchmark printed (in a file): checks that this run "
                          "selects the same settings with the same dev and test means (e.g. --bundle on against off)")
     args = ap.parse_args(argv)
-    reference = json.loads(args.against.read_text().strip().splitlines()[-1]) if args.against else None
+    reference = _reference(args.against) if args.against else None
     out = measure(args.size, args.seeds, args.lrs, args.epochs, args.device, args.gpus_per_trial, args.concurrency,
                   args.cpus, args.tokenizer, args.bundle)
     print(f"wall {out['wall_s']:.1f} s x {out['slots']} slot(s): compute {out['compute']:.1%} (train "

@@ -223,7 +223,7 @@ def test_the_encoding_cache_key_is_the_content_key_of_the_vocabulary_and_the_exa
     assert tok in loop._TOKENIZER_HASHES  # its vocabulary hashed once, kept while the tokenizer lives
 
 
-def test_the_overhead_benchmark_splits_a_sweep_into_its_fixed_start_up_and_its_per_trial_part():
+def test_the_overhead_benchmark_splits_a_sweep_into_its_fixed_start_up_and_its_per_trial_part(tmp_path):
     """``benchmarks/sweep_overhead.py``'s timeline: two slots; a slot's start-up runs until its first trial
     trains, the end from its last trial, and the gaps between a worker's trials are per trial."""
     import importlib.util
@@ -245,6 +245,13 @@ def test_the_overhead_benchmark_splits_a_sweep_into_its_fixed_start_up_and_its_p
     assert bench.selection_differences(ours, theirs) == [
         "biosses: in one run only", "hoc: selected {'learning_rate': 0.001, 'epochs': 10} here, "
         "{'learning_rate': 0.003, 'epochs': 10} there"]
+    # --against reads another run's last line; a file that is not one is refused, naming file and line
+    good = tmp_path / "run.txt"
+    good.write_text("wall ...\n" + json.dumps({"selection": ours}) + "\n")
+    assert bench._reference(good)["selection"] == ours
+    (tmp_path / "bad.txt").write_text("wall ...\nTraceback\n")
+    with pytest.raises(SystemExit, match="bad.txt, line 2: not JSON"):
+        bench._reference(tmp_path / "bad.txt")
 
 
 @pytest.mark.parametrize("ner", [False, True])
