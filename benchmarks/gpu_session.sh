@@ -12,11 +12,14 @@
 #                over 5 warm-up and 20 timed steps; the suspect is graphs recorded inside the timed steps
 #                (one per new token bucket). The benchmark now prints the encoder's shapes seen in the
 #                warm-up and first seen in the timed steps, and TORCH_LOGS=cudagraphs logs each recording
-#                ("Recording function") and any skip ("skipping cudagraphs", at WARNING)
-#   2 profile    the compiled step with and without CUDA graphs: kernels launched, GPU busy
+#                ("Recording function") and any skip ("skipping cudagraphs", at WARNING). A third row adds
+#                speed.compile_head and speed.compile_optimizer (session 21: the heads and losses compiled,
+#                and graphed, too; LAMB's update compiled)
+#   2 profile    the compiled encoder against the whole step compiled (heads, losses, LAMB) and graphed:
+#                kernels launched, GPU busy
 #   3 large      BERT-large, all on and + cuda_graphs (the issue's MFU anchors are BERT-large runs: larger
 #                matmuls, nearer cuBLAS's peak than BERT-base's at K = 768)
-#   4 ablation   the whole ablation with compile (each technique off in turn), both sizes
+#   4 ablation   the whole ablation with compile (each technique off in turn, each one not yet on alone), both sizes
 #   5 ddp        all on, BERT-base, with the module wrapped in DDP as every figure up to session 20 was
 #                (a one-worker run is not: Ray Train wraps only for more than one); against step 1's row
 # Steps 1-4 measure the one-worker loop (no DDP), so their rows compare with each other, not with
@@ -47,12 +50,13 @@ step() {  # step NAME LIMIT_S PATTERN COMMAND...: run COMMAND under min(LIMIT_S,
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee "$OUT/device.txt"
 python3 -c "import torch, transformers, ray; print('torch', torch.__version__, 'transformers', transformers.__version__, 'ray', ray.__version__)" 2>&1 | tail -1 | tee -a "$OUT/device.txt"
 TABLE='^\||^NVIDIA|^cpu:|Error'
-TORCH_LOGS=recompiles,cudagraphs step 1-graphs 260 "$TABLE|seq/s|Recompiling|skipping cudagraphs" \
-  python3 benchmarks/pretrain_gpu.py --compile on --ablate none --rows "all on,+ cuda_graphs" \
+TORCH_LOGS=recompiles,cudagraphs step 1-graphs 330 "$TABLE|seq/s|Recompiling|skipping cudagraphs" \
+  python3 benchmarks/pretrain_gpu.py --compile on --ablate none \
+  --rows "all on,+ cuda_graphs,+ compile_head + compile_optimizer + cuda_graphs" \
   --warmup 20 --steps 60
 echo "[1-graphs] graphs recorded: $(grep -c 'Recording function' "$OUT/1-graphs.txt")"
 step 2-profile 150 '^[a-z]+ (eager|compile|graphs):|^  [a-z/ ()-]+ +[0-9.]+ ms|Error' \
-  python3 benchmarks/pretrain_profile.py --sizes base,small --modes compile,graphs
+  python3 benchmarks/pretrain_profile.py --sizes base,small --modes compile,step_graphs
 step 3-large 150 "$TABLE|seq/s" python3 benchmarks/pretrain_gpu.py --compile on --ablate none \
   --rows "all on,+ cuda_graphs" --sizes large --batch 128 --accumulation 4 --warmup 10 --steps 20
 step 4-ablation 420 "$TABLE" python3 benchmarks/pretrain_gpu.py

@@ -127,14 +127,17 @@ def device_name(device: torch.device) -> str:
 def speed_configs(ablate: str, compile_on: bool, optim: str, precision: str = "bf16") -> list[tuple[str, dict]]:
     """(label, pretrain.speed overrides): all on, then each technique off in turn, then all off. With
     compile on, "all on" compiles the unpadded encoder (dynamic shapes) and "- compile" is the engine's
-    default (unpad, eager); the techniques not yet on by default follow it, each added to the row
-    before: "+ cuda_graphs", then (bf16) "+ cuda_graphs + fp8" (FP8's casts are more kernels: without
+    default (unpad, eager); the techniques not yet on by default follow it: "+ compile_head" (the heads
+    and losses compiled too), "+ compile_optimizer" (LAMB's update compiled; LAMB only), "+ cuda_graphs",
+    all of these together, then (bf16) "+ cuda_graphs + fp8" (FP8's casts are more kernels: without
     the graphs a host-bound step would only get slower)."""
     on = {"masked_only_head": True, "attention": "sdpa", "fused_optimizer": True, "compile": compile_on,
           "unpad": True}
     configs = [("all on", on)]
     if compile_on:  # not yet on by default: measured beside all on until they are
-        configs.append(("+ cuda_graphs", {**on, "cuda_graphs": True}))
+        extras = ["compile_head", *(["compile_optimizer"] if optim == "lamb" else []), "cuda_graphs"]
+        configs += [(f"+ {key}", {**on, key: True}) for key in extras]
+        configs.append(("+ " + " + ".join(extras), {**on, **dict.fromkeys(extras, True)}))
         if precision == "bf16":
             configs.append(("+ cuda_graphs + fp8", {**on, "cuda_graphs": True, "fp8": True}))
     if ablate == "none":
@@ -209,9 +212,11 @@ def measure(size: str, precision: str, speed: dict, batch: int, accumulation: in
     if ddp:  # as Ray Train's prepare_model wraps it for a world of more than one worker (not for one)
         module = DistributedDataParallel(module, device_ids=[device.index] if device.type == "cuda" else None)
     if cfg.speed.compile:
-        compile_encoder(model, unpad=cfg.speed.unpad, cuda_graphs=cfg.speed.cuda_graphs)
+        compile_encoder(model, unpad=cfg.speed.unpad, cuda_graphs=cfg.speed.cuda_graphs,
+                        head=cfg.speed.compile_head)
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = build_optimizer(model, cfg.optim, cfg.phase1.learning_rate, fused=cfg.speed.fused_optimizer)
+    optimizer = build_optimizer(model, cfg.optim, cfg.phase1.learning_rate, fused=cfg.speed.fused_optimizer,
+                                compiled=cfg.speed.compile_optimizer)
     scheduler = build_scheduler(optimizer, 0, cfg.phase1.steps, cfg.optim.decay_power)
     scaler = make_scaler(precision, device, cfg.init_loss_scale)
     shard = ray.data.read_parquet(str(instances)).select_columns(list(INSTANCE_COLUMNS)).iterator()
@@ -318,10 +323,12 @@ def step_setup(size: str, speed: dict, optim: str, batch: int, length: int, devi
         check_fp8(device)
     model = build_model(cfg.model, VOCAB, SPECIAL["pad"], attention=cfg.speed.attention,
                         fp8=cfg.speed.fp8).to(device)
-    optimizer = build_optimizer(model, cfg.optim, 1e-4, fused=cfg.speed.fused_optimizer)
+    optimizer = build_optimizer(model, cfg.optim, 1e-4, fused=cfg.speed.fused_optimizer,
+                                compiled=cfg.speed.compile_optimizer)
     module = PretrainingModule(model, masked_only=cfg.speed.masked_only_head, unpad=cfg.speed.unpad)
     if cfg.speed.compile:
-        compile_encoder(model, unpad=cfg.speed.unpad, cuda_graphs=cfg.speed.cuda_graphs)
+        compile_encoder(model, unpad=cfg.speed.unpad, cuda_graphs=cfg.speed.cuda_graphs,
+                        head=cfg.speed.compile_head)
     return (module, optimizer, build_scheduler(optimizer, 0, 10 ** 6, 1.0), make_scaler(precision, device, 2.0 ** 16),
             [p for p in model.parameters() if p.requires_grad])
 

@@ -7,13 +7,14 @@ Profiles ``train_step`` alone (two micro-batches of 256 rows as long as real ins
 Ray Data, no DDP: the model's and the optimizer's work) with ``torch.profiler`` after three untimed
 steps, per speed mode: ``eager`` (the engine's default: unpad, no compile) and ``compile`` (unpad with
 the compiled packed encoder) and ``graphs`` (that encoder replayed as CUDA graphs, in static shapes:
-``speed.cuda_graphs``). Prints the step's wall time, the sum of its GPU kernels' time and their
-share of the wall (how busy the GPU was: what is not covered is launch and host time), the kernels
-launched per step, the time per kernel family (GEMMs, attention, LayerNorm, optimizer, inductor's
-fused Triton kernels, index/scatter, the rest) and the twelve busiest kernels. Profiler ranges
-(``Optimizer.step#...``, ``ProfilerStep``) are not kernels and are left out. The profiler slows the
-host side, so the wall times here are above ``pretrain_gpu.py``'s. On CPU it runs (no kernel table):
-a check that the script works. Last line: JSON.
+``speed.cuda_graphs``); ``step`` and ``step_graphs`` add the compiled heads and LAMB update
+(``speed.compile_head``, ``speed.compile_optimizer``). Prints the step's wall time, the sum of its
+GPU kernels' time and their share of the wall (how busy the GPU was: what is not covered is launch
+and host time), the kernels launched per step, the time per kernel family (GEMMs, attention,
+LayerNorm, optimizer, inductor's fused Triton kernels, index/scatter, the rest) and the twelve
+busiest kernels. Profiler ranges (``Optimizer.step#...``, ``ProfilerStep``) are not kernels and are
+left out. The profiler slows the host side, so the wall times here are above ``pretrain_gpu.py``'s.
+On CPU it runs (no kernel table): a check that the script works. Last line: JSON.
 """
 from __future__ import annotations
 
@@ -36,9 +37,11 @@ FAMILIES = [("gemm", ("gemm", "cutlass", "nvjet", "xmma", "cublas", "wgmma")),
             ("softmax/cross-entropy", ("softmax", "nll", "cross_entropy")),
             ("index/scatter", ("index", "scatter", "gather", "nonzero")),
             ("triton (other fused)", ("triton",))]
+STEP = {"compile": True, "compile_head": True, "compile_optimizer": True}  # the whole step compiled
 MODES = {"eager": {"compile": False}, "compile": {"compile": True},  # pretrain.speed over its defaults
          "graphs": {"compile": True, "cuda_graphs": True}, "graphs_fp8": {"compile": True, "cuda_graphs": True,
-                                                                          "fp8": True}}
+                                                                          "fp8": True},
+         "step": STEP, "step_graphs": {**STEP, "cuda_graphs": True}}
 
 
 def family(name: str) -> str:
@@ -98,7 +101,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                     help="comma-separated size presets (default base,small on GPU, tiny on CPU)")
     ap.add_argument("--modes", default="eager,compile",
                     help="comma-separated: eager (unpad), compile (unpad, compiled), graphs (compiled + "
-                         "speed.cuda_graphs)")
+                         "speed.cuda_graphs), graphs_fp8 (+ speed.fp8), step (compiled + speed.compile_head + "
+                         "speed.compile_optimizer), step_graphs (step + speed.cuda_graphs)")
     ap.add_argument("--batch", type=int, default=None, help="rows per micro-batch (default 256 GPU / 4 CPU)")
     ap.add_argument("--length", type=int, default=128)
     ap.add_argument("--steps", type=int, default=4, help="profiled steps")

@@ -64,6 +64,68 @@ def test_multi_tensor_lamb_takes_the_per_tensor_steps(adapt_all):
     assert moved > 10  # the steps did something to compare
 
 
+@pytest.mark.parametrize("adapt_all", [False, True])
+def test_compiled_lamb_takes_the_multi_tensor_steps_and_the_schedule_does_not_recompile_it(adapt_all):
+    """``speed.compile_optimizer``: LAMB's update compiled (aot_eager here: inductor's numerics are
+    torch's to test) takes the multi-tensor steps, over steps whose learning rate the schedule changes
+    every time: compiled once per parameter group (the learning rate and bias corrections are tensors),
+    not once per step."""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    from orchestrator.pretrain.optim import (
+        Lamb,
+        _compiled_lamb_steps,
+        _lamb_compiled,
+        build_scheduler,
+        parameter_groups,
+    )
+
+    torch._dynamo.reset()
+    runs = []
+    try:
+        for compiled in (True, False):
+            model, module = _tiny()
+            opt = Lamb(parameter_groups(model, 0.01), lr=5e-3, weight_decay=0.01, adapt_all=adapt_all,
+                       compiled=compiled, compile_backend="aot_eager")
+            schedule = build_scheduler(opt, warmup_steps=5, total_steps=6, power=1.0)
+            rates = []
+            for batch in _batches(5):
+                module(**batch)["loss"].backward()
+                rates.append(opt.param_groups[0]["lr"])
+                opt.step()
+                schedule.step()
+                opt.zero_grad(set_to_none=True)
+            runs.append({k: v.detach().clone() for k, v in model.state_dict().items()})
+            assert len(set(rates)) == 5  # the schedule moved the learning rate at every step
+        assert len(_debug_get_cache_entry_list(_lamb_compiled.__code__)) == 2  # the two groups, once each
+    finally:
+        _compiled_lamb_steps.pop("aot_eager", None)
+        torch._dynamo.reset()
+    fast, slow = runs
+    moved = 0
+    for name in fast:
+        # relative, with a floor far below a step (~1e-3 here): the attention's key bias has a zero gradient in
+        # exact arithmetic (softmax ignores a shift), so it moves by rounding noise that differs between the two
+        floor = 1e-7
+        assert float((fast[name] - slow[name]).abs().max()) <= 1e-6 * float(slow[name].abs().max()) + floor, name
+        moved += not torch.equal(fast[name], _tiny()[0].state_dict()[name])
+    assert moved > 10
+
+
+def test_compile_optimizer_is_lamb_only_and_stays_out_of_the_run_key():
+    from orchestrator.core.errors import ConfigError
+    from orchestrator.pretrain.config import SpeedConfig
+    from orchestrator.pretrain.optim import build_optimizer
+
+    with pytest.raises(ConfigError, match="compile_optimizer compiles LAMB's update; optim.name is adamw"):
+        PretrainConfig(optim=OptimConfig(name="adamw"), speed=SpeedConfig(compile_optimizer=True))
+    assert PretrainConfig(speed=SpeedConfig(compile_optimizer=True)).training_fields() == \
+        PretrainConfig().training_fields()  # how, not what
+    with pytest.raises(ValueError, match="AdamW's is one fused kernel"):
+        build_optimizer(_tiny()[0], OptimConfig(name="adamw"), 1e-3, compiled=True)
+    assert build_optimizer(_tiny()[0], OptimConfig(), 1e-3, compiled=True).compiled
+
+
 # ----------------------------------------------------------------------------------- statistics
 def test_step_statistics_stay_on_the_device_and_sum_to_what_the_host_summed():
     """Issue 18 item 8: the loss and accuracy counts were read back after every micro-batch (six host

@@ -156,6 +156,61 @@ def test_compiled_encoder_gives_eager_loss_and_gradients_and_the_same_state_dict
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in loaded.state_dict().items())
 
 
+@pytest.mark.parametrize("objective, unpad, masked_only", [("mlm_nsp", True, True), ("mlm", False, False)])
+def test_the_compiled_heads_give_eager_losses_and_gradients_for_every_masked_count(objective, unpad, masked_only):
+    """``speed.compile_head``: the heads and their losses (``head_losses``) compiled as one function give
+    eager's losses, accuracy counts and gradients, over micro-batches with different numbers of masked
+    positions: compiled once (dynamic shapes), not once per count. The heads' modules and state dict stay
+    the model's own. aot_eager, as above (inductor's numerics are torch's to test)."""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    from orchestrator.pretrain.model import (
+        COMPILED_HEAD,
+        PretrainingModule,
+        _compiled_heads,
+        compile_encoder,
+        head_losses,
+    )
+
+    torch._dynamo.reset()
+    model, reference = _model(objective=objective), _model(objective=objective)
+    keys = list(model.state_dict())
+    compile_encoder(model, backend="aot_eager", unpad=unpad, head=True)
+    try:
+        assert getattr(model.cls, COMPILED_HEAD) == ("aot_eager", None)
+        compiled = PretrainingModule(model, masked_only=masked_only, unpad=unpad)
+        eager = PretrainingModule(reference, masked_only=masked_only, unpad=unpad)
+        masked = set()
+        for seed in (3, 4, 5):
+            batch = _batch(seed, indices=True)
+            masked.add(int(batch["masked_index"].numel()))
+            if objective == "mlm":
+                del batch["next_sentence_label"]
+            results = _forward_backward(compiled, batch), _forward_backward(eager, batch)
+            if objective == "mlm":
+                assert all("nsp_loss" not in out for out, _ in results)
+                for out, _ in results:
+                    out["nsp_loss"] = torch.zeros(())
+            _assert_same(*results)
+        assert len(masked) == 3, "the micro-batches must differ in their masked positions"
+        assert ("aot_eager", None) in _compiled_heads
+        assert len(_debug_get_cache_entry_list(head_losses.__code__)) == 1  # traced once for every count
+        assert list(model.state_dict()) == keys
+    finally:
+        _compiled_heads.pop(("aot_eager", None), None)
+        torch._dynamo.reset()
+
+
+def test_compile_head_needs_compile():
+    from orchestrator.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="compile_head needs pretrain.speed.compile"):
+        SpeedConfig(compile_head=True)
+    assert SpeedConfig(compile=True, compile_head=True).compile_head
+    assert PretrainConfig(speed=SpeedConfig(compile=True, compile_head=True)).training_fields() == \
+        PretrainConfig().training_fields()  # how, not what: the run key stays
+
+
 def test_the_gpu_benchmark_runs_its_cpu_smoke_mode_with_the_ablation_table():
     """Priority 7: benchmarks/pretrain_gpu.py in CPU smoke mode (tiny model, one timed step, in its own
     interpreter: it opens a gloo world and a Ray session), printing the table and its JSON. One
@@ -173,9 +228,19 @@ def test_the_gpu_benchmark_runs_its_cpu_smoke_mode_with_the_ablation_table():
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     configs = dict(bench.speed_configs("each", True, "adamw"))
-    assert list(configs) == ["all on", "+ cuda_graphs", "+ cuda_graphs + fp8", "- masked_only_head",
-                             "- attention=eager", "- fused_optimizer", "- compile", "- unpad", "all off"]
+    assert list(configs) == ["all on", "+ compile_head", "+ cuda_graphs", "+ compile_head + cuda_graphs",
+                             "+ cuda_graphs + fp8", "- masked_only_head", "- attention=eager", "- fused_optimizer",
+                             "- compile", "- unpad", "all off"]  # AdamW: nothing to compile_optimizer
+    assert configs["+ compile_head"] == {**configs["all on"], "compile_head": True}
     assert configs["+ cuda_graphs"] == {**configs["all on"], "cuda_graphs": True}
+    assert configs["+ compile_head + cuda_graphs"] == {**configs["+ cuda_graphs"], "compile_head": True}
+    lamb = dict(bench.speed_configs("none", True, "lamb"))
+    assert list(lamb) == ["all on", "+ compile_head", "+ compile_optimizer", "+ cuda_graphs",
+                          "+ compile_head + compile_optimizer + cuda_graphs", "+ cuda_graphs + fp8"]
+    assert lamb["+ compile_head + compile_optimizer + cuda_graphs"] == {
+        **lamb["all on"], "compile_head": True, "compile_optimizer": True, "cuda_graphs": True}
+    for speed in lamb.values():  # every row is a valid configuration
+        PretrainConfig(precision="bf16", speed=SpeedConfig(**speed))
     assert configs["+ cuda_graphs + fp8"] == {**configs["+ cuda_graphs"], "fp8": True}
     assert "+ cuda_graphs + fp8" not in dict(bench.speed_configs("none", True, "lamb", "fp16"))  # bf16 only
     assert configs["all off"] == {"masked_only_head": False, "attention": "eager", "fused_optimizer": False,
@@ -183,7 +248,7 @@ def test_the_gpu_benchmark_runs_its_cpu_smoke_mode_with_the_ablation_table():
     assert configs["all on"]["unpad"] and configs["all on"]["compile"]  # the compiled unpadded encoder
     cpu = dict(bench.speed_configs("each", False, "lamb"))
     assert "- fused_optimizer" not in cpu and "- compile" not in cpu and cpu["all on"]["unpad"]
-    assert "+ cuda_graphs" not in cpu  # graphs are recorded from the compiled encoder
+    assert "+ cuda_graphs" not in cpu and "+ compile_head" not in cpu  # both extend the compiled encoder
     assert not cpu["- unpad"]["unpad"]
     picked = bench.select_rows(list(configs.items()), "- unpad, all on")  # --rows: the table's order
     assert [label for label, _ in picked] == ["all on", "- unpad"]
@@ -471,18 +536,19 @@ def test_cuda_graphs_need_compile_and_give_the_loop_static_shapes():
     assert static_shapes(SpeedConfig(compile=True, cuda_graphs=True), 256, 128) == StaticShapes(128, 1024, 128)
 
 
-@pytest.mark.parametrize("fp8", [False, True])
-def test_the_compiled_encoder_with_cuda_graphs_takes_static_batches_and_gives_eager_results(fp8):
+@pytest.mark.parametrize("fp8, head", [(False, True), (True, False)])
+def test_the_compiled_encoder_with_cuda_graphs_takes_static_batches_and_gives_eager_results(fp8, head):
     """``speed.cuda_graphs``: the packed encoder compiled in reduce-overhead mode (on CPU inductor leaves
     the graphs out; aot_eager, as above, ignores the mode) runs micro-batches in static shapes with
-    eager's losses and gradients; with ``speed.fp8`` too (the FP8 matmuls traced into the graph)."""
+    eager's losses and gradients; with ``speed.compile_head`` (the heads compiled in the same mode, the
+    masked positions' filler in their loss) or ``speed.fp8`` too (the FP8 matmuls traced into the graph)."""
     from orchestrator.pretrain.data import StaticShapes
-    from orchestrator.pretrain.model import PretrainingModule, compile_encoder
+    from orchestrator.pretrain.model import PretrainingModule, _compiled_heads, compile_encoder
     from orchestrator.pretrain.unpad import _compiled
 
     torch._dynamo.reset()
     model, reference = _model(fp8=fp8), _model(fp8=fp8)
-    compile_encoder(model, backend="aot_eager", unpad=True, cuda_graphs=True)
+    compile_encoder(model, backend="aot_eager", unpad=True, cuda_graphs=True, head=head)
     try:
         compiled, eager = PretrainingModule(model, unpad=True), PretrainingModule(reference, unpad=True)
         for seed in (6, 7):
@@ -491,8 +557,10 @@ def test_the_compiled_encoder_with_cuda_graphs_takes_static_batches_and_gives_ea
                 indices=True, shapes=StaticShapes(width=40, tokens=32, masked=16)).items()}
             _assert_same(_forward_backward(compiled, batch), _forward_backward(eager, batch))
         assert ("aot_eager", "reduce-overhead") in _compiled
+        assert (("aot_eager", "reduce-overhead") in _compiled_heads) == head
     finally:
         _compiled.pop(("aot_eager", "reduce-overhead"), None)
+        _compiled_heads.pop(("aot_eager", "reduce-overhead"), None)
         torch._dynamo.reset()
 
 

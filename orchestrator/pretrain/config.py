@@ -147,6 +147,19 @@ class SpeedConfig:
                     "the small model's 1.29x faster than unpad alone, for 41 s / 20 s of compile per worker and "
                     "phase, repaid after ~1,700 / ~1,400 steps (benchmarks/RESULTS.md): off by default (the CPU "
                     "runs are short, and inductor takes minutes of CPU), on in configs/cluster.yaml")
+    compile_head: bool = field(
+        False, help="with compile: the MLM decoder, the NSP head and their losses compiled too, as one function with "
+                    "dynamic shapes (pretrain/model.py head_losses), instead of ~50 eager operations a micro-batch: "
+                    "the cross-entropy's passes over the masked positions' vocabulary logits fused, fewer kernels "
+                    "for the host to issue (the compiled step is host-bound), and with cuda_graphs the head graphed "
+                    "too. The same loss and gradients (tests). Not yet measured on a GPU: off by default")
+    compile_optimizer: bool = field(
+        False, help="LAMB's update torch.compile'd (pretrain/optim.py _lamb_compiled): its ~20 multi-tensor "
+                    "operations a parameter group, each a pass over every weight, moment or gradient and several "
+                    "launches, fused by inductor into a few kernels; the learning rate and bias corrections enter "
+                    "as device tensors, so the schedule does not recompile it. Compiles once a run (on the first "
+                    "step). The same update (tests). LAMB only (AdamW is one fused kernel on CUDA already). Not yet "
+                    "measured on a GPU: off by default")
     cuda_graphs: bool = field(
         False, help="with compile: torch.compile's reduce-overhead mode, each shape's compiled encoder recorded "
                     "once as a CUDA graph and replayed as one launch (the compiled step is host-bound: the GPU "
@@ -167,6 +180,9 @@ class SpeedConfig:
         if self.cuda_graphs and not self.compile:
             raise ConfigError("pretrain.speed.cuda_graphs needs pretrain.speed.compile: true (the graphs are "
                               "recorded from the compiled encoder)")
+        if self.compile_head and not self.compile:
+            raise ConfigError("pretrain.speed.compile_head needs pretrain.speed.compile: true (it extends the "
+                              "compiled region from the encoder to the heads)")
 
 
 @dataclass(frozen=True)
@@ -250,6 +266,10 @@ class PretrainConfig:
         if self.speed.fp8 and self.precision != "bf16":
             raise ConfigError(f"pretrain.speed.fp8 needs precision bf16 (the matmuls around the FP8 ones run in bf16), "
                               f"not {self.precision}")
+        if self.speed.compile_optimizer and self.optim.name != "lamb":
+            raise ConfigError(f"pretrain.speed.compile_optimizer compiles LAMB's update; optim.name is "
+                              f"{self.optim.name} (AdamW is one fused kernel on CUDA already: "
+                              "speed.fused_optimizer): set compile_optimizer false")
         if self.checkpoint_every < 0 or self.keep_checkpoints < 1 or self.max_failures < 0:
             raise ConfigError("checkpoint_every >= 0, keep_checkpoints >= 1, max_failures >= 0")
         check_number("init_loss_scale", self.init_loss_scale, low=0, low_open=True)

@@ -345,7 +345,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     module = ray.train.torch.prepare_model(
         PretrainingModule(model, masked_only=cfg.speed.masked_only_head, unpad=cfg.speed.unpad))
     if cfg.speed.compile:  # in place: the parameters, their names and DDP's hooks stay the model's own
-        compile_encoder(model, unpad=cfg.speed.unpad, cuda_graphs=cfg.speed.cuda_graphs)
+        compile_encoder(model, unpad=cfg.speed.unpad, cuda_graphs=cfg.speed.cuda_graphs,
+                        head=cfg.speed.compile_head)
     resume = (training_state or {}).get("resume")
     if resume is not None and resume.get("world") != world:
         if rank == 0:
@@ -367,7 +368,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
         if phase_index < state["phase"]:
             continue
         plan = batch_plan(phase.global_batch_size, world, phase.device_batch_size, where=phase_name)
-        optimizer = build_optimizer(model, cfg.optim, phase.learning_rate, fused=cfg.speed.fused_optimizer)
+        optimizer = build_optimizer(model, cfg.optim, phase.learning_rate, fused=cfg.speed.fused_optimizer,
+                                    compiled=cfg.speed.compile_optimizer)
         warmup = int(phase.warmup_proportion * phase.steps)
         scheduler = build_scheduler(optimizer, warmup, phase.steps, cfg.optim.decay_power)
         scaler = make_scaler(cfg.precision, device, cfg.init_loss_scale)

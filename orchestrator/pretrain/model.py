@@ -146,42 +146,70 @@ class PretrainingModule(torch.nn.Module):
         which on CUDA waits for the GPU."""
         if masked_index is None:
             masked_index = (labels != IGNORE_INDEX).reshape(-1).nonzero().squeeze(1)
-        targets = labels.reshape(-1).index_select(0, masked_index)
         heads = self.model.cls
         # unpad: the encoder on the real tokens only, when the batch has padding (pretrain/unpad.py)
         hidden, pooled = encode(self.model.bert, input_ids, token_type_ids, attention_mask, self.unpad, real_index)
-        flat = hidden.reshape(-1, hidden.shape[-1])
-        logits = (heads.predictions(flat.index_select(0, masked_index)) if self.masked_only
-                  else heads.predictions(flat).index_select(0, masked_index))
-        # The mean over the masked positions. Filler positions (speed.cuda_graphs' static shapes) have the
-        # target IGNORE_INDEX, which the sum skips; a micro-batch with nothing masked contributes zero loss.
-        count = (targets != IGNORE_INDEX).sum()
-        mlm_loss = F.cross_entropy(logits.float(), targets, ignore_index=IGNORE_INDEX, reduction="sum") \
-            / count.clamp(min=1)
-        result = {"mlm_loss": mlm_loss, "mlm_correct": (logits.argmax(-1) == targets).sum(), "mlm_count": count}
-        loss = mlm_loss
-        if self.nsp:
-            nsp_logits = heads.seq_relationship(pooled)
-            nsp_loss = F.cross_entropy(nsp_logits.float(), next_sentence_label)
-            result["nsp_loss"] = nsp_loss
-            loss = loss + nsp_loss
-        result["loss"] = loss
-        return result
+        how = getattr(heads, COMPILED_HEAD, None)
+        losses = head_losses if how is None else _compiled_head_losses(*how)
+        return losses(heads, hidden, pooled, labels, masked_index, next_sentence_label, self.masked_only, self.nsp)
+
+
+def head_losses(heads: torch.nn.Module, hidden: torch.Tensor, pooled: torch.Tensor | None, labels: torch.Tensor,
+                masked_index: torch.Tensor, next_sentence_label: torch.Tensor | None, masked_only: bool,
+                nsp: bool) -> dict[str, torch.Tensor]:
+    """The pretraining heads (``model.cls``) and their losses on the encoder's output: ``PretrainingModule``'s
+    result. ``masked_only``: the MLM decoder at the ``masked_index`` positions only, else at every position
+    and then those kept; ``nsp``: the next-sentence head too (``BertForPreTraining``). A function of its
+    inputs alone, so ``speed.compile_head`` can compile it (``compile_encoder``)."""
+    targets = labels.reshape(-1).index_select(0, masked_index)
+    flat = hidden.reshape(-1, hidden.shape[-1])
+    logits = (heads.predictions(flat.index_select(0, masked_index)) if masked_only
+              else heads.predictions(flat).index_select(0, masked_index))
+    # The mean over the masked positions. Filler positions (speed.cuda_graphs' static shapes) have the
+    # target IGNORE_INDEX, which the sum skips; a micro-batch with nothing masked contributes zero loss.
+    count = (targets != IGNORE_INDEX).sum()
+    mlm_loss = F.cross_entropy(logits.float(), targets, ignore_index=IGNORE_INDEX, reduction="sum") \
+        / count.clamp(min=1)
+    result = {"mlm_loss": mlm_loss, "mlm_correct": (logits.argmax(-1) == targets).sum(), "mlm_count": count}
+    loss = mlm_loss
+    if nsp:
+        nsp_loss = F.cross_entropy(heads.seq_relationship(pooled).float(), next_sentence_label)
+        result["nsp_loss"] = nsp_loss
+        loss = loss + nsp_loss
+    result["loss"] = loss
+    return result
+
+
+#: the attribute of a model's heads (``model.cls``) that names the torch.compile (backend, mode) of ``head_losses``
+COMPILED_HEAD = "_head_compile"
+_compiled_heads: dict[tuple[str, str | None], object] = {}  # (backend, mode) -> head_losses compiled so (per process)
+
+
+def _compiled_head_losses(backend: str, mode: str | None):
+    if (backend, mode) not in _compiled_heads:
+        # dynamic: the number of masked positions changes with every batch (a compile per count would never end)
+        _compiled_heads[backend, mode] = torch.compile(head_losses, backend=backend, dynamic=True, mode=mode)
+    return _compiled_heads[backend, mode]
 
 
 def compile_encoder(model: PreTrainedModel, backend: str = "inductor", unpad: bool = False,
-                    cuda_graphs: bool = False) -> PreTrainedModel:
+                    cuda_graphs: bool = False, head: bool = False) -> PreTrainedModel:
     """``torch.compile`` the encoder in place (``Module.compile``): its parameters and their names, so
-    the state dict, the checkpoints and DDP's gradient hooks, stay the model's own. The MLM decoder
-    stays eager: gathering the masked positions gives a size known only at run time. The first
-    forward of each new input shape compiles (the loop logs the first step's time apart);
-    ``dynamic=None`` lets torch make a dimension dynamic once it has seen it change. With ``unpad``
-    (``speed.unpad``) the unpadded encoder is compiled too, with dynamic shapes (``pretrain/unpad.py``):
-    batches with padding run it, batches without run the compiled ``BertModel``. ``cuda_graphs``
-    (``speed.cuda_graphs``, inductor only): mode ``reduce-overhead``, each shape's kernels recorded once as a
-    CUDA graph and replayed as one launch (on CPU inductor leaves the graphs out)."""
+    the state dict, the checkpoints and DDP's gradient hooks, stay the model's own. The first forward
+    of each new input shape compiles (the loop logs the first step's time apart); ``dynamic=None`` lets
+    torch make a dimension dynamic once it has seen it change. With ``unpad`` (``speed.unpad``) the
+    unpadded encoder is compiled too, with dynamic shapes (``pretrain/unpad.py``): batches with padding
+    run it, batches without run the compiled ``BertModel``. ``cuda_graphs`` (``speed.cuda_graphs``,
+    inductor only): mode ``reduce-overhead``, each shape's kernels recorded once as a CUDA graph and
+    replayed as one launch (on CPU inductor leaves the graphs out). ``head`` (``speed.compile_head``): the
+    MLM decoder, the NSP head and their losses (``head_losses``) compiled as one function too, with
+    dynamic shapes (the masked positions' count changes with every batch), in the same mode; without it
+    they run eager. Like the unpadded encoder's, the choice is an attribute (``COMPILED_HEAD``): the
+    heads' modules and state dict are unchanged."""
     mode = "reduce-overhead" if cuda_graphs else None
     model.bert.compile(backend=backend, dynamic=None, mode=mode)
     if unpad:
         compile_unpadded(model.bert, backend, mode)
+    if head:
+        setattr(model.cls, COMPILED_HEAD, (backend, mode))
     return model
