@@ -58,6 +58,23 @@ def test_types_and_literals_checked():
         load_config(Job, None, ["optim.learning_rate=-1"])
 
 
+def test_an_on_off_choice_takes_yamls_unquoted_on_and_off(tmp_path):
+    """YAML 1.1 reads an unquoted on / off as true / false, in a file and in key=on: a choice among "on",
+    "off", ... takes them as the words; a choice without those words still refuses a bool."""
+    @dataclass(frozen=True)
+    class Switch:
+        bundle: Literal["auto", "on", "off"] = field("auto", help="b")
+        name: Literal["lamb", "adamw"] = field("lamb", help="n")
+
+    assert load_config(Switch, None, ["bundle=on"]).bundle == "on"
+    path = tmp_path / "c.yaml"
+    path.write_text("bundle: off\n")
+    assert load_config(Switch, path, []).bundle == "off"
+    assert load_config(Switch, None, ["bundle='on'"]).bundle == "on"
+    with pytest.raises(ConfigError, match="True is not one of"):
+        load_config(Switch, None, ["name=on"])
+
+
 def test_preset_base_is_overridden_by_file(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("optim: {warmup_steps: 5}\n")

@@ -289,6 +289,8 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
         raise ConfigError(f"{where}: expected {getattr(tp, '__name__', tp)}, got a mapping {value!r} "
                           f"({where} holds a value, so {where}.{next(iter(value), '')} is not a config key)")
     if typing.get_origin(tp) is typing.Literal:
+        if isinstance(value, bool) and {"on", "off"} <= set(args):
+            value = "on" if value else "off"  # YAML 1.1 reads an unquoted on / off (in a file or key=on) as a bool
         if value not in args:
             raise ConfigError(f"{where}: {value!r} is not one of {list(args)}{suggest(str(value), map(str, args))}")
         return value
