@@ -154,7 +154,7 @@ class SpeedConfig:
                     "for the host to issue (the compiled step is host-bound), and with cuda_graphs the head graphed "
                     "too. The same loss and gradients (tests). Not yet measured on a GPU: off by default")
     compile_optimizer: bool = field(
-        False, help="LAMB's update torch.compile'd (pretrain/optim.py _lamb_compiled): its ~20 multi-tensor "
+        False, help="LAMB's update torch.compile'd (pretrain/optim.py _lamb_update): its ~20 multi-tensor "
                     "operations a parameter group, each a pass over every weight, moment or gradient and several "
                     "launches, fused by inductor into a few kernels; the learning rate and bias corrections enter "
                     "as device tensors, so the schedule does not recompile it. Compiles once a run (on the first "

@@ -34,9 +34,9 @@ class Lamb(torch.optim.Optimizer):
     trust ratios too (``foreach=False``: the same arithmetic tensor by tensor, the reference the
     tests compare it with); the step never reads a value back to the host.
 
-    ``compiled=True`` (``pretrain.speed.compile_optimizer``): the same multi-tensor arithmetic
-    ``torch.compile``d (``_lamb_compiled``), which fuses the moments, the update, the norms and the
-    trust ratios into a few kernels. ``compile_backend``: torch.compile's backend (the tests' aot_eager).
+    ``compiled=True`` (``pretrain.speed.compile_optimizer``): the same multi-tensor function
+    (``_lamb_update``) ``torch.compile``d, which fuses the moments, the update, the norms and the trust
+    ratios into a few kernels. ``compile_backend``: torch.compile's backend (the tests' aot_eager).
     """
 
     def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
@@ -72,63 +72,37 @@ class Lamb(torch.optim.Optimizer):
             exp_avg = [self.state[p]["exp_avg"] for p in params]
             exp_avg_sq = [self.state[p]["exp_avg_sq"] for p in params]
             step = self.state[params[0]]["step"]
-            if self.compiled:
-                self._step_compiled(index, group, params, exp_avg, exp_avg_sq, step)
-                continue
-            update = _lamb_foreach if group.get("foreach", True) else _lamb_per_tensor
-            update(group, params, exp_avg, exp_avg_sq, step)
+            if self.compiled or group.get("foreach", True):
+                self._step_foreach(index, group, params, exp_avg, exp_avg_sq, step)
+            else:
+                _lamb_per_tensor(group, params, exp_avg, exp_avg_sq, step)
         return loss
 
-    def _step_compiled(self, index: int, group: dict, params: list[torch.Tensor], exp_avg: list[torch.Tensor],
-                       exp_avg_sq: list[torch.Tensor], step: int) -> None:
-        """``_lamb_compiled`` for one group. What changes from step to step (the learning rate the schedule
-        sets, the bias corrections) enters as device tensors filled in place: a value the compiled code
-        read as a Python number would be a guard, and every new value a recompile; ``fill_`` launches a
-        kernel with the value, where a copy from the host would wait for the device."""
+    def _step_foreach(self, index: int, group: dict, params: list[torch.Tensor], exp_avg: list[torch.Tensor],
+                      exp_avg_sq: list[torch.Tensor], step: int) -> None:
+        """``_lamb_update`` for one group, eager or (``compiled``) compiled. What changes from step to step
+        (the learning rate the schedule sets, the bias corrections) enters as device tensors filled in
+        place: a value the compiled code read as a Python number would be a guard, and every new value a
+        recompile; ``fill_`` launches a kernel with the value, where a copy from the host would wait for
+        the device."""
         beta1, beta2 = group["betas"]
         scalars = self._scalars.get(index)
         if scalars is None or scalars.device != params[0].device:
             scalars = self._scalars[index] = torch.zeros(3, dtype=torch.float32, device=params[0].device)
         for slot, value in enumerate((-group["lr"], 1 - beta1 ** step, math.sqrt(1 - beta2 ** step))):
             scalars[slot].fill_(value)
-        _compiled_lamb(self.compile_backend)(
-            params, [p.grad for p in params], exp_avg, exp_avg_sq, scalars, beta1, beta2, group["eps"],
-            group["weight_decay"], bool(group["weight_decay"]) or group.get("adapt_all", False))
+        update = _compiled_lamb(self.compile_backend) if self.compiled else _lamb_update
+        update(params, [p.grad for p in params], exp_avg, exp_avg_sq, scalars, beta1, beta2, group["eps"],
+               group["weight_decay"], bool(group["weight_decay"]) or group.get("adapt_all", False))
 
 
-def _lamb_foreach(group: dict, params: list[torch.Tensor], exp_avg: list[torch.Tensor],
-                  exp_avg_sq: list[torch.Tensor], step: int) -> None:
-    """One LAMB step of a group, as multi-tensor kernels (a few launches for all its tensors)."""
-    beta1, beta2 = group["betas"]
-    grads = [p.grad for p in params]
-    torch._foreach_mul_(exp_avg, beta1)
-    torch._foreach_add_(exp_avg, grads, alpha=1 - beta1)
-    torch._foreach_mul_(exp_avg_sq, beta2)
-    torch._foreach_addcmul_(exp_avg_sq, grads, grads, value=1 - beta2)
-    denom = torch._foreach_sqrt(exp_avg_sq)
-    torch._foreach_div_(denom, math.sqrt(1 - beta2 ** step))
-    torch._foreach_add_(denom, group["eps"])
-    updates = torch._foreach_div(exp_avg, denom)
-    del denom
-    torch._foreach_div_(updates, 1 - beta1 ** step)
-    if group["weight_decay"]:
-        torch._foreach_add_(updates, params, alpha=group["weight_decay"])
-    elif not group.get("adapt_all", False):
-        torch._foreach_add_(params, updates, alpha=-group["lr"])
-        return
-    w_norm = torch.stack(torch._foreach_norm(params))
-    u_norm = torch.stack(torch._foreach_norm(updates))
-    trust = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm))
-    torch._foreach_mul_(updates, (trust * -group["lr"]).unbind(0))
-    torch._foreach_add_(params, updates)
-
-
-def _lamb_compiled(params: list[torch.Tensor], grads: list[torch.Tensor], exp_avg: list[torch.Tensor],
-                   exp_avg_sq: list[torch.Tensor], scalars: torch.Tensor, beta1: float, beta2: float, eps: float,
-                   weight_decay: float, adapt: bool) -> None:
-    """``_lamb_foreach``'s arithmetic as one function for torch.compile: ``scalars`` holds (-lr,
-    1 - beta1^t, sqrt(1 - beta2^t)) as float32 device tensors; the other hyper-parameters are constant
-    over a run. ``adapt``: the trust ratio applies (weight decay, or ``adapt_all``)."""
+def _lamb_update(params: list[torch.Tensor], grads: list[torch.Tensor], exp_avg: list[torch.Tensor],
+                 exp_avg_sq: list[torch.Tensor], scalars: torch.Tensor, beta1: float, beta2: float, eps: float,
+                 weight_decay: float, adapt: bool) -> None:
+    """One LAMB step of a group as multi-tensor kernels (a few launches for all its tensors), a function
+    of its inputs alone so that torch.compile can take it whole: ``scalars`` holds (-lr, 1 - beta1^t,
+    sqrt(1 - beta2^t)) as float32 device tensors; the other hyper-parameters are constant over a run.
+    ``adapt``: the trust ratio applies (weight decay, or ``adapt_all``)."""
     neg_lr, bias1, bias2_sqrt = scalars.unbind(0)
     torch._foreach_mul_(exp_avg, beta1)
     torch._foreach_add_(exp_avg, grads, alpha=1 - beta1)
@@ -138,6 +112,7 @@ def _lamb_compiled(params: list[torch.Tensor], grads: list[torch.Tensor], exp_av
     torch._foreach_div_(denom, bias2_sqrt)
     torch._foreach_add_(denom, eps)
     updates = torch._foreach_div(exp_avg, denom)
+    del denom
     torch._foreach_div_(updates, bias1)
     if weight_decay:
         torch._foreach_add_(updates, params, alpha=weight_decay)
@@ -151,12 +126,12 @@ def _lamb_compiled(params: list[torch.Tensor], grads: list[torch.Tensor], exp_av
     torch._foreach_add_(params, updates)
 
 
-_compiled_lamb_steps: dict[str, object] = {}  # backend -> _lamb_compiled compiled so (per process)
+_compiled_lamb_steps: dict[str, object] = {}  # backend -> _lamb_update compiled so (per process)
 
 
 def _compiled_lamb(backend: str):
     if backend not in _compiled_lamb_steps:
-        _compiled_lamb_steps[backend] = torch.compile(_lamb_compiled, backend=backend, dynamic=False)
+        _compiled_lamb_steps[backend] = torch.compile(_lamb_update, backend=backend, dynamic=False)
     return _compiled_lamb_steps[backend]
 
 
