@@ -87,8 +87,9 @@ class Lamb(torch.optim.Optimizer):
         the device."""
         beta1, beta2 = group["betas"]
         scalars = self._scalars.get(index)
-        if scalars is None or scalars.device != params[0].device:
-            scalars = self._scalars[index] = torch.zeros(3, dtype=torch.float32, device=params[0].device)
+        if scalars is None or (scalars.device, scalars.dtype) != (params[0].device, params[0].dtype):
+            # the weights' own dtype, as a Python number is taken (float64 weights get float64 rates)
+            scalars = self._scalars[index] = torch.zeros(3, dtype=params[0].dtype, device=params[0].device)
         for slot, value in enumerate((-group["lr"], 1 - beta1 ** step, math.sqrt(1 - beta2 ** step))):
             scalars[slot].fill_(value)
         update = _compiled_lamb(self.compile_backend) if self.compiled else _lamb_update
@@ -101,7 +102,8 @@ def _lamb_update(params: list[torch.Tensor], grads: list[torch.Tensor], exp_avg:
                  weight_decay: float, adapt: bool) -> None:
     """One LAMB step of a group as multi-tensor kernels (a few launches for all its tensors), a function
     of its inputs alone so that torch.compile can take it whole: ``scalars`` holds (-lr, 1 - beta1^t,
-    sqrt(1 - beta2^t)) as float32 device tensors; the other hyper-parameters are constant over a run.
+    sqrt(1 - beta2^t)) as device tensors of the weights' dtype; the other hyper-parameters are constant
+    over a run.
     ``adapt``: the trust ratio applies (weight decay, or ``adapt_all``)."""
     neg_lr, bias1, bias2_sqrt = scalars.unbind(0)
     torch._foreach_mul_(exp_avg, beta1)
