@@ -177,7 +177,6 @@ def measure(size: str, precision: str, speed: dict, batch: int, accumulation: in
     from orchestrator.modeling.precision import make_scaler
     from orchestrator.pretrain.config import PretrainConfig
     from orchestrator.pretrain.data import Prefetcher, micro_batches
-    from orchestrator.pretrain.float8 import check_fp8
     from orchestrator.pretrain.loop import (
         _all_reduce,
         _batch_to_torch,
@@ -187,8 +186,7 @@ def measure(size: str, precision: str, speed: dict, batch: int, accumulation: in
         train_step,
         training_flops_per_token,
     )
-    from orchestrator.pretrain.model import PretrainingModule, build_model, compile_encoder
-    from orchestrator.pretrain.optim import build_optimizer, build_scheduler
+    from orchestrator.pretrain.optim import build_scheduler
 
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = tf32
@@ -204,19 +202,9 @@ def measure(size: str, precision: str, speed: dict, batch: int, accumulation: in
     seed_everything(cfg.seed)
     special = Specials(cls=SPECIAL["cls"], sep=SPECIAL["sep"], mask=SPECIAL["mask"], vocab_size=VOCAB,
                        continuation=frozenset(), pad=SPECIAL["pad"])
-    if cfg.speed.fp8:
-        check_fp8(device)
-    model = build_model(cfg.model, VOCAB, SPECIAL["pad"], attention=cfg.speed.attention,
-                        fp8=cfg.speed.fp8).to(device)
-    module = PretrainingModule(model, masked_only=cfg.speed.masked_only_head, unpad=cfg.speed.unpad)
-    if ddp:  # as Ray Train's prepare_model wraps it for a world of more than one worker (not for one)
-        module = DistributedDataParallel(module, device_ids=[device.index] if device.type == "cuda" else None)
-    if cfg.speed.compile:
-        compile_encoder(model, unpad=cfg.speed.unpad, cuda_graphs=cfg.speed.cuda_graphs,
-                        head=cfg.speed.compile_head)
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = build_optimizer(model, cfg.optim, cfg.phase1.learning_rate, fused=cfg.speed.fused_optimizer,
-                                compiled=cfg.speed.compile_optimizer)
+    # ddp: as Ray Train's prepare_model wraps the module for a world of more than one worker (not for one)
+    model, module, optimizer, params = engine(cfg, device, wrap=(lambda m: DistributedDataParallel(
+        m, device_ids=[device.index] if device.type == "cuda" else None)) if ddp else None)
     scheduler = build_scheduler(optimizer, 0, cfg.phase1.steps, cfg.optim.decay_power)
     scaler = make_scaler(precision, device, cfg.init_loss_scale)
     shard = ray.data.read_parquet(str(instances)).select_columns(list(INSTANCE_COLUMNS)).iterator()
@@ -309,28 +297,34 @@ def step_setup(size: str, speed: dict, optim: str, batch: int, length: int, devi
     from orchestrator.core.config import from_dict
     from orchestrator.modeling.precision import make_scaler
     from orchestrator.pretrain.config import PretrainConfig
-    from orchestrator.pretrain.float8 import check_fp8
-    from orchestrator.pretrain.model import PretrainingModule, build_model, compile_encoder
-    from orchestrator.pretrain.optim import build_optimizer, build_scheduler
+    from orchestrator.pretrain.optim import build_scheduler
 
     cfg = from_dict(PretrainConfig, {"model": {"size": size, "max_position_embeddings": max(512, length)},
                                      "optim": {"name": optim}, "speed": speed, "num_workers": 1,
                                      "precision": precision,
                                      "phase1": {"max_seq_length": length, "global_batch_size": batch,
-                                                "device_batch_size": batch}})
+                                                "device_batch_size": batch, "learning_rate": 1e-4}})
     torch.manual_seed(0)
+    _, module, optimizer, params = engine(cfg, device)
+    return (module, optimizer, build_scheduler(optimizer, 0, 10 ** 6, 1.0), make_scaler(precision, device, 2.0 ** 16),
+            params)
+
+
+def engine(cfg, device: torch.device, wrap=None) -> tuple:
+    """The model, the module the step runs, the optimizer and the trained parameters, built from ``cfg``
+    as the loop builds them (``training_module``, ``optimizer_for``; FP8 checked first), on ``device``:
+    (model, module, optimizer, parameters). ``wrap``: as the loop's ``prepare_model``."""
+    from orchestrator.pretrain.float8 import check_fp8
+    from orchestrator.pretrain.model import build_model, training_module
+    from orchestrator.pretrain.optim import optimizer_for
+
     if cfg.speed.fp8:
         check_fp8(device)
     model = build_model(cfg.model, VOCAB, SPECIAL["pad"], attention=cfg.speed.attention,
                         fp8=cfg.speed.fp8).to(device)
-    optimizer = build_optimizer(model, cfg.optim, 1e-4, fused=cfg.speed.fused_optimizer,
-                                compiled=cfg.speed.compile_optimizer)
-    module = PretrainingModule(model, masked_only=cfg.speed.masked_only_head, unpad=cfg.speed.unpad)
-    if cfg.speed.compile:
-        compile_encoder(model, unpad=cfg.speed.unpad, cuda_graphs=cfg.speed.cuda_graphs,
-                        head=cfg.speed.compile_head)
-    return (module, optimizer, build_scheduler(optimizer, 0, 10 ** 6, 1.0), make_scaler(precision, device, 2.0 ** 16),
-            [p for p in model.parameters() if p.requires_grad])
+    module = training_module(model, cfg.speed, wrap=wrap)
+    optimizer = optimizer_for(model, cfg, cfg.phase1.learning_rate)
+    return model, module, optimizer, [p for p in model.parameters() if p.requires_grad]
 
 
 def step_ratios(size: str, batch: int, length: int, steps: int, repeats: int, device: torch.device,

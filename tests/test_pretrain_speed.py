@@ -201,6 +201,37 @@ def test_the_compiled_heads_give_eager_losses_and_gradients_for_every_masked_cou
         torch._dynamo.reset()
 
 
+def test_the_training_module_is_built_as_the_speed_switches_say():
+    """``training_module`` (the loop's and the GPU benchmark's one builder): the decoder and encoder
+    choices, the wrapper around the module (Ray Train's prepare_model), and, with ``compile``, the
+    encoder compiled in place (in reduce-overhead mode with ``cuda_graphs``) and the heads marked
+    compiled only with ``compile_head``. Compilation is lazy: nothing compiles here."""
+    from orchestrator.pretrain.model import COMPILED_HEAD, PretrainingModule, training_module
+    from orchestrator.pretrain.optim import optimizer_for
+
+    model = _model()
+    wrapped = []
+    module = training_module(model, SpeedConfig(masked_only_head=False, unpad=False),
+                             wrap=lambda m: wrapped.append(m) or m)
+    assert wrapped == [module] and isinstance(module, PretrainingModule)
+    assert (module.masked_only, module.unpad) == (False, False)
+    assert model.bert._compiled_call_impl is None and not hasattr(model.cls, COMPILED_HEAD)
+
+    model = _model()
+    module = training_module(model, SpeedConfig(compile=True, compile_head=True, cuda_graphs=True))
+    assert (module.masked_only, module.unpad) == (True, True) and module.model is model
+    assert model.bert._compiled_call_impl is not None
+    assert getattr(model.cls, COMPILED_HEAD) == ("inductor", "reduce-overhead")
+    model = _model()
+    training_module(model, SpeedConfig(compile=True))
+    assert model.bert._compiled_call_impl is not None and not hasattr(model.cls, COMPILED_HEAD)
+
+    cfg = PretrainConfig(speed=SpeedConfig(compile_optimizer=True))
+    assert optimizer_for(model, cfg, 1e-3).compiled
+    cfg = PretrainConfig(optim=OptimConfig(name="adamw"), speed=SpeedConfig(fused_optimizer=False))
+    assert optimizer_for(model, cfg, 1e-3).defaults["foreach"] is False
+
+
 def test_compile_head_needs_compile():
     from orchestrator.core.errors import ConfigError
 

@@ -32,8 +32,8 @@ from orchestrator.pretrain.checkpoint import checkpoint_name, load_training_stat
 from orchestrator.pretrain.config import PretrainConfig, batch_plan
 from orchestrator.pretrain.data import LocalShard, Prefetcher, StaticShapes, micro_batches
 from orchestrator.pretrain.float8 import check_fp8
-from orchestrator.pretrain.model import PretrainingModule, build_model, check_same_architecture, compile_encoder
-from orchestrator.pretrain.optim import build_optimizer, build_scheduler
+from orchestrator.pretrain.model import build_model, check_same_architecture, training_module
+from orchestrator.pretrain.optim import build_scheduler, optimizer_for
 from orchestrator.pretrain.peaks import peak_flops
 from orchestrator.pretrain.stopping import MLM_ACCURACY, PLATEAU, STEPS, Stopper
 from orchestrator.track import schema as S
@@ -342,11 +342,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
             if rank == 0:
                 worker_line(f"resuming from {resume_dir} at step {state['step']}")
     nsp = cfg.model.objective == "mlm_nsp"
-    module = ray.train.torch.prepare_model(
-        PretrainingModule(model, masked_only=cfg.speed.masked_only_head, unpad=cfg.speed.unpad))
-    if cfg.speed.compile:  # in place: the parameters, their names and DDP's hooks stay the model's own
-        compile_encoder(model, unpad=cfg.speed.unpad, cuda_graphs=cfg.speed.cuda_graphs,
-                        head=cfg.speed.compile_head)
+    module = training_module(model, cfg.speed, wrap=ray.train.torch.prepare_model)
     resume = (training_state or {}).get("resume")
     if resume is not None and resume.get("world") != world:
         if rank == 0:
@@ -368,8 +364,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
         if phase_index < state["phase"]:
             continue
         plan = batch_plan(phase.global_batch_size, world, phase.device_batch_size, where=phase_name)
-        optimizer = build_optimizer(model, cfg.optim, phase.learning_rate, fused=cfg.speed.fused_optimizer,
-                                    compiled=cfg.speed.compile_optimizer)
+        optimizer = optimizer_for(model, cfg, phase.learning_rate)
         warmup = int(phase.warmup_proportion * phase.steps)
         scheduler = build_scheduler(optimizer, warmup, phase.steps, cfg.optim.decay_power)
         scaler = make_scaler(cfg.precision, device, cfg.init_loss_scale)

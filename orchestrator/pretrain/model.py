@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -17,7 +18,7 @@ import torch.nn.functional as F
 from transformers import BertConfig, BertForMaskedLM, BertForPreTraining, PreTrainedModel
 
 from orchestrator.core.errors import ConfigError, InputError
-from orchestrator.pretrain.config import ModelConfig
+from orchestrator.pretrain.config import ModelConfig, SpeedConfig
 from orchestrator.pretrain.data import IGNORE_INDEX
 from orchestrator.pretrain.float8 import use_float8
 from orchestrator.pretrain.unpad import compile_unpadded, encode, unpad_refusal
@@ -190,6 +191,21 @@ def _compiled_head_losses(backend: str, mode: str | None):
         # dynamic: the number of masked positions changes with every batch (a compile per count would never end)
         _compiled_heads[backend, mode] = torch.compile(head_losses, backend=backend, dynamic=True, mode=mode)
     return _compiled_heads[backend, mode]
+
+
+def training_module(model: PreTrainedModel, speed: SpeedConfig,
+                    wrap: Callable[[torch.nn.Module], torch.nn.Module] | None = None) -> torch.nn.Module:
+    """The module a pretraining step runs, as ``speed`` says: ``PretrainingModule`` with its decoder and
+    encoder choices (``masked_only_head``, ``unpad``), wrapped by ``wrap`` (Ray Train's ``prepare_model``:
+    DDP in a world of more than one), then, with ``compile``, the encoder and heads compiled in place
+    (``compile_encoder``), so the parameters, their names and DDP's hooks stay the model's own. The loop
+    and the GPU benchmark build it here, so a benchmark row runs what a run with its switches runs."""
+    module = PretrainingModule(model, masked_only=speed.masked_only_head, unpad=speed.unpad)
+    if wrap is not None:
+        module = wrap(module)
+    if speed.compile:
+        compile_encoder(model, unpad=speed.unpad, cuda_graphs=speed.cuda_graphs, head=speed.compile_head)
+    return module
 
 
 def compile_encoder(model: PreTrainedModel, backend: str = "inductor", unpad: bool = False,

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 import torch
 
-from orchestrator.pretrain.config import OptimConfig
+from orchestrator.pretrain.config import OptimConfig, PretrainConfig
 
 
 class Lamb(torch.optim.Optimizer):
@@ -182,6 +182,12 @@ def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, lr: float, fused: 
         raise ValueError("compiled=True compiles LAMB's update; AdamW's is one fused kernel on CUDA already")
     return torch.optim.AdamW(groups, lr=lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps,
                              weight_decay=cfg.weight_decay, **adamw_kernel(model, fused))
+
+
+def optimizer_for(model: torch.nn.Module, cfg: PretrainConfig, lr: float) -> torch.optim.Optimizer:
+    """``build_optimizer`` with the run's ``optim`` settings and its ``speed`` switches (``fused_optimizer``,
+    ``compile_optimizer``): what the loop and the GPU benchmark build."""
+    return build_optimizer(model, cfg.optim, lr, fused=cfg.speed.fused_optimizer, compiled=cfg.speed.compile_optimizer)
 
 
 def adamw_kernel(model: torch.nn.Module, fused: bool) -> dict[str, bool]:
