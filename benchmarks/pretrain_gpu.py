@@ -43,10 +43,15 @@ import socket
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from orchestrator.pretrain.config import PretrainConfig
 
 VOCAB = 30522  # BERT's uncased vocabulary size
 SPECIAL = {"pad": 0, "cls": 2, "sep": 3, "mask": 4}
@@ -202,9 +207,12 @@ def measure(size: str, precision: str, speed: dict, batch: int, accumulation: in
     seed_everything(cfg.seed)
     special = Specials(cls=SPECIAL["cls"], sep=SPECIAL["sep"], mask=SPECIAL["mask"], vocab_size=VOCAB,
                        continuation=frozenset(), pad=SPECIAL["pad"])
-    # ddp: as Ray Train's prepare_model wraps the module for a world of more than one worker (not for one)
-    model, module, optimizer, params = engine(cfg, device, wrap=(lambda m: DistributedDataParallel(
-        m, device_ids=[device.index] if device.type == "cuda" else None)) if ddp else None)
+
+    def ddp_wrap(m: torch.nn.Module) -> torch.nn.Module:
+        """As Ray Train's prepare_model wraps the module in a world of more than one worker (not of one)."""
+        return DistributedDataParallel(m, device_ids=[device.index] if device.type == "cuda" else None)
+
+    model, module, optimizer, params = engine(cfg, device, wrap=ddp_wrap if ddp else None)
     scheduler = build_scheduler(optimizer, 0, cfg.phase1.steps, cfg.optim.decay_power)
     scaler = make_scaler(precision, device, cfg.init_loss_scale)
     shard = ray.data.read_parquet(str(instances)).select_columns(list(INSTANCE_COLUMNS)).iterator()
@@ -310,7 +318,8 @@ def step_setup(size: str, speed: dict, optim: str, batch: int, length: int, devi
             params)
 
 
-def engine(cfg, device: torch.device, wrap=None) -> tuple:
+def engine(cfg: PretrainConfig, device: torch.device,
+           wrap: Callable[[torch.nn.Module], torch.nn.Module] | None = None) -> tuple:
     """The model, the module the step runs, the optimizer and the trained parameters, built from ``cfg``
     as the loop builds them (``training_module``, ``optimizer_for``; FP8 checked first), on ``device``:
     (model, module, optimizer, parameters). ``wrap``: as the loop's ``prepare_model``."""

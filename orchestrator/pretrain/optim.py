@@ -48,7 +48,7 @@ class Lamb(torch.optim.Optimizer):
                                       foreach=foreach))
         self.compiled = compiled
         self.compile_backend = compile_backend
-        self._scalars: dict[int, torch.Tensor] = {}  # compiled: per group, its lr and bias corrections, on device
+        self._scalars: dict[int, torch.Tensor] = {}  # per group: its lr and bias corrections, on its device
 
     @torch.no_grad()
     def step(self, closure=None):
