@@ -2,16 +2,22 @@
 # Seed 000's ablation at GPU scale (experiments/oubiobert_ablation_gpu.yaml) on a bare GPU host, which
 # has no ../shared: pack the data it reads here, carry the archive, run it there in one device call.
 #
-#   bash benchmarks/gpu_experiment.sh pack                 # here: writes .gpu/data.tar.xz (~4 MB)
+#   bash benchmarks/gpu_experiment.sh pack                 # here: writes .gpu/data.tar.xz (~2.3 MB)
 #   bash benchmarks/gpu_experiment.sh run [ARGS...]        # there: the experiment, outputs under $OUT
 #
 # `run` extracts the archive beside a copy of the checkout (the experiment's paths start ../shared/),
 # runs `jobs/blue_sweep.py --config experiments/oubiobert_ablation_gpu.yaml ARGS...` (e.g. --dry-run)
-# and copies its report, results and manifests to $OUT (PYTHON: the interpreter, default python3). Its
-# wall time is the last line. The issue's target: the whole experiment in <= 10 minutes on one H100.
-# LIMIT=S stops the job (SIGINT, then SIGKILL 20 s later) after S seconds and still copies what it
+# and brings back three files in $OUT (a device call returns at most 8): experiment.txt (the terminal
+# output, its summary with each stage's time at the end), report.md (the table, paired differences and
+# p-values) and results.tar.xz (the report, the sweep's results and trial records, every manifest, the
+# logs and the MLflow store). PYTHON: the interpreter (default python3). Its wall time is the last line.
+# The issue's target: the whole experiment in <= 10 minutes on one H100.
+# LIMIT=S stops the job (SIGINT, then SIGKILL 20 s later) after S seconds and still brings back what it
 # wrote: set it under the device call's limit (e.g. LIMIT=560 in a 600 s call), or a run cut off by
 # the call brings back only its log.
+# The run lives in WORK (default .gpu/experiment: ignored, so it does not travel, and a warm device
+# machine keeps it between calls), so the same command again continues a run that was cut off: finished
+# stages and trials are reused and pretraining resumes from its last checkpoint. FRESH=1 starts over.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CONFIG=experiments/oubiobert_ablation_gpu.yaml
@@ -30,10 +36,18 @@ case "${1:-}" in
     shift
     OUT=${OUT:-gpu_experiment_out}
     mkdir -p "$OUT"
-    work=$(mktemp -d)
+    work=$(realpath -m "${WORK:-.gpu/experiment}")
+    case "$work/" in  # the checkout is copied into it: anywhere else in the checkout it would copy itself
+      "$PWD"/.gpu/*) ;;
+      "$PWD"/*) echo "WORK=$WORK: must be under .gpu/ or outside the checkout" >&2; exit 2 ;;
+    esac
+    [ "${FRESH:-0}" = 1 ] && rm -rf "$work/repo" "$work/shared"
+    if [ -d "$work/repo/runs" ]; then
+      echo "continuing the run in $work/repo/runs (stages and finished trials reused; FRESH=1 starts over)"
+    fi
     mkdir -p "$work/shared" "$work/repo"
     tar xJf .gpu/data.tar.xz -C "$work/shared"
-    tar cf - --exclude=./.gpu --exclude=./.venv --exclude=./.git . | tar xf - -C "$work/repo"
+    tar cf - --exclude=./.gpu --exclude=./.venv --exclude=./.git --exclude=./runs . | tar xf - -C "$work/repo"
     start=$(date +%s)
     status=0
     (cd "$work/repo" && PYTHONPATH="$work/repo:${PYTHONPATH:-}" timeout --signal=INT --kill-after=20 "${LIMIT:-0}" \
@@ -41,15 +55,21 @@ case "${1:-}" in
       2>&1 | tee "$OUT/experiment.txt" \
       || status=$?
     wall=$(($(date +%s) - start))
-    for f in "$work"/repo/runs/*/report* "$work"/repo/runs/*/*/results.json "$work"/repo/runs/*/*manifest*.json \
-             "$work"/repo/runs/*/logs/*.log; do
-      [ -e "$f" ] && cp "$f" "$OUT/$(echo "${f#"$work"/repo/runs/}" | tr / _)"
-    done
+    runs="$work/repo/runs"
+    if [ -d "$runs" ]; then
+      table=$(find "$runs" -path '*/report/blue_table.md' | head -1)
+      [ -n "$table" ] && cp "$table" "$OUT/report.md"
+      # what a record needs, not the weights, instances or corpora (a file comes back only under 16 MiB)
+      (cd "$runs" && find . -type f -size -16M \( -path '*/report/*' -o -path '*/logs/*' -o -path '*/sweep/*.json' \
+        -o -path '*/sweep/trials/*' -o -name manifest.json -o -name 'experiment*.json' -o -name mlflow.db \) ! -path '*/cache/*' -print0 \
+        | tar cJf - --null -T -) > "$OUT/results.tar.xz"
+      echo "brought back: $(cd "$OUT" && ls | tr '\n' ' ')($(du -h "$OUT/results.tar.xz" | cut -f1) archive)"
+    fi
     echo "experiment: exit $status, wall ${wall} s"
     exit "$status"
     ;;
   *)
-    sed -n '2,14p' "$0"
+    awk 'NR > 1 && !/^#/ {exit} NR > 1 {print}' "$0"
     exit 2
     ;;
 esac
