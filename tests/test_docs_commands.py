@@ -414,6 +414,7 @@ def _totals_within_rounding(printed: str, shown: str, costs: dict[str, list]) ->
     assert len(ours) == len(theirs) == len(costs), "one total per cost block"
     for (_, a, _), (_, b, _), rows in zip(ours, theirs, costs.values(), strict=True):
         assert abs(float(a) - float(b)) <= 0.0005 * len(rows) + 1e-9, f"total {a} printed, {b} shown"
+
     def blank(text: str) -> str:
         return TOTAL.sub(lambda m: m[1] + "#" * len(m[2]) + m[3], text)
 
