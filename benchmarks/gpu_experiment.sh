@@ -60,8 +60,10 @@ case "${1:-}" in
       table=$(find "$runs" -path '*/report/blue_table.md' | head -1)
       [ -n "$table" ] && cp "$table" "$OUT/report.md"
       # what a record needs, not the weights, instances or corpora (a file comes back only under 16 MiB)
+      # (find's * matches across /: */sweep/*.json takes the trial records too, and the tokenised-split cache
+      # unless excluded)
       (cd "$runs" && find . -type f -size -16M \( -path '*/report/*' -o -path '*/logs/*' -o -path '*/sweep/*.json' \
-        -o -path '*/sweep/trials/*' -o -name manifest.json -o -name 'experiment*.json' -o -name mlflow.db \) ! -path '*/cache/*' -print0 \
+        -o -name manifest.json -o -name experiment.json -o -name mlflow.db \) ! -path '*/cache/*' -print0 \
         | tar cJf - --null -T -) > "$OUT/results.tar.xz"
       echo "brought back: $(cd "$OUT" && ls | tr '\n' ' ')($(du -h "$OUT/results.tar.xz" | cut -f1) archive)"
     fi
