@@ -155,3 +155,54 @@ def test_mixed_precision_fine_tuning_learns_with_fp32_weights(random_tiny_bert, 
         assert final["loss_scale"] > 0 and final["skipped_steps"] < 10, final
     else:
         assert "loss_scale" not in final
+
+
+def test_evaluation_batches_cover_every_example_longest_first_within_the_old_largest_batch():
+    from orchestrator.finetune.loop import eval_groups
+
+    lengths = [5, 40, 12, 40, 3, 27, 9, 9, 33, 1, 18]
+    groups = eval_groups(lengths, batch_size=2)  # budget: 2 x 2 x 40 = 160 tokens
+    assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+    flat = [i for g in groups for i in g]
+    assert flat == sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))  # longest first, ties by index
+    for g, nxt in zip(groups, groups[1:] + [None]):
+        assert len(g) * lengths[g[0]] <= 160, g  # padded to its first (longest) example
+        if nxt is not None:  # each batch as full as the budget allows
+            assert (len(g) + 1) * lengths[g[0]] > 160, (g, nxt)
+    assert groups[0] == [1, 3, 8, 5]  # 4 x 40 = 160
+    assert eval_groups([], batch_size=8) == []
+
+
+@pytest.mark.parametrize("task", ["bc5cdr_chemical", "hoc", "biosses", "chemprot"])
+def test_batched_predictions_are_each_examples_own(random_tiny_bert, task):
+    """Evaluation batches examples by length and decodes on the device; each prediction is still what the
+    model gives the example run alone (an arg-max up to float rounding: ties within 1e-4 may go either way)."""
+    import torch
+
+    from orchestrator.finetune.loop import _groups, build_model, predict, prepare
+
+    spec = load_task(task)
+    trial = TrialSpec(trial_id=task, model_name="tiny", model_dir=str(random_tiny_bert), task=task,
+                      data_dir=str(SAMPLE_DIR / spec.dir), learning_rate=5e-3, seed=1, eval_epochs=(1,),
+                      batch_size=4, max_seq_length=64)
+    prep = prepare(trial)
+    model = build_model(trial, prep)
+    enc = prep.enc["test"]
+    assert len({len(f["input_ids"]) for f in enc.features}) > 1  # lengths differ: batches pad
+    preds = predict(model, prep.spec, enc, trial.batch_size, prep.pad_id, prep.device)
+    model.eval()
+    for i, pred in enumerate(preds):
+        with torch.no_grad():
+            (_, batch, _), = _groups(enc, [[i]], prep.pad_id, prep.device)
+            alone = model(**batch)[0].float()
+        if prep.spec.family == "sts":
+            assert pred == pytest.approx(float(alone), abs=1e-5)
+        elif prep.spec.family == "multilabel":
+            assert all(j in pred or alone[j] < 1e-4 for j in range(len(alone)))
+            assert all(alone[j] > -1e-4 for j in pred)
+        elif prep.spec.family == "ner":
+            assert len(pred) == len(enc.examples[i].text_a)
+            for pos, tag in zip(enc.word_index[i], pred):
+                assert alone[pos, prep.spec.labels.index(tag)] >= alone[pos].max() - 1e-4
+        else:
+            assert alone[prep.spec.labels.index(pred)] >= alone.max() - 1e-4

@@ -243,17 +243,40 @@ def _on_device(enc: Encoded, pad_id: int, device: torch.device) -> tuple[dict[st
 def _batches(enc: Encoded, order: list[int], batch_size: int, pad_id: int, device: torch.device) -> Any:
     """(example indices, inputs, labels) on ``device``, ``batch_size`` examples of ``order`` at a time,
     padded to the batch's longest example: slices of the split's device tensors (``_on_device``)."""
+    return _groups(enc, [order[start:start + batch_size] for start in range(0, len(order), batch_size)], pad_id,
+                   device)
+
+
+def _groups(enc: Encoded, groups: list[list[int]], pad_id: int, device: torch.device) -> Any:
+    """``_batches`` for batches given as lists of example indices."""
     inputs, labels, lengths = _on_device(enc, pad_id, device)
-    where = torch.as_tensor(order, dtype=torch.long).to(device)
-    for start in range(0, len(order), batch_size):
-        idx = order[start:start + batch_size]
+    where = torch.as_tensor([i for idx in groups for i in idx], dtype=torch.long).to(device)
+    start = 0
+    for idx in groups:
         width = max(lengths[i] for i in idx)
-        rows = where[start:start + batch_size]
+        rows = where[start:start + len(idx)]
+        start += len(idx)
         batch = {k: v.index_select(0, rows)[:, :width].contiguous() for k, v in inputs.items()}
         picked = labels.index_select(0, rows)
         if enc.word_index is not None:
             picked = picked[:, :width].contiguous()
         yield idx, batch, picked
+
+
+def eval_groups(lengths: list[int], batch_size: int) -> list[list[int]]:
+    """Evaluation's batches: the examples longest first, each batch as many as fit in the tokens of
+    ``2 x batch_size`` examples of the split's longest (its largest batch when evaluation took ``2 x
+    batch_size`` examples in their order, so no batch needs more memory than then). Sorted, a batch
+    pads little, and short examples fill few batches: on a GPU, fewer and fuller launches."""
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    budget = 2 * batch_size * max(lengths, default=1)
+    groups: list[list[int]] = []
+    for i in order:
+        if groups and (len(groups[-1]) + 1) * lengths[groups[-1][0]] <= budget:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
 
 
 def predict(model: TaskModel, spec: TaskSpec, enc: Encoded, batch_size: int, pad_id: int,
@@ -266,27 +289,41 @@ def predict(model: TaskModel, spec: TaskSpec, enc: Encoded, batch_size: int, pad
 def predict_with(forward: Callable[[dict[str, torch.Tensor]], torch.Tensor], n: int, spec: TaskSpec, enc: Encoded,
                  batch_size: int, pad_id: int, device: torch.device) -> list[list[Any]]:
     """The predictions of ``n`` models at once: ``forward(batch)`` gives their logits stacked on a first
-    axis of size ``n`` (a bundle's trials, ``orchestrator.finetune.bundle``); one list per model."""
+    axis of size ``n`` (a bundle's trials, ``orchestrator.finetune.bundle``); one list per model. The
+    batches are ``eval_groups``; each batch's logits are decoded on the device (argmax, threshold) and
+    read back once."""
     out: list[list[Any]] = [[None] * len(enc.examples) for _ in range(n)]
+    lengths = _on_device(enc, pad_id, device)[2]
     with torch.no_grad():
-        for idx, batch, _ in _batches(enc, list(range(len(enc.examples))), batch_size * 2, pad_id, device):
-            logits = forward(batch).float().cpu()
+        for idx, batch, _ in _groups(enc, eval_groups(lengths, batch_size), pad_id, device):
+            decoded = _decoded(spec, forward(batch).float())
             for t in range(n):
                 for row, i in enumerate(idx):
-                    out[t][i] = _decode(spec, logits[t, row], enc, i)
+                    out[t][i] = _prediction(spec, decoded[t][row], enc, i)
     return out
 
 
-def _decode(spec: TaskSpec, logits: torch.Tensor, enc: Encoded, i: int) -> Any:
+def _decoded(spec: TaskSpec, logits: torch.Tensor) -> list:
+    """A batch's logits ``[models, rows, ...]`` as nested lists: the score (sts), the labels over the
+    threshold (multilabel), or the arg-max label index (per position for ner)."""
     if spec.family == "sts":
-        return float(logits)
+        return logits.reshape(logits.shape[0], logits.shape[1]).tolist()
     if spec.family == "multilabel":
-        return tuple(int(j) for j in torch.nonzero(logits > 0).flatten().tolist())
+        return (logits > 0).tolist()
+    return logits.argmax(-1).tolist()
+
+
+def _prediction(spec: TaskSpec, decoded: Any, enc: Encoded, i: int) -> Any:
+    """Example ``i``'s prediction in the task's label space from its row of ``_decoded``."""
+    if spec.family == "sts":
+        return decoded
+    if spec.family == "multilabel":
+        return tuple(j for j, over in enumerate(decoded) if over)
     if spec.family == "ner":
         n_words = len(enc.examples[i].text_a)
-        tags = [spec.labels[int(logits[pos].argmax())] for pos in enc.word_index[i]]
+        tags = [spec.labels[decoded[pos]] for pos in enc.word_index[i]]
         return tags + ["O"] * (n_words - len(tags))  # words cut off by max_seq_length
-    return spec.labels[int(logits.argmax())]
+    return spec.labels[decoded]
 
 
 def score(spec: TaskSpec, examples: list[Example], preds: list[Any]) -> float:
