@@ -416,3 +416,21 @@ def test_a_dry_run_refuses_a_source_shorter_than_a_sub_sample(tmp_path):
                   selection={"enabled": True, "sample_tokens": 10_000_000, "short_source": "whole"},
                   sweep={"tasks": ["biosses"]})
     assert "fewer than sample_tokens: scored whole" in plan(whole)
+
+
+def test_automatic_arm_concurrency_counts_a_workers_share_of_a_gpu(tmp_path, monkeypatch):
+    """arm_concurrency 0 with GPU workers: as many pretraining jobs as the cluster's GPUs hold, a job of
+    one worker at resources_per_worker.GPU 0.5 taking half a GPU (no Ray needed: ORCH_CLUSTER_GPUS)."""
+    from orchestrator.core import runtime
+    from orchestrator.workflows.runner import arm_workers
+
+    arms = {"a": {"pretrain.seed": 1}, "b": {"pretrain.seed": 2}, "floor": {"init": "random"}}
+    gpu = {"use_gpu": True, "num_workers": 1}
+    whole = smoke(tmp_path, arms=arms, arm_concurrency=0, pretrain=gpu)
+    half = smoke(tmp_path, arms=arms, arm_concurrency=0, pretrain={**gpu, "resources_per_worker": {"GPU": 0.5}})
+    monkeypatch.setenv(runtime.CLUSTER_GPUS_ENV, "1")
+    assert arm_workers(whole, arm_plans(whole)) == 1
+    assert arm_workers(half, arm_plans(half)) == 2
+    monkeypatch.setenv(runtime.CLUSTER_GPUS_ENV, "2")
+    assert arm_workers(whole, arm_plans(whole)) == 2
+    assert arm_workers(half, arm_plans(half)) == 3  # four jobs fit; the experiment has three arms

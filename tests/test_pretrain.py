@@ -53,6 +53,19 @@ def test_a_gpu_model_is_asked_for_as_ray_shares_it():
     assert 0 < share._resources_per_worker_not_none["accelerator_type:H100"] <= 1 / 8
     plain = PretrainConfig(use_gpu=True, num_workers=8, phase1=PhaseConfig(global_batch_size=64, device_batch_size=8))
     assert pretrain_key(cfg, {}, "") == pretrain_key(plain, {}, "")
+    # a share of a GPU per worker (two jobs on one GPU) is what Ray Train takes, and not part of the key either;
+    # a share without use_gpu, which Ray Train refuses once the job has started, and a share of 0 (Ray gives
+    # a whole GPU for it) are refused at config time
+    half = PretrainConfig(use_gpu=True, num_workers=8, resources_per_worker={"GPU": 0.5},
+                          phase1=PhaseConfig(global_batch_size=64, device_batch_size=8))
+    assert ScalingConfig(num_workers=8, use_gpu=True, resources_per_worker={"GPU": 0.5}).num_gpus_per_worker == 0.5
+    assert pretrain_key(half, {}, "") == pretrain_key(plain, {}, "")
+    with pytest.raises(ValueError, match="use_gpu"):
+        ScalingConfig(num_workers=1, resources_per_worker={"GPU": 0.5})
+    with pytest.raises(ConfigError, match="resources_per_worker.GPU 0.5: .* needs use_gpu=true"):
+        PretrainConfig(resources_per_worker={"GPU": 0.5})
+    with pytest.raises(ConfigError, match="resources_per_worker.GPU 0.0: .* a share above 0"):
+        PretrainConfig(use_gpu=True, resources_per_worker={"GPU": 0.0})
 
 
 def test_dynamic_masking_80_10_10_never_cls_or_sep_and_bert_count():

@@ -204,10 +204,13 @@ class PretrainConfig:
     max_nonfinite_steps: int = field(
         20, help="stop with an error after this many consecutive steps with a NaN/inf loss")
     num_workers: int = field(2, help="Ray Train workers (one per GPU on a cluster)")
-    use_gpu: bool = field(False, help="one GPU per worker, NCCL; false = CPU workers, gloo")
+    use_gpu: bool = field(False, help="a GPU per worker (or the share resources_per_worker.GPU gives), NCCL; "
+                                      "false = CPU workers, gloo")
     cpus_per_worker: float = field(1.0, help="CPUs reserved per worker")
     resources_per_worker: dict[str, float] = field(
-        default_factory=dict, help="extra custom Ray resources per worker (for a GPU model use accelerator_type)")
+        default_factory=dict, help="extra Ray resources per worker, custom ones or GPU: a share of a GPU (with "
+                                  "use_gpu; e.g. 0.5 puts two pretraining jobs on one GPU, experiments' "
+                                  "arm_concurrency); for a GPU model use accelerator_type")
     accelerator_type: str = field("", help="with use_gpu: the GPU model every worker needs, e.g. H100 or A100 "
                                            "(Ray's ScalingConfig accelerator_type); empty = any GPU")
     storage_path: str = field(
@@ -279,6 +282,10 @@ class PretrainConfig:
             check_number(f"resources_per_worker.{name}", amount, low=0)
         if self.accelerator_type and not self.use_gpu:
             raise ConfigError(f"accelerator_type {self.accelerator_type!r} needs use_gpu=true")
+        gpu = self.resources_per_worker.get("GPU")
+        if gpu is not None and (not self.use_gpu or gpu == 0):  # Ray Train refuses both, after the job started
+            raise ConfigError(f"resources_per_worker.GPU {gpu}: a worker's share of a GPU needs use_gpu=true and a "
+                              "share above 0 (CPU workers: leave GPU out)")
         pinned = [k for k in self.resources_per_worker if k.startswith("accelerator_type:")]
         if pinned:  # Ray gives each node one unit of it: two workers asking 1 each never fit one node
             raise ConfigError(f"resources_per_worker {pinned[0]}: a node has one unit of it, so a multi-GPU node "

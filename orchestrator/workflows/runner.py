@@ -388,7 +388,8 @@ def build_arms(cfg: ExperimentConfig, plans: dict[str, ArmPlan], run_dir: Path, 
 
 def arm_workers(cfg: ExperimentConfig, plans: dict[str, ArmPlan]) -> int:
     """How many arms to build at once: ``cfg.arm_concurrency``, or for 0 as many pretraining jobs as the
-    connected Ray cluster's GPUs (``use_gpu``) or CPUs hold, at most one per arm that trains."""
+    connected Ray cluster's GPUs (``use_gpu``; a worker takes ``pretrain.resources_per_worker.GPU`` of one,
+    1 unless set: 0.5 puts two jobs on a GPU) or CPUs hold."""
     if cfg.arm_concurrency:
         return min(cfg.arm_concurrency, len(plans))
     import ray  # heavy: ray
@@ -397,11 +398,10 @@ def arm_workers(cfg: ExperimentConfig, plans: dict[str, ArmPlan]) -> int:
 
     training = [p for p in plans.values() if p.kind == "pretrain"] or list(plans.values())
     pre = training[0].config.pretrain
-    resources = ray.cluster_resources()
     if pre.use_gpu:  # an autoscaling cluster's GPU nodes count before they start: asking is what starts them
-        fit = possible_gpus() // pre.num_workers
+        fit = possible_gpus() // (pre.num_workers * (pre.resources_per_worker.get("GPU") or 1.0))
     else:
-        cpus = resources.get("CPU", 0.0)  # every job's Train workers, and CPUs left for the jobs' Ray Data reads
+        cpus = ray.cluster_resources().get("CPU", 0.0)  # every job's Train workers, and CPUs for their Data reads
         fit = (cpus - DATA_CPU_RESERVE) // (pre.num_workers * worker_cpus(pre, cpus) + DATA_CPU_RESERVE)
     return max(1, min(len(plans), int(fit)))
 
