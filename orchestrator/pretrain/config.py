@@ -283,7 +283,9 @@ class PretrainConfig:
         if self.accelerator_type and not self.use_gpu:
             raise ConfigError(f"accelerator_type {self.accelerator_type!r} needs use_gpu=true")
         gpu = self.resources_per_worker.get("GPU")
-        if gpu is not None and (not self.use_gpu or gpu == 0):  # Ray Train refuses both, after the job started
+        # Ray Train refuses a share without use_gpu only once the job has started, and reads a share of 0 as a
+        # whole GPU
+        if gpu is not None and (not self.use_gpu or gpu == 0):
             raise ConfigError(f"resources_per_worker.GPU {gpu}: a worker's share of a GPU needs use_gpu=true and a "
                               "share above 0 (CPU workers: leave GPU out)")
         pinned = [k for k in self.resources_per_worker if k.startswith("accelerator_type:")]
