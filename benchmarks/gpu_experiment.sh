@@ -10,7 +10,8 @@
 # and brings back three files in $OUT (a device call returns at most 8): experiment.txt (the terminal
 # output, its summary with each stage's time at the end), report.md (the table, paired differences and
 # p-values) and results.tar.xz (the report, the sweep's results and trial records, every manifest, the
-# logs and the MLflow store). PYTHON: the interpreter (default python3). Its wall time is the last line.
+# logs and the MLflow store). PYTHON: the interpreter (default python3; a path is taken from here).
+# Its wall time is the last line.
 # The issue's target: the whole experiment in <= 10 minutes on one H100.
 # LIMIT=S stops the job (SIGINT, then SIGKILL 20 s later) after S seconds and still brings back what it
 # wrote: set it under the device call's limit (e.g. LIMIT=560 in a 600 s call), or a run cut off by
@@ -18,6 +19,12 @@
 # The run lives in WORK (default .gpu/experiment: ignored, so it does not travel, and a warm device
 # machine keeps it between calls), so the same command again continues a run that was cut off: finished
 # stages and trials are reused and pretraining resumes from its last checkpoint. FRESH=1 starts over.
+# A device machine goes back 30 s after a call: have the continuing call ready before the first ends.
+# If the run fails (not cut off by LIMIT) before both pretrained arms' pretraining has finished, the same
+# call runs it once more, in what LIMIT leaves, with FALLBACK's overrides appended (default: the arms one
+# after the other, each pretraining on a whole GPU: `arm_concurrency=1 pretrain.resources_per_worker.GPU=1`;
+# the stage keys are the same, so finished stages are reused); FALLBACK= turns that off. A failure's
+# traceback files (the job's, in the temp directory) and Tune's error.txt files come back in errors.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CONFIG=experiments/oubiobert_ablation_gpu.yaml
@@ -48,17 +55,49 @@ case "${1:-}" in
     mkdir -p "$work/shared" "$work/repo"
     tar xJf .gpu/data.tar.xz -C "$work/shared"
     tar cf - --exclude=./.gpu --exclude=./.venv --exclude=./.git --exclude=./runs . | tar xf - -C "$work/repo"
+    python=${PYTHON:-python3}
+    case $python in */*) python=$(realpath -ms "$python") ;; esac  # the job runs in the copy, not here
+    limit=${LIMIT:-0}
     start=$(date +%s)
+    stamp=$(mktemp)  # what is newer than it was written by this call
+    attempt() {  # attempt LIMIT_S ARGS...: the job under LIMIT_S (0: none), its terminal output appended
+      local limit=$1
+      shift
+      (cd "$work/repo" && PYTHONPATH="$work/repo:${PYTHONPATH:-}" timeout --signal=INT --kill-after=20 "$limit" \
+        "$python" jobs/blue_sweep.py --config "$CONFIG" "$@") 2>&1 | tee -a "$OUT/experiment.txt"
+    }
+    : > "$OUT/experiment.txt"
     status=0
-    (cd "$work/repo" && PYTHONPATH="$work/repo:${PYTHONPATH:-}" timeout --signal=INT --kill-after=20 "${LIMIT:-0}" \
-      ${PYTHON:-python3} jobs/blue_sweep.py --config "$CONFIG" "$@") \
-      2>&1 | tee "$OUT/experiment.txt" \
-      || status=$?
+    attempt "$limit" "$@" || status=$?
+    fallback=${FALLBACK-arm_concurrency=1 pretrain.resources_per_worker.GPU=1}
+    pretrained=$(grep -cE '(^|[^a-z_])pretrain: (done in|output complete)' "$OUT/experiment.txt" || true)
+    case $status in
+      0|124|130|137) ;;  # finished, cut off by LIMIT, interrupted
+      *)
+        left=1000000
+        [ "$limit" -gt 0 ] && left=$((limit - ($(date +%s) - start)))
+        if [ -n "$fallback" ] && [ "$pretrained" -lt 2 ] && [ "$left" -ge 60 ]; then
+          echo "gpu_experiment: exit $status before both pretrained arms finished pretraining; once more with" \
+               "$fallback (${left} s left)" | tee -a "$OUT/experiment.txt"
+          status=0
+          # shellcheck disable=SC2086  # the overrides are words
+          attempt "$([ "$limit" -gt 0 ] && echo "$left" || echo 0)" "$@" $fallback || status=$?
+        fi
+        ;;
+    esac
     wall=$(($(date +%s) - start))
+    # the tracebacks of a failure: the job keeps its own in the temp directory, Tune writes error.txt per trial
+    { find "${TMPDIR:-/tmp}" -maxdepth 1 -name 'bioptorch-*.txt' -newer "$stamp" 2>/dev/null
+      [ -d "$work/repo/runs" ] && find "$work/repo/runs" -name error.txt -newer "$stamp"
+    } | head -20 | while read -r f; do echo "==> $f"; tail -c 20000 "$f"; done > "$OUT/errors.txt" || true
+    [ -s "$OUT/errors.txt" ] || rm -f "$OUT/errors.txt"
     runs="$work/repo/runs"
     if [ -d "$runs" ]; then
       table=$(find "$runs" -path '*/report/blue_table.md' | head -1)
-      [ -n "$table" ] && cp "$table" "$OUT/report.md"
+      if [ -n "$table" ]; then
+        cp "$table" "$OUT/report.md"
+        [ "$table" -nt "$stamp" ] || echo "report.md: written by an earlier call, not by this one"
+      fi
       # what a record needs, not the weights, instances or corpora (a file comes back only under 16 MiB)
       # (find's * matches across /: */sweep/*.json takes the trial records too, and the tokenised-split cache
       # unless excluded)
@@ -67,6 +106,7 @@ case "${1:-}" in
         | tar cJf - --null -T -) > "$OUT/results.tar.xz"
       echo "brought back: $(cd "$OUT" && ls | tr '\n' ' ')($(du -h "$OUT/results.tar.xz" | cut -f1) archive)"
     fi
+    rm -f "$stamp"
     echo "experiment: exit $status, wall ${wall} s"
     exit "$status"
     ;;
