@@ -223,6 +223,100 @@ def test_trials_are_grouped_by_everything_but_their_learning_rate(tiny_bert):
     assert [len(g) for g in group_trials(a + b, bundle=False)] == [1, 1, 1, 1]
 
 
+def _sibling(tiny_bert, out, seed: int, **config):
+    """A model of ``tiny_bert``'s tokenizer and (but for ``config``) architecture, with other weights (``seed``)."""
+    import shutil
+
+    import torch
+    from transformers import BertConfig, BertModel
+
+    out.mkdir()
+    cfg = BertConfig.from_pretrained(tiny_bert)
+    for key, value in config.items():
+        setattr(cfg, key, value)
+    torch.manual_seed(seed)
+    BertModel(cfg).save_pretrained(out)
+    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        if (tiny_bert / name).is_file():
+            shutil.copy(tiny_bert / name, out / name)
+    return out
+
+
+def test_models_of_one_architecture_and_tokenizer_bundle_together_each_row_from_its_own_weights(tiny_bert, tmp_path):
+    """sweep.bundle_models: an arm and its untrained floor share a tokenizer and an architecture, so their
+    trials of one setting read the same batches, start the same head and draw the same dropout masks; in
+    one bundle each trial's record is the one it gets alone, its row starting from its own model's weights.
+    A model of another architecture or tokenizer, or adapter tuning (a frozen base differs), stays apart."""
+    import dataclasses
+    import json
+
+    from orchestrator.finetune.bundle import bundle_key, group_trials, model_family, run_bundle
+    from orchestrator.finetune.loop import run_trial
+
+    other = _sibling(tiny_bert, tmp_path / "other", seed=1)
+    wider = _sibling(tiny_bert, tmp_path / "wider", seed=1, intermediate_size=96)
+    retok = _sibling(tiny_bert, tmp_path / "retok", seed=1)
+    vocab = (retok / "tokenizer.json")
+    vocab.write_text(json.dumps({**json.loads(vocab.read_text()), "truncation": {"max_length": 7, "strategy":
+                                 "LongestFirst", "stride": 0, "direction": "Right"}}))
+    assert model_family(str(other)) == model_family(str(tiny_bert)) is not None
+    assert len({model_family(str(d)) for d in (tiny_bert, wider, retok)}) == 3
+    assert model_family(str(tmp_path)) is None  # no config.json
+
+    a = _trials(tiny_bert, "chemprot", (1e-3, 3e-3))
+    def of(model_dir) -> list:
+        return [dataclasses.replace(t, trial_id=f"{model_dir.name}-{i}", model_name=model_dir.name,
+                                    model_dir=str(model_dir)) for i, t in enumerate(a)]
+
+    def ids(groups) -> list:
+        return [[t.trial_id for t in g] for g in groups]
+
+    b, c = of(other), of(wider)
+    assert ids(group_trials(a + b + c, bundle=True, models=True)) == [[t.trial_id for t in a + b],
+                                                                      [t.trial_id for t in c]]
+    assert ids(group_trials(a + b, bundle=True)) == [[t.trial_id for t in a], [t.trial_id for t in b]]
+    adapters = [dataclasses.replace(t, tune="adapters") for t in a + b]
+    assert len(group_trials(adapters, bundle=True, models=True)) == 2
+    assert bundle_key(a[0], model_family(str(tiny_bert))) == bundle_key(b[0], model_family(str(other)))
+
+    trials = [a[0], b[0], a[1], b[1]]
+    bundled = run_bundle(trials)
+    alone = [run_trial(t) for t in trials]
+    for got, want in zip(bundled, alone):
+        assert "bundle_failed" not in got
+        _assert_same_record(got, want)
+    assert bundled[0]["bundle"]["trial_ids"] == [t.trial_id for t in trials]
+    # the models' own weights: the same learning rate from the two models trains two different models
+    assert alone[0]["epochs"][0]["train_loss"] != pytest.approx(alone[1]["epochs"][0]["train_loss"], rel=1e-3)
+    with pytest.raises(ValueError, match="differ in more than"):
+        run_bundle([a[0], c[0]])
+
+
+def test_models_whose_builds_draw_other_random_numbers_train_alone(tiny_bert, tmp_path, caplog):
+    """A checkpoint lacking weights (here the pooler) draws them when it loads, so its trial's dropout
+    stream is not the other model's: the bundle finds it at its start and its trials train alone."""
+    import dataclasses
+
+    from safetensors.torch import load_file, save_file
+
+    from orchestrator.finetune.bundle import group_trials, run_bundle
+    from orchestrator.finetune.loop import run_trial
+
+    lacking = _sibling(tiny_bert, tmp_path / "lacking", seed=1)
+    weights = load_file(lacking / "model.safetensors")
+    save_file({k: v for k, v in weights.items() if "pooler" not in k}, lacking / "model.safetensors",
+              metadata={"format": "pt"})
+    a = _trials(tiny_bert, "chemprot", (1e-3,), eval_epochs=(1,))
+    b = [dataclasses.replace(a[0], trial_id="lacking", model_name="lacking", model_dir=str(lacking))]
+    assert len(group_trials(a + b, bundle=True, models=True)) == 1  # the files alone cannot tell
+    with caplog.at_level("WARNING", logger="orchestrator.finetune.bundle"):
+        records = run_bundle(a + b)
+    assert "drew different random numbers" in caplog.text
+    for record, want in zip(records, [run_trial(t) for t in a + b]):
+        assert "random numbers" in record["bundle_failed"]["error"]
+        assert record["predictions"] == want["predictions"]
+
+
 def test_a_bundled_sweep_records_each_trial_and_restores_one_alone(tiny_bert, ray_local, tmp_path):
     """sweep.bundle_learning_rates=on: the two learning rates of a (task, seed) are one Ray trial whose records
     are written per trial; a lost record is trained again alone and comes back as the bundle had it."""
@@ -252,3 +346,30 @@ def test_a_bundled_sweep_records_each_trial_and_restores_one_alone(tiny_bert, ra
     assert "bundle" not in alone
     _assert_same_record(records[lost], alone)
     assert second.results["cells"]["tiny"]["ChemProt"]["selected"] == cell["selected"]
+
+
+def test_a_sweep_bundles_the_trials_of_two_models_of_one_family_into_one_ray_trial(tiny_bert, ray_local, tmp_path):
+    """Two models of one tokenizer and architecture (an arm and its floor): their trials of a (task, seed)
+    are one Ray trial; each model keeps its own records, cell and share of the sweep's device time."""
+    import json
+
+    from orchestrator.sweep.config import SweepConfig
+    from orchestrator.sweep.runner import plan_sweep, run_sweep
+
+    models = {"tiny": tiny_bert, "floor": _sibling(tiny_bert, tmp_path / "floor", seed=1)}
+    settings = dict(search_space="tiny", tasks=("chemprot",), learning_rates=(1e-3, 3e-2), seeds=(1,),
+                    epochs={"chemprot": (1,)}, bundle_learning_rates="on")
+    cfg = SweepConfig(**settings)
+    assert "learning rates bundled (on): 1 Ray trial(s)" in plan_sweep(cfg, models)
+    assert "learning rates bundled (on): 2 Ray trial(s)" in plan_sweep(SweepConfig(**settings, bundle_models=False),
+                                                                       models)
+    out = tmp_path / "sweep"
+    result = run_sweep(cfg, models, out, None, tmp_path)
+    assert (result.ran, result.skipped) == (4, 0)
+    assert len(list(out.glob("tune/*/*/result.json"))) == 1
+    records = [json.loads(p.read_text()) for p in (out / "trials").glob("*.json")]
+    assert sorted(r["trial"]["model_name"] for r in records) == ["floor", "floor", "tiny", "tiny"]
+    assert all(r["bundle"]["size"] == 4 for r in records)
+    assert set(result.results["cells"]) == {"tiny", "floor"}
+    shares = json.loads((out / "manifest.json").read_text())["cost"]["by_model"]
+    assert set(shares) == {"tiny", "floor"}

@@ -27,6 +27,17 @@ update, with a skipped step for a trial whose gradients are not finite), and the
 the separate trials' records: the same predictions, scores and losses, up to float rounding (the
 batched matrix products sum in another order: losses agree to ~1e-6).
 
+Several models in one bundle (``sweep.bundle_models``): trials of models with the same architecture and
+the same tokenizer (``model_family``: seed 000's conventional arm and its untrained floor) read the same
+tokenised batches, and with the same seed their heads start the same and they draw the same dropout
+masks; only the encoders' starting weights differ. So the trials of such models that differ only in
+their model and learning rate train as one computation too, each row of the stack starting from its
+own model's weights. The bundle checks what that needs at its start: every model built from its seed
+leaves the random stream where the others do (a checkpoint lacking weights draws them: then the
+trials train alone, as any bundle that fails before its first epoch), and the models' untrained
+tensors (buffers) agree. Only full fine-tuning bundles models: adapter trials freeze a base that
+differs between models.
+
 Not bundled, trained alone as before: fp16 trials (the loss scale is per trial) and a group of one.
 Early stopping is bundled: each trial keeps its own best epoch and stops recording when it is done;
 the bundle trains until its last trial is done (the others' extra epochs are discarded).
@@ -38,11 +49,13 @@ record names the bundle's size and trials.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -51,12 +64,15 @@ from torch.func import functional_call, vmap
 from torch.nn import functional as F
 from torch.overrides import TorchFunctionMode
 
+from orchestrator.core.manifest import file_sha256
+from orchestrator.core.reuse import content_key
 from orchestrator.finetune.loop import (
     NO_DECAY,
     BestDev,
     Prepared,
     TrialLog,
     _batches,
+    _dir_state,
     build_model,
     linear_schedule,
     predict_with,
@@ -76,22 +92,51 @@ ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8  # torch.optim.AdamW's defaults, which
 GRAD_CLIP = 1.0  # as run_trial
 
 
-def bundle_key(trial: TrialSpec) -> tuple | None:
+#: config.json keys that do not change what fine-tuning computes from a model directory: the class that saved
+#: it, where it came from, the library's version, the dtype of its saved weights (they load as fp32 masters)
+CONFIG_KEYS_IGNORED = ("architectures", "_name_or_path", "transformers_version", "torch_dtype", "dtype")
+#: the files that make a directory's tokenizer (equal files: equal tokenised splits) and its adapters' shape
+FAMILY_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                "adapter_config.json")
+
+
+def model_family(model_dir: str) -> str | None:
+    """What a model directory shares with the models whose trials it can be bundled with: its architecture
+    (config.json but ``CONFIG_KEYS_IGNORED``) and its tokenizer's files, as one content key. None (bundled
+    with no other model): no readable config.json."""
+    path = Path(model_dir)
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    files = {name: file_sha256(path / name) for name in FAMILY_FILES if (path / name).is_file()}
+    return content_key({k: v for k, v in config.items() if k not in CONFIG_KEYS_IGNORED}, files)
+
+
+def bundle_key(trial: TrialSpec, family: str | None = None) -> tuple | None:
     """What a trial shares with the trials it can be bundled with: every setting but its id and learning
-    rate. None: the trial trains alone."""
+    rate; given its model's ``family`` (full fine-tuning only), that instead of its model. None: the trial
+    trains alone."""
     if trial.precision not in BUNDLED_PRECISIONS:
         return None
     settings = dataclasses.asdict(trial)
     del settings["trial_id"], settings["learning_rate"]
+    if family is not None and trial.tune == "full":
+        del settings["model_name"], settings["model_dir"]
+        settings["model_family"] = family
     return tuple(sorted(settings.items()))
 
 
-def group_trials(trials: Sequence[TrialSpec], bundle: bool) -> list[list[TrialSpec]]:
+def group_trials(trials: Sequence[TrialSpec], bundle: bool, models: bool = False) -> list[list[TrialSpec]]:
     """``trials`` in groups that train together (in the order of their first trial); with ``bundle``
-    False, or for a trial ``bundle_key`` keeps alone, groups of one."""
+    False, or for a trial ``bundle_key`` keeps alone, groups of one. ``models``: the trials of models of
+    one ``model_family`` group together too."""
+    families = {d: model_family(d) for d in {t.model_dir for t in trials}} if bundle and models else {}
     groups: dict[Any, list[TrialSpec]] = {}
     for i, trial in enumerate(trials):
-        key = bundle_key(trial) if bundle else None
+        key = bundle_key(trial, families.get(trial.model_dir)) if bundle else None
         groups.setdefault(("alone", i) if key is None else key, []).append(trial)
     return list(groups.values())
 
@@ -101,16 +146,21 @@ class StackedWeights:
     moments and a learning rate per row: one optimizer step is a few kernels on [T, N] tensors.
 
     ``params`` are views of the buffer shaped as the model's parameters with a leading T axis, each a leaf
-    whose ``.grad`` is a view of the gradient buffer (autograd adds each backward's gradients into it)."""
+    whose ``.grad`` is a view of the gradient buffer (autograd adds each backward's gradients into it).
+    ``rows``: the model each row starts from (models of one architecture), default ``model`` for every row."""
 
     def __init__(self, model: torch.nn.Module, learning_rates: Sequence[float], weight_decay: float,
-                 decoupled: bool):
+                 decoupled: bool, rows: Sequence[torch.nn.Module] | None = None):
         trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         self.names = [n for n, _ in trained]
         self.shapes = [p.shape for _, p in trained]
         t = len(learning_rates)
+        rows = list(rows) if rows is not None else [model] * t
+        if len(rows) != t:
+            raise ValueError(f"{len(rows)} row models for {t} learning rates")
         with torch.no_grad():
-            self.flat = torch.cat([p.detach().reshape(1, -1) for _, p in trained], dim=1).repeat(t, 1)
+            flats = {id(m): _flat_trained(m, model) for m in rows}
+            self.flat = torch.cat([flats[id(m)] for m in rows], dim=0)
         self.grad = torch.zeros_like(self.flat)
         self.exp_avg, self.exp_avg_sq = torch.zeros_like(self.flat), torch.zeros_like(self.flat)
         device = self.flat.device
@@ -165,6 +215,23 @@ class StackedWeights:
         self.flat[t].copy_(weights)
 
 
+def _flat_trained(row: torch.nn.Module, model: torch.nn.Module) -> torch.Tensor:
+    """``row``'s trained weights as one [1, N] row, in ``model``'s order; refused (RuntimeError: the bundle's
+    trials then train alone) unless ``row`` has ``model``'s trained parameters and equal other tensors."""
+    if row is model:
+        return torch.cat([p.detach().reshape(1, -1) for p in model.parameters() if p.requires_grad], dim=1)
+    params, ours = dict(row.named_parameters()), dict(model.named_parameters())
+    trained = [n for n, p in ours.items() if p.requires_grad]
+    if {n for n, p in params.items() if p.requires_grad} != set(trained) or any(
+            params[n].shape != ours[n].shape for n in trained):
+        raise RuntimeError("the bundle's models have other trained parameters")
+    fixed = {**{n: p for n, p in ours.items() if not p.requires_grad}, **dict(model.named_buffers())}
+    theirs = {**{n: p for n, p in params.items() if not p.requires_grad}, **dict(row.named_buffers())}
+    if fixed.keys() != theirs.keys() or not all(torch.equal(fixed[n], theirs[n]) for n in fixed):
+        raise RuntimeError("the bundle's models differ in tensors they do not train (buffers, frozen weights)")
+    return torch.cat([params[n].detach().reshape(1, -1) for n in trained], dim=1)
+
+
 def run_bundle(trials: Sequence[TrialSpec], report: Callable[[dict], None] | None = None,
                task_spec: TaskSpec | None = None) -> list[dict]:
     """Train ``trials`` (the same but for their learning rates: ``bundle_key``) as one computation; their
@@ -184,8 +251,11 @@ def run_bundle(trials: Sequence[TrialSpec], report: Callable[[dict], None] | Non
         if len(trials) > 1:
             raise ValueError(f"{trials[0].precision} trials train alone, not in a bundle of {len(trials)}")
         return [alone(trials[0])]
-    if len({bundle_key(t) for t in trials}) > 1:
-        raise ValueError(f"trials {[t.trial_id for t in trials]} differ in more than their learning rates")
+    families = {d: model_family(d) for d in {t.model_dir for t in trials}}
+    if len({bundle_key(t, families[t.model_dir]) for t in trials}) > 1 or (
+            len(families) > 1 and None in families.values()):
+        raise ValueError(f"trials {[t.trial_id for t in trials]} differ in more than their learning rates "
+                         "and models of one family")
     if trials[0].optimizer not in ("adamw", "adam"):
         raise ValueError(f"trial {trials[0].trial_id}: optimizer {trials[0].optimizer!r} is not adamw or adam")
     epochs_ended = 0
@@ -216,9 +286,10 @@ def _train_together(trials: list[TrialSpec], report: Callable[[dict], None],
     setup_tick = time.perf_counter()
     first = trials[0]
     prep = prepare(first, task_spec)
-    model = build_model(first, prep)
+    model, rows = _models(trials, prep)
     stack = StackedWeights(model, [t.learning_rate for t in trials], first.weight_decay,
-                           decoupled=first.optimizer == "adamw")
+                           decoupled=first.optimizer == "adamw", rows=rows)
+    del rows
     schedule = linear_schedule(torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0), first,
                                len(prep.splits["train"]))  # its learning rate is the factor of every trial's
     logs = [TrialLog(t, prep) for t in trials]
@@ -290,6 +361,29 @@ def _train_together(trials: list[TrialSpec], report: Callable[[dict], None],
         records.append({**out.record(seconds / n),
                         "bundle": {"size": n, "trial_ids": [x.trial_id for x in trials], "seconds": round(seconds, 3)}})
     return records
+
+
+def _models(trials: list[TrialSpec], prep: Prepared) -> tuple[TaskModel, list[TaskModel]]:
+    """The first trial's model, and the model each trial's row starts from: its own model directory's,
+    built from its seed as its trial alone builds it (the splits are the first trial's: one tokenizer).
+    The first's is built last, so the random stream is left as its trial leaves it; every build must leave
+    it there (dropout draws one mask for all rows), else RuntimeError."""
+    first = trials[0]
+    others = {t.model_dir: t for t in trials if t.model_dir != first.model_dir}
+    built: dict[str, TaskModel] = {}
+    states = []
+    for model_dir, trial in [*others.items(), (first.model_dir, first)]:
+        built[model_dir] = build_model(trial, dataclasses.replace(prep, model_state=_dir_state(model_dir)))
+        states.append(_rng_states())
+    if any(not all(torch.equal(a, b) for a, b in zip(state, states[-1])) for state in states):
+        raise RuntimeError("building the bundle's models drew different random numbers (a checkpoint lacking "
+                           "weights?): their dropout masks would differ")
+    return built[first.model_dir], [built[t.model_dir] for t in trials]
+
+
+def _rng_states() -> list[torch.Tensor]:
+    """torch's random states: the CPU's and every CUDA device's."""
+    return [torch.get_rng_state(), *(torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [])]
 
 
 def _quiet() -> None:

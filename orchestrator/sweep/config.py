@@ -108,6 +108,10 @@ class SweepConfig(SpaceOverrides):
                      "Ray trial holding one trial's resources; far fewer GPU kernel launches per trial-step; each "
                      "trial's record as it would be alone, up to float rounding): auto = on for GPU trials (on "
                      "CPUs it saves nothing); fp16 trials always train alone")
+    bundle_models: bool = field(True, help="where learning rates are bundled, bundle the trials of models with "
+                                           "the same architecture and tokenizer too (e.g. an arm and its untrained "
+                                           "floor): one Ray trial for their learning rates together, each row "
+                                           "starting from its own model's weights (full fine-tuning only)")
     max_failures: int = field(2, help="run a trial again this many times when it fails (its worker died, a spot "
                                       "node was reclaimed); a trial restarts from its beginning")
     log_predictions: bool = field(True, help="log each trial's test predictions to MLflow as artifacts")

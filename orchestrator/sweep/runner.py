@@ -97,11 +97,13 @@ def plan_sweep(cfg: SweepConfig, models: dict[str, Path]) -> str:
     lines.append(f"{len(trials)} trial(s) (one per model x task x lr x [batch x] seed [x fold]; "
                  + ("each stops on dev)" if stop.on else "epochs shared within a trial)"))
     if cfg.bundle_learning_rates != "off" and len(space.learning_rates) > 1:
-        groups = len(group_trials(trials, bundle=True))
+        groups = len(group_trials(trials, bundle=True, models=cfg.bundle_models))
         lines.append(f"learning rates bundled ({cfg.bundle_learning_rates}"
                      + (": on GPU trials" if cfg.bundle_learning_rates == "auto" else "")
                      + f"): {groups} Ray trial(s), each training the {len(space.learning_rates)} learning rates "
-                       "of one setting as one batched computation")
+                       "of one setting as one batched computation"
+                     + ("; with sweep.bundle_models, those of models of one architecture and tokenizer together "
+                        "(a model not yet built counts alone here)" if cfg.bundle_models and len(models) > 1 else ""))
     if cfg.export_best:
         lines.append(f"then export the selected model ({cfg.export_seed} seed) of each model x "
                      f"{export_tasks(cfg.export_best, space_tasks(space))}")
@@ -228,10 +230,12 @@ def _run_tune(cfg: SweepConfig, todo: list[TrialSpec], out_dir: Path, trials_dir
     resources = _resources(cfg)
     if resources["gpu"] > 0:
         todo = [dataclasses.replace(t, device="cuda") for t in todo]
-    groups = group_trials(todo, _bundled(cfg, resources))
+    groups = group_trials(todo, _bundled(cfg, resources), models=cfg.bundle_models)
     if len(groups) < len(todo):
+        across = sum(len({t.model_dir for t in g}) > 1 for g in groups)
         log.info("sweep: %d trial(s) in %d Ray trial(s): the learning rates of each setting train as one "
-                 "batched computation (sweep.bundle_learning_rates)", len(todo), len(groups))
+                 "batched computation (sweep.bundle_learning_rates)%s", len(todo), len(groups),
+                 f", {across} of them with several models (sweep.bundle_models)" if across else "")
     trainable = tune.with_resources(_tune_trainable, resources)
     param_space = {"bundle": tune.grid_search([{"trials": [dataclasses.asdict(t) for t in group]}
                                                 for group in groups])}
