@@ -60,10 +60,10 @@ case "${1:-}" in
     limit=${LIMIT:-0}
     start=$(date +%s)
     stamp=$(mktemp)  # what is newer than it was written by this call
-    attempt() {  # attempt LIMIT_S ARGS...: the job under LIMIT_S (0: none), its terminal output appended
-      local limit=$1
+    attempt() {  # attempt SECONDS ARGS...: the job under SECONDS (0: no limit), its terminal output appended
+      local seconds=$1
       shift
-      (cd "$work/repo" && PYTHONPATH="$work/repo:${PYTHONPATH:-}" timeout --signal=INT --kill-after=20 "$limit" \
+      (cd "$work/repo" && PYTHONPATH="$work/repo:${PYTHONPATH:-}" timeout --signal=INT --kill-after=20 "$seconds" \
         "$python" jobs/blue_sweep.py --config "$CONFIG" "$@") 2>&1 | tee -a "$OUT/experiment.txt"
     }
     : > "$OUT/experiment.txt"
@@ -74,14 +74,14 @@ case "${1:-}" in
     case $status in
       0|124|130|137) ;;  # finished, cut off by LIMIT, interrupted
       *)
-        left=1000000
-        [ "$limit" -gt 0 ] && left=$((limit - ($(date +%s) - start)))
-        if [ -n "$fallback" ] && [ "$pretrained" -lt 2 ] && [ "$left" -ge 60 ]; then
+        left=0 room="no LIMIT"  # what LIMIT leaves (0: no LIMIT)
+        if [ "$limit" -gt 0 ]; then left=$((limit - ($(date +%s) - start))) room="LIMIT leaves ${left} s"; fi
+        if [ -n "$fallback" ] && [ "$pretrained" -lt 2 ] && { [ "$limit" -eq 0 ] || [ "$left" -ge 60 ]; }; then
           echo "gpu_experiment: exit $status before both pretrained arms finished pretraining; once more with" \
-               "$fallback (${left} s left)" | tee -a "$OUT/experiment.txt"
+               "$fallback ($room)" | tee -a "$OUT/experiment.txt"
           status=0
           # shellcheck disable=SC2086  # the overrides are words
-          attempt "$([ "$limit" -gt 0 ] && echo "$left" || echo 0)" "$@" $fallback || status=$?
+          attempt "$left" "$@" $fallback || status=$?
         fi
         ;;
     esac

@@ -218,17 +218,16 @@ class StackedWeights:
 def _flat_trained(row: torch.nn.Module, model: torch.nn.Module) -> torch.Tensor:
     """``row``'s trained weights as one [1, N] row, in ``model``'s order; refused (RuntimeError: the bundle's
     trials then train alone) unless ``row`` has ``model``'s trained parameters and equal other tensors."""
-    if row is model:
-        return torch.cat([p.detach().reshape(1, -1) for p in model.parameters() if p.requires_grad], dim=1)
     params, ours = dict(row.named_parameters()), dict(model.named_parameters())
     trained = [n for n, p in ours.items() if p.requires_grad]
-    if {n for n, p in params.items() if p.requires_grad} != set(trained) or any(
-            params[n].shape != ours[n].shape for n in trained):
-        raise RuntimeError("the bundle's models have other trained parameters")
-    fixed = {**{n: p for n, p in ours.items() if not p.requires_grad}, **dict(model.named_buffers())}
-    theirs = {**{n: p for n, p in params.items() if not p.requires_grad}, **dict(row.named_buffers())}
-    if fixed.keys() != theirs.keys() or not all(torch.equal(fixed[n], theirs[n]) for n in fixed):
-        raise RuntimeError("the bundle's models differ in tensors they do not train (buffers, frozen weights)")
+    if row is not model:
+        if {n for n, p in params.items() if p.requires_grad} != set(trained) or any(
+                params[n].shape != ours[n].shape for n in trained):
+            raise RuntimeError("the bundle's models have other trained parameters")
+        fixed = {**{n: p for n, p in ours.items() if not p.requires_grad}, **dict(model.named_buffers())}
+        theirs = {**{n: p for n, p in params.items() if not p.requires_grad}, **dict(row.named_buffers())}
+        if fixed.keys() != theirs.keys() or not all(torch.equal(fixed[n], theirs[n]) for n in fixed):
+            raise RuntimeError("the bundle's models differ in tensors they do not train (buffers, frozen weights)")
     return torch.cat([params[n].detach().reshape(1, -1) for n in trained], dim=1)
 
 
@@ -252,8 +251,7 @@ def run_bundle(trials: Sequence[TrialSpec], report: Callable[[dict], None] | Non
             raise ValueError(f"{trials[0].precision} trials train alone, not in a bundle of {len(trials)}")
         return [alone(trials[0])]
     families = {d: model_family(d) for d in {t.model_dir for t in trials}}
-    if len({bundle_key(t, families[t.model_dir]) for t in trials}) > 1 or (
-            len(families) > 1 and None in families.values()):
+    if len({bundle_key(t, families[t.model_dir]) for t in trials}) > 1:  # no family: the directory counts
         raise ValueError(f"trials {[t.trial_id for t in trials]} differ in more than their learning rates "
                          "and models of one family")
     if trials[0].optimizer not in ("adamw", "adam"):

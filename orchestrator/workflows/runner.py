@@ -389,7 +389,7 @@ def build_arms(cfg: ExperimentConfig, plans: dict[str, ArmPlan], run_dir: Path, 
 def arm_workers(cfg: ExperimentConfig, plans: dict[str, ArmPlan]) -> int:
     """How many arms to build at once: ``cfg.arm_concurrency``, or for 0 as many pretraining jobs as the
     connected Ray cluster's GPUs (``use_gpu``; a worker takes ``pretrain.resources_per_worker.GPU`` of one,
-    1 unless set: 0.5 puts two jobs on a GPU) or CPUs hold."""
+    1 unless set: 0.5 puts two jobs on a GPU) or CPUs hold, at most one per arm."""
     if cfg.arm_concurrency:
         return min(cfg.arm_concurrency, len(plans))
     import ray  # heavy: ray
