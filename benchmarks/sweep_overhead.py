@@ -1,12 +1,16 @@
 """Where a sweep's wall time goes: the model's forward/backward/evaluation vs everything else.
 
-    python benchmarks/sweep_overhead.py                      # 2 CPUs: the laptop space, a tiny BERT
-    python benchmarks/sweep_overhead.py --size gpu           # one GPU: 4-layer hidden-512 BERT, bf16
+    python benchmarks/sweep_overhead.py                      # 2 CPUs: the laptop default's sweep, tiny BERTs
+    python benchmarks/sweep_overhead.py --seeds 1 2 --lrs 1e-3 --models 1    # a 10-trial cut of it
+    python benchmarks/sweep_overhead.py --size gpu           # one GPU: 4-layer hidden-512 BERTs, bf16
     python benchmarks/sweep_overhead.py --size gpu --lrs 1e-4 3e-4 1e-3 --bundle off   # and --bundle on
 
-Runs a real sweep (``orchestrator.sweep.runner.run_sweep`` on Ray Tune, sample tasks of every BLUE
-family, a randomly initialised BERT with MiniLM's tokenizer) on a Ray started before the clock, and
-splits its wall time x trial slots (trials that run at once) with the trial records:
+Runs a real sweep (``orchestrator.sweep.runner.run_sweep`` on Ray Tune) on a Ray started before the
+clock. By default it is the shape of the laptop default's sweep (``python jobs/blue_sweep.py``): the
+laptop space (``search_spaces/tiny.yaml``: one sample task per BLUE family, its learning rates, seeds
+and epoch grids) over ``--models`` 2 models of one architecture (the default job's are its pretrained
+arm and the untrained floor; here, randomly initialised BERTs with MiniLM's tokenizer, seeds 0 and 1),
+60 trials. It splits the sweep's wall time x trial slots (trials that run at once) with the trial records:
 
 - compute: ``train_seconds`` + ``eval_seconds`` (the epochs' forward/backward/optimizer steps with
   their batch slicing, and the dev/test predictions with their scoring);
@@ -51,11 +55,13 @@ SIZES = {  # hidden, layers, heads, intermediate
 
 
 def selection(results: dict) -> dict[str, dict]:
-    """Per task of a sweep's results.json (one model): the setting selected on dev, its dev mean and the
-    test mean over the seeds: what a sweep is for, to compare across ways of running it."""
-    (cells,) = results["cells"].values()
-    return {task: {"selected": cell["selected"], "dev_mean": cell["dev_mean"], "test_mean": cell["mean"]}
-            for task, cell in sorted(cells.items())}
+    """Per task of a sweep's results.json: the setting selected on dev, its dev mean and the test mean over
+    the seeds: what a sweep is for, to compare across ways of running it. With several models, per
+    "model/task"."""
+    models = results["cells"]
+    return {(task if len(models) == 1 else f"{model}/{task}"):
+            {"selected": cell["selected"], "dev_mean": cell["dev_mean"], "test_mean": cell["mean"]}
+            for model, cells in sorted(models.items()) for task, cell in sorted(cells.items())}
 
 
 def selection_differences(ours: dict[str, dict], theirs: dict[str, dict], tol: float = 1e-4) -> list[str]:
@@ -119,7 +125,7 @@ def _spans(tune_dir: Path, clock_start: float) -> list[tuple[int, float, float, 
     return spans
 
 
-def _model(out: Path, size: str, tokenizer: str = "") -> Path:
+def _model(out: Path, size: str, tokenizer: str = "", seed: int = 0) -> Path:
     import torch
     from transformers import AutoTokenizer, BertConfig, BertModel
 
@@ -129,7 +135,7 @@ def _model(out: Path, size: str, tokenizer: str = "") -> Path:
         tokenizer = get_model_path()
     hidden, layers, heads, inter = SIZES[size]
     tok = AutoTokenizer.from_pretrained(tokenizer)
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     BertModel(BertConfig(vocab_size=tok.vocab_size, hidden_size=hidden, num_hidden_layers=layers,
                          num_attention_heads=heads, intermediate_size=inter,
                          max_position_embeddings=512)).save_pretrained(out)
@@ -166,41 +172,48 @@ def _model_flops(model_dir: Path, records: list[dict], cfg) -> float:
     return flops
 
 
-def measure(size: str, seeds: list[int], lrs: list[float], epochs: list[int], device: str,
+def measure(size: str, seeds: list[int] | None, lrs: list[float] | None, epochs: list[int] | None, device: str,
             gpus_per_trial: float, concurrency: int, cpus_arg: int | None = None, tokenizer: str = "",
-            bundle: str = "auto") -> dict:
+            bundle: str = "auto", n_models: int = 2) -> dict:
+    """One sweep of ``n_models`` models over the laptop space; ``seeds``, ``lrs``, ``epochs`` (every task's
+    grid) None: the space's."""
     import ray
     import torch
 
     from orchestrator.core.runtime import init_ray
+    from orchestrator.finetune.bundle import group_trials
     from orchestrator.sweep.config import SweepConfig
     from orchestrator.sweep.runner import run_sweep
-    from orchestrator.sweep.space import resolve_space, space_tasks
+    from orchestrator.sweep.space import build_trials, epoch_grid, space_tasks
 
     tmp = Path(tempfile.mkdtemp(prefix="sweep_overhead_"))
-    model = _model(tmp / "bert", size, tokenizer)
+    models = {f"m{i + 1}": _model(tmp / f"bert{i + 1}", size, tokenizer, seed=i) for i in range(n_models)}
     tick = time.perf_counter()
     info = init_ray(num_cpus=cpus_arg)
     ray_start = time.perf_counter() - tick
     cpus = int(info["resources"].get("CPU", 1))
     gpu = device == "cuda" or (device == "auto" and torch.cuda.is_available())
-    tasks = list(space_tasks(resolve_space(SweepConfig(search_space="tiny"))))
-    cfg = SweepConfig(search_space="tiny", seeds=tuple(seeds), learning_rates=tuple(lrs),
-                      epochs={t: tuple(epochs) for t in tasks}, gpus_per_trial=gpus_per_trial if gpu else 0.0,
+    tasks = list(space_tasks(SweepConfig(search_space="tiny").space))
+    cfg = SweepConfig(search_space="tiny", seeds=tuple(seeds or ()), learning_rates=tuple(lrs or ()),
+                      epochs={t: tuple(epochs) for t in tasks} if epochs else {},
+                      gpus_per_trial=gpus_per_trial if gpu else 0.0,
                       max_concurrent_trials=concurrency, precision="bf16" if gpu else "",
                       bundle_learning_rates=bundle)
-    n_trials = len(tasks) * len(seeds) * len(lrs)
-    bundled = len(lrs) > 1 and (bundle == "on" or (bundle == "auto" and gpu))
-    n_ray = n_trials // len(lrs) if bundled else n_trials  # Ray trials: a bundle holds one trial's resources
+    space = cfg.space
+    trials = build_trials(cfg, space, models)
+    bundled = len(space.learning_rates) > 1 and (bundle == "on" or (bundle == "auto" and gpu))
+    n_ray = len(group_trials(trials, bundled, models=cfg.bundle_models))  # a bundle holds one trial's resources
     slots = min(n_ray, concurrency or cpus, cpus)
     if gpu:
         slots = min(slots, int(info["resources"].get("GPU", 1) / gpus_per_trial))
-    print(f"sweep_overhead: {n_trials} trials ({len(tasks)} tasks x {len(lrs)} lr x {len(seeds)} seeds, epochs "
-          f"{epochs}), {size} BERT, {'GPU' if gpu else 'CPU'}, "
+    grids = sorted({epoch_grid(space, task, spec) for task, spec in space_tasks(space).items()})
+    print(f"sweep_overhead: {len(trials)} trials ({n_models} model(s) x {len(tasks)} tasks x "
+          f"{len(space.learning_rates)} lr x {len(space.seeds)} seeds, epochs "
+          f"{' / '.join(map(str, map(list, grids)))}), {size} BERT, {'GPU' if gpu else 'CPU'}, "
           + (f"learning rates bundled: {n_ray} Ray trials, " if bundled else "")
           + f"{slots} at a time; Ray started in {ray_start:.1f} s", flush=True)
     tick, clock_start = time.perf_counter(), time.time()
-    run_sweep(cfg, {"m": model}, tmp / "sweep", None, tmp)
+    run_sweep(cfg, models, tmp / "sweep", None, tmp)
     wall = time.perf_counter() - tick
     records = [json.loads(p.read_text()) for p in sorted((tmp / "sweep" / "trials").glob("*.json"))]
     shares = overhead(records, wall, slots)
@@ -209,7 +222,7 @@ def measure(size: str, seeds: list[int], lrs: list[float], epochs: list[int], de
     span = wall * slots - (fixed["startup_s"] + fixed["end_s"]) * slots
     compute = shares["compute"] * wall * slots
     out = {"size": size, "device": torch.cuda.get_device_name() if gpu else "cpu", "trials": len(records),
-           "ray_trials": n_ray, "bundled": bundled, "slots": slots, "wall_s": round(wall, 2),
+           "models": n_models, "ray_trials": n_ray, "bundled": bundled, "slots": slots, "wall_s": round(wall, 2),
            "ray_start_s": round(ray_start, 2),
            "train_s": round(sum(r["counts"]["train_seconds"] for r in records), 2),
            "eval_s": round(sum(r["counts"]["eval_seconds"] for r in records), 2),
@@ -223,7 +236,7 @@ def measure(size: str, seeds: list[int], lrs: list[float], epochs: list[int], de
         from orchestrator.pretrain.peaks import peak_flops
 
         compute = out["train_s"] + out["eval_s"]
-        achieved = _model_flops(model, records, cfg) / compute * slots  # the trials share the GPU
+        achieved = _model_flops(models["m1"], records, cfg) / compute * slots  # the trials share the GPU
         peak = peak_flops(torch.cuda.get_device_name(), "bf16", tf32=True)
         out["model_flops_per_s"] = achieved
         out["share_of_peak"] = achieved / peak if peak else None
@@ -251,9 +264,13 @@ def _reference(path: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size", choices=sorted(SIZES), default="tiny")
-    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
-    ap.add_argument("--lrs", type=float, nargs="+", default=[1e-3])
-    ap.add_argument("--epochs", type=int, nargs="+", default=[10, 20])
+    ap.add_argument("--seeds", type=int, nargs="+", default=None, help="default: the laptop space's (1 2 3)")
+    ap.add_argument("--lrs", type=float, nargs="+", default=None, help="default: the laptop space's (1e-3 3e-3)")
+    ap.add_argument("--epochs", type=int, nargs="+", default=None,
+                    help="every task's epoch grid (default: the laptop space's, 10 20)")
+    ap.add_argument("--models", type=int, default=2,
+                    help="models swept (one architecture, seeds 0, 1, ...; default 2, as the laptop default's arm "
+                         "and untrained floor)")
     ap.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     ap.add_argument("--gpus-per-trial", type=float, default=0.125)
     ap.add_argument("--concurrency", type=int, default=0, help="trials at once (0: as many as resources allow)")
@@ -268,9 +285,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="the JSON line another run of this benchmark printed (in a file): checks that this run "
                          "selects the same settings with the same dev and test means (e.g. --bundle on against off)")
     args = ap.parse_args(argv)
+    if args.models < 1:
+        ap.error(f"--models: expected a number of models >= 1, got {args.models}")
     reference = _reference(args.against) if args.against else None
     out = measure(args.size, args.seeds, args.lrs, args.epochs, args.device, args.gpus_per_trial, args.concurrency,
-                  args.cpus, args.tokenizer, args.bundle)
+                  args.cpus, args.tokenizer, args.bundle, args.models)
     print(f"wall {out['wall_s']:.1f} s x {out['slots']} slot(s): compute {out['compute']:.1%} (train "
           f"{out['train_s']:.1f} s + eval {out['eval_s']:.1f} s), trial setup {out['trial_setup']:.1%} "
           f"({out['setup_s']:.1f} s), rest of trials {out['trial_rest']:.1%}, outside trials "

@@ -240,6 +240,8 @@ def test_the_overhead_benchmark_splits_a_sweep_into_its_fixed_start_up_and_its_p
     cell = {"selected": {"learning_rate": 1e-3, "epochs": 10}, "dev_mean": 0.5, "mean": 0.4}
     ours = bench.selection({"cells": {"m": {"hoc": cell, "biosses": {**cell, "mean": 0.7}}}})
     assert ours["biosses"] == {"selected": {"learning_rate": 1e-3, "epochs": 10}, "dev_mean": 0.5, "test_mean": 0.7}
+    both = bench.selection({"cells": {"m2": {"hoc": cell}, "m1": {"hoc": {**cell, "dev_mean": 0.6}}}})
+    assert list(both) == ["m1/hoc", "m2/hoc"] and both["m1/hoc"]["dev_mean"] == 0.6  # several models: per model
     assert bench.selection_differences(ours, {k: dict(v) for k, v in ours.items()}) == []
     theirs = {"hoc": {**ours["hoc"], "selected": {"learning_rate": 3e-3, "epochs": 10}, "test_mean": 0.40001}}
     assert bench.selection_differences(ours, theirs) == [
