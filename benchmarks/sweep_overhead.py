@@ -236,6 +236,7 @@ def measure(size: str, seeds: list[int] | None, lrs: list[float] | None, epochs:
         from orchestrator.pretrain.peaks import peak_flops
 
         compute = out["train_s"] + out["eval_s"]
+        # the models share one architecture, so the first one's parameter count stands for all
         achieved = _model_flops(models["m1"], records, cfg) / compute * slots  # the trials share the GPU
         peak = peak_flops(torch.cuda.get_device_name(), "bf16", tf32=True)
         out["model_flops_per_s"] = achieved
