@@ -183,7 +183,7 @@ def measure(size: str, seeds: list[int] | None, lrs: list[float] | None, epochs:
     from orchestrator.core.runtime import init_ray
     from orchestrator.finetune.bundle import group_trials
     from orchestrator.sweep.config import SweepConfig
-    from orchestrator.sweep.runner import run_sweep
+    from orchestrator.sweep.runner import _bundled, _resources, run_sweep
     from orchestrator.sweep.space import build_trials, epoch_grid, space_tasks
 
     tmp = Path(tempfile.mkdtemp(prefix="sweep_overhead_"))
@@ -201,8 +201,9 @@ def measure(size: str, seeds: list[int] | None, lrs: list[float] | None, epochs:
                       bundle_learning_rates=bundle)
     space = cfg.space
     trials = build_trials(cfg, space, models)
-    bundled = len(space.learning_rates) > 1 and (bundle == "on" or (bundle == "auto" and gpu))
-    n_ray = len(group_trials(trials, bundled, models=cfg.bundle_models))  # a bundle holds one trial's resources
+    # the Ray trials as the runner groups them: a bundle (learning rates, models) holds one trial's resources
+    n_ray = len(group_trials(trials, _bundled(cfg, _resources(cfg)), models=cfg.bundle_models))
+    bundled = n_ray < len(trials)
     slots = min(n_ray, concurrency or cpus, cpus)
     if gpu:
         slots = min(slots, int(info["resources"].get("GPU", 1) / gpus_per_trial))
@@ -210,7 +211,7 @@ def measure(size: str, seeds: list[int] | None, lrs: list[float] | None, epochs:
     print(f"sweep_overhead: {len(trials)} trials ({n_models} model(s) x {len(tasks)} tasks x "
           f"{len(space.learning_rates)} lr x {len(space.seeds)} seeds, epochs "
           f"{' / '.join(map(str, map(list, grids)))}), {size} BERT, {'GPU' if gpu else 'CPU'}, "
-          + (f"learning rates bundled: {n_ray} Ray trials, " if bundled else "")
+          + (f"bundled: {n_ray} Ray trials, " if bundled else "")
           + f"{slots} at a time; Ray started in {ray_start:.1f} s", flush=True)
     tick, clock_start = time.perf_counter(), time.time()
     run_sweep(cfg, models, tmp / "sweep", None, tmp)

@@ -105,9 +105,10 @@ def run_stage(stage: str, out_dir: str | Path, key: str, build: Callable[[Path],
     return out_dir
 
 
+#: The files of a Hugging Face tokenizer directory that decide how it tokenizes.
+TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 #: Files of a Hugging Face model directory that decide what it computes (weights, config, tokenizer).
-MODEL_FILE_PATTERNS = ("config.json", "*.safetensors", "*.bin", "adapter_config.json", "vocab.txt", "tokenizer.json",
-                       "tokenizer_config.json", "special_tokens_map.json")
+MODEL_FILE_PATTERNS = ("config.json", "*.safetensors", "*.bin", "adapter_config.json", *TOKENIZER_FILES)
 MODEL_FILES_FIELD = "model_files"
 
 

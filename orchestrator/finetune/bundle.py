@@ -65,7 +65,7 @@ from torch.nn import functional as F
 from torch.overrides import TorchFunctionMode
 
 from orchestrator.core.manifest import file_sha256
-from orchestrator.core.reuse import content_key
+from orchestrator.core.reuse import TOKENIZER_FILES, content_key
 from orchestrator.finetune.loop import (
     NO_DECAY,
     BestDev,
@@ -96,8 +96,7 @@ GRAD_CLIP = 1.0  # as run_trial
 #: it, where it came from, the library's version, the dtype of its saved weights (they load as fp32 masters)
 CONFIG_KEYS_IGNORED = ("architectures", "_name_or_path", "transformers_version", "torch_dtype", "dtype")
 #: the files that make a directory's tokenizer (equal files: equal tokenised splits) and its adapters' shape
-FAMILY_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                "adapter_config.json")
+FAMILY_FILES = (*TOKENIZER_FILES, "adapter_config.json")
 
 
 def model_family(model_dir: str) -> str | None:

@@ -26,12 +26,12 @@ import torch
 from transformers import PreTrainedModel
 
 from orchestrator.core.errors import InputError
+from orchestrator.core.reuse import TOKENIZER_FILES
 from orchestrator.modeling.adapters import has_adapters, load_adapters, save_adapters
 
 STATE_FILE = "training_state.pt"
 TRAINER_STATE = "trainer_state.json"
 COMPLETE = "checkpoint.json"
-TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 #: Without these a checkpoint's (and final/'s) tokenizer does not load as the one trained with.
 REQUIRED_TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json")
 HF_FILES = ("config.json", "model.safetensors", "generation_config.json", "adapters.safetensors",

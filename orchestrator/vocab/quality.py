@@ -35,6 +35,7 @@ from pathlib import Path
 
 from orchestrator.core.config import field
 from orchestrator.core.errors import ConfigError, InputError
+from orchestrator.core.reuse import TOKENIZER_FILES
 from orchestrator.formats import text_units
 from orchestrator.formats.base import LANGUAGE_CODE
 from orchestrator.formats.parallel import read_squad
@@ -142,10 +143,6 @@ def read_text_sets(texts: dict[str, str], max_lines: int) -> list[TextSet]:
                 break
         out.append(TextSet(language, kind or "text", tuple(units)))
     return out
-
-
-#: The files of a tokenizer directory that decide how it tokenizes.
-TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
 
 
 def quality_inputs(cfg: QualityConfig) -> list[Path]:

@@ -22,6 +22,7 @@ from orchestrator.core.artifacts import ShardInfo, load_plan, shard_sentences
 from orchestrator.core.errors import InputError
 from orchestrator.core.manifest import atomic_write_json, atomic_write_text, file_sha256, write_manifest
 from orchestrator.core.pretokenize import pretokenize_of
+from orchestrator.core.reuse import TOKENIZER_FILES
 from orchestrator.vocab.quality import (
     QualityConfig,
     TextSet,
@@ -39,17 +40,13 @@ SPECIAL_TOKENS_MAP = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "
                       "mask_token": "[MASK]"}
 
 
-#: A model directory's tokenizer files that ``vocab.from_model`` takes, copied byte for byte.
-MODEL_TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
-
-
 def model_tokenizer_files(model_dir: str | Path) -> list[Path]:
     """The tokenizer files of a Hugging Face BERT directory; it must have a WordPiece ``vocab.txt``."""
     model_dir = Path(model_dir)
     if not (model_dir / "vocab.txt").is_file():
         raise InputError(model_dir, "vocab.from_model: no vocab.txt here",
                          expected="a Hugging Face BERT directory with its WordPiece vocabulary")
-    return [model_dir / name for name in MODEL_TOKENIZER_FILES if (model_dir / name).is_file()]
+    return [model_dir / name for name in TOKENIZER_FILES if (model_dir / name).is_file()]
 
 
 def copy_model_tokenizer(model_dir: str | Path, out_dir: Path, pretokenize: str = "none") -> dict:
