@@ -4,6 +4,8 @@
     python benchmarks/sweep_overhead.py --seeds 1 2 --lrs 1e-3 --models 1    # a 10-trial cut of it
     python benchmarks/sweep_overhead.py --size gpu           # one GPU: 4-layer hidden-512 BERTs, bf16
     python benchmarks/sweep_overhead.py --size gpu --lrs 1e-4 3e-4 1e-3 --bundle off   # and --bundle on
+    python benchmarks/sweep_overhead.py --experiment experiments/oubiobert_ablation_gpu.yaml --models 1 \
+        --seeds 1 2 3 --lrs 1e-3 --max-train 300 --max-eval 600 --order grid    # and --order longest_first
 
 Runs a real sweep (``orchestrator.sweep.runner.run_sweep`` on Ray Tune) on a Ray started before the
 clock. By default it is the shape of the laptop default's sweep (``python jobs/blue_sweep.py``): the
@@ -19,6 +21,11 @@ arm and the untrained floor; here, randomly initialised BERTs with MiniLM's toke
 - trial rest: the rest of each trial's ``seconds`` (per-epoch bookkeeping, Tune reports, the record);
 - outside trials: slot time no trial used (Ray scheduling, worker start-up and imports, Tune's
   driver loop and result handling, the records written, results.json).
+
+``--experiment`` sweeps the search space and task directories of an experiment's ``sweep:`` section
+instead (real tasks of unequal sizes), ``--order`` sets ``sweep.order``; before the sweep it prints the
+end the work model (``orchestrator.sweep.order``) predicts for the grid's order and for longest first
+on these slots, to compare with the measured ``end`` (a slot's idle time after its last trial).
 
 With several ``--lrs`` on a GPU (or ``--bundle on``) each (task, seed)'s learning rates train as one
 batched computation in one Ray trial (``sweep.bundle_learning_rates``); the records share its times.
@@ -172,17 +179,38 @@ def _model_flops(model_dir: Path, records: list[dict], cfg) -> float:
     return flops
 
 
+def experiment_sweep(path: Path) -> dict:
+    """The search space and task directories of the ``sweep:`` section of an experiment or config file (paths
+    relative to the working directory, as the jobs read them); a clear error naming the file otherwise."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise SystemExit(f"--experiment {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    sweep = data.get("sweep") if isinstance(data, dict) else None
+    if not isinstance(sweep, dict) or not isinstance(sweep.get("search_space", ""), str) \
+            or not isinstance(sweep.get("task_dirs", {}), dict):
+        raise SystemExit(f"--experiment {path}: expected a 'sweep:' mapping with a search_space name and "
+                         "task_dirs (task -> directory)")
+    return {k: sweep[k] for k in ("search_space", "task_dirs", "data_dir", "max_train_examples",
+                                  "max_eval_examples") if k in sweep}
+
+
 def measure(size: str, seeds: list[int] | None, lrs: list[float] | None, epochs: list[int] | None, device: str,
             gpus_per_trial: float, concurrency: int, cpus_arg: int | None = None, tokenizer: str = "",
-            bundle: str = "auto", n_models: int = 2) -> dict:
-    """One sweep of ``n_models`` models over the laptop space; ``seeds``, ``lrs``, ``epochs`` (every task's
-    grid) None: the space's."""
+            bundle: str = "auto", n_models: int = 2, order: str = "longest_first", sweep: dict | None = None,
+            max_train: int | None = None, max_eval: int | None = None) -> dict:
+    """One sweep of ``n_models`` models over the laptop space (``sweep``: an experiment's search space and task
+    directories instead); ``seeds``, ``lrs``, ``epochs`` (every task's grid), ``max_train`` and ``max_eval``
+    None: the space's."""
     import ray
     import torch
 
     from orchestrator.core.runtime import init_ray
     from orchestrator.finetune.bundle import group_trials
     from orchestrator.sweep.config import SweepConfig
+    from orchestrator.sweep.order import list_schedule_end, longest_first, split_reader, trial_work
     from orchestrator.sweep.runner import _bundled, _resources, run_sweep
     from orchestrator.sweep.space import build_trials, epoch_grid, space_tasks
 
@@ -193,16 +221,22 @@ def measure(size: str, seeds: list[int] | None, lrs: list[float] | None, epochs:
     ray_start = time.perf_counter() - tick
     cpus = int(info["resources"].get("CPU", 1))
     gpu = device == "cuda" or (device == "auto" and torch.cuda.is_available())
-    tasks = list(space_tasks(SweepConfig(search_space="tiny").space))
-    cfg = SweepConfig(search_space="tiny", seeds=tuple(seeds or ()), learning_rates=tuple(lrs or ()),
+    sweep = {"search_space": "tiny", **(sweep or {})}
+    if max_train is not None:
+        sweep["max_train_examples"] = max_train
+    if max_eval is not None:
+        sweep["max_eval_examples"] = max_eval
+    tasks = list(space_tasks(SweepConfig(**sweep).space))
+    cfg = SweepConfig(**sweep, seeds=tuple(seeds or ()), learning_rates=tuple(lrs or ()),
                       epochs={t: tuple(epochs) for t in tasks} if epochs else {},
                       gpus_per_trial=gpus_per_trial if gpu else 0.0,
-                      max_concurrent_trials=concurrency, precision="bf16" if gpu else "",
-                      bundle_learning_rates=bundle)
+                      max_concurrent_trials=concurrency, precision="bf16" if gpu else "fp32",
+                      bundle_learning_rates=bundle, order=order)
     space = cfg.space
     trials = build_trials(cfg, space, models)
     # the Ray trials as the runner groups them: a bundle (learning rates, models) holds one trial's resources
-    n_ray = len(group_trials(trials, _bundled(cfg, _resources(cfg)), models=cfg.bundle_models))
+    groups = group_trials(trials, _bundled(cfg, _resources(cfg)), models=cfg.bundle_models)
+    n_ray = len(groups)
     bundled = n_ray < len(trials)
     slots = min(n_ray, concurrency or cpus, cpus)
     if gpu:
@@ -212,7 +246,17 @@ def measure(size: str, seeds: list[int] | None, lrs: list[float] | None, epochs:
           f"{len(space.learning_rates)} lr x {len(space.seeds)} seeds, epochs "
           f"{' / '.join(map(str, map(list, grids)))}), {size} BERT, {'GPU' if gpu else 'CPU'}, "
           + (f"bundled: {n_ray} Ray trials, " if bundled else "")
-          + f"{slots} at a time; Ray started in {ray_start:.1f} s", flush=True)
+          + f"{slots} at a time, {order.replace('_', ' ')}; Ray started in {ray_start:.1f} s", flush=True)
+    # what the work model (sweep.order) predicts for the two orders on these slots
+    read = split_reader()
+    work = {id(g): sum(trial_work(t, read(t)) for t in g) for g in groups}
+    lpt = [work[id(g)] for g in longest_first(groups, read)]
+    work = [work[id(g)] for g in groups]
+    estimate = {"grid": list_schedule_end(work, slots), "longest_first": list_schedule_end(lpt, slots),
+                "bound": max(sum(work) / slots, max(work))}
+    print(f"estimated end (work model, {slots} slots): grid order {estimate['grid']:.3g}, longest first "
+          f"{estimate['longest_first']:.3g} ({estimate['grid'] / estimate['longest_first']:.2f}x), lower bound "
+          f"{estimate['bound']:.3g}", flush=True)
     tick, clock_start = time.perf_counter(), time.time()
     run_sweep(cfg, models, tmp / "sweep", None, tmp)
     wall = time.perf_counter() - tick
@@ -223,6 +267,7 @@ def measure(size: str, seeds: list[int] | None, lrs: list[float] | None, epochs:
     span = wall * slots - (fixed["startup_s"] + fixed["end_s"]) * slots
     compute = shares["compute"] * wall * slots
     out = {"size": size, "device": torch.cuda.get_device_name() if gpu else "cpu", "trials": len(records),
+           "search_space": cfg.search_space, "order": order,
            "models": n_models, "ray_trials": n_ray, "bundled": bundled, "slots": slots, "wall_s": round(wall, 2),
            "ray_start_s": round(ray_start, 2),
            "train_s": round(sum(r["counts"]["train_seconds"] for r in records), 2),
@@ -231,6 +276,7 @@ def measure(size: str, seeds: list[int] | None, lrs: list[float] | None, epochs:
            "trial_s": round(sum(r["seconds"] + r["counts"].get("setup_seconds", 0.0) for r in records), 2),
            **{k: round(v, 4) for k, v in shares.items()}, **{k: round(v, 2) for k, v in fixed.items()},
            "between_trials": round(fixed["between_s"] / (wall * slots), 4),
+           "estimated_grid_over_longest_first": round(estimate["grid"] / estimate["longest_first"], 4),
            "per_trial_overhead": round(1 - compute / span, 4) if span > 0 else None,
            "selection": selection(json.loads((tmp / "sweep" / "results.json").read_text()))}
     if gpu:
@@ -282,6 +328,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bundle", choices=["auto", "on", "off"], default="auto",
                     help="sweep.bundle_learning_rates: train each setting's learning rates (--lrs) as one batched "
                          "computation (auto: on a GPU)")
+    ap.add_argument("--order", choices=["longest_first", "grid"], default="longest_first",
+                    help="sweep.order: the Ray trials' start order (longest first by estimated work, or the grid's)")
+    ap.add_argument("--experiment", type=Path, default=None,
+                    help="sweep the search space and task directories of this experiment or config file's sweep "
+                         "section (e.g. experiments/oubiobert_ablation_gpu.yaml: real tasks of unequal sizes) "
+                         "instead of the laptop space on the sample data")
+    ap.add_argument("--max-train", type=int, default=None, help="cap training examples per task (default: the space's)")
+    ap.add_argument("--max-eval", type=int, default=None, help="cap dev/test examples per task (default: the space's)")
     ap.add_argument("--max-overhead", type=float, default=0.10)
     ap.add_argument("--against", type=Path, default=None,
                     help="the JSON line another run of this benchmark printed (in a file): checks that this run "
@@ -291,7 +345,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--models: expected a number of models >= 1, got {args.models}")
     reference = _reference(args.against) if args.against else None
     out = measure(args.size, args.seeds, args.lrs, args.epochs, args.device, args.gpus_per_trial, args.concurrency,
-                  args.cpus, args.tokenizer, args.bundle, args.models)
+                  args.cpus, args.tokenizer, args.bundle, args.models, args.order,
+                  experiment_sweep(args.experiment) if args.experiment else None, args.max_train, args.max_eval)
     print(f"wall {out['wall_s']:.1f} s x {out['slots']} slot(s): compute {out['compute']:.1%} (train "
           f"{out['train_s']:.1f} s + eval {out['eval_s']:.1f} s), trial setup {out['trial_setup']:.1%} "
           f"({out['setup_s']:.1f} s), rest of trials {out['trial_rest']:.1%}, outside trials "

@@ -112,6 +112,11 @@ class SweepConfig(SpaceOverrides):
                                            "the same architecture and tokenizer too (e.g. an arm and its untrained "
                                            "floor): one Ray trial for their learning rates together, each row "
                                            "starting from its own model's weights (full fine-tuning only)")
+    order: Literal["longest_first", "grid"] = field(
+        "longest_first", help="the order Ray trials start in: longest_first = by their work estimated from "
+                              "their tasks' splits and epochs (the longest trials do not run last, on a few "
+                              "slots, while the others idle); grid = the grid's order (model, task, learning "
+                              "rate, seed). Results do not depend on it")
     max_failures: int = field(2, help="run a trial again this many times when it fails (its worker died, a spot "
                                       "node was reclaimed); a trial restarts from its beginning")
     log_predictions: bool = field(True, help="log each trial's test predictions to MLflow as artifacts")

@@ -30,6 +30,7 @@ from orchestrator.finetune.readers import document_split, read_split
 from orchestrator.finetune.trial import TrialSpec
 from orchestrator.sweep.config import SweepConfig
 from orchestrator.sweep.export import export_entry, export_run, export_tasks, finished, plan_exports
+from orchestrator.sweep.order import longest_first, split_reader
 from orchestrator.sweep.selection import build_results
 from orchestrator.sweep.space import (
     Variant,
@@ -104,6 +105,8 @@ def plan_sweep(cfg: SweepConfig, models: dict[str, Path]) -> str:
                        "of one setting as one batched computation"
                      + ("; with sweep.bundle_models, those of models of one architecture and tokenizer together "
                         "(a model not yet built counts alone here)" if cfg.bundle_models and len(models) > 1 else ""))
+    lines.append("Ray trials start " + ("longest first, by work estimated from each task's splits and epochs"
+                                        if cfg.order == "longest_first" else "in the grid's order") + " (sweep.order)")
     if cfg.export_best:
         lines.append(f"then export the selected model ({cfg.export_seed} seed) of each model x "
                      f"{export_tasks(cfg.export_best, space_tasks(space))}")
@@ -236,6 +239,8 @@ def _run_tune(cfg: SweepConfig, todo: list[TrialSpec], out_dir: Path, trials_dir
         log.info("sweep: %d trial(s) in %d Ray trial(s): the learning rates of each setting train as one "
                  "batched computation (sweep.bundle_learning_rates)%s", len(todo), len(groups),
                  f", {across} of them with several models (sweep.bundle_models)" if across else "")
+    if cfg.order == "longest_first":
+        groups = longest_first(groups, split_reader())
     trainable = tune.with_resources(_tune_trainable, resources)
     param_space = {"bundle": tune.grid_search([{"trials": [dataclasses.asdict(t) for t in group]}
                                                 for group in groups])}

@@ -224,9 +224,9 @@ def tracked_config(cfg: SweepConfig, space: SearchSpace) -> dict:
     stopping appears only where it is on, so a sweep without it keeps the fingerprint (and reopens
     the MLflow parent run) it had before the option existed; the export options never appear."""
     data = {"sweep": to_dict(cfg), "space": to_dict(space)}
-    # what is exported, and whether learning rates and models train bundled (up to float rounding), change no result:
-    # the same MLflow sweep
-    for key in ("export_best", "export_seed", "bundle_learning_rates", "bundle_models"):
+    # what is exported, whether learning rates and models train bundled (up to float rounding) and the order trials
+    # start in change no result: the same MLflow sweep
+    for key in ("export_best", "export_seed", "bundle_learning_rates", "bundle_models", "order"):
         del data["sweep"][key]
     for part in data.values():
         if not part["early_stopping"]["patience"]:

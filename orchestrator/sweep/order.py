@@ -1,0 +1,95 @@
+"""The order a sweep's Ray trials start in: the longest first (``sweep.order``).
+
+Ray Tune starts a grid's trials in the grid's order as slots free up. The grid's order is the
+sweep's (model, task, learning rate, seed): a sweep whose last task is its largest, or whose
+bundles of several models come after the single-model ones (seed 000's GPU ablation), starts its
+longest trials last, and their tail runs on a few slots while the others idle. Starting the
+longest first (LPT, Graham 1969) bounds that tail by the shortest trials instead: the makespan of
+list scheduling in that order is at most 4/3 of the best possible.
+
+A trial's length is estimated on the driver from its task's splits as the trial reads them (the
+same caps, folds and re-splits: ``finetune.loop.load_splits``), in word positions: the training
+examples' words x epochs x 3 (a forward and a backward), plus the dev and test examples' words x
+evaluations. Each example's words count up to the trial's ``max_seq_length``. A bundle's estimate
+is its trials' sum. The order changes no trial's result, only when each starts.
+"""
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from orchestrator.finetune.trial import TrialSpec
+
+log = logging.getLogger(__name__)
+
+ORDERS = ("longest_first", "grid")
+TRAIN_COST = 3  # a training example's forward, its backward (about twice a forward) against an evaluation's forward
+
+
+def example_words(example: Any, cap: int) -> int:
+    """An example's words (an NER example's tokens; a pair's two texts), at most ``cap``."""
+    words = len(example.text_a) if isinstance(example.text_a, list | tuple) else len(str(example.text_a).split())
+    if example.text_b:
+        words += len(str(example.text_b).split())
+    return min(max(1, words), cap)
+
+
+def trial_work(trial: TrialSpec, splits: dict[str, Sequence[Any]]) -> float:
+    """``trial``'s estimated work in word positions, from the ``splits`` it trains and evaluates on."""
+    def words(name: str) -> int:
+        return sum(example_words(e, trial.max_seq_length) for e in splits.get(name, ()))
+
+    if trial.patience:  # early stopping: dev after every epoch (at most max_epochs), test once
+        evaluations = trial.max_epochs * words("dev") + words("test")
+    else:
+        evaluations = len(trial.eval_epochs) * (words("dev") + words("test"))
+    return TRAIN_COST * trial.max_epochs * words("train") + evaluations
+
+
+def split_reader() -> Callable[[TrialSpec], dict[str, Sequence[Any]]]:
+    """``trial -> its splits`` as its worker reads them (``load_splits``), each (task, data, fold, caps) read once."""
+    from orchestrator.finetune.loop import load_splits  # heavy: torch
+    from orchestrator.finetune.spec import load_task
+
+    cache: dict[tuple, dict[str, Sequence[Any]]] = {}
+
+    def read(trial: TrialSpec) -> dict[str, Sequence[Any]]:
+        key = (trial.task, trial.data_dir, trial.fold, trial.max_train_examples, trial.max_eval_examples)
+        if key not in cache:
+            cache[key] = load_splits(dataclasses.replace(load_task(trial.task), dir=""), trial)
+        return cache[key]
+
+    return read
+
+
+def longest_first(groups: list[list[TrialSpec]],
+                  splits: Callable[[TrialSpec], dict[str, Sequence[Any]]]) -> list[list[TrialSpec]]:
+    """``groups`` (Ray trials: a trial or a bundle) sorted by estimated work, the longest first; equal
+    estimates keep their grid order. A group whose data directory the driver does not see (a path on the
+    workers only) counts as the longest, so it starts first; a split the driver reads as bad input raises
+    here, as the trial would (``InputError``: file, line, what was expected), before any trial starts."""
+    work: list[float] = []
+    unseen: set[str] = set()
+    for group in groups:
+        if not all(Path(t.data_dir).is_dir() for t in group):
+            unseen.add(group[0].data_dir)
+            work.append(float("inf"))
+            continue
+        work.append(sum(trial_work(t, splits(t)) for t in group))
+    if unseen:
+        log.info("sweep.order: the driver does not see %s; their Ray trials start first", ", ".join(sorted(unseen)))
+    ranked = sorted(range(len(groups)), key=lambda i: -work[i])  # sorted() is stable: ties keep the grid's order
+    return [groups[i] for i in ranked]
+
+
+def list_schedule_end(works: Sequence[float], slots: int) -> float:
+    """When the last of ``works`` (in start order) ends, each started on the first slot that frees (as Tune
+    starts trials), in the units of ``works``: what ``longest_first``'s order is estimated to save."""
+    free = [0.0] * max(1, slots)
+    for work in works:
+        heapq.heappush(free, heapq.heappop(free) + work)
+    return max(free)
