@@ -210,7 +210,7 @@ def measure(size: str, seeds: list[int] | None, lrs: list[float] | None, epochs:
     from orchestrator.core.runtime import init_ray
     from orchestrator.finetune.bundle import group_trials
     from orchestrator.sweep.config import SweepConfig
-    from orchestrator.sweep.order import list_schedule_end, longest_first, split_reader, trial_work
+    from orchestrator.sweep.order import estimated_work, list_schedule_end, longest_first, split_reader
     from orchestrator.sweep.runner import _bundled, _resources, run_sweep
     from orchestrator.sweep.space import build_trials, epoch_grid, space_tasks
 
@@ -248,10 +248,9 @@ def measure(size: str, seeds: list[int] | None, lrs: list[float] | None, epochs:
           + (f"bundled: {n_ray} Ray trials, " if bundled else "")
           + f"{slots} at a time, {order.replace('_', ' ')}; Ray started in {ray_start:.1f} s", flush=True)
     # what the work model (sweep.order) predicts for the two orders on these slots
-    read = split_reader()
-    work = {id(g): sum(trial_work(t, read(t)) for t in g) for g in groups}
-    lpt = [work[id(g)] for g in longest_first(groups, read)]
-    work = [work[id(g)] for g in groups]
+    by_trial = estimated_work(trials, split_reader())
+    work = [sum(by_trial[t.trial_id] for t in g) for g in groups]
+    lpt = [sum(by_trial[t.trial_id] for t in g) for g in longest_first(groups, by_trial)]
     estimate = {"grid": list_schedule_end(work, slots), "longest_first": list_schedule_end(lpt, slots),
                 "bound": max(sum(work) / slots, max(work))}
     print(f"estimated end (work model, {slots} slots): grid order {estimate['grid']:.3g}, longest first "

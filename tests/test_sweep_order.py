@@ -10,7 +10,14 @@ from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.finetune.bundle import group_trials
 from orchestrator.finetune.readers import Example
 from orchestrator.sweep.config import EarlyStopping, SweepConfig
-from orchestrator.sweep.order import example_words, list_schedule_end, longest_first, split_reader, trial_work
+from orchestrator.sweep.order import (
+    estimated_work,
+    example_words,
+    list_schedule_end,
+    longest_first,
+    split_reader,
+    trial_work,
+)
 from orchestrator.sweep.space import build_trials
 
 
@@ -39,7 +46,7 @@ def test_longest_first_orders_ray_trials_by_their_tasks_splits_and_epochs(tmp_pa
                      epochs={"biosses": (1,), "bc5cdr_chemical": (30,), "chemprot": (1,)})
     groups = group_trials(trials, bundle=False)
     read = split_reader()
-    ordered = longest_first(groups, read)
+    ordered = longest_first(groups, estimated_work(trials, read))
     assert [g[0].task for g in ordered] == ["bc5cdr_chemical", "biosses", "chemprot"]  # grid: biosses first
     work = {g[0].task: trial_work(g[0], read(g[0])) for g in groups}
     assert work["bc5cdr_chemical"] > work["biosses"] > 0
@@ -51,9 +58,10 @@ def test_longest_first_orders_ray_trials_by_their_tasks_splits_and_epochs(tmp_pa
                       epochs={"biosses": (1,)})
     two = build_trials(cfg, cfg.space, {"m": tmp_path / "m"})
     mixed = [[two[0]], [two[1], two[3]]]  # a trial alone, then a bundle of two (the grid's order)
-    assert longest_first(mixed, read) == [mixed[1], mixed[0]]
+    work = estimated_work(two, read)
+    assert longest_first(mixed, work) == [mixed[1], mixed[0]]
     # equal estimates keep the grid's order (the seeds of one task read the same splits)
-    assert longest_first([[two[0]], [two[1]]], read) == [[two[0]], [two[1]]]
+    assert longest_first([[two[0]], [two[1]]], work) == [[two[0]], [two[1]]]
 
 
 def test_the_longest_last_leaves_slots_idle_at_the_end():
@@ -62,20 +70,36 @@ def test_the_longest_last_leaves_slots_idle_at_the_end():
     assert list_schedule_end([2, 2], slots=8) == 2 and list_schedule_end([], slots=2) == 0
 
 
+def test_the_progress_lines_time_left_follows_the_work_done_not_the_trials_counted():
+    import time
+
+    from orchestrator.sweep.runner import SweepProgress
+
+    work = {"long": 3.0, "short1": 0.5, "short2": 0.5}
+    progress = SweepProgress(3, every_s=0.0, work=work)
+    progress.started = time.monotonic() - 30.0  # the long trial took 30 s
+    line = progress.add({"trial_id": "long", "task": "T"})
+    assert "1/3 trials" in line and "about 10.0s left" in line  # 3/4 of the work in 30 s: 1/4 left in 10 s
+    by_count = SweepProgress(3, every_s=0.0, work={**work, "short2": float("inf")})  # unknown work: by counts
+    by_count.started = time.monotonic() - 30.0
+    assert "about 1m00s left" in by_count.add({"trial_id": "long", "task": "T"})
+
+
 def test_a_directory_the_driver_does_not_see_starts_first_and_bad_input_fails_before_any_trial(tmp_path):
     import dataclasses
     import shutil
 
     trials = _trials(tmp_path, tasks=("biosses", "chemprot"))
     away = dataclasses.replace(trials[1], data_dir=str(tmp_path / "on-the-workers-only"))
-    assert longest_first([[trials[0]], [away]], split_reader()) == [[away], [trials[0]]]
+    work = estimated_work([trials[0], away], split_reader())
+    assert work[away.trial_id] == float("inf") and longest_first([[trials[0]], [away]], work) == [[away], [trials[0]]]
     bad = tmp_path / "biosses"
     shutil.copytree(Path(trials[0].data_dir), bad)
     lines = (bad / "train.tsv").read_text().splitlines(keepends=True)
     lines[1] = lines[1].rsplit("\t", 1)[0] + "\tnot-a-number\n"  # the first example's score
     (bad / "train.tsv").write_text("".join(lines))
     with pytest.raises(InputError, match=r"train\.tsv:2"):
-        longest_first([[dataclasses.replace(trials[0], data_dir=str(bad))]], split_reader())
+        estimated_work([dataclasses.replace(trials[0], data_dir=str(bad))], split_reader())
 
 
 def test_the_order_is_a_choice_of_two_that_leaves_the_sweeps_identity(tmp_path):

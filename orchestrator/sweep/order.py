@@ -11,14 +11,16 @@ A trial's length is estimated on the driver from its task's splits as the trial 
 same caps, folds and re-splits: ``finetune.loop.load_splits``), in word positions: the training
 examples' words x epochs x 3 (a forward and a backward), plus the dev and test examples' words x
 evaluations. Each example's words count up to the trial's ``max_seq_length``. A bundle's estimate
-is its trials' sum. The order changes no trial's result, only when each starts.
+is its trials' sum. The order changes no trial's result, only when each starts. The same estimate
+gives the sweep's progress line its time left (the trials' work done, not their number).
 """
 from __future__ import annotations
 
 import dataclasses
 import heapq
 import logging
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -66,23 +68,29 @@ def split_reader() -> Callable[[TrialSpec], dict[str, Sequence[Any]]]:
     return read
 
 
-def longest_first(groups: list[list[TrialSpec]],
-                  splits: Callable[[TrialSpec], dict[str, Sequence[Any]]]) -> list[list[TrialSpec]]:
-    """``groups`` (Ray trials: a trial or a bundle) sorted by estimated work, the longest first; equal
-    estimates keep their grid order. A group whose data directory the driver does not see (a path on the
-    workers only) counts as the longest, so it starts first; a split the driver reads as bad input raises
-    here, as the trial would (``InputError``: file, line, what was expected), before any trial starts."""
-    work: list[float] = []
+def estimated_work(trials: Sequence[TrialSpec],
+                   splits: Callable[[TrialSpec], dict[str, Sequence[Any]]]) -> dict[str, float]:
+    """Each trial's ``trial_work`` by trial id. A trial whose data directory the driver does not see (a path
+    on the workers only) gets inf; a split the driver reads as bad input raises here, as the trial would
+    (``InputError``: file, line, what was expected), before any trial starts."""
+    work: dict[str, float] = {}
     unseen: set[str] = set()
-    for group in groups:
-        if not all(Path(t.data_dir).is_dir() for t in group):
-            unseen.add(group[0].data_dir)
-            work.append(float("inf"))
-            continue
-        work.append(sum(trial_work(t, splits(t)) for t in group))
+    for trial in trials:
+        if not Path(trial.data_dir).is_dir():
+            unseen.add(trial.data_dir)
+            work[trial.trial_id] = math.inf
+        else:
+            work[trial.trial_id] = trial_work(trial, splits(trial))
     if unseen:
         log.info("sweep.order: the driver does not see %s; their Ray trials start first", ", ".join(sorted(unseen)))
-    ranked = sorted(range(len(groups)), key=lambda i: -work[i])  # sorted() is stable: ties keep the grid's order
+    return work
+
+
+def longest_first(groups: list[list[TrialSpec]], work: Mapping[str, float]) -> list[list[TrialSpec]]:
+    """``groups`` (Ray trials: a trial or a bundle) sorted by their trials' summed ``work`` (by trial id),
+    the longest first (inf: first); equal sums keep their grid order."""
+    sums = [sum(work[t.trial_id] for t in group) for group in groups]
+    ranked = sorted(range(len(groups)), key=lambda i: -sums[i])  # sorted() is stable: ties keep the grid's order
     return [groups[i] for i in ranked]
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,7 +31,7 @@ from orchestrator.finetune.readers import document_split, read_split
 from orchestrator.finetune.trial import TrialSpec
 from orchestrator.sweep.config import SweepConfig
 from orchestrator.sweep.export import export_entry, export_run, export_tasks, finished, plan_exports
-from orchestrator.sweep.order import longest_first, split_reader
+from orchestrator.sweep.order import estimated_work, longest_first, split_reader
 from orchestrator.sweep.selection import build_results
 from orchestrator.sweep.space import (
     Variant,
@@ -156,12 +157,19 @@ class SweepProgress:
     """The sweep's progress line: trials done of the total, elapsed, an estimate of the time left, and
     the best dev score so far of the task whose trial just ended. On a terminal it updates at every
     trial; elsewhere (a log, a pipe) when a line is due (``orchestrator.core.console.due``: at least
-    ``every_s`` apart, about 20 a sweep) and at the last trial."""
+    ``every_s`` apart, about 20 a sweep) and at the last trial.
 
-    def __init__(self, total: int, every_s: float = 30.0):
+    The time left is the elapsed time x the work left / the work done, with each trial's estimated
+    ``work`` by trial id (``sweep.order.estimated_work``: trials of unequal length, the longest first);
+    by trial counts where a trial's work is unknown."""
+
+    def __init__(self, total: int, every_s: float = 30.0, work: dict[str, float] | None = None):
         self.total, self.every_s, self.done, self.last_done = total, every_s, 0, 0
         self.started = self.last = time.monotonic()
         self.best: dict[str, tuple[float, str]] = {}  # task -> (best dev, model)
+        known = work is not None and len(work) == total and all(0 < w < math.inf for w in work.values())
+        self.work = work if known else None
+        self.work_done = 0.0
 
     def add(self, record: dict) -> str | None:
         """Count a finished trial's record; returns the line when one is due."""
@@ -169,6 +177,8 @@ class SweepProgress:
         from orchestrator.finetune.metrics import METRICS
 
         self.done += 1
+        if self.work is not None:
+            self.work_done += self.work.get(record.get("trial_id", ""), 0.0)
         task, model = record.get("task", "?"), record.get("trial", {}).get("model_name", "?")
         devs = [row["dev"] for row in record.get("epochs", []) if isinstance(row.get("dev"), int | float)]
         higher = METRICS.get(record["metric"]).higher_is_better if record.get("metric") in METRICS else True
@@ -183,7 +193,10 @@ class SweepProgress:
             return None
         self.last, self.last_done = now, self.done
         elapsed = now - self.started
-        left = elapsed / self.done * (self.total - self.done)
+        if self.work is not None and self.work_done > 0:
+            left = elapsed / self.work_done * max(0.0, sum(self.work.values()) - self.work_done)
+        else:
+            left = elapsed / self.done * (self.total - self.done)
         line = (f"sweep: {self.done}/{self.total} trials, {duration(elapsed)} elapsed"
                 + (f", about {duration(left)} left" if self.done < self.total else ""))
         if task in self.best:
@@ -192,14 +205,14 @@ class SweepProgress:
         return line
 
 
-def _record_writer(trials_dir: Path, total: int):
+def _record_writer(trials_dir: Path, total: int, work: dict[str, float] | None = None):
     from ray import tune  # heavy: ray
 
     class RecordWriter(tune.Callback):
         """Driver side: persist each trial's record as soon as it arrives (restore unit); the progress line."""
 
         def __init__(self):
-            self.progress = SweepProgress(total)
+            self.progress = SweepProgress(total, work=work)
 
         def on_trial_result(self, iteration, trials, trial, result, **info):
             for rec in json.loads(result.get("records", "[]")):  # the Ray trial's trials (a bundle: several)
@@ -239,8 +252,9 @@ def _run_tune(cfg: SweepConfig, todo: list[TrialSpec], out_dir: Path, trials_dir
         log.info("sweep: %d trial(s) in %d Ray trial(s): the learning rates of each setting train as one "
                  "batched computation (sweep.bundle_learning_rates)%s", len(todo), len(groups),
                  f", {across} of them with several models (sweep.bundle_models)" if across else "")
+    work = estimated_work(todo, split_reader())  # the start order and the progress line's time left
     if cfg.order == "longest_first":
-        groups = longest_first(groups, split_reader())
+        groups = longest_first(groups, work)
     trainable = tune.with_resources(_tune_trainable, resources)
     param_space = {"bundle": tune.grid_search([{"trials": [dataclasses.asdict(t) for t in group]}
                                                 for group in groups])}
@@ -250,7 +264,7 @@ def _run_tune(cfg: SweepConfig, todo: list[TrialSpec], out_dir: Path, trials_dir
         tune_config=tune.TuneConfig(max_concurrent_trials=cfg.max_concurrent_trials or None, reuse_actors=True),
         run_config=tune.RunConfig(name=f"sweep-{time.strftime('%Y%m%d-%H%M%S')}",
                                   storage_path=str((out_dir / "tune").resolve()),
-                                  callbacks=[_record_writer(trials_dir, len(todo))], verbose=1,
+                                  callbacks=[_record_writer(trials_dir, len(todo), work)], verbose=1,
                                   failure_config=tune.FailureConfig(max_failures=cfg.max_failures)))
     grid = tuner.fit()
     failed = [r for r in grid if r.error is not None]
