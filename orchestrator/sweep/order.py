@@ -28,7 +28,6 @@ from orchestrator.finetune.trial import TrialSpec
 
 log = logging.getLogger(__name__)
 
-ORDERS = ("longest_first", "grid")
 TRAIN_COST = 3  # a training example's forward, its backward (about twice a forward) against an evaluation's forward
 
 
@@ -82,7 +81,8 @@ def estimated_work(trials: Sequence[TrialSpec],
         else:
             work[trial.trial_id] = trial_work(trial, splits(trial))
     if unseen:
-        log.info("sweep.order: the driver does not see %s; their Ray trials start first", ", ".join(sorted(unseen)))
+        log.info("sweep: the driver does not see %s; their trials count as the longest (sweep.order) and the "
+                 "time left is counted in trials", ", ".join(sorted(unseen)))
     return work
 
 

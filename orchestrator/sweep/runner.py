@@ -169,7 +169,7 @@ class SweepProgress:
         self.best: dict[str, tuple[float, str]] = {}  # task -> (best dev, model)
         known = work is not None and len(work) == total and all(0 < w < math.inf for w in work.values())
         self.work = work if known else None
-        self.work_done = 0.0
+        self.work_total, self.work_done = sum(work.values()) if known else 0.0, 0.0
 
     def add(self, record: dict) -> str | None:
         """Count a finished trial's record; returns the line when one is due."""
@@ -194,7 +194,7 @@ class SweepProgress:
         self.last, self.last_done = now, self.done
         elapsed = now - self.started
         if self.work is not None and self.work_done > 0:
-            left = elapsed / self.work_done * max(0.0, sum(self.work.values()) - self.work_done)
+            left = elapsed / self.work_done * max(0.0, self.work_total - self.work_done)
         else:
             left = elapsed / self.done * (self.total - self.done)
         line = (f"sweep: {self.done}/{self.total} trials, {duration(elapsed)} elapsed"
