@@ -32,7 +32,7 @@ def estimate(experiment: Path, slots: int, families: list[list[str]]) -> dict:
 
     from orchestrator.finetune.bundle import group_trials
     from orchestrator.sweep.config import SweepConfig
-    from orchestrator.sweep.order import estimated_work, list_schedule_end, longest_first, split_reader
+    from orchestrator.sweep.order import estimated_ends, estimated_work, split_reader
     from orchestrator.sweep.space import build_trials
 
     cfg = SweepConfig(**experiment_sweep(experiment))
@@ -46,14 +46,11 @@ def estimate(experiment: Path, slots: int, families: list[list[str]]) -> dict:
             models[name] = tmp / name
     trials = build_trials(cfg, cfg.space, models)
     groups = group_trials(trials, bundle=True, models=True)
-    by_trial = estimated_work(trials, split_reader())
-    work = [sum(by_trial[t.trial_id] for t in g) for g in groups]
-    grid = list_schedule_end(work, slots)
-    first = list_schedule_end([sum(by_trial[t.trial_id] for t in g) for g in longest_first(groups, by_trial)], slots)
-    bound = max(sum(work) / slots, max(work))
+    ends = estimated_ends(groups, estimated_work(trials, split_reader()), slots)
     shutil.rmtree(tmp, ignore_errors=True)
     return {"experiment": str(experiment), "trials": len(trials), "ray_trials": len(groups), "slots": slots,
-            "grid_end": grid, "longest_first_end": first, "lower_bound": bound, "grid_over_longest_first": grid / first}
+            "grid_end": ends["grid"], "longest_first_end": ends["longest_first"], "lower_bound": ends["bound"],
+            "grid_over_longest_first": ends["grid"] / ends["longest_first"]}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -180,21 +180,21 @@ def _model_flops(model_dir: Path, records: list[dict], cfg) -> float:
 
 
 def experiment_sweep(path: Path) -> dict:
-    """The search space and task directories of the ``sweep:`` section of an experiment or config file (paths
-    relative to the working directory, as the jobs read them); a clear error naming the file otherwise."""
-    import yaml
+    """The search space, task directories and caps of an experiment or config file's sweep, as the jobs load
+    it (``load_config``: paths relative to the working directory); a clear error naming the file otherwise."""
+    from orchestrator.core.config import load_config, read_yaml
+    from orchestrator.core.errors import ConfigError
+    from orchestrator.workflows.config import ExperimentConfig
 
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise SystemExit(f"--experiment {path}: {getattr(exc, 'strerror', None) or exc}") from None
-    sweep = data.get("sweep") if isinstance(data, dict) else None
-    if not isinstance(sweep, dict) or not isinstance(sweep.get("search_space", ""), str) \
-            or not isinstance(sweep.get("task_dirs", {}), dict):
-        raise SystemExit(f"--experiment {path}: expected a 'sweep:' mapping with a search_space name and "
-                         "task_dirs (task -> directory)")
-    return {k: sweep[k] for k in ("search_space", "task_dirs", "data_dir", "max_train_examples",
-                                  "max_eval_examples") if k in sweep}
+        if not isinstance(read_yaml(path).get("sweep"), dict):
+            raise SystemExit(f"--experiment {path}: expected a 'sweep:' mapping with a search_space name and "
+                             "task_dirs (task -> directory)")
+        sweep = load_config(ExperimentConfig, path).sweep
+    except ConfigError as exc:
+        raise SystemExit(f"--experiment {path}: {exc}") from None
+    return {k: getattr(sweep, k) for k in ("search_space", "task_dirs", "data_dir", "max_train_examples",
+                                           "max_eval_examples")}
 
 
 def measure(size: str, seeds: list[int] | None, lrs: list[float] | None, epochs: list[int] | None, device: str,
@@ -210,7 +210,7 @@ def measure(size: str, seeds: list[int] | None, lrs: list[float] | None, epochs:
     from orchestrator.core.runtime import init_ray
     from orchestrator.finetune.bundle import group_trials
     from orchestrator.sweep.config import SweepConfig
-    from orchestrator.sweep.order import estimated_work, list_schedule_end, longest_first, split_reader
+    from orchestrator.sweep.order import estimated_ends, estimated_work, split_reader
     from orchestrator.sweep.runner import _bundled, _resources, run_sweep
     from orchestrator.sweep.space import build_trials, epoch_grid, space_tasks
 
@@ -248,11 +248,7 @@ def measure(size: str, seeds: list[int] | None, lrs: list[float] | None, epochs:
           + (f"bundled: {n_ray} Ray trials, " if bundled else "")
           + f"{slots} at a time, {order.replace('_', ' ')}; Ray started in {ray_start:.1f} s", flush=True)
     # what the work model (sweep.order) predicts for the two orders on these slots
-    by_trial = estimated_work(trials, split_reader())
-    work = [sum(by_trial[t.trial_id] for t in g) for g in groups]
-    lpt = [sum(by_trial[t.trial_id] for t in g) for g in longest_first(groups, by_trial)]
-    estimate = {"grid": list_schedule_end(work, slots), "longest_first": list_schedule_end(lpt, slots),
-                "bound": max(sum(work) / slots, max(work))}
+    estimate = estimated_ends(groups, estimated_work(trials, split_reader()), slots)
     print(f"estimated end (work model, {slots} slots): grid order {estimate['grid']:.3g}, longest first "
           f"{estimate['longest_first']:.3g} ({estimate['grid'] / estimate['longest_first']:.2f}x), lower bound "
           f"{estimate['bound']:.3g}", flush=True)

@@ -11,6 +11,7 @@ from orchestrator.finetune.bundle import group_trials
 from orchestrator.finetune.readers import Example
 from orchestrator.sweep.config import EarlyStopping, SweepConfig
 from orchestrator.sweep.order import (
+    estimated_ends,
     estimated_work,
     example_words,
     list_schedule_end,
@@ -60,6 +61,8 @@ def test_longest_first_orders_ray_trials_by_their_tasks_splits_and_epochs(tmp_pa
     mixed = [[two[0]], [two[1], two[3]]]  # a trial alone, then a bundle of two (the grid's order)
     work = estimated_work(two, read)
     assert longest_first(mixed, work) == [mixed[1], mixed[0]]
+    total = sum(work[t.trial_id] for g in mixed for t in g)  # one slot: every order ends when all the work is done
+    assert estimated_ends(mixed, work, 1) == {"grid": total, "longest_first": total, "bound": total}
     # equal estimates keep the grid's order (the seeds of one task read the same splits)
     assert longest_first([[two[0]], [two[1]]], work) == [[two[0]], [two[1]]]
 

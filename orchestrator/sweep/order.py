@@ -86,10 +86,15 @@ def estimated_work(trials: Sequence[TrialSpec],
     return work
 
 
+def group_work(group: Sequence[TrialSpec], work: Mapping[str, float]) -> float:
+    """A Ray trial's work: its trials' (one trial, or a bundle's rows)."""
+    return sum(work[t.trial_id] for t in group)
+
+
 def longest_first(groups: list[list[TrialSpec]], work: Mapping[str, float]) -> list[list[TrialSpec]]:
     """``groups`` (Ray trials: a trial or a bundle) sorted by their trials' summed ``work`` (by trial id),
     the longest first (inf: first); equal sums keep their grid order."""
-    sums = [sum(work[t.trial_id] for t in group) for group in groups]
+    sums = [group_work(group, work) for group in groups]
     ranked = sorted(range(len(groups)), key=lambda i: -sums[i])  # sorted() is stable: ties keep the grid's order
     return [groups[i] for i in ranked]
 
@@ -101,3 +106,12 @@ def list_schedule_end(works: Sequence[float], slots: int) -> float:
     for work in works:
         heapq.heappush(free, heapq.heappop(free) + work)
     return max(free)
+
+
+def estimated_ends(groups: list[list[TrialSpec]], work: Mapping[str, float], slots: int) -> dict[str, float]:
+    """When the last Ray trial ends on ``slots`` slots (``list_schedule_end``) in the grid's order and longest
+    first, and the lower bound (the larger of the total work over the slots and the longest Ray trial)."""
+    grid = [group_work(g, work) for g in groups]
+    return {"grid": list_schedule_end(grid, slots),
+            "longest_first": list_schedule_end([group_work(g, work) for g in longest_first(groups, work)], slots),
+            "bound": max(sum(grid) / max(1, slots), max(grid, default=0.0))}
