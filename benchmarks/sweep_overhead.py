@@ -4,6 +4,7 @@
     python benchmarks/sweep_overhead.py --seeds 1 2 --lrs 1e-3 --models 1    # a 10-trial cut of it
     python benchmarks/sweep_overhead.py --size gpu           # one GPU: 4-layer hidden-512 BERTs, bf16
     python benchmarks/sweep_overhead.py --size gpu --lrs 1e-4 3e-4 1e-3 --bundle off   # and --bundle on
+    python benchmarks/sweep_overhead.py --size gpu --lrs 1e-4 3e-4 1e-3 --bundle on --bundle-seeds
     python benchmarks/sweep_overhead.py --experiment experiments/oubiobert_ablation_gpu.yaml --models 1 \
         --seeds 1 2 3 --lrs 1e-3 --max-train 300 --max-eval 600 --order grid    # and --order longest_first
 
@@ -29,6 +30,7 @@ on these slots, to compare with the measured ``end`` (a slot's idle time after i
 
 With several ``--lrs`` on a GPU (or ``--bundle on``) each (task, seed)'s learning rates train as one
 batched computation in one Ray trial (``sweep.bundle_learning_rates``); the records share its times.
+``--bundle-seeds`` puts a setting's seeds in that bundle too (``sweep.bundle_seeds``).
 
 Overhead = 1 - compute share of the whole wall (the limit applies to it). With each trial's start and
 end in its worker the wall is also split into what a sweep pays once and what it pays per trial: the
@@ -200,7 +202,7 @@ def experiment_sweep(path: Path) -> dict:
 def measure(size: str, seeds: list[int] | None, lrs: list[float] | None, epochs: list[int] | None, device: str,
             gpus_per_trial: float, concurrency: int, cpus_arg: int | None = None, tokenizer: str = "",
             bundle: str = "auto", n_models: int = 2, order: str = "longest_first", sweep: dict | None = None,
-            max_train: int | None = None, max_eval: int | None = None) -> dict:
+            max_train: int | None = None, max_eval: int | None = None, bundle_seeds: bool = False) -> dict:
     """One sweep of ``n_models`` models over the laptop space (``sweep``: an experiment's search space and task
     directories instead); ``seeds``, ``lrs``, ``epochs`` (every task's grid), ``max_train`` and ``max_eval``
     None: the space's."""
@@ -231,11 +233,11 @@ def measure(size: str, seeds: list[int] | None, lrs: list[float] | None, epochs:
                       epochs={t: tuple(epochs) for t in tasks} if epochs else {},
                       gpus_per_trial=gpus_per_trial if gpu else 0.0,
                       max_concurrent_trials=concurrency, precision="bf16" if gpu else "fp32",
-                      bundle_learning_rates=bundle, order=order)
+                      bundle_learning_rates=bundle, bundle_seeds=bundle_seeds, order=order)
     space = cfg.space
     trials = build_trials(cfg, space, models)
-    # the Ray trials as the runner groups them: a bundle (learning rates, models) holds one trial's resources
-    groups = group_trials(trials, _bundled(cfg, _resources(cfg)), models=cfg.bundle_models)
+    # the Ray trials as the runner groups them: a bundle (learning rates, models, seeds) holds one trial's resources
+    groups = group_trials(trials, _bundled(cfg, _resources(cfg)), models=cfg.bundle_models, seeds=cfg.bundle_seeds)
     n_ray = len(groups)
     bundled = n_ray < len(trials)
     slots = min(n_ray, concurrency or cpus, cpus)
@@ -245,7 +247,7 @@ def measure(size: str, seeds: list[int] | None, lrs: list[float] | None, epochs:
     print(f"sweep_overhead: {len(trials)} trials ({n_models} model(s) x {len(tasks)} tasks x "
           f"{len(space.learning_rates)} lr x {len(space.seeds)} seeds, epochs "
           f"{' / '.join(map(str, map(list, grids)))}), {size} BERT, {'GPU' if gpu else 'CPU'}, "
-          + (f"bundled: {n_ray} Ray trials, " if bundled else "")
+          + (f"bundled: {n_ray} Ray trials{' (seeds too)' if bundle_seeds else ''}, " if bundled else "")
           + f"{slots} at a time, {order.replace('_', ' ')}; Ray started in {ray_start:.1f} s", flush=True)
     # what the work model (sweep.order) predicts for the two orders on these slots
     estimate = estimated_ends(groups, estimated_work(trials, split_reader()), slots)
@@ -262,7 +264,7 @@ def measure(size: str, seeds: list[int] | None, lrs: list[float] | None, epochs:
     span = wall * slots - (fixed["startup_s"] + fixed["end_s"]) * slots
     compute = shares["compute"] * wall * slots
     out = {"size": size, "device": torch.cuda.get_device_name() if gpu else "cpu", "trials": len(records),
-           "search_space": cfg.search_space, "order": order,
+           "search_space": cfg.search_space, "order": order, "bundle_seeds": bundle_seeds,
            "models": n_models, "ray_trials": n_ray, "bundled": bundled, "slots": slots, "wall_s": round(wall, 2),
            "ray_start_s": round(ray_start, 2),
            "train_s": round(sum(r["counts"]["train_seconds"] for r in records), 2),
@@ -323,6 +325,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bundle", choices=["auto", "on", "off"], default="auto",
                     help="sweep.bundle_learning_rates: train each setting's learning rates (--lrs) as one batched "
                          "computation (auto: on a GPU)")
+    ap.add_argument("--bundle-seeds", action="store_true",
+                    help="sweep.bundle_seeds: where learning rates are bundled, each setting's seeds in the same "
+                         "bundle (each row its own dropout masks: --against may then find other selections)")
     ap.add_argument("--order", choices=["longest_first", "grid"], default="longest_first",
                     help="sweep.order: the Ray trials' start order (longest first by estimated work, or the grid's)")
     ap.add_argument("--experiment", type=Path, default=None,
@@ -341,7 +346,8 @@ def main(argv: list[str] | None = None) -> int:
     reference = _reference(args.against) if args.against else None
     out = measure(args.size, args.seeds, args.lrs, args.epochs, args.device, args.gpus_per_trial, args.concurrency,
                   args.cpus, args.tokenizer, args.bundle, args.models, args.order,
-                  experiment_sweep(args.experiment) if args.experiment else None, args.max_train, args.max_eval)
+                  experiment_sweep(args.experiment) if args.experiment else None, args.max_train, args.max_eval,
+                  args.bundle_seeds)
     print(f"wall {out['wall_s']:.1f} s x {out['slots']} slot(s): compute {out['compute']:.1%} (train "
           f"{out['train_s']:.1f} s + eval {out['eval_s']:.1f} s), trial setup {out['trial_setup']:.1%} "
           f"({out['setup_s']:.1f} s), rest of trials {out['trial_rest']:.1%}, outside trials "

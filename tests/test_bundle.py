@@ -130,8 +130,8 @@ def test_a_bundle_that_fails_before_its_first_epoch_ends_trains_its_trials_alone
     message = "Vmap does not currently support same randomness with a batched tensor input."
     real, epochs_seen = bundle._batched_loss, []
 
-    def failing(model, stack):
-        losses = real(model, stack)
+    def failing(model, stack, *rest):
+        losses = real(model, stack, *rest)
 
         def fail_after(batch, labels):
             if len(epochs_seen) >= fail_at:
@@ -373,3 +373,99 @@ def test_a_sweep_bundles_the_trials_of_two_models_of_one_family_into_one_ray_tri
     assert set(result.results["cells"]) == {"tiny", "floor"}
     shares = json.loads((out / "manifest.json").read_text())["cost"]["by_model"]
     assert set(shares) == {"tiny", "floor"}
+
+
+def _seeds(trials: list[TrialSpec], seeds: tuple[int, ...], **settings) -> list[TrialSpec]:
+    """``trials`` once for each of ``seeds`` (ids kept apart)."""
+    import dataclasses
+
+    return [dataclasses.replace(t, trial_id=f"s{seed}-{t.trial_id}", seed=seed, **settings)
+            for seed in seeds for t in trials]
+
+
+@pytest.mark.parametrize("task", ["chemprot", "bc5cdr_chemical"])
+def test_a_bundle_of_several_seeds_trains_each_trial_as_its_seed_does_alone_without_dropout(tiny_bert, tmp_path,
+                                                                                            task):
+    """sweep.bundle_seeds: each row reads its seed's batches (the seeds' batches stacked, each padded to the
+    widest: NER's labels too) and starts from its seed's head. Without dropout, the one thing a bundle of
+    several seeds draws otherwise, each trial's record is the one it gets alone."""
+    from orchestrator.finetune.bundle import group_trials, run_bundle
+    from orchestrator.finetune.loop import run_trial
+
+    still = _sibling(tiny_bert, tmp_path / "still", seed=1, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    trials = _seeds(_trials(tiny_bert, task, (1e-3, 3e-3)), (2, 5), model_dir=str(still))
+    assert [len(g) for g in group_trials(trials, bundle=True, seeds=True)] == [4]
+    assert [len(g) for g in group_trials(trials, bundle=True)] == [2, 2]
+    bundled = run_bundle(trials)
+    alone = [run_trial(t) for t in trials]
+    for got, want in zip(bundled, alone):
+        assert "bundle_failed" not in got and got["bundle"]["seeds"] == [2, 5]
+        _assert_same_record(got, want)
+    # the seeds train different models (their orders and heads): a bundle that gave every row one seed's fails here
+    assert [r["train_loss"] for r in alone[0]["epochs"]] != pytest.approx([r["train_loss"] for r in alone[2]["epochs"]])
+
+
+def test_a_bundle_of_several_seeds_with_dropout_draws_each_rows_masks_from_its_own_stream(tiny_bert, monkeypatch,
+                                                                                          caplog):
+    """With dropout, each row of a bundle of several seeds draws its own masks from the bundle's stream (vmap
+    cannot give a row its seed's generator): the same records run after run, close to but not the numbers
+    of the trial alone. A bundle of several seeds that fails before its first epoch ends trains one bundle
+    per seed instead, whose records are the ones alone (up to rounding)."""
+    from orchestrator.finetune import bundle
+    from orchestrator.finetune.loop import run_trial
+
+    trials = _seeds(_trials(tiny_bert, "chemprot", (1e-3, 3e-3), eval_epochs=(1,)), (2, 5))
+    first, again = bundle.run_bundle(trials), bundle.run_bundle(trials)
+    alone = [run_trial(t) for t in trials]
+    for a, b, want in zip(first, again, alone):
+        assert a["epochs"] == b["epochs"] and a["predictions"] == b["predictions"]
+        assert a["epochs"][0]["train_loss"] == pytest.approx(want["epochs"][0]["train_loss"], rel=0.05)
+    assert [a["epochs"][0]["train_loss"] for a in first] != pytest.approx(
+        [w["epochs"][0]["train_loss"] for w in alone], rel=1e-5)  # other masks: other numbers
+
+    import torch
+
+    real = bundle._batched_loss
+
+    def no_seeds(model, stack, row_seed=None):
+        if row_seed is not None:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 9.00 GiB")
+        return real(model, stack)
+
+    monkeypatch.setattr(bundle, "_batched_loss", no_seeds)
+    with caplog.at_level("WARNING", logger="orchestrator.finetune.bundle"):
+        records = bundle.run_bundle(trials)
+    assert "training them one seed at a time" in caplog.text
+    ids = [t.trial_id for t in trials]
+    for record, want in zip(records, alone):
+        assert record["bundle_failed"] == {"trial_ids": ids,
+                                           "error": "OutOfMemoryError: CUDA out of memory. Tried to allocate 9.00 GiB"}
+        assert record["bundle"]["size"] == 2 and "seeds" not in record["bundle"]
+        _assert_same_record(record, want)
+
+
+def test_a_sweep_bundles_a_settings_seeds_into_one_ray_trial(tiny_bert, ray_local, tmp_path):
+    """sweep.bundle_seeds: the 2 seeds x 2 learning rates of a task are one Ray trial; each trial keeps its own
+    record and the cell its seeds' mean (sd); the MLflow sweep is the one without it (no fingerprint change)."""
+    import dataclasses
+    import json
+
+    from orchestrator.sweep.config import SweepConfig
+    from orchestrator.sweep.runner import plan_sweep, run_sweep
+    from orchestrator.sweep.space import tracked_config
+
+    cfg = SweepConfig(search_space="tiny", tasks=("chemprot",), learning_rates=(1e-3, 3e-2), seeds=(1, 2),
+                      epochs={"chemprot": (1,)}, bundle_learning_rates="on", bundle_seeds=True)
+    plan = plan_sweep(cfg, {"tiny": tiny_bert})
+    assert "learning rates bundled (on): 1 Ray trial(s)" in plan and "its 2 seeds together" in plan
+    assert "2 Ray trial(s)" in plan_sweep(dataclasses.replace(cfg, bundle_seeds=False), {"tiny": tiny_bert})
+    assert tracked_config(cfg, cfg.space) == tracked_config(dataclasses.replace(cfg, bundle_seeds=False), cfg.space)
+    out = tmp_path / "sweep"
+    result = run_sweep(cfg, {"tiny": tiny_bert}, out, None, tmp_path)
+    assert (result.ran, result.skipped) == (4, 0)
+    assert len(list(out.glob("tune/*/*/result.json"))) == 1
+    records = [json.loads(p.read_text()) for p in (out / "trials").glob("*.json")]
+    assert sorted(r["trial"]["seed"] for r in records) == [1, 1, 2, 2]
+    assert all(r["bundle"]["size"] == 4 and r["bundle"]["seeds"] == [1, 2] for r in records)
+    cell = result.results["cells"]["tiny"]["ChemProt"]
+    assert cell["selected"]["learning_rate"] in (1e-3, 3e-2) and (cell["n"], cell["seeds"]) == (2, [1, 2])

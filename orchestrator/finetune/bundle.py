@@ -1,4 +1,5 @@
-"""Trials that differ only in their learning rate, trained as one batched computation (issue 31).
+"""Trials that differ only in their learning rate (and model, and seed), trained as one batched computation
+(issue 31).
 
 A small BERT's fine-tuning step at batch 32 is a few milliseconds of GPU kernels, so a GPU trial pays
 for kernel launches and Python, not arithmetic. The trials of one (model, task, seed, fold, epoch grid,
@@ -38,6 +39,17 @@ trials train alone, as any bundle that fails before its first epoch), and the mo
 tensors (buffers) agree. Only full fine-tuning bundles models: adapter trials freeze a base that
 differs between models.
 
+Several seeds in one bundle (``sweep.bundle_seeds``, off by default): a setting's trials of every seed
+train as one computation too. Each row keeps what its seed gives its trial alone: its data order (the
+seeds' batches are stacked on a first axis, each padded to the widest, which the attention mask hides),
+its head's initial weights and the same schedule. One thing differs: dropout. Alone, a trial draws its
+masks from its seed's random stream; in a bundle of several seeds every row draws its own masks from
+the bundle's one stream (``randomness="different"``; vmap cannot give each row a generator of its own).
+So such a trial is the same training as alone, with other dropout draws: not the same numbers (as a GPU's
+trial is not a CPU's). Without dropout it is the same, up to float rounding (``tests/test_bundle.py``).
+Its record's ``bundle`` lists the ``seeds``. A bundle of several seeds that fails before its first epoch
+ends trains as one bundle per seed instead.
+
 Not bundled, trained alone as before: fp16 trials (the loss scale is per trial) and a group of one.
 Early stopping is bundled: each trial keeps its own best epoch and stops recording when it is done;
 the bundle trains until its last trial is done (the others' extra epochs are discarded).
@@ -73,6 +85,7 @@ from orchestrator.finetune.loop import (
     TrialLog,
     _batches,
     _dir_state,
+    _stacked_batches,
     build_model,
     linear_schedule,
     predict_with,
@@ -114,28 +127,31 @@ def model_family(model_dir: str) -> str | None:
     return content_key({k: v for k, v in config.items() if k not in CONFIG_KEYS_IGNORED}, files)
 
 
-def bundle_key(trial: TrialSpec, family: str | None = None) -> tuple | None:
+def bundle_key(trial: TrialSpec, family: str | None = None, seeds: bool = False) -> tuple | None:
     """What a trial shares with the trials it can be bundled with: every setting but its id and learning
-    rate; given its model's ``family`` (full fine-tuning only), that instead of its model. None: the trial
-    trains alone."""
+    rate (``seeds``: and its seed); given its model's ``family`` (full fine-tuning only), that instead of its
+    model. None: the trial trains alone."""
     if trial.precision not in BUNDLED_PRECISIONS:
         return None
     settings = dataclasses.asdict(trial)
     del settings["trial_id"], settings["learning_rate"]
+    if seeds:
+        del settings["seed"]
     if family is not None and trial.tune == "full":
         del settings["model_name"], settings["model_dir"]
         settings["model_family"] = family
     return tuple(sorted(settings.items()))
 
 
-def group_trials(trials: Sequence[TrialSpec], bundle: bool, models: bool = False) -> list[list[TrialSpec]]:
+def group_trials(trials: Sequence[TrialSpec], bundle: bool, models: bool = False,
+                 seeds: bool = False) -> list[list[TrialSpec]]:
     """``trials`` in groups that train together (in the order of their first trial); with ``bundle``
     False, or for a trial ``bundle_key`` keeps alone, groups of one. ``models``: the trials of models of
-    one ``model_family`` group together too."""
+    one ``model_family`` group together too; ``seeds``: those of every seed too."""
     families = {d: model_family(d) for d in {t.model_dir for t in trials}} if bundle and models else {}
     groups: dict[Any, list[TrialSpec]] = {}
     for i, trial in enumerate(trials):
-        key = bundle_key(trial, families.get(trial.model_dir)) if bundle else None
+        key = bundle_key(trial, families.get(trial.model_dir), seeds) if bundle else None
         groups.setdefault(("alone", i) if key is None else key, []).append(trial)
     return list(groups.values())
 
@@ -232,7 +248,8 @@ def _flat_trained(row: torch.nn.Module, model: torch.nn.Module) -> torch.Tensor:
 
 def run_bundle(trials: Sequence[TrialSpec], report: Callable[[dict], None] | None = None,
                task_spec: TaskSpec | None = None) -> list[dict]:
-    """Train ``trials`` (the same but for their learning rates: ``bundle_key``) as one computation; their
+    """Train ``trials`` (the same but for their learning rates, models of one family and seeds: ``bundle_key``)
+    as one computation; their
     records, as ``run_trial`` gives them, in their order. ``report`` gets each epoch's rows as
     ``{"epoch": e, "rows": [one row per trial still recording]}``. One trial, or fp16: ``run_trial``.
 
@@ -250,9 +267,10 @@ def run_bundle(trials: Sequence[TrialSpec], report: Callable[[dict], None] | Non
             raise ValueError(f"{trials[0].precision} trials train alone, not in a bundle of {len(trials)}")
         return [alone(trials[0])]
     families = {d: model_family(d) for d in {t.model_dir for t in trials}}
-    if len({bundle_key(t, families[t.model_dir]) for t in trials}) > 1:  # no family: the directory counts
-        raise ValueError(f"trials {[t.trial_id for t in trials]} differ in more than their learning rates "
-                         "and models of one family")
+    seeds = _seeds(trials)
+    if len({bundle_key(t, families[t.model_dir], len(seeds) > 1) for t in trials}) > 1:  # no family: the
+        raise ValueError(f"trials {[t.trial_id for t in trials]} differ in more than their learning rates, "  # dir
+                         "seeds and models of one family")
     if trials[0].optimizer not in ("adamw", "adam"):
         raise ValueError(f"trial {trials[0].trial_id}: optimizer {trials[0].optimizer!r} is not adamw or adam")
     epochs_ended = 0
@@ -270,11 +288,20 @@ def run_bundle(trials: Sequence[TrialSpec], report: Callable[[dict], None] | Non
             raise
         ids = [t.trial_id for t in trials]
         error = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
-        log.warning("the bundle of %s failed before its first epoch ended (%s); training them one at a time",
-                    ", ".join(ids), error)
+        log.warning("the bundle of %s failed before its first epoch ended (%s); training them %s", ", ".join(ids),
+                    error, "one seed at a time" if len(seeds) > 1 else "one at a time")
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+        if len(seeds) > 1:  # a bundle per seed (T / seeds rows each: a tenth of the memory for 10 seeds)
+            by_seed = [run_bundle([t for t in trials if t.seed == seed], report, task_spec) for seed in seeds]
+            records = {r["trial_id"]: r for group in by_seed for r in group}
+            return [{**records[t.trial_id], "bundle_failed": {"trial_ids": ids, "error": error}} for t in trials]
         return [{**alone(t), "bundle_failed": {"trial_ids": ids, "error": error}} for t in trials]
+
+
+def _seeds(trials: Sequence[TrialSpec]) -> list[int]:
+    """The trials' seeds, each once, in the trials' order."""
+    return list(dict.fromkeys(t.seed for t in trials))
 
 
 def _train_together(trials: list[TrialSpec], report: Callable[[dict], None],
@@ -296,8 +323,11 @@ def _train_together(trials: list[TrialSpec], report: Callable[[dict], None],
     stoppers = [BestDev(first.patience, higher) for _ in trials] if first.patience else None
     best_rows: dict[int, torch.Tensor] = {}
     active = list(range(n))  # trials still recording epochs (early stopping: not done yet)
-    rng = np.random.default_rng(first.seed)
-    batched_loss = _batched_loss(model, stack)
+    seeds = _seeds(trials)
+    rngs = [np.random.default_rng(seed) for seed in seeds]  # each seed's data order, as its trials alone draw it
+    # several seeds: row t reads its seed's batch (of the stacked ones); one seed: every row the one batch
+    row_seed = torch.tensor([seeds.index(t.seed) for t in trials], device=prep.device) if len(seeds) > 1 else None
+    batched_loss = _batched_loss(model, stack, row_seed)
 
     def evaluate(name: str) -> list[list[Any]]:
         nonlocal eval_seconds
@@ -314,8 +344,11 @@ def _train_together(trials: list[TrialSpec], report: Callable[[dict], None],
             tick = time.perf_counter()
             model.train()
             loss_sum, n_batches = torch.zeros(n, device=prep.device), 0
-            order = rng.permutation(len(prep.splits["train"])).tolist()
-            for _, batch, labels in _batches(prep.enc["train"], order, first.batch_size, prep.pad_id, prep.device):
+            orders = [rng.permutation(len(prep.splits["train"])).tolist() for rng in rngs]
+            batches = (_batches(prep.enc["train"], orders[0], first.batch_size, prep.pad_id, prep.device)
+                       if row_seed is None else _stacked_batches(prep.enc["train"], orders, first.batch_size,
+                                                                prep.pad_id, prep.device))
+            for _, batch, labels in batches:
                 with autocast_context(first.precision, prep.device):
                     losses = batched_loss(batch, labels)
                 losses.sum().backward()
@@ -356,26 +389,29 @@ def _train_together(trials: list[TrialSpec], report: Callable[[dict], None],
         out.counts.update(train_seconds=train_seconds / n, eval_seconds=eval_seconds / n,
                           setup_seconds=setup_seconds / n)
         records.append({**out.record(seconds / n),
-                        "bundle": {"size": n, "trial_ids": [x.trial_id for x in trials], "seconds": round(seconds, 3)}})
+                        "bundle": {"size": n, "trial_ids": [x.trial_id for x in trials], "seconds": round(seconds, 3),
+                                   **({"seeds": seeds} if len(seeds) > 1 else {})}})
     return records
 
 
 def _models(trials: list[TrialSpec], prep: Prepared) -> tuple[TaskModel, list[TaskModel]]:
     """The first trial's model, and the model each trial's row starts from: its own model directory's,
     built from its seed as its trial alone builds it (the splits are the first trial's: one tokenizer).
-    The first's is built last, so the random stream is left as its trial leaves it; every build must leave
-    it there (dropout draws one mask for all rows), else RuntimeError."""
+    The first's is built last, so the random stream is left as its trial leaves it. With one seed every
+    build must leave it there (dropout draws one mask for all rows), else RuntimeError; with several, each
+    row draws its own masks, so the streams need not agree."""
     first = trials[0]
-    others = {t.model_dir: t for t in trials if t.model_dir != first.model_dir}
-    built: dict[str, TaskModel] = {}
+    built: dict[tuple[str, int], TaskModel] = {}
     states = []
-    for model_dir, trial in [*others.items(), (first.model_dir, first)]:
-        built[model_dir] = build_model(trial, dataclasses.replace(prep, model_state=_dir_state(model_dir)))
+    others = {(t.model_dir, t.seed): t for t in trials if (t.model_dir, t.seed) != (first.model_dir, first.seed)}
+    for key, trial in [*others.items(), ((first.model_dir, first.seed), first)]:
+        built[key] = build_model(trial, dataclasses.replace(prep, model_state=_dir_state(trial.model_dir)))
         states.append(_rng_states())
-    if any(not all(torch.equal(a, b) for a, b in zip(state, states[-1])) for state in states):
+    if len(_seeds(trials)) == 1 and any(not all(torch.equal(a, b) for a, b in zip(state, states[-1]))
+                                        for state in states):
         raise RuntimeError("building the bundle's models drew different random numbers (a checkpoint lacking "
                            "weights?): their dropout masks would differ")
-    return built[first.model_dir], [built[t.model_dir] for t in trials]
+    return built[(first.model_dir, first.seed)], [built[(t.model_dir, t.seed)] for t in trials]
 
 
 def _rng_states() -> list[torch.Tensor]:
@@ -420,17 +456,32 @@ class _BatchableAttention(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-def _batched_loss(model: TaskModel, stack: StackedWeights) -> Callable[[dict[str, torch.Tensor], torch.Tensor],
-                                                                       torch.Tensor]:
-    """``(batch, labels) -> losses``: each row of ``stack`` run through ``model`` on the same batch, one loss
-    per row, dropout's masks the same for every row (drawn once, as one trial draws them)."""
+def _batched_loss(model: TaskModel, stack: StackedWeights, row_seed: torch.Tensor | None = None
+                  ) -> Callable[[dict[str, torch.Tensor], torch.Tensor], torch.Tensor]:
+    """``(batch, labels) -> losses``: each row of ``stack`` run through ``model``, one loss per row. One seed
+    (``row_seed`` None): every row on the same batch, dropout's masks the same for every row (drawn once, as
+    one trial draws them). Several: ``batch`` and ``labels`` hold one batch per seed on a first axis, row t
+    reads ``row_seed[t]``'s, and each row draws its own masks (``randomness="different"``)."""
     def one(params: dict[str, torch.Tensor], batch: dict[str, torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
         with _BatchableAttention():
             logits = functional_call(model, (params, stack.shared), kwargs=batch)
         return model.loss(logits.float(), labels)
 
-    losses = vmap(one, in_dims=(0, None, None), randomness="same")
-    return lambda batch, labels: losses(stack.params, batch, labels)
+    if row_seed is None:
+        same = vmap(one, in_dims=(0, None, None), randomness="same")
+        return lambda batch, labels: same(stack.params, batch, labels)
+    if getattr(model.encoder.config, "_attn_implementation", "sdpa") != "sdpa":
+        raise RuntimeError("a bundle of several seeds needs the encoder's sdpa attention (its 4-D boolean mask)")
+    different = vmap(one, in_dims=(0, 0, 0), randomness="different")
+
+    def per_row(batch: dict[str, torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
+        rows = {k: v.index_select(0, row_seed) for k, v in batch.items()}
+        # each row's padding mask, as the 4-D boolean mask transformers builds for sdpa from it (True: attend),
+        # broadcast over the queries: given a 2-D mask, transformers branches on its values (to skip a mask
+        # without padding), which vmap refuses on a batched input; a 4-D mask it takes as it is
+        rows["attention_mask"] = rows["attention_mask"].bool()[:, :, None, None, :]
+        return different(stack.params, rows, labels.index_select(0, row_seed))
+    return per_row
 
 
 def _predict(model: TaskModel, stack: StackedWeights, prep: Prepared, name: str, batch_size: int) -> list[list[Any]]:

@@ -112,6 +112,11 @@ class SweepConfig(SpaceOverrides):
                                            "the same architecture and tokenizer too (e.g. an arm and its untrained "
                                            "floor): one Ray trial for their learning rates together, each row "
                                            "starting from its own model's weights (full fine-tuning only)")
+    bundle_seeds: bool = field(False, help="where learning rates are bundled, bundle a setting's seeds too (one Ray "
+                                           "trial for seeds x learning rates [x models]: a third of the Ray trials "
+                                           "for 3 seeds). Each row keeps its seed's data order and head "
+                                           "initialisation but draws its dropout masks from the bundle's stream, "
+                                           "not its seed's: the same training as alone, not the same numbers")
     order: Literal["longest_first", "grid"] = field(
         "longest_first", help="the order Ray trials start in: longest_first = by their work estimated from "
                               "their tasks' splits and epochs (the longest trials do not run last, on a few "

@@ -99,13 +99,16 @@ def plan_sweep(cfg: SweepConfig, models: dict[str, Path]) -> str:
     lines.append(f"{len(trials)} trial(s) (one per model x task x lr x [batch x] seed [x fold]; "
                  + ("each stops on dev)" if stop.on else "epochs shared within a trial)"))
     if cfg.bundle_learning_rates != "off" and len(space.learning_rates) > 1:
-        groups = len(group_trials(trials, bundle=True, models=cfg.bundle_models))
+        groups = len(group_trials(trials, bundle=True, models=cfg.bundle_models, seeds=cfg.bundle_seeds))
         lines.append(f"learning rates bundled ({cfg.bundle_learning_rates}"
                      + (": on GPU trials" if cfg.bundle_learning_rates == "auto" else "")
                      + f"): {groups} Ray trial(s), each training the {len(space.learning_rates)} learning rates "
                        "of one setting as one batched computation"
                      + ("; with sweep.bundle_models, those of models of one architecture and tokenizer together "
-                        "(a model not yet built counts alone here)" if cfg.bundle_models and len(models) > 1 else ""))
+                        "(a model not yet built counts alone here)" if cfg.bundle_models and len(models) > 1 else "")
+                     + (f"; with sweep.bundle_seeds, its {len(space.seeds)} seeds together (each row its own "
+                        "dropout masks from the bundle's stream)" if cfg.bundle_seeds and len(space.seeds) > 1
+                        else ""))
     lines.append("Ray trials start " + ("longest first, by work estimated from each task's splits and epochs"
                                         if cfg.order == "longest_first" else "in the grid's order") + " (sweep.order)")
     if cfg.export_best:
@@ -246,12 +249,14 @@ def _run_tune(cfg: SweepConfig, todo: list[TrialSpec], out_dir: Path, trials_dir
     resources = _resources(cfg)
     if resources["gpu"] > 0:
         todo = [dataclasses.replace(t, device="cuda") for t in todo]
-    groups = group_trials(todo, _bundled(cfg, resources), models=cfg.bundle_models)
+    groups = group_trials(todo, _bundled(cfg, resources), models=cfg.bundle_models, seeds=cfg.bundle_seeds)
     if len(groups) < len(todo):
         across = sum(len({t.model_dir for t in g}) > 1 for g in groups)
+        seeded = sum(len({t.seed for t in g}) > 1 for g in groups)
         log.info("sweep: %d trial(s) in %d Ray trial(s): the learning rates of each setting train as one "
-                 "batched computation (sweep.bundle_learning_rates)%s", len(todo), len(groups),
-                 f", {across} of them with several models (sweep.bundle_models)" if across else "")
+                 "batched computation (sweep.bundle_learning_rates)%s%s", len(todo), len(groups),
+                 f", {across} of them with several models (sweep.bundle_models)" if across else "",
+                 f", {seeded} with several seeds (sweep.bundle_seeds)" if seeded else "")
     work = estimated_work(todo, split_reader())  # the start order and the progress line's time left
     if cfg.order == "longest_first":
         groups = longest_first(groups, work)

@@ -225,8 +225,9 @@ def tracked_config(cfg: SweepConfig, space: SearchSpace) -> dict:
     the MLflow parent run) it had before the option existed; the export options never appear."""
     data = {"sweep": to_dict(cfg), "space": to_dict(space)}
     # what is exported, whether learning rates and models train bundled (up to float rounding) and the order trials
-    # start in change no result: the same MLflow sweep
-    for key in ("export_best", "export_seed", "bundle_learning_rates", "bundle_models", "order"):
+    # start in change no result: the same MLflow sweep. Seeds bundled draw other dropout masks, as another device
+    # does (the same training, other numbers), and the device is no part of it either
+    for key in ("export_best", "export_seed", "bundle_learning_rates", "bundle_models", "bundle_seeds", "order"):
         del data["sweep"][key]
     for part in data.values():
         if not part["early_stopping"]["patience"]:
