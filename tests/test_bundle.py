@@ -459,6 +459,7 @@ def test_a_sweep_bundles_a_settings_seeds_into_one_ray_trial(tiny_bert, ray_loca
     plan = plan_sweep(cfg, {"tiny": tiny_bert})
     assert "learning rates bundled (on): 1 Ray trial(s)" in plan and "its 2 seeds together" in plan
     assert "2 Ray trial(s)" in plan_sweep(dataclasses.replace(cfg, bundle_seeds=False), {"tiny": tiny_bert})
+    assert "1 Ray trial(s)" in plan_sweep(dataclasses.replace(cfg, learning_rates=(1e-3,)), {"tiny": tiny_bert})
     assert tracked_config(cfg, cfg.space) == tracked_config(dataclasses.replace(cfg, bundle_seeds=False), cfg.space)
     out = tmp_path / "sweep"
     result = run_sweep(cfg, {"tiny": tiny_bert}, out, None, tmp_path)

@@ -249,13 +249,14 @@ def _flat_trained(row: torch.nn.Module, model: torch.nn.Module) -> torch.Tensor:
 def run_bundle(trials: Sequence[TrialSpec], report: Callable[[dict], None] | None = None,
                task_spec: TaskSpec | None = None) -> list[dict]:
     """Train ``trials`` (the same but for their learning rates, models of one family and seeds: ``bundle_key``)
-    as one computation; their
-    records, as ``run_trial`` gives them, in their order. ``report`` gets each epoch's rows as
-    ``{"epoch": e, "rows": [one row per trial still recording]}``. One trial, or fp16: ``run_trial``.
+    as one computation; their records, as ``run_trial`` gives them, in their order. ``report`` gets each
+    epoch's rows as ``{"epoch": e, "rows": [one row per trial still recording]}``. One trial, or fp16:
+    ``run_trial``.
 
     A bundle that fails before its first epoch has ended (a device whose vmap lacks a batching rule the
-    bundle needs, memory for T copies) trains its trials one at a time instead, with a warning; their
-    records say so (``bundle_failed``: the bundle's trials and the error). A failure after that is raised."""
+    bundle needs, memory for T copies) trains its trials one at a time instead (a bundle of several seeds:
+    one bundle per seed), with a warning; their records say so (``bundle_failed``: the bundle's trials and
+    the error). A failure after that is raised."""
     trials = list(trials)
 
     def alone(trial: TrialSpec) -> dict:
@@ -268,8 +269,9 @@ def run_bundle(trials: Sequence[TrialSpec], report: Callable[[dict], None] | Non
         return [alone(trials[0])]
     families = {d: model_family(d) for d in {t.model_dir for t in trials}}
     seeds = _seeds(trials)
-    if len({bundle_key(t, families[t.model_dir], len(seeds) > 1) for t in trials}) > 1:  # no family: the
-        raise ValueError(f"trials {[t.trial_id for t in trials]} differ in more than their learning rates, "  # dir
+    # (a model without a family counts by its directory)
+    if len({bundle_key(t, families[t.model_dir], len(seeds) > 1) for t in trials}) > 1:
+        raise ValueError(f"trials {[t.trial_id for t in trials]} differ in more than their learning rates, "
                          "seeds and models of one family")
     if trials[0].optimizer not in ("adamw", "adam"):
         raise ValueError(f"trial {trials[0].trial_id}: optimizer {trials[0].optimizer!r} is not adamw or adam")

@@ -266,20 +266,14 @@ def _groups(enc: Encoded, groups: list[list[int]], pad_id: int, device: torch.de
 def _stacked_batches(enc: Encoded, orders: list[list[int]], batch_size: int, pad_id: int, device: torch.device
                      ) -> Any:
     """``_batches`` of several orders of one split at once: at each step, the step's batch of every order
-    stacked on a first axis ([orders, batch, width]; labels [orders, batch(, width)]), each padded to the
+    stacked on a first axis ([orders, batch, width]; labels [orders, batch(, width)]), all padded to the
     widest of them (the attention mask hides the extra positions; NER's labels there are the ignore index)."""
-    inputs, labels, lengths = _on_device(enc, pad_id, device)
     count = len(orders)
-    where = torch.as_tensor([i for order in orders for i in order], dtype=torch.long).to(device).view(count, -1)
-    for start in range(0, where.size(1), batch_size):
-        idx = [order[start:start + batch_size] for order in orders]
-        width = max(lengths[i] for rows in idx for i in rows)
-        rows = where[:, start:start + batch_size].reshape(-1)
-        batch = {k: v.index_select(0, rows)[:, :width].reshape(count, -1, width) for k, v in inputs.items()}
-        picked = labels.index_select(0, rows)
-        if enc.word_index is not None:
-            picked = picked[:, :width]
-        yield idx, batch, picked.reshape(count, -1, *picked.shape[1:])
+    steps = [[order[start:start + batch_size] for order in orders] for start in range(0, len(orders[0]), batch_size)]
+    together = _groups(enc, [[i for rows in step for i in rows] for step in steps], pad_id, device)
+    for idx, (_, batch, labels) in zip(steps, together):
+        yield idx, {k: v.view(count, -1, *v.shape[1:]) for k, v in batch.items()}, labels.view(count, -1,
+                                                                                               *labels.shape[1:])
 
 
 def eval_groups(lengths: list[int], batch_size: int) -> list[list[int]]:

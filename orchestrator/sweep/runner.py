@@ -98,7 +98,8 @@ def plan_sweep(cfg: SweepConfig, models: dict[str, Path]) -> str:
     trials = build_trials(cfg, space, models)
     lines.append(f"{len(trials)} trial(s) (one per model x task x lr x [batch x] seed [x fold]; "
                  + ("each stops on dev)" if stop.on else "epochs shared within a trial)"))
-    if cfg.bundle_learning_rates != "off" and len(space.learning_rates) > 1:
+    if cfg.bundle_learning_rates != "off" and (len(space.learning_rates) > 1
+                                               or (cfg.bundle_seeds and len(space.seeds) > 1)):
         groups = len(group_trials(trials, bundle=True, models=cfg.bundle_models, seeds=cfg.bundle_seeds))
         lines.append(f"learning rates bundled ({cfg.bundle_learning_rates}"
                      + (": on GPU trials" if cfg.bundle_learning_rates == "auto" else "")
