@@ -8,8 +8,9 @@ from the same weights (the head's initial weights come from the seed) and draw t
 (the dropout stream comes from the seed too). So they can run as one computation: their trained
 weights stacked on a first axis of size T, the forward ``torch.func.vmap``-ed over that axis with
 ``randomness="same"`` (one dropout mask for all, drawn from the stream as one trial draws it), one
-backward through the sum of the T losses, and one AdamW step on the stacked weights with a
-learning-rate vector. Each launch then does T trials' work.
+backward through the sum of the T losses, and each row's AdamW step at its own learning rate (PyTorch's
+fused AdamW kernel, one pass over a row's weights, gradients and moments). Each launch of the forward
+and backward then does T trials' work.
 
 Attention under vmap: on a GPU, vmap of SDPA's fused kernels failed twice in the first runs of a
 bundle (H200, torch 2.11): with dropout, vmap refuses their in-kernel random draws on a batched input
@@ -158,8 +159,11 @@ def group_trials(trials: Sequence[TrialSpec], bundle: bool, models: bool = False
 
 class StackedWeights:
     """The trained weights of T copies of one model in one [T, N] buffer, with their gradients, AdamW's
-    moments and a learning rate per row: one optimizer step is a few kernels on [T, N] tensors.
+    moments and a learning rate per row: one optimizer step is a norm per row and, per row, PyTorch's
+    fused AdamW kernel on its two segments.
 
+    A row holds first the weights with decoupled weight decay, then the rest (biases and LayerNorm; every
+    weight under Adam), so each segment is one fused update with one decay. ``names`` is that order.
     ``params`` are views of the buffer shaped as the model's parameters with a leading T axis, each a leaf
     whose ``.grad`` is a view of the gradient buffer (autograd adds each backward's gradients into it).
     ``rows``: the model each row starts from (models of one architecture), default ``model`` for every row."""
@@ -167,24 +171,27 @@ class StackedWeights:
     def __init__(self, model: torch.nn.Module, learning_rates: Sequence[float], weight_decay: float,
                  decoupled: bool, rows: Sequence[torch.nn.Module] | None = None):
         trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-        self.names = [n for n, _ in trained]
-        self.shapes = [p.shape for _, p in trained]
+        # decoupled weight decay on weights, none on biases and LayerNorm (make_optimizer); Adam: none at all
+        decayed = [(n, p) for n, p in trained if decoupled and not n.endswith(NO_DECAY)]
+        rest = [(n, p) for n, p in trained if not (decoupled and not n.endswith(NO_DECAY))]
+        self.names = [n for n, _ in decayed + rest]
+        self.shapes = [p.shape for _, p in decayed + rest]
         t = len(learning_rates)
         rows = list(rows) if rows is not None else [model] * t
         if len(rows) != t:
             raise ValueError(f"{len(rows)} row models for {t} learning rates")
         with torch.no_grad():
-            flats = {id(m): _flat_trained(m, model) for m in rows}
+            flats = {id(m): _flat_trained(m, model, self.names) for m in rows}
             self.flat = torch.cat([flats[id(m)] for m in rows], dim=0)
         self.grad = torch.zeros_like(self.flat)
         self.exp_avg, self.exp_avg_sq = torch.zeros_like(self.flat), torch.zeros_like(self.flat)
         device = self.flat.device
-        self.lr = torch.tensor(list(learning_rates), dtype=torch.float64, device=device).view(t, 1)
-        self.steps = torch.zeros(t, 1, dtype=torch.float64, device=device)  # each row's AdamW steps taken
-        # decoupled weight decay per element: weight_decay on weights, 0 on biases and LayerNorm (make_optimizer)
-        decay = [torch.full((p.numel(),), 0.0 if n.endswith(NO_DECAY) or not decoupled else weight_decay)
-                 for n, p in trained]
-        self.decay = torch.cat(decay).to(device).view(1, -1) if decay else torch.zeros(1, 0, device=device)
+        self.lr = torch.tensor(list(learning_rates), dtype=torch.float64, device=device)
+        self.steps = torch.zeros(t, dtype=torch.float32, device=device)  # each row's AdamW steps taken
+        split = sum(p.numel() for _, p in decayed)
+        #: (start, end, weight decay) of a row's segments, each one fused AdamW update
+        self.segments = [(a, b, wd) for a, b, wd in ((0, split, weight_decay), (split, self.flat.size(1), 0.0))
+                         if b > a]
         self.params: dict[str, torch.Tensor] = {}
         offset = 0
         for name, shape in zip(self.names, self.shapes):
@@ -201,24 +208,27 @@ class StackedWeights:
     def step(self, factor: float, grad_clip: float) -> None:
         """Clip each row's gradients to ``grad_clip`` (its own norm, as ``clip_grad_norm_``), then take
         PyTorch's AdamW step at learning rate ``lr x factor`` on each row whose gradients are finite (a row
-        with an inf/nan gradient is left as it was, its moments and step count too); zero the gradients."""
+        with an inf/nan gradient is left as it was, its moments and step count too); zero the gradients.
+
+        Each segment's update is ``torch._fused_adamw_``, the kernel of ``AdamW(fused=True)``: it reads the
+        weights, gradients and moments once and writes them once, where the same update as [T, N] tensor
+        operations passed over the buffers about 30 times (``benchmarks/bundle_step.py``). The clipping enters
+        as its ``grad_scale`` (the gradients divided by max(1, norm / grad_clip)), the skip as its
+        ``found_inf`` (a row whose norm is not finite is not touched), so nothing is read back to the host."""
         g = self.grad
-        norm = torch.linalg.vector_norm(g, dim=1, keepdim=True)
-        if grad_clip > 0:
-            g.mul_((grad_clip / (norm + 1e-6)).clamp_(max=1.0))
+        norm = torch.linalg.vector_norm(g, dim=1)
         ok = torch.isfinite(norm)
-        g.masked_fill_(~ok, 0.0)  # with a zero gradient and zero step size below, the row stays exactly as it was
-        okf = ok.double()
-        self.steps += okf
+        self.steps += ok.float()
+        divisor = ((norm + 1e-6) / grad_clip).clamp_(min=1.0) if grad_clip > 0 else torch.ones_like(norm)
+        skip = (~ok).float()
+        lr = (self.lr * factor).float()
         beta1, beta2 = ADAM_BETAS
-        lr = (self.lr * factor * okf).float()  # 0 for a skipped row
-        self.flat.mul_(1 - lr * self.decay)
-        self.exp_avg.lerp_(g, ((1 - beta1) * okf).float())
-        self.exp_avg_sq.mul_(torch.where(ok, beta2, 1.0).float()).addcmul_(g, g, value=1 - beta2)
-        steps = self.steps.clamp(min=1)
-        step_size = (lr / (1 - beta1 ** steps)).float()
-        denom = (self.exp_avg_sq.sqrt() / (1 - beta2 ** steps).sqrt().float()).add_(ADAM_EPS)
-        self.flat.sub_(step_size * self.exp_avg / denom)
+        for t in range(self.flat.size(0)):
+            for start, end, decay in self.segments:
+                torch._fused_adamw_([self.flat[t, start:end]], [g[t, start:end]], [self.exp_avg[t, start:end]],
+                                    [self.exp_avg_sq[t, start:end]], [], [self.steps[t]], lr=lr[t], beta1=beta1,
+                                    beta2=beta2, weight_decay=decay, eps=ADAM_EPS, amsgrad=False, maximize=False,
+                                    grad_scale=divisor[t], found_inf=skip[t])
         g.zero_()
 
     def row(self, t: int) -> torch.Tensor:
@@ -230,9 +240,10 @@ class StackedWeights:
         self.flat[t].copy_(weights)
 
 
-def _flat_trained(row: torch.nn.Module, model: torch.nn.Module) -> torch.Tensor:
-    """``row``'s trained weights as one [1, N] row, in ``model``'s order; refused (RuntimeError: the bundle's
-    trials then train alone) unless ``row`` has ``model``'s trained parameters and equal other tensors."""
+def _flat_trained(row: torch.nn.Module, model: torch.nn.Module, names: Sequence[str]) -> torch.Tensor:
+    """``row``'s trained weights as one [1, N] row, in the order of ``names`` (``model``'s trained ones);
+    refused (RuntimeError: the bundle's trials then train alone) unless ``row`` has ``model``'s trained
+    parameters and equal other tensors."""
     params, ours = dict(row.named_parameters()), dict(model.named_parameters())
     trained = [n for n, p in ours.items() if p.requires_grad]
     if row is not model:
@@ -243,7 +254,7 @@ def _flat_trained(row: torch.nn.Module, model: torch.nn.Module) -> torch.Tensor:
         theirs = {**{n: p for n, p in params.items() if not p.requires_grad}, **dict(row.named_buffers())}
         if fixed.keys() != theirs.keys() or not all(torch.equal(fixed[n], theirs[n]) for n in fixed):
             raise RuntimeError("the bundle's models differ in tensors they do not train (buffers, frozen weights)")
-    return torch.cat([params[n].detach().reshape(1, -1) for n in trained], dim=1)
+    return torch.cat([params[n].detach().reshape(1, -1) for n in names], dim=1)
 
 
 def run_bundle(trials: Sequence[TrialSpec], report: Callable[[dict], None] | None = None,
