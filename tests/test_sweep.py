@@ -124,6 +124,7 @@ def test_the_optimizer_option_reaches_the_optimizer(tmp_path):
     adamw = make_optimizer(params, dataclasses.replace(trial, optimizer="adamw"))
     assert type(adamw) is torch.optim.AdamW and [g["weight_decay"] for g in adamw.param_groups] == [0.01, 0.0]
     assert [len(g["params"]) for g in adamw.param_groups] == [1, 2]  # bias and LayerNorm undecayed
+    assert adam.defaults["fused"] and adamw.defaults["fused"]  # one kernel on CPU and CUDA
     assert trial_fingerprint(trial) != trial_fingerprint(dataclasses.replace(trial, optimizer="adamw"))
 
 
@@ -398,7 +399,7 @@ def test_a_trial_whose_worker_is_killed_is_run_again_and_recorded_once(tiny_bert
     from orchestrator.sweep.runner import run_sweep
 
     cfg = SweepConfig(search_space="tiny", tasks=("biosses",), learning_rates=(5e-4,), seeds=(1, 2),
-                      epochs={"biosses": (20, 40)}, max_failures=2, max_concurrent_trials=1)  # reports epoch 20
+                      epochs={"biosses": (20, 80)}, max_failures=2, max_concurrent_trials=1)  # reports epoch 20
     killed: list[int] = []
     sweep_dir = tmp_path / "sweep"
 
@@ -413,7 +414,7 @@ def test_a_trial_whose_worker_is_killed_is_run_again_and_recorded_once(tiny_bert
                         proc.kill()
                         killed.append(proc.info["pid"])
                         return
-            time.sleep(0.2)
+            time.sleep(0.05)
 
     killer = threading.Thread(target=kill_one_trial_worker, daemon=True)
     killer.start()

@@ -239,7 +239,7 @@ def _resources(cfg: SweepConfig) -> dict[str, float]:
 
 def _bundled(cfg: SweepConfig, resources: dict[str, float]) -> bool:
     """Whether trials that differ only in their learning rate train as one computation: ``on``, or ``auto``
-    with GPU trials (CPU sweeps stay one trial a Ray trial unless ``on``: benchmarks/RESULTS.md, session 28)."""
+    with GPU trials (on CPUs the separate trials are faster: benchmarks/RESULTS.md, session 28)."""
     return cfg.bundle_learning_rates == "on" or (cfg.bundle_learning_rates == "auto" and resources["gpu"] > 0)
 
 
