@@ -79,7 +79,9 @@ def _stack(size: str, rows: int, device):
                                                   num_attention_heads=heads, intermediate_size=inter)))
     model.add_module("head", torch.nn.Linear(hidden, 2))
     model.to(device)
-    return StackedWeights(model, [1e-4 * 3 ** i for i in range(rows)], weight_decay=0.01, decoupled=True)
+    # learning rates spread from 1e-5 to 1e-3, as a sweep's grid (a rate x weight decay near 1 would blow up)
+    return StackedWeights(model, [1e-5 * 100 ** (i / max(rows - 1, 1)) for i in range(rows)], weight_decay=0.01,
+                          decoupled=True)
 
 
 def measure(size: str, rows: int, device_name: str, warmup: int, steps: int) -> dict:

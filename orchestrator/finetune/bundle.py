@@ -192,6 +192,16 @@ class StackedWeights:
         #: (start, end, weight decay) of a row's segments, each one fused AdamW update
         self.segments = [(a, b, wd) for a, b, wd in ((0, split, weight_decay), (split, self.flat.size(1), 0.0))
                          if b > a]
+        # what each row's segment update reads, as views made once (the step only launches): its weights,
+        # gradients and moments, its step count, and its learning rate, gradient divisor and skip flag,
+        # which the step fills in place
+        self._lr_now = torch.zeros(t, dtype=torch.float32, device=device)
+        self._divisor, self._skip = torch.ones_like(self._lr_now), torch.zeros_like(self._lr_now)
+        self._updates = [
+            (([self.flat[r, a:b]], [self.grad[r, a:b]], [self.exp_avg[r, a:b]], [self.exp_avg_sq[r, a:b]], [],
+              [self.steps[r]]),
+             dict(lr=self._lr_now[r], weight_decay=wd, grad_scale=self._divisor[r], found_inf=self._skip[r]))
+            for r in range(t) for a, b, wd in self.segments]
         self.params: dict[str, torch.Tensor] = {}
         offset = 0
         for name, shape in zip(self.names, self.shapes):
@@ -215,21 +225,20 @@ class StackedWeights:
         operations passed over the buffers about 30 times (``benchmarks/bundle_step.py``). The clipping enters
         as its ``grad_scale`` (the gradients divided by max(1, norm / grad_clip)), the skip as its
         ``found_inf`` (a row whose norm is not finite is not touched), so nothing is read back to the host."""
-        g = self.grad
-        norm = torch.linalg.vector_norm(g, dim=1)
+        norm = torch.linalg.vector_norm(self.grad, dim=1)
         ok = torch.isfinite(norm)
-        self.steps += ok.float()
-        divisor = ((norm + 1e-6) / grad_clip).clamp_(min=1.0) if grad_clip > 0 else torch.ones_like(norm)
-        skip = (~ok).float()
-        lr = (self.lr * factor).float()
+        self.steps += ok
+        self._lr_now.copy_(self.lr * factor)
+        if grad_clip > 0:
+            self._divisor.copy_(((norm + 1e-6) / grad_clip).clamp_(min=1.0))
+        else:
+            self._divisor.fill_(1.0)
+        self._skip.copy_(~ok)
         beta1, beta2 = ADAM_BETAS
-        for t in range(self.flat.size(0)):
-            for start, end, decay in self.segments:
-                torch._fused_adamw_([self.flat[t, start:end]], [g[t, start:end]], [self.exp_avg[t, start:end]],
-                                    [self.exp_avg_sq[t, start:end]], [], [self.steps[t]], lr=lr[t], beta1=beta1,
-                                    beta2=beta2, weight_decay=decay, eps=ADAM_EPS, amsgrad=False, maximize=False,
-                                    grad_scale=divisor[t], found_inf=skip[t])
-        g.zero_()
+        for tensors, row in self._updates:
+            torch._fused_adamw_(*tensors, beta1=beta1, beta2=beta2, eps=ADAM_EPS, amsgrad=False, maximize=False,
+                                **row)
+        self.grad.zero_()
 
     def row(self, t: int) -> torch.Tensor:
         """Trial ``t``'s trained weights, a CPU copy (early stopping's best epoch)."""
