@@ -107,8 +107,8 @@ class SweepConfig(SpaceOverrides):
         "auto", help="train the trials that differ only in their learning rate as one batched computation (one "
                      "Ray trial holding one trial's resources; far fewer GPU kernel launches per trial-step; each "
                      "trial's record as it would be alone, up to float rounding): auto = on for GPU trials (on "
-                     "CPUs a step is arithmetic, not launches: the laptop sweep takes 59.0 s unbundled, 65.5 s "
-                     "bundled on 2 CPUs); fp16 trials always train alone")
+                     "CPUs a step is arithmetic, not launches: the laptop sweep takes 59.0 s unbundled, 65.5-68.7 "
+                     "s bundled on 2 CPUs); fp16 trials always train alone")
     bundle_models: bool = field(True, help="where learning rates are bundled, bundle the trials of models with "
                                            "the same architecture and tokenizer too (e.g. an arm and its untrained "
                                            "floor): one Ray trial for their learning rates together, each row "
