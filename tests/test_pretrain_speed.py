@@ -102,24 +102,24 @@ def test_sdpa_runs_the_fused_kernel_and_computes_what_eager_attention_does():
 
 
 def test_fused_adamw_takes_the_per_tensor_steps():
-    """Priority 3: fused=True on CUDA, foreach on CPU, per tensor when off: the same updates. The CPU
-    fused kernel (torch >= 2.4) is checked too, the arithmetic CUDA's fused kernel does."""
+    """Priority 3: fused=True on CUDA and CPU (the CPU kernel does the arithmetic CUDA's does), per tensor
+    when off, and the multi-tensor foreach kernels (the CPU default until session 28): the same updates."""
     from orchestrator.pretrain.model import PretrainingModule
     from orchestrator.pretrain.optim import adamw_kernel, build_optimizer
 
-    assert adamw_kernel(_model(), fused=True) == {"foreach": True}
+    assert adamw_kernel(_model(), fused=True) == {"fused": True}
     assert adamw_kernel(_model(), fused=False) == {"foreach": False, "fused": False}
     cfg = OptimConfig(name="adamw")
-    kernels = {"per_tensor": {"fused": False}, "foreach": {"fused": True}, "cpu_fused": "cpu_fused"}
+    kernels = {"per_tensor": {"fused": False}, "cpu_fused": {"fused": True}, "foreach": "foreach"}
     weights = {}
     for name, how in kernels.items():
         model = _model()
-        if how == "cpu_fused":
+        if how == "foreach":
             opt = build_optimizer(model, cfg, 1e-2, fused=False)
-            opt = torch.optim.AdamW(opt.param_groups, lr=1e-2, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, fused=True)
+            opt = torch.optim.AdamW(opt.param_groups, lr=1e-2, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, foreach=True)
         else:
             opt = build_optimizer(model, cfg, 1e-2, **how)
-            assert opt.defaults["foreach"] is (name == "foreach")
+            assert bool(opt.defaults["fused"]) is (name == "cpu_fused")
         module = PretrainingModule(model)
         for seed in range(3):
             _forward_backward(module, _batch(seed))

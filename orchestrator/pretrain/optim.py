@@ -171,7 +171,7 @@ def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, lr: float, fused: bool = True,
                     compiled: bool = False) -> torch.optim.Optimizer:
     """LAMB (always multi-tensor; ``compiled``: torch.compile'd, ``pretrain.speed.compile_optimizer``) or
-    AdamW: with ``fused``, one fused kernel for all tensors on CUDA (``fused=True``) and multi-tensor
+    AdamW: with ``fused``, one fused kernel for all tensors on CUDA and CPU (``fused=True``) and multi-tensor
     ``foreach`` kernels elsewhere; without, the per-tensor loop. Build it after the model is on its
     device (the choice follows where the parameters are)."""
     groups = parameter_groups(model, cfg.weight_decay)
@@ -191,11 +191,11 @@ def optimizer_for(model: torch.nn.Module, cfg: PretrainConfig, lr: float) -> tor
 
 
 def adamw_kernel(model: torch.nn.Module, fused: bool) -> dict[str, bool]:
-    """AdamW's implementation switches: fused on CUDA, foreach elsewhere, or neither (per tensor)."""
+    """AdamW's implementation switches: PyTorch's fused kernel on CUDA and CPU (on 2 CPUs a tiny BERT's clip
+    and step took 2.7 ms fused against 11.6 ms foreach), foreach elsewhere, or neither (per tensor)."""
     if not fused:
         return {"foreach": False, "fused": False}
-    on_cuda = all(p.is_cuda for p in model.parameters())
-    return {"fused": True} if on_cuda else {"foreach": True}
+    return {"fused": True} if {p.device.type for p in model.parameters()} <= {"cpu", "cuda"} else {"foreach": True}
 
 
 def lr_factor(step: int, warmup_steps: int, total_steps: int, power: float) -> float:
