@@ -7,6 +7,9 @@
 #
 # Expects the project importable (on a bare GPU host: the packed site on PYTHONPATH, as
 # ../shared/gpu/pack_site.sh prints). Steps, with what each answers:
+#   0 bundle     a fine-tuning bundle's optimizer step (issue 31): PyTorch's fused AdamW per row against the
+#                elementwise step it replaced (session 28; 13.7-20.4x on one CPU thread), 3, 6 and 18 rows of
+#                the GPU ablation's model size
 #   1 graphs     compile + unpad (all on) against the same with speed.cuda_graphs, with 20 warm-up and 60
 #                timed steps, both sizes. Session 20 measured the graphs slower (0.80x base, 0.93x small)
 #                over 5 warm-up and 20 timed steps; the suspect is graphs recorded inside the timed steps
@@ -50,6 +53,7 @@ step() {  # step NAME LIMIT_S PATTERN COMMAND...: run COMMAND under min(LIMIT_S,
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee "$OUT/device.txt"
 python3 -c "import torch, transformers, ray; print('torch', torch.__version__, 'transformers', transformers.__version__, 'ray', ray.__version__)" 2>&1 | tail -1 | tee -a "$OUT/device.txt"
 TABLE='^\||^NVIDIA|^cpu:|Error'
+step 0-bundle 60 'rows on|Error' python3 benchmarks/bundle_step.py --device cuda --size gpu --rows 3 6 18
 TORCH_LOGS=recompiles,cudagraphs step 1-graphs 330 "$TABLE|seq/s|Recompiling|skipping cudagraphs" \
   python3 benchmarks/pretrain_gpu.py --compile on --ablate none \
   --rows "all on,+ cuda_graphs,+ compile_head + compile_optimizer + cuda_graphs" \
