@@ -36,7 +36,7 @@ VOCAB = 30522  # MiniLM's, which sweep_overhead.py's models use
 
 
 def elementwise_step(stack, factor: float, grad_clip: float) -> None:
-    """The bundle's step before session 28 (d3c9f5c..6ad82a7), kept as the reference: the same update
+    """The bundle's step from 65d607f to 6ad82a7 (before session 28), kept as the reference: the same update
     as [T, N] tensor operations, on ``stack``'s buffers and layout."""
     import torch
 
