@@ -194,13 +194,14 @@ def test_gradient_checkpointing_changes_memory_not_the_step():
     step, so the option is operational: not in the run key, a resume may switch it."""
     from orchestrator.modeling.precision import make_scaler
     from orchestrator.pretrain.loop import train_step
+    from orchestrator.pretrain.model import checkpoint_activations
     from orchestrator.pretrain.optim import build_optimizer, build_scheduler
 
     results = []
     for checkpointing in (False, True):
         model, module = _tiny(dropout=0.1)
         if checkpointing:
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            checkpoint_activations(model)
         calls: list[int] = []
         model.bert.encoder.layer[0].attention.register_forward_pre_hook(lambda *_, seen=calls: seen.append(1))
         module.train()

@@ -364,12 +364,12 @@ def test_the_unpadded_encoder_checkpoints_its_layers_as_transformers_does():
     layer is recomputed in the backward pass (the checkpoint op runs), with the same gradients."""
     from torch.profiler import ProfilerActivity, profile
 
-    from orchestrator.pretrain.model import PretrainingModule
+    from orchestrator.pretrain.model import PretrainingModule, checkpoint_activations
 
     batch = _batch(3)
     plain = _forward_backward(PretrainingModule(_model(), unpad=True), batch)
     model = _model()
-    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    checkpoint_activations(model)
     model.train()  # checkpointing acts in training only; dropout is 0, so the arithmetic is eval's
     assert all(layer.gradient_checkpointing for layer in model.bert.encoder.layer)
     with profile(activities=[ProfilerActivity.CPU]) as prof:

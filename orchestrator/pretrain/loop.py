@@ -32,7 +32,7 @@ from orchestrator.pretrain.checkpoint import checkpoint_name, load_training_stat
 from orchestrator.pretrain.config import PretrainConfig, batch_plan
 from orchestrator.pretrain.data import LocalShard, Prefetcher, StaticShapes, micro_batches
 from orchestrator.pretrain.float8 import check_fp8
-from orchestrator.pretrain.model import build_model, check_same_architecture, training_module
+from orchestrator.pretrain.model import build_model, check_same_architecture, checkpoint_activations, training_module
 from orchestrator.pretrain.optim import build_scheduler, optimizer_for
 from orchestrator.pretrain.peaks import peak_flops
 from orchestrator.pretrain.stopping import MLM_ACCURACY, PLATEAU, STEPS, Stopper
@@ -326,7 +326,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
     if cfg.adapters.enabled:
         add_adapters(model, cfg.adapters.reduction_factor, cfg.adapters.train_heads)
     if cfg.gradient_checkpointing:  # recompute each layer's activations in the backward pass: less memory
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        checkpoint_activations(model)
     counts = parameter_counts(model)
     state: dict[str, Any] = {"step": 0, "phase": 0, "phase_step": 0, "history": [], "phases": []}
     training_state = None

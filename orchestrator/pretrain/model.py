@@ -111,6 +111,19 @@ def set_attention(model: PreTrainedModel, attention: str) -> PreTrainedModel:
     return model
 
 
+def checkpoint_activations(model: PreTrainedModel) -> PreTrainedModel:
+    """Recompute each layer's activations in the backward pass (``pretrain.gradient_checkpointing``), with
+    PyTorch's non-reentrant checkpoint. transformers 5.23 names it ``activation_checkpointing_enable``
+    (``gradient_checkpointing_enable`` a deprecated alias); earlier 5.x, such as the 5.17 a GPU host may
+    bring, have only ``gradient_checkpointing_enable``."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    return model
+
+
 def check_same_architecture(expected: BertConfig | dict, checkpoint_dir: Path) -> None:
     """Refuse to resume from a checkpoint of another architecture (a changed config, a reused out_dir)."""
     want = expected.to_dict() if isinstance(expected, BertConfig) else expected
