@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import signal
@@ -15,6 +16,36 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@functools.cache
+def clone_files() -> tuple[str, ...] | None:
+    """The files a clone of this checkout would hold, with its uncommitted changes and new files: what git
+    tracks or would track, not what it ignores (a venv, GPU archives, side venvs of several GB); None
+    outside a git checkout."""
+    try:
+        out = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                             capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return tuple(rel for rel in out.decode().split("\0") if rel and os.path.lexists(ROOT / rel))
+
+
+def copy_checkout(dest: Path) -> Path:
+    """A copy of this checkout at ``dest`` as a fresh clone would have it (``clone_files``); outside git, the
+    tree less what a run or an install leaves in it."""
+    files = clone_files()
+    if files is None:
+        shutil.copytree(ROOT, dest, symlinks=True, ignore=shutil.ignore_patterns(
+            ".git", ".venv", ".compat", ".gpu", "runs", "mlruns", "__pycache__", "*.egg-info", "build", "dist",
+            ".pytest_cache"))
+        return dest
+    for rel in files:
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / rel, dest / rel, follow_symlinks=False)
+    return dest
+
+
 SHARED_DATA = ROOT.parent / "shared" / "data"
 
 #: Headless Chromium, for the tests that open a page (tests/test_dashboard.py, tests/test_mlflow_ui.py).

@@ -39,7 +39,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT
+from conftest import ROOT, copy_checkout
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SHELL_LANGS = {"bash", "sh", "shell", "console"}
@@ -161,8 +161,7 @@ def sandbox(base: Path, cmd: Command) -> Path:
     """A copy of the repository at ``base/repo`` with .venv and ../shared linked, the doc's files written
     and the fixture files in place: the command runs as if in a fresh clone set up by scripts/setup.sh."""
     repo = base / "repo"
-    shutil.copytree(ROOT, repo, symlinks=True, ignore=shutil.ignore_patterns(
-        ".git", ".venv", "runs", "mlruns", "__pycache__", "*.egg-info", "build", "dist", ".pytest_cache"))
+    copy_checkout(repo)
     (repo / ".venv").symlink_to(ROOT / ".venv")
     if (ROOT.parent / "shared").exists():
         (base / "shared").symlink_to(ROOT.parent / "shared")

@@ -3,11 +3,10 @@ presets, task YAMLs and the bundled sample data ship inside the wheel (issue 11,
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 
-from conftest import ROOT
+from conftest import ROOT, copy_checkout
 
 
 def test_wheel_install_runs_the_default_dry_run_elsewhere(tmp_path):
@@ -15,8 +14,7 @@ def test_wheel_install_runs_the_default_dry_run_elsewhere(tmp_path):
     elsewhere.mkdir()
     pip_env = {**os.environ, "PIP_NO_CACHE_DIR": "1"}  # no wheel a cache kept from an earlier build (issue 29)
     source = tmp_path / "source"  # built from a copy: a build leaves build/ and *.egg-info behind
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".git", ".venv", "runs", "build", "*.egg-info",
-                                                                "__pycache__", ".pytest_cache"))
+    copy_checkout(source)
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
                             "-w", str(wheels), str(source)], env=pip_env, capture_output=True, text=True,
                            timeout=300)
