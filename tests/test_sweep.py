@@ -404,14 +404,22 @@ def test_a_trial_whose_worker_is_killed_is_run_again_and_recorded_once(tiny_bert
     sweep_dir = tmp_path / "sweep"
 
     def kill_one_trial_worker() -> None:
-        """Once a trial has reported an epoch (it is mid-run), kill its worker; before the last trial ends."""
+        """Kill a trial's worker a second after it became one (loading, training: mid-run), before the last
+        trial ends. Not keyed to Tune's result.json under the sweep directory: Tune writes it to a staging
+        directory and copies it there only at its periodic sync, which a 3-second trial may never see (a
+        CI run did not, and nothing was killed)."""
         deadline = time.monotonic() + 300
+        seen: dict[int, float] = {}  # a trial worker's pid -> when this thread first saw it as one
         while time.monotonic() < deadline and not killed:
-            reported = any(p.stat().st_size for p in sweep_dir.glob("tune/*/*/result.json"))
-            if reported and len(list(sweep_dir.glob("trials/*.json"))) < 2:
+            if len(list(sweep_dir.glob("trials/*.json"))) < 2:
                 for proc in psutil.process_iter(["pid", "cmdline"]):
-                    if "ImplicitFunc" in " ".join(proc.info["cmdline"] or []):
-                        proc.kill()
+                    if "ImplicitFunc" not in " ".join(proc.info["cmdline"] or []):
+                        continue
+                    if time.monotonic() - seen.setdefault(proc.info["pid"], time.monotonic()) > 1.0:
+                        try:
+                            proc.kill()
+                        except psutil.NoSuchProcess:
+                            continue
                         killed.append(proc.info["pid"])
                         return
             time.sleep(0.05)
