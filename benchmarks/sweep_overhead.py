@@ -35,7 +35,8 @@ batched computation in one Ray trial (``sweep.bundle_learning_rates``); the reco
 Overhead = 1 - compute share of the whole wall (the limit applies to it). With each trial's start and
 end in its worker the wall is also split into what a sweep pays once and what it pays per trial: the
 fixed start-up (the clock's start until a slot's first trial trains: Tune, the worker process and its
-imports, the first tokenizer and model loaded), the end (a slot's last trial to the clock's end), the
+imports, the first tokenizer and model loaded; split where the slot's worker process started and where its
+first trial began, ``startup_parts``), the end (a slot's last trial to the clock's end), the
 time between trials, and the per-trial overhead (1 - compute share of the slot time less the start-up
 and the end: what a longer sweep's overhead tends to). With a GPU it also prints the
 fine-tuning model FLOP/s achieved (6 x non-embedding parameters x trained tokens + 2 x that x
@@ -118,6 +119,41 @@ def timeline(spans: list[tuple[int, float, float, float]], end: float, slots: in
     tail = sum(end - max(t[2] for t in v) for v in runs)
     between = sum(max(0.0, nxt[0] - prev[2]) for v in runs for prev, nxt in zip(v, v[1:]))
     return {"startup_s": startup / max(1, slots), "end_s": tail / max(1, slots), "between_s": between}
+
+
+def startup_parts(spans: list[tuple[int, float, float, float]], workers: dict[int, float],
+                  slots: int) -> dict[str, float] | None:
+    """``timeline``'s fixed start-up in three parts, from each worker process's start (``workers``: seconds of
+    the clock by pid), means over the slots that ran a trial (an idle slot has no parts): ``to_worker_s``,
+    the clock's start until the slot's worker process started (the driver starting Tune, Ray starting the
+    process); ``worker_imports_s``, from there until its first trial began (Ray's worker set-up and the
+    trainable's imports: Ray Tune, torch, the orchestrator); ``first_setup_s``, from there until that trial
+    trained (its setup: transformers' modelling stack, the tokenizer, the task's data, the model; on a GPU
+    also CUDA's context). None when a worker's start is unknown (results written before workers told it)."""
+    firsts: dict[int, tuple[float, float]] = {}
+    for pid, start, trains, _ in spans:
+        if pid not in firsts or start < firsts[pid][0]:
+            firsts[pid] = (start, trains)
+    runs = sorted(firsts.items(), key=lambda item: item[1][0])[:max(1, slots)]
+    if not runs or any(pid not in workers for pid, _ in runs):
+        return None
+    # a process older than the clock (one Ray started before it) counts from the clock
+    began = {pid: min(max(0.0, workers[pid]), start) for pid, (start, _) in runs}
+    n = len(runs)
+    return {"to_worker_s": sum(began.values()) / n,
+            "worker_imports_s": sum(start - began[pid] for pid, (start, _) in runs) / n,
+            "first_setup_s": sum(trains - start for _, (start, trains) in runs) / n}
+
+
+def _workers(tune_dir: Path, clock_start: float) -> dict[int, float]:
+    """When each trial worker process started, in seconds from ``clock_start`` (Tune's result.json)."""
+    out = {}
+    for path in tune_dir.glob("*/*/result.json"):
+        for line in path.read_text().splitlines():
+            row = json.loads(line) if line.strip() else {}
+            if "worker_started" in row:
+                out[row["pid"]] = row["worker_started"] - clock_start
+    return out
 
 
 def _spans(tune_dir: Path, clock_start: float) -> list[tuple[int, float, float, float]]:
@@ -259,7 +295,9 @@ def measure(size: str, seeds: list[int] | None, lrs: list[float] | None, epochs:
     wall = time.perf_counter() - tick
     records = [json.loads(p.read_text()) for p in sorted((tmp / "sweep" / "trials").glob("*.json"))]
     shares = overhead(records, wall, slots)
-    fixed = timeline(_spans(tmp / "sweep" / "tune", clock_start), wall, slots)
+    spans = _spans(tmp / "sweep" / "tune", clock_start)
+    fixed = timeline(spans, wall, slots)
+    parts = startup_parts(spans, _workers(tmp / "sweep" / "tune", clock_start), slots)
     # the per-trial overhead: of the slot time less the fixed start-up and the end
     span = wall * slots - (fixed["startup_s"] + fixed["end_s"]) * slots
     compute = shares["compute"] * wall * slots
@@ -272,6 +310,7 @@ def measure(size: str, seeds: list[int] | None, lrs: list[float] | None, epochs:
            "setup_s": round(sum(r["counts"].get("setup_seconds", 0.0) for r in records), 2),
            "trial_s": round(sum(r["seconds"] + r["counts"].get("setup_seconds", 0.0) for r in records), 2),
            **{k: round(v, 4) for k, v in shares.items()}, **{k: round(v, 2) for k, v in fixed.items()},
+           **{k: round(v, 2) for k, v in (parts or {}).items()},
            "between_trials": round(fixed["between_s"] / (wall * slots), 4),
            "estimated_grid_over_longest_first": round(estimate["grid"] / estimate["longest_first"], 4),
            "per_trial_overhead": round(1 - compute / span, 4) if span > 0 else None,
@@ -358,6 +397,11 @@ def main(argv: list[str] | None = None) -> int:
               f"process, its imports, the first tokenizer and model), end {out['end_s']:.1f} s (after a slot's "
               f"last trial), between trials {out['between_s']:.1f} s; per-trial overhead (the rest) "
               f"{out['per_trial_overhead']:.1%}")
+    if "first_setup_s" in out:
+        print(f"the start-up a slot: {out['to_worker_s']:.1f} s until its worker process started (Tune's start on "
+              f"the driver, Ray starting the process), {out['worker_imports_s']:.1f} s until its first trial began "
+              f"(the worker's set-up and imports: Ray Tune, torch), {out['first_setup_s']:.1f} s until that trial "
+              f"trained (its setup: transformers' model code, the tokenizer, the data, the model)")
     if "model_flops_per_s" in out:
         share = "" if out["share_of_peak"] is None else f", {out['share_of_peak']:.1%} of bf16 peak"
         print(f"fine-tuning model FLOP/s on {out['device']}: {out['model_flops_per_s'] / 1e12:.2f} TFLOP/s{share}")

@@ -237,6 +237,13 @@ def test_the_overhead_benchmark_splits_a_sweep_into_its_fixed_start_up_and_its_p
     got = bench.timeline(spans, 45.0, 2)
     assert got == pytest.approx({"startup_s": (5.0 + 7.0) / 2, "end_s": (5.0 + 1.0) / 2, "between_s": 1.5})
     assert bench.timeline(spans[:2], 45.0, 2)["startup_s"] == pytest.approx((5.0 + 45.0) / 2)  # an idle slot
+    # the start-up's parts: to each slot's worker process, its imports, its first trial's setup; they sum to
+    # the start-up of the slots that ran; a process older than the clock counts from the clock
+    parts = bench.startup_parts(spans, {1: 0.5, 2: -4.0}, 2)
+    assert parts == pytest.approx({"to_worker_s": (0.5 + 0.0) / 2, "worker_imports_s": (1.5 + 3.0) / 2,
+                                   "first_setup_s": (3.0 + 4.0) / 2})
+    assert sum(parts.values()) == pytest.approx(bench.timeline(spans, 45.0, 2)["startup_s"])
+    assert bench.startup_parts(spans, {1: 0.5}, 2) is None  # a worker that did not tell its start
     # --against: the same selection, or where it differs (a setting, a mean beyond rounding, a task)
     cell = {"selected": {"learning_rate": 1e-3, "epochs": 10}, "dev_mean": 0.5, "mean": 0.4}
     ours = bench.selection({"cells": {"m": {"hoc": cell, "biosses": {**cell, "mean": 0.7}}}})
@@ -322,6 +329,7 @@ def test_sweep_on_ray_tune_with_mlflow_nesting_and_restore(tiny_bert, ray_local,
              if "trial_started" in row]
     assert len(spans) == 4 and all(r["trial_ended"] - r["trial_started"] >= r["run_seconds"] > 0
                                    and len(json.loads(r["records"])) == 1 for r in spans)  # one lr: no bundle
+    assert all(r["worker_started"] <= r["trial_started"] for r in spans)  # when the worker process started
 
     mlflow.set_tracking_uri(tracking.resolve_uri(tmp_path))
     runs = mlflow.search_runs(experiment_names=["test-sweep"], output_format="list")

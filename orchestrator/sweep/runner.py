@@ -19,6 +19,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import psutil
+
 from orchestrator.core.config import is_number, to_dict
 from orchestrator.core.cost import COST_FIELD, duration, measured
 from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
@@ -137,8 +139,9 @@ def _tune_trainable(config: dict) -> None:
     """Runs in a Ray worker: the real loop for one trial or a bundle of trials that differ only in their
     learning rate (``orchestrator.finetune.bundle``), reporting each evaluated epoch to Tune (an epoch with
     a training loss only is in the records, not worth a report's round trip); the last report carries the
-    trials' records so the driver can persist them, and when the Ray trial began and ended in this worker
-    and how long its trials trained (``benchmarks/sweep_overhead.py`` reads them from Tune's result.json)."""
+    trials' records so the driver can persist them, when the Ray trial began and ended in this worker, how
+    long its trials trained and when the worker process started (``benchmarks/sweep_overhead.py`` reads them
+    from Tune's result.json)."""
     from ray import tune  # heavy: ray
 
     from orchestrator.finetune.bundle import run_bundle  # heavy: torch
@@ -154,7 +157,7 @@ def _tune_trainable(config: dict) -> None:
     records = run_bundle(trials, report=report)
     tune.report({"epoch": max(r["epochs"][-1]["epoch"] for r in records), "records": json.dumps(records),
                  "run_seconds": sum(r["seconds"] for r in records), "trial_started": started,
-                 "trial_ended": time.time()})
+                 "trial_ended": time.time(), "worker_started": psutil.Process().create_time()})
 
 
 class SweepProgress:
