@@ -102,6 +102,16 @@ def overhead(records: list[dict], wall_s: float, slots: int) -> dict[str, float]
     return shares
 
 
+def _slot_runs(spans: list[tuple[int, float, float, float]],
+               slots: int) -> list[tuple[int, list[tuple[float, float, float]]]]:
+    """Each slot's worker pid and its trials' (start, training start, end) in order: the first ``slots``
+    workers by their first trial's start (a worker is a slot: Tune reuses its actor)."""
+    by_pid: dict[int, list[tuple[float, float, float]]] = {}
+    for pid, *times in spans:
+        by_pid.setdefault(pid, []).append(tuple(times))
+    return sorted(((pid, sorted(v)) for pid, v in by_pid.items()), key=lambda run: run[1][0][0])[:max(1, slots)]
+
+
 def timeline(spans: list[tuple[int, float, float, float]], end: float, slots: int) -> dict[str, float]:
     """The fixed and the per-trial parts of a sweep's time, from each trial's (worker pid, start, start of
     its training, end) in seconds of the clock (``_tune_trainable`` reports them): ``startup_s``, the wall
@@ -110,10 +120,7 @@ def timeline(spans: list[tuple[int, float, float, float]], end: float, slots: in
     trials; the mean over slots), ``end_s`` from a slot's last trial to the clock's end (the last trials'
     unequal lengths, Tune ending, results written), and ``between_s``, the slot seconds between one trial
     and the next of a worker (Tune ending and starting a trial); a slot that ran no trial is start-up."""
-    by_pid: dict[int, list[tuple[float, float, float]]] = {}
-    for pid, *times in spans:
-        by_pid.setdefault(pid, []).append(tuple(times))
-    runs = sorted((sorted(v) for v in by_pid.values()), key=lambda v: v[0][0])[:max(1, slots)]
+    runs = [v for _, v in _slot_runs(spans, slots)]
     idle = max(0, slots - len(runs)) * end
     startup = sum(v[0][1] for v in runs) + idle
     tail = sum(end - max(t[2] for t in v) for v in runs)
@@ -130,44 +137,32 @@ def startup_parts(spans: list[tuple[int, float, float, float]], workers: dict[in
     trainable's imports: Ray Tune, torch, the orchestrator); ``first_setup_s``, from there until that trial
     trained (its setup: transformers' modelling stack, the tokenizer, the task's data, the model; on a GPU
     also CUDA's context). None when a worker's start is unknown (results written before workers told it)."""
-    firsts: dict[int, tuple[float, float]] = {}
-    for pid, start, trains, _ in spans:
-        if pid not in firsts or start < firsts[pid][0]:
-            firsts[pid] = (start, trains)
-    runs = sorted(firsts.items(), key=lambda item: item[1][0])[:max(1, slots)]
-    if not runs or any(pid not in workers for pid, _ in runs):
+    firsts = [(pid, v[0][0], v[0][1]) for pid, v in _slot_runs(spans, slots)]
+    if not firsts or any(pid not in workers for pid, _, _ in firsts):
         return None
     # a process older than the clock (one Ray started before it) counts from the clock
-    began = {pid: min(max(0.0, workers[pid]), start) for pid, (start, _) in runs}
-    n = len(runs)
-    return {"to_worker_s": sum(began.values()) / n,
-            "worker_imports_s": sum(start - began[pid] for pid, (start, _) in runs) / n,
-            "first_setup_s": sum(trains - start for _, (start, trains) in runs) / n}
+    began = [min(max(0.0, workers[pid]), start) for pid, start, _ in firsts]
+    n = len(firsts)
+    return {"to_worker_s": sum(began) / n,
+            "worker_imports_s": sum(start - b for (_, start, _), b in zip(firsts, began)) / n,
+            "first_setup_s": sum(trains - start for _, start, trains in firsts) / n}
 
 
-def _workers(tune_dir: Path, clock_start: float) -> dict[int, float]:
-    """When each trial worker process started, in seconds from ``clock_start`` (Tune's result.json)."""
-    out = {}
-    for path in tune_dir.glob("*/*/result.json"):
-        for line in path.read_text().splitlines():
-            row = json.loads(line) if line.strip() else {}
-            if "worker_started" in row:
-                out[row["pid"]] = row["worker_started"] - clock_start
-    return out
-
-
-def _spans(tune_dir: Path, clock_start: float) -> list[tuple[int, float, float, float]]:
-    """(pid, start, training start, end) of every Ray trial (one trial, or a bundle of learning rates) in
-    seconds from ``clock_start``, from Tune's per-trial result.json (``run_seconds``: from the end of the
-    trials' setup to their end)."""
-    spans = []
+def _trial_ends(tune_dir: Path, clock_start: float) -> tuple[list[tuple[int, float, float, float]], dict[int, float]]:
+    """From Tune's per-trial result.json, each Ray trial's last report (one trial, or a bundle of learning
+    rates), its times in seconds from ``clock_start``: every trial's (pid, start, training start, end)
+    (``run_seconds``: from the end of the trials' setup to their end), and when each worker process started
+    (by pid; a worker that did not report it is left out)."""
+    spans, workers = [], {}
     for path in tune_dir.glob("*/*/result.json"):
         for line in path.read_text().splitlines():
             row = json.loads(line) if line.strip() else {}
             if "trial_started" in row:
                 ended = row["trial_ended"] - clock_start
                 spans.append((row["pid"], row["trial_started"] - clock_start, ended - row["run_seconds"], ended))
-    return spans
+                if "worker_started" in row:
+                    workers[row["pid"]] = row["worker_started"] - clock_start
+    return spans, workers
 
 
 def _model(out: Path, size: str, tokenizer: str = "", seed: int = 0) -> Path:
@@ -295,9 +290,9 @@ def measure(size: str, seeds: list[int] | None, lrs: list[float] | None, epochs:
     wall = time.perf_counter() - tick
     records = [json.loads(p.read_text()) for p in sorted((tmp / "sweep" / "trials").glob("*.json"))]
     shares = overhead(records, wall, slots)
-    spans = _spans(tmp / "sweep" / "tune", clock_start)
+    spans, workers = _trial_ends(tmp / "sweep" / "tune", clock_start)
     fixed = timeline(spans, wall, slots)
-    parts = startup_parts(spans, _workers(tmp / "sweep" / "tune", clock_start), slots)
+    parts = startup_parts(spans, workers, slots)
     # the per-trial overhead: of the slot time less the fixed start-up and the end
     span = wall * slots - (fixed["startup_s"] + fixed["end_s"]) * slots
     compute = shares["compute"] * wall * slots
