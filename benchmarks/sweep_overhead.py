@@ -241,7 +241,7 @@ def measure(size: str, seeds: list[int] | None, lrs: list[float] | None, epochs:
     import torch
 
     from orchestrator.core.runtime import init_ray
-    from orchestrator.finetune.bundle import group_trials
+    from orchestrator.finetune.trial import group_trials
     from orchestrator.sweep.config import SweepConfig
     from orchestrator.sweep.order import estimated_ends, estimated_work, split_reader
     from orchestrator.sweep.runner import _bundled, _resources, run_sweep

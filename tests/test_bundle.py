@@ -212,7 +212,7 @@ def test_a_trial_whose_gradients_are_not_finite_skips_its_step_and_the_others_do
 
 
 def test_trials_are_grouped_by_everything_but_their_learning_rate(tiny_bert):
-    from orchestrator.finetune.bundle import group_trials
+    from orchestrator.finetune.trial import group_trials
 
     a = _trials(tiny_bert, "chemprot", (1e-3, 2e-3))
     b = _trials(tiny_bert, "chemprot", (1e-3, 2e-3), seed=3)
@@ -250,8 +250,9 @@ def test_models_of_one_architecture_and_tokenizer_bundle_together_each_row_from_
     import dataclasses
     import json
 
-    from orchestrator.finetune.bundle import bundle_key, group_trials, model_family, run_bundle
+    from orchestrator.finetune.bundle import run_bundle
     from orchestrator.finetune.loop import run_trial
+    from orchestrator.finetune.trial import bundle_key, group_trials, model_family
 
     other = _sibling(tiny_bert, tmp_path / "other", seed=1)
     wider = _sibling(tiny_bert, tmp_path / "wider", seed=1, intermediate_size=96)
@@ -299,8 +300,9 @@ def test_models_whose_builds_draw_other_random_numbers_train_alone(tiny_bert, tm
 
     from safetensors.torch import load_file, save_file
 
-    from orchestrator.finetune.bundle import group_trials, run_bundle
+    from orchestrator.finetune.bundle import run_bundle
     from orchestrator.finetune.loop import run_trial
+    from orchestrator.finetune.trial import group_trials
 
     lacking = _sibling(tiny_bert, tmp_path / "lacking", seed=1)
     weights = load_file(lacking / "model.safetensors")
@@ -389,8 +391,9 @@ def test_a_bundle_of_several_seeds_trains_each_trial_as_its_seed_does_alone_with
     """sweep.bundle_seeds: each row reads its seed's batches (the seeds' batches stacked, each padded to the
     widest: NER's labels too) and starts from its seed's head. Without dropout, the one thing a bundle of
     several seeds draws otherwise, each trial's record is the one it gets alone."""
-    from orchestrator.finetune.bundle import group_trials, run_bundle
+    from orchestrator.finetune.bundle import run_bundle
     from orchestrator.finetune.loop import run_trial
+    from orchestrator.finetune.trial import group_trials
 
     still = _sibling(tiny_bert, tmp_path / "still", seed=1, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     trials = _seeds(_trials(tiny_bert, task, (1e-3, 3e-3)), (2, 5), model_dir=str(still))

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.core.errors import ConfigError, InputError
-from orchestrator.finetune.bundle import group_trials
 from orchestrator.finetune.readers import Example
+from orchestrator.finetune.trial import group_trials
 from orchestrator.sweep.config import EarlyStopping, SweepConfig
 from orchestrator.sweep.order import (
     estimated_ends,

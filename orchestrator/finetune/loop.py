@@ -44,7 +44,14 @@ from orchestrator.core.manifest import atomic_write_json, private_dir
 from orchestrator.core.runtime import choose_device, seed_everything
 from orchestrator.finetune.metrics import METRICS, ner_per_tag
 from orchestrator.finetune.model import TaskModel
-from orchestrator.finetune.readers import Example, document_split, fixed_subset, read_split, stratified_folds
+from orchestrator.finetune.readers import (
+    CV_SPLIT_SEED,
+    Example,
+    document_split,
+    fixed_subset,
+    read_split,
+    stratified_folds,
+)
 from orchestrator.finetune.spec import TaskSpec, load_task
 from orchestrator.finetune.trial import TrialSpec
 from orchestrator.modeling.precision import (
@@ -71,7 +78,6 @@ class Encoded:
         default_factory=dict, repr=False, compare=False)
 
 
-CV_SPLIT_SEED = 0  # folds and dev carve-outs are the same for every seed and learning rate
 CV_DEV_SHARE = 0.1  # share of the training folds held out as dev for selecting lr / epochs
 
 
@@ -586,9 +592,3 @@ def _encoder_copy(model_dir: str, model_state: tuple) -> torch.nn.Module | None:
 
 def _jsonable(preds: list[Any]) -> list[Any]:
     return [list(p) if isinstance(p, tuple) else p for p in preds]
-
-
-def model_dir_ok(path: str | Path) -> bool:
-    """A loadable HF BERT directory has a config.json and a tokenizer vocabulary."""
-    p = Path(path)
-    return (p / "config.json").is_file() and ((p / "vocab.txt").is_file() or (p / "tokenizer.json").is_file())

@@ -21,6 +21,8 @@ from orchestrator.core.errors import InputError
 from orchestrator.finetune.spec import TaskSpec
 from orchestrator.formats import Layout, Sentence, read
 
+CV_SPLIT_SEED = 0  # folds and dev carve-outs are the same for every seed and learning rate
+
 _KV_CELL = re.compile(r"^(\d+)_([01])$")
 
 

@@ -3,6 +3,13 @@ and the sweep can plan trials without importing torch."""
 from __future__ import annotations
 
 import dataclasses
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from orchestrator.core.manifest import file_sha256
+from orchestrator.core.reuse import TOKENIZER_FILES, content_key
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,3 +45,63 @@ class TrialSpec:
     @property
     def max_epochs(self) -> int:
         return max(self.eval_epochs)
+
+
+BUNDLED_PRECISIONS = ("fp32", "bf16")  # fp16's dynamic loss scale is a per-trial state: those train alone
+
+
+#: config.json keys that do not change what fine-tuning computes from a model directory: the class that saved
+#: it, where it came from, the library's version, the dtype of its saved weights (they load as fp32 masters)
+CONFIG_KEYS_IGNORED = ("architectures", "_name_or_path", "transformers_version", "torch_dtype", "dtype")
+#: the files that make a directory's tokenizer (equal files: equal tokenised splits) and its adapters' shape
+FAMILY_FILES = (*TOKENIZER_FILES, "adapter_config.json")
+
+
+def model_family(model_dir: str) -> str | None:
+    """What a model directory shares with the models whose trials it can be bundled with: its architecture
+    (config.json but ``CONFIG_KEYS_IGNORED``) and its tokenizer's files, as one content key. None (bundled
+    with no other model): no readable config.json."""
+    path = Path(model_dir)
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    files = {name: file_sha256(path / name) for name in FAMILY_FILES if (path / name).is_file()}
+    return content_key({k: v for k, v in config.items() if k not in CONFIG_KEYS_IGNORED}, files)
+
+
+def bundle_key(trial: TrialSpec, family: str | None = None, seeds: bool = False) -> tuple | None:
+    """What a trial shares with the trials it can be bundled with: every setting but its id and learning
+    rate (``seeds``: and its seed); given its model's ``family`` (full fine-tuning only), that instead of its
+    model. None: the trial trains alone."""
+    if trial.precision not in BUNDLED_PRECISIONS:
+        return None
+    settings = dataclasses.asdict(trial)
+    del settings["trial_id"], settings["learning_rate"]
+    if seeds:
+        del settings["seed"]
+    if family is not None and trial.tune == "full":
+        del settings["model_name"], settings["model_dir"]
+        settings["model_family"] = family
+    return tuple(sorted(settings.items()))
+
+
+def group_trials(trials: Sequence[TrialSpec], bundle: bool, models: bool = False,
+                 seeds: bool = False) -> list[list[TrialSpec]]:
+    """``trials`` in groups that train together (in the order of their first trial); with ``bundle``
+    False, or for a trial ``bundle_key`` keeps alone, groups of one. ``models``: the trials of models of
+    one ``model_family`` group together too; ``seeds``: those of every seed too."""
+    families = {d: model_family(d) for d in {t.model_dir for t in trials}} if bundle and models else {}
+    groups: dict[Any, list[TrialSpec]] = {}
+    for i, trial in enumerate(trials):
+        key = bundle_key(trial, families.get(trial.model_dir), seeds) if bundle else None
+        groups.setdefault(("alone", i) if key is None else key, []).append(trial)
+    return list(groups.values())
+
+
+def model_dir_ok(path: str | Path) -> bool:
+    """A loadable HF BERT directory has a config.json and a tokenizer vocabulary."""
+    p = Path(path)
+    return (p / "config.json").is_file() and ((p / "vocab.txt").is_file() or (p / "tokenizer.json").is_file())

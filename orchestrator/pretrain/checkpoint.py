@@ -13,6 +13,7 @@
                                               (a node lost while Ray persisted it) is never taken
 
 Loading uses safetensors and ``torch.load(weights_only=True)`` only: a checkpoint is data, never code.
+Finding, naming and checking checkpoints imports neither torch nor transformers (a dry run does them).
 """
 from __future__ import annotations
 
@@ -20,14 +21,13 @@ import json
 import shutil
 import socket
 from pathlib import Path
-from typing import Any
-
-import torch
-from transformers import PreTrainedModel
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.core.errors import InputError
 from orchestrator.core.reuse import TOKENIZER_FILES
-from orchestrator.modeling.adapters import has_adapters, load_adapters, save_adapters
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 STATE_FILE = "training_state.pt"
 TRAINER_STATE = "trainer_state.json"
@@ -44,6 +44,8 @@ def checkpoint_name(step: int) -> str:
 
 def save_hf(model: PreTrainedModel, tokenizer_dir: Path, out_dir: Path) -> None:
     """Model weights (safetensors) + config + tokenizer files into ``out_dir``."""
+    from orchestrator.modeling.adapters import has_adapters, save_adapters  # heavy: torch
+
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if has_adapters(model):
@@ -73,6 +75,8 @@ def save_checkpoint(out_dir: Path, model: PreTrainedModel, tokenizer_dir: Path, 
                     state: dict[str, Any], resume: dict[str, Any] | None = None) -> Path:
     """Write a complete checkpoint into ``out_dir`` (a fresh directory Ray then persists).
     ``resume``: {"world", "rng" (per rank), "data": {"phase", "positions" (per rank)}}, see the loop."""
+    import torch  # heavy: torch
+
     save_hf(model, tokenizer_dir, out_dir)
     torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
                 "scaler": scaler.state_dict() if scaler is not None else None, "state": state, "resume": resume},
@@ -86,6 +90,8 @@ def save_checkpoint(out_dir: Path, model: PreTrainedModel, tokenizer_dir: Path, 
 def load_weights(model: PreTrainedModel, ckpt_dir: Path) -> None:
     """Load the weights of a checkpoint into an already built model of the same architecture."""
     from safetensors.torch import load_file  # heavy: safetensors
+
+    from orchestrator.modeling.adapters import load_adapters  # heavy: torch
 
     ckpt_dir = Path(ckpt_dir)
     state = load_file(str(ckpt_dir / "model.safetensors"))
@@ -104,6 +110,8 @@ def load_weights(model: PreTrainedModel, ckpt_dir: Path) -> None:
 
 
 def load_training_state(ckpt_dir: Path) -> dict[str, Any]:
+    import torch  # heavy: torch
+
     return torch.load(Path(ckpt_dir) / STATE_FILE, map_location="cpu", weights_only=True)
 
 

@@ -9,16 +9,35 @@ MLM accuracy) ends it earlier.
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from orchestrator.core.config import check_number, field, to_dict
-from orchestrator.core.errors import ConfigError
+from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.manifest import file_sha256
 from orchestrator.core.reuse import content_key, output_key
 
-SIZES = ("tiny", "bert-tiny", "mini", "small", "base", "large")
+# hidden, layers, heads, intermediate. bert-tiny, mini and small are the miniature BERTs of Turc et
+# al. 2019 ("Well-Read Students Learn Better"); tiny is half of bert-tiny, for tests.
+SIZE_PRESETS: dict[str, tuple[int, int, int, int]] = {
+    "tiny": (64, 2, 2, 256),
+    "bert-tiny": (128, 2, 2, 512),
+    "mini": (256, 4, 4, 1024),
+    "small": (512, 4, 8, 2048),
+    "base": (768, 12, 12, 3072),
+    "large": (1024, 24, 16, 4096),
+}
+SIZES = tuple(SIZE_PRESETS)
+
+
+def read_hf_config(model_dir: Path) -> dict:
+    """A Hugging Face model directory's ``config.json``, read without transformers (a dry run's checks)."""
+    path = Path(model_dir) / "config.json"
+    if not path.is_file():
+        raise InputError(model_dir, "not a Hugging Face model directory", expected="config.json")
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 @dataclass(frozen=True)

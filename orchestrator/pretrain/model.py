@@ -8,7 +8,6 @@ forward path over the standard ``BertForPreTraining`` modules: the weights, and 
 """
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -18,23 +17,13 @@ import torch.nn.functional as F
 from transformers import BertConfig, BertForMaskedLM, BertForPreTraining, PreTrainedModel
 
 from orchestrator.core.errors import ConfigError, InputError
-from orchestrator.pretrain.config import ModelConfig, SpeedConfig
+from orchestrator.pretrain.config import SIZE_PRESETS, ModelConfig, SpeedConfig, read_hf_config
 from orchestrator.pretrain.data import IGNORE_INDEX
 from orchestrator.pretrain.float8 import use_float8
 from orchestrator.pretrain.unpad import compile_unpadded, encode, unpad_refusal
 
 log = logging.getLogger(__name__)
 
-# hidden, layers, heads, intermediate. bert-tiny, mini and small are the miniature BERTs of Turc et
-# al. 2019 ("Well-Read Students Learn Better"); tiny is half of bert-tiny, for tests.
-SIZE_PRESETS: dict[str, tuple[int, int, int, int]] = {
-    "tiny": (64, 2, 2, 256),
-    "bert-tiny": (128, 2, 2, 512),
-    "mini": (256, 4, 4, 1024),
-    "small": (512, 4, 8, 2048),
-    "base": (768, 12, 12, 3072),
-    "large": (1024, 24, 16, 4096),
-}
 ARCH_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
              "vocab_size", "max_position_embeddings", "type_vocab_size")
 
@@ -49,13 +38,6 @@ def bert_config(cfg: ModelConfig, vocab_size: int, pad_token_id: int) -> BertCon
 
 def model_class(objective: str) -> type[PreTrainedModel]:
     return BertForPreTraining if objective == "mlm_nsp" else BertForMaskedLM
-
-
-def read_hf_config(model_dir: Path) -> dict:
-    path = Path(model_dir) / "config.json"
-    if not path.is_file():
-        raise InputError(model_dir, "not a Hugging Face model directory", expected="config.json")
-    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def build_model(cfg: ModelConfig, vocab_size: int, pad_token_id: int, attention: str = "sdpa",

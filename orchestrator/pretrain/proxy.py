@@ -73,7 +73,7 @@ class PoolConfig:
 @dataclasses.dataclass(frozen=True)
 class ProxyModelConfig:
     size: str = field("tiny", help="proxy architecture: tiny (hidden 64, 2 layers) | bert-tiny | mini | small "
-                                   "(orchestrator.pretrain.model.SIZE_PRESETS)")
+                                   "(orchestrator.pretrain.config.SIZE_PRESETS)")
     train_tokens: int = field(200_000, help="the fixed budget: tokens each proxy trains on (steps = budget / "
                                             "(batch_size x max_seq_length), rounded up)")
     batch_size: int = field(32, help="sequences per optimizer step")

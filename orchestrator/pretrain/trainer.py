@@ -64,22 +64,20 @@ from orchestrator.pretrain.checkpoint import (
     latest_checkpoint,
     save_hf,
 )
-from orchestrator.pretrain.config import PretrainConfig, batch_plan, input_keys, pretrain_key
+from orchestrator.pretrain.config import (
+    SIZE_PRESETS,
+    PretrainConfig,
+    batch_plan,
+    input_keys,
+    pretrain_key,
+    read_hf_config,
+)
 from orchestrator.pretrain.data import (
     check_vocab_matches,
     instance_files,
     masking_rule,
     ordered_ingest,
     resolve_ingest,
-)
-from orchestrator.pretrain.loop import TrainingDiverged, train_loop_per_worker
-from orchestrator.pretrain.model import (
-    SIZE_PRESETS,
-    bert_config,
-    build_model,
-    check_same_architecture,
-    model_class,
-    read_hf_config,
 )
 from orchestrator.pretrain.nodes import (
     alive_nodes,
@@ -178,6 +176,8 @@ def _phase_inputs(cfg: PretrainConfig, instances: dict[int, Path]) -> dict[str, 
 
 def _check_existing_checkpoint(cfg: PretrainConfig, ckpt_dir: Path, vocab_size: int, pad: int) -> Path | None:
     """A checkpoint already in ``ckpt_dir`` must be of the architecture this config builds."""
+    from orchestrator.pretrain.model import bert_config, check_same_architecture  # heavy: torch, transformers
+
     latest = latest_checkpoint(ckpt_dir)
     if latest is None:
         return None
@@ -379,6 +379,7 @@ def _train(cfg: PretrainConfig, infos: dict[str, InstanceInfo], tokenizer_dir: P
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
+    from orchestrator.pretrain.loop import TrainingDiverged, train_loop_per_worker  # heavy: torch, transformers
     from orchestrator.pretrain.process_group import BoundStoreTorchConfig  # heavy: ray, torch
 
     started = time.monotonic()
@@ -480,6 +481,8 @@ def random_init(cfg: PretrainConfig, tokenizer_dir: Path, out_dir: Path, *, dest
     ``out_dir`` goes when it is a stage's temporary directory (what the log and manifest name)."""
     import torch  # heavy: torch
 
+    from orchestrator.pretrain.model import build_model  # heavy: torch, transformers
+
     if cfg.model.init_from:
         raise ConfigError(f"a random-initialisation arm cannot continue from model.init_from "
                           f"{cfg.model.init_from}: it is the untrained floor of the architecture")
@@ -506,9 +509,9 @@ def plan_pretrain(cfg: PretrainConfig, instances: dict[int, Path] | None, tokeni
     """Dry run: the model, batch arithmetic per phase, what a multi-node run needs and, when given,
     checked inputs. Trains nothing. ``tracking_uri``: the configured MLflow store (None when off);
     ``nodes`` / ``driver_node``: an attached cluster's alive nodes and the driver node's resources
-    (None: not attached; ``pretrain.multi_node`` alone then says whether the run spans nodes)."""
-    import torch  # heavy: torch
-
+    (None: not attached; ``pretrain.multi_node`` alone then says whether the run spans nodes). Imports
+    torch and transformers only to count a new model's parameters (with ``tokenizer_dir``): a dry run
+    before the corpus stage has run answers without them."""
     lines = []
     paths = [Path(p) for _, p in sorted((instances or {}).items())]
     multi_node = check_multi_node(cfg, tracking_uri, nodes=nodes, driver_resources=driver_node, out_dir=out_dir,
@@ -546,6 +549,9 @@ def plan_pretrain(cfg: PretrainConfig, instances: dict[int, Path] | None, tokeni
         special = special_ids(Path(tokenizer_dir))
         _check_init_from(cfg, special.vocab_size, Path(tokenizer_dir))
         if not cfg.model.init_from:
+            import torch  # heavy: torch
+
+            from orchestrator.pretrain.model import bert_config, model_class  # heavy: torch, transformers
 
             with torch.device("meta"):
                 model = model_class(cfg.model.objective)(bert_config(cfg.model, special.vocab_size, special.pad))

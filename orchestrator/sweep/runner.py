@@ -27,10 +27,8 @@ from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
 from orchestrator.core.manifest import atomic_write_json, read_manifest, write_manifest
 from orchestrator.core.reuse import model_identity, output_lock
 from orchestrator.core.runtime import init_ray, possible_gpus
-from orchestrator.finetune.bundle import group_trials
-from orchestrator.finetune.loop import CV_SPLIT_SEED, model_dir_ok
-from orchestrator.finetune.readers import document_split, read_split
-from orchestrator.finetune.trial import TrialSpec
+from orchestrator.finetune.readers import CV_SPLIT_SEED, document_split, read_split
+from orchestrator.finetune.trial import TrialSpec, group_trials, model_dir_ok
 from orchestrator.sweep.config import SweepConfig
 from orchestrator.sweep.export import export_entry, export_run, export_tasks, finished, plan_exports
 from orchestrator.sweep.order import estimated_work, longest_first, split_reader
