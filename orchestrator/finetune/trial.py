@@ -1,5 +1,7 @@
 """One fine-tuning trial's settings: plain values, so a trial travels to a Ray worker as a dict
-and the sweep can plan trials without importing torch."""
+and the sweep can plan trials without importing torch. With them, what planning needs of a trial: which
+trials train together as one bundle (``group_trials``: ``bundle_key``, ``model_family``; the training is
+``orchestrator.finetune.bundle``) and whether a model directory is there to fine-tune (``model_dir_ok``)."""
 from __future__ import annotations
 
 import dataclasses
@@ -48,8 +50,6 @@ class TrialSpec:
 
 
 BUNDLED_PRECISIONS = ("fp32", "bf16")  # fp16's dynamic loss scale is a per-trial state: those train alone
-
-
 #: config.json keys that do not change what fine-tuning computes from a model directory: the class that saved
 #: it, where it came from, the library's version, the dtype of its saved weights (they load as fp32 masters)
 CONFIG_KEYS_IGNORED = ("architectures", "_name_or_path", "transformers_version", "torch_dtype", "dtype")
