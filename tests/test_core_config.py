@@ -91,6 +91,51 @@ def test_bad_yaml_names_the_file(tmp_path):
         load_config(Job, tmp_path / "missing.yaml")
 
 
+def test_a_config_file_that_is_not_utf8_yaml_names_its_line_on_one_line(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("seed: 1\ntags: {a: b\n  c: d\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(Job, path)
+    assert str(err.value).startswith(f"{path}:3:4: invalid YAML: ") and "\n" not in str(err.value)
+    path.write_bytes(b"seed: 1\nname: caf\xe9\n")  # Latin-1
+    with pytest.raises(ConfigError, match=r"bad.yaml:2: invalid UTF-8 byte 0xe9 at column 10"):
+        load_config(Job, path)
+    with pytest.raises(ConfigError, match="is a directory; expected a YAML config file"):
+        load_config(Job, tmp_path)
+
+
+@pytest.mark.parametrize("text, key", [("on: 3\n", "True"), ("1: 2\n", "1"), ("null: 3\n", "None"),
+                                       ("optim:\n  yes: 1\n", "True")])
+def test_a_key_yaml_reads_as_a_value_is_refused_with_the_reason(tmp_path, text, key):
+    path = tmp_path / "keys.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=rf"the key {key} \(\w+\) is not a name .*quote it"):
+        load_config(Job, path)
+
+
+def test_a_required_key_left_out_is_named():
+    from orchestrator.core.config import from_dict
+
+    @dataclass(frozen=True)
+    class Space:
+        tasks: tuple[str, ...] = field(help="tasks")
+        seeds: tuple[int, ...] = field(help="seeds")
+        batch_size: int = field(32, help="batch")
+
+    with pytest.raises(ConfigError, match=r"^space.yaml: missing seeds \(required: no default\)$"):
+        from_dict(Space, {"tasks": ["a"]}, where="space.yaml")
+
+
+def test_seeds_are_non_negative_integers_none_twice():
+    from orchestrator.core.config import check_seeds
+
+    check_seeds("seeds", [0, 1, 2])
+    for seeds, said in (([-1], "integer >= 0, got -1"), ([1.5], "got 1.5"), ([True], "got True"),
+                        ([1, 2, 1], r"\[1, 2, 1\] repeats \[1\]")):
+        with pytest.raises(ConfigError, match=said):
+            check_seeds("seeds", seeds)
+
+
 def test_flatten_and_describe():
     cfg = load_config(Job, None, ["tags={a: b}"])
     flat = flatten(cfg)

@@ -58,6 +58,25 @@ def test_input_error_names_file_line_expected(tmp_path):
     assert str(err) == f"{tmp_path / 'train.tsv'}:7: wrong column count (expected 4 tab-separated columns)"
 
 
+@pytest.mark.parametrize("text, said", [("{", r"manifest.json:2: invalid JSON: Expecting property name"),
+                                        ("[1]", "manifest.json: holds a JSON list"),
+                                        ('{"counts": {"max_seq_length": "abc", "masking": "static", "vocab_size": 5, '
+                                         '"vocab_sha256": "x"}}', "manifest.json: a value of the wrong type"),
+                                        ('{"counts": [1]}', "manifest.json: counts is a JSON list")])
+def test_a_corrupt_manifest_is_bad_input_naming_the_file(tmp_path, text, said):
+    from orchestrator.core.artifacts import read_instance_info
+    from orchestrator.core.reuse import reusable
+
+    (tmp_path / "manifest.json").write_text(text + "\n", encoding="utf-8")
+    (tmp_path / "part-00000.parquet").write_bytes(b"")
+    with pytest.raises(InputError, match=said):
+        read_instance_info(tmp_path)
+    if "value of the wrong type" not in said and "counts" not in said:
+        with pytest.raises(InputError, match=said):
+            read_manifest(tmp_path)
+        assert not reusable(tmp_path, "any key")  # an unreadable output is made again, not an error
+
+
 def test_input_error_survives_pickling():
     import pickle
 

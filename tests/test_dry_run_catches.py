@@ -2,6 +2,7 @@
 exit 2, one line, before Ray starts and before anything is written (issue 34 item 3)."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 
@@ -85,6 +86,37 @@ def test_an_unwritable_output_directory_is_refused_before_ray(job, key, dry, rea
     assert not any(read_only_dir.iterdir())
 
 
+@pytest.mark.parametrize("dry", [True, False], ids=["dry-run", "run"])
+@pytest.mark.parametrize("job,override", [("blue_sweep", "run_name="), ("blue_sweep", "run_name=.."),
+                                          ("build_corpus", "out_dir="), ("propose_mix", "out_dir= ")])
+def test_an_empty_output_name_is_refused_not_taken_for_the_working_directory(job, override, dry, tmp_path,
+                                                                             capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # where an empty name would have written
+    argv = [override, *(["--target", str(ROOT / "orchestrator/sample_data/blue/BIOSSES/train.tsv")]
+                        if job == "propose_mix" else [])]
+    code, err = _job(job, argv + (["--dry-run"] if dry else []), capsys)
+    key = override.split("=")[0]
+    assert code == 2 and err.startswith(f"error: {key} is "), err
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_missing_tokenizer_directory_is_refused_at_once_without_the_model_hub(tmp_path, capsys):
+    """transformers takes a path that is not a directory for a hub name, and retries the hub for about a
+    minute offline; the pretraining job says what is missing instead."""
+    import time
+
+    inst = tmp_path / "len128"
+    inst.mkdir()
+    (inst / "manifest.json").write_text(json.dumps({"counts": {"max_seq_length": 128, "masking": "dynamic",
+                                                               "vocab_size": 100, "vocab_sha256": "x"}}))
+    (inst / "part-00000.parquet").write_bytes(b"")
+    started = time.monotonic()
+    code, err = _job("pretrain", ["--dry-run", f"instances_dir={inst}", f"tokenizer_dir={tmp_path / 'vocab'}"], capsys)
+    assert (code, err) == (2, f"error: {tmp_path / 'vocab'}: no such directory (expected a tokenizer directory, e.g. "
+                              "the vocab stage's output)\n")
+    assert time.monotonic() - started < 30
+
+
 def test_numbers_must_be_finite_in_every_config():
     """NaN passes `x <= 0` and inf passes `x > 0`: every float a config reads is finite, and the
     checks of a config built in code say so too."""
@@ -130,3 +162,16 @@ def test_a_binary_source_exits_2_with_file_and_line(data, said, dry, tmp_path, c
                      capsys)
     assert code == 2 and f"error: {source}{said}" in err, err
     assert not out.exists()
+
+
+def test_the_main_jobs_dry_run_checks_what_its_augmentation_stage_reads(tmp_path, capsys):
+    """The stage runs after pretraining: a vectors file it cannot read used to stop the run there."""
+    vectors = tmp_path / "bad.vec"
+    vectors.write_text("not vectors\n")
+    code, err = _job("blue_sweep", ["--dry-run", "augment.enabled=true", f"augment.similarity.vectors={vectors}",
+                                    f"runs_root={tmp_path / 'runs'}"], capsys)
+    assert code == 2 and err.startswith(f"error: {vectors}:1: 'not vectors' is neither"), err
+    code, err = _job("blue_sweep", ["--dry-run", "augment.enabled=true", "augment.augment.method=repeat",
+                                    f"augment.similarity.vectors={vectors}", f"runs_root={tmp_path / 'runs'}"],
+                     capsys)
+    assert code == 0, err  # the equal-steps control reads no vectors

@@ -41,6 +41,18 @@ def test_default_preset_dry_run_passes(job, tmp_path):
     assert "dry run" in res.stdout
 
 
+@pytest.mark.parametrize("job", [j for j in JOBS if j != "report.py"])  # the report's input is a run's output
+def test_every_job_has_a_small_cpu_preset(job):
+    from orchestrator.core.cli import preset_names
+
+    assert {"tiny", "default", "smoke"} & set(preset_names(job.removesuffix(".py"))), job
+
+
+def test_the_scoring_jobs_tiny_preset_reads_the_bundled_sample():
+    res = run_job("score_sources.py", "--preset", "tiny", "--dry-run", timeout=300)
+    assert res.returncode == 0 and "source in_domain: 1 file(s)" in res.stdout, res.stderr[-2000:]
+
+
 def test_presets_belong_to_their_job():
     """`blue_sweep --preset tiny` used to load the augment job's preset and fail on its keys; each job now
     offers its own presets only, and an unknown one is named with the job's choices."""
@@ -71,6 +83,44 @@ def test_an_unexpected_error_is_one_line_and_a_traceback_file(capsys):
     assert code == 1 and err.count("\n") == 2 and "unexpected ZeroDivisionError: division by zero deep inside" in err
     path = Path(re.search(r"traceback is in (\S+)\)", err).group(1))
     assert "in broken" in path.read_text() and "ZeroDivisionError" in path.read_text()
+
+
+def test_bad_input_found_in_a_ray_task_is_one_line_and_exit_2(capsys, ray_local):
+    """A reader in a Ray task raises InputError; the driver gets Ray's wrapper, whose text is the remote
+    traceback: the job prints the original's one line and exits 2, as for bad input found locally."""
+    from dataclasses import dataclass
+
+    import ray
+
+    from orchestrator.core.cli import JobSpec, run_job
+    from orchestrator.core.errors import ConfigError, InputError
+
+    @dataclass(frozen=True)
+    class Empty:
+        pass
+
+    @ray.remote
+    def read_vectors():
+        raise InputError("vectors.vec", "no vectors", line=1, expected="a header 'count dim'")
+
+    def run(cfg):
+        try:
+            ray.get(read_vectors.remote())
+        except Exception as exc:
+            raise RuntimeError("the stage failed") from exc  # a further wrapper, as a stage may add
+
+    code = run_job(JobSpec(name="demo", description="demo", config_cls=Empty, run=run, dry_run=str), [])
+    err = capsys.readouterr().err
+    assert (code, err) == (2, "error: vectors.vec:1: no vectors (expected a header 'count dim')\n")
+
+    def refuse(cfg):  # an error raised from another keeps its own text
+        try:
+            raise InputError("a.tsv", "bad row", line=3)
+        except InputError as exc:
+            raise ConfigError("sweep.task_dirs: a task's files are unreadable") from exc
+
+    code = run_job(JobSpec(name="demo", description="demo", config_cls=Empty, run=refuse, dry_run=str), [])
+    assert (code, capsys.readouterr().err) == (2, "error: sweep.task_dirs: a task's files are unreadable\n")
 
 
 def test_help_shows_the_values_a_plain_run_uses():

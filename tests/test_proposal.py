@@ -171,3 +171,12 @@ def test_the_shipped_proposal_loads():
     assert built.corpus.mixer.name == "weighted" and max(weights, key=weights.get) == "pubmed"
     record = json.loads((ROOT / "configs/proposals/biomed_jsd/proposal.json").read_text())
     assert record["weights"] == pytest.approx(weights, abs=1e-6)
+
+
+def test_a_target_task_the_targets_do_not_make_is_refused_by_the_dry_run_before_any_scoring(tmp_path):
+    res = run_job("propose_mix.py", "--preset", "tiny", "--dry-run", "target_task=Hoc", timeout=300)
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert res.stderr.strip() == "error: target_task 'Hoc' is not a task of the targets (did you mean 'HoC'?)"
+    res = run_job("propose_mix.py", "--preset", "tiny", "target_task=nope", f"out_dir={tmp_path / 'p'}", timeout=300)
+    assert res.returncode == 2 and "target_task 'nope' is not a task of the targets" in res.stderr
+    assert not (tmp_path / "p").exists()

@@ -341,6 +341,51 @@ def test_report_job_errors(tmp_path):
     assert report_job().returncode == 2  # nothing to read from
 
 
+def test_report_dry_run_refuses_badly_typed_results(tmp_path):
+    """Probe: a summary row that is a list crashed the dry run; a numeric metric name passed it and
+    then crashed the real run in html.escape."""
+    for name, mutate, message in (
+            ("summary", lambda r: r["summary"].update(base=[1, 2]), "summary['base'] is [1, 2]"),
+            ("metric", lambda r: r["tasks"][0].update(metric=5), "tasks[0] (BIOSSES).metric is 5")):
+        results = make_results()
+        mutate(results)
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(results))
+        dry = report_job(f"results_json={path}", f"out_dir={tmp_path / 'r'}", "--dry-run")
+        assert dry.returncode == 2 and f"{path}: {message}" in dry.stderr and "unexpected" not in dry.stderr
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"", "empty, not an MLflow store"),
+    (b"a text file\n", "not an MLflow SQLite store (file is not a database)"),
+])
+def test_report_refuses_a_store_that_is_not_mlflow_and_never_writes_it(tmp_path, content, message):
+    """Probe: a text mlflow.db crashed with a multi-line SQL dump, and the dry run migrated an empty
+    one into a 1 MB MLflow store: the store is checked read-only, by the dry run and the real run."""
+    from orchestrator.report.mlflow_results import load_results
+    from orchestrator.track import local_uri
+
+    store = tmp_path / "mlflow.db"
+    store.write_bytes(content)
+    dry = report_job("--run-dir", str(tmp_path), "--dry-run")
+    assert dry.returncode == 2 and f"{store}: {message}" in dry.stderr
+    assert "unexpected" not in dry.stderr and "[SQL:" not in dry.stderr and len(dry.stderr.splitlines()) == 1
+    with pytest.raises(InputError, match=re.escape(message)):  # the real run reads it the same way
+        load_results(local_uri(tmp_path))
+    assert store.read_bytes() == content and [p.name for p in tmp_path.iterdir()] == ["mlflow.db"]
+
+
+def test_report_never_creates_a_missing_store(tmp_path):
+    """The real run on a run directory without mlflow.db made a new 1 MB store there before failing."""
+    from orchestrator.report.mlflow_results import load_results
+    from orchestrator.track import local_uri
+
+    with pytest.raises(InputError, match="mlflow.db: MLflow store not found"):
+        load_results(local_uri(tmp_path))
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_report_never_replaces_a_folder_it_did_not_write(tmp_path):
     """Issue 12: `jobs/report.py out_dir=<a folder with other files>` wiped that folder."""
     good = tmp_path / "results.json"

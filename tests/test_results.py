@@ -2,6 +2,8 @@
 shown but never ranked against full ones (issue 11: two definitions of Total)."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from orchestrator.core.errors import InputError
@@ -62,3 +64,39 @@ def test_validate_names_the_broken_place():
         validate_results({"tasks": [{"name": "T", "group": ""}], "models": ["m"], "cells": {}})
     with pytest.raises(InputError, match="summary.*partial"):
         validate_results({"tasks": TASKS, "models": ["m"], "cells": {}, "summary": {"m": {"partial": "total"}}})
+
+
+def _document() -> dict:
+    cells = {"a": {task: {"mean": 0.5, "sd": 0.01, "n": 2, "selected": {"learning_rate": 5e-5, "epochs": 2},
+                          "dev_mean": 0.6, "test_scores": [0.49, 0.51], "seeds": [1, 2],
+                          "curve": [{"epoch": 1, "dev": 0.4, "test": 0.3}, {"epoch": 2, "dev": 0.6, "test": 0.5}]}
+                   for task in ("MedSTS", "BIOSSES")}}
+    tasks = [dict(TASKS[0]), dict(TASKS[2])]
+    return {"tasks": tasks, "models": ["a"], "cells": cells, "summary": summarize(tasks, cells)}
+
+
+@pytest.mark.parametrize("mutate, message", [
+    # probe: each of these passed the check (the dry run said valid) and then crashed the report
+    (lambda r: r["summary"].update(a=[1, 2]), "summary['a'] is [1, 2]"),
+    (lambda r: r["summary"]["a"].update(total={"mean": 0.5, "sd": "x"}), "summary['a'].total.sd is 'x'"),
+    (lambda r: r["summary"]["a"].update(partial=[1]), "summary['a'].partial is [1]"),
+    (lambda r: r["tasks"][1].update(metric=5), "tasks[1] (BIOSSES).metric is 5"),
+    (lambda r: r["cells"]["a"].update(BIOSSES=[0.5]), "cells['a']['BIOSSES'] is [0.5]"),
+    (lambda r: r["cells"]["a"]["BIOSSES"].update(curve=5), "cells['a']['BIOSSES'].curve is 5"),
+    (lambda r: r["cells"]["a"]["BIOSSES"]["curve"][1].update(dev="0.6"), "cells['a']['BIOSSES'].curve[1].dev is '0.6'"),
+    (lambda r: r["cells"]["a"]["MedSTS"].update(n="2"), "cells['a']['MedSTS'].n is '2'"),
+    (lambda r: r["cells"]["a"]["MedSTS"].update(selected=["lr"]), "cells['a']['MedSTS'].selected is ['lr']"),
+    (lambda r: r["cells"]["a"]["MedSTS"].update(dev_mean=[0.6]), "cells['a']['MedSTS'].dev_mean is [0.6]"),
+    (lambda r: r["cells"]["a"]["MedSTS"].update(test_scores=0.5), "cells['a']['MedSTS'].test_scores is 0.5"),
+    (lambda r: r["cells"]["a"]["MedSTS"].update(seeds=[[1]]), "cells['a']['MedSTS'].seeds is [[1]]"),
+    (lambda r: r["cells"]["a"]["MedSTS"].update(folds="5"), "cells['a']['MedSTS'].folds is '5'"),
+    (lambda r: r["cells"]["a"]["MedSTS"].update(per_tag={"Disease": {"f1": "high"}}),
+     "cells['a']['MedSTS'].per_tag['Disease'] is {'f1': 'high'}"),
+])
+def test_validate_checks_the_type_of_every_field_the_report_reads(mutate, message):
+    results = _document()
+    validate_results(results, "runs/x/results.json")  # the unbroken document passes
+    mutate(results)
+    with pytest.raises(InputError, match=re.escape(message)) as err:
+        validate_results(results, "runs/x/results.json")
+    assert str(err.value).startswith("runs/x/results.json: ")

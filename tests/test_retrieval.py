@@ -128,6 +128,19 @@ def test_the_tiny_preset_dry_run_reads_the_bundled_parallel_sample(tmp_path, cap
     assert "3 embedding task(s) on Ray" in out and not (tmp_path / "run").exists()
 
 
+def test_a_k_not_below_the_units_is_refused_before_anything_runs(tmp_path, capsys):
+    """Probe: top_k=[1,1000] on the 24-line sample printed P@1000 = 100.0 for every direction, true by
+    construction; the dry run and the real run now refuse it, naming top_k, the k and the units."""
+    args = ["--preset", "tiny", f"run_dir={tmp_path / 'run'}", "tracking.enabled=false"]
+    assert main([*args, "top_k=[1,1000]", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "top_k [1, 1000]: P@1000 would be 100 by construction" in err and "among 24 lines" in err
+    assert main([*args, "top_k=[1,10]", "max_units=10"]) == 2  # the real run, k equal to the units kept
+    assert "among 10 lines (the first 10 of 24: max_units)" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+    assert main([*args, "top_k=[1,23]", "--dry-run"]) == 0  # below the units: P@23 can still miss
+
+
 @pytest.mark.parametrize("spec, message", [
     ({"texts": {"en": "a.txt"}}, r"one language \(en\) has nothing to be aligned with"),
     ({"pairs": {"de_en": "p.tsv"}}, "is not SRC-TGT"),

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from scipy.spatial.distance import jensenshannon
 
+from conftest import ROOT
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.selection.measures import (
     correlations,
@@ -211,6 +212,24 @@ def test_config_checks():
         SelectionConfig(targets=["d/hoc/dev.tsv"], sources={"a": "p"}, task_gains={"nope": {"a": [1.0]}})
     with pytest.raises(ConfigError, match="sample_tokens"):
         SelectionConfig(sample_tokens=0)
+    with pytest.raises(ConfigError, match="order must be in 2..6, got 1"):  # build_binary takes no unigram model
+        SelectionConfig(order=1)
+    for memory in ("lots", "1 G", "-5M"):
+        with pytest.raises(ConfigError, match="lmplz -S takes a size"):
+            SelectionConfig(lmplz_memory=memory)
+    assert [SelectionConfig(lmplz_memory=m).lmplz_memory for m in ("50M", "1G", "20%", "1.5G", "4096")]
+
+
+def test_the_dry_run_stops_where_scoring_would_on_a_short_source():
+    from orchestrator.workflows.score_sources import plan
+
+    sample = ROOT / "orchestrator" / "sample_data"
+    cfg = dict(targets=[str(sample / "blue" / "HoC" / "train.tsv")], sources={"general": str(sample / "corpus" /
+                                                                                          "general.txt")},
+               sample_tokens=10_000_000)
+    with pytest.raises(InputError, match=r"general.txt: source 'general' has \d+ tokens, fewer than sample_tokens"):
+        plan(SelectionConfig(**cfg, short_source="error"))
+    assert "scored whole" in plan(SelectionConfig(**cfg, short_source="whole"))
 
 
 def test_job_shorthand_flags_become_overrides():

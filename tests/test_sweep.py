@@ -157,6 +157,35 @@ def test_unknown_space_and_bad_values_are_config_errors():
         SweepConfig(cpus_per_trial=0)
 
 
+def test_a_misspelt_task_key_is_refused_not_ignored(tmp_path):
+    """sweep.task_dirs and epoch keys name tasks; a key naming none would leave the task on the shipped sample
+    data or the space's epochs, silently. A shipped task outside the space may be named (a config holding every
+    task's directory and running a few)."""
+    for cfg, where in ((SweepConfig(search_space="tiny", task_dirs={"biosess": str(tmp_path)}), "sweep.task_dirs"),
+                       (SweepConfig(search_space="tiny", epochs={"biosess": (3,)}), "sweep.epochs")):
+        with pytest.raises(ConfigError, match=rf"{where}: 'biosess' names no task .*did you mean 'biosses'"):
+            resolve_space(cfg)
+    fine = SweepConfig(search_space="tiny", task_dirs={"BIOSSES": str(tmp_path), "mednli": str(tmp_path),
+                                                       "ddi": str(tmp_path)}, epochs={"biosses": (3,)})
+    assert resolve_space(fine).epochs["biosses"] == (3,)
+    (tmp_path / "space.yaml").write_text("tasks: [biosses]\nlearning_rates: [1.0e-3]\nseeds: [1]\n"
+                                         "epochs: {biosess: [1]}\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"space.yaml: epochs: 'biosess' names no task"):
+        resolve_space(SweepConfig(search_space=str(tmp_path / "space.yaml")))
+
+
+@pytest.mark.parametrize("seeds, epochs, said", [("[-1, 2]", "{biosses: [1]}", "seeds: each seed must be an integer"),
+                                                 ("[1, 1]", "{biosses: [1]}", r"seeds: \[1, 1\] repeats \[1\]"),
+                                                 ("[1]", "{biosses: [0]}", "epochs.biosses: need positive epoch")])
+def test_a_space_files_seeds_and_epochs_are_checked_as_the_overrides_are(tmp_path, seeds, epochs, said):
+    (tmp_path / "space.yaml").write_text(f"tasks: [biosses]\nlearning_rates: [1.0e-3]\nseeds: {seeds}\n"
+                                         f"epochs: {epochs}\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=said):
+        resolve_space(SweepConfig(search_space=str(tmp_path / "space.yaml")))
+    with pytest.raises(ConfigError, match="sweep.seeds: each seed"):
+        SweepConfig(seeds=(-1,))
+
+
 def test_fingerprint_follows_the_task_definition_and_the_model_not_only_their_names(tmp_path):
     from orchestrator.finetune.trial import TrialSpec
     from orchestrator.sweep.space import trial_fingerprint

@@ -13,6 +13,7 @@ pass per word, kept as the benchmark baseline and the tests' oracle.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import random
 import re
@@ -135,6 +136,80 @@ def apply_decisions(row: dict, decisions: dict[int, Decision]) -> dict:
 
 
 # --------------------------------------------------------------------------------------- predict
+MLM_EXPECTED = ("a BertForMaskedLM or BertForPreTraining checkpoint; an encoder-only model needs a head first "
+                "(orchestrator.augment.mlm_head)")
+#: Architectures (config.json) whose checkpoints hold BERT's masked-LM head, ``cls.predictions``.
+MLM_ARCHITECTURES = ("BertForMaskedLM", "BertForPreTraining")
+#: Largest safetensors header believed (a BERT's is tens of KB; a bigger one is not a header).
+MAX_HEADER_BYTES = 100 << 20
+
+
+def check_mlm_dir(model_dir: str | Path) -> Path:
+    """What ``MaskedWordPredictor`` will load, checked without torch (the dry run's check, and the
+    run's before Ray): a BERT config, a tokenizer, and weights holding the masked-LM head (tensor
+    names from the safetensors header or a shard index; for a lone pytorch_model.bin, config.json's
+    ``architectures``). Returns the directory."""
+    path = Path(model_dir)
+    if not (path / "config.json").is_file():
+        raise InputError(model_dir or "model_dir", "MLM directory not found",
+                         expected="a BertForMaskedLM / BertForPreTraining directory (e.g. run "
+                                  "`python jobs/pretrain.py` first)")
+    config = _json_file(path / "config.json", "a JSON model config")
+    if config.get("model_type") != "bert":
+        raise InputError(path / "config.json", f"model_type is {config.get('model_type')!r}",
+                         expected="a BERT masked language model")
+    if not ((path / "vocab.txt").is_file() or (path / "tokenizer.json").is_file()):
+        raise InputError(path, "no tokenizer (vocab.txt or tokenizer.json)", expected="the MLM's tokenizer files")
+    names = weight_names(path)
+    if names is None:  # a pickled pytorch_model.bin: its names need torch to read
+        architectures = config.get("architectures") or []
+        if architectures and not set(architectures) & set(MLM_ARCHITECTURES):
+            raise InputError(path / "config.json", f"no masked-LM head (architectures {architectures})",
+                             expected=MLM_EXPECTED)
+    elif not any(n.startswith("cls.predictions.") and not n.endswith("decoder.weight") for n in names):
+        raise InputError(path, "no masked-LM head (no cls.predictions.* weights; architectures "
+                               f"{config.get('architectures')})", expected=MLM_EXPECTED)
+    return path
+
+
+def weight_names(model_dir: Path) -> list[str] | None:
+    """The tensor names of a Hugging Face model directory's weights: from ``model.safetensors``'s
+    header (8 bytes of little-endian length, then JSON) or a sharded checkpoint's index; None for a
+    lone ``pytorch_model.bin``. Raises InputError when there are no weights or the header is not one."""
+    for index in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+        if (model_dir / index).is_file():
+            weight_map = _json_file(model_dir / index, "a shard index").get("weight_map")
+            if not isinstance(weight_map, dict):
+                raise InputError(model_dir / index, "no weight_map", expected="a Hugging Face shard index")
+            return list(weight_map)
+    file = model_dir / "model.safetensors"
+    if not file.is_file():
+        if (model_dir / "pytorch_model.bin").is_file():
+            return None
+        raise InputError(model_dir, "no weights (model.safetensors or pytorch_model.bin)", expected=MLM_EXPECTED)
+    with open(file, "rb") as f:
+        size = int.from_bytes(f.read(8), "little")
+        header = f.read(size) if 2 <= size <= min(MAX_HEADER_BYTES, file.stat().st_size - 8) else b""
+    try:
+        names = json.loads(header)
+    except ValueError:  # also a header that is not UTF-8
+        names = None
+    if not isinstance(names, dict):
+        raise InputError(file, "not a safetensors file (no JSON header after its first 8 bytes)",
+                         expected="weights saved by save_pretrained")
+    return [n for n in names if n != "__metadata__"]
+
+
+def _json_file(path: Path, what: str) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(path, f"not {what} ({exc})") from None
+    if not isinstance(data, dict):
+        raise InputError(path, f"not {what} (a JSON {type(data).__name__})", expected="a JSON object")
+    return data
+
+
 class MaskedWordPredictor:
     """An MLM that proposes whole words for masked word positions, batched."""
 
@@ -152,9 +227,7 @@ class MaskedWordPredictor:
         missing = [k for k in info.get("missing_keys", ()) if k.startswith("cls.predictions")
                    and not k.endswith("decoder.weight")]  # the decoder is tied to the embeddings
         if missing:
-            raise InputError(model_dir, f"no masked-LM head (missing {missing[:3]})",
-                             expected="a BertForMaskedLM or BertForPreTraining checkpoint; an encoder-only "
-                                      "model needs a head first (orchestrator.augment.mlm_head)")
+            raise InputError(model_dir, f"no masked-LM head (missing {missing[:3]})", expected=MLM_EXPECTED)
         self.device = torch.device(device)
         self.model = model.to(self.device).eval()
         self.max_len = max_seq_length

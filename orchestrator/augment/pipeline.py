@@ -26,8 +26,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from orchestrator.augment.config import AugmentConfig, AugmentRayConfig, SimilarityConfig
-from orchestrator.augment.filtered import FilteredAugmenter, MaskedWordPredictor, plan_rows, repeat_rows
-from orchestrator.augment.similarity import WordVectors, train_vectors
+from orchestrator.augment.filtered import (
+    FilteredAugmenter,
+    MaskedWordPredictor,
+    check_mlm_dir,
+    plan_rows,
+    repeat_rows,
+)
+from orchestrator.augment.similarity import WordVectors, check_vectors, train_vectors
 from orchestrator.core.config import from_dict, to_dict
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.manifest import (
@@ -212,10 +218,7 @@ def training_sentences(spec: TaskSpec, data_dir: Path, max_sentences: int = 0) -
 def resolve_vectors(sim: SimilarityConfig, examples: list[Example], cache_dir: Path) -> Path:
     """The vectors file to filter with: given by path, or trained (and cached) on the corpus."""
     if sim.vectors:
-        path = Path(sim.vectors)
-        if not path.is_file():
-            raise InputError(path, "similarity.vectors not found", expected="a fastText .bin or .vec file")
-        return path
+        return check_vectors(sim.vectors)
     corpus = [Path(p) for p in sim.corpus]
     if not corpus:
         text = "\n".join(" ".join(ex.text_a) for ex in examples) + "\n"
@@ -249,6 +252,8 @@ def augment_task(spec: TaskSpec, data_dir: str | Path, out_dir: str | Path, mode
                           f"{spec.format}; convert the task's notes to IOB first (its readers yield the IOB words)")
     spec = dataclasses.replace(spec, dir="")
     data_dir, out_dir, model_dir = Path(data_dir), Path(out_dir), Path(model_dir)
+    if cfg.method != "repeat":  # before vectors are trained and actors load the MLM
+        check_mlm_dir(model_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     examples = training_sentences(spec, data_dir, max_train_sentences)
     cache_dir = Path(sim.cache_dir) if sim.cache_dir else out_dir.parent / "fasttext_cache"

@@ -6,11 +6,12 @@ filter). Training uses one thread: fastText 0.9 has no seed and only thread=1 is
 """
 from __future__ import annotations
 
+import codecs
 import importlib.metadata
 import logging
 import multiprocessing
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -24,6 +25,13 @@ from orchestrator.core.reuse import content_key
 log = logging.getLogger(__name__)
 
 MODEL_FILE = "vectors.bin"
+#: Suffixes ``WordVectors`` reads as vectors in text; any other file is loaded as a fastText ``.bin``.
+TEXT_SUFFIXES = (".vec", ".txt")
+VEC_FORMAT = "fastText .vec text: an optional 'count dim' header line, then 'word v1 ... vdim' per line"
+#: The first int32 of every fastText ``.bin`` (fastText's FASTTEXT_FILEFORMAT_MAGIC_INT32).
+FASTTEXT_MAGIC = 793712314
+#: Vector lines a check reads: enough to see the header, the width and that it holds.
+CHECKED_ROWS = 5
 _WORD = re.compile(r"[^\W_]+(?:[-'][^\W_]+)*")
 
 
@@ -53,13 +61,11 @@ class WordVectors:
     """
 
     def __init__(self, path: str | Path, center: bool = True):
-        self.path = Path(path)
-        if not self.path.is_file():
-            raise InputError(self.path, "vectors file not found", expected="a fastText .bin or .vec file")
+        self.path = check_vectors(path)
         self._model = None
         self._table: dict[str, np.ndarray] = {}
-        if self.path.suffix == ".vec" or self.path.suffix == ".txt":
-            self._table = _read_vec(self.path)
+        if self.path.suffix in TEXT_SUFFIXES:
+            self._table = dict(_vec_rows(self.path))
         else:
             import fasttext  # heavy: fasttext
 
@@ -89,31 +95,113 @@ class WordVectors:
         return cosine(self.vector(a), self.vector(b))
 
 
-def _read_vec(path: Path) -> dict[str, np.ndarray]:
-    """word2vec text format: an optional 'count dim' header, then 'word v1 ... vd' per line."""
-    table: dict[str, np.ndarray] = {}
-    dim = None
-    with open(path, encoding="utf-8", errors="replace") as f:
+def _vec_rows(path: Path, limit: int = 0) -> Iterator[tuple[str, np.ndarray]]:
+    """(lowercased word, vector) per line of a ``.vec`` text file, the first ``limit`` only when > 0:
+    an optional 'count dim' header on line 1, blank lines skipped, every other line 'word v1 ... vd'
+    with finite numbers and one d throughout (the header's when it has one). Any other line, or a
+    file without a vector, raises InputError naming the file and the line."""
+    dim, rows = None, 0
+    with open(path, encoding="utf-8-sig", errors="replace") as f:
         for line_no, line in enumerate(f, 1):
             parts = line.rstrip().split(" ")
+            if parts == [""]:
+                continue
             if line_no == 1 and len(parts) == 2 and all(p.isdigit() for p in parts):
                 dim = int(parts[1])
                 continue
             if len(parts) < 3:
-                continue
+                raise InputError(path, f"{line.strip()[:40]!r} is neither a 'count dim' header nor a vector",
+                                 line=line_no, expected=VEC_FORMAT)
             try:
                 vec = np.asarray([float(x) for x in parts[1:]], dtype=np.float32)
             except ValueError:
                 raise InputError(path, "a non-numeric vector component", line=line_no,
                                  expected="'word v1 ... vd' with numbers") from None
+            if not np.isfinite(vec).all():
+                raise InputError(path, "a NaN or infinite vector component", line=line_no,
+                                 expected="finite numbers (one would make the mean, and every centred "
+                                          "cosine, NaN)")
             if dim is None:
                 dim = len(vec)
             if len(vec) != dim:
-                raise InputError(path, f"{len(vec)} components", line=line_no, expected=f"{dim} like the others")
-            table[parts[0].lower()] = vec
-    if not table:
-        raise InputError(path, "no vectors", expected="'word v1 ... vd' lines")
-    return table
+                raise InputError(path, f"{len(vec)} components", line=line_no,
+                                 expected=f"{dim} like the others" if rows else f"{dim} as the header says")
+            yield parts[0].lower(), vec
+            rows += 1
+            if rows == limit:
+                return
+    if not rows:
+        raise InputError(path, "no vectors", expected=VEC_FORMAT)
+
+
+def check_vectors(path: str | Path) -> Path:
+    """The vectors file ``WordVectors`` will read, checked in a few lines, without fastText: it is a
+    file; a ``.vec`` / ``.txt`` starts with vector lines (``_vec_rows``' rules); any other file starts
+    with fastText's magic number. The dry run's check and the run's, before its actors load it."""
+    path = _existing_file(path, "similarity.vectors", "a fastText .bin or .vec file")
+    if path.suffix in TEXT_SUFFIXES:
+        for _ in _vec_rows(path, limit=CHECKED_ROWS):
+            pass
+        return path
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if len(head) < 4 or int.from_bytes(head, "little", signed=True) != FASTTEXT_MAGIC:
+        raise InputError(path, "not a fastText model (its first bytes are not fastText's magic number)",
+                         expected=f"a fastText .bin written by save_model, or vectors as {VEC_FORMAT} "
+                                  f"in a file named {' or '.join(TEXT_SUFFIXES)}")
+    return path
+
+
+def check_corpus(paths: Iterable[str | Path]) -> list[Path]:
+    """Every similarity corpus file is a file of UTF-8 text without NUL bytes that holds a word (what
+    ``train_vectors`` trains on). Reads each file once, in chunks; returns the paths."""
+    checked = []
+    for path in paths:
+        path = _existing_file(path, "similarity corpus file", "a plain-text file")
+        decoder = codecs.getincrementaldecoder("utf-8")()
+        line, has_word = 1, False
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                nul = chunk.find(b"\0")
+                if nul >= 0:
+                    raise InputError(path, "a NUL byte: a binary file, not text",
+                                     line=line + chunk.count(b"\n", 0, nul), expected="plain UTF-8 text")
+                pending = len(decoder.getstate()[0])  # bytes of a character cut by the last chunk
+                try:
+                    text = decoder.decode(chunk)
+                except UnicodeDecodeError as exc:
+                    at = line + chunk.count(b"\n", 0, max(0, exc.start - pending))
+                    raise InputError(path, f"not UTF-8 ({exc.reason})", line=at, expected="plain UTF-8 text") from None
+                has_word = has_word or _WORD.search(text) is not None
+                line += chunk.count(b"\n")
+        try:
+            decoder.decode(b"", final=True)
+        except UnicodeDecodeError:
+            raise InputError(path, "not UTF-8 (a character cut off at the end)", line=line,
+                             expected="plain UTF-8 text") from None
+        if not has_word:
+            raise InputError(path, "no words (empty, blank or punctuation only)",
+                             expected="text to train the similarity vectors on")
+        checked.append(path)
+    return checked
+
+
+def check_similarity_inputs(sim: SimilarityConfig) -> None:
+    """What the filter's vectors come from: the vectors file when one is given, else every corpus file."""
+    if sim.vectors:
+        check_vectors(sim.vectors)
+    else:
+        check_corpus(sim.corpus)
+
+
+def _existing_file(path: str | Path, what: str, expected: str) -> Path:
+    path = Path(path)
+    if not path.exists():
+        raise InputError(path, f"{what} not found", expected=expected)
+    if not path.is_file():
+        raise InputError(path, f"{what} is {'a directory' if path.is_dir() else 'not a regular file'}",
+                         expected=expected)
+    return path
 
 
 def vectors_key(cfg: SimilarityConfig, corpus: Iterable[str | Path]) -> str:
@@ -146,9 +234,7 @@ def train_vectors(cfg: SimilarityConfig, corpus: list[Path], cache_dir: Path) ->
 
     Returns the ``.bin`` path. A cached model is reused when the corpus bytes and settings match.
     """
-    for path in corpus:
-        if not Path(path).is_file():
-            raise InputError(path, "similarity corpus file not found", expected="a plain-text file")
+    corpus = check_corpus(corpus)
     out = Path(cache_dir) / vectors_key(cfg, corpus)
     if is_complete(out) and (out / MODEL_FILE).is_file():
         log.info("reusing fastText vectors %s", out / MODEL_FILE)
@@ -164,8 +250,6 @@ def train_vectors(cfg: SimilarityConfig, corpus: list[Path], cache_dir: Path) ->
                         if tokens:
                             words += len(tokens)
                             w.write(" ".join(tokens) + "\n")
-        if words == 0:
-            raise InputError(corpus[0], "no words in the similarity corpus", expected="plain text")
         min_count = cfg.min_count if words >= 1000 else 1  # a tiny corpus would leave no vocabulary
         log.info("training fastText skipgram (dim %d, %d epochs) on %d words", cfg.dim, cfg.epochs, words)
         settings = {"dim": cfg.dim, "epoch": cfg.epochs, "minCount": min_count, "minn": cfg.minn,

@@ -159,17 +159,27 @@ def read_instance_info(path: Path) -> InstanceInfo:
     except FileNotFoundError:
         raise InputError(path, "not a finished instances directory",
                          expected="manifest.json from the instances stage") from None
-    merged = {**manifest.get("counts", {}), **manifest.get("extra", {}), **manifest}
+    file = path / "manifest.json"
+    sections = {k: manifest.get(k) or {} for k in ("counts", "extra")}
+    bad = [k for k, v in sections.items() if not isinstance(v, dict)]
+    if bad:
+        raise InputError(file, f"{bad[0]} is a JSON {type(sections[bad[0]]).__name__}", expected="a JSON object")
+    merged = {**sections["counts"], **sections["extra"], **manifest}
     missing = [k for k in ("max_seq_length", "masking", "vocab_size", "vocab_sha256") if k not in merged]
     if missing:
-        raise InputError(path / "manifest.json", f"missing {', '.join(missing)}",
+        raise InputError(file, f"missing {', '.join(missing)}",
                          expected="counts/extra with max_seq_length, masking, vocab_size, vocab_sha256")
     if merged["masking"] not in ("static", "dynamic"):
-        raise InputError(path / "manifest.json", f"masking is {merged['masking']!r}",
+        raise InputError(file, f"masking is {merged['masking']!r}",
                          expected="'static' or 'dynamic'")
     if not list(path.glob("*.parquet")):
         raise InputError(path, "no parquet shards", expected="part-*.parquet")
-    return InstanceInfo(path, int(merged["max_seq_length"]), str(merged["masking"]), int(merged["vocab_size"]),
-                        str(merged["vocab_sha256"]), merged.get("instances"),
-                        float(merged.get("masked_lm_prob", 0.15)), int(merged.get("max_predictions_per_seq", 20)),
-                        bool(merged.get("whole_word_mask", False)))
+    try:
+        return InstanceInfo(path, int(merged["max_seq_length"]), str(merged["masking"]), int(merged["vocab_size"]),
+                            str(merged["vocab_sha256"]), merged.get("instances"),
+                            float(merged.get("masked_lm_prob", 0.15)), int(merged.get("max_predictions_per_seq", 20)),
+                            bool(merged.get("whole_word_mask", False)))
+    except (TypeError, ValueError) as exc:
+        raise InputError(file, f"a value of the wrong type ({exc})",
+                         expected="whole numbers max_seq_length, vocab_size and max_predictions_per_seq, a number "
+                                  "masked_lm_prob") from None

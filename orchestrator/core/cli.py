@@ -154,10 +154,12 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
         if result is not None and hasattr(result, "summary"):
             print(result.summary())
         return getattr(result, "exit_code", 0)
-    except OrchestratorError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except Exception as exc:  # a bug, not bad input: one line here, the traceback in a file
+    except Exception as exc:
+        user_error = raised_by_user_input(exc)
+        if user_error is not None:
+            print(f"error: {user_error}", file=sys.stderr)
+            return 2
+        # a bug, not bad input: one line here, the traceback in a file
         path = _keep_traceback(spec.name)
         print(f"error: unexpected {type(exc).__name__}: {exc}\n       (a bug: the traceback is in {path})",
               file=sys.stderr)
@@ -165,6 +167,20 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def raised_by_user_input(exc: BaseException) -> OrchestratorError | None:
+    """The ``OrchestratorError`` (bad input or config) behind ``exc``, or None for a bug. A Ray task or
+    actor that raised one reaches the driver wrapped (``RayTaskError``, whose text is the remote
+    traceback): the original is its ``cause``, possibly under further wrappers."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        cause = getattr(exc, "cause", None)
+        if isinstance(exc, OrchestratorError) and not isinstance(cause, BaseException):
+            return exc  # the original: a wrapper that is also an instance of it has a cause
+        exc = cause if isinstance(cause, BaseException) else exc.__cause__
+    return None
 
 
 def check_outputs(spec: JobSpec, cfg: Any) -> None:

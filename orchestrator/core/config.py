@@ -54,19 +54,63 @@ def check_number(where: str, value: Any, *, low: float | None = None, high: floa
         raise ConfigError(f"{where} must be a finite number{' ' + text if text else ''}, got {value!r}")
 
 
+def check_set(**values: str) -> None:
+    """Paths and names a job writes under must be given: an empty one (say, an unset shell variable) is the
+    working directory (``Path("")``), where a run would write its outputs beside the user's files."""
+    for key, value in values.items():
+        if not str(value).strip():
+            raise ConfigError(f"{key} is empty: give the directory or name to write under")
+
+
+def check_seeds(where: str, seeds) -> None:
+    """Random seeds: non-negative integers (numpy's generators refuse others), none twice (a repeated seed
+    would count one run twice in the means and the paired statistics)."""
+    for seed in seeds:
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ConfigError(f"{where}: each seed must be an integer >= 0, got {seed!r}")
+    repeated = sorted({s for s in seeds if list(seeds).count(s) > 1})
+    if repeated:
+        raise ConfigError(f"{where}: {list(seeds)} repeats {repeated}; each seed must differ")
+
+
 def read_yaml(path: str | Path) -> dict:
+    """A YAML mapping from ``path``; a file that is missing, not UTF-8 or not YAML is a one-line error
+    naming the file and the line."""
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a directory; expected a YAML config file")
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
+    raw = path.read_bytes()
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise ConfigError(f"{path}:{line}: invalid UTF-8 byte 0x{raw[exc.start]:02x} at column {column} "
+                          "(expected a UTF-8 YAML file)") from None
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: invalid YAML: {exc}") from None
+        raise ConfigError(f"{path}{_yaml_where(exc)}: invalid YAML: {_yaml_problem(exc)}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
     return data
+
+
+def _yaml_where(exc: yaml.YAMLError) -> str:
+    """':LINE:COLUMN' of a YAML error (1-based), or '' when PyYAML gives no position."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    return f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """PyYAML's message on one line: the problem and its context, without the quoted source lines."""
+    parts = [getattr(exc, "context", None), getattr(exc, "problem", None)]
+    text = "; ".join(p for p in parts if p) or str(exc).splitlines()[0]
+    return " ".join(text.split())
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -132,10 +176,18 @@ def from_dict(cls: type[C], data: dict | None, where: str = "") -> C:
         raise ConfigError(f"{where or cls.__name__}: expected a mapping, got {data!r}")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    for key in data:
+        if not isinstance(key, str):  # YAML reads unquoted on/off/yes/no/null and numbers as values
+            raise ConfigError(f"{where or 'the top level'}: the key {key!r} ({type(key).__name__}) is not a name "
+                              "(YAML reads an unquoted on, off, yes, no, null or number as a value: quote it)")
     unknown = [k for k in data if k not in fields]
     if unknown:
         key = unknown[0]
         raise ConfigError(f"unknown config key {_join(where, key)!r}{suggest(key, fields)}")
+    missing = [n for n, f in fields.items() if n not in data and f.default is dataclasses.MISSING
+               and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise ConfigError(f"{where or 'the config'}: missing {', '.join(missing)} (required: no default)")
     kwargs = {}
     for name, value in data.items():
         default = _default_of(fields[name])

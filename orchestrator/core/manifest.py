@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.core.config import to_dict
-from orchestrator.core.errors import OrchestratorError
+from orchestrator.core.errors import InputError, OrchestratorError
 
 log = logging.getLogger(__name__)
 
@@ -248,7 +248,17 @@ def read_manifest(stage_dir: str | Path) -> dict:
     path = Path(stage_dir) / MANIFEST
     if not path.is_file():
         raise FileNotFoundError(f"{stage_dir} has no {MANIFEST}: not a finished stage output")
-    return json.loads(path.read_text(encoding="utf-8"))
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise InputError(path, f"invalid JSON: {exc.msg} at column {exc.colno}", line=exc.lineno,
+                         expected="a stage's manifest, a JSON object") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(path, f"invalid UTF-8 byte at offset {exc.start}", expected="a stage's manifest, a JSON "
+                         "object") from None
+    if not isinstance(data, dict):
+        raise InputError(path, f"holds a JSON {type(data).__name__}", expected="a stage's manifest, a JSON object")
+    return data
 
 
 def is_complete(stage_dir: str | Path) -> bool:

@@ -45,8 +45,8 @@ class Registry(Generic[T]):
 
 def suggest(name: str, choices) -> str:
     """' (did you mean X?)' for the closest choice, or a list of valid choices."""
-    choices = list(choices)
-    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.5)
+    choices = sorted({str(c) for c in choices})  # a YAML key may be a number or a bool; no name twice
+    close = difflib.get_close_matches(str(name), choices, n=1, cutoff=0.5)
     if close:
         return f" (did you mean {close[0]!r}?)"
-    return f" (valid: {', '.join(sorted(choices))})" if choices else ""
+    return f" (valid: {', '.join(choices)})" if choices else ""

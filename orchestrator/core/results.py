@@ -58,7 +58,8 @@ def summarize(tasks: list[dict], cells: dict[str, dict[str, dict]]) -> dict[str,
 
 
 def validate_results(results: Any, source: str | Path = "results.json") -> None:
-    """Raise InputError naming ``source`` and the first place the document breaks the schema."""
+    """Raise InputError naming ``source`` and the first place the document breaks the schema: every
+    field the report reads is checked for its type here, so a dry run refuses what the report cannot draw."""
 
     def bad(message: str, expected: str) -> InputError:
         return InputError(source, message, expected=expected)
@@ -77,6 +78,8 @@ def validate_results(results: Any, source: str | Path = "results.json") -> None:
             raise bad(f"tasks[{i}] has no name", '{"name": str, "metric": str, "higher_is_better": bool, "group": str}')
         if not isinstance(task.get("higher_is_better", True), bool):
             raise bad(f"tasks[{i}].higher_is_better is {task['higher_is_better']!r}", "true or false")
+        if not isinstance(task.get("metric", ""), str):
+            raise bad(f"tasks[{i}] ({task['name']}).metric is {_brief(task['metric'])}", "a metric name (a string)")
         if not isinstance(task.get("group"), str) or not task["group"] or task["group"] in ("total", PARTIAL):
             raise bad(f"tasks[{i}] ({task['name']}) has group {task.get('group')!r}",
                       "a group name such as clinical or biomedical")
@@ -97,28 +100,72 @@ def validate_results(results: Any, source: str | Path = "results.json") -> None:
         for task, cell in row.items():
             if task not in names:
                 raise bad(f"cells[{model!r}] has task {task!r} not listed in 'tasks'", f"one of {names}")
-            if not isinstance(cell, dict) or not _is_number_or_none(cell.get("mean")):
-                shown = cell.get("mean") if isinstance(cell, dict) else cell
-                raise bad(f"cells[{model!r}][{task!r}].mean is {shown!r}", "a number or null")
-            if not _is_number_or_none(cell.get("sd")):
-                raise bad(f"cells[{model!r}][{task!r}].sd is {cell['sd']!r}", "a number or null")
+            where = f"cells[{model!r}][{task!r}]"
+            if not isinstance(cell, dict):
+                raise bad(f"{where} is {_brief(cell)}", '{"mean": .., "sd": .., "n": .., "curve": [..], ...}')
+            if not _is_number_or_none(cell.get("mean")):  # null or absent: a cell without a score
+                raise bad(f"{where}.mean is {_brief(cell.get('mean'))}", "a number or null")
+            for field, check, expected in CELL_FIELDS:
+                if cell.get(field) is not None and not check(cell[field]):
+                    raise bad(f"{where}.{field} is {_brief(cell[field])}", expected)
             for j, point in enumerate(cell.get("curve") or []):
                 if not isinstance(point, dict) or not is_number(point.get("epoch")):
-                    raise bad(f"cells[{model!r}][{task!r}].curve[{j}] has no numeric epoch",
-                              '{"epoch": int, "dev": float, "test": float}')
+                    raise bad(f"{where}.curve[{j}] has no numeric epoch", '{"epoch": int, "dev": float, "test": float}')
+                for split in ("dev", "test"):
+                    if not _is_number_or_none(point.get(split)):
+                        raise bad(f"{where}.curve[{j}].{split} is {_brief(point[split])}", "a number or null")
+            for tag, scores in (cell.get("per_tag") or {}).items():
+                if not isinstance(scores, dict) or not all(_is_number_or_none(scores.get(k)) for k in PER_TAG_FIELDS):
+                    raise bad(f"{where}.per_tag[{tag!r}] is {_brief(scores)}",
+                              '{"precision": float, "recall": float, "f1": float, "support": int}')
     summary = results.get("summary") or {}
     if not isinstance(summary, dict):
         raise bad("'summary' is not an object", '{"<model>": {"total": .., "clinical": .., "biomedical": ..}}')
     for model, row in summary.items():
+        if not isinstance(row or {}, dict):
+            raise bad(f"summary[{model!r}] is {_brief(row)}", '{"total": .., "<group>": .., "partial": [..]}')
         for key in summary_members(tasks):
             value = (row or {}).get(key)
-            if isinstance(value, dict):
-                value = value.get("mean")
-            if not _is_number_or_none(value):
-                raise bad(f"summary[{model!r}].{key} is {value!r}", "a number, {mean, sd}, or null")
-        if not isinstance((row or {}).get(PARTIAL, []), list):
-            raise bad(f"summary[{model!r}].{PARTIAL} is {row[PARTIAL]!r}", "a list of summary column names")
+            parts = value if isinstance(value, dict) else {"mean": value}
+            for part in ("mean", "sd"):
+                if not _is_number_or_none(parts.get(part)):
+                    shown = f"{key}.{part}" if isinstance(value, dict) else key
+                    raise bad(f"summary[{model!r}].{shown} is {_brief(parts[part])}", "a number, {mean, sd}, or null")
+        partial = (row or {}).get(PARTIAL, [])
+        if not isinstance(partial, list) or not all(isinstance(key, str) for key in partial):
+            raise bad(f"summary[{model!r}].{PARTIAL} is {_brief(partial)}", "a list of summary column names")
 
 
 def _is_number_or_none(value: Any) -> bool:
     return value is None or is_number(value, finite=False)  # a diverged cell's NaN is recorded as such
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_list_of(check) -> Any:
+    return lambda value: isinstance(value, list) and all(check(v) for v in value)
+
+
+#: The optional fields of a cell the report reads: (field, check, what was expected); null means absent.
+CELL_FIELDS = (
+    ("sd", _is_number_or_none, "a number or null"),
+    ("n", _is_int, "an integer (the number of seeds or folds) or null"),
+    ("dev_mean", _is_number_or_none, "a number or null"),
+    ("selected", lambda v: isinstance(v, dict) and all(isinstance(x, (str, int, float)) for x in v.values()),
+     '{"<setting>": number or string}, e.g. {"learning_rate": 5e-05, "epochs": 3}'),
+    ("test_scores", _is_list_of(_is_number_or_none), "a list of numbers, one per seed (or fold)"),
+    ("seeds", _is_list_of(lambda v: isinstance(v, (int, str))), "a list of seeds (integers)"),
+    ("folds", _is_int, "an integer (the number of folds)"),
+    ("per_tag", lambda v: isinstance(v, dict), '{"<entity type>": {"precision": .., "recall": .., "f1": .., '
+                                               '"support": ..}}'),
+    ("curve", lambda v: isinstance(v, list), '[{"epoch": int, "dev": float, "test": float}, ...]'),
+)
+PER_TAG_FIELDS = ("precision", "recall", "f1", "support")
+
+
+def _brief(value: Any, width: int = 60) -> str:
+    """A value as it reads in an error message, cut to ``width`` characters."""
+    text = repr(value)
+    return text if len(text) <= width else text[:width - 3] + "..."

@@ -25,7 +25,7 @@ from typing import Any
 
 from orchestrator.core.config import to_dict
 from orchestrator.core.cost import COST_FIELD, StageCost, cluster_units, device_text, duration, measured
-from orchestrator.core.errors import OrchestratorError
+from orchestrator.core.errors import InputError, OrchestratorError
 from orchestrator.core.locks import hold
 from orchestrator.core.manifest import MANIFEST, atomic_dir, atomic_write_json, file_sha256, read_manifest
 
@@ -52,7 +52,7 @@ def reusable(stage_dir: str | Path, key: str) -> bool:
     """True when ``stage_dir`` is a finished output made with ``key``."""
     try:
         return read_manifest(stage_dir).get(KEY_FIELD) == key
-    except (FileNotFoundError, json.JSONDecodeError):
+    except (FileNotFoundError, InputError):  # none, or not readable: as if none
         return False
 
 
@@ -137,7 +137,7 @@ def model_identity(model_dir: str | Path) -> str:
     recorded: dict = {}
     try:
         recorded = read_manifest(model_dir).get(MODEL_FILES_FIELD) or {}
-    except (FileNotFoundError, json.JSONDecodeError):
+    except (FileNotFoundError, InputError):  # none, or not readable: as if none
         pass
     cache = _HashCache()
     digests = {}

@@ -154,6 +154,12 @@ def task_names() -> list[str]:
     return sorted(p.stem for p in TASK_DIR.glob("*.yaml") if not p.stem.startswith("_"))
 
 
+def shipped_task_names() -> list[str]:
+    """Every name a shipped task goes by: its file stem and its display name."""
+    paths = [p for p in TASK_DIR.glob("*.yaml") if not p.stem.startswith("_")]
+    return sorted({p.stem for p in paths} | {_display_name(p) for p in paths})
+
+
 def _is_variant(path: Path) -> bool:
     """A task built on another task (``include: hoc.yaml``), not on a family template (``_*.yaml``)."""
     parent = str(read_yaml(path).get("include") or "")
@@ -173,7 +179,7 @@ def _task_path(name_or_path: str) -> Path:
             by_name.setdefault(_display_name(p), p)
     if name_or_path in by_name:
         return by_name[name_or_path]
-    raise ConfigError(f"unknown task {name_or_path!r}{suggest(name_or_path, task_names() + list(by_name))}")
+    raise ConfigError(f"unknown task {name_or_path!r}{suggest(name_or_path, shipped_task_names())}")
 
 
 def _display_name(path: Path) -> str:

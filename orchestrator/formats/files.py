@@ -48,6 +48,8 @@ def resolve(path: str | Path, fmt: str = "auto") -> str:
     """The reader name for ``path`` (``auto``: ``sniff``); a missing or 0-byte file is an ``InputError``,
     an unknown format a ``ConfigError`` naming the closest."""
     path = Path(path)
+    if path.is_dir():
+        raise InputError(path, "is a directory, not a file", expected="a text or data file")
     if not path.is_file():
         raise InputError(path, "file not found")
     if path.stat().st_size == 0:

@@ -64,7 +64,8 @@ def read_parallel(path: str | Path, fmt: str = "auto", unit: str = "context") ->
     if fmt not in FORMATS:
         raise ValueError(f"unknown parallel text format {fmt!r}; one of {FORMATS}")
     if not path.is_file():
-        raise InputError(path, "file not found", expected="a parallel text file (SQuAD JSON or one unit per line)")
+        raise InputError(path, "is a directory, not a file" if path.is_dir() else "file not found",
+                         expected="a parallel text file (SQuAD JSON or one unit per line)")
     fmt = detect_format(path) if fmt == "auto" else fmt
     units = read_squad(path, unit) if fmt == "squad" else read_lines(path)
     if not units:
@@ -151,7 +152,8 @@ def read_tsv_pairs(path: str | Path) -> tuple[list[Unit], list[Unit]]:
     """The two sides of a TSV of translation pairs (``unit<TAB>translation`` per line, no header)."""
     path = Path(path)
     if not path.is_file():
-        raise InputError(path, "file not found", expected="a TSV of translation pairs")
+        raise InputError(path, "is a directory, not a file" if path.is_dir() else "file not found",
+                         expected="a TSV of translation pairs")
     left: list[Unit] = []
     right: list[Unit] = []
     for number, text in lines(path):

@@ -121,8 +121,11 @@ def special_ids(tokenizer_dir: Path) -> Specials:
     """Token ids collation and masking need, read from the tokenizer directory (AutoTokenizer)."""
     from transformers import AutoTokenizer  # heavy: transformers
 
+    if not Path(tokenizer_dir).is_dir():  # else transformers takes the path for a model hub name
+        raise InputError(tokenizer_dir, "no such directory" if not Path(tokenizer_dir).exists() else "not a directory",
+                         expected="a tokenizer directory, e.g. the vocab stage's output")
     try:
-        tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+        tok = AutoTokenizer.from_pretrained(str(tokenizer_dir), local_files_only=True)
     except (OSError, ValueError) as exc:
         raise InputError(tokenizer_dir, f"cannot load tokenizer: {exc}", expected="an HF tokenizer directory") \
             from None

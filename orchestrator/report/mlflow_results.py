@@ -19,9 +19,12 @@ How a sweep is found and read (the contract with ``orchestrator.track.log_sweep`
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import sqlite3
 import tempfile
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,9 +33,12 @@ from orchestrator.core.errors import InputError, OrchestratorError
 from orchestrator.core.results import summarize, validate_results
 from orchestrator.report.blue_table import write_report
 from orchestrator.track import schema as S
+from orchestrator.track import sqlite_file
 
 log = logging.getLogger(__name__)
 
+#: The tables of an MLflow SQLite store that the report reads.
+STORE_TABLES = ("experiments", "runs", "tags", "params", "metrics")
 
 
 @dataclass(frozen=True)
@@ -83,6 +89,8 @@ def load_results(tracking_uri: str, experiment: str = "bioptorch", run_id: str |
     """The results document of a sweep, from its artifact or else from its child runs' metrics."""
     from mlflow import MlflowClient  # heavy: mlflow
 
+    if (database := sqlite_file(tracking_uri)) is not None:
+        check_sqlite_store(database)
     client = MlflowClient(tracking_uri)
     parent = find_sweep_run(client, experiment, run_id)
     pid = parent.info.run_id
@@ -100,6 +108,28 @@ def load_results(tracking_uri: str, experiment: str = "bioptorch", run_id: str |
     log.info("run %s has no %s artifact: rebuilding from child-run metrics", pid, S.RESULTS_ARTIFACT)
     results = results_from_children(client, parent)
     return SweepResults(results, pid, "metrics", tracking_uri)
+
+
+def check_sqlite_store(database: Path) -> None:
+    """Refuse a SQLite store that is missing, empty or not MLflow's, looking at it read-only: MLflow
+    would create a missing or empty file and migrate it into a new store, and a report never writes
+    into what it reads (nor does a dry run)."""
+    expected = "a run's mlflow.db as MLflow writes it"
+    if database.is_dir():
+        raise InputError(database, "is a directory, not a file", expected=expected)
+    if not database.is_file():
+        raise InputError(database, "MLflow store not found", expected=expected)
+    if database.stat().st_size == 0:
+        raise InputError(database, "empty, not an MLflow store", expected=expected)
+    read_only = f"file:{urllib.parse.quote(str(database.resolve()))}?mode=ro"
+    try:
+        with contextlib.closing(sqlite3.connect(read_only, uri=True)) as db:
+            tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.DatabaseError as exc:
+        raise InputError(database, f"not an MLflow SQLite store ({exc})", expected=expected) from None
+    if missing := [table for table in STORE_TABLES if table not in tables]:
+        raise InputError(database, f"not an MLflow store: SQLite without the table(s) {', '.join(missing)}",
+                         expected=expected)
 
 
 def results_from_children(client, parent) -> dict:

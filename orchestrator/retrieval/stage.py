@@ -80,7 +80,8 @@ class ParallelSet:
 
 def load_sets(spec: RetrievalSpec) -> list[ParallelSet]:
     """Every parallel set of ``spec``, read and aligned (``InputError`` naming the file on bad or unaligned
-    input), each cut to its first ``max_units`` units."""
+    input), each cut to its first ``max_units`` units; a ``top_k`` that is not below a set's units is a
+    ``ConfigError`` (``check_top_k``)."""
     sets = []
     if spec.texts:
         formats = {lang: detect_format(p) if spec.text_format == "auto" else spec.text_format
@@ -102,7 +103,21 @@ def load_sets(spec: RetrievalSpec) -> list[ParallelSet]:
         sets.append(_cut(ParallelSet(key, "pair", {src: path, tgt: path},
                                      {src: tuple(u.text for u in left), tgt: tuple(u.text for u in right)},
                                      len(left)), spec.max_units))
+    for s in sets:
+        check_top_k(spec.top_k, s)
     return sets
+
+
+def check_top_k(top_k: tuple[int, ...], s: ParallelSet) -> None:
+    """Each unit of one language retrieves among the set's units of the other: with ``k`` at least that
+    many, every translation is among the k nearest and P@k is 100 by construction, so such a k is refused."""
+    too_large = [k for k in top_k if k >= s.units]
+    if too_large:
+        cut = f" (the first {s.units} of {s.total}: max_units)" if s.units < s.total else ""
+        raise ConfigError(f"top_k {list(top_k)}: P@{', P@'.join(map(str, too_large))} would be 100 by construction: "
+                          f"each direction of set {s.name!r} retrieves among {s.units} {s.unit}s{cut} ("
+                          + ", ".join(f"{lang}={f}" for lang, f in s.files.items())
+                          + f"); give every k below {s.units}")
 
 
 def _cut(s: ParallelSet, max_units: int) -> ParallelSet:
@@ -334,5 +349,5 @@ def plan_sets(spec: RetrievalSpec, sets: list[ParallelSet] | None = None) -> lis
     return lines
 
 
-__all__ = ["ParallelSet", "check_model", "directions", "evaluate", "load_sets", "log_results", "model_metrics",
-           "plan_sets", "read_results", "retrieval_key", "retrieval_stage", "scores_only"]
+__all__ = ["ParallelSet", "check_model", "check_top_k", "directions", "evaluate", "load_sets", "log_results",
+           "model_metrics", "plan_sets", "read_results", "retrieval_key", "retrieval_stage", "scores_only"]

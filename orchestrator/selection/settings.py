@@ -10,6 +10,7 @@ This module imports no numpy: configs load without the scoring's heavy imports.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
@@ -38,8 +39,11 @@ class ScoringSettings:
             raise ConfigError(f"sample_tokens must be >= 1, got {self.sample_tokens}")
         if self.num_samples < 1:
             raise ConfigError(f"num_samples must be >= 1, got {self.num_samples}")
-        if not 1 <= self.order <= 6:
-            raise ConfigError(f"order must be in 1..6, got {self.order}")
+        if not 2 <= self.order <= 6:  # KenLM's build_binary takes no unigram model
+            raise ConfigError(f"order must be in 2..6, got {self.order}")
+        if not re.fullmatch(r"\d+(\.\d+)?[%bKMGTPEZY]?", self.lmplz_memory.strip()):
+            raise ConfigError(f"lmplz_memory is {self.lmplz_memory!r}: lmplz -S takes a size such as 500M, 2G or "
+                              "a share of the memory such as 20%")
 
     def scoring(self) -> dict:
         """The settings alone, as keyword arguments (a subclass's own fields left out)."""

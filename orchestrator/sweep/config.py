@@ -5,7 +5,7 @@ import dataclasses
 import functools
 from typing import Literal
 
-from orchestrator.core.config import check_number, field, to_dict
+from orchestrator.core.config import check_number, check_seeds, field, to_dict
 from orchestrator.core.errors import ConfigError
 
 
@@ -58,6 +58,7 @@ class SpaceOverrides:
     def __post_init__(self):
         for lr in self.learning_rates:
             check_number("sweep.learning_rates: each", lr, low=0, low_open=True)
+        check_seeds("sweep.seeds", self.seeds)
         for name in ("max_train_examples", "max_eval_examples"):
             if (getattr(self, name) or 0) < 0:
                 raise ConfigError(f"sweep.{name} must be >= 0 (0 = all)")

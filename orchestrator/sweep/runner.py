@@ -290,7 +290,7 @@ def sweep_cost(cfg: SweepConfig, records: list[dict], wall_s: float, ran: int, s
     if skipped:
         try:
             earlier = read_manifest(out_dir).get(COST_FIELD) or {}
-        except (FileNotFoundError, json.JSONDecodeError):
+        except (FileNotFoundError, InputError):  # none, or not readable: as if none
             pass
     if not ran and earlier:
         return earlier

@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-from orchestrator.core.config import check_number, field, from_dict, read_yaml, to_dict
+from orchestrator.core.config import check_number, check_seeds, field, from_dict, read_yaml, to_dict
 from orchestrator.core.errors import ConfigError
 from orchestrator.core.registry import suggest
 from orchestrator.core.reuse import content_key, model_identity
-from orchestrator.finetune.spec import SAMPLE_DIR, TaskSpec, load_task
+from orchestrator.finetune.spec import SAMPLE_DIR, TaskSpec, load_task, shipped_task_names
 from orchestrator.finetune.trial import TrialSpec
 from orchestrator.sweep.config import EarlyStopping, SweepConfig
 from search_spaces import SPACE_DIR
@@ -70,6 +70,10 @@ class SearchSpace:
             raise ConfigError("search space: max_train_examples and max_eval_examples must be >= 0 (0 = all)")
         for lr in self.learning_rates:
             check_number("search space: each of learning_rates", lr, low=0, low_open=True)
+        check_seeds("search space: seeds", self.seeds)
+        for task, grid in self.epochs.items():
+            if not grid or any(e < 1 for e in grid):
+                raise ConfigError(f"search space: epochs.{task}: need positive epoch counts, got {list(grid)}")
         check_number("search space: weight_decay", self.weight_decay, low=0)
         check_number("search space: warmup_proportion", self.warmup_proportion, low=0, high=1, high_open=True)
         if self.early_stopping.on and self.epochs:
@@ -103,7 +107,25 @@ def resolve_space(cfg: SweepConfig) -> SearchSpace:
     # a task YAML named in a space file is found relative to that file (overrides: to the cwd)
     data["tasks"] = [str((path.parent / t).resolve()) if str(t).endswith((".yaml", ".yml"))
                      and not Path(t).is_absolute() else t for t in data.get("tasks") or []]
-    return from_dict(SearchSpace, cfg.apply(data), where=str(path))
+    space = from_dict(SearchSpace, cfg.apply(data), where=str(path))
+    _check_task_keys(cfg, space, path)
+    return space
+
+
+def _check_task_keys(cfg: SweepConfig, space: SearchSpace, path: Path) -> None:
+    """Every key of ``sweep.task_dirs``, ``sweep.epochs`` and the space's ``epochs`` names a task: one of
+    the space's (by stem or display name) or a shipped one (a config may hold every task's directory
+    and run a few). A misspelt key would otherwise be ignored: the task read from the default data, or
+    trained to the space's epochs."""
+    names = set(shipped_task_names())
+    for task in space.tasks:
+        names |= {task_key(task), load_task(task).name}
+    for where, keys in (("sweep.task_dirs", cfg.task_dirs), ("sweep.epochs", cfg.epochs),
+                        (f"{path}: epochs", space.epochs)):
+        for key in keys:
+            if key not in names:
+                raise ConfigError(f"{where}: {key!r} names no task of the search space or shipped with the "
+                                  f"project{suggest(key, names)}")
 
 
 def task_key(name: str) -> str:

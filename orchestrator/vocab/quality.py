@@ -93,6 +93,9 @@ def words(text: str) -> list[str]:
     return out
 
 
+#: What a file of ``QualityConfig.texts`` may be.
+TEXT_FILES = "plain text a unit per line, JSONL, SQuAD .json, or a task file (BLUE TSV, IOB, BLUE NER)"
+
 #: A text set's name: a language code, optionally with what the text is ("de", "de:specific").
 TEXT_NAME = re.compile(rf"({LANGUAGE_CODE.pattern})(?::([A-Za-z0-9_.-]+))?")
 
@@ -130,10 +133,12 @@ class QualityConfig:
 def read_text_sets(texts: dict[str, str], max_lines: int) -> list[TextSet]:
     """``QualityConfig.texts`` read: each file's first ``max_lines`` text units: the paragraphs of a
     SQuAD ``.json`` file, else the units of its sniffed format (an InputError names a missing or
-    unreadable file)."""
+    unreadable file, a directory, or a file without a word to measure on)."""
     out = []
     for name, path in texts.items():
         language, kind = TEXT_NAME.fullmatch(name).groups()
+        if Path(path).is_dir():
+            raise InputError(path, "is a directory, not a file", expected=f"a text file for {name}: {TEXT_FILES}")
         units = []
         # a .json file is SQuAD JSON (XQuAD, JSQuAD): its paragraphs; anything else by its sniffed format
         found = (u.text for u in read_squad(path)) if Path(path).suffix.lower() == ".json" else text_units(path)
@@ -141,6 +146,9 @@ def read_text_sets(texts: dict[str, str], max_lines: int) -> list[TextSet]:
             units.append(unit)
             if len(units) >= max_lines:
                 break
+        if not any(words(unit) for unit in units):  # else every measure is empty: a table of dashes
+            raise InputError(path, "holds no text" if not units else f"holds no words in the {len(units)} unit(s) read",
+                             expected=f"text of {name} to split into words")
         out.append(TextSet(language, kind or "text", tuple(units)))
     return out
 

@@ -10,13 +10,14 @@ the MLM directory checked, the output reused when its key is unchanged.
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
 from orchestrator.augment.config import AugmentConfig, AugmentRayConfig, SimilarityConfig
+from orchestrator.augment.filtered import check_mlm_dir
 from orchestrator.augment.pipeline import AugmentResult, augment_key, augment_task, from_format, training_sentences
+from orchestrator.augment.similarity import check_similarity_inputs
 from orchestrator.core.config import field
-from orchestrator.core.errors import ConfigError, InputError
+from orchestrator.core.errors import ConfigError
 from orchestrator.core.manifest import read_manifest
 from orchestrator.core.reuse import run_stage
 from orchestrator.finetune.spec import SAMPLE_DIR, TaskSpec, load_task
@@ -57,13 +58,11 @@ def job_spec(cfg: AugmentJobConfig) -> tuple[TaskSpec, Path]:
 
 
 def plan(cfg: AugmentJobConfig) -> str:
-    """Dry run: the task parses, the MLM directory has a head, the vectors or corpus exist."""
+    """Dry run: the task parses, the MLM directory has a head, the vectors file starts as vectors do,
+    every corpus file is text."""
     spec, data_dir = job_spec(cfg)
     examples = training_sentences(dataclasses.replace(spec, dir=""), data_dir, cfg.max_train_sentences)
-    model_dir = _check_mlm_dir(cfg.model_dir)
-    for path in ([cfg.similarity.vectors] if cfg.similarity.vectors else list(cfg.similarity.corpus)):
-        if not Path(path).is_file():
-            raise InputError(path, "similarity input not found", expected="a vectors file or corpus text")
+    model_dir = check_inputs(cfg)
     total = int(round(len(examples) * cfg.augment.multiple))
     sim = cfg.similarity.vectors or (", ".join(cfg.similarity.corpus) or "the training sentences")
     return "\n".join([
@@ -78,29 +77,18 @@ def plan(cfg: AugmentJobConfig) -> str:
     ])
 
 
-def _check_mlm_dir(model_dir: str) -> Path:
-    """The MLM directory exists and is a BERT with a masked-LM head (or one transformers adds)."""
-    path = Path(model_dir)
-    if not (path / "config.json").is_file():
-        raise InputError(model_dir or "model_dir", "MLM directory not found",
-                         expected="a BertForMaskedLM / BertForPreTraining directory (e.g. run "
-                                  "`python jobs/pretrain.py` first)")
-    try:
-        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(path / "config.json", f"not a JSON model config ({exc})") from None
-    if config.get("model_type") != "bert":
-        raise InputError(path / "config.json", f"model_type is {config.get('model_type')!r}",
-                         expected="a BERT masked language model")
-    if not ((path / "vocab.txt").is_file() or (path / "tokenizer.json").is_file()):
-        raise InputError(path, "no tokenizer (vocab.txt or tokenizer.json)", expected="the MLM's tokenizer files")
-    return path
+def check_inputs(cfg: AugmentJobConfig) -> Path:
+    """The MLM directory and the similarity inputs, checked cheaply and without torch: what the dry run
+    checks and the run checks before it writes or starts Ray. Returns the MLM directory."""
+    model_dir = check_mlm_dir(cfg.model_dir)
+    check_similarity_inputs(cfg.similarity)
+    return model_dir
 
 
 def run(cfg: AugmentJobConfig) -> AugmentResult:
     """Augment the task into ``cfg.out_dir``, or reuse it there when task, MLM and settings are unchanged."""
     spec, data_dir = job_spec(cfg)
-    _check_mlm_dir(cfg.model_dir)
+    check_inputs(cfg)
     spec = dataclasses.replace(spec, dir="")
     key = augment_key(spec, data_dir, cfg.model_dir, cfg.augment, cfg.similarity, cfg.max_train_sentences)
     out = run_stage("augment", cfg.out_dir, key, lambda tmp: augment_task(

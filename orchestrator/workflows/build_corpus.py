@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from orchestrator.core.config import field
+from orchestrator.core.config import check_set, field
 from orchestrator.core.runtime import ray_session
 from orchestrator.corpus.stage import CorpusConfig, input_stats
 from orchestrator.instances.config import InstanceConfig
@@ -23,6 +23,9 @@ class CorpusBuildConfig:
     vocab: VocabConfig = field(default_factory=VocabConfig, help="vocabulary stage: WordPiece / AmpV")
     instances: InstanceConfig = field(default_factory=InstanceConfig, help="instances stage: NSP + MLM")
     ray: RayConfig = field(default_factory=RayConfig, help="Ray runtime")
+
+    def __post_init__(self) -> None:
+        check_set(out_dir=self.out_dir)
 
 
 def build_corpus(cfg: CorpusBuildConfig) -> CorpusResult:

@@ -14,7 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.augment.config import AugmentStageConfig
-from orchestrator.core.config import expand_package_paths, field, flatten, from_dict, read_yaml, set_dotted, to_dict
+from orchestrator.core.config import (
+    check_set,
+    expand_package_paths,
+    field,
+    flatten,
+    from_dict,
+    read_yaml,
+    set_dotted,
+    to_dict,
+)
 from orchestrator.core.errors import ConfigError
 from orchestrator.corpus.sources import SourceConfig
 from orchestrator.corpus.stage import CorpusConfig
@@ -86,6 +95,9 @@ class ChainConfig:
     sweep: SweepConfig = field(default_factory=SweepConfig, help="BLUE fine-tuning sweep")
 
     def __post_init__(self):
+        check_set(run_name=self.run_name)
+        if self.run_name.strip() in (".", ".."):  # the run directory would be runs_root itself, or its parent
+            raise ConfigError(f"run_name is {self.run_name!r}: give a name for the run's directory under runs_root")
         bad = [s for s in self.stages if s not in ALL_STAGES]
         if bad:
             raise ConfigError(f"stages: unknown stage(s) {bad}; valid: {list(ALL_STAGES)}")

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.core.artifacts import read_instance_info
-from orchestrator.core.config import field
+from orchestrator.core.config import check_set, field
 from orchestrator.core.console import LOG_PATH
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.runtime import cluster_address, ray_session
@@ -30,6 +30,7 @@ class PretrainJobConfig:
     pretrain: PretrainConfig = field(default_factory=PretrainConfig, help="the pretraining stage")
 
     def __post_init__(self):
+        check_set(out_dir=self.out_dir)
         if not self.instances_dir or not self.tokenizer_dir:
             raise ConfigError("instances_dir and tokenizer_dir are required (outputs of the corpus stage)")
 

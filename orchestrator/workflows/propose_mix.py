@@ -32,9 +32,10 @@ from pathlib import Path
 
 import yaml
 
-from orchestrator.core.config import field, load_config, to_dict
+from orchestrator.core.config import check_set, field, load_config, to_dict
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.manifest import atomic_dir, atomic_write_json, atomic_write_text, write_manifest
+from orchestrator.core.registry import suggest
 from orchestrator.corpus.sources import source_files
 from orchestrator.corpus.stage import CorpusConfig, input_stats
 from orchestrator.report.sources import read_source_scores
@@ -69,6 +70,7 @@ class ProposalConfig(ScoringSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_set(out_dir=self.out_dir)
         if not self.scores and not self.targets:
             raise ConfigError("no targets: give --target FILE... (or targets=[...]), or scores= a score_sources "
                               "output directory")
@@ -134,6 +136,16 @@ def score_candidates(cfg: ProposalConfig, work_dir: Path) -> dict[str, dict]:
     return out
 
 
+def check_target_task(cfg: ProposalConfig) -> None:
+    """``target_task`` names one of the tasks the targets' files make (their folders' names)."""
+    from orchestrator.selection.measures import target_tasks  # heavy: numpy
+
+    tasks = sorted(target_tasks(cfg.targets))
+    if cfg.target_task and cfg.target_task not in tasks:
+        raise ConfigError(f"target_task {cfg.target_task!r} is not a task of the targets"
+                          f"{suggest(cfg.target_task, tasks)}")
+
+
 def read_scores(cfg: ProposalConfig) -> dict[str, dict]:
     """The scores of ``cfg.scores`` (a score_sources output), checked to cover every candidate."""
     scores = read_source_scores(cfg.scores)
@@ -185,6 +197,7 @@ def run(cfg: ProposalConfig) -> ProposalResult:
         from orchestrator.selection.measures import kenlm_binary  # heavy: numpy
 
         kenlm_binary("lmplz"), kenlm_binary("build_binary")
+        check_target_task(cfg)  # before scoring every candidate, not after
         key, where = candidates_key(cfg), "the scoring"
         scores = _reusable_scores(out_dir, key)
     with atomic_dir(out_dir, "proposal") as tmp:
@@ -244,6 +257,7 @@ def plan(cfg: ProposalConfig) -> str:
         from orchestrator.selection.measures import kenlm_binary  # heavy: numpy
         from orchestrator.selection.scoring import load_targets  # heavy: numpy
 
+        check_target_task(cfg)
         for task, t in load_targets(_selection_config(cfg)).items():
             lines.append(f"target task {task}: {t.tokens} tokens, {len(t.lines)} units")
         lines.append(f"scoring: {len(cfg.corpus.sources)} candidate(s) x {cfg.num_samples} sub-samples x "

@@ -35,7 +35,7 @@ import logging
 import time
 from pathlib import Path
 
-from orchestrator.core.config import field, to_dict
+from orchestrator.core.config import check_set, field, to_dict
 from orchestrator.core.errors import ConfigError, OrchestratorError
 from orchestrator.core.manifest import atomic_dir, atomic_write_json, hash_inputs, read_manifest, write_manifest
 from orchestrator.core.reuse import KEY_FIELD, content_key, reusable, run_stage
@@ -92,6 +92,7 @@ class ProxySearchConfig:
     ray: RayConfig = field(default_factory=RayConfig, help="Ray runtime")
 
     def __post_init__(self) -> None:
+        check_set(out_dir=self.out_dir)
         if not self.targets:
             raise ConfigError("no targets: give --target FILE... (or targets=[...]): the held-out text the proxies' "
                               "loss is measured on")

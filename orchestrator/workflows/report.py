@@ -18,7 +18,7 @@ from orchestrator.core.config import field
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.manifest import check_replaceable
 from orchestrator.core.results import validate_results
-from orchestrator.track import TrackingConfig, local_uri, sqlite_file
+from orchestrator.track import TrackingConfig, local_uri
 
 
 @dataclass(frozen=True)
@@ -112,9 +112,7 @@ def plan(cfg: ReportConfig) -> str:
         from orchestrator.report.mlflow_results import load_results  # heavy: numpy
 
         uri = cfg.resolved_uri()
-        if (database := sqlite_file(uri)) is not None and not database.is_file():
-            raise InputError(database, "MLflow store not found", expected="the run's mlflow.db")
-        found = load_results(uri, cfg.experiment, cfg.run_id or None)
+        found = load_results(uri, cfg.experiment, cfg.run_id or None)  # a SQLite store checked read-only first
         results = found.results
         source = f"MLflow {uri}, experiment {cfg.experiment!r}, run {found.run_id} (from its {found.source})"
     files = "blue_table.md, .html, .png, curves.png"

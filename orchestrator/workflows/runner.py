@@ -432,6 +432,14 @@ def check_inputs(cfg: ChainConfig) -> None:
         if not (Path(path) / "config.json").is_file():
             raise ConfigError(f"compare_models.{name}: {path} is not a Hugging Face model directory "
                               "(no config.json)")
+    if "augment" in cfg.active_stages and cfg.augment.augment.method != "repeat":
+        # what the stage would stop on after pretraining: the MLM (when one is named) and the vectors' inputs
+        from orchestrator.augment.filtered import check_mlm_dir
+        from orchestrator.augment.similarity import check_similarity_inputs  # heavy: numpy
+
+        check_similarity_inputs(cfg.augment.similarity)
+        if cfg.augment.model_dir:
+            check_mlm_dir(cfg.augment.model_dir)
     if "sweep" in cfg.stages:
         for task, spec in space_tasks(cfg.sweep.space).items():
             flat = dataclasses.replace(spec, dir="")

@@ -67,8 +67,11 @@ def plan(cfg: SelectionConfig) -> str:
         tokens = sum(len(tokenize(u)) for f in files for u in read_units(f, cfg.input_format, cfg.text_field))
         note = ""
         if tokens < cfg.sample_tokens:
-            note = (" -- fewer than sample_tokens: " +
-                    ("scoring will stop with an error" if cfg.short_source == "error" else "scored whole"))
+            if cfg.short_source == "error":  # what scoring would stop on, after the sources before it
+                raise InputError(", ".join(str(f) for f in files), f"source {name!r} has {tokens} tokens, fewer "
+                                 f"than sample_tokens={cfg.sample_tokens}",
+                                 expected="a larger source, a smaller sample_tokens, or short_source=whole")
+            note = " -- fewer than sample_tokens: scored whole"
         lines.append(f"source {name}: {len(files)} file(s), {tokens} tokens{note}")
     lines.append(f"per source: {cfg.num_samples} sub-samples x {cfg.sample_tokens} tokens; "
                  f"lmplz={kenlm_binary('lmplz')}, build_binary={kenlm_binary('build_binary')}")
