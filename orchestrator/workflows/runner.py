@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from orchestrator.augment.config import AugmentStageConfig
-from orchestrator.core.artifacts import SMALL_ROLES
+from orchestrator.core.artifacts import SMALL_ROLES, check_model
 from orchestrator.core.config import flatten
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.manifest import check_replaceable, check_writable_dir, hash_inputs, read_manifest
@@ -428,10 +428,8 @@ def check_inputs(cfg: ChainConfig) -> None:
         for path in cfg.vocab.target_paths:
             if not Path(path).is_file():
                 raise InputError(path, "vocab target file does not exist", expected="a text or task file")
-    for name, path in cfg.compare_models.items():
-        if not (Path(path) / "config.json").is_file():
-            raise ConfigError(f"compare_models.{name}: {path} is not a Hugging Face model directory "
-                              "(no config.json)")
+    for name, path in cfg.compare_models.items():  # config, weights and tokenizer, read from the file names
+        check_model(f"compare_models.{name}", path)
     if "augment" in cfg.active_stages and cfg.augment.augment.method != "repeat":
         # what the stage would stop on after pretraining: the MLM (when one is named) and the vectors' inputs
         from orchestrator.augment.filtered import check_mlm_dir
