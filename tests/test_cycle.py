@@ -164,3 +164,16 @@ def test_a_cycle_after_0_groups_by_its_extractors_terms(exported_ner):
     # the two texts' terms associated: they are grouped, and some inputs split that group into A and B
     grouped = inputs(linked)
     assert any(not x.is_random_next for x in grouped)
+
+
+def test_the_extractors_errors_name_the_keys_the_user_wrote():
+    """The extractor is a sweep held under ``extractor``: its errors say extractor.*, not sweep.*."""
+    from orchestrator.core.config import from_dict
+    from orchestrator.sweep.space import resolve_space
+
+    with pytest.raises(ConfigError, match=r"^extractor\.seeds: each seed must be an integer >= 0, got -1$"):
+        from_dict(CycleConfig, {"extractor": {"seeds": [-1]}})
+    cfg = from_dict(CycleConfig, {"extractor": {"epochs": {"nope": [3]}}})
+    with pytest.raises(ConfigError, match=r"^extractor\.epochs: 'nope' names no task"):
+        resolve_space(cfg.extractor)
+    assert type(CycleConfig().extractor).KEY == "extractor" and cfg.extractor.tasks == ("bc5cdr_chemical",)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Literal
+from typing import ClassVar, Literal
 
 from orchestrator.core.config import check_number, check_seeds, field, to_dict
 from orchestrator.core.errors import ConfigError
@@ -55,18 +55,22 @@ class SpaceOverrides:
     tune: str = field("", help="override the space's tune: full (every weight) or adapters (adapters and head "
                                "only, seed 002)")
 
+    #: The config section users write these keys under, as errors name them (``sweep.epochs``); a job
+    #: that holds a sweep under another name says so with a subclass (the entity cycle's ``extractor``).
+    KEY: ClassVar[str] = "sweep"
+
     def __post_init__(self):
         for lr in self.learning_rates:
-            check_number("sweep.learning_rates: each", lr, low=0, low_open=True)
-        check_seeds("sweep.seeds", self.seeds)
+            check_number(f"{self.KEY}.learning_rates: each", lr, low=0, low_open=True)
+        check_seeds(f"{self.KEY}.seeds", self.seeds)
         for name in ("max_train_examples", "max_eval_examples"):
             if (getattr(self, name) or 0) < 0:
-                raise ConfigError(f"sweep.{name} must be >= 0 (0 = all)")
+                raise ConfigError(f"{self.KEY}.{name} must be >= 0 (0 = all)")
         for task, grid in self.epochs.items():
             if not grid or any(e < 1 for e in grid):
-                raise ConfigError(f"sweep.epochs.{task}: need positive epoch counts, got {list(grid)}")
+                raise ConfigError(f"{self.KEY}.epochs.{task}: need positive epoch counts, got {list(grid)}")
         if self.early_stopping.on and self.epochs:
-            raise ConfigError(f"sweep.epochs {sorted(self.epochs)} and sweep.early_stopping.patience "
+            raise ConfigError(f"{self.KEY}.epochs {sorted(self.epochs)} and {self.KEY}.early_stopping.patience "
                               f"{self.early_stopping.patience}: early stopping replaces the epochs axis, set one "
                               "of them (sweep.epochs={} or sweep.early_stopping.patience=0)")
 
@@ -136,11 +140,11 @@ class SweepConfig(SpaceOverrides):
                          "score, or the median one by dev (the lower median: the better of two middle runs)")
 
     def __post_init__(self):
-        check_number("sweep.cpus_per_trial", self.cpus_per_trial, low=0, low_open=True)
+        check_number(f"{self.KEY}.cpus_per_trial", self.cpus_per_trial, low=0, low_open=True)
         if self.max_failures < 0 or self.max_concurrent_trials < 0:
-            raise ConfigError("sweep.max_failures and sweep.max_concurrent_trials must be >= 0")
+            raise ConfigError(f"{self.KEY}.max_failures and {self.KEY}.max_concurrent_trials must be >= 0")
         if self.gpus_per_trial != -1:
-            check_number("sweep.gpus_per_trial (-1 = auto)", self.gpus_per_trial, low=0)
+            check_number(f"{self.KEY}.gpus_per_trial (-1 = auto)", self.gpus_per_trial, low=0)
         super().__post_init__()
 
     @functools.cached_property

@@ -41,7 +41,7 @@ EXPORT_STAGE = "finetune_export"
 EXPORTS_DIR = "exports"
 
 
-def export_tasks(wanted: tuple[str, ...], specs: dict[str, TaskSpec]) -> list[str]:
+def export_tasks(wanted: tuple[str, ...], specs: dict[str, TaskSpec], key: str = "sweep") -> list[str]:
     """The display names of the space's tasks that ``sweep.export_best`` names (stems, display
     names or task paths; ``all`` = every task). A name that is no task of the space is a ConfigError."""
     if "all" in wanted:
@@ -52,7 +52,7 @@ def export_tasks(wanted: tuple[str, ...], specs: dict[str, TaskSpec]) -> list[st
             names[alias] = spec.name
     unknown = [w for w in wanted if w not in names]
     if unknown:
-        raise ConfigError(f"sweep.export_best: {unknown[0]!r} is not a task of the search space"
+        raise ConfigError(f"{key}.export_best: {unknown[0]!r} is not a task of the search space"
                           f"{suggest(unknown[0], list(names))}")
     return list(dict.fromkeys(names[w] for w in wanted))
 

@@ -127,7 +127,7 @@ def plan_sweep(cfg: SweepConfig, models: dict[str, Path]) -> str:
                                         if cfg.order == "longest_first" else "in the grid's order") + " (sweep.order)")
     if cfg.export_best:
         lines.append(f"then export the selected model ({cfg.export_seed} seed) of each model x "
-                     f"{export_tasks(cfg.export_best, space_tasks(space))}")
+                     f"{export_tasks(cfg.export_best, space_tasks(space), cfg.KEY)}")
     return "\n".join(lines)
 
 
@@ -384,7 +384,7 @@ def _run_sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, trackin
     trials_dir.mkdir(parents=True, exist_ok=True)
     space = cfg.space
     specs = space_tasks(space)
-    export = export_tasks(cfg.export_best, specs) if cfg.export_best else []  # a misspelt task fails here
+    export = export_tasks(cfg.export_best, specs, cfg.KEY) if cfg.export_best else []  # a misspelt task fails here
     # tokenised splits are shared by every trial of a (task, tokenizer): see finetune.loop.encode_cached
     cache_dir = str(out_dir / "cache" / "encoded")
     trials = [dataclasses.replace(t, cache_dir=cache_dir) for t in build_trials(cfg, space, models, variants)]

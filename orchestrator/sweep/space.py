@@ -120,7 +120,7 @@ def _check_task_keys(cfg: SweepConfig, space: SearchSpace, path: Path) -> None:
     names = set(shipped_task_names())
     for task in space.tasks:
         names |= {task_key(task), load_task(task).name}
-    for where, keys in (("sweep.task_dirs", cfg.task_dirs), ("sweep.epochs", cfg.epochs),
+    for where, keys in ((f"{cfg.KEY}.task_dirs", cfg.task_dirs), (f"{cfg.KEY}.epochs", cfg.epochs),
                         (f"{path}: epochs", space.epochs)):
         for key in keys:
             if key not in names:

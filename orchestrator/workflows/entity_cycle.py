@@ -56,8 +56,16 @@ def _entity_instances() -> InstanceConfig:
     return InstanceConfig(entity_masking=EntityMaskingConfig(association_method="npmi", association_level="term"))
 
 
-def _extractor_sweep() -> SweepConfig:
-    return SweepConfig(search_space="tiny", tasks=("bc5cdr_chemical",), export_best=("bc5cdr_chemical",))
+@dataclasses.dataclass(frozen=True)
+class ExtractorSweep(SweepConfig):
+    """The cycle's extractor sweep: a ``SweepConfig`` whose errors name the keys as the user writes them
+    here (``extractor.epochs``, not ``sweep.epochs``)."""
+
+    KEY = "extractor"
+
+
+def _extractor_sweep() -> ExtractorSweep:
+    return ExtractorSweep(search_space="tiny", tasks=("bc5cdr_chemical",), export_best=("bc5cdr_chemical",))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +91,7 @@ class CycleConfig:
         512, help="every cycle's model is also scored on the first this many of cycle 0's (random-masked) "
                   "instances, the same masked positions for every cycle (eval_mlm_accuracy); 0 = off. Training "
                   "MLM accuracy is on each cycle's own instances, entity-masked after cycle 0: not comparable")
-    extractor: SweepConfig = field(
+    extractor: ExtractorSweep = field(
         default_factory=_extractor_sweep,
         help="the extractor of each cycle: a sweep of one NER task (tasks: [t], export_best: [t]) whose "
              "selected model is the next cycle's entity extractor")
