@@ -202,3 +202,18 @@ def test_a_sequence_length_past_the_models_positions_is_refused_by_the_dry_run(t
     assert code == 2 and "max_seq_length 1024 is above model m's 512 positions" in err, err
     code, err = _job("blue_sweep", argv, capsys)
     assert code == 0, err
+
+
+def test_a_model_to_continue_needs_weights_but_not_a_tokenizer_of_its_own(tmp_path):
+    """Pretraining reads its tokenizer from tokenizer_dir; a model to continue (a checkpoint saved
+    without tokenizer files) is refused only for what it lacks: a sweep's model needs both."""
+    from orchestrator.core.artifacts import check_model
+    from orchestrator.core.errors import InputError
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "bert", "num_hidden_layers": 2}')
+    (model / "model.safetensors").write_bytes(b"")
+    assert check_model("pretrain.model.init_from", model, tokenizer=False)["layers"] == 2
+    with pytest.raises(InputError, match="no tokenizer"):
+        check_model("compare_models.x", model)

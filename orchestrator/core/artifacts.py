@@ -190,9 +190,10 @@ WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model.bin", "*.index.json")
 MODEL_TOKENIZER_FILES = ("tokenizer.json", "vocab.txt")
 
 
-def check_model(name: str, model_dir: str | Path) -> dict:
+def check_model(name: str, model_dir: str | Path, *, tokenizer: bool = True) -> dict:
     """What a model directory holds, read from its files alone (no weights loaded); InputError naming
-    the directory when it cannot be a BERT encoder with its tokenizer."""
+    the directory when it cannot be a BERT encoder with its tokenizer. ``tokenizer=False``: the caller
+    brings its own tokenizer (pretraining's ``tokenizer_dir``), so the directory needs none."""
     model_dir = Path(model_dir)
     expected = "a Hugging Face BERT directory: config.json, safetensors weights, tokenizer files"
     if not model_dir.is_dir():
@@ -205,7 +206,7 @@ def check_model(name: str, model_dir: str | Path) -> dict:
         raise InputError(model_dir / "config.json", f"model {name}: not JSON ({exc})", expected=expected) from None
     if not any(any(model_dir.glob(p)) for p in WEIGHT_PATTERNS):  # a glob is a generator: always true
         raise InputError(model_dir, f"model {name}: no weights file", expected="model.safetensors")
-    if not any((model_dir / f).is_file() for f in MODEL_TOKENIZER_FILES):
+    if tokenizer and not any((model_dir / f).is_file() for f in MODEL_TOKENIZER_FILES):
         raise InputError(model_dir, f"model {name}: no tokenizer (tokenizer.json or vocab.txt)", expected=expected)
     return {"model_type": config.get("model_type", "?"), "layers": config.get("num_hidden_layers"),
             "hidden": config.get("hidden_size"), "max_position_embeddings": config.get("max_position_embeddings")}

@@ -198,7 +198,8 @@ def _check_init_from(cfg: PretrainConfig, vocab_size: int, tokenizer_dir: Path |
     when both directories have a vocab.txt), unless ``allow_vocab_resize``."""
     if not cfg.model.init_from:
         return
-    check_model("pretrain.model.init_from", cfg.model.init_from)  # weights and tokenizer there, not only a config
+    # weights there, not only a config; the tokenizer is tokenizer_dir's (the vocabularies are compared below)
+    check_model("pretrain.model.init_from", cfg.model.init_from, tokenizer=False)
     hf = read_hf_config(Path(cfg.model.init_from))
     if hf.get("model_type") != "bert":
         raise InputError(Path(cfg.model.init_from) / "config.json",
@@ -525,7 +526,7 @@ def plan_pretrain(cfg: PretrainConfig, instances: dict[int, Path] | None, tokeni
         lines.append(f"nodes: several ({multi_node}); shared storage declared, checkpoints in {where}, "
                      f"MLflow {tracking_uri or 'off'}")
     if cfg.model.init_from:
-        check_model("pretrain.model.init_from", cfg.model.init_from)
+        check_model("pretrain.model.init_from", cfg.model.init_from, tokenizer=False)
         hf = read_hf_config(Path(cfg.model.init_from))
         lines.append(f"model: continue from {cfg.model.init_from} (hidden {hf.get('hidden_size')}, "
                      f"{hf.get('num_hidden_layers')} layers), objective {cfg.model.objective}")
