@@ -356,9 +356,9 @@ def test_job_dry_run_and_run(ray_local, tiny_mlm, vectors, tmp_path, capsys):
     assert main(["--dry-run", *args]) == 0
     assert "8 training sentences" in capsys.readouterr().out
     assert main(["--dry-run", "model_dir=/nonexistent", f"out_dir={out}"]) == 2  # issue 12: said "valid"
-    assert "MLM directory not found" in capsys.readouterr().err
+    assert "model model_dir: directory not found" in capsys.readouterr().err
     assert main(["model_dir=/nonexistent", f"out_dir={out}"]) == 2
-    assert "MLM directory not found" in capsys.readouterr().err
+    assert "model model_dir: directory not found" in capsys.readouterr().err
     assert not out.exists()
     assert main(args) == 0
     assert read_manifest(out)["counts"]["augmented_sentences"] == 8
@@ -386,11 +386,14 @@ def test_vectors_file_is_checked_in_its_first_lines(tmp_path, vectors):
 
 
 def test_corpus_files_must_be_utf8_text_with_words(tmp_path):
+    """The rules of every text reader (formats.base.lines), and at least one word."""
     files = {"binary.txt": b"hello\nhel\x00lo world\n", "latin1.txt": b"one\ntwo\ncaf\xe9\n",
-             "blank.txt": b"\n  \n\n", "punctuation.txt": b"... --\n", "cut.txt": b"word caf\xc3"}
-    errors = {"binary.txt": "binary.txt:2: a NUL byte", "latin1.txt": "latin1.txt:3: not UTF-8",
+             "blank.txt": b"\n  \n\n", "punctuation.txt": b"... --\n", "cut.txt": b"word caf\xc3",
+             "utf16.txt": "hello world\n".encode("utf-16-le")}
+    errors = {"binary.txt": "binary.txt:2: NUL character at column 4: binary content",
+              "latin1.txt": "latin1.txt:3: invalid UTF-8 byte 0xe9 at column 4",
               "blank.txt": "blank.txt: no words", "punctuation.txt": "punctuation.txt: no words",
-              "cut.txt": "cut.txt:1: not UTF-8"}
+              "cut.txt": "cut.txt:1: invalid UTF-8 byte 0xc3", "utf16.txt": "utf16.txt:1: .*UTF-16 text without"}
     for name, data in files.items():
         (tmp_path / name).write_bytes(data)
         with pytest.raises(InputError, match=errors[name]):
@@ -399,11 +402,11 @@ def test_corpus_files_must_be_utf8_text_with_words(tmp_path):
         check_corpus([tmp_path])
     with pytest.raises(InputError, match="absent.txt: similarity corpus file not found"):
         check_corpus([tmp_path / "absent.txt"])
-    long = tmp_path / "long.txt"  # a character cut by the 1 MiB read is whole once the next chunk comes
-    long.write_bytes(b"a" * ((1 << 20) - 1) + "\u00e9\n".encode() + b"\x00")
-    with pytest.raises(InputError, match="long.txt:2: a NUL byte"):
+    long = tmp_path / "long.txt"  # the whole file is read: a NUL after a megabyte of words is found
+    long.write_bytes(b"a " * (1 << 19) + "\u00e9\n".encode() + b"\x00")
+    with pytest.raises(InputError, match="long.txt:2: NUL character at column 1"):
         check_corpus([long])
-    long.write_bytes(b"a" * ((1 << 20) - 1) + "\u00e9\n".encode())
+    long.write_bytes(b"a " * (1 << 19) + "\u00e9\n".encode())
     assert check_corpus([IN_DOMAIN, long]) == [IN_DOMAIN, long]
     # training refuses it too, before anything is written to the cache
     with pytest.raises(InputError, match="binary.txt:2"):
@@ -424,7 +427,7 @@ def test_mlm_dir_needs_a_masked_lm_head(tiny_mlm, tmp_path):
     encoder.mkdir()
     for name in ("config.json", "vocab.txt"):
         (encoder / name).write_bytes((get_model_path() / name).read_bytes())
-    with pytest.raises(InputError, match="encoder: no weights"):
+    with pytest.raises(InputError, match="encoder: model model_dir: no weights file"):
         check_mlm_dir(encoder)
     (encoder / "pytorch_model.bin").write_bytes(b"pickled weights")
     with pytest.raises(InputError, match=re.escape("config.json: no masked-LM head (architectures ['BertModel'])")):
@@ -441,7 +444,7 @@ def test_mlm_dir_needs_a_masked_lm_head(tiny_mlm, tmp_path):
     ("similarity.vectors={tmp}/words.vec", b"not vectors\n",
      "words.vec:1: 'not vectors' is neither a 'count dim' header nor a vector"),
     ("model_dir={minilm}", None, "model: no masked-LM head"),
-    ("similarity.corpus=[{tmp}/binary.txt]", b"hello\x00world\n", "binary.txt:1: a NUL byte"),
+    ("similarity.corpus=[{tmp}/binary.txt]", b"hello\x00world\n", "binary.txt:1: NUL character at column 6"),
     ("similarity.corpus=[{tmp}/blank.txt]", b"\n\n \n", "blank.txt: no words"),
 ], ids=["vectors", "encoder", "binary-corpus", "blank-corpus"])
 def test_job_refuses_bad_inputs_in_its_dry_run_and_before_any_work(override, content, error, tiny_mlm, tmp_path,

@@ -21,7 +21,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from orchestrator.augment.config import AugmentConfig
+from orchestrator.core.artifacts import check_model
 from orchestrator.core.errors import InputError
+from orchestrator.core.manifest import read_json_object
 
 log = logging.getLogger(__name__)
 
@@ -144,31 +146,26 @@ MLM_ARCHITECTURES = ("BertForMaskedLM", "BertForPreTraining")
 MAX_HEADER_BYTES = 100 << 20
 
 
-def check_mlm_dir(model_dir: str | Path) -> Path:
+def check_mlm_dir(model_dir: str | Path, name: str = "model_dir") -> Path:
     """What ``MaskedWordPredictor`` will load, checked without torch (the dry run's check, and the
-    run's before Ray): a BERT config, a tokenizer, and weights holding the masked-LM head (tensor
-    names from the safetensors header or a shard index; for a lone pytorch_model.bin, config.json's
-    ``architectures``). Returns the directory."""
+    run's before Ray): a BERT directory as every job checks one (``check_model``: config, weights,
+    tokenizer), whose weights hold the masked-LM head (tensor names from the safetensors header or a
+    shard index; for a lone pytorch_model.bin, config.json's ``architectures``). ``name``: the
+    setting that named it. Returns the directory."""
     path = Path(model_dir)
-    if not (path / "config.json").is_file():
-        raise InputError(model_dir or "model_dir", "MLM directory not found",
-                         expected="a BertForMaskedLM / BertForPreTraining directory (e.g. run "
-                                  "`python jobs/pretrain.py` first)")
-    config = _json_file(path / "config.json", "a JSON model config")
-    if config.get("model_type") != "bert":
-        raise InputError(path / "config.json", f"model_type is {config.get('model_type')!r}",
+    info = check_model(name, path)
+    if info["model_type"] != "bert":
+        raise InputError(path / "config.json", f"model_type is {info['model_type']!r}",
                          expected="a BERT masked language model")
-    if not ((path / "vocab.txt").is_file() or (path / "tokenizer.json").is_file()):
-        raise InputError(path, "no tokenizer (vocab.txt or tokenizer.json)", expected="the MLM's tokenizer files")
     names = weight_names(path)
     if names is None:  # a pickled pytorch_model.bin: its names need torch to read
-        architectures = config.get("architectures") or []
+        architectures = info["architectures"]
         if architectures and not set(architectures) & set(MLM_ARCHITECTURES):
             raise InputError(path / "config.json", f"no masked-LM head (architectures {architectures})",
                              expected=MLM_EXPECTED)
     elif not any(n.startswith("cls.predictions.") and not n.endswith("decoder.weight") for n in names):
         raise InputError(path, "no masked-LM head (no cls.predictions.* weights; architectures "
-                               f"{config.get('architectures')})", expected=MLM_EXPECTED)
+                               f"{info['architectures']})", expected=MLM_EXPECTED)
     return path
 
 
@@ -178,7 +175,7 @@ def weight_names(model_dir: Path) -> list[str] | None:
     lone ``pytorch_model.bin``. Raises InputError when there are no weights or the header is not one."""
     for index in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
         if (model_dir / index).is_file():
-            weight_map = _json_file(model_dir / index, "a shard index").get("weight_map")
+            weight_map = read_json_object(model_dir / index, "a Hugging Face shard index").get("weight_map")
             if not isinstance(weight_map, dict):
                 raise InputError(model_dir / index, "no weight_map", expected="a Hugging Face shard index")
             return list(weight_map)
@@ -198,16 +195,6 @@ def weight_names(model_dir: Path) -> list[str] | None:
         raise InputError(file, "not a safetensors file (no JSON header after its first 8 bytes)",
                          expected="weights saved by save_pretrained")
     return [n for n in names if n != "__metadata__"]
-
-
-def _json_file(path: Path, what: str) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(path, f"not {what} ({exc})") from None
-    if not isinstance(data, dict):
-        raise InputError(path, f"not {what} (a JSON {type(data).__name__})", expected="a JSON object")
-    return data
 
 
 class MaskedWordPredictor:

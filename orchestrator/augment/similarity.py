@@ -6,7 +6,6 @@ filter). Training uses one thread: fastText 0.9 has no seed and only thread=1 is
 """
 from __future__ import annotations
 
-import codecs
 import importlib.metadata
 import logging
 import multiprocessing
@@ -21,6 +20,7 @@ from orchestrator.augment.config import SimilarityConfig
 from orchestrator.core.errors import InputError
 from orchestrator.core.manifest import atomic_dir, file_sha256, is_complete, write_manifest
 from orchestrator.core.reuse import content_key
+from orchestrator.formats.base import lines
 
 log = logging.getLogger(__name__)
 
@@ -153,32 +153,15 @@ def check_vectors(path: str | Path) -> Path:
 
 
 def check_corpus(paths: Iterable[str | Path]) -> list[Path]:
-    """Every similarity corpus file is a file of UTF-8 text without NUL bytes that holds a word (what
-    ``train_vectors`` trains on). Reads each file once, in chunks; returns the paths."""
+    """Every similarity corpus file is text as every other reader takes it (``formats.base.lines``:
+    strict UTF-8, binary content refused with file:line) and holds a word (what ``train_vectors``
+    trains on). Reads each whole file once; returns the paths."""
     checked = []
     for path in paths:
         path = _existing_file(path, "similarity corpus file", "a plain-text file")
-        decoder = codecs.getincrementaldecoder("utf-8")()
-        line, has_word = 1, False
-        with open(path, "rb") as f:
-            while chunk := f.read(1 << 20):
-                nul = chunk.find(b"\0")
-                if nul >= 0:
-                    raise InputError(path, "a NUL byte: a binary file, not text",
-                                     line=line + chunk.count(b"\n", 0, nul), expected="plain UTF-8 text")
-                pending = len(decoder.getstate()[0])  # bytes of a character cut by the last chunk
-                try:
-                    text = decoder.decode(chunk)
-                except UnicodeDecodeError as exc:
-                    at = line + chunk.count(b"\n", 0, max(0, exc.start - pending))
-                    raise InputError(path, f"not UTF-8 ({exc.reason})", line=at, expected="plain UTF-8 text") from None
-                has_word = has_word or _WORD.search(text) is not None
-                line += chunk.count(b"\n")
-        try:
-            decoder.decode(b"", final=True)
-        except UnicodeDecodeError:
-            raise InputError(path, "not UTF-8 (a character cut off at the end)", line=line,
-                             expected="plain UTF-8 text") from None
+        has_word = False
+        for _, text in lines(path):  # every line: binary content past the first word is refused too
+            has_word = has_word or _WORD.search(text) is not None
         if not has_word:
             raise InputError(path, "no words (empty, blank or punctuation only)",
                              expected="text to train the similarity vectors on")
@@ -244,12 +227,11 @@ def train_vectors(cfg: SimilarityConfig, corpus: list[Path], cache_dir: Path) ->
         words = 0
         with open(text, "w", encoding="utf-8") as w:
             for path in corpus:
-                with open(path, encoding="utf-8", errors="replace") as r:
-                    for line in r:
-                        tokens = normalise_words(line)
-                        if tokens:
-                            words += len(tokens)
-                            w.write(" ".join(tokens) + "\n")
+                for _, line in lines(path):
+                    tokens = normalise_words(line)
+                    if tokens:
+                        words += len(tokens)
+                        w.write(" ".join(tokens) + "\n")
         min_count = cfg.min_count if words >= 1000 else 1  # a tiny corpus would leave no vocabulary
         log.info("training fastText skipgram (dim %d, %d epochs) on %d words", cfg.dim, cfg.epochs, words)
         settings = {"dim": cfg.dim, "epoch": cfg.epochs, "minCount": min_count, "minn": cfg.minn,

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from orchestrator.core.errors import InputError
-from orchestrator.core.manifest import atomic_write_json, read_manifest
+from orchestrator.core.manifest import atomic_write_json, read_json_object, read_manifest
 
 #: Source roles on the small (in-domain) side of SimPT, AmpV and MDAPT; every other role is the large side.
 SMALL_ROLES = ("small", "domain")
@@ -198,15 +198,13 @@ def check_model(name: str, model_dir: str | Path, *, tokenizer: bool = True) -> 
     expected = "a Hugging Face BERT directory: config.json, safetensors weights, tokenizer files"
     if not model_dir.is_dir():
         raise InputError(model_dir, f"model {name}: directory not found", expected=expected)
-    try:
-        config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(model_dir, f"model {name}: no config.json", expected=expected) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(model_dir / "config.json", f"model {name}: not JSON ({exc})", expected=expected) from None
+    if not (model_dir / "config.json").is_file():
+        raise InputError(model_dir, f"model {name}: no config.json", expected=expected)
+    config = read_json_object(model_dir / "config.json", "a Hugging Face model config, a JSON object")
     if not any(any(model_dir.glob(p)) for p in WEIGHT_PATTERNS):  # a glob is a generator: always true
         raise InputError(model_dir, f"model {name}: no weights file", expected="model.safetensors")
     if tokenizer and not any((model_dir / f).is_file() for f in MODEL_TOKENIZER_FILES):
         raise InputError(model_dir, f"model {name}: no tokenizer (tokenizer.json or vocab.txt)", expected=expected)
     return {"model_type": config.get("model_type", "?"), "layers": config.get("num_hidden_layers"),
-            "hidden": config.get("hidden_size"), "max_position_embeddings": config.get("max_position_embeddings")}
+            "hidden": config.get("hidden_size"), "max_position_embeddings": config.get("max_position_embeddings"),
+            "architectures": config.get("architectures") or []}

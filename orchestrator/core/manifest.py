@@ -248,16 +248,22 @@ def read_manifest(stage_dir: str | Path) -> dict:
     path = Path(stage_dir) / MANIFEST
     if not path.is_file():
         raise FileNotFoundError(f"{stage_dir} has no {MANIFEST}: not a finished stage output")
+    return read_json_object(path, "a stage's manifest, a JSON object")
+
+
+def read_json_object(path: str | Path, expected: str) -> dict:
+    """A JSON file that must hold an object (a manifest, a model's config.json, a shard index): InputError
+    naming the file, and the line where the JSON breaks, when it does not. ``expected``: what it should be."""
+    path = Path(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise InputError(path, f"invalid JSON: {exc.msg} at column {exc.colno}", line=exc.lineno,
-                         expected="a stage's manifest, a JSON object") from None
+                         expected=expected) from None
     except UnicodeDecodeError as exc:
-        raise InputError(path, f"invalid UTF-8 byte at offset {exc.start}", expected="a stage's manifest, a JSON "
-                         "object") from None
+        raise InputError(path, f"invalid UTF-8 byte at offset {exc.start}", expected=expected) from None
     if not isinstance(data, dict):
-        raise InputError(path, f"holds a JSON {type(data).__name__}", expected="a stage's manifest, a JSON object")
+        raise InputError(path, f"holds a JSON {type(data).__name__}", expected=expected)
     return data
 
 

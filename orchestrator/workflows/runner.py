@@ -437,7 +437,7 @@ def check_inputs(cfg: ChainConfig) -> None:
 
         check_similarity_inputs(cfg.augment.similarity)
         if cfg.augment.model_dir:
-            check_mlm_dir(cfg.augment.model_dir)
+            check_mlm_dir(cfg.augment.model_dir, "augment.model_dir")
     if "sweep" in cfg.stages:
         for task, spec in space_tasks(cfg.sweep.space).items():
             flat = dataclasses.replace(spec, dir="")
