@@ -109,12 +109,12 @@ def test_real_minilm_beats_trivial_baselines_on_real_blue_subsets(tmp_path, ray_
     _write(data / "chem_iob.yaml", "include: bc5cdr_chemical.yaml\nformat: iob\nname: BC5CDR-chem-iob\n"
                                    "files: {train: train.tsv, dev: devel.tsv, test: test.tsv}\n")
     _write(data / "hoc_prior.yaml", "include: hoc.yaml\nhead_bias_init: prior\n")
-    for split, n in (("train", 160), ("devel", 40), ("test", 80)):
+    for split, n in (("train", 120), ("devel", 40), ("test", 80)):
         _iob_subset(DATA / "ner" / "BC5CDR-chem-IOB" / f"{split}.tsv", data / "chem" / f"{split}.tsv", n)
-    for split, n in (("train", 40), ("dev", 8), ("test", 15)):
+    for split, n in (("train", 30), ("dev", 8), ("test", 15)):
         _hoc_subset(DATA / "hoc" / f"{split}.tsv", data / "hoc" / f"{split}.tsv", n,
                     unlabelled_share=0.25 if split == "train" else 1.0)
-    _chemprot_resplit(data / "chemprot", n_pos_train=120, n_pos_eval=25)
+    _chemprot_resplit(data / "chemprot", n_pos_train=80, n_pos_eval=20)
     task_dirs = {"biosses": str(DATA / "biosses" / "blue"), "chem_iob": str(data / "chem"),
                  "hoc_prior": str(data / "hoc"), "chemprot": str(data / "chemprot")}
     tasks = ("biosses", str(data / "chem_iob.yaml"), str(data / "hoc_prior.yaml"), "chemprot")
