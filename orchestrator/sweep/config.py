@@ -72,7 +72,7 @@ class SpaceOverrides:
         if self.early_stopping.on and self.epochs:
             raise ConfigError(f"{self.KEY}.epochs {sorted(self.epochs)} and {self.KEY}.early_stopping.patience "
                               f"{self.early_stopping.patience}: early stopping replaces the epochs axis, set one "
-                              "of them (sweep.epochs={} or sweep.early_stopping.patience=0)")
+                              f"of them ({self.KEY}.epochs={{}} or {self.KEY}.early_stopping.patience=0)")
 
     def apply(self, data: dict) -> dict:
         """The search space's YAML ``data`` with these overrides applied (a new dict)."""
