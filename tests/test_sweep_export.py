@@ -37,10 +37,11 @@ def test_export_best_names_tasks_by_stem_display_name_or_all_and_rejects_others(
     from orchestrator.sweep.space import resolve_space, space_tasks
 
     specs = space_tasks(resolve_space(SweepConfig(search_space="tiny")))
-    assert export_tasks(("bc5cdr_chemical", "ChemProt", "chemprot"), specs) == ["BC5CDR-chemical", "ChemProt"]
-    assert export_tasks(("all",), specs) == [s.name for s in specs.values()]
-    with pytest.raises(ConfigError, match="did you mean 'bc5cdr_chemical'"):
-        export_tasks(("bc5cdr_chemcial",), specs)
+    key = SweepConfig.KEY
+    assert export_tasks(("bc5cdr_chemical", "ChemProt", "chemprot"), specs, key) == ["BC5CDR-chemical", "ChemProt"]
+    assert export_tasks(("all",), specs, key) == [s.name for s in specs.values()]
+    with pytest.raises(ConfigError, match=r"sweep\.export_best: 'bc5cdr_chemcial' .*did you mean 'bc5cdr_chemical'"):
+        export_tasks(("bc5cdr_chemcial",), specs, key)
 
 
 def test_stop_after_gives_the_model_of_that_epoch_of_a_longer_trial(tiny_bert):

@@ -207,4 +207,4 @@ def check_model(name: str, model_dir: str | Path, *, tokenizer: bool = True) -> 
         raise InputError(model_dir, f"model {name}: no tokenizer (tokenizer.json or vocab.txt)", expected=expected)
     return {"model_type": config.get("model_type", "?"), "layers": config.get("num_hidden_layers"),
             "hidden": config.get("hidden_size"), "max_position_embeddings": config.get("max_position_embeddings"),
-            "architectures": config.get("architectures") or []}
+            "vocab_size": config.get("vocab_size"), "architectures": config.get("architectures") or []}

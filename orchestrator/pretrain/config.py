@@ -9,14 +9,13 @@ MLM accuracy) ends it earlier.
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from orchestrator.core.config import check_number, field, to_dict
 from orchestrator.core.errors import ConfigError, InputError
-from orchestrator.core.manifest import file_sha256
+from orchestrator.core.manifest import file_sha256, read_json_object
 from orchestrator.core.reuse import content_key, output_key
 
 # hidden, layers, heads, intermediate. bert-tiny, mini and small are the miniature BERTs of Turc et
@@ -37,7 +36,7 @@ def read_hf_config(model_dir: Path) -> dict:
     path = Path(model_dir) / "config.json"
     if not path.is_file():
         raise InputError(model_dir, "not a Hugging Face model directory", expected="config.json")
-    return json.loads(path.read_text(encoding="utf-8"))
+    return read_json_object(path, "a Hugging Face model config, a JSON object")
 
 
 @dataclass(frozen=True)

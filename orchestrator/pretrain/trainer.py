@@ -199,14 +199,13 @@ def _check_init_from(cfg: PretrainConfig, vocab_size: int, tokenizer_dir: Path |
     if not cfg.model.init_from:
         return
     # weights there, not only a config; the tokenizer is tokenizer_dir's (the vocabularies are compared below)
-    check_model("pretrain.model.init_from", cfg.model.init_from, tokenizer=False)
-    hf = read_hf_config(Path(cfg.model.init_from))
-    if hf.get("model_type") != "bert":
+    hf = check_model("pretrain.model.init_from", cfg.model.init_from, tokenizer=False)
+    if hf["model_type"] != "bert":
         raise InputError(Path(cfg.model.init_from) / "config.json",
-                         f"model_type is {hf.get('model_type')!r}; only BERT models can be continued",
+                         f"model_type is {hf['model_type']!r}; only BERT models can be continued",
                          expected="model_type 'bert'")
-    if hf.get("vocab_size") != vocab_size and not cfg.model.allow_vocab_resize:
-        raise ConfigError(f"model.init_from {cfg.model.init_from} has vocab_size {hf.get('vocab_size')} but the "
+    if hf["vocab_size"] != vocab_size and not cfg.model.allow_vocab_resize:
+        raise ConfigError(f"model.init_from {cfg.model.init_from} has vocab_size {hf['vocab_size']} but the "
                           f"tokenizer has {vocab_size}; use that model's own tokenizer (vocab.from_model), or set "
                           "model.allow_vocab_resize=true to resize the embeddings")
     if tokenizer_dir is None or cfg.model.allow_vocab_resize:
@@ -526,10 +525,9 @@ def plan_pretrain(cfg: PretrainConfig, instances: dict[int, Path] | None, tokeni
         lines.append(f"nodes: several ({multi_node}); shared storage declared, checkpoints in {where}, "
                      f"MLflow {tracking_uri or 'off'}")
     if cfg.model.init_from:
-        check_model("pretrain.model.init_from", cfg.model.init_from, tokenizer=False)
-        hf = read_hf_config(Path(cfg.model.init_from))
-        lines.append(f"model: continue from {cfg.model.init_from} (hidden {hf.get('hidden_size')}, "
-                     f"{hf.get('num_hidden_layers')} layers), objective {cfg.model.objective}")
+        hf = check_model("pretrain.model.init_from", cfg.model.init_from, tokenizer=False)
+        lines.append(f"model: continue from {cfg.model.init_from} (hidden {hf['hidden']}, {hf['layers']} layers), "
+                     f"objective {cfg.model.objective}")
     else:
         hidden, layers, heads, inter = SIZE_PRESETS[cfg.model.size]
         lines.append(f"model: {cfg.model.size} BERT (hidden {hidden}, {layers} layers, {heads} heads, "

@@ -41,7 +41,7 @@ EXPORT_STAGE = "finetune_export"
 EXPORTS_DIR = "exports"
 
 
-def export_tasks(wanted: tuple[str, ...], specs: dict[str, TaskSpec], key: str = "sweep") -> list[str]:
+def export_tasks(wanted: tuple[str, ...], specs: dict[str, TaskSpec], key: str) -> list[str]:
     """The display names of the space's tasks that ``sweep.export_best`` names (stems, display
     names or task paths; ``all`` = every task). A name that is no task of the space is a ConfigError."""
     if "all" in wanted:
