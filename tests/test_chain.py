@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import ROOT, run_job
+from conftest import ROOT, SHARED_DATA, run_job
 
 FAMILIES = {"BIOSSES", "BC5CDR-chemical", "ChemProt", "HoC", "MedNLI"}
 
@@ -99,21 +99,28 @@ def _assert_chain_outcome(run_dir: Path, stdout: str, models: set[str], tasks: s
     assert (run_dir / "report" / "blue_table.html").stat().st_size > 500
 
 
-@pytest.mark.slow
-def test_embedded_default_at_smoke_preset(tmp_path):
-    res = run_job("blue_sweep.py", "--preset", "smoke", f"runs_root={tmp_path}", timeout=1200)
-    assert res.returncode == 0, (res.stdout[-3000:], res.stderr[-5000:])
-    run_dir = tmp_path / "smoke"
-    _assert_chain_outcome(run_dir, res.stdout, {"smoke-simpt-ampv"}, FAMILIES)
+def _assert_every_stage_written_and_a_re_run_reuses_them(run_dir: Path, args: tuple[str, ...]) -> None:
     # Every stage left a complete output with a manifest.
     for stage in ("corpus", "vocab", "instances/len64", "instances/len128", "pretrain", "sweep"):
         assert (run_dir / stage / "manifest.json").is_file(), stage
     # Re-running the same command resumes: no stage and no trial is redone.
-    again = run_job("blue_sweep.py", "--preset", "smoke", f"runs_root={tmp_path}", timeout=900)
+    again = run_job("blue_sweep.py", *args, timeout=900)
     assert again.returncode == 0, again.stderr[-3000:]
     log = again.stdout + again.stderr
     assert "pretrain: output complete for this config and inputs, reused" in log
     assert re.search(r"skipping (\d+) finished, running 0", log)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(SHARED_DATA.is_dir(), reason="with ../shared/data, test_chain_on_real_data runs this chain and "
+                                                "its checks on real data (the suite's time: docs/CONTRIBUTING.md)")
+def test_embedded_default_at_smoke_preset(tmp_path):
+    """The README's smoke command, where the real data is not there to run the chain on."""
+    res = run_job("blue_sweep.py", "--preset", "smoke", f"runs_root={tmp_path}", timeout=1200)
+    assert res.returncode == 0, (res.stdout[-3000:], res.stderr[-5000:])
+    run_dir = tmp_path / "smoke"
+    _assert_chain_outcome(run_dir, res.stdout, {"smoke-simpt-ampv"}, FAMILIES)
+    _assert_every_stage_written_and_a_re_run_reuses_them(run_dir, ("--preset", "smoke", f"runs_root={tmp_path}"))
 
 
 @pytest.mark.slow
@@ -124,11 +131,12 @@ def test_chain_on_real_data(tmp_path, shared_data, tiny_bert):
     against trivial baselines, in tests/test_finetune_real.py; here it only cost its trials' time."""
     # ChemProt's public file is its dev split only: the config re-splits it by abstract
     # (orchestrator/finetune/tasks/chemprot_resplit.yaml). compare_models.<name>=<dir>: the override without spaces.
-    res = run_job("blue_sweep.py", "--config", str(ROOT / "configs" / "real_data.yaml"), f"runs_root={tmp_path}",
-                  "run_name=real", f"compare_models.tinybert={tiny_bert}",
-                  "pretrain.phase1.steps=20", "pretrain.phase2.steps=2", "corpus.mixer.units=2",
-                  "sweep.seeds=[1]", "sweep.max_train_examples=40", "sweep.max_eval_examples=30",
-                  timeout=1500)
+    args = ("--config", str(ROOT / "configs" / "real_data.yaml"), f"runs_root={tmp_path}", "run_name=real",
+            f"compare_models.tinybert={tiny_bert}", "pretrain.phase1.steps=20", "pretrain.phase2.steps=2",
+            "corpus.mixer.units=2", "sweep.seeds=[1]", "sweep.max_train_examples=40", "sweep.max_eval_examples=30")
+    res = run_job("blue_sweep.py", *args, timeout=1500)
     assert res.returncode == 0, (res.stdout[-3000:], res.stderr[-5000:])
     _assert_chain_outcome(tmp_path / "real", res.stdout, {"ours", "tinybert"},
                           {"BIOSSES", "BC5CDR-chemical", "HoC", "ChemProt-resplit"})
+    # what test_embedded_default_at_smoke_preset checks where the real data is not there
+    _assert_every_stage_written_and_a_re_run_reuses_them(tmp_path / "real", args)
