@@ -46,6 +46,7 @@ from orchestrator.augment.similarity import (
 from orchestrator.core.config import from_dict, load_config
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.manifest import read_manifest
+from orchestrator.core.reuse import reusable
 from orchestrator.finetune.readers import read_file, read_split
 from orchestrator.finetune.spec import SAMPLE_DIR, load_task
 from orchestrator.workflows.augment import AugmentJobConfig
@@ -516,8 +517,6 @@ def test_augment_stage_gives_one_variant_per_model_over_the_ner_tasks(ray_local,
     assert (out / "manifest.json").stat().st_mtime_ns == stamp  # reused: same key
     # another setting is another output: the key the stage reuses by changes (running the stage again to
     # show it cost 17 s of the suite; the reuse by key itself is core.reuse's, shown just above)
-    from orchestrator.core.reuse import reusable
-
     flat, data_dir = dataclasses.replace(spec, dir=""), SAMPLE_DIR / spec.dir
     same, other = (augment_key(flat, data_dir, tiny_mlm, a, cfg.similarity, sweep.space.max_train_examples)
                    for a in (cfg.augment, dataclasses.replace(cfg.augment, words_per_sentence=3)))
