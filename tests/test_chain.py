@@ -116,11 +116,12 @@ def _assert_every_stage_written_and_a_re_run_reuses_them(run_dir: Path, args: tu
                                                 "its checks on real data (the suite's time: docs/CONTRIBUTING.md)")
 def test_embedded_default_at_smoke_preset(tmp_path):
     """The README's smoke command, where the real data is not there to run the chain on."""
-    res = run_job("blue_sweep.py", "--preset", "smoke", f"runs_root={tmp_path}", timeout=1200)
+    args = ("--preset", "smoke", f"runs_root={tmp_path}")
+    res = run_job("blue_sweep.py", *args, timeout=1200)
     assert res.returncode == 0, (res.stdout[-3000:], res.stderr[-5000:])
     run_dir = tmp_path / "smoke"
     _assert_chain_outcome(run_dir, res.stdout, {"smoke-simpt-ampv"}, FAMILIES)
-    _assert_every_stage_written_and_a_re_run_reuses_them(run_dir, ("--preset", "smoke", f"runs_root={tmp_path}"))
+    _assert_every_stage_written_and_a_re_run_reuses_them(run_dir, args)
 
 
 @pytest.mark.slow
