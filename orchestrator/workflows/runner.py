@@ -34,6 +34,7 @@ from orchestrator.augment.config import AugmentStageConfig
 from orchestrator.core.artifacts import SMALL_ROLES, check_model
 from orchestrator.core.config import flatten
 from orchestrator.core.errors import ConfigError, InputError
+from orchestrator.core.imports import resolve_transformers_names
 from orchestrator.core.manifest import check_replaceable, check_writable_dir, hash_inputs, read_manifest
 from orchestrator.core.reuse import content_key, output_lock, reusable, run_stage
 from orchestrator.core.runtime import possible_gpus
@@ -377,6 +378,7 @@ def build_arms(cfg: ExperimentConfig, plans: dict[str, ArmPlan], run_dir: Path, 
     workers = arm_workers(cfg, plans)
     if workers > 1:
         log.info("building up to %d arms at once", workers)
+        resolve_transformers_names()  # transformers' first imports are not thread-safe
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="arm") as pool:
             for future in [pool.submit(build, i, arm) for i, arm in enumerate(plans.values(), 1)]:
                 future.result()
