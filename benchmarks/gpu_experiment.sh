@@ -3,6 +3,8 @@
 # has no ../shared: pack the data it reads here, carry the archive, run it there in one device call.
 #
 #   bash benchmarks/gpu_experiment.sh pack                 # here: writes .gpu/data.tar.xz (~2.3 MB)
+#   PACK_ALSO_HOST="transformers tokenizers huggingface-hub safetensors" ../shared/gpu/pack_site.sh
+#                                                          # here: the site, .gpu/site312.tar.xz (~35 MB)
 #   bash benchmarks/gpu_experiment.sh run [ARGS...]        # there: the experiment, outputs under $OUT
 #
 # `run` extracts the archive beside a copy of the checkout (the experiment's paths start ../shared/),
@@ -11,7 +13,8 @@
 # output, its summary with each stage's time at the end), report.md (the table, paired differences and
 # p-values) and results.tar.xz (the report, the sweep's results and trial records, every manifest, the
 # logs and the MLflow store). PYTHON: the interpreter (default python3; a path is taken from here).
-# Its wall time is the last line.
+# Its wall time is the last line. The site must hold `cryptography` (MLflow's SQLite store needs it, and
+# the GPU image had none in 2026-11): keep it out of PACK_ALSO_HOST; `run` warns when it is missing.
 # The target: the whole experiment in <= 10 minutes on one H100.
 # LIMIT=S stops the job (SIGINT, then SIGKILL 20 s later) after S seconds and still brings back what it
 # wrote: set it under the device call's limit (e.g. LIMIT=560 in a 600 s call), or a run cut off by
@@ -67,6 +70,9 @@ case "${1:-}" in
         "$python" jobs/blue_sweep.py --config "$CONFIG" "$@") 2>&1 | tee -a "$OUT/experiment.txt"
     }
     : > "$OUT/experiment.txt"
+    "$python" -c 'import cryptography' 2>/dev/null \
+      || echo "gpu_experiment: warning: no cryptography here, so MLflow will log nothing (the report and results" \
+              "are files); pack the site with it: leave it out of PACK_ALSO_HOST" | tee -a "$OUT/experiment.txt"
     status=0
     attempt "$limit" "$@" || status=$?
     fallback=${FALLBACK-arm_concurrency=1 pretrain.resources_per_worker.GPU=1}
