@@ -206,10 +206,12 @@ def test_progress_line_every_interval_and_at_the_phase_end(capsys):
 
     progress = Progress("phase1", steps=200, start_step=50, every_s=3600.0)
     assert progress.step(51, 6.5, 0.1) is None  # within the interval: quiet
-    progress.started -= 10.0  # 10 s for 10 steps: 1 step/s
+    # the phase began 40 s ago: 31 s in its first step (a compile), then 9 steps in 9 s
+    progress.started -= 40.0
+    progress.steady = (progress.steady[0] - 9.0, progress.steady[1])
     line = progress.step(60, 6.25, 0.125, force=True)
-    assert line.startswith("phase1: step 60/200, MLM loss 6.2500, accuracy 0.125, 1.00 steps/s, 0m10s elapsed")
-    assert line.endswith("about 2m20s left")  # 140 steps at 1 step/s
+    assert line.startswith("phase1: step 60/200, MLM loss 6.2500, accuracy 0.125, 1.00 steps/s, 0m40s elapsed")
+    assert line.endswith("about 2m20s left")  # 140 steps at 1 step/s, the compile not counted
     assert progress.step(200, 5.0, 0.2, force=True).endswith("elapsed")  # done: no time left shown
     # printed for the driver's terminal: the progress line there (orchestrator.core.console)
     assert f"{PROGRESS_TAG}phase1: step 60/200" in capsys.readouterr().out
