@@ -88,6 +88,30 @@ def test_the_progress_lines_time_left_follows_the_work_done_not_the_trials_count
     assert "about 1m00s left" in by_count.add({"trial_id": "long", "task": "T"})
 
 
+def test_the_time_left_counts_the_ray_trials_running_at_once():
+    """8 slots, 16 Ray trials of equal work (the first two bundles of 3): the first ends after 100 s, the
+    7 others running as long are about done, so 8 wait: about 100 s left, where the work done alone says
+    15 times the elapsed time."""
+    import time
+
+    from orchestrator.sweep.runner import SweepProgress
+
+    ids = {f"r{i}": [f"r{i}.{j}" for j in range(3 if i < 2 else 1)] for i in range(16)}
+    work = {trial: 1.0 / len(trials) for trials in ids.values() for trial in trials}
+    progress = SweepProgress(len(work), every_s=0.0, work=work)
+    t0 = time.monotonic() - 100.0
+    progress.started = t0
+    for key in list(ids)[:8]:
+        progress.start(key, ids[key], now=t0)
+    progress.finish("r0", now=t0 + 100.0)
+    lines = [progress.add({"trial_id": trial, "task": "T"}) for trial in ids["r0"]]
+    assert "3/20 trials" in lines[-1] and "about 1m40s left" in lines[-1], lines[-1]
+    # the same without the starts: the work done over the elapsed time, 15 Ray trials' work in 1500 s
+    alone = SweepProgress(len(work), every_s=0.0, work=work)
+    alone.started = t0
+    assert "about 25m00s left" in [alone.add({"trial_id": trial, "task": "T"}) for trial in ids["r0"]][-1]
+
+
 def test_a_directory_the_driver_does_not_see_starts_first_and_bad_input_fails_before_any_trial(tmp_path):
     import dataclasses
     import shutil
