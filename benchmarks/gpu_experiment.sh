@@ -12,7 +12,9 @@
 # and brings back three files in $OUT (a device call returns at most 8): experiment.txt (the terminal
 # output, its summary with each stage's time at the end), report.md (the table, paired differences and
 # p-values) and results.tar.xz (the report, the sweep's results and trial records, every manifest, the
-# logs and the MLflow store). PYTHON: the interpreter (default python3; a path is taken from here).
+# logs and the MLflow store); where nvidia-smi is, also gpu.txt (the device, its driver, torch's
+# version) and dmon.txt (`nvidia-smi dmon -s u` every 5 s through the run: how busy the GPU was in each
+# stage). PYTHON: the interpreter (default python3; a path is taken from here).
 # Its wall time is the last line. The site must hold `cryptography` (MLflow's SQLite store needs it, and
 # the GPU image had none in 2026-11): keep it out of PACK_ALSO_HOST; `run` warns when it is missing.
 # The target: the whole experiment in <= 10 minutes on one H100.
@@ -63,6 +65,14 @@ case "${1:-}" in
     limit=${LIMIT:-0}
     start=$(date +%s)
     stamp=$(mktemp)  # what is newer than it was written by this call
+    dmon=""
+    if command -v nvidia-smi >/dev/null 2>&1; then
+      { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+        "$python" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1
+        echo "cpus $(nproc)"; } > "$OUT/gpu.txt" || true
+      nvidia-smi dmon -s u -d 5 > "$OUT/dmon.txt" 2>&1 &
+      dmon=$!
+    fi
     attempt() {  # attempt SECONDS ARGS...: the job under SECONDS (0: no limit), its terminal output appended
       local seconds=$1
       shift
@@ -92,6 +102,7 @@ case "${1:-}" in
         ;;
     esac
     wall=$(($(date +%s) - start))
+    [ -n "$dmon" ] && kill "$dmon" 2>/dev/null || true
     # the tracebacks of a failure: the job keeps its own in the temp directory, Tune writes error.txt per trial
     { find "${TMPDIR:-/tmp}" -maxdepth 1 -name 'bioptorch-*.txt' -newer "$stamp" 2>/dev/null
       [ -d "$work/repo/runs" ] && find "$work/repo/runs" -name error.txt -newer "$stamp"
