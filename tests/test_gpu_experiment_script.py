@@ -5,6 +5,7 @@ device's description and its load too). A defect here costs a GPU session's scar
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -23,6 +24,7 @@ esac
 
 
 @pytest.mark.skipif(not SHARED_DATA.is_dir(), reason=f"real data not available at {SHARED_DATA}")
+@pytest.mark.skipif(shutil.which("xz") is None, reason="the script packs with tar's xz (xz-utils)")
 def test_pack_then_a_dry_run_brings_back_the_log_and_the_device_files(tmp_path):
     repo = copy_checkout(tmp_path / "repo")
     (tmp_path / "shared").symlink_to(ROOT.parent / "shared")  # the script reads ../shared from the checkout
