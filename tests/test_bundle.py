@@ -490,3 +490,29 @@ def test_the_bundle_step_benchmark_runs_and_its_two_steps_agree():
     [out] = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["rows"] == 2 and out["fused_ms"] > 0 and out["elementwise_ms"] > 0
     assert out["relative_drift"] < 1e-6  # a step moves the weights by ~1e-4 of the largest: the two agree
+
+
+def test_the_bundle_sharing_benchmark_times_bundles_alone_and_side_by_side():
+    """benchmarks/bundle_sharing.py (issue 31: is a GPU sweep's time one process's step, or processes taking
+    turns?) on 2 CPUs: the unbundled trial's step and a 2-row bundle's, one process and two at once, each
+    with its step time, throughput and, side by side, its gain over one process alone; a malformed cell is
+    refused before any process starts."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    cmd = [sys.executable, "benchmarks/bundle_sharing.py", "--size", "tiny", "--warmup", "0", "--steps", "2"]
+    done = subprocess.run([*cmd, "--cells", "0x1", "2x1", "2x2"], cwd=root, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    cells = {c["cell"]: c for c in json.loads(done.stdout.strip().splitlines()[-1])}
+    assert list(cells) == ["0x1", "2x1", "2x2"]
+    assert all(c["step_ms"] > 0 and c["row_steps_per_s"] > 0 and c["host_cpu_ms_a_step"] > 0 for c in cells.values())
+    assert cells["2x1"]["sharing_gain"] == 1.0 and 0 < cells["2x2"]["sharing_gain"] <= 2.5
+    assert cells["2x2"]["row_steps_per_s"] == pytest.approx(
+        cells["2x1"]["row_steps_per_s"] * cells["2x2"]["sharing_gain"], rel=0.01)
+    assert "2x2: 2 process(es) of 2-row bundles" in done.stdout and "unbundled trials" in done.stdout
+    bad = subprocess.run([*cmd, "--cells", "6by8"], cwd=root, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "cell '6by8': expected ROWSxPROCESSES" in bad.stderr
