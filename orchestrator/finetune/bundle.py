@@ -15,12 +15,19 @@ and backward then does T trials' work.
 Attention under vmap: on a GPU, vmap of SDPA's fused kernels failed twice in the first runs of a
 bundle (H200, torch 2.11): with dropout, vmap refuses their in-kernel random draws on a batched input
 (``randomness="same"``); without it, efficient attention's batching rule rejects BERT's broadcast mask
-("attn_bias: wrong shape"). So inside the bundle's forwards ``_BatchableAttention`` computes attention as
+("attn_bias: wrong shape"). So inside the bundle's forwards ``_Batchable`` computes attention as
 SDPA's math path does (scores, mask, softmax, ``F.dropout``, values), which vmap batches on every device
 (``F.dropout``'s ``native_dropout`` batches). On CPU that is the path the separate trial runs in
 training, so its masks are the bundle's. On a GPU the separate trial's fused kernel draws its attention
 masks inside the kernel: a bundled GPU trial has the same hidden-state masks and other attention masks
 (the same training, not the same numbers; GPU kernels are not bit-reproducible either).
+
+Linear layers under vmap and autocast: vmap's rule for ``F.linear`` with a bias adds the bias after the
+matmul, outside autocast, so a bf16 product plus the fp32 bias came out fp32 (torch 2.13; found in session
+38): every activation of a "bf16" bundle was fp32, where the trial alone has autocast's bf16 linear outputs,
+so its elementwise work and memory traffic doubled and a cast came before every matmul. ``_Batchable`` takes
+``F.linear`` too while autocast is on: the product without the bias (which autocast casts), then the bias
+cast to the product's dtype, as autocast's linear does.
 
 It computes what the separate trials compute: the same batches, masks, losses, gradients (each trial's
 loss depends only on its own row of weights), per-trial gradient clipping, per-trial AdamW (PyTorch's
@@ -411,14 +418,23 @@ def _attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn
     return F.dropout(scores.softmax(-1), dropout_p) @ value
 
 
-class _BatchableAttention(TorchFunctionMode):
-    """Inside a bundle's vmapped forwards: attention through ``_attention`` (see the module's docstring);
-    every other call as it is."""
+def _linear(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear`` as autocast computes it, in a form whose result vmap leaves in autocast's dtype: the
+    product (autocast casts it), then the bias in the product's dtype."""
+    out = F.linear(input, weight)
+    return out if bias is None else out + bias.to(out.dtype)
+
+
+class _Batchable(TorchFunctionMode):
+    """Inside a bundle's vmapped forwards: attention through ``_attention``, and under autocast linear
+    layers through ``_linear`` (see the module's docstring); every other call as it is."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is F.scaled_dot_product_attention:
             return _attention(*args, **kwargs)
+        if func is F.linear and torch.is_autocast_enabled(args[0].device.type):
+            return _linear(*args, **kwargs)
         return func(*args, **kwargs)
 
 
@@ -429,7 +445,7 @@ def _batched_loss(model: TaskModel, stack: StackedWeights, row_seed: torch.Tenso
     one trial draws them). Several: ``batch`` and ``labels`` hold one batch per seed on a first axis, row t
     reads ``row_seed[t]``'s, and each row draws its own masks (``randomness="different"``)."""
     def one(params: dict[str, torch.Tensor], batch: dict[str, torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
-        with _BatchableAttention():
+        with _Batchable():
             logits = functional_call(model, (params, stack.shared), kwargs=batch)
         return model.loss(logits.float(), labels)
 
@@ -454,7 +470,7 @@ def _predict(model: TaskModel, stack: StackedWeights, prep: Prepared, name: str,
     """Every row's predictions on split ``name`` (as ``loop.predict``: eval mode, no autocast)."""
     model.eval()
     def one(params: dict[str, torch.Tensor], batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        with _BatchableAttention():
+        with _Batchable():
             return functional_call(model, (params, stack.shared), kwargs=batch)
 
     logits = vmap(one, in_dims=(0, None), randomness="same")
