@@ -27,7 +27,7 @@ matmul, outside autocast, so a bf16 product plus the fp32 bias came out fp32 (to
 38): every activation of a "bf16" bundle was fp32, where the trial alone has autocast's bf16 linear outputs,
 so its elementwise work and memory traffic doubled and a cast came before every matmul. ``_Batchable`` takes
 ``F.linear`` too while autocast is on: the product without the bias (which autocast casts), then the bias
-cast to the product's dtype, as autocast's linear does.
+cast to the product's dtype (autocast's linear casts its bias too, and adds it before rounding).
 
 It computes what the separate trials compute: the same batches, masks, losses, gradients (each trial's
 loss depends only on its own row of weights), per-trial gradient clipping, per-trial AdamW (PyTorch's
@@ -433,7 +433,7 @@ class _Batchable(TorchFunctionMode):
         kwargs = kwargs or {}
         if func is F.scaled_dot_product_attention:
             return _attention(*args, **kwargs)
-        if func is F.linear and torch.is_autocast_enabled(args[0].device.type):
+        if func is F.linear and torch.is_autocast_enabled((args[0] if args else kwargs["input"]).device.type):
             return _linear(*args, **kwargs)
         return func(*args, **kwargs)
 
