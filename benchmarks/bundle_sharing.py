@@ -18,15 +18,15 @@ the sweep's learning-rate bundles) with ``orchestrator.finetune.bundle``'s ``Sta
 ``_batched_loss``, on synthetic batches shaped as the GPU ablation's tasks (``--batch`` examples padded to the
 batch's longest, lengths drawn between a quarter of ``--length`` and ``--length``) of a random BERT of
 ``--size`` (the GPU ablation's fine-tuning model: hidden 512, 4 layers, its arms' 8,000-word vocabulary). A
-cell ``0xP`` trains the unbundled trial's step instead (``run_trial``'s: fused SDPA, fused AdamW, the gradient
-norm read back each step), one row a step. The processes are Ray actors on an embedded Ray, each with a 1/P
-share of the GPU for the largest P (as the sweep's trials are Ray actors with a GPU share), started once and
-used by every cell that needs them; in a cell they all warm up, then all time ``--steps`` steps each between
-two device synchronisations. Per cell it prints the step time (the slowest process's), the rows trained a
-second by all P processes together, that throughput against one process of the same rows alone in this run
-(the *sharing gain*: P processes sharing well give up to P), and the host CPU time a step. On a GPU a cell of
-one process is also profiled over ``--profile`` more steps: its kernels a step and their summed time, so the
-GPU's busy share of the step.
+cell ``0xP`` trains the unbundled trial's step instead (``run_trial``'s optimizer, schedule and update: fused
+SDPA, fused AdamW, the gradient norm read back each step), one row a step. The processes are Ray actors on an
+embedded Ray, each with a 1/P share of the GPU for the largest P (as the sweep's trials are Ray actors with a
+GPU share), started once and used by every cell that needs them; in a cell they all warm up, then all time
+``--steps`` steps each between two device synchronisations. Per cell it prints the step time (the slowest
+process's), the rows trained a second by all P processes together, that throughput against one process of the
+same rows alone in this run (the *sharing gain*: P processes sharing well give up to P), and the host CPU time
+a step. On a GPU a cell of one process is also profiled over ``--profile`` more steps: its kernels a step and
+their summed time, so the GPU's busy share of the step.
 
 ``--mps`` starts NVIDIA's MPS control daemon (``nvidia-cuda-mps-control -d``) with its pipe and log
 directories in a temporary directory before any process touches the GPU, and stops it at the end: under MPS
@@ -123,7 +123,9 @@ class Bench:
     def _build(self, rows: int) -> tuple:
         torch = self.torch
         from orchestrator.finetune import bundle
-        from orchestrator.finetune.loop import decays
+        from orchestrator.finetune.loop import linear_schedule, make_optimizer
+        from orchestrator.finetune.trial import TrialSpec
+        from orchestrator.modeling.precision import make_scaler
 
         if rows in self.built:
             return self.built[rows]
@@ -133,13 +135,14 @@ class Bench:
         torch.manual_seed(1)
         model = self.task_model(self.model_dir, self.spec).to(self.device)
         model.train()
-        if rows == 0:  # the unbundled trial: as run_trial builds its optimizer and steps
+        if rows == 0:  # the unbundled trial: run_trial's optimizer, schedule and scaler
+            trial = TrialSpec(trial_id="bench", model_name="bench", model_dir=self.model_dir, task=TASK, data_dir="",
+                              learning_rate=1e-4, seed=1, eval_epochs=(1,), precision=self.precision)
             trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-            kernel = {"fused": True} if self.device.type in ("cuda", "cpu") else {}
-            optim = torch.optim.AdamW([{"params": [p for n, p in trained if decays(n)], "weight_decay": 0.01},
-                                       {"params": [p for n, p in trained if not decays(n)], "weight_decay": 0.0}],
-                                      lr=1e-4, **kernel)
-            self.built[rows] = (model, [p for _, p in trained], optim)
+            optim = make_optimizer(trained, trial)
+            schedule = linear_schedule(optim, trial, train_size=10 ** 6)
+            scaler = make_scaler(self.precision, self.device, init_scale=2.0 ** 16)
+            self.built[rows] = (model, [p for _, p in trained], optim, schedule, scaler)
         else:
             learning_rates = [1e-5 * 100 ** (i / max(rows - 1, 1)) for i in range(rows)]
             stack = bundle.StackedWeights(model, learning_rates, weight_decay=0.01, decoupled=True)
@@ -147,22 +150,18 @@ class Bench:
         return self.built[rows]
 
     def step(self, rows: int) -> None:
-        torch = self.torch
         from orchestrator.finetune import bundle
-        from orchestrator.modeling.precision import autocast_context
+        from orchestrator.modeling.precision import autocast_context, optimizer_update
 
         batch, labels = self.batches[self.calls % len(self.batches)]
         self.calls += 1
         built = self._build(rows)
-        if rows == 0:
-            model, params, optim = built
+        if rows == 0:  # run_trial's step (its optimizer_update reads the gradient norm back)
+            model, params, optim, schedule, scaler = built
             with autocast_context(self.precision, self.device):
                 loss = model.loss(model(**batch).float(), labels)
-            loss.backward()
-            norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
-            float(norm)  # run_trial reads the norm back every step (a skipped step when it is not finite)
-            optim.step()
-            optim.zero_grad(set_to_none=True)
+            scaler.scale(loss).backward()
+            optimizer_update(params, optim, schedule, scaler, grad_clip=1.0)
             return
         _, stack, batched_loss = built
         with autocast_context(self.precision, self.device):
