@@ -80,13 +80,13 @@ class Bench:
     """One process's models and batches; ``step(rows)`` trains one step of an R-row bundle (or, ``rows=0``,
     the unbundled trial's step)."""
 
-    def __init__(self, model_dir: str, device_name: str, precision: str, batch: int, length: int, seed: int):
+    def __init__(self, model_dir: str, vocab: int, device_name: str, precision: str, batch: int, length: int,
+                 seed: int):
         import numpy as np
         import torch
         from transformers.utils import logging as hf_logging
 
         from orchestrator.finetune import bundle
-        from orchestrator.finetune.model import TaskModel
         from orchestrator.finetune.spec import load_task
         from orchestrator.modeling.precision import allow_tf32
 
@@ -99,9 +99,7 @@ class Bench:
         self.precision = precision
         self.spec = load_task(TASK)
         self.model_dir = model_dir
-        self.task_model = TaskModel
         rng = np.random.default_rng(seed)
-        vocab = self._encoder_vocab()
         self.batches = []
         for _ in range(8):  # cycled: each step reads another shape, as a sweep's batches padded to their longest
             lengths = rng.integers(max(2, length // 4), length + 1, size=batch)
@@ -116,14 +114,11 @@ class Bench:
         self.built: dict[int, tuple] = {}
         self.calls = 0
 
-    def _encoder_vocab(self) -> int:
-        config = json.loads((Path(self.model_dir) / "config.json").read_text())
-        return int(config["vocab_size"])
-
     def _build(self, rows: int) -> tuple:
         torch = self.torch
         from orchestrator.finetune import bundle
         from orchestrator.finetune.loop import linear_schedule, make_optimizer
+        from orchestrator.finetune.model import TaskModel
         from orchestrator.finetune.trial import TrialSpec
         from orchestrator.modeling.precision import make_scaler
 
@@ -133,7 +128,7 @@ class Bench:
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
         torch.manual_seed(1)
-        model = self.task_model(self.model_dir, self.spec).to(self.device)
+        model = TaskModel(self.model_dir, self.spec).to(self.device)
         model.train()
         if rows == 0:  # the unbundled trial: run_trial's optimizer, schedule and scaler
             trial = TrialSpec(trial_id="bench", model_name="bench", model_dir=self.model_dir, task=TASK, data_dir="",
@@ -247,8 +242,8 @@ def run(cells: list[tuple[int, int]], args: argparse.Namespace, model_dir: Path)
     init_ray(num_cpus=max(count, os.cpu_count() or 1), num_gpus=1 if gpu else None, log_to_driver=False)
     try:
         bench = ray.remote(num_cpus=1, num_gpus=1 / count if gpu else 0)(Bench)
-        actors = [bench.remote(str(model_dir), args.device, args.precision, args.batch, args.length, seed=100 + i)
-                  for i in range(count)]
+        actors = [bench.remote(str(model_dir), args.vocab, args.device, args.precision, args.batch, args.length,
+                               seed=100 + i) for i in range(count)]
         ray.get([a.sync.remote() for a in actors], timeout=args.timeout)
         out: list[dict] = []
         alone: dict[int, float] = {}  # rows -> one process's rows a second
