@@ -127,8 +127,8 @@ def test_a_bf16_bundle_computes_in_the_dtypes_of_its_trial_alone(tiny_bert):
     """vmap's rule for a linear layer with a bias adds the bias after autocast's bf16 product, so the sum came
     out fp32 (torch 2.13): every activation of a "bf16" bundle was fp32 (twice the memory, a cast before each
     matmul). Under autocast each module of the bundle's forward now gives its output in the dtype the trial's
-    own forward gives (bf16 linear layers, fp32 LayerNorm); without autocast, fp32 throughout and the same
-    losses as before the change (the plain ``F.linear``, not the bias added apart)."""
+    own forward gives (bf16 linear layers, fp32 LayerNorm), and the loss to bf16's rounding; without autocast,
+    fp32 throughout (the plain ``F.linear``, not the bias added apart) and the trial's loss to fp32's."""
     import torch
     from torch.func import functional_call
 
