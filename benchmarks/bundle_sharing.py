@@ -26,7 +26,10 @@ GPU share), started once and used by every cell that needs them; in a cell they 
 process's), the rows trained a second by all P processes together, that throughput against one process of the
 same rows alone in this run (the *sharing gain*: P processes sharing well give up to P), and the host CPU time
 a step. On a GPU a cell of one process is also profiled over ``--profile`` more steps: its kernels a step and
-their summed time, so the GPU's busy share of the step.
+their summed time, so the GPU's busy share of the step, and its ``--top`` heaviest kernels (by name: the
+matrix products, elementwise, softmax and optimizer kernels, their dtypes in their names) with their calls and
+milliseconds a step and their share of the kernels' time, so one run says where a slow step's time goes. On a
+CPU ``--profile N`` (off by default) lists its heaviest operators by their own CPU time instead.
 
 ``--mps`` starts NVIDIA's MPS control daemon (``nvidia-cuda-mps-control -d``) with its pipe and log
 directories in a temporary directory before any process touches the GPU, and stops it at the end: under MPS
@@ -173,7 +176,7 @@ class Bench:
             self.step(rows)
         self.sync()
 
-    def timed(self, rows: int, steps: int, profile_steps: int) -> dict:
+    def timed(self, rows: int, steps: int, profile_steps: int, top: int = 8) -> dict:
         """``steps`` steps between two synchronisations: their wall and this process's CPU seconds; with
         ``profile_steps``, ``profile``'s figures over that many more."""
         self.sync()
@@ -184,27 +187,46 @@ class Bench:
         out = {"seconds": time.perf_counter() - tick, "cpu_seconds": time.process_time() - cpu}
         if profile_steps:
             try:
-                out.update(self.profile(rows, profile_steps))
+                out.update(self.profile(rows, profile_steps, top))
             except Exception as err:  # a profiler that fails on this device: the timings stand without it
                 out["profile_error"] = f"{type(err).__name__}: {err}"
         return out
 
-    def profile(self, rows: int, steps: int) -> dict:
-        """Kernels a step and their summed device time, over ``steps`` steps (a CUDA device)."""
+    def profile(self, rows: int, steps: int, top: int) -> dict:
+        """Over ``steps`` steps: on a CUDA device its kernels a step and their summed device time, and the
+        ``top`` heaviest kernels by name; on a CPU the ``top`` heaviest operators by their own CPU time."""
         from torch.autograd import DeviceType
         from torch.profiler import ProfilerActivity, profile
 
+        cuda = self.device.type == "cuda"
         self.sync()
         tick = time.perf_counter()
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        with profile(activities=[ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]) as prof:
             for _ in range(steps):
                 self.step(rows)
             self.sync()
         wall = time.perf_counter() - tick
+        out = {"profiled_step_ms": round(wall * 1e3 / steps, 3)}
+        if not cuda:
+            ops = [(e.key, e.count, e.self_cpu_time_total) for e in prof.key_averages()]
+            return {**out, "top": heaviest(ops, steps, top)}
         kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
         busy_us = sum(e.time_range.elapsed_us() for e in kernels)
-        return {"kernels_a_step": round(len(kernels) / steps, 1), "kernel_ms_a_step": round(busy_us / 1e3 / steps, 3),
-                "profiled_step_ms": round(wall * 1e3 / steps, 3)}
+        by_name: dict[str, list[float]] = {}
+        for e in kernels:
+            by_name.setdefault(e.name, []).append(e.time_range.elapsed_us())
+        return {**out, "kernels_a_step": round(len(kernels) / steps, 1),
+                "kernel_ms_a_step": round(busy_us / 1e3 / steps, 3),
+                "top": heaviest([(name, len(us), sum(us)) for name, us in by_name.items()], steps, top)}
+
+
+def heaviest(timed: list[tuple[str, int, float]], steps: int, top: int) -> list[dict]:
+    """The ``top`` entries of (name, calls, microseconds) over ``steps`` steps with the most time: each one's
+    calls and milliseconds a step and its share of all the entries' time, heaviest first."""
+    total = sum(us for _, _, us in timed) or 1.0
+    ranked = sorted(timed, key=lambda entry: (-entry[2], entry[0]))[:top]
+    return [{"name": name[:300], "calls_a_step": round(calls / steps, 2), "ms_a_step": round(us / 1e3 / steps, 3),
+             "share": round(us / total, 4)} for name, calls, us in ranked]
 
 
 def start_mps(directory: Path) -> dict[str, str]:
@@ -248,9 +270,9 @@ def run(cells: list[tuple[int, int]], args: argparse.Namespace, model_dir: Path)
         out: list[dict] = []
         alone: dict[int, float] = {}  # rows -> one process's rows a second
         for rows, procs in cells:
-            profile_steps = args.profile if procs == 1 and gpu else 0
+            profile_steps = args.profile if procs == 1 else 0
             ray.get([a.warm.remote(rows, args.warmup) for a in actors[:procs]], timeout=args.timeout)
-            done = ray.get([a.timed.remote(rows, args.steps, profile_steps) for a in actors[:procs]],
+            done = ray.get([a.timed.remote(rows, args.steps, profile_steps, args.top) for a in actors[:procs]],
                            timeout=args.timeout)
             slowest = max(d["seconds"] for d in done)
             rate = procs * max(rows, 1) * args.steps / slowest
@@ -260,10 +282,10 @@ def run(cells: list[tuple[int, int]], args: argparse.Namespace, model_dir: Path)
                     "step_ms": round(slowest * 1e3 / args.steps, 3), "row_steps_per_s": round(rate, 2),
                     "sharing_gain": round(rate / alone[rows], 3) if rows in alone else None,
                     "host_cpu_ms_a_step": round(max(d["cpu_seconds"] for d in done) * 1e3 / args.steps, 3)}
-            for key in ("kernels_a_step", "kernel_ms_a_step", "profiled_step_ms", "profile_error"):
+            for key in ("kernels_a_step", "kernel_ms_a_step", "profiled_step_ms", "top", "profile_error"):
                 if key in done[0]:
                     cell[key] = done[0][key]
-            if cell.get("profiled_step_ms"):
+            if "kernel_ms_a_step" in cell and cell["profiled_step_ms"]:
                 cell["gpu_busy"] = round(cell["kernel_ms_a_step"] / cell["profiled_step_ms"], 3)
             out.append(cell)
             print(_line(cell), flush=True)
@@ -284,6 +306,13 @@ def _line(cell: dict) -> str:
                  f"(GPU busy {cell['gpu_busy']:.0%})")
     if "profile_error" in cell:
         text += f"; profile failed: {cell['profile_error']}"
+    what = "kernels" if "kernel_ms_a_step" in cell else "operators (own CPU time)"
+    if cell.get("top"):
+        text += f"\n  heaviest {what}:"
+    for entry in cell.get("top", []):
+        name = entry["name"].removeprefix("void ")
+        text += (f"\n    {entry['share']:6.1%} {entry['ms_a_step']:8.3f} ms {entry['calls_a_step']:7.1f} calls a step  "
+                 + (name if len(name) <= 110 else name[:107] + "..."))
     return text
 
 
@@ -299,12 +328,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--length", type=int, default=64, help="the longest example (tokens); the shortest a quarter")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--profile", type=int, default=5, help="steps profiled in each one-process cell (cuda; 0: none)")
+    ap.add_argument("--profile", type=int, default=None,
+                    help="steps profiled in each one-process cell (default: 5 on cuda, 0 (none) on cpu)")
+    ap.add_argument("--top", type=int, default=8, help="the heaviest kernels (cpu: operators) a profile lists")
     ap.add_argument("--mps", action="store_true", help="run the processes under CUDA MPS (starts its daemon)")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for a process's answer")
     args = ap.parse_args(argv)
-    if args.steps < 1 or args.warmup < 0 or args.batch < 1 or args.length < 2 or args.vocab < 10:
-        ap.error("--steps, --batch must be >= 1, --warmup >= 0, --length >= 2, --vocab >= 10")
+    if args.profile is None:
+        args.profile = 5 if args.device.startswith("cuda") else 0
+    if (args.steps < 1 or args.warmup < 0 or args.batch < 1 or args.length < 2 or args.vocab < 10 or args.profile < 0
+            or args.top < 1):
+        ap.error("--steps, --batch, --top must be >= 1, --warmup, --profile >= 0, --length >= 2, --vocab >= 10")
     if args.mps and not args.device.startswith("cuda"):
         ap.error("--mps needs --device cuda")
     args.precision = args.precision or ("bf16" if args.device.startswith("cuda") else "fp32")

@@ -9,8 +9,8 @@
 # ../shared/gpu/pack_site.sh prints). Steps, with what each answers:
 #   0 share      (issue 31, session 38) where the GPU sweep's time goes: session 37's experiment found 8 trial
 #                processes of 6-row bundles sharing the GPU at ~4.7 ms a row-step, 2.5 % of its peak.
-#                benchmarks/bundle_sharing.py times one bundle's step alone at 1-18 rows (kernels a step and
-#                the GPU's busy share, profiled) and 2-8 processes side by side; 0-share-mps the same under
+#                benchmarks/bundle_sharing.py times one bundle's step alone at 1-18 rows (kernels a step, the
+#                GPU's busy share and the heaviest kernels, profiled) and 2-8 processes side by side; 0-share-mps the same under
 #                CUDA MPS (its daemon started and stopped by the benchmark). Their sharing gains say whether
 #                the processes lose their time taking turns (then MPS, or fewer processes of more rows) or
 #                whether one process's step is itself slow (then the step)
@@ -60,7 +60,7 @@ step() {  # step NAME LIMIT_S PATTERN COMMAND...: run COMMAND under min(LIMIT_S,
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee "$OUT/device.txt"
 python3 -c "import torch, transformers, ray; print('torch', torch.__version__, 'transformers', transformers.__version__, 'ray', ray.__version__)" 2>&1 | tail -1 | tee -a "$OUT/device.txt"
 TABLE='^\||^NVIDIA|^cpu:|Error'
-step 0-share 150 'row-steps|Error|MPS' python3 benchmarks/bundle_sharing.py --device cuda
+step 0-share 150 'row-steps|heaviest|calls a step|Error|MPS' python3 benchmarks/bundle_sharing.py --device cuda
 step 0-share-mps 120 'row-steps|Error|MPS|mps' python3 benchmarks/bundle_sharing.py --device cuda --mps \
   --cells 0x1 6x1 18x1 0x8 6x4 6x8 18x4
 step 0-bundle 60 'rows on|Error' python3 benchmarks/bundle_step.py --device cuda --size gpu --rows 3 6 18

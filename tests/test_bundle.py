@@ -538,8 +538,9 @@ def test_the_bundle_step_benchmark_runs_and_its_two_steps_agree():
 def test_the_bundle_sharing_benchmark_times_bundles_alone_and_side_by_side():
     """benchmarks/bundle_sharing.py (issue 31: is a GPU sweep's time one process's step, or processes taking
     turns?) on 2 CPUs: the unbundled trial's step and a 2-row bundle's, one process and two at once, each
-    with its step time, throughput and, side by side, its gain over one process alone; a malformed cell is
-    refused before any process starts."""
+    with its step time, throughput and, side by side, its gain over one process alone; a one-process cell's
+    profile names its heaviest operators (on a GPU, kernels); a malformed cell is refused before any process
+    starts."""
     import json
     import subprocess
     import sys
@@ -547,8 +548,8 @@ def test_the_bundle_sharing_benchmark_times_bundles_alone_and_side_by_side():
 
     root = Path(__file__).resolve().parents[1]
     cmd = [sys.executable, "benchmarks/bundle_sharing.py", "--size", "tiny", "--warmup", "0", "--steps", "2"]
-    done = subprocess.run([*cmd, "--cells", "0x1", "2x1", "2x2"], cwd=root, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run([*cmd, "--cells", "0x1", "2x1", "2x2", "--profile", "1", "--top", "3"], cwd=root,
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     cells = {c["cell"]: c for c in json.loads(done.stdout.strip().splitlines()[-1])}
     assert list(cells) == ["0x1", "2x1", "2x2"]
@@ -557,5 +558,15 @@ def test_the_bundle_sharing_benchmark_times_bundles_alone_and_side_by_side():
     assert cells["2x2"]["row_steps_per_s"] == pytest.approx(
         cells["2x1"]["row_steps_per_s"] * cells["2x2"]["sharing_gain"], rel=0.01)
     assert "2x2: 2 process(es) of 2-row bundles" in done.stdout and "unbundled trials" in done.stdout
+    # profiled alone only (side by side a profile would time the profiler's own contention)
+    assert "top" not in cells["2x2"] and "kernel_ms_a_step" not in cells["2x1"]  # kernels: a GPU's
+    for name in ("0x1", "2x1"):
+        top = cells[name]["top"]
+        assert len(top) == 3 and all(t["ms_a_step"] > 0 and t["calls_a_step"] > 0 for t in top), top
+        assert [t["ms_a_step"] for t in top] == sorted((t["ms_a_step"] for t in top), reverse=True)
+        assert 0 < sum(t["share"] for t in top) <= 1.0
+    # a bundle's linear layers and attention are batched matrix products over its rows
+    assert any(t["name"] == "aten::bmm" for t in cells["2x1"]["top"]), cells["2x1"]["top"]
+    assert done.stdout.count("heaviest operators (own CPU time):") == 2
     bad = subprocess.run([*cmd, "--cells", "6by8"], cwd=root, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "cell '6by8': expected ROWSxPROCESSES" in bad.stderr
