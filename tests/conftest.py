@@ -121,13 +121,24 @@ def run_job(script: str, *args: str, timeout: int = 900, cwd: Path = ROOT) -> su
                           capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def ray_local():
-    """An embedded 2-CPU Ray on 127.0.0.1 for one test module (shut down after it if it started it)."""
+    """An embedded 2-CPU Ray on 127.0.0.1, one for every module that asks for it (started by the first, shut
+    down at the end of the run). ``pytest_collection_modifyitems`` runs those modules last, one after
+    another, so no other module runs beside it, and the run starts it once, not once a module (about 5 s of
+    start and 1.4 s of shutdown each on 2 cores, more on a busy one)."""
     from orchestrator.core.runtime import ray_session
 
     with ray_session(num_cpus=2, log_to_driver=False):
         yield
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """The modules with a test that uses ``ray_local`` after all the others, each module's tests together and
+    in their order (a stable sort): they share one embedded Ray, and the modules before them run without it,
+    as they would alone (a job or stage that starts its own Ray in this process starts a fresh one)."""
+    shared = {item.module.__name__ for item in items if "ray_local" in getattr(item, "fixturenames", ())}
+    items[:] = sorted(items, key=lambda item: item.module.__name__ in shared)
 
 
 #: Two pretrained arms that differ in mixing, and the untrained floor, which shares the first arm's
