@@ -137,8 +137,11 @@ def pytest_collection_modifyitems(session, config, items):
     """The modules with a test that uses ``ray_local`` after all the others, each module's tests together and
     in their order (a stable sort): they share one embedded Ray, and the modules before them run without it,
     as they would alone (a job or stage that starts its own Ray in this process starts a fresh one)."""
-    shared = {item.module.__name__ for item in items if "ray_local" in getattr(item, "fixturenames", ())}
-    items[:] = sorted(items, key=lambda item: item.module.__name__ in shared)
+    def module(item) -> str | None:
+        return getattr(getattr(item, "module", None), "__name__", None)
+
+    shared = {module(item) for item in items if "ray_local" in getattr(item, "fixturenames", ())}
+    items[:] = sorted(items, key=lambda item: module(item) in shared)
 
 
 #: Two pretrained arms that differ in mixing, and the untrained floor, which shares the first arm's
