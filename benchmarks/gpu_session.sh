@@ -10,8 +10,9 @@
 #   0 share      (issue 31, session 38) where the GPU sweep's time goes: session 37's experiment found 8 trial
 #                processes of 6-row bundles sharing the GPU at ~4.7 ms a row-step, 2.5 % of its peak.
 #                benchmarks/bundle_sharing.py times one bundle's step alone at 1-18 rows (kernels a step, the
-#                GPU's busy share and the heaviest kernels, profiled) and 2-8 processes side by side; 0-share-mps the same under
-#                CUDA MPS (its daemon started and stopped by the benchmark). Their sharing gains say whether
+#                GPU's busy share and the heaviest kernels, profiled) and 2-8 processes side by side;
+#                0-share-mps the same under CUDA MPS (its daemon started and stopped by the benchmark).
+#                Their sharing gains say whether
 #                the processes lose their time taking turns (then MPS, or fewer processes of more rows) or
 #                whether one process's step is itself slow (then the step)
 #   0 bundle     a fine-tuning bundle's optimizer step (issue 31): PyTorch's fused AdamW per row against the

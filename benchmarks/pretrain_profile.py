@@ -49,6 +49,14 @@ def family(name: str) -> str:
     return next((fam for fam, keys in FAMILIES if any(k in lower for k in keys)), "other elementwise")
 
 
+def kernel_events(prof) -> list:
+    """A finished ``torch.profiler.profile``'s GPU kernels, averaged by name (``key_averages``): its profiler
+    ranges (``Optimizer.step#...``, ``ProfilerStep``), which the CUDA timeline holds too, are not kernels and
+    are left out."""
+    return [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA
+            and "#" not in e.key and not e.key.startswith("ProfilerStep")]
+
+
 def profile_step(size: str, mode: str, batch: int, length: int, steps: int, device: torch.device) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
@@ -81,8 +89,7 @@ def profile_step(size: str, mode: str, batch: int, length: int, steps: int, devi
             step()
         sync()
         wall = (time.perf_counter() - start) / steps
-    kernels = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA
-               and "#" not in e.key and not e.key.startswith("ProfilerStep")]
+    kernels = kernel_events(prof)
     busy = sum(e.self_device_time_total for e in kernels) / steps / 1e6
     families: dict[str, float] = {}
     for e in kernels:
