@@ -129,9 +129,9 @@ def main(argv: list[str] | None = None) -> dict:
     ray_cfg = AugmentRayConfig(actors=args.actors, cpus_per_actor=args.cpus_per_actor)
     calls: list[CallStats] = []
     with ray_session(num_cpus=available_cpus()):
-        start = time.time()
+        start = time.monotonic()
         pooled = run_actor_pool(rows, cfg, model_dir, vectors, True, ray_cfg, device="cpu", progress=calls.append)
-        pool_s = time.time() - start
+        pool_s = time.monotonic() - start
     load["after_pipeline"] = os.getloadavg()[0]
     warm_start, warm_end = min(c.began for c in calls), max(c.ended for c in calls)
     pool_rate, warm_rate = len(rows) / pool_s, len(rows) / (warm_end - warm_start)

@@ -285,7 +285,7 @@ def measure(size: str, seeds: list[int] | None, lrs: list[float] | None, epochs:
     print(f"estimated end (work model, {slots} slots): grid order {estimate['grid']:.3g}, longest first "
           f"{estimate['longest_first']:.3g} ({estimate['grid'] / estimate['longest_first']:.2f}x), lower bound "
           f"{estimate['bound']:.3g}", flush=True)
-    tick, clock_start = time.perf_counter(), time.time()
+    tick, clock_start = time.perf_counter(), time.monotonic()  # the trials' times are on the monotonic clock
     run_sweep(cfg, models, tmp / "sweep", None, tmp)
     wall = time.perf_counter() - tick
     records = [json.loads(p.read_text()) for p in sorted((tmp / "sweep" / "trials").glob("*.json"))]

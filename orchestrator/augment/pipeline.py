@@ -229,14 +229,14 @@ def resolve_vectors(sim: SimilarityConfig, examples: list[Example], cache_dir: P
 def progress_log(total: int, every_s: float = 30.0) -> Callable[[CallStats], None]:
     """A ``run_actor_pool`` progress callback that logs the rows done at most every ``every_s``
     seconds, and once at the end."""
-    done, last = 0, time.time()
+    done, last = 0, time.monotonic()
 
     def tick(call: CallStats) -> None:
         nonlocal done, last
         done += call.rows
-        if done == total or time.time() - last >= every_s:
+        if done == total or time.monotonic() - last >= every_s:
             log.info("augmented %d/%d sentences", done, total)
-            last = time.time()
+            last = time.monotonic()
     return tick
 
 
@@ -246,7 +246,7 @@ def augment_task(spec: TaskSpec, data_dir: str | Path, out_dir: str | Path, mode
     """Augment one NER task's training split into ``out_dir`` (dev/test copied): a fresh directory
     that ``orchestrator.core.reuse.run_stage`` renames into place. Starts an embedded Ray unless one
     is running."""
-    started = time.time()
+    started = time.monotonic()
     if spec.format not in ("iob", "conll", "blue_ner"):
         raise ConfigError(f"task {spec.name}: augmentation writes token-per-line files (iob, conll, blue_ner), not "
                           f"{spec.format}; convert the task's notes to IOB first (its readers yield the IOB words)")
@@ -297,7 +297,7 @@ def augment_task(spec: TaskSpec, data_dir: str | Path, out_dir: str | Path, mode
                        len(originals) if cfg.include_original else 0)})
     if spec.restricted:
         make_private(out_dir)
-    result = AugmentResult(out_dir, counts, time.time() - started)
+    result = AugmentResult(out_dir, counts, time.monotonic() - started)
     log.info(result.summary())
     return result
 

@@ -148,9 +148,9 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
             print(spec.dry_run(cfg))
             print("dry run: config and inputs are valid; nothing was trained.")
             return 0
-        start = time.time()
+        start = time.monotonic()
         result = spec.run(cfg)
-        logging.getLogger(spec.name).info("finished in %.1f s", time.time() - start)
+        logging.getLogger(spec.name).info("finished in %.1f s", time.monotonic() - start)
         if result is not None and hasattr(result, "summary"):
             print(result.summary())
         return getattr(result, "exit_code", 0)

@@ -310,7 +310,7 @@ def _train_together(trials: list[TrialSpec], report: Callable[[dict], None],
         return preds
 
     setup_seconds = time.perf_counter() - setup_tick
-    started = time.time()
+    started = time.perf_counter()  # durations on a clock the wall clock's steps do not move
     with warnings.catch_warnings():
         _quiet()
         for epoch in range(1, first.max_epochs + 1):
@@ -356,7 +356,7 @@ def _train_together(trials: list[TrialSpec], report: Callable[[dict], None],
             for t in range(n):
                 logs[t].scored(logs[t].epochs[stoppers[t].best_epoch - 1], "test", preds[t])
                 logs[t].stopped(stoppers[t])
-    seconds = time.time() - started
+    seconds = time.perf_counter() - started
     records = []
     for out in logs:
         out.counts.update(train_seconds=train_seconds / n, eval_seconds=eval_seconds / n,

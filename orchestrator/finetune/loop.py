@@ -531,7 +531,7 @@ def run_trial(trial: TrialSpec, report: Callable[[dict], None] | None = None,
         counts["eval_seconds"] += time.perf_counter() - tick
 
     counts["setup_seconds"] = time.perf_counter() - setup_tick
-    started = time.time()
+    started = time.perf_counter()  # durations on a clock the wall clock's steps do not move
     for epoch in range(1, trial.max_epochs + 1):
         tick = time.perf_counter()
         model.train()
@@ -573,7 +573,7 @@ def run_trial(trial: TrialSpec, report: Callable[[dict], None] | None = None,
         out.stopped(stopper)
     if keep is not None:
         keep(model)
-    return out.record(time.time() - started)
+    return out.record(time.perf_counter() - started)
 
 
 def _encoder_copy(model_dir: str, model_state: tuple) -> torch.nn.Module | None:

@@ -15,6 +15,7 @@ import dataclasses
 import json
 import logging
 import math
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -152,12 +153,14 @@ def _tune_trainable(config: dict) -> None:
     a training loss only is in the records, not worth a report's round trip); the last report carries the
     trials' records so the driver can persist them, when the Ray trial began and ended in this worker, how
     long its trials trained and when the worker process started (``benchmarks/sweep_overhead.py`` reads them
-    from Tune's result.json)."""
+    from Tune's result.json). Those three times are on ``time.monotonic``'s clock, which every process of a
+    host shares and the wall clock's steps (an NTP correction, a VM's clock catching up) do not move:
+    comparable between the processes of one host."""
     from ray import tune  # heavy: ray
 
     from orchestrator.finetune.bundle import run_bundle  # heavy: torch
 
-    started = time.time()
+    started = time.monotonic()
     trials = [TrialSpec(**{**t, "eval_epochs": tuple(t["eval_epochs"])}) for t in config["bundle"]["trials"]]
 
     def report(epoch: dict) -> None:
@@ -168,7 +171,20 @@ def _tune_trainable(config: dict) -> None:
     records = run_bundle(trials, report=report)
     tune.report({"epoch": max(r["epochs"][-1]["epoch"] for r in records), "records": json.dumps(records),
                  "run_seconds": sum(r["seconds"] for r in records), "trial_started": started,
-                 "trial_ended": time.time(), "worker_started": psutil.Process().create_time()})
+                 "trial_ended": time.monotonic(), "worker_started": _process_started()})
+
+
+def _process_started() -> float:
+    """When this process started, on ``time.monotonic``'s clock: the monotonic now less the process's age. On
+    Linux the age is the time since boot less the process's start in clock ticks since boot (to 10 ms);
+    elsewhere the wall clock less psutil's start time, which on Linux adds its boot time's whole seconds
+    (about 1 s too old, measured) and the wall clock's steps since boot."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, AttributeError, ValueError, IndexError):  # no procfs or CLOCK_BOOTTIME: macOS
+        age = time.time() - psutil.Process().create_time()
+    return time.monotonic() - age
 
 
 class SweepProgress:

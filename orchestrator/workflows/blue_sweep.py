@@ -134,12 +134,12 @@ def _in_ray_session(cfg: ExperimentConfig, body) -> ChainResult:
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(run_dir / "chain_config.json", to_dict(cfg))
     seed_everything(cfg.seed)
-    started = time.time()
+    started, tick = time.time(), time.monotonic()  # a timestamp (costs since it); the wall time's clock
     with ray_session(address=cfg.ray.address or None, num_cpus=cfg.ray.num_cpus or None,
                      log_file=run_dir / LOG_PATH) as info:
         log.info("Ray %s with %s", info["mode"], {k: v for k, v in info["resources"].items() if k in ("CPU", "GPU")})
         result = body(info, started)
-    result.log_file, result.wall_s = info["log_file"], time.time() - started
+    result.log_file, result.wall_s = info["log_file"], time.monotonic() - tick
     return result
 
 
