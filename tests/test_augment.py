@@ -36,6 +36,7 @@ from orchestrator.augment.filtered import (
 )
 from orchestrator.augment.pipeline import augment_key, augment_task, format_token_file, training_sentences
 from orchestrator.augment.similarity import (
+    NAN_ATTEMPTS,
     WordVectors,
     check_corpus,
     check_vectors,
@@ -44,7 +45,7 @@ from orchestrator.augment.similarity import (
     train_vectors,
 )
 from orchestrator.core.config import from_dict, load_config
-from orchestrator.core.errors import ConfigError, InputError
+from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
 from orchestrator.core.manifest import read_manifest
 from orchestrator.core.reuse import reusable
 from orchestrator.finetune.readers import read_file, read_split
@@ -214,9 +215,23 @@ def test_fasttext_training_is_repeatable_and_cached(tmp_path, vectors):
     again = train_vectors(cfg, [IN_DOMAIN], tmp_path)
     assert again.read_bytes() == vectors.read_bytes()  # thread=1: bit-for-bit
     assert train_vectors(cfg, [IN_DOMAIN], tmp_path) == again  # reused, not retrained
-    assert read_manifest(again.parent)["counts"]["words"] > 1000
+    assert read_manifest(again.parent)["counts"]["words"] > 1000 and read_manifest(again.parent)["attempts"] == 1
     vec = WordVectors(vectors)
     assert vec.similarity("doxorubicin", "doxorubicine") is not None  # subwords cover unseen words
+
+
+def test_training_that_diverges_in_every_fresh_process_names_the_corpus_and_the_setting_to_lower(tmp_path, caplog):
+    """fastText's "Encountered NaN" is tried again in fresh processes (a NaN can be the process's: see
+    ``_fit_skipgram``), then refused with the corpus, its size and the setting to lower; nothing is cached."""
+    cfg = SimilarityConfig(dim=16, epochs=2, bucket=5000, lr=100.0)  # diverges in every process
+    with caplog.at_level("WARNING"), pytest.raises(
+            OrchestratorError, match=rf"in {NAN_ATTEMPTS} fresh processes on .*in_domain.txt \(\d+ words; lr 100.*"
+                                     r"lower similarity.lr \(e.g. 50\)"):
+        train_vectors(cfg, [IN_DOMAIN], tmp_path)
+    assert sum("ended in NaN" in r.getMessage() for r in caplog.records) == NAN_ATTEMPTS - 1
+    assert not any(p.is_file() for p in tmp_path.rglob("*"))  # no vectors left looking complete
+    with pytest.raises(ConfigError, match="similarity.lr must be > 0"):
+        SimilarityConfig(lr=0.0)
 
 
 # ---------------------------------------------------------------------------------- predictor

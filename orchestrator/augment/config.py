@@ -63,6 +63,8 @@ class SimilarityConfig:
     dim: int = field(100, help="vector size")
     epochs: int = field(25, help="skipgram epochs; corpora of a few MB need many (measured on 1 MB of PubMed: "
                                  "with fastText's 5, cos(neutropenia, study) = 0.76; with 25, -0.04)")
+    lr: float = field(0.05, help="skipgram's starting learning rate (fastText's default); lower it where "
+                                 "training diverges (fastText's 'Encountered NaN' in every attempt)")
     min_count: int = field(2, help="words rarer than this get no own vector (subwords still cover them)")
     minn: int = field(3, help="shortest character n-gram (0 disables subwords)")
     maxn: int = field(6, help="longest character n-gram")
@@ -75,6 +77,8 @@ class SimilarityConfig:
     def __post_init__(self):
         if self.dim < 2 or self.epochs < 1 or self.min_count < 1 or self.bucket < 1:
             raise ConfigError("similarity: dim >= 2, epochs >= 1, min_count >= 1, bucket >= 1")
+        if not self.lr > 0:
+            raise ConfigError(f"similarity.lr must be > 0, got {self.lr}")
         if self.minn and self.maxn < self.minn:
             raise ConfigError("similarity.maxn must be >= minn")
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from orchestrator.augment.config import SimilarityConfig
-from orchestrator.core.errors import InputError
+from orchestrator.core.errors import InputError, OrchestratorError
 from orchestrator.core.manifest import atomic_dir, file_sha256, is_complete, write_manifest
 from orchestrator.core.reuse import content_key
 from orchestrator.formats.base import lines
@@ -190,7 +190,7 @@ def _existing_file(path: str | Path, what: str, expected: str) -> Path:
 def vectors_key(cfg: SimilarityConfig, corpus: Iterable[str | Path]) -> str:
     """Cache key: the corpus files' contents, every training setting and the fastText release
     (another build may train other vectors from the same corpus)."""
-    settings = {k: getattr(cfg, k) for k in ("dim", "epochs", "min_count", "minn", "maxn", "bucket")}
+    settings = {k: getattr(cfg, k) for k in ("dim", "epochs", "lr", "min_count", "minn", "maxn", "bucket")}
     return content_key(settings, [file_sha256(path) for path in corpus], _fasttext_release())
 
 
@@ -201,10 +201,17 @@ def _fasttext_release() -> str:
         return "unknown"
 
 
+#: fresh processes a training may take: a NaN can be the process's, not the settings' (below)
+NAN_ATTEMPTS = 3
+
+
 def _fit_skipgram(text: str, out: str, settings: dict) -> int:
     """Train and save in a fresh process: measured here, fastText 0.9.2 trained in a process that had
     already trained once (or written a manifest) gave different vectors and sometimes NaN, while a
-    fresh process with thread=1 is bit-for-bit repeatable."""
+    fresh process with thread=1 is bit-for-bit repeatable. Even a fresh process sometimes ends in
+    fastText's "Encountered NaN" (0.9.3: the test suite's 15,088-word corpus, every time in one order of
+    the tests on one day, never in 60 runs of the same training minutes later; every run that ended
+    gave the same bytes), so ``train_vectors`` tries again in another fresh process."""
     import fasttext  # heavy: fasttext
 
     model = fasttext.train_unsupervised(text, model="skipgram", thread=1, verbose=0, **settings)
@@ -234,12 +241,27 @@ def train_vectors(cfg: SimilarityConfig, corpus: list[Path], cache_dir: Path) ->
                         w.write(" ".join(tokens) + "\n")
         min_count = cfg.min_count if words >= 1000 else 1  # a tiny corpus would leave no vocabulary
         log.info("training fastText skipgram (dim %d, %d epochs) on %d words", cfg.dim, cfg.epochs, words)
-        settings = {"dim": cfg.dim, "epoch": cfg.epochs, "minCount": min_count, "minn": cfg.minn,
+        settings = {"dim": cfg.dim, "epoch": cfg.epochs, "lr": cfg.lr, "minCount": min_count, "minn": cfg.minn,
                     "maxn": cfg.maxn, "bucket": cfg.bucket}
-        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-            vocabulary = pool.submit(_fit_skipgram, str(text), str(tmp / MODEL_FILE), settings).result()
+        for attempt in range(1, NAN_ATTEMPTS + 1):
+            try:
+                with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+                    vocabulary = pool.submit(_fit_skipgram, str(text), str(tmp / MODEL_FILE), settings).result()
+                break
+            except RuntimeError as exc:
+                if "NaN" not in str(exc):
+                    raise
+                if attempt == NAN_ATTEMPTS:
+                    raise OrchestratorError(
+                        f"fastText skipgram training diverged (Encountered NaN) in {NAN_ATTEMPTS} fresh processes "
+                        f"on {', '.join(map(str, corpus))} ({words} words; lr {cfg.lr:g}, dim {cfg.dim}, "
+                        f"{cfg.epochs} epochs): lower similarity.lr (e.g. {cfg.lr / 2:g}), or give "
+                        "similarity.corpus more text") from None
+                log.warning("fastText training ended in NaN (attempt %d of %d); again in a fresh process",
+                            attempt, NAN_ATTEMPTS)
         text.unlink()
         write_manifest(tmp, stage="similarity", config=cfg, inputs=corpus,
-                       counts={"words": words, "vocabulary": vocabulary}, extra={"min_count_used": min_count})
+                       counts={"words": words, "vocabulary": vocabulary},
+                       extra={"min_count_used": min_count, "attempts": attempt})
     return out / MODEL_FILE
 
