@@ -53,7 +53,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-SIZES = {"gpu": (512, 4, 8, 2048), "tiny": (64, 2, 2, 256)}  # hidden, layers, heads, intermediate
+from orchestrator.pretrain.config import SIZE_PRESETS  # noqa: E402 (after the path)
+
+SIZES = {"tiny": SIZE_PRESETS["tiny"], "gpu": SIZE_PRESETS["small"]}  # hidden, layers, heads, intermediate: the laptop
+# default's pretrain size, and the GPU-scale ablation's (experiments/oubiobert_ablation_gpu.yaml)
 DEFAULT_CELLS = ["0x1", "1x1", "3x1", "6x1", "18x1", "0x8", "6x2", "6x4", "6x8", "18x4"]
 TASK = "chemprot"  # a [CLS] classification head, as ChemProt's and HoC's trials (NER's head is per token)
 

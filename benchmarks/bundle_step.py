@@ -31,7 +31,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-SIZES = {"gpu": (512, 4, 8, 2048), "tiny": (64, 2, 2, 256)}  # as sweep_overhead.py: hidden, layers, heads, inter
+from orchestrator.pretrain.config import SIZE_PRESETS  # noqa: E402 (after the path)
+
+SIZES = {"tiny": SIZE_PRESETS["tiny"], "gpu": SIZE_PRESETS["small"]}  # hidden, layers, heads, intermediate: the laptop
+# default's pretrain size, and the GPU-scale ablation's (experiments/oubiobert_ablation_gpu.yaml)
 VOCAB = 30522  # MiniLM's, which sweep_overhead.py's models use
 
 

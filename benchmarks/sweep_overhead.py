@@ -58,10 +58,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-SIZES = {  # hidden, layers, heads, intermediate
-    "tiny": (64, 2, 2, 256),  # the laptop default's pretrain size
-    "gpu": (512, 4, 8, 2048),  # the GPU-scale ablation (experiments/oubiobert_ablation_gpu.yaml)
-}
+from orchestrator.pretrain.config import SIZE_PRESETS  # noqa: E402 (after the path)
+
+SIZES = {"tiny": SIZE_PRESETS["tiny"], "gpu": SIZE_PRESETS["small"]}  # hidden, layers, heads, intermediate: the laptop
+# default's pretrain size, and the GPU-scale ablation's (experiments/oubiobert_ablation_gpu.yaml)
 
 
 def selection(results: dict) -> dict[str, dict]:
