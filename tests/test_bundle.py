@@ -203,10 +203,10 @@ def test_a_bundle_that_fails_before_its_first_epoch_ends_trains_its_trials_alone
 
 
 def test_a_trials_seconds_do_not_move_with_the_wall_clocks_steps(tiny_bert, monkeypatch):
-    """A step of the wall clock during a trial (an NTP correction, a VM's clock catching up: +16.5 s once
-    in a 90 s sweep on this project's host, which made the benchmark's trials overlap) is not the trial's
-    time: a trial's and a bundle's seconds are on the monotonic clock. Here the wall clock steps an hour
-    at every read."""
+    """A step of the wall clock during a trial (an NTP correction, a VM's clock catching up: a step of about
+    16.5 s is what one run of benchmarks/sweep_overhead.py on this project's host showed, inferred from its
+    impossible figures) is not the trial's time: a trial's and a bundle's seconds are on the monotonic
+    clock. Here the wall clock steps an hour at every read."""
     import itertools
     import time
 
