@@ -210,3 +210,47 @@ def test_the_one_number_check_states_its_rules():
         assert not is_number(value) and not is_number(value, finite=False)
     for value in (float("nan"), float("inf"), -float("inf")):  # numbers, but not comparable ones
         assert not is_number(value) and is_number(value, finite=False)
+
+
+def test_a_key_given_twice_in_a_yaml_file_or_an_override_is_refused_with_both_lines(tmp_path):
+    """PyYAML keeps a repeated key's last value without a word: an experiment's second arm of one name replaced
+    the first, and the baseline silently became the other arm (found by a probe)."""
+    from orchestrator.core.config import read_yaml
+
+    path = tmp_path / "exp.yaml"
+    path.write_text("run_name: x\narms:\n  simpt: {corpus.mixer.name: simpt}\n  floor: {init: random}\n"
+                    "  simpt: {corpus.mixer.name: conventional}\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"exp.yaml:5:3: invalid YAML: .*the key 'simpt' is given twice "
+                                          r"\(first on line 3\)"):
+        read_yaml(path)
+    with pytest.raises(ConfigError, match=r"exp.yaml:2:1: .*the key 'seed' is given twice \(first on line 1\)"):
+        load_config(Job, _write(path, "seed: 1\nseed: 2\n"))
+    with pytest.raises(ConfigError, match="the key 'a' is given twice"):
+        load_config(Job, None, ["tags={a: x, a: y}"])
+    assert load_config(Job, _write(path, "seed: 1\ntags: {seed: x}\n")).tags == {"seed": "x"}  # other mappings
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_a_string_setting_given_a_yaml_boolean_is_refused_not_spelt_true():
+    """`run_name=on` named the run directory "True"; an unquoted yes/no/on/off/true/false is YAML's boolean."""
+    with pytest.raises(ConfigError, match=r"tags.a: expected a string, got the boolean True .*quote it"):
+        load_config(Job, None, ["tags.a=on"])
+    assert load_config(Job, None, ["tags.a='on'"]).tags == {"a": "on"}
+
+
+@pytest.mark.parametrize("stages, said", [
+    (["sweep", "pretrain", "corpus", "vocab", "instances", "report"], r"not in the order they run; give \['corpus'"),
+    (["corpus", "corpus", "vocab", "instances", "pretrain", "sweep", "report"], "corpus is given twice")])
+def test_stages_out_of_order_or_twice_are_refused_not_printed_as_a_plan_the_run_ignores(stages, said):
+    """The stages run in their fixed order whatever the list says; the dry run printed the list's order."""
+    from orchestrator.workflows.config import ChainConfig
+
+    with pytest.raises(ConfigError, match=said):
+        load_config(ChainConfig, None, [f"stages=[{','.join(stages)}]"])
+    assert load_config(ChainConfig, None, ["stages=[corpus,vocab,instances,pretrain]"]).stages[-1] == "pretrain"
+    with pytest.raises(ConfigError, match="model_name is empty"):
+        load_config(ChainConfig, None, ["model_name=null"])

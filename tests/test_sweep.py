@@ -186,6 +186,55 @@ def test_a_space_files_seeds_and_epochs_are_checked_as_the_overrides_are(tmp_pat
         SweepConfig(seeds=(-1,))
 
 
+@pytest.mark.parametrize("override, said", [
+    ({"tasks": ("biosses", "biosses")}, r"sweep.tasks: \['biosses', 'biosses'\] repeats biosses"),
+    ({"learning_rates": (1e-3, 1e-3)}, r"sweep.learning_rates: \[0.001, 0.001\] repeats 0.001"),
+    ({"epochs": {"biosses": (1, 1)}}, r"sweep.epochs.biosses: \[1, 1\] repeats an epoch count"),
+    ({"precision": "fp64"}, r"sweep.precision: 'fp64' is not one of .*did you mean 'fp16'"),
+    ({"tune": "adapter"}, r"sweep.tune: 'adapter' is not one of .*did you mean 'adapters'")])
+def test_an_override_that_repeats_a_value_or_names_no_choice_is_refused_under_its_own_key(override, said):
+    """A task or learning rate given twice trained each of its trials twice into one record (found by a probe);
+    a bad precision was blamed on the shipped space file's key, which the user never wrote."""
+    with pytest.raises(ConfigError, match=said):
+        SweepConfig(search_space="tiny", **override)
+
+
+def test_trials_that_would_share_an_id_are_refused_before_any_trains(tmp_path):
+    """Trial ids hold a learning rate to 6 digits and a model name's safe characters: two learning rates
+    printing alike (or two models named alike) shared one record file, and the sweep failed after training
+    every trial, then again on every re-run ("trial(s) left no record")."""
+    (tmp_path / "space.yaml").write_text("tasks: [biosses]\nlearning_rates: [1.0e-3, 1.0000001e-3]\nseeds: [1]\n"
+                                         "epochs: {biosses: [1]}\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"learning_rates 0.001 and 0.0010000001 both read 0.001 in trial ids"):
+        resolve_space(SweepConfig(search_space=str(tmp_path / "space.yaml")))
+    space = resolve_space(SweepConfig(search_space="tiny"))
+    with pytest.raises(ConfigError, match=r"two trials would share the id 'm-a__.*model 'm a' and 'm/a'"):
+        build_trials(SweepConfig(search_space="tiny"), space, {"m a": tmp_path, "m/a": tmp_path})
+    assert len(build_trials(SweepConfig(search_space="tiny"), space, {"m-a": tmp_path, "m_a": tmp_path})) == \
+        2 * len(build_trials(SweepConfig(search_space="tiny"), space, {"m": tmp_path}))
+
+
+def test_a_space_file_that_repeats_a_task_or_gives_tasks_as_a_string(tmp_path):
+    (tmp_path / "twice.yaml").write_text("tasks: [biosses, mednli, biosses]\nlearning_rates: [1.0e-3]\n"
+                                         "seeds: [1]\nepochs: {biosses: [1], mednli: [1]}\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"search space: tasks .* repeats biosses"):
+        resolve_space(SweepConfig(search_space=str(tmp_path / "twice.yaml")))
+    (tmp_path / "one.yaml").write_text("tasks: biosses\nlearning_rates: [1.0e-3]\nseeds: [1]\n"
+                                       "epochs: {biosses: [1]}\n", encoding="utf-8")
+    assert resolve_space(SweepConfig(search_space=str(tmp_path / "one.yaml"))).tasks == ("biosses",)  # not b, i, o...
+
+
+def test_one_task_given_two_directories_under_its_stem_and_its_name_is_refused(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    with pytest.raises(ConfigError, match=r"sweep.task_dirs: 'biosses' and 'BIOSSES' name the same task with "
+                                          r"different values"):
+        resolve_space(SweepConfig(search_space="tiny", task_dirs={"biosses": str(tmp_path / "a"),
+                                                                  "BIOSSES": str(tmp_path / "b")}))
+    same = SweepConfig(search_space="tiny", task_dirs={"biosses": str(tmp_path / "a"), "BIOSSES": str(tmp_path / "a")})
+    assert resolve_space(same).tasks  # the same directory twice says one thing
+
+
 def test_fingerprint_follows_the_task_definition_and_the_model_not_only_their_names(tmp_path):
     from orchestrator.finetune.trial import TrialSpec
     from orchestrator.sweep.space import trial_fingerprint

@@ -90,7 +90,7 @@ def read_yaml(path: str | Path) -> dict:
         raise ConfigError(f"{path}:{line}: invalid UTF-8 byte 0x{raw[exc.start]:02x} at column {column} "
                           "(expected a UTF-8 YAML file)") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader: plain data only)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}{_yaml_where(exc)}: invalid YAML: {_yaml_problem(exc)}") from None
     if data is None:
@@ -98,6 +98,28 @@ def read_yaml(path: str | Path) -> dict:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
     return data
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping: PyYAML keeps the last one without a
+    word, so an experiment's second arm of one name replaced the first (the SimPT arm vanished, and the
+    baseline became the other arm) and a search space's second ``seeds:`` replaced the first."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.setdefault(key, key_node)
+                except TypeError:  # an unhashable key: the base class says so
+                    break
+                if first is not key_node:
+                    raise yaml.constructor.ConstructorError(
+                        "while reading a mapping", node.start_mark,
+                        f"the key {key!r} is given twice (first on line {first.start_mark.line + 1}): "
+                        "keep one", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
 
 
 def _yaml_where(exc: yaml.YAMLError) -> str:
@@ -130,7 +152,9 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if not all(path):
         raise ConfigError(f"override {text!r}: the key {key!r} has an empty part (two dots, or a dot at an end)")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = yaml.load(raw, Loader=UniqueKeyLoader) if raw.strip() else ""  # noqa: S506 (a SafeLoader)
+    except yaml.constructor.ConstructorError as exc:  # a key twice in `{a: x, a: y}`: not a plain string either
+        raise ConfigError(f"override {text!r}: {_yaml_problem(exc)}") from None
     except yaml.YAMLError:
         value = raw
     return path, value
@@ -399,6 +423,9 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
     if tp is str:
         if isinstance(value, (dict, list)):
             raise ConfigError(f"{where}: expected a string, got {value!r}")
+        if isinstance(value, bool):  # str(True) would name a run directory "True" for `run_name=on`
+            raise ConfigError(f"{where}: expected a string, got the boolean {value!r} (YAML reads an unquoted on, "
+                              "off, yes, no, true or false as a boolean): quote it")
         return "" if value is None else str(value)
     if tp is Path:
         return Path(str(value))

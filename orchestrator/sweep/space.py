@@ -64,6 +64,17 @@ class SearchSpace:
             raise ConfigError("search space: batch_size >= 1 (or a list of them) and max_seq_length >= 8")
         if len(set(self.batch_sizes)) != len(self.batch_sizes):
             raise ConfigError(f"search space: batch_size {list(self.batch_sizes)} repeats a value")
+        # a task or learning rate given twice would train each of its trials twice into one record
+        for axis, values in (("tasks", self.tasks), ("learning_rates", self.learning_rates)):
+            repeated = sorted({str(v) for v in values if list(values).count(v) > 1})
+            if repeated:
+                raise ConfigError(f"search space: {axis} {list(values)} repeats {repeated[0]}")
+        printed: dict[str, float] = {}
+        for lr in self.learning_rates:  # trial ids name a learning rate to 6 significant digits ({lr:g})
+            if printed.setdefault(f"{lr:g}", lr) != lr:
+                raise ConfigError(f"search space: learning_rates {printed[f'{lr:g}']!r} and {lr!r} both read "
+                                  f"{lr:g} in trial ids (6 significant digits), so their trials would share "
+                                  "records: give learning rates that differ within 6 digits")
         if self.adapter_reduction_factor < 1:
             raise ConfigError("search space: adapter_reduction_factor must be >= 1")
         if self.max_train_examples < 0 or self.max_eval_examples < 0:
@@ -74,6 +85,8 @@ class SearchSpace:
         for task, grid in self.epochs.items():
             if not grid or any(e < 1 for e in grid):
                 raise ConfigError(f"search space: epochs.{task}: need positive epoch counts, got {list(grid)}")
+            if len(set(grid)) != len(grid):
+                raise ConfigError(f"search space: epochs.{task}: {list(grid)} repeats an epoch count")
         check_number("search space: weight_decay", self.weight_decay, low=0)
         check_number("search space: warmup_proportion", self.warmup_proportion, low=0, high=1, high_open=True)
         if self.early_stopping.on and self.epochs:
@@ -105,8 +118,11 @@ def resolve_space(cfg: SweepConfig) -> SearchSpace:
     path = space_path(cfg.search_space)
     data = read_yaml(path)
     # a task YAML named in a space file is found relative to that file (overrides: to the cwd)
+    tasks = data.get("tasks") or []
+    if isinstance(tasks, str):  # `tasks: biosses` (or `a, b`): a list of one, as the config's lists take it
+        tasks = [t.strip() for t in tasks.split(",")]
     data["tasks"] = [str((path.parent / t).resolve()) if str(t).endswith((".yaml", ".yml"))
-                     and not Path(t).is_absolute() else t for t in data.get("tasks") or []]
+                     and not Path(t).is_absolute() else t for t in tasks]
     space = from_dict(SearchSpace, cfg.apply(data), where=str(path))
     _check_task_keys(cfg, space, path)
     return space
@@ -126,6 +142,11 @@ def _check_task_keys(cfg: SweepConfig, space: SearchSpace, path: Path) -> None:
             if key not in names:
                 raise ConfigError(f"{where}: {key!r} names no task of the search space or shipped with the "
                                   f"project{suggest(key, names)}")
+        for task in space.tasks:  # one task under its stem and its display name: which one wins is not a choice
+            stem, name = task_key(task), load_task(task).name
+            if stem != name and stem in keys and name in keys and keys[stem] != keys[name]:
+                raise ConfigError(f"{where}: {stem!r} and {name!r} name the same task with different values "
+                                  f"({keys[stem]!r}, {keys[name]!r}): keep one")
 
 
 def task_key(name: str) -> str:
@@ -195,7 +216,7 @@ def build_trials(cfg: SweepConfig, space: SearchSpace, models: dict[str, Path],
             raise ConfigError(f"variant {v.name!r}: tasks {unknown} are not in the search space {list(space.tasks)}")
         entries.append((v.name, v.model_dir, {task: (str(Path(d).resolve()), 0) for task, d in v.task_dirs.items()}))
     threads = max(1, int(cfg.cpus_per_trial))
-    trials = []
+    trials, ids = [], {}
     for model_name, model_dir, task_inputs in entries:
         for task in space.tasks:
             if task not in task_inputs:
@@ -209,6 +230,11 @@ def build_trials(cfg: SweepConfig, space: SearchSpace, models: dict[str, Path],
                 suffix = f"__f{fold}" if fold >= 0 else ""
                 axis = f"__b{batch}" if len(space.batch_sizes) > 1 else ""
                 trial_id = _safe(f"{model_name}__{task_key(task)}__lr{lr:g}{axis}__s{seed}{suffix}")
+                if trial_id in ids:  # e.g. model names that differ only in characters ids cannot hold
+                    raise ConfigError(f"sweep: two trials would share the id {trial_id!r} (model {ids[trial_id]!r} "
+                                      f"and {model_name!r}): give the models names that differ in letters, digits, "
+                                      "'_', '.' or '-'")
+                ids[trial_id] = model_name
                 trials.append(TrialSpec(
                     trial_id=trial_id, model_name=model_name, model_dir=str(Path(model_dir).resolve()),
                     task=str(Path(task).resolve()) if os.sep in task else task, data_dir=data_dir,

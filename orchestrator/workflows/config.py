@@ -78,7 +78,7 @@ class ChainConfig:
     run_name: str = field("default", help="run directory name under runs_root")
     runs_root: str = field("runs", help="where run directories are created")
     model_name: str = field("ours", help="display name of the model pretrained by this run")
-    stages: tuple[str, ...] = field(ALL_STAGES, help=f"stages to run, in order ({', '.join(ALL_STAGES)}); "
+    stages: tuple[str, ...] = field(ALL_STAGES, help=f"stages to run, a subset of ({', '.join(ALL_STAGES)}); "
                                                      "augment runs only when augment.enabled")
     compare_models: dict[str, str] = field(default_factory=dict,
                                            help="extra Hugging Face BERT directories to fine-tune alongside "
@@ -95,12 +95,21 @@ class ChainConfig:
     sweep: SweepConfig = field(default_factory=SweepConfig, help="BLUE fine-tuning sweep")
 
     def __post_init__(self):
-        check_set(run_name=self.run_name)
+        check_set(run_name=self.run_name, model_name=self.model_name)
         if self.run_name.strip() in (".", ".."):  # the run directory would be runs_root itself, or its parent
             raise ConfigError(f"run_name is {self.run_name!r}: give a name for the run's directory under runs_root")
         bad = [s for s in self.stages if s not in ALL_STAGES]
         if bad:
             raise ConfigError(f"stages: unknown stage(s) {bad}; valid: {list(ALL_STAGES)}")
+        # the stages run in ALL_STAGES' order whatever the list's: a list in another order, or with a stage
+        # twice, would print a plan the run does not follow
+        repeated = sorted({s for s in self.stages if self.stages.count(s) > 1}, key=ALL_STAGES.index)
+        if repeated:
+            raise ConfigError(f"stages: {repeated[0]} is given twice; each stage runs once")
+        ordered = tuple(s for s in ALL_STAGES if s in self.stages)
+        if tuple(self.stages) != ordered:
+            raise ConfigError(f"stages: {list(self.stages)} are not in the order they run; give "
+                              f"{list(ordered)} (the order is fixed: {' -> '.join(ALL_STAGES)})")
         for stage, upstream in UPSTREAM.items():
             if stage in self.stages and upstream not in self.stages:
                 raise ConfigError(f"stages: {stage} needs the {upstream} stage (its output is {stage}'s input)")
