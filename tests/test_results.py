@@ -92,6 +92,12 @@ def _document() -> dict:
     (lambda r: r["cells"]["a"]["MedSTS"].update(folds="5"), "cells['a']['MedSTS'].folds is '5'"),
     (lambda r: r["cells"]["a"]["MedSTS"].update(per_tag={"Disease": {"f1": "high"}}),
      "cells['a']['MedSTS'].per_tag['Disease'] is {'f1': 'high'}"),
+    # a second probe: documents that read as valid and drew a table contradicting itself
+    (lambda r: r.update(models=["a", "a"]), "'models' lists 'a' twice"),
+    (lambda r: r["cells"]["a"]["MedSTS"].update(test_scores=[0.5]),
+     "cells['a']['MedSTS'].n is 2, but test_scores has 1"),
+    (lambda r: r["cells"]["a"]["BIOSSES"].update(mean=5.0), "cells['a']['BIOSSES'].mean is 5.0, but its test_scores' "
+                                                            "mean is 0.5"),
 ])
 def test_validate_checks_the_type_of_every_field_the_report_reads(mutate, message):
     results = _document()

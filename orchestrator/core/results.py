@@ -89,6 +89,8 @@ def validate_results(results: Any, source: str | Path = "results.json") -> None:
     models = results["models"]
     if not isinstance(models, list) or not models or not all(isinstance(m, str) for m in models):
         raise bad("'models' is empty or not a list of names", "a non-empty list of model names")
+    if len(set(models)) != len(models):
+        raise bad(f"'models' lists {next(m for m in models if models.count(m) > 1)!r} twice", "unique model names")
     cells = results["cells"]
     if not isinstance(cells, dict):
         raise bad("'cells' is not an object", '{"<model>": {"<task>": {"mean": .., "sd": ..}}}')
@@ -108,6 +110,7 @@ def validate_results(results: Any, source: str | Path = "results.json") -> None:
             for field, check, expected in CELL_FIELDS:
                 if cell.get(field) is not None and not check(cell[field]):
                     raise bad(f"{where}.{field} is {_brief(cell[field])}", expected)
+            _check_scores(cell, where, bad)
             for j, point in enumerate(cell.get("curve") or []):
                 if not isinstance(point, dict) or not is_number(point.get("epoch")):
                     raise bad(f"{where}.curve[{j}] has no numeric epoch", '{"epoch": int, "dev": float, "test": float}')
@@ -134,6 +137,27 @@ def validate_results(results: Any, source: str | Path = "results.json") -> None:
         partial = (row or {}).get(PARTIAL, [])
         if not isinstance(partial, list) or not all(isinstance(key, str) for key in partial):
             raise bad(f"summary[{model!r}].{PARTIAL} is {_brief(partial)}", "a list of summary column names")
+
+
+def _check_scores(cell: dict, where: str, bad) -> None:
+    """A cell's ``n``, ``test_scores`` and ``mean`` agree: n scores, and the mean is theirs."""
+    scores, n, mean = cell.get("test_scores"), cell.get("n"), cell.get("mean")
+    if not isinstance(scores, list):
+        return
+    if _is_int(n) and len(scores) != n:
+        raise bad(f"{where}.n is {n}, but test_scores has {len(scores)} score(s)", "one test score per seed (or fold)")
+    if scores and all(is_number(v) for v in scores) and is_number(mean) and not _same(mean, statistics.fmean(scores)):
+        raise bad(f"{where}.mean is {mean!r}, but its test_scores' mean is {statistics.fmean(scores)!r}",
+                  "the mean of the cell's test_scores")
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Two scores of a document agree: both absent, both NaN, or equal to rounding."""
+    if a is None or b is None:
+        return a is None and b is None
+    if not (is_number(a) and is_number(b)):
+        return is_number(a, finite=False) and is_number(b, finite=False) and a != a and b != b  # NaN and NaN
+    return abs(a - b) <= 1e-9 + 1e-6 * max(abs(a), abs(b))
 
 
 def _is_number_or_none(value: Any) -> bool:
