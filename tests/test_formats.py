@@ -319,3 +319,17 @@ def test_shipped_samples_through_the_text_view():
         "i2b2-2010": "blue_tsv"}
     units = list(text_units(SAMPLE / "BC5CDR-chem" / "test.tsv"))
     assert len(units) == 40 and units[0] == "Exposure to heparin was discontinued after two weeks ."
+
+
+def test_blue_tsv_csv_quote_that_swallows_tabs_and_lines_is_refused(tmp_path):
+    """Probe B finding 5: with CSV quoting an unbalanced quote made one cell of the rest of a row,
+    the next row and its TABs, at the right column count; refused at the line the quote opened."""
+    merged = write(tmp_path / "m.tsv", '\tsentence1\tsentence2\tscore\n0\tA.\tB.\t1.0\n'
+                                       '1\t"Opens.\tC.\t2.0\n2\tD.\tCloses."\t3.0\n')
+    with pytest.raises(InputError, match=r"m.tsv:3: a quoted cell opened on this line runs on to line 4 .*"
+                                         r"unbalanced quote.*\(expected every quote closed") as err:
+        list(read(merged, "blue_tsv", Layout(quoting="csv")))
+    assert err.value.line == 3
+    later = write(tmp_path / "l.tsv", '\tsentence1\tsentence2\tscore\n0\t"two\nlines"\t"Opens.\tC.\t2.0\n')
+    with pytest.raises(InputError, match=r"l.tsv:3: a quoted cell opened on this line runs on to line 3 "):
+        list(read(later, "blue_tsv", Layout(quoting="csv")))  # the second cell opens on the row's second line

@@ -375,3 +375,114 @@ def test_a_phi_trial_reads_xml_notes_in_pieces_and_records_entity_counts(tiny_be
     per_tag = rec["per_tag"]["1"]
     assert {t: row["support"] for t, row in per_tag.items() if row["support"]} == gold_counts
     assert all({"tp", "predicted"} <= set(row) for row in per_tag.values())
+
+
+# ------------------------------------------------------------- probe B findings 4-6: values that were misread
+JSONL_COLUMNS = {"id": "id", "text_a": "premise", "text_b": "hypothesis", "label": "label"}
+
+
+def jsonl_rows(path: Path, *rows: dict) -> Path:
+    import json
+
+    return write(path, "".join(json.dumps(row) + "\n" for row in rows))
+
+
+NLI_ROW = {"id": "r1", "premise": "He has fever.", "hypothesis": "He is febrile.", "label": "entailment"}
+
+
+@pytest.mark.parametrize("field, value, what", [
+    ("premise", None, "field 'premise' is null"),
+    ("premise", ["He", "has", "fever"], "field 'premise' is a list"),
+    ("premise", {"x": 1}, "field 'premise' is an object"),
+    ("premise", 3, r"field 'premise' is a number \(3\)"),
+    ("premise", True, r"field 'premise' is a boolean \(true\)"),
+    ("hypothesis", None, "field 'hypothesis' is null"),   # was: the pair read as a single sentence
+])
+def test_jsonl_text_fields_must_be_strings_not_turned_into_text(tmp_path, field, value, what):
+    spec = flat("mednli", format="jsonl", columns=JSONL_COLUMNS, positions={})
+    path = jsonl_rows(tmp_path / "train.jsonl", NLI_ROW, {**NLI_ROW, "id": "r2", field: value})
+    with pytest.raises(InputError, match=rf"train.jsonl:2: {what} \(expected a non-empty string\)") as err:
+        read_file(spec, path)
+    assert err.value.path == str(path) and err.value.line == 2
+
+
+@pytest.mark.parametrize("field, value, what", [
+    ("id", None, r"field 'id' is null \(expected a string or an integer id\)"),
+    ("id", 1.5, r"field 'id' is a number \(1.5\)"),
+    ("label", None, r"field 'label' is null \(expected one of \['contradiction'"),
+    ("label", True, r"field 'label' is a boolean"),
+    ("label", ["entailment"], r"field 'label' is a list"),
+])
+def test_jsonl_ids_and_class_labels_of_the_wrong_kind_are_refused(tmp_path, field, value, what):
+    spec = flat("mednli", format="jsonl", columns=JSONL_COLUMNS, positions={})
+    path = jsonl_rows(tmp_path / "dev.jsonl", {**NLI_ROW, field: value})
+    with pytest.raises(InputError, match=rf"dev.jsonl:1: {what}") as err:
+        read_file(spec, path)
+    assert err.value.line == 1
+
+
+def test_jsonl_numbers_where_real_data_has_them_still_read(tmp_path):
+    """Integer ids, integer class labels (a label set of digits) and numeric or string scores."""
+    spec = flat("mednli", format="jsonl", columns=JSONL_COLUMNS, positions={}, labels=("0", "1", "2"))
+    path = jsonl_rows(tmp_path / "nli.jsonl", {**NLI_ROW, "id": 7, "label": 1}, {**NLI_ROW, "id": "b", "label": "2"})
+    assert [(ex.id, ex.text_b, ex.label) for ex in read_file(spec, path)] == [
+        ("7", "He is febrile.", "1"), ("b", "He is febrile.", "2")]
+    sts = flat("jsts", format="jsonl")
+    row = {"sentence_pair_id": 0, "sentence1": "A.", "sentence2": "B."}
+    path = jsonl_rows(tmp_path / "sts.jsonl", {**row, "label": 2.4}, {**row, "label": 3}, {**row, "label": "4.5"})
+    assert [(ex.id, ex.label) for ex in read_file(sts, path)] == [("0", 2.4), ("0", 3.0), ("0", 4.5)]
+
+
+@pytest.mark.parametrize("value, what", [(True, r"is a boolean \(true\)"), (None, "is null"), ([3.0], "is a list")])
+def test_jsonl_sts_score_must_be_a_number_not_a_bool(tmp_path, value, what):
+    """float(True) is 1.0: a score of true was read as 1.0."""
+    row = {"sentence_pair_id": "0", "sentence1": "A.", "sentence2": "B."}
+    path = jsonl_rows(tmp_path / "sts.jsonl", {**row, "label": 2.0}, {**row, "label": value})
+    with pytest.raises(InputError, match=rf"sts.jsonl:2: field 'label' {what} \(expected a similarity score in \[0, 5"):
+        read_file(flat("jsts", format="jsonl"), path)
+
+
+QUOTED = "\tsentence1\tsentence2\tscore\n0\tA.\tB.\t1.0\n1\t{a}\tC.\t2.0\n2\tD.\t{b}\t3.0\n3\tE.\tF.\t4.0\n"
+
+
+def test_unbalanced_quote_in_a_csv_quoted_tsv_is_refused_not_merged(tmp_path):
+    """BIOSSES / MedSTS are read with CSV quoting: a sentence that opens a quote and a later one that
+    closes one made rows 1 and 2 one example (row 2's score lost, TABs and a newline in the sentence)."""
+    path = write(tmp_path / "train.tsv", QUOTED.format(a='"Opens a quote.', b='Closes it."'))
+    with pytest.raises(InputError, match=r"train.tsv:3: a quoted cell opened on this line runs on to line 4 and "
+                                         r"holds TABs and line breaks: an unbalanced quote") as err:
+        read_file(flat("biosses"), path)
+    assert err.value.line == 3 and "every quote closed" in str(err.value)
+    for name in ("biosses", "medsts"):  # a quote never closed swallows the rest of the file
+        with pytest.raises(InputError, match=r"train.tsv:3: .*unbalanced quote"):
+            read_file(flat(name), write(tmp_path / "train.tsv", QUOTED.format(a='"Never closed.', b="D.")))
+    ok = write(tmp_path / "ok.tsv", QUOTED.format(a='"A\tquoted TAB"', b='"two\nlines"'))
+    assert [(ex.line, ex.text_a, ex.text_b) for ex in read_file(flat("biosses"), ok)][1:3] == [
+        (3, "A\tquoted TAB", "C."), (4, "D.", "two\nlines")]
+
+
+HOC_FULL = ",".join(f"{k}_{int(k in (0, 8))}" for k in range(10))
+
+
+@pytest.mark.parametrize("cell, what", [
+    ("0_0,1_0,0_1", "label cell has 3 k_v pairs; label 0 given 2 times \\(0_0, 0_1\\); no pair for labels 2, 3, 4, "
+                    "5, 6, 7, 8, 9"),
+    (HOC_FULL.replace(",9_0", ""), "label cell has 9 k_v pairs; no pair for label 9$"),
+    (HOC_FULL.replace("9_0", "0_0"), "label cell has 10 k_v pairs; label 0 given 2 times \\(0_1, 0_0\\); no pair "
+                                     "for label 9$"),
+    (HOC_FULL + ",cellular energetics", "label cell mixes k_v pairs and label names"),
+])
+def test_hoc_cells_need_one_k_v_pair_for_each_label(tmp_path, cell, what):
+    path = write(tmp_path / "train.tsv", f"labels\tsentence\tindex\n{HOC_FULL}\tOne.\t1_s0\n{cell}\tTwo.\t1_s1\n")
+    with pytest.raises(InputError) as err:
+        read_file(flat("hoc"), path)
+    assert err.value.path == str(path) and err.value.line == 3
+    assert re.search(what, err.value.message)
+    assert err.value.expected == "one k_v pair for each of the 10 labels"
+
+
+def test_hoc_cells_in_any_order_and_label_names_still_read(tmp_path):
+    shuffled = ",".join(reversed(HOC_FULL.split(",")))
+    path = write(tmp_path / "train.tsv", f"labels\tsentence\tindex\n{HOC_FULL}\tOne.\t1_s0\n{shuffled}\tTwo.\t1_s1\n"
+                                         "cellular energetics,inducing angiogenesis\tThree.\t2_s0\n\tFour.\t3_s0\n")
+    assert [ex.label for ex in read_file(flat("hoc"), path)] == [(0, 8), (0, 8), (2, 6), ()]

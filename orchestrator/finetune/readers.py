@@ -95,20 +95,46 @@ def chunk_words(example: Example, size: int) -> list[Example]:
 
 
 def _make_example(spec: TaskSpec, path: Path, line: int, row: Mapping[str, Any]) -> Example:
-    text_a = str(row.get("text_a", "")).strip()
-    if not text_a:
-        raise InputError(path, "empty sentence", line=line, expected="a non-empty text")
-    text_b = row.get("text_b")
-    if "text_b" in row and not str(text_b).strip():
-        raise InputError(path, "empty second sentence", line=line, expected="a non-empty text")
-    ex_id = str(row.get("id", line))
+    text_a = _text(spec, path, line, row, "text_a", "sentence")
+    text_b = _text(spec, path, line, row, "text_b", "second sentence") if "text_b" in row else None
+    raw_id = row.get("id", line)
+    if isinstance(raw_id, bool) or not isinstance(raw_id, (str, int)):
+        raise _field_error(spec, path, line, "id", raw_id, "a string or an integer id")
+    ex_id = str(raw_id)
     label = _parse_label(spec, path, line, row.get("label"))
     doc = None
     if spec.family == "multilabel":
         sep = spec.group_separator
         doc = ex_id.split(sep, 1)[0] if sep and sep in ex_id else ex_id
-    return Example(id=ex_id, text_a=text_a, text_b=None if text_b is None else str(text_b).strip(),
-                   label=label, doc=doc, line=line)
+    return Example(id=ex_id, text_a=text_a, text_b=text_b, label=label, doc=doc, line=line)
+
+
+def _text(spec: TaskSpec, path: Path, line: int, row: Mapping[str, Any], role: str, what: str) -> str:
+    """The stripped text of ``role``: a JSON null, list, object, number or bool is refused, never
+    turned into the words "None" or "True" (TSV cells are always strings)."""
+    raw = row.get(role, "")
+    if not isinstance(raw, str):
+        raise _field_error(spec, path, line, role, raw, "a non-empty string")
+    if not raw.strip():
+        raise InputError(path, f"empty {what}", line=line, expected="a non-empty text")
+    return raw.strip()
+
+
+def _field_error(spec: TaskSpec, path: Path, line: int, role: str, raw: Any, expected: str) -> InputError:
+    """``field 'premise' is null``: the file's name of the role's field and the JSON kind of its value."""
+    if raw is None:
+        kind = "null"
+    elif isinstance(raw, bool):
+        kind = f"a boolean ({str(raw).lower()})"
+    elif isinstance(raw, (int, float)):
+        kind = f"a number ({raw!r})"
+    elif isinstance(raw, list):
+        kind = "a list"
+    elif isinstance(raw, dict):
+        kind = "an object"
+    else:
+        kind = f"a {type(raw).__name__}"
+    return InputError(path, f"field {spec.columns.get(role, role)!r} is {kind}", line=line, expected=expected)
 
 
 def _parse_label(spec: TaskSpec, path: Path, line: int, raw: Any) -> Any:
@@ -116,9 +142,12 @@ def _parse_label(spec: TaskSpec, path: Path, line: int, raw: Any) -> Any:
         return _parse_score(spec, path, line, raw)
     if spec.family == "multilabel":
         return _parse_multilabel(spec, path, line, raw)
-    label = str(raw).strip() if raw is not None else ""
+    expected = f"one of {list(spec.labels)}"
+    if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):  # JSON labels may be numbers
+        raise _field_error(spec, path, line, "label", raw, expected)
+    label = str(raw).strip()
     if label not in spec.labels:
-        raise InputError(path, f"unknown label {label!r}", line=line, expected=f"one of {list(spec.labels)}")
+        raise InputError(path, f"unknown label {label!r}", line=line, expected=expected)
     return label
 
 
@@ -126,9 +155,11 @@ def _parse_score(spec: TaskSpec, path: Path, line: int, raw: Any) -> float:
     """A finite similarity score, inside the task's ``score_range`` when it declares one."""
     expected = "a similarity score" if spec.score_range is None else \
         f"a similarity score in [{spec.score_range[0]:g}, {spec.score_range[1]:g}]"
+    if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):  # float(True) would be 1.0
+        raise _field_error(spec, path, line, "label", raw, expected)
     try:
         score = float(raw)
-    except (TypeError, ValueError):
+    except ValueError:
         raise InputError(path, f"score {raw!r} is not a number", line=line, expected=expected) from None
     if not math.isfinite(score):
         raise InputError(path, f"score {raw!r} is not a finite number", line=line, expected=expected)
@@ -138,12 +169,17 @@ def _parse_score(spec: TaskSpec, path: Path, line: int, raw: Any) -> float:
 
 
 def _parse_multilabel(spec: TaskSpec, path: Path, line: int, raw: Any) -> tuple[int, ...]:
-    """BLUE HoC cells: 'k_v' pairs ('0_0,1_1,...', k indexes labels) or label names; empty = none."""
-    text = "" if raw is None else str(raw).strip()
+    """BLUE HoC cells: one 'k_v' pair for each label ('0_0,1_1,...', k indexes labels, in any order),
+    or label names; empty = none. A pair missing or given twice is refused: '0_0,1_0,0_1' would
+    otherwise say label 0 is present and labels 2-9 absent."""
+    if raw is not None and not isinstance(raw, str):
+        raise _field_error(spec, path, line, "label", raw, "a string of k_v pairs or label names")
+    text = "" if raw is None else raw.strip()
     if not text or text.lower() == "nan":
         return ()
     items = [x.strip() for x in text.split(",") if x.strip()]
     found: set[int] = set()
+    pairs: dict[int, list[str]] = {}
     for item in items:
         kv = _KV_CELL.match(item)
         if kv:
@@ -151,6 +187,7 @@ def _parse_multilabel(spec: TaskSpec, path: Path, line: int, raw: Any) -> tuple[
             if k >= len(spec.labels):
                 raise InputError(path, f"label index {k} in {item!r}", line=line,
                                  expected=f"k < {len(spec.labels)} in k_v cells")
+            pairs.setdefault(k, []).append(item)
             if kv.group(2) == "1":
                 found.add(k)
         elif item in spec.labels:
@@ -158,6 +195,21 @@ def _parse_multilabel(spec: TaskSpec, path: Path, line: int, raw: Any) -> tuple[
         else:
             raise InputError(path, f"unknown label {item!r}", line=line,
                              expected=f"k_v pairs or names from {list(spec.labels)}")
+    if not pairs:
+        return tuple(sorted(found))
+    n = len(spec.labels)
+    expected = f"one k_v pair for each of the {n} labels"
+    count = sum(map(len, pairs.values()))
+    if count != len(items):
+        raise InputError(path, "label cell mixes k_v pairs and label names", line=line, expected=expected)
+    if count != n or len(pairs) != n:
+        problems = [f"label {k} given {len(given)} times ({', '.join(given)})"
+                    for k, given in sorted(pairs.items()) if len(given) > 1]
+        missing = [k for k in range(n) if k not in pairs]
+        if missing:
+            problems.append(f"no pair for label{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}")
+        raise InputError(path, f"label cell has {count} k_v pairs; {'; '.join(problems)}", line=line,
+                         expected=expected)
     return tuple(sorted(found))
 
 

@@ -4,7 +4,9 @@ by position; each row a ``Row`` keyed by role.
 Quoting (``layout.quoting``):
 
 - ``csv``: a real CSV parser over the whole file: BLUE's pandas-written files quote a cell that
-  holds a TAB (BIOSSES ``dev.tsv``), and a quoted cell may span lines;
+  holds a TAB (BIOSSES ``dev.tsv``), and a quoted cell may span lines; a cell that does both is
+  refused, naming the line its quote opened: that is an unbalanced quote that swallowed the
+  columns of the next rows (the merged row can still have the right number of columns);
 - ``none``: QUOTE_NONE, a quote is text (ChemProt: 59 rows hold a stray ``"``);
 - ``auto``: QUOTE_NONE, and a line with more cells than its file has columns is parsed again with
   CSV quoting: the text view, which reads both kinds without a task to say which.
@@ -92,6 +94,13 @@ def _rows(path: Path, quoting: str) -> Iterator[tuple[int, list[str]]]:
         except csv.Error as exc:
             raise InputError(path, f"CSV: {exc}", line=reader.line_num,
                              expected="TAB-separated cells, a quoted cell closed") from None
+        for i, cell in enumerate(cells):
+            if "\t" in cell and "\n" in cell:
+                opened = start + sum(c.count("\n") for c in cells[:i])
+                raise InputError(path, f"a quoted cell opened on this line runs on to line {reader.line_num} and "
+                                 "holds TABs and line breaks: an unbalanced quote likely swallowed the columns "
+                                 "and rows after it", line=opened,
+                                 expected="every quote closed; a quoted cell may span lines or hold a TAB, not both")
         if any(c.strip() for c in cells):
             yield start, cells
         start = reader.line_num + 1
