@@ -14,6 +14,7 @@ from conftest import ROOT
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.selection.measures import (
     correlations,
+    input_files,
     is_content_word,
     jensen_shannon,
     ngrams,
@@ -217,7 +218,23 @@ def test_config_checks():
     for memory in ("lots", "1 G", "-5M"):
         with pytest.raises(ConfigError, match="lmplz -S takes a size"):
             SelectionConfig(lmplz_memory=memory)
-    assert [SelectionConfig(lmplz_memory=m).lmplz_memory for m in ("50M", "1G", "20%", "1.5G", "4096")]
+    assert [SelectionConfig(lmplz_memory=m).lmplz_memory for m in ("50M", "1G", "20%", "1.5G", "40960", "33554432b")]
+    # a probe: each passed the dry run, then lmplz failed with its C++ text (a bare number is lmplz's K)
+    for memory, said in (("0", "at least 32M"), ("4096", "at least 32M"), ("10M", "at least 32M"),
+                         ("0%", r"in \(0, 100\]%"), ("120%", r"in \(0, 100\]%")):
+        with pytest.raises(ConfigError, match=f"lmplz_memory is '{memory}': .*{said}"):
+            SelectionConfig(lmplz_memory=memory)
+    with pytest.raises(ConfigError, match="seed must be >= 0, got -1"):  # numpy's ValueError, "a bug", before
+        SelectionConfig(seed=-1)
+    # an empty path is the working directory: every file under it was scored
+    with pytest.raises(ConfigError, match="sources.general is empty"):
+        SelectionConfig(sources={"general": " "})
+    with pytest.raises(ConfigError, match="targets: an entry is empty"):
+        SelectionConfig(targets=[""])
+    with pytest.raises(ConfigError, match=r"target 't=': expected TASK=PATH with both given"):
+        SelectionConfig(targets=["t="])
+    with pytest.raises(ConfigError, match="an input path is empty"):
+        input_files("")
 
 
 def test_the_dry_run_stops_where_scoring_would_on_a_short_source():

@@ -43,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-from orchestrator.core.errors import InputError, OrchestratorError
+from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
 from orchestrator.formats import SUFFIXES, text_units
 
 MEASURES = ("ppl", "jsd", "tvc", "ttr")
@@ -92,6 +92,8 @@ def read_units(path: str | Path, fmt: str = "auto", text_field: str = "text") ->
 
 def input_files(path: str | Path) -> list[Path]:
     """A file, or every file with a known suffix under a directory (sorted, for determinism)."""
+    if not str(path).strip():  # Path("") is the working directory: every file under it would be read
+        raise ConfigError("an input path is empty: give a file or a directory (an unset shell variable?)")
     path = Path(path)
     if path.is_dir():
         files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in SUFFIXES)
@@ -129,6 +131,9 @@ def target_tasks(targets: Sequence[str]) -> dict[str, list[str]]:
     tasks: dict[str, list[str]] = {}
     for item in targets:
         name, sep, path = item.partition("=")
+        if sep and not (name.strip() and path.strip()):
+            raise ConfigError(f"target {item!r}: expected TASK=PATH with both given (an empty path would read the "
+                              "working directory)")
         if not sep:
             p = Path(item)
             name, path = (p.parent.name if p.stem.lower() in SPLIT_NAMES and p.parent.name else p.stem), item

@@ -78,6 +78,11 @@ class SelectionConfig(ScoringSettings):
         super().__post_init__()
         if self.num_cpus < 0:
             raise ConfigError(f"num_cpus must be >= 0 (0 = all), got {self.num_cpus}")
+        for name, path in self.sources.items():  # Path("") is the working directory: all of it would be scored
+            if not str(path).strip():
+                raise ConfigError(f"sources.{name} is empty: give the source's file or directory")
+        if any(not str(t).strip() for t in self.targets):
+            raise ConfigError("targets: an entry is empty: give a file, or TASK=PATH")
         unknown = sorted(set(self.gains).union(*self.task_gains.values()) - set(self.sources))
         if unknown:
             raise ConfigError(f"gains given for unknown source {unknown[0]!r}; sources: {sorted(self.sources)}")

@@ -41,9 +41,19 @@ class ScoringSettings:
             raise ConfigError(f"num_samples must be >= 1, got {self.num_samples}")
         if not 2 <= self.order <= 6:  # KenLM's build_binary takes no unigram model
             raise ConfigError(f"order must be in 2..6, got {self.order}")
-        if not re.fullmatch(r"\d+(\.\d+)?[%bKMGTPEZY]?", self.lmplz_memory.strip()):
+        if self.seed < 0:  # numpy's generators take no negative seed
+            raise ConfigError(f"seed must be >= 0, got {self.seed}")
+        size = re.fullmatch(r"(\d+(?:\.\d+)?)([%bKMGTPEZY]?)", self.lmplz_memory.strip())
+        if not size:
             raise ConfigError(f"lmplz_memory is {self.lmplz_memory!r}: lmplz -S takes a size such as 500M, 2G or "
                               "a share of the memory such as 20%")
+        number, unit = float(size.group(1)), size.group(2)
+        if unit == "%" and not 0 < number <= 100:
+            raise ConfigError(f"lmplz_memory is {self.lmplz_memory!r}: a share of the memory is in (0, 100]%")
+        # lmplz's vocabulary hash alone takes 24M (its default vocab_estimate); a bare number is in K, as lmplz reads it
+        if unit != "%" and number * 1024 ** " bKMGTPEZY".index(unit or "K") / 1024 < 32 * 1024 ** 2:
+            raise ConfigError(f"lmplz_memory is {self.lmplz_memory!r}: lmplz needs at least 32M (its vocabulary "
+                              "hash alone takes 24M)")
 
     def scoring(self) -> dict:
         """The settings alone, as keyword arguments (a subclass's own fields left out)."""
