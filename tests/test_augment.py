@@ -13,6 +13,7 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 import stat
 import subprocess
 import sys
@@ -487,6 +488,22 @@ def test_job_refuses_bad_inputs_in_its_dry_run_and_before_any_work(override, con
     with pytest.raises(InputError, match=re.escape(error)):
         augment_task(dataclasses.replace(spec, dir=""), SAMPLE_DIR / spec.dir, tmp_path / "stage", cfg.model_dir,
                      cfg.augment, cfg.similarity, cfg.ray)
+
+
+def test_job_refuses_a_folder_it_did_not_write_as_its_output_in_its_dry_run_too(tiny_mlm, tmp_path, capsys):
+    """Probe B item 11: augmenting a task in place (out_dir = its data_dir) passed the dry run; the run
+    refused it at once. The dry run now gives the run's refusal, and the folder is left as it was."""
+    from jobs.augment import main
+
+    mine = tmp_path / "BC5CDR-chem"
+    shutil.copytree(SAMPLE_DIR / "BC5CDR-chem", mine)
+    before = {p.name: p.read_bytes() for p in mine.iterdir()}
+    for dry in (["--dry-run"], []):
+        assert main([*dry, f"model_dir={tiny_mlm}", f"data_dir={mine}", f"out_dir={mine}"]) == 2
+        assert capsys.readouterr().err == (
+            f"error: {mine} exists and is a folder that is not an output of this project (no manifest.json): the "
+            "augment stage will not replace it; choose another output directory, or move that one away\n")
+    assert {p.name: p.read_bytes() for p in mine.iterdir()} == before and len(list(tmp_path.iterdir())) == 1
 
 
 def test_augment_dry_run_checks_the_mlm_head_without_torch():

@@ -14,7 +14,7 @@ import pytest
 from orchestrator.core.errors import ConfigError
 from orchestrator.instances.config import InstanceConfig
 from orchestrator.instances.entity_masking import EntityMaskingConfig
-from orchestrator.workflows.entity_cycle import CycleConfig, mlm_accuracy
+from orchestrator.workflows.entity_cycle import CycleConfig, ExtractorSweep, mlm_accuracy
 
 SENTENCES = [["naloxone", "reverses", "the", "effect", "of", "clonidine", "."],
              ["the", "patient", "reported", "nitric", "oxide", "reduced", "symptoms", "."]]
@@ -80,6 +80,9 @@ def test_the_cycle_config_refuses_what_the_cycle_owns(tmp_path):
         CycleConfig(instances=InstanceConfig())
     with pytest.raises(ConfigError, match="cycles"):
         CycleConfig(cycles=0)
+    with pytest.raises(ConfigError, match=r"^extractor\.tasks: 'biosses' is a task of family sts; the entity "
+                                          r"extractor needs one of family ner"):  # probe B item 3
+        CycleConfig(extractor=ExtractorSweep(search_space="tiny", tasks=("biosses",), export_best=("biosses",)))
 
 
 def test_mlm_accuracy_is_the_mean_of_the_last_logged_steps():

@@ -217,3 +217,45 @@ def test_a_model_to_continue_needs_weights_but_not_a_tokenizer_of_its_own(tmp_pa
     assert check_model("pretrain.model.init_from", model, tokenizer=False)["layers"] == 2
     with pytest.raises(InputError, match="no tokenizer"):
         check_model("compare_models.x", model)
+
+
+@pytest.mark.parametrize("dry", [True, False], ids=["dry-run", "run"])
+@pytest.mark.parametrize("job, stage", [("proxy_search", "proxy_search"), ("propose_mix", "proposal")])
+def test_a_folder_the_project_did_not_write_is_refused_as_an_output_before_any_work(job, stage, dry, tmp_path,
+                                                                                    capsys):
+    """Probe B items 2 and 11: the dry runs said "valid" for such an out_dir; proxy_search's run then
+    trained every proxy before its final write refused it (augment: tests/test_augment.py)."""
+    mine = tmp_path / "papers"
+    mine.mkdir()
+    (mine / "draft.tex").write_text("my paper\n")
+    code, err = _job(job, [f"out_dir={mine}"] + (["--dry-run"] if dry else []), capsys)
+    assert code == 2 and err == (f"error: {mine} exists and is a folder that is not an output of this project (no "
+                                 f"manifest.json): the {stage} stage will not replace it; choose another output "
+                                 "directory, or move that one away\n"), err
+    assert _files(tmp_path) == ["papers", "papers/draft.tex"]  # nor anything beside it (proxy_search's work)
+
+
+@pytest.mark.parametrize("dry", [True, False], ids=["dry-run", "run"])
+@pytest.mark.parametrize("work, said", [("out", "is out_dir"), ("out/work", "is inside out_dir")])
+def test_a_proxy_search_whose_work_dir_is_in_its_output_is_refused_before_any_proxy(work, said, dry, tmp_path,
+                                                                                      capsys):
+    """Probe B item 2: with work_dir=out_dir the job made the folder itself (pools, proxies, mlflow.db),
+    trained every proxy, then refused it as not its output, on every re-run."""
+    out = tmp_path / "out"
+    argv = [f"out_dir={out}", f"work_dir={tmp_path / work}"]
+    code, err = _job("proxy_search", argv + (["--dry-run"] if dry else []), capsys)
+    assert code == 2 and err.startswith(f"error: work_dir {tmp_path / work} {said} ({out}): out_dir is written as "
+                                        "a whole when the search ends"), err
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("dry", [True, False], ids=["dry-run", "run"])
+def test_an_entity_cycle_extractor_must_be_an_ner_task(dry, tmp_path, capsys):
+    """Probe B item 3: `extractor.tasks=[biosses]` passed the dry run; the run pretrained and fine-tuned,
+    then crashed loading the STS head as a tagger, "unexpected ... (a bug)"."""
+    argv = [f"runs_root={tmp_path / 'runs'}", "extractor.tasks=[biosses]", "extractor.epochs={biosses: [1]}",
+            "extractor.export_best=[biosses]"]
+    code, err = _job("entity_cycle", argv + (["--dry-run"] if dry else []), capsys)
+    assert (code, err) == (2, "error: extractor.tasks: 'biosses' is a task of family sts; the entity extractor "
+                              "needs one of family ner (e.g. bc5cdr_chemical)\n")
+    assert not any(tmp_path.iterdir())

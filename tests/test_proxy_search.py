@@ -133,12 +133,23 @@ def test_a_rerun_reuses_the_output_and_a_changed_search_reuses_the_trained_proxi
     (["regression.top_k=0"], "top_k <= samples"),
     (["regression.featurs=linear"], "featurs"),
     (["pools.max_seq_length=4"], "max_seq_length must be >= 8"),
+    (["out_dir=runs/p", "work_dir=runs/p/"], "work_dir runs/p is out_dir (runs/p)"),
+    (["out_dir=runs/p", "work_dir=runs/p/work"], "work_dir runs/p/work is inside out_dir (runs/p)"),
+    (["out_dir=runs/w/proxies/p", "work_dir=runs/w"], "out_dir runs/w/proxies/p is in work_dir's proxies"),
 ])
 def test_bad_configs_are_refused(overrides, message):
     from orchestrator.workflows.proxy_search import ProxySearchConfig
 
     with pytest.raises(ConfigError, match=re.escape(message)):
         load_config(ProxySearchConfig, overrides=overrides, base=load_preset("proxy_search", "tiny"))
+
+
+def test_the_output_may_lie_in_the_work_directory_beside_what_the_search_keeps_there():
+    from orchestrator.workflows.proxy_search import ProxySearchConfig
+
+    cfg = load_config(ProxySearchConfig, overrides=["out_dir=runs/w/proposal", "work_dir=runs/w"],
+                      base=load_preset("proxy_search", "tiny"))
+    assert str(cfg.work) == "runs/w"
 
 
 def test_the_job_dry_runs_and_a_missing_target_fails_naming_it(tmp_path):

@@ -341,6 +341,22 @@ def test_report_job_errors(tmp_path):
     assert report_job().returncode == 2  # nothing to read from
 
 
+def test_an_unknown_run_id_is_bad_input_not_a_bug(tmp_path):
+    """Probe B item 9: `--run-id deadbeef` crashed as "unexpected MlflowException (a bug)", exit 1, in the
+    dry run too; an unknown --experiment already got a one-line error."""
+    run_dir = tmp_path / "runs" / "demo"
+    run_dir.mkdir(parents=True)
+    log_sweep(run_dir, make_results())
+    out = tmp_path / "out"
+    for dry in (("--dry-run",), ()):
+        res = report_job("--run-dir", str(run_dir), "--out-dir", str(out), "--run-id", "deadbeef", *dry)
+        assert res.returncode == 2, res.stderr[-3000:]
+        assert res.stderr == (f"error: run_id 'deadbeef' not found at sqlite:///{run_dir}/mlflow.db (leave run_id "
+                              "empty for the newest sweep run of experiment 'bioptorch' there)\n")
+    assert not out.exists()
+    assert report_job("--run-dir", str(run_dir), "--out-dir", str(out), "--dry-run").returncode == 0  # the store
+
+
 def test_report_dry_run_refuses_badly_typed_results(tmp_path):
     """Probe: a summary row that is a list crashed the dry run; a numeric metric name passed it and
     then crashed the real run in html.escape."""

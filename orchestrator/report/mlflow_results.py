@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.core.errors import InputError, OrchestratorError
+from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
 from orchestrator.core.results import summarize, validate_results
 from orchestrator.report.blue_table import write_report
 from orchestrator.track import schema as S
@@ -54,7 +54,15 @@ class SweepResults:
 def find_sweep_run(client, experiment: str, run_id: str | None = None):
     """The sweep's parent run: ``run_id`` if given, else the newest run tagged ``orchestrator.kind=sweep``."""
     if run_id:
-        return client.get_run(run_id)
+        from mlflow.exceptions import MlflowException  # heavy: mlflow
+
+        try:
+            return client.get_run(run_id)
+        except MlflowException as exc:
+            if exc.error_code not in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+                raise
+            raise ConfigError(f"run_id {run_id!r} not found at {client.tracking_uri} (leave run_id empty for the "
+                              f"newest sweep run of experiment {experiment!r} there)") from None
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         names = [e.name for e in client.search_experiments()]

@@ -18,9 +18,11 @@ from orchestrator.augment.pipeline import AugmentResult, augment_key, augment_ta
 from orchestrator.augment.similarity import check_similarity_inputs
 from orchestrator.core.config import field
 from orchestrator.core.errors import ConfigError
-from orchestrator.core.manifest import read_manifest
+from orchestrator.core.manifest import check_replaceable, read_manifest
 from orchestrator.core.reuse import run_stage
 from orchestrator.finetune.spec import SAMPLE_DIR, TaskSpec, load_task
+
+STAGE = "augment"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,8 +80,11 @@ def plan(cfg: AugmentJobConfig) -> str:
 
 
 def check_inputs(cfg: AugmentJobConfig) -> Path:
-    """The MLM directory and the similarity inputs, checked cheaply and without torch: what the dry run
-    checks and the run checks before it writes or starts Ray. Returns the MLM directory."""
+    """The output directory (absent, empty or an earlier augment output: never a folder the project did
+    not write, such as the task's own data directory), the MLM directory and the similarity inputs,
+    checked cheaply and without torch: what the dry run checks and the run checks before it writes or
+    starts Ray. Returns the MLM directory."""
+    check_replaceable(cfg.out_dir, STAGE)
     model_dir = check_mlm_dir(cfg.model_dir)
     check_similarity_inputs(cfg.similarity)
     return model_dir
@@ -91,7 +96,7 @@ def run(cfg: AugmentJobConfig) -> AugmentResult:
     check_inputs(cfg)
     spec = dataclasses.replace(spec, dir="")
     key = augment_key(spec, data_dir, cfg.model_dir, cfg.augment, cfg.similarity, cfg.max_train_sentences)
-    out = run_stage("augment", cfg.out_dir, key, lambda tmp: augment_task(
+    out = run_stage(STAGE, cfg.out_dir, key, lambda tmp: augment_task(
         spec, data_dir, tmp, cfg.model_dir, cfg.augment, cfg.similarity, cfg.ray,
         max_train_sentences=cfg.max_train_sentences, device=cfg.device))
     return AugmentResult(out, read_manifest(out)["counts"], 0.0)

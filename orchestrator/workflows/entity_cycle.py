@@ -36,6 +36,7 @@ from orchestrator.core.manifest import atomic_write_json, read_manifest, write_m
 from orchestrator.core.reuse import content_key
 from orchestrator.core.runtime import ray_session, seed_everything
 from orchestrator.corpus.stage import CorpusConfig, input_stats
+from orchestrator.finetune.spec import load_task
 from orchestrator.instances.config import InstanceConfig
 from orchestrator.instances.entity_masking import EntityMaskingConfig
 from orchestrator.pretrain.config import PretrainConfig
@@ -114,6 +115,10 @@ class CycleConfig:
         if len(self.extractor.tasks) != 1 or len(self.extractor.export_best) != 1:
             raise ConfigError(f"extractor: one NER task, exported: tasks: [t], export_best: [t] (got tasks "
                               f"{list(self.extractor.tasks)}, export_best {list(self.extractor.export_best)})")
+        task = self.extractor.tasks[0]
+        if (family := load_task(task).family) != "ner":  # the next cycle tags entities with its export
+            raise ConfigError(f"extractor.tasks: {task!r} is a task of family {family}; the entity extractor "
+                              "needs one of family ner (e.g. bc5cdr_chemical)")
         if self.cycles > 1 and self.pretrain.model.init_from:
             log.info("cycle 0 continues from %s; later cycles from the cycle before", self.pretrain.model.init_from)
 

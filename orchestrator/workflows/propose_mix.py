@@ -34,7 +34,13 @@ import yaml
 
 from orchestrator.core.config import check_set, field, load_config, to_dict
 from orchestrator.core.errors import ConfigError, InputError
-from orchestrator.core.manifest import atomic_dir, atomic_write_json, atomic_write_text, write_manifest
+from orchestrator.core.manifest import (
+    atomic_dir,
+    atomic_write_json,
+    atomic_write_text,
+    check_replaceable,
+    write_manifest,
+)
 from orchestrator.core.registry import suggest
 from orchestrator.corpus.sources import source_files
 from orchestrator.corpus.stage import CorpusConfig, input_stats
@@ -46,6 +52,7 @@ from orchestrator.workflows.config import sample_corpus
 
 log = logging.getLogger("proposal")
 
+STAGE = "proposal"
 CORPUS_FILE, PROPOSAL_FILE = "corpus.yaml", "proposal.json"
 POOLED_TARGET = "all targets pooled"
 
@@ -191,6 +198,7 @@ def run(cfg: ProposalConfig) -> ProposalResult:
     """Score (or read) the candidates, weight them, write the proposal into ``cfg.out_dir``."""
     input_stats(cfg.corpus)  # every candidate file exists and is not empty, before any work
     out_dir = Path(cfg.out_dir)
+    check_replaceable(out_dir, STAGE)  # a folder the project did not write: refused before any scoring
     if cfg.scores:
         scores, key, where = read_scores(cfg), "", cfg.scores
     else:
@@ -200,7 +208,7 @@ def run(cfg: ProposalConfig) -> ProposalResult:
         check_target_task(cfg)  # before scoring every candidate, not after
         key, where = candidates_key(cfg), "the scoring"
         scores = _reusable_scores(out_dir, key)
-    with atomic_dir(out_dir, "proposal") as tmp:
+    with atomic_dir(out_dir, STAGE) as tmp:
         if scores is None:
             scores = score_candidates(cfg, tmp)
         else:
@@ -224,7 +232,7 @@ def run(cfg: ProposalConfig) -> ProposalResult:
         atomic_write_json(tmp / "scores_by_task.json",
                           {t: {n: s["by_task"][t] for n, s in scores.items() if t in s.get("by_task", {})}
                            for t in tasks})
-        write_manifest(tmp, stage="proposal", config=cfg,
+        write_manifest(tmp, stage=STAGE, config=cfg,
                        inputs=[f for fs in candidate_files(cfg.corpus).values() for f, _, _ in fs],
                        counts={"candidates": len(scores), "kept": sum(1 for v in weights.values() if v > 0)},
                        seed=cfg.seed, extra={"scoring_key": key})
@@ -235,7 +243,7 @@ def _reusable_scores(out_dir: Path, key: str) -> dict[str, dict] | None:
     """An earlier proposal's scores in ``out_dir`` when they were made from the same inputs and settings."""
     try:
         manifest = json.loads((out_dir / "manifest.json").read_text(encoding="utf-8"))
-        if manifest.get("stage") != "proposal" or manifest.get("scoring_key") != key:
+        if manifest.get("stage") != STAGE or manifest.get("scoring_key") != key:
             return None
         return read_source_scores(out_dir)
     except (OSError, ValueError, InputError):
@@ -244,9 +252,11 @@ def _reusable_scores(out_dir: Path, key: str) -> dict[str, dict] | None:
 
 def plan(cfg: ProposalConfig) -> str:
     """Dry run: the candidates and targets exist and parse, the scores to reuse cover the candidates
-    (and then the weights, which cost nothing), KenLM is there; nothing is written."""
+    (and then the weights, which cost nothing), KenLM is there, the run may write ``out_dir``; nothing is
+    written."""
     from orchestrator.corpus.stage import plan_corpus  # heavy: the corpus stage's reader (a full pass)
 
+    check_replaceable(cfg.out_dir, STAGE)
     lines = ["candidates (the proposal replaces their mixer by the weighted one):", plan_corpus(cfg.corpus)]
     if cfg.scores:
         scores = read_scores(cfg)

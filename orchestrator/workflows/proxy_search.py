@@ -37,7 +37,14 @@ from pathlib import Path
 
 from orchestrator.core.config import check_set, field, to_dict
 from orchestrator.core.errors import ConfigError, OrchestratorError
-from orchestrator.core.manifest import atomic_dir, atomic_write_json, hash_inputs, read_manifest, write_manifest
+from orchestrator.core.manifest import (
+    atomic_dir,
+    atomic_write_json,
+    check_replaceable,
+    hash_inputs,
+    read_manifest,
+    write_manifest,
+)
 from orchestrator.core.reuse import KEY_FIELD, content_key, reusable, run_stage
 from orchestrator.corpus.sources import source_files
 from orchestrator.corpus.stage import CorpusConfig, input_stats, source_sizes
@@ -60,6 +67,8 @@ log = logging.getLogger("proxy_search")
 
 STAGE = "proxy_search"
 MIN_PROXIES = 3
+#: What the search keeps in its work directory (``run``): the output may not be, or lie in, one of them.
+WORK_ENTRIES = ("pools", "proxies", "tune", "mlflow.db")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,6 +114,17 @@ class ProxySearchConfig:
             raise ConfigError(f"concentration must be > 0, got {self.concentration}")
         if not self.cpus_per_trial > 0 or self.max_concurrent_trials < 0:
             raise ConfigError("cpus_per_trial must be > 0 and max_concurrent_trials >= 0")
+        # The output is replaced as a whole when the search ends: the work directory, filled before,
+        # lies outside it, and the output is none of the work's own entries.
+        out, work = Path(self.out_dir).resolve(), self.work.resolve()
+        if work == out or out in work.parents:
+            raise ConfigError(f"work_dir {self.work} is {'out_dir' if work == out else 'inside out_dir'} "
+                              f"({self.out_dir}): out_dir is written as a whole when the search ends and holds "
+                              "only its output; give a work_dir outside it (empty = <out_dir>.work beside it)")
+        for name in WORK_ENTRIES:
+            if work / name == out or work / name in out.parents:
+                raise ConfigError(f"out_dir {self.out_dir} is in work_dir's {name} ({work / name}), where the "
+                                  "search keeps its own files; give an out_dir outside it")
 
     @property
     def work(self) -> Path:
@@ -229,6 +249,8 @@ def run_proxies(cfg: ProxySearchConfig, pools_dir: Path, key_of_pools: str) -> l
     Ray Tune run (Ray must be running)."""
     from ray import tune  # heavy: ray
 
+    from orchestrator.core.runtime import check_fits  # heavy: ray behind it
+
     records_dir = cfg.work / "proxies"
     records_dir.mkdir(parents=True, exist_ok=True)
     todo, records = [], {}
@@ -247,6 +269,7 @@ def run_proxies(cfg: ProxySearchConfig, pools_dir: Path, key_of_pools: str) -> l
     if todo:
         log.info("proxies: training %d as trials of one Ray Tune run (%d steps of %d x %d tokens each)", len(todo),
                  cfg.proxy.steps(cfg.pools.max_seq_length), cfg.proxy.batch_size, cfg.pools.max_seq_length)
+        check_fits({"CPU": cfg.cpus_per_trial}, "cpus_per_trial")
         trainable = tune.with_resources(_tune_trainable, {"cpu": cfg.cpus_per_trial})
         tuner = tune.Tuner(
             trainable, param_space={"proxy": tune.grid_search(todo)},
@@ -289,6 +312,7 @@ def run(cfg: ProxySearchConfig) -> ProxySearchResult:
         for p in paths:
             next(iter(text_units(p)), None)  # the target files exist and parse
     out_dir, key = Path(cfg.out_dir), search_key(cfg)
+    check_replaceable(out_dir, STAGE)  # a folder the project did not write: refused before any proxy trains
     if reusable(out_dir, key):
         log.info("proxy search: output complete for this config and inputs, reused (%s)", out_dir)
         return _read_result(out_dir, reused=True)
@@ -362,9 +386,11 @@ def _read_result(out_dir: Path, reused: bool = False, tracking_uri: str = "") ->
 
 
 def plan(cfg: ProxySearchConfig) -> str:
-    """Dry run: the candidates and targets exist and parse; the mixtures, the budget and what is written."""
+    """Dry run: the candidates and targets exist and parse, the run may write ``out_dir``; the mixtures,
+    the budget and what is written."""
     from orchestrator.corpus.stage import plan_corpus  # heavy: the corpus stage's reader (a full pass)
 
+    check_replaceable(cfg.out_dir, STAGE)
     lines = ["candidates (the proposal replaces their mixer by the weighted one):", plan_corpus(cfg.corpus)]
     for task, paths in _target_files(cfg).items():
         units = sum(1 for p in paths for _ in text_units(p))
