@@ -65,6 +65,13 @@ def test_embedded_ray_binds_loopback(monkeypatch, tmp_path):
 
         assert ray.get(where.remote()).endswith("orchestrator/__init__.py")
 
+        # A request no node of this fixed Ray can meet would be queued for good: refused, naming the setting
+        runtime.check_fits({"CPU": 1, "GPU": 0}, "x")
+        with pytest.raises(ConfigError, match=r"^x: each task asks for CPU 2, but .* has at most CPU 1"):
+            runtime.check_fits({"CPU": 2}, "x")
+        with pytest.raises(ConfigError, match=r"asks for CPU 1, GPU 0.5, but .* at most CPU 1, GPU 0,"):
+            runtime.check_fits({"CPU": 1, "GPU": 0.5}, "x")
+
         # Automatic GPUs: this embedded Ray has none, and a stray autoscaler file does not count for it ...
         from orchestrator.sweep.config import SweepConfig
         from orchestrator.sweep.runner import _resources

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from mlflow import MlflowClient
 
-from conftest import SHARED_DATA
+from conftest import SHARED_DATA, run_job
 from jobs.retrieval import main
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.formats.parallel import align, read_lines, read_squad, read_tsv_pairs
@@ -126,6 +126,17 @@ def test_the_tiny_preset_dry_run_reads_the_bundled_parallel_sample(tmp_path, cap
     assert "text texts: 24 lines in 3 languages, aligned" in out
     assert "directions: 6 (2 to en, 2 from en, 2 other)" in out
     assert "3 embedding task(s) on Ray" in out and not (tmp_path / "run").exists()
+
+
+def test_a_resource_request_no_node_can_meet_is_refused_not_queued_for_good(tmp_path):
+    """Probe: ``cpus_per_task=100`` (or ``use_gpu=true`` without a GPU) on the embedded 2-CPU Ray waited
+    for good, the terminal showing only Ray's autoscaler lines; the same check guards pretraining's workers,
+    the instance tasks, the sweep's and the proxies' trials and the augmentation's actors."""
+    res = run_job("retrieval.py", "--preset", "tiny", f"run_dir={tmp_path / 'run'}", "tracking.enabled=false",
+                  "cpus_per_task=100", "num_cpus=2", timeout=300)
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert ("error: retrieval: cpus_per_task / use_gpu, gpus_per_task: each task asks for CPU 100, but this "
+            "machine's Ray has at most CPU 2, so no task could ever start") in res.stderr
 
 
 def test_a_k_not_below_the_units_is_refused_before_anything_runs(tmp_path, capsys):

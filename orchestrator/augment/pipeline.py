@@ -44,7 +44,7 @@ from orchestrator.core.manifest import (
     write_manifest,
 )
 from orchestrator.core.reuse import content_key, model_identity
-from orchestrator.core.runtime import possible_gpus, ray_session
+from orchestrator.core.runtime import check_fits, possible_gpus, ray_session
 from orchestrator.finetune.readers import Example, fixed_subset, read_split
 from orchestrator.finetune.spec import TaskSpec
 
@@ -131,6 +131,8 @@ def run_actor_pool(rows: list[dict], cfg: AugmentConfig, model_dir: Path, vector
     if not rows:
         return []
     gpus = _actor_gpus(ray_cfg, device)
+    check_fits({"CPU": ray_cfg.cpus_per_actor, "GPU": gpus},
+               "the augmentation's ray.cpus_per_actor / ray.gpus_per_actor", "actor")
     actor_device = "cuda" if gpus > 0 else "cpu"
     per_call = rows_per_call(cfg)
     ds = ray.data.from_items([{"uid": r["uid"], "row": json.dumps(r)} for r in rows],

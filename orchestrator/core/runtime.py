@@ -59,6 +59,8 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, num_gpus: 
         ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
                  log_to_driver=log_to_driver, runtime_env=env, _node_ip_address="127.0.0.1")
         mode = "local"
+        global _EMBEDDED_SESSION
+        _EMBEDDED_SESSION = ray.get_runtime_context().gcs_address
     else:
         _check_reachable(target)
         ray.init(address=target, log_to_driver=log_to_driver, runtime_env=env)
@@ -66,6 +68,31 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, num_gpus: 
     res = ray.cluster_resources()
     log.info("ray %s: %s", mode, {k: v for k, v in res.items() if k in ("CPU", "GPU", "memory")})
     return {"mode": mode, "address": target, "resources": res}
+
+
+#: The GCS address of the local Ray ``init_ray`` started in this process (a fixed set of nodes: no autoscaler
+#: adds one).
+_EMBEDDED_SESSION: str | None = None
+
+
+def check_fits(request: dict[str, float], setting: str, what: str = "task") -> None:
+    """Refuse, on an embedded local Ray, a task's or worker's resource request that none of its nodes can
+    meet: Ray would queue it for good (``retrieval use_gpu=true`` on a machine without a GPU, ``cpus_per_worker``
+    above the machine's CPUs: the job sat at 0 done with only Ray's autoscaler lines saying why). A cluster
+    Ray attached to is left to its autoscaler, which may start a node that fits."""
+    import ray  # heavy: ray
+
+    wanted = {k: float(v) for k, v in request.items() if v and float(v) > 0}
+    if not wanted or not ray.is_initialized() or _EMBEDDED_SESSION is None \
+            or ray.get_runtime_context().gcs_address != _EMBEDDED_SESSION:
+        return
+    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+    if any(all(node.get(k, 0.0) >= v for k, v in wanted.items()) for node in nodes):
+        return
+    has = ", ".join(f"{k} {max((n.get(k, 0.0) for n in nodes), default=0.0):g}" for k in wanted)
+    asks = ", ".join(f"{k} {v:g}" for k, v in wanted.items())
+    raise ConfigError(f"{setting}: each {what} asks for {asks}, but this machine's Ray has at most {has}, so no "
+                      f"{what} could ever start: lower the setting, or run on a Ray cluster with such a node")
 
 
 def _check_reachable(address: str, timeout: float = 5.0) -> None:

@@ -17,6 +17,7 @@ from orchestrator.core.artifacts import MixPlan, ShardInfo, label_parts, load_pl
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.manifest import read_manifest, write_manifest
 from orchestrator.core.pretokenize import pretokenize_of
+from orchestrator.core.runtime import check_fits
 from orchestrator.instances.association import (
     ASSOCIATION_DERIVATION_VERSION,
     ASSOCIATION_FILE,
@@ -42,6 +43,7 @@ def build_instances(cfg: InstanceConfig, corpus_dir: Path, vocab_dir: Path, out_
     shards, plan = load_plan(corpus_dir)
     by_path = {s.path: s for s in shards}
     workers = cfg.resolved_workers(len(plan.units))
+    check_fits({"CPU": cfg.cpus_per_worker}, "instances.cpus_per_worker")
     build_cfg, association = cfg, {}
     if cfg.entity_masking is not None and cfg.entity_masking.association_method != "table":
         build_cfg, association = _derive(cfg, plan, vocab_dir, out_dir, workers)

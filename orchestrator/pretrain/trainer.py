@@ -55,7 +55,7 @@ from orchestrator.core.reuse import (
     output_lock,
     reusable,
 )
-from orchestrator.core.runtime import ray_session
+from orchestrator.core.runtime import check_fits, ray_session
 from orchestrator.instances.config import Specials
 from orchestrator.pretrain.checkpoint import (
     HF_FILES,
@@ -346,6 +346,9 @@ def pretrain(cfg: PretrainConfig, instances: dict[int, Path], tokenizer_dir: Pat
     with output_lock(out_dir), ray_session():  # a second job on this output waits here, then reuses it
         if reusable(out_dir, key) and (out_dir / "final" / "config.json").is_file():  # finished meanwhile
             return _reused(out_dir)
+        gpu = (cfg.resources_per_worker.get("GPU") or 1.0) if cfg.use_gpu else 0.0
+        check_fits({**cfg.resources_per_worker, "GPU": gpu}, "pretrain.use_gpu / pretrain.resources_per_worker",
+                   "worker")
         nodes = alive_nodes()
         multi_node = check_multi_node(cfg, configured_uri(tracking, run_dir), nodes=nodes,
                                       driver_resources=driver_resources(nodes), out_dir=out_dir,

@@ -30,7 +30,7 @@ from orchestrator.core.config import flatten
 from orchestrator.core.errors import ConfigError, OrchestratorError
 from orchestrator.core.manifest import atomic_write_json, atomic_write_text, hash_inputs, write_manifest
 from orchestrator.core.reuse import content_key, model_identity, run_stage
-from orchestrator.core.runtime import ray_session
+from orchestrator.core.runtime import check_fits, ray_session
 from orchestrator.formats.parallel import align, detect_format, read_parallel, read_tsv_pairs
 from orchestrator.retrieval.config import RetrievalSpec, pair_languages
 from orchestrator.retrieval.table import (
@@ -190,6 +190,8 @@ def embed_all(spec: RetrievalSpec, models: Mapping[str, str | Path], sets: list[
                "special_tokens": spec.special_tokens, "long_units": spec.long_units,
                "device": "cuda" if spec.use_gpu else "cpu", "threads": max(1, int(spec.cpus_per_task))}
     with ray_session(address=ray_address, num_cpus=num_cpus):
+        check_fits({"CPU": spec.cpus_per_task, "GPU": spec.gpus_per_task if spec.use_gpu else 0.0},
+                   "retrieval: cpus_per_task / use_gpu, gpus_per_task")
         task = ray.remote(num_cpus=spec.cpus_per_task, num_gpus=spec.gpus_per_task if spec.use_gpu else 0,
                           max_retries=0)(_embed_task)
         refs = {(s.name, lang): ray.put(list(s.texts[lang])) for s in sets for lang in s.languages}

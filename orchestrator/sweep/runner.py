@@ -27,7 +27,7 @@ from orchestrator.core.cost import COST_FIELD, duration, measured
 from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
 from orchestrator.core.manifest import atomic_write_json, read_manifest, write_manifest
 from orchestrator.core.reuse import model_identity, output_lock
-from orchestrator.core.runtime import init_ray, possible_gpus
+from orchestrator.core.runtime import check_fits, init_ray, possible_gpus
 from orchestrator.finetune.readers import CV_SPLIT_SEED, document_split, read_split
 from orchestrator.finetune.trial import TrialSpec, group_trials, model_dir_ok
 from orchestrator.pretrain.config import read_hf_config
@@ -312,6 +312,8 @@ def _run_tune(cfg: SweepConfig, todo: list[TrialSpec], out_dir: Path, trials_dir
     from ray import tune  # heavy: ray
 
     resources = _resources(cfg)
+    check_fits({"CPU": resources["cpu"], "GPU": resources["gpu"]},
+               f"{cfg.KEY}.cpus_per_trial / {cfg.KEY}.gpus_per_trial", "trial")
     if resources["gpu"] > 0:
         todo = [dataclasses.replace(t, device="cuda") for t in todo]
     groups = group_trials(todo, _bundled(cfg, resources), models=cfg.bundle_models, seeds=cfg.bundle_seeds)

@@ -269,7 +269,7 @@ def run_proxies(cfg: ProxySearchConfig, pools_dir: Path, key_of_pools: str) -> l
     if todo:
         log.info("proxies: training %d as trials of one Ray Tune run (%d steps of %d x %d tokens each)", len(todo),
                  cfg.proxy.steps(cfg.pools.max_seq_length), cfg.proxy.batch_size, cfg.pools.max_seq_length)
-        check_fits({"CPU": cfg.cpus_per_trial}, "cpus_per_trial")
+        check_fits({"CPU": cfg.cpus_per_trial}, "cpus_per_trial", "trial")
         trainable = tune.with_resources(_tune_trainable, {"cpu": cfg.cpus_per_trial})
         tuner = tune.Tuner(
             trainable, param_space={"proxy": tune.grid_search(todo)},
