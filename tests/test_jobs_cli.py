@@ -180,3 +180,56 @@ def test_the_traceback_file_never_follows_a_link_planted_at_its_name(tmp_path, m
     assert victim.read_text() == "keep me"
     assert path.parent == tmp_path and not path.is_symlink() and "ZeroDivisionError" in path.read_text()
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_a_job_stopped_by_sigterm_says_so_cleans_up_and_exits_143(tmp_path):
+    """Probe: a sweep stopped by SIGTERM exited 1 without a word (Ray's own handler), and a scoring stopped by
+    it left its temporary copy of the source (as large as the source) for good. SIGTERM now raises in the main
+    thread, so `with` blocks clean up, and the job says what happened."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    source = tmp_path / "source.txt"
+    lines = (ROOT / "orchestrator" / "sample_data" / "corpus" / "general.txt").read_text(encoding="utf-8").splitlines()
+    source.write_text("\n".join(lines * 20) + "\n", encoding="utf-8")
+    work = tmp_path / "work"
+    work.mkdir()
+    args = [sys.executable, str(ROOT / "jobs" / "score_sources.py"), f"out_dir={tmp_path / 'out'}", f"work_dir={work}",
+            "parallel=false", "sample_tokens=20000", "num_samples=50", "lmplz_memory=50M",
+            "--source", f"big={source}", "--target", str(ROOT / "orchestrator" / "sample_data" / "blue" / "HoC" /
+                                                            "train.tsv")]
+    job = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not list(work.glob("score-big-*")) and job.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert list(work.glob("score-big-*")), "the scoring never made its working copy"
+    time.sleep(1.0)
+    job.send_signal(signal.SIGTERM)
+    _, err = job.communicate(timeout=120)
+    assert job.returncode == 143, err[-2000:]
+    assert "terminated (SIGTERM): finished work is kept; re-run the same command to resume" in err
+    assert not list(work.iterdir())  # the working copy went with the scoring
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+@pytest.mark.parametrize("stop, code, said", [(KeyboardInterrupt(), 130, "interrupted"),
+                                              (SystemExit(0), 130, "interrupted"),
+                                              (SystemExit(15), 143, "terminated (SIGTERM)")])
+def test_a_library_ending_the_run_with_sys_exit_is_reported_as_the_stop_it_was(capsys, stop, code, said):
+    """Probe: Ctrl-C during pretraining exited 1 without a word: Ray Train's SIGINT handler ends the run with
+    sys.exit(0), and Ray's SIGTERM handler with sys.exit(15), neither of which run_job caught."""
+    from dataclasses import dataclass
+
+    from orchestrator.core.cli import JobSpec, run_job
+
+    @dataclass(frozen=True)
+    class Empty:
+        pass
+
+    def stopped(cfg):
+        raise stop
+
+    assert run_job(JobSpec(name="demo", description="demo", config_cls=Empty, run=stopped, dry_run=str), []) == code
+    assert capsys.readouterr().err == f"{said}: finished work is kept; re-run the same command to resume\n"

@@ -26,7 +26,7 @@ import yaml
 
 from orchestrator.core.config import describe, load_config, read_yaml, to_dict
 from orchestrator.core.console import set_verbose
-from orchestrator.core.errors import OrchestratorError
+from orchestrator.core.errors import OrchestratorError, Terminated, raise_on_sigterm, sigterm_seen
 from orchestrator.core.manifest import check_writable_dir
 from orchestrator.core.registry import suggest
 
@@ -137,6 +137,7 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
     set_verbose(args.verbose)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    raise_on_sigterm()
     try:
         cfg = resolve_config(spec, args)
         if args.print_config:
@@ -164,9 +165,12 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
         print(f"error: unexpected {type(exc).__name__}: {exc}\n       (a bug: the traceback is in {path})",
               file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except (KeyboardInterrupt, SystemExit) as exc:  # Ctrl-C, SIGTERM (Terminated), or a library's handler of
+        # either ending the run with sys.exit (Ray Train's on Ctrl-C; Ray's on SIGTERM, with status 15)
+        term = isinstance(exc, Terminated) or sigterm_seen() or (isinstance(exc, SystemExit) and exc.code == 15)
+        print(f"{'terminated (SIGTERM)' if term else 'interrupted'}: finished work is kept; re-run the same command "
+              "to resume", file=sys.stderr)
+        return 143 if term else 130
 
 
 def raised_by_user_input(exc: BaseException) -> OrchestratorError | None:

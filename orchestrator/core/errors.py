@@ -29,3 +29,34 @@ class InputError(OrchestratorError):
     def __reduce__(self):
         # Rebuild from the constructor's arguments so the error survives a Ray task boundary.
         return (type(self), (self.path, self.message, self.line, self.expected))
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a scheduler's or ``kill``'s stop), raised in the main thread as a Ctrl-C is: ``with`` blocks
+    and ``finally`` clauses run (a scoring's temporary copy of its source is removed, locks and MLflow runs
+    are closed), and the job says so and exits 143 (``orchestrator.core.cli.run_job``)."""
+
+
+def raise_on_sigterm() -> None:
+    """Make SIGTERM raise ``Terminated`` in this process's main thread (elsewhere, a no-op: only the main
+    thread may set a handler). Python's default ends the process without a word or a clean-up, and
+    ``ray.init`` replaces it with ``sys.exit(15)``: call this again after Ray starts."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminated)
+
+
+_SIGTERM_SEEN = []
+
+
+def sigterm_seen() -> bool:
+    """Whether this process got a SIGTERM: a library that catches the ``Terminated`` and raises its own
+    ``KeyboardInterrupt`` (Ray Tune does) still ends the job as terminated."""
+    return bool(_SIGTERM_SEEN)
+
+
+def _terminated(signum, frame) -> None:
+    _SIGTERM_SEEN.append(signum)
+    raise Terminated()

@@ -18,7 +18,7 @@ import numpy as np
 import yaml
 
 from orchestrator.core.console import run_log
-from orchestrator.core.errors import ConfigError, OrchestratorError
+from orchestrator.core.errors import ConfigError, OrchestratorError, raise_on_sigterm
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +65,7 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, num_gpus: 
         _check_reachable(target)
         ray.init(address=target, log_to_driver=log_to_driver, runtime_env=env)
         mode = "cluster"
+    raise_on_sigterm()  # ray.init's own handler exits with status 15 and no word
     res = ray.cluster_resources()
     log.info("ray %s: %s", mode, {k: v for k, v in res.items() if k in ("CPU", "GPU", "memory")})
     return {"mode": mode, "address": target, "resources": res}
