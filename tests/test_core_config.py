@@ -254,3 +254,13 @@ def test_stages_out_of_order_or_twice_are_refused_not_printed_as_a_plan_the_run_
     assert load_config(ChainConfig, None, ["stages=[corpus,vocab,instances,pretrain]"]).stages[-1] == "pretrain"
     with pytest.raises(ConfigError, match="model_name is empty"):
         load_config(ChainConfig, None, ["model_name=null"])
+
+
+def test_an_override_whose_list_is_left_open_is_refused_as_such():
+    """`sweep.seeds=[1,2` was read as the text "[1,2" and then blamed on its first item ('[1' not an integer)."""
+    with pytest.raises(ConfigError, match=r"override 'lrs=\[1e-3, 2e-3': the value is not a YAML list \(.*expected "
+                                          r"',' or '\]'"):
+        load_config(Job, None, ["lrs=[1e-3, 2e-3"])
+    with pytest.raises(ConfigError, match=r"the value is not a YAML mapping"):
+        load_config(Job, None, ["tags={a: x"])
+    assert load_config(Job, None, ["tags.a=a: b: c"]).tags == {"a": "a: b: c"}  # other text YAML cannot read stays text

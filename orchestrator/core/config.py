@@ -155,7 +155,11 @@ def parse_override(text: str) -> tuple[list[str], Any]:
         value = yaml.load(raw, Loader=UniqueKeyLoader) if raw.strip() else ""  # noqa: S506 (a SafeLoader)
     except yaml.constructor.ConstructorError as exc:  # a key twice in `{a: x, a: y}`: not a plain string either
         raise ConfigError(f"override {text!r}: {_yaml_problem(exc)}") from None
-    except yaml.YAMLError:
+    except yaml.YAMLError as exc:
+        if raw.strip().startswith(("[", "{")):  # a list or mapping left open: not text the key could take
+            kind = "list" if raw.strip()[0] == "[" else "mapping"
+            raise ConfigError(f"override {text!r}: the value is not a YAML {kind} ({_yaml_problem(exc)}): write "
+                              "[a, b] or {k: v}, quoted for the shell") from None
         value = raw
     return path, value
 
