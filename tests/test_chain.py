@@ -40,6 +40,19 @@ def test_dry_run_validates_and_trains_nothing(tmp_path):
     assert "experiment:" not in res.stdout and "nothing was trained" in res.stdout
 
 
+def test_a_sweep_of_published_models_files_its_cost_under_the_sweep(tmp_path, tiny_bert):
+    """README's "fine-tune published models only" (stages [sweep, report] over compare_models): a probe found
+    its cost filed under model_name, a model the run never built."""
+    res = run_job("blue_sweep.py", f"runs_root={tmp_path}", "arms={}", "stages=[sweep,report]",
+                  f"compare_models.m={tiny_bert}", "sweep.search_space=tiny", "sweep.tasks=[biosses]",
+                  "sweep.seeds=[1]", "sweep.learning_rates=[1e-3]", "sweep.epochs={biosses: [1]}", timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    cost = res.stdout[res.stdout.index("cost          :"):]
+    assert re.match(r"cost +:.*\n  the sweep\n    sweep +[\d.]+s +[\d.]+ CPU-h\n", cost), cost
+    assert "ours" not in cost
+    assert json.loads((tmp_path / "default" / "sweep" / "results.json").read_text())["models"] == ["m"]
+
+
 def test_bad_config_fails_with_suggestion_and_nonzero_exit(tmp_path):
     res = run_job("blue_sweep.py", "--dry-run", "pretrain.phase1.stepz=3")
     assert res.returncode == 2

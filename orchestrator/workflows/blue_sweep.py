@@ -120,7 +120,10 @@ def run_chain(cfg: ExperimentConfig) -> ChainResult:
 
     def stages(info: dict, started: float) -> ChainResult:
         result = _chain_stages(cfg, arm, run_dir)
-        result.costs = {cfg.model_name: chain_costs(cfg, run_dir, since=started)}
+        # a run that builds no model (stages [sweep, report] over compare_models) files its sweep's cost under
+        # the sweep, not under model_name, a model it never built
+        builds = any(s in cfg.stages for s in ("corpus", "vocab", "instances", "pretrain"))
+        result.costs = {cfg.model_name if builds else "the sweep": chain_costs(cfg, run_dir, since=started)}
         return result
 
     return _in_ray_session(cfg, stages)
