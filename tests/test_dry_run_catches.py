@@ -259,3 +259,69 @@ def test_an_entity_cycle_extractor_must_be_an_ner_task(dry, tmp_path, capsys):
     assert (code, err) == (2, "error: extractor.tasks: 'biosses' is a task of family sts; the entity extractor "
                               "needs one of family ner (e.g. bc5cdr_chemical)\n")
     assert not any(tmp_path.iterdir())
+
+
+def _fake_instances(root) -> str:
+    """An instances directory the pretraining job's input check accepts (its manifest; an empty part)."""
+    inst = root / "instances" / "len128"
+    inst.mkdir(parents=True)
+    (inst / "manifest.json").write_text(json.dumps({"counts": {"max_seq_length": 128, "masking": "dynamic",
+                                                               "vocab_size": 100, "vocab_sha256": "x"}}))
+    (inst / "part-00000.parquet").write_bytes(b"")
+    return str(root / "instances")
+
+
+@pytest.mark.parametrize("dry", [True, False], ids=["dry-run", "run"])
+@pytest.mark.parametrize("job, stage", [("score_sources", "selection"), ("pretrain", "pretrain")])
+def test_a_folder_the_project_did_not_write_is_refused_before_ray_and_before_a_log(job, stage, dry, tmp_path,
+                                                                                    capsys):
+    """Probe A item 4: the dry runs said "valid"; score_sources scored every source first (hours at the
+    default sizes), pretrain started Ray and its workers and wrote logs/job.log beside the folder."""
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    argv = (["--preset", "tiny"] if job == "score_sources" else  # parallel: scoring would start Ray
+            [f"instances_dir={_fake_instances(inputs)}", f"tokenizer_dir={inputs / 'vocab'}"])
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine\n")
+    before = _files(tmp_path)
+    code, err = _job(job, [*argv, f"out_dir={mine}"] + (["--dry-run"] if dry else []), capsys)
+    assert code == 2 and err == (f"error: {mine} exists and is a folder that is not an output of this project (no "
+                                 f"manifest.json): the {stage} stage will not replace it; choose another output "
+                                 "directory, or move that one away\n"), err
+    assert _files(tmp_path) == before  # no logs/job.log, no output, no work copy
+
+
+@pytest.mark.parametrize("files", [(), ("vocab.txt",)], ids=["empty folder", "only vocab.txt"])
+def test_a_folder_without_a_tokenizer_is_said_to_lack_its_files_not_to_need_sentencepiece(files, tmp_path, capsys):
+    """Probe A item 11: transformers' 5-line message told the user to install sentencepiece or tiktoken."""
+    vocab = tmp_path / "vocab"
+    vocab.mkdir()
+    for name in files:
+        (vocab / name).write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n")
+    argv = ["--dry-run", f"instances_dir={_fake_instances(tmp_path)}", f"tokenizer_dir={vocab}",
+            f"out_dir={tmp_path / 'run' / 'pretrain'}"]
+    code, err = _job("pretrain", argv, capsys)
+    assert (code, err) == (2, f"error: {vocab}: no tokenizer.json, nor vocab.txt with tokenizer_config.json here "
+                              "(expected a Hugging Face tokenizer or model directory)\n")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("dry", [True, False], ids=["dry-run", "run"])
+@pytest.mark.parametrize("texts, said", [
+    (False, "vocab.quality.tokenizers: no text to measure them on; give vocab.quality.texts (LANG=FILE) or "
+            "vocab.quality.corpus_lines > 0"),
+    (True, "{missing}: tokenizer directory does not exist (expected a Hugging Face tokenizer or model directory "
+           "(tokenizer.json or vocab.txt))"),
+])
+def test_build_corpus_refuses_quality_tokenizers_it_would_not_or_could_not_measure(texts, said, dry, tmp_path,
+                                                                                    capsys):
+    """Probe A item 13: vocab.quality.tokenizers without vocab.quality.texts was silently ignored, even for a
+    directory that does not exist; with texts, the run built the corpus and the vocabulary before refusing it."""
+    missing = tmp_path / "no_such_tokenizer"
+    argv = [f"out_dir={tmp_path / 'run'}", f"vocab.quality.tokenizers.x={missing}"]
+    if texts:
+        argv.append(f"vocab.quality.texts.en={ROOT / 'orchestrator/sample_data/corpus/general.txt'}")
+    code, err = _job("build_corpus", argv + (["--dry-run"] if dry else []), capsys)
+    assert (code, err) == (2, f"error: {said.format(missing=missing)}\n")
+    assert not any(tmp_path.iterdir())

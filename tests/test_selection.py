@@ -271,3 +271,19 @@ def test_the_ray_path_submits_the_largest_source_first(tmp_path):
         (tmp_path / "d" / f"{i}.txt").write_text("word " * 200)
     sources = {n: str(tmp_path / f"{n}.txt") for n in "abc"} | {"d": str(tmp_path / "d")}
     assert largest_first(sources) == ["d", "b", "c", "a"]
+
+
+@pytest.mark.parametrize("dry", [True, False], ids=["dry-run", "run"])
+def test_a_source_of_blank_lines_is_refused_by_the_dry_run_as_by_the_run(dry, tmp_path, capsys):
+    """Probe A item 7: the dry run said "0 tokens -- fewer than sample_tokens: scored whole ... valid", exit 0,
+    for a source the run then refused ("holds no text")."""
+    from jobs.score_sources import main
+
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n\n  \n", encoding="utf-8")
+    out = tmp_path / "out"
+    argv = [f"out_dir={out}", f"work_dir={tmp_path}", "short_source=whole", "sample_tokens=100", "parallel=false",
+            "--source", f"x={blank}", "--target", str(ROOT / "orchestrator/sample_data/blue/HoC/train.tsv")]
+    assert main(argv + (["--dry-run"] if dry else [])) == 2
+    assert capsys.readouterr().err == f"error: {blank}: holds no text (expected at least one token)\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["blank.txt"]  # no output, no work copy left

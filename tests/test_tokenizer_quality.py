@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 
 import pytest
 
@@ -37,3 +38,46 @@ def test_a_directory_given_as_text_is_said_to_be_one(tmp_path, capsys):
     assert _job().main(["--dry-run", "--text", f"en={folder}"]) == 2
     err = capsys.readouterr().err
     assert f"{folder}: is a directory, not a file (expected a text file for en:" in err and "not found" not in err
+
+
+def _tree(root) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("dry", [True, False], ids=["dry-run", "run"])
+@pytest.mark.parametrize("manifest, said", [
+    (None, "a folder that is not an output of this project (no manifest.json)"),  # probe A 3: the user's notes
+    ('{"stage": "vocab"}', "the output of stage 'vocab'"),  # probe A 3: another stage's finished output
+])
+def test_an_output_folder_it_did_not_write_is_refused_before_any_work(tmp_path, capsys, dry, manifest, said):
+    """Probe A item 3: out_dir=<any folder> replaced the user's tokenizer_quality.md (or added files into
+    the vocab stage's output), exit 0, no manifest; the dry run said valid."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "tokenizer_quality.md").write_text("my precious notes\n", encoding="utf-8")
+    if manifest:
+        (mine / "manifest.json").write_text(manifest, encoding="utf-8")
+    before = _tree(tmp_path)
+    assert _job().main([*(["--dry-run"] if dry else []), f"out_dir={mine}"]) == 2
+    assert capsys.readouterr().err == (f"error: {mine} exists and is {said}: the tokenizer_quality stage will not "
+                                       "replace it; choose another output directory, or move that one away\n")
+    assert _tree(tmp_path) == before  # nothing overwritten, nothing added, not even beside it
+
+
+def test_a_rerun_replaces_its_own_output_which_has_a_manifest(tmp_path, capsys):
+    out = tmp_path / "tq"
+    for _ in range(2):  # the tiny preset: MiniLM on the shipped sample text
+        assert _job().main([f"out_dir={out}"]) == 0, capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "tokenizer_quality.json",
+                                                     "tokenizer_quality.md"]
+    assert json.loads((out / "manifest.json").read_text())["stage"] == "tokenizer_quality"
+    assert [p.name for p in tmp_path.iterdir()] == ["tq"]  # no temp folder left beside it
+
+
+@pytest.mark.parametrize("dry", [True, False], ids=["dry-run", "run"])
+def test_max_lines_below_one_is_refused_under_the_jobs_own_key(tmp_path, capsys, dry):
+    """Probe A item 12: the message named quality.corpus_lines and quality.max_lines, keys this job does not have."""
+    out = tmp_path / "tq"
+    assert _job().main([*(["--dry-run"] if dry else []), "max_lines=0", f"out_dir={out}"]) == 2
+    assert capsys.readouterr().err == "error: max_lines must be >= 1, got 0\n"
+    assert not out.exists()

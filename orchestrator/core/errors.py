@@ -1,6 +1,8 @@
 """Errors that name what went wrong, where, and what was expected."""
 from __future__ import annotations
 
+import signal
+import threading
 from pathlib import Path
 
 
@@ -41,9 +43,6 @@ def raise_on_sigterm() -> None:
     """Make SIGTERM raise ``Terminated`` in this process's main thread (elsewhere, a no-op: only the main
     thread may set a handler). Python's default ends the process without a word or a clean-up, and
     ``ray.init`` replaces it with ``sys.exit(15)``: call this again after Ray starts."""
-    import signal
-    import threading
-
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminated)
 

@@ -89,6 +89,7 @@ from orchestrator.pretrain.nodes import (
 from orchestrator.pretrain.stopping import STEPS
 from orchestrator.track import schema as S
 from orchestrator.track.runs import PENDING, RankZeroLogger, end_stage_run, set_run_tags, start_stage_run
+from orchestrator.vocab.quality import check_tokenizer_dir_files
 
 log = logging.getLogger(__name__)
 #: How often Ray Train's controller polls its workers (Ray's default: 2 s). A finished run is noticed up
@@ -127,6 +128,8 @@ def special_ids(tokenizer_dir: Path) -> Specials:
     try:
         tok = AutoTokenizer.from_pretrained(str(tokenizer_dir), local_files_only=True)
     except (OSError, ValueError) as exc:
+        # no tokenizer files at all: say which are expected (transformers advises installing sentencepiece)
+        check_tokenizer_dir_files(tokenizer_dir)
         raise InputError(tokenizer_dir, f"cannot load tokenizer: {exc}", expected="an HF tokenizer directory") \
             from None
     missing = [name for name in ("cls", "sep", "mask", "pad") if getattr(tok, f"{name}_token_id") is None]
@@ -224,6 +227,16 @@ def _check_init_from(cfg: PretrainConfig, vocab_size: int, tokenizer_dir: Path |
 
 RUN_RECORD = "run.json"  # in out_dir/checkpoints: the key and settings of the run the checkpoints belong to
 STORAGE_RECORD = "storage.json"  # in out_dir, with pretrain.storage_path: where its checkpoints are
+
+
+def check_output(out_dir: Path) -> None:
+    """Raise unless ``out_dir`` may take this stage's output: absent, empty, an earlier pretraining
+    output (``check_replaceable``), or a run of ours being resumed (its checkpoints' run record, or the
+    record of where they are). jobs/pretrain.py and its dry run call it before Ray starts or anything is
+    written; training calls it again."""
+    out_dir = Path(out_dir)
+    if not ((out_dir / CHECKPOINTS / RUN_RECORD).is_file() or (out_dir / STORAGE_RECORD).is_file()):
+        check_replaceable(out_dir, "pretrain")
 
 
 def _check_run(cfg: PretrainConfig, key: str, ckpt_dir: Path) -> None:
@@ -392,9 +405,7 @@ def _train(cfg: PretrainConfig, infos: dict[str, InstanceInfo], tokenizer_dir: P
     started = time.monotonic()
     log.info("pretrain: started (%d workers%s)", cfg.num_workers, ", GPUs" if cfg.use_gpu else "")
     storage_path, run_name, ckpt_dir = _storage(cfg, out_dir, key)
-    ours = (out_dir / CHECKPOINTS / RUN_RECORD).is_file() or (out_dir / STORAGE_RECORD).is_file()
-    if not ours:  # not a run of ours being resumed
-        check_replaceable(out_dir, "pretrain")
+    check_output(out_dir)  # (again, for the job: another process may have written there since)
     out_dir.mkdir(parents=True, exist_ok=True)
     if cfg.storage_path:  # where this output's checkpoints are
         atomic_write_json(out_dir / STORAGE_RECORD, {"storage_path": storage_path, "name": run_name, "key": key})

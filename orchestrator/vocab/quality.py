@@ -114,20 +114,32 @@ class QualityConfig:
     max_lines: int = field(5000, help="text units read from each file of `texts`")
 
     def __post_init__(self) -> None:
-        for name in self.texts:
-            if not TEXT_NAME.fullmatch(name):
-                raise ConfigError(f"quality.texts: {name!r} is not '<language>' or '<language>:<kind>' "
-                                  "(e.g. de, de:specific)")
-        for name in self.tokenizers:
-            if not name or name != name.strip():
-                raise ConfigError(f"quality.tokenizers: bad name {name!r}")
-        if self.corpus_lines < 0 or self.max_lines < 1:
-            raise ConfigError("quality.corpus_lines must be >= 0 and quality.max_lines >= 1")
+        check_quality_settings(self.tokenizers, self.texts, self.max_lines, keys="vocab.quality.")
+        if self.corpus_lines < 0:
+            raise ConfigError(f"vocab.quality.corpus_lines must be >= 0, got {self.corpus_lines}")
+        if self.tokenizers and not self.active:  # else they are never loaded, nor measured: a setting without effect
+            raise ConfigError("vocab.quality.tokenizers: no text to measure them on; give vocab.quality.texts "
+                              "(LANG=FILE) or vocab.quality.corpus_lines > 0")
 
     @property
     def active(self) -> bool:
         """Whether there is text to measure on (else no table is made)."""
         return bool(self.texts) or self.corpus_lines > 0
+
+
+def check_quality_settings(tokenizers: dict[str, str], texts: dict[str, str], max_lines: int, keys: str) -> None:
+    """ConfigError for a text name that is not a language, a blank tokenizer name, or ``max_lines`` < 1;
+    ``keys``: the prefix of the keys as the job's user writes them ("vocab.quality.", or "" for the
+    standalone job)."""
+    for name in texts:
+        if not TEXT_NAME.fullmatch(name):
+            raise ConfigError(f"{keys}texts: {name!r} is not '<language>' or '<language>:<kind>' "
+                              "(e.g. de, de:specific)")
+    for name in tokenizers:
+        if not name or name != name.strip():
+            raise ConfigError(f"{keys}tokenizers: bad name {name!r}")
+    if max_lines < 1:
+        raise ConfigError(f"{keys}max_lines must be >= 1, got {max_lines}")
 
 
 def read_text_sets(texts: dict[str, str], max_lines: int) -> list[TextSet]:
@@ -290,6 +302,7 @@ def load_tokenizer(path: str | Path):
     if not path.is_dir():
         raise InputError(path, "tokenizer directory does not exist",
                          expected="a Hugging Face tokenizer or model directory (tokenizer.json or vocab.txt)")
+    check_tokenizer_dir_files(path)
     if (path / "tokenizer.json").is_file():
         from tokenizers import Tokenizer  # heavy: tokenizers
 
@@ -300,9 +313,18 @@ def load_tokenizer(path: str | Path):
         tokenizer.no_padding()  # MiniLM's is saved padding to 128: one word must stay its own tokens
         tokenizer.no_truncation()
         return tokenizer
-    if not (path / "vocab.txt").is_file() or not (path / "tokenizer_config.json").is_file():
-        raise InputError(path, "no tokenizer.json, nor vocab.txt with tokenizer_config.json here",
-                         expected="a Hugging Face tokenizer or model directory")
     from transformers import AutoTokenizer  # heavy: transformers
 
     return AutoTokenizer.from_pretrained(str(path), use_fast=True).backend_tokenizer
+
+
+def check_tokenizer_dir_files(path: str | Path) -> None:
+    """InputError naming what is missing unless the directory ``path`` holds a tokenizer.json, or a
+    vocab.txt with the tokenizer_config.json that says how to read it (a folder with neither would get
+    transformers' advice to install sentencepiece or tiktoken instead)."""
+    path = Path(path)
+    if (path / "tokenizer.json").is_file() or ((path / "vocab.txt").is_file()
+                                               and (path / "tokenizer_config.json").is_file()):
+        return
+    raise InputError(path, "no tokenizer.json, nor vocab.txt with tokenizer_config.json here",
+                     expected="a Hugging Face tokenizer or model directory")

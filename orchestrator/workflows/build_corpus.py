@@ -11,6 +11,7 @@ from orchestrator.core.config import check_set, field
 from orchestrator.core.runtime import ray_session
 from orchestrator.corpus.stage import CorpusConfig, input_stats
 from orchestrator.instances.config import InstanceConfig
+from orchestrator.vocab.quality import load_tokenizers, read_text_sets
 from orchestrator.vocab.wordpiece import VocabConfig
 from orchestrator.workflows.config import RayConfig, sample_corpus
 from orchestrator.workflows.runner import CorpusResult, check_corpus_outputs, corpus_stages, plan_corpus_stages
@@ -32,6 +33,10 @@ def build_corpus(cfg: CorpusBuildConfig) -> CorpusResult:
     """``python jobs/build_corpus.py``: the first three stages of the chain."""
     input_stats(cfg.corpus)  # fail fast, before Ray starts, on missing or empty source files
     check_corpus_outputs(Path(cfg.out_dir), cfg.instances)
+    quality = cfg.vocab.quality
+    if quality.active:  # the tokenizer-quality inputs too (as the dry run does), not after the vocabulary is trained
+        read_text_sets(quality.texts, quality.max_lines)
+        load_tokenizers(quality.tokenizers)
     with ray_session(address=cfg.ray.address or None, num_cpus=cfg.ray.num_cpus or None):
         return corpus_stages(cfg.corpus, cfg.vocab, cfg.instances, Path(cfg.out_dir))
 

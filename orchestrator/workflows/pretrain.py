@@ -12,6 +12,7 @@ from orchestrator.core.console import LOG_PATH
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.runtime import cluster_address, ray_session
 from orchestrator.pretrain.config import PretrainConfig
+from orchestrator.pretrain.trainer import check_output
 from orchestrator.track import TrackingConfig
 from orchestrator.workflows.runner import pretrain_stage
 
@@ -53,6 +54,7 @@ def find_instances(instances_dir: Path) -> dict[int, Path]:
 def run(cfg: PretrainJobConfig):
     out_dir = Path(cfg.out_dir).resolve()
     run_dir = Path(cfg.run_dir).resolve() if cfg.run_dir else out_dir.parent
+    check_output(out_dir)  # a folder the project did not write: refused before Ray, and before logs/job.log
     # Ray's, Train's and the workers' own lines go to the run's log file, the terminal keeping the job's
     # progress (as jobs/blue_sweep.py does); --verbose keeps everything on the terminal
     with ray_session(address=cfg.ray_address or None, log_file=run_dir / LOG_PATH) as info:
@@ -68,8 +70,9 @@ def plan(cfg: PretrainJobConfig) -> str:
     from orchestrator.pretrain.nodes import alive_nodes, driver_resources  # heavy: ray (--help stays quick)
     from orchestrator.pretrain.trainer import configured_uri, plan_pretrain
 
-    instances = find_instances(Path(cfg.instances_dir))
     out_dir = Path(cfg.out_dir).resolve()
+    check_output(out_dir)
+    instances = find_instances(Path(cfg.instances_dir))
     run_dir = Path(cfg.run_dir).resolve() if cfg.run_dir else out_dir.parent
     nodes = driver = None
     if cluster_address(cfg.ray_address or None) is not None:

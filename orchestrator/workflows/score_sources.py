@@ -16,7 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
-from orchestrator.core.manifest import atomic_dir, atomic_write_json, atomic_write_text, write_manifest
+from orchestrator.core.manifest import (
+    atomic_dir,
+    atomic_write_json,
+    atomic_write_text,
+    check_replaceable,
+    write_manifest,
+)
 from orchestrator.core.runtime import ray_session
 from orchestrator.selection.measures import (
     TargetProfile,
@@ -32,6 +38,8 @@ from orchestrator.selection.measures import (
 from orchestrator.selection.scoring import SelectionConfig, SourceScore, load_targets, score_source
 
 log = logging.getLogger(__name__)
+
+STAGE = "selection"
 
 
 @dataclass(frozen=True)
@@ -57,15 +65,19 @@ class SelectionResult:
 
 
 def plan(cfg: SelectionConfig) -> str:
-    """Dry run: every input exists and parses in full, sizes against sample_tokens, KenLM is installed."""
+    """Dry run: the run may write ``out_dir``, every input exists and parses in full, sizes against
+    sample_tokens, KenLM is installed."""
     if not cfg.sources:
         raise ConfigError("no sources: give --source NAME=PATH ... or sources={name: path}")
+    check_replaceable(cfg.out_dir, STAGE)
     lines = [f"target task {task}: {t.tokens} tokens, {len(t.lines)} units, {len(t.content_vocab)} content-word "
              f"types, {t.ngram_total} n-grams" for task, t in load_targets(cfg).items()]
     for name, path in sorted(cfg.sources.items()):
         files = input_files(path)
         tokens = sum(len(tokenize(u)) for f in files for u in read_units(f, cfg.input_format, cfg.text_field))
         note = ""
+        if tokens == 0:  # what scoring stops on (score_source), with the same words
+            raise InputError(path, "holds no text", expected="at least one token")
         if tokens < cfg.sample_tokens:
             if cfg.short_source == "error":  # what scoring would stop on, after the sources before it
                 raise InputError(", ".join(str(f) for f in files), f"source {name!r} has {tokens} tokens, fewer "
@@ -82,6 +94,8 @@ def run(cfg: SelectionConfig) -> SelectionResult:
     """Score every source against the targets; write scores.json, samples.json, table.txt, manifest."""
     if not cfg.sources:
         raise ConfigError("no sources: give --source NAME=PATH ... or sources={name: path}")
+    out_dir = Path(cfg.out_dir)
+    check_replaceable(out_dir, STAGE)  # a folder the project did not write: refused before any scoring
     for tool in ("lmplz", "build_binary"):  # fail before any work, not after the first source
         kenlm_binary(tool)
     for path in cfg.sources.values():  # cheap checks first: a missing or 0-byte file stops before any scoring
@@ -100,8 +114,7 @@ def run(cfg: SelectionConfig) -> SelectionResult:
     table = ranked_table(scores)
     corr = correlations(scores, cfg.gains) if cfg.gains else None
     task_corr = task_correlations(by_task, cfg.task_gains) if cfg.task_gains else None
-    out_dir = Path(cfg.out_dir)
-    with atomic_dir(out_dir, "selection") as tmp:
+    with atomic_dir(out_dir, STAGE) as tmp:
         atomic_write_json(tmp / "scores.json", scores)
         atomic_write_json(tmp / "scores_by_task.json", by_task)
         atomic_write_json(tmp / "samples.json", {
@@ -112,7 +125,7 @@ def run(cfg: SelectionConfig) -> SelectionResult:
             atomic_write_json(tmp / "correlations.json", corr)
         if task_corr is not None:
             atomic_write_json(tmp / "correlations_by_task.json", task_corr)
-        write_manifest(tmp, stage="selection", config=cfg,
+        write_manifest(tmp, stage=STAGE, config=cfg,
                        inputs=[p for paths in target_tasks(cfg.targets).values() for p in paths]
                        + list(cfg.sources.values()),
                        counts={"sources": len(results), "target_tasks": len(targets),
