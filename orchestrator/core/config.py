@@ -62,6 +62,17 @@ def check_set(**values: str) -> None:
             raise ConfigError(f"{key} is empty: give the directory or name to write under")
 
 
+def first_repeat(values) -> Any:
+    """The first value of ``values`` given again later, or None: a sweep axis holding one twice would train
+    each of its trials twice into one record."""
+    seen = []
+    for value in values:
+        if value in seen:
+            return value
+        seen.append(value)
+    return None
+
+
 def check_seeds(where: str, seeds) -> None:
     """Random seeds: non-negative integers (numpy's generators refuse others), none twice (a repeated seed
     would count one run twice in the means and the paired statistics)."""

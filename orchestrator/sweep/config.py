@@ -5,7 +5,7 @@ import dataclasses
 import functools
 from typing import ClassVar, Literal
 
-from orchestrator.core.config import check_number, check_seeds, field, to_dict
+from orchestrator.core.config import check_number, check_seeds, field, first_repeat, to_dict
 from orchestrator.core.errors import ConfigError
 from orchestrator.core.registry import suggest
 
@@ -64,11 +64,10 @@ class SpaceOverrides:
         for lr in self.learning_rates:
             check_number(f"{self.KEY}.learning_rates: each", lr, low=0, low_open=True)
         check_seeds(f"{self.KEY}.seeds", self.seeds)
-        for axis in ("tasks", "learning_rates"):  # a repeat trains each of its trials twice into one record
+        for axis in ("tasks", "learning_rates"):
             values = list(getattr(self, axis))
-            repeated = [v for v in values if values.count(v) > 1]
-            if repeated:
-                raise ConfigError(f"{self.KEY}.{axis}: {values} repeats {repeated[0]}")
+            if (again := first_repeat(values)) is not None:
+                raise ConfigError(f"{self.KEY}.{axis}: {values} repeats {again}")
         for name, valid in (("precision", ("fp32", "bf16", "fp16")), ("tune", ("full", "adapters"))):
             value = getattr(self, name)
             if value and value not in valid:  # checked here, the error names the key the user wrote
@@ -80,7 +79,7 @@ class SpaceOverrides:
         for task, grid in self.epochs.items():
             if not grid or any(e < 1 for e in grid):
                 raise ConfigError(f"{self.KEY}.epochs.{task}: need positive epoch counts, got {list(grid)}")
-            if len(set(grid)) != len(grid):
+            if first_repeat(grid) is not None:
                 raise ConfigError(f"{self.KEY}.epochs.{task}: {list(grid)} repeats an epoch count")
         if self.early_stopping.on and self.epochs:
             raise ConfigError(f"{self.KEY}.epochs {sorted(self.epochs)} and {self.KEY}.early_stopping.patience "

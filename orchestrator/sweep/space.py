@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-from orchestrator.core.config import check_number, check_seeds, field, from_dict, read_yaml, to_dict
+from orchestrator.core.config import check_number, check_seeds, field, first_repeat, from_dict, read_yaml, to_dict
 from orchestrator.core.errors import ConfigError
 from orchestrator.core.registry import suggest
 from orchestrator.core.reuse import content_key, model_identity
@@ -64,11 +64,9 @@ class SearchSpace:
             raise ConfigError("search space: batch_size >= 1 (or a list of them) and max_seq_length >= 8")
         if len(set(self.batch_sizes)) != len(self.batch_sizes):
             raise ConfigError(f"search space: batch_size {list(self.batch_sizes)} repeats a value")
-        # a task or learning rate given twice would train each of its trials twice into one record
         for axis, values in (("tasks", self.tasks), ("learning_rates", self.learning_rates)):
-            repeated = sorted({str(v) for v in values if list(values).count(v) > 1})
-            if repeated:
-                raise ConfigError(f"search space: {axis} {list(values)} repeats {repeated[0]}")
+            if (again := first_repeat(values)) is not None:
+                raise ConfigError(f"search space: {axis} {list(values)} repeats {again}")
         printed: dict[str, float] = {}
         for lr in self.learning_rates:  # trial ids name a learning rate to 6 significant digits ({lr:g})
             if printed.setdefault(f"{lr:g}", lr) != lr:
@@ -85,7 +83,7 @@ class SearchSpace:
         for task, grid in self.epochs.items():
             if not grid or any(e < 1 for e in grid):
                 raise ConfigError(f"search space: epochs.{task}: need positive epoch counts, got {list(grid)}")
-            if len(set(grid)) != len(grid):
+            if first_repeat(grid) is not None:
                 raise ConfigError(f"search space: epochs.{task}: {list(grid)} repeats an epoch count")
         check_number("search space: weight_decay", self.weight_decay, low=0)
         check_number("search space: warmup_proportion", self.warmup_proportion, low=0, high=1, high_open=True)
