@@ -292,15 +292,19 @@ def test_a_folder_the_project_did_not_write_is_refused_before_ray_and_before_a_l
     assert _files(tmp_path) == before  # no logs/job.log, no output, no work copy
 
 
+@pytest.mark.parametrize("dry", [True, False], ids=["dry-run", "run"])
 @pytest.mark.parametrize("files", [(), ("vocab.txt",)], ids=["empty folder", "only vocab.txt"])
-def test_a_folder_without_a_tokenizer_is_said_to_lack_its_files_not_to_need_sentencepiece(files, tmp_path, capsys):
-    """Probe A item 11: transformers' 5-line message told the user to install sentencepiece or tiktoken."""
+def test_a_folder_without_a_tokenizer_is_said_to_lack_its_files_not_to_need_sentencepiece(files, dry, tmp_path,
+                                                                                         capsys):
+    """Probe A item 11: transformers' 5-line message told the user to install sentencepiece or tiktoken. The
+    run says it before Ray starts and before its run directory's logs/job.log (session 42; it used to start
+    Ray first)."""
     vocab = tmp_path / "vocab"
     vocab.mkdir()
     for name in files:
         (vocab / name).write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n")
-    argv = ["--dry-run", f"instances_dir={_fake_instances(tmp_path)}", f"tokenizer_dir={vocab}",
-            f"out_dir={tmp_path / 'run' / 'pretrain'}"]
+    argv = [f"instances_dir={_fake_instances(tmp_path)}", f"tokenizer_dir={vocab}",
+            f"out_dir={tmp_path / 'run' / 'pretrain'}"] + (["--dry-run"] if dry else [])
     code, err = _job("pretrain", argv, capsys)
     assert (code, err) == (2, f"error: {vocab}: no tokenizer.json, nor vocab.txt with tokenizer_config.json here "
                               "(expected a Hugging Face tokenizer or model directory)\n")

@@ -12,7 +12,7 @@ from orchestrator.core.console import LOG_PATH
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.runtime import cluster_address, ray_session
 from orchestrator.pretrain.config import PretrainConfig
-from orchestrator.pretrain.trainer import check_output
+from orchestrator.pretrain.trainer import check_output, special_ids
 from orchestrator.track import TrackingConfig
 from orchestrator.workflows.runner import pretrain_stage
 
@@ -55,13 +55,14 @@ def run(cfg: PretrainJobConfig):
     out_dir = Path(cfg.out_dir).resolve()
     run_dir = Path(cfg.run_dir).resolve() if cfg.run_dir else out_dir.parent
     check_output(out_dir)  # a folder the project did not write: refused before Ray, and before logs/job.log
+    instances = find_instances(Path(cfg.instances_dir))  # the inputs too: a missing one is found before Ray,
+    special_ids(Path(cfg.tokenizer_dir))  # a tokenizer that does not load as well (pretrain reads it again)
     # Ray's, Train's and the workers' own lines go to the run's log file, the terminal keeping the job's
     # progress (as jobs/blue_sweep.py does); --verbose keeps everything on the terminal
     with ray_session(address=cfg.ray_address or None, log_file=run_dir / LOG_PATH) as info:
         if info["log_file"]:
             log.info("Ray's, Train's and the workers' own output: %s", info["log_file"])
-        return pretrain_stage(cfg.pretrain, find_instances(Path(cfg.instances_dir)), Path(cfg.tokenizer_dir),
-                              out_dir, cfg.tracking, run_dir)
+        return pretrain_stage(cfg.pretrain, instances, Path(cfg.tokenizer_dir), out_dir, cfg.tracking, run_dir)
 
 
 def plan(cfg: PretrainJobConfig) -> str:
