@@ -175,6 +175,35 @@ def test_source_smaller_than_budget_errors_or_is_scored_whole(tmp_path: Path):
         score_source("blank", str(blank), {"t": target}, cfg)
 
 
+def test_a_scoring_left_by_a_killed_worker_is_cleaned_by_the_next_scoring_of_that_source(tmp_path: Path):
+    """A probe's finding (session 41): a scoring killed by SIGTERM with parallel=true left its Ray workers'
+    tokenised copies (as large as the sources) in work_dir for good. The next scoring of the same source
+    removes one whose process is gone; a live process's and another source's stay."""
+    import os
+    import subprocess
+
+    from orchestrator.core.manifest import _HOST
+
+    work = tmp_path / "work"
+    work.mkdir()
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    stale = work / f".score-small.tmp-{_HOST}-{gone.pid}-0123abcd"
+    stale.mkdir()
+    (stale / "tokens.txt").write_text("a copy\n", encoding="utf-8")
+    live = work / f".score-small.tmp-{_HOST}-{os.getppid()}-0123abcd"
+    other = work / f".score-large.tmp-{_HOST}-{gone.pid}-0123abcd"
+    live.mkdir()
+    other.mkdir()
+    small = tmp_path / "small.txt"
+    small.write_text("the liver tumor shows early enhancement .\n" * 10, encoding="utf-8")
+    cfg = SelectionConfig(targets=["t"], sources={"small": str(small)}, sample_tokens=1000, parallel=False,
+                          work_dir=str(work))
+    with pytest.raises(InputError, match="fewer than sample_tokens"):  # its own scratch goes on failure too
+        score_source("small", str(small), {"t": profile_target(["liver tumor"])}, cfg)
+    assert sorted(work.iterdir()) == sorted([live, other])
+
+
 def test_target_tasks_group_files_by_task_name():
     from orchestrator.selection.measures import target_tasks
 

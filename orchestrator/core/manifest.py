@@ -23,6 +23,7 @@ import re
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 import uuid
 from collections.abc import Iterable, Iterator
@@ -107,6 +108,23 @@ def atomic_dir(final: str | Path, stage: str) -> Iterator[Path]:
 
 
 _HOST = re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname())
+
+
+@contextlib.contextmanager
+def scratch_dir(name: str, parent: str | Path | None = None) -> Iterator[Path]:
+    """An owner-only working directory ``.<name>.tmp-<host>-<pid>-<id>`` in ``parent`` (empty or None: the
+    system temp directory), removed when the block ends. Named as ``atomic_dir``'s temporary directories,
+    so one left by a process killed without a clean-up (a Ray worker ended on SIGTERM) is removed by the
+    next ``scratch_dir`` of the same name (``clean_stale_temps``)."""
+    root = Path(parent or tempfile.gettempdir())
+    root.mkdir(parents=True, exist_ok=True)
+    clean_stale_temps(root / name)
+    tmp = root / f".{name}.tmp-{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir(mode=0o700)
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def clean_stale_temps(final: str | Path) -> list[Path]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import tempfile
+import re
 import time
 import zlib
 from collections import Counter
@@ -24,6 +24,7 @@ import numpy as np
 
 from orchestrator.core.config import field
 from orchestrator.core.errors import ConfigError, InputError
+from orchestrator.core.manifest import scratch_dir
 from orchestrator.selection.measures import (
     MEASURES,
     TargetProfile,
@@ -142,8 +143,8 @@ def score_source(name: str, path: str | Path | Sequence[InputFile], targets: Map
         files = [(Path(f), fmt, text_field) for f, fmt, text_field in path]
         path = ", ".join(str(f) for f, _, _ in files)
     pooled = merge_profiles(targets.values()) if len(targets) > 1 else next(iter(targets.values()))
-    with tempfile.TemporaryDirectory(prefix=f"score-{name}-", dir=cfg.work_dir or None) as tmp:
-        work = Path(tmp)
+    # removed at the end; one a killed Ray worker left is removed by the next scoring of this source
+    with scratch_dir("score-" + re.sub(r"[^A-Za-z0-9._-]", "_", name), cfg.work_dir) as work:
         unit_tokens = _tokenize_source(files, work / "tokens.txt")
         total = int(unit_tokens.sum())
         if total == 0:
