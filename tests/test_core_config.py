@@ -242,6 +242,16 @@ def test_a_string_setting_given_a_yaml_boolean_is_refused_not_spelt_true():
     assert load_config(Job, None, ["tags.a='on'"]).tags == {"a": "on"}
 
 
+def test_a_string_setting_keeps_the_number_as_the_user_wrote_it(tmp_path):
+    """`run_name=0755` named the run directory "493" (YAML 1.1's octal); `1.10` became "1.1". A string setting
+    takes the text written, in an override and in a file; number settings still read the number."""
+    cfg = load_config(Job, _write(tmp_path / "c.yaml", "seed: 0x1F\ntags:\n  v: 1.10\n  t: 12:30\n"),
+                      ["tags.a=0755", "tags.b=2024", "optim.learning_rate=1.50"])
+    assert cfg.tags == {"v": "1.10", "t": "12:30", "a": "0755", "b": "2024"}
+    assert (cfg.seed, cfg.optim.learning_rate) == (31, 1.5) and type(cfg.seed) is int
+    assert type(cfg.optim.learning_rate) is float
+
+
 @pytest.mark.parametrize("stages, said", [
     (["sweep", "pretrain", "corpus", "vocab", "instances", "report"], r"not in the order they run; give \['corpus'"),
     (["corpus", "corpus", "vocab", "instances", "pretrain", "sweep", "report"], "corpus is given twice")])

@@ -132,6 +132,35 @@ class UniqueKeyLoader(yaml.SafeLoader):
                         "keep one", key_node.start_mark)
         return super().construct_mapping(node, deep=deep)
 
+    def construct_yaml_int(self, node):
+        return _number_with_text(super().construct_yaml_int(node), node.value)
+
+    def construct_yaml_float(self, node):
+        return _number_with_text(super().construct_yaml_float(node), node.value)
+
+
+UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", UniqueKeyLoader.construct_yaml_int)
+UniqueKeyLoader.add_constructor("tag:yaml.org,2002:float", UniqueKeyLoader.construct_yaml_float)
+
+
+class _IntText(int):
+    """An int YAML read from text that does not print back as it (``0755`` is 493): a string setting takes
+    the text the user wrote (``yaml_text``); everything else sees the number."""
+    yaml_text: str
+
+
+class _FloatText(float):
+    """As ``_IntText``, for a float (``1.10``, ``1e3``)."""
+    yaml_text: str
+
+
+def _number_with_text(value, text: str):
+    if str(value) == text or not isinstance(value, (int, float)):
+        return value
+    number = (_IntText if isinstance(value, int) else _FloatText)(value)
+    number.yaml_text = text
+    return number
+
 
 def _yaml_where(exc: yaml.YAMLError) -> str:
     """':LINE:COLUMN' of a YAML error (1-based), or '' when PyYAML gives no position."""
@@ -441,7 +470,8 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
         if isinstance(value, bool):  # str(True) would name a run directory "True" for `run_name=on`
             raise ConfigError(f"{where}: expected a string, got the boolean {value!r} (YAML reads an unquoted on, "
                               "off, yes, no, true or false as a boolean): quote it")
-        return "" if value is None else str(value)
+        # a number the user wrote otherwise than Python prints it (run_name=0755, YAML's octal 493): their text
+        return "" if value is None else getattr(value, "yaml_text", None) or str(value)
     if tp is Path:
         return Path(str(value))
     return value
