@@ -176,7 +176,7 @@ def test_two_nodes_refuse_local_storage_then_train_one_worker_per_node_on_shared
     import ray
     from transformers import AutoModelForPreTraining, AutoTokenizer
 
-    from orchestrator.pretrain.nodes import alive_nodes
+    from orchestrator.core.runtime import alive_nodes
     from orchestrator.pretrain.trainer import plan_pretrain, pretrain
 
     nodes = alive_nodes()

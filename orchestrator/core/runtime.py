@@ -76,6 +76,13 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, num_gpus: 
 _EMBEDDED_SESSION: str | None = None
 
 
+def alive_nodes() -> list[dict]:
+    """The Ray cluster's alive nodes (``ray.nodes()`` entries); Ray must be initialised."""
+    import ray  # heavy: ray
+
+    return [n for n in ray.nodes() if n.get("Alive")]
+
+
 def check_fits(request: dict[str, float], setting: str, what: str = "task") -> None:
     """Refuse, on an embedded local Ray, a task's or worker's resource request that none of its nodes can
     meet: Ray would queue it for good (``retrieval use_gpu=true`` on a machine without a GPU, ``cpus_per_worker``
@@ -87,7 +94,7 @@ def check_fits(request: dict[str, float], setting: str, what: str = "task") -> N
     if not wanted or not ray.is_initialized() or _EMBEDDED_SESSION is None \
             or ray.get_runtime_context().gcs_address != _EMBEDDED_SESSION:
         return
-    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+    nodes = [n.get("Resources", {}) for n in alive_nodes()]
     if any(all(node.get(k, 0.0) >= v for k, v in wanted.items()) for node in nodes):
         return
     has = ", ".join(f"{k} {max((n.get(k, 0.0) for n in nodes), default=0.0):g}" for k in wanted)

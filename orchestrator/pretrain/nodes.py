@@ -36,13 +36,6 @@ def is_uri(path: str) -> bool:
     return "://" in path and not path.startswith("file://")
 
 
-def alive_nodes() -> list[dict]:
-    """The Ray cluster's alive nodes (``ray.nodes()`` entries); Ray must be initialised."""
-    import ray  # heavy: ray
-
-    return [n for n in ray.nodes() if n.get("Alive")]
-
-
 def driver_resources(nodes: Sequence[dict]) -> dict[str, float]:
     """The resources of the node this process (the driver) runs on."""
     import ray  # heavy: ray

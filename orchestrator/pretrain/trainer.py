@@ -55,7 +55,7 @@ from orchestrator.core.reuse import (
     output_lock,
     reusable,
 )
-from orchestrator.core.runtime import check_fits, ray_session
+from orchestrator.core.runtime import alive_nodes, check_fits, ray_session
 from orchestrator.instances.config import Specials
 from orchestrator.pretrain.checkpoint import (
     HF_FILES,
@@ -80,7 +80,6 @@ from orchestrator.pretrain.data import (
     resolve_ingest,
 )
 from orchestrator.pretrain.nodes import (
-    alive_nodes,
     check_multi_node,
     driver_resources,
     is_uri,

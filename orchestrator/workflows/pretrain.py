@@ -10,8 +10,9 @@ from orchestrator.core.artifacts import read_instance_info
 from orchestrator.core.config import check_set, field
 from orchestrator.core.console import LOG_PATH
 from orchestrator.core.errors import ConfigError, InputError
-from orchestrator.core.runtime import cluster_address, ray_session
+from orchestrator.core.runtime import alive_nodes, cluster_address, ray_session
 from orchestrator.pretrain.config import PretrainConfig
+from orchestrator.pretrain.nodes import driver_resources
 from orchestrator.pretrain.trainer import check_output, special_ids
 from orchestrator.track import TrackingConfig
 from orchestrator.workflows.runner import pretrain_stage
@@ -68,7 +69,6 @@ def run(cfg: PretrainJobConfig):
 def plan(cfg: PretrainJobConfig) -> str:
     """Dry run. Attached to a cluster (``ray_address``, RAY_ADDRESS, or on a head), its nodes are counted:
     a multi-node run with the driver's own paths or MLflow file is refused here, not when it starts."""
-    from orchestrator.pretrain.nodes import alive_nodes, driver_resources  # heavy: ray (--help stays quick)
     from orchestrator.pretrain.trainer import configured_uri, plan_pretrain
 
     out_dir = Path(cfg.out_dir).resolve()
