@@ -250,6 +250,12 @@ def test_a_string_setting_keeps_the_number_as_the_user_wrote_it(tmp_path):
     assert cfg.tags == {"v": "1.10", "t": "12:30", "a": "0755", "b": "2024"}
     assert (cfg.seed, cfg.optim.learning_rate) == (31, 1.5) and type(cfg.seed) is int
     assert type(cfg.optim.learning_rate) is float
+    # a setting of any type holds the plain number; a document read so can still be written back as YAML
+    import yaml
+
+    from orchestrator.core.config import UniqueKeyLoader
+    read = yaml.load("a: 0755\nb: [1.10, 0x10]\n", Loader=UniqueKeyLoader)
+    assert yaml.safe_load(yaml.safe_dump(read)) == {"a": 493, "b": [1.1, 16]}
 
 
 @pytest.mark.parametrize("stages, said", [

@@ -202,9 +202,9 @@ def test_a_job_stopped_by_sigterm_says_so_cleans_up_and_exits_143(tmp_path):
                                                             "train.tsv")]
     job = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
-    while not list(work.glob("score-big-*")) and job.poll() is None and time.monotonic() < deadline:
+    while not list(work.glob(".score-big.tmp-*")) and job.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert list(work.glob("score-big-*")), "the scoring never made its working copy"
+    assert list(work.glob(".score-big.tmp-*")), "the scoring never made its working copy"
     time.sleep(1.0)
     job.send_signal(signal.SIGTERM)
     _, err = job.communicate(timeout=120)

@@ -162,6 +162,23 @@ def _number_with_text(value, text: str):
     return number
 
 
+def _plain(value: Any) -> Any:
+    """``value`` with every ``_IntText`` / ``_FloatText`` in it a plain int / float (a setting of any type
+    keeps no trace of how its numbers were written)."""
+    if isinstance(value, (_IntText, _FloatText)):
+        return (int if isinstance(value, int) else float)(value)
+    if isinstance(value, dict):
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(v) for v in value)
+    return value
+
+
+# a document read with UniqueKeyLoader and written back (yaml.safe_dump) keeps its numbers
+yaml.SafeDumper.add_representer(_IntText, yaml.SafeDumper.represent_int)
+yaml.SafeDumper.add_representer(_FloatText, yaml.SafeDumper.represent_float)
+
+
 def _yaml_where(exc: yaml.YAMLError) -> str:
     """':LINE:COLUMN' of a YAML error (1-based), or '' when PyYAML gives no position."""
     mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
@@ -391,7 +408,7 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if tp is Any:
-        return value
+        return _plain(value)
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
@@ -413,7 +430,7 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
             value = "on" if value else "off"  # YAML 1.1 reads an unquoted on / off (in a file or key=on) as a bool
         if value not in args:
             raise ConfigError(f"{where}: {value!r} is not one of {list(args)}{suggest(str(value), map(str, args))}")
-        return value
+        return _plain(value)
     if dataclasses.is_dataclass(tp):
         if dataclasses.is_dataclass(value):
             return value
@@ -473,5 +490,5 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
         # a number the user wrote otherwise than Python prints it (run_name=0755, YAML's octal 493): their text
         return "" if value is None else getattr(value, "yaml_text", None) or str(value)
     if tp is Path:
-        return Path(str(value))
-    return value
+        return Path(getattr(value, "yaml_text", None) or str(value))
+    return _plain(value)
