@@ -3,11 +3,16 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, get_args
 
 from orchestrator.core.config import check_number, check_seeds, field, first_repeat, to_dict
 from orchestrator.core.errors import ConfigError
 from orchestrator.core.registry import suggest
+
+#: A search space's fine-tuning precisions and ways to tune (``SearchSpace``'s fields; the overrides check
+#: theirs against the same choices).
+Precision = Literal["fp32", "bf16", "fp16"]
+Tune = Literal["full", "adapters"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,7 +73,7 @@ class SpaceOverrides:
             values = list(getattr(self, axis))
             if (again := first_repeat(values)) is not None:
                 raise ConfigError(f"{self.KEY}.{axis}: {values} repeats {again}")
-        for name, valid in (("precision", ("fp32", "bf16", "fp16")), ("tune", ("full", "adapters"))):
+        for name, valid in (("precision", get_args(Precision)), ("tune", get_args(Tune))):
             value = getattr(self, name)
             if value and value not in valid:  # checked here, the error names the key the user wrote
                 raise ConfigError(f"{self.KEY}.{name}: {value!r} is not one of {list(valid)}"

@@ -21,7 +21,7 @@ from orchestrator.core.registry import suggest
 from orchestrator.core.reuse import content_key, model_identity
 from orchestrator.finetune.spec import SAMPLE_DIR, TaskSpec, load_task, shipped_task_names
 from orchestrator.finetune.trial import TrialSpec
-from orchestrator.sweep.config import EarlyStopping, SweepConfig
+from orchestrator.sweep.config import EarlyStopping, Precision, SweepConfig, Tune
 from search_spaces import SPACE_DIR
 
 
@@ -45,11 +45,11 @@ class SearchSpace:
                       "then ignored")
     weight_decay: float = field(0.01, help="AdamW weight decay (biases and LayerNorm excluded)")
     warmup_proportion: float = field(0.1, help="linear warmup share of the trial's steps")
-    tune: Literal["full", "adapters"] = field(
+    tune: Tune = field(
         "full", help="full: every weight trains (a model's pretrained adapters included); adapters: only the "
                      "adapters and the task head, the base frozen (seed 002: lr 1e-4, 30 epochs); a model "
                      "pretrained without adapters gets fresh ones")
-    precision: Literal["fp32", "bf16", "fp16"] = field(
+    precision: Precision = field(
         "fp32", help="fine-tuning precision: fp32, bf16 autocast, or fp16 autocast with a dynamic loss scaler "
                      "(seed 000 fine-tuned in FP16); weights stay fp32, evaluation runs in fp32")
     adapter_reduction_factor: int = field(16, help="tune=adapters on a model without adapters: bottleneck = "
