@@ -284,3 +284,31 @@ def test_a_mecab_model_tokenizer_is_taken_as_it_is(mecab_vocab, tmp_path):
     (tmp_path / "other").mkdir()
     with pytest.raises(InputError, match="vocab.pretokenize is mecab but this tokenizer's word splitting is none"):
         copy_model_tokenizer(get_model_path(), tmp_path / "other", "mecab")
+
+
+def test_tokenizer_quality_measures_a_mecab_vocabulary(mecab_vocab, japanese, tmp_path, capsys):
+    """Probe D item 1: a MeCab vocabulary (BertJapaneseTokenizer: no fast form) crashed tokenizer quality,
+    the job (its dry run too) and the chain's vocab.quality, with AttributeError 'backend_tokenizer'. It is
+    measured through transformers: MeCab's words, then WordPiece, as the model reads text."""
+    import importlib.util
+
+    from transformers import AutoTokenizer
+
+    from conftest import ROOT
+    from orchestrator.vocab.quality import load_tokenizer, measure, word_counts
+
+    spec = importlib.util.spec_from_file_location("tq_job", ROOT / "jobs" / "tokenizer_quality.py")
+    job = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(job)
+    text = japanese / "jsquad-v1.3" / "valid-v1.3.json"
+    out = tmp_path / "tq"
+    for dry in (True, False):
+        assert job.main([*(["--dry-run"] if dry else []), f"out_dir={out}", "--tokenizer", f"ja={mecab_vocab}",
+                         "--text", f"ja={text}", "max_lines=50"]) == 0, capsys.readouterr().err
+    row, = json.loads((out / "tokenizer_quality.json").read_text(encoding="utf-8"))
+    assert row["tokenizer"] == "ja" and row["words"] > 500 and 1.0 <= row["fertility"] < 3.0
+    # the counts are the tokenizer's own: each word through transformers' MeCab + WordPiece, alone
+    tokenizer = AutoTokenizer.from_pretrained(str(mecab_vocab))
+    counts = word_counts(["梅雨は雨季の一種である。", "東京大学で研究しています"])
+    pieces = sum(len(tokenizer(w, add_special_tokens=False)["input_ids"]) * c for w, c in counts.items())
+    assert measure(load_tokenizer(mecab_vocab), counts)["fertility"] == round(pieces / sum(counts.values()), 4)

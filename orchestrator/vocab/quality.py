@@ -20,14 +20,16 @@ no spaces: there, these are characters and kana runs, not dictionary words). Eac
 given to the tokenizer alone, through its own normalizer (lower-casing, accent stripping of an
 uncased vocabulary), without special tokens.
 
-Pure given the tokenizers (``tokenizers.Tokenizer`` objects); ``load_tokenizer`` reads one from
-a Hugging Face tokenizer or model directory.
+Pure given the tokenizers (``tokenizers.Tokenizer`` objects, or ``PythonTokenizer`` for one without a
+fast form, as a MeCab vocabulary's); ``load_tokenizer`` reads one from a Hugging Face tokenizer or model
+directory.
 """
 from __future__ import annotations
 
 import dataclasses
 import html
 import re
+import types
 import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -315,7 +317,26 @@ def load_tokenizer(path: str | Path):
         return tokenizer
     from transformers import AutoTokenizer  # heavy: transformers
 
-    return AutoTokenizer.from_pretrained(str(path), use_fast=True).backend_tokenizer
+    tokenizer = AutoTokenizer.from_pretrained(str(path), use_fast=True)
+    return tokenizer.backend_tokenizer if getattr(tokenizer, "is_fast", False) else PythonTokenizer(tokenizer)
+
+
+class PythonTokenizer:
+    """A transformers tokenizer that has no fast (``tokenizers``) form, with the three things ``measure``
+    uses of a ``tokenizers.Tokenizer``: ``encode_batch``, ``token_to_id`` and ``model.unk_token``. The one
+    this project writes is a MeCab vocabulary's ``BertJapaneseTokenizer`` (``vocab.pretokenize: mecab``):
+    MeCab's words, then WordPiece, as the model reads its text."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.model = types.SimpleNamespace(unk_token=tokenizer.unk_token)
+
+    def encode_batch(self, texts: list[str], add_special_tokens: bool = False) -> list[types.SimpleNamespace]:
+        ids = self.tokenizer(list(texts), add_special_tokens=add_special_tokens)["input_ids"]
+        return [types.SimpleNamespace(ids=row, attention_mask=[1] * len(row)) for row in ids]
+
+    def token_to_id(self, token: str) -> int | None:
+        return self.tokenizer.convert_tokens_to_ids(token)
 
 
 def check_tokenizer_dir_files(path: str | Path) -> None:
