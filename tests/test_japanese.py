@@ -68,6 +68,19 @@ def test_syntok_does_not_split_japanese_and_english_is_unchanged():
     assert split_sentences("One. Two!", "en") == ["One.", "Two!"]
 
 
+def test_chinese_is_split_at_its_full_stops_as_japanese_is(shared_data):
+    """Probe D item 2: a zh source went to syntok, which does not split at 。, so XQuAD's 240 Chinese paragraphs
+    were 336 "sentences" (1,189 full stops inside them) and MDAPT's sentence budget counted paragraphs."""
+    assert split_sentences("北京是中国的首都。它有很多名胜古迹！你去过吗？", "zh") == [
+        "北京是中国的首都。", "它有很多名胜古迹！", "你去过吗？"]
+    paragraphs = [p.text for p in read(shared_data / "multilingual" / "xquad_wikipedia" / "xquad.zh.json", "squad")]
+    sentences = [s for p in paragraphs for s in split_sentences(p, "zh")]
+    stops = sum(p.count("。") for p in paragraphs)
+    assert len(paragraphs) == 240 and stops > 1000 and len(sentences) > 0.98 * stops  # (was 336)
+    inside = [s for s in sentences if "。" in s[:-1].rstrip("」』）)”’")]
+    assert len(inside) < 0.02 * len(sentences)  # a full stop inside a quotation: one sentence, as in Japanese
+
+
 # ------------------------------------------------------------------------------------ JSQuAD as a corpus
 def test_squad_reader_strips_jsquad_titles_drops_repeats_and_names_bad_input(tmp_path, japanese):
     doc = {"data": [{"title": "梅雨", "paragraphs": [{"context": "梅雨 [SEP] 梅雨は雨季。", "qas": [{"id": "q1"}]},

@@ -4,8 +4,9 @@ BERT's instance algorithm packs *sentences* into segments A/B, so every document
 as a list of sentences. syntok is used because it works offline (NLTK's punkt needs a data
 download) and splits ~1 MB of PubMed text per second in pure Python.
 
-Japanese (a source with ``language: ja``) has no spaces and ends sentences with 。！？, which
-syntok does not know: ``split_japanese`` splits after a run of 。｡！？ (full-width or ASCII ! and ?)
+Japanese and Chinese (a source with ``language: ja`` or ``zh``) have no spaces and end sentences with
+。！？, which syntok does not know (a Chinese paragraph came out as one "sentence"): ``split_japanese``
+splits after a run of 。｡！？ (full-width or ASCII ! and ?)
 and ．, with the closing brackets and quotes that follow it (」』）】 ...) kept on the sentence they
 close. A terminator inside a matched pair of brackets does not end the sentence (彼は「行く。」と言った。
 is one sentence), unless the bracket closes right after it and is followed by the end, a space or
@@ -22,14 +23,14 @@ _OPEN = "「『（(【〔［[｛{〈《“‘"
 _CLOSE = "」』）)】〕］]｝}〉》”’"
 _PAIR = dict(zip(_OPEN, _CLOSE))
 _CLOSERS = frozenset(_CLOSE)
-#: Languages whose sources are split by ``split_japanese`` instead of syntok.
-JAPANESE = ("ja",)
+#: Languages whose sources are split by ``split_japanese`` instead of syntok: they end sentences with 。！？.
+FULL_STOP_LANGUAGES = ("ja", "zh")
 
 
 def split_sentences(text: str, language: str = "en") -> list[str]:
     """Split one document (one or more paragraphs) into sentences, keeping the original spacing
-    (``language`` ja: ``split_japanese``)."""
-    if language in JAPANESE:
+    (``language`` ja or zh: ``split_japanese``)."""
+    if language in FULL_STOP_LANGUAGES:
         return split_japanese(text)
     out: list[str] = []
     for paragraph in segmenter.analyze(text):

@@ -51,10 +51,10 @@ class SourceConfig:
     page_field: str = field("", help="jsonl key / parquet column naming the page (MDAPT: a page is "
                                      "never sampled twice across languages); empty = one page per doc")
     role: Role = field("large", help="small/large (SimPT, AmpV) or domain/general (MDAPT)")
-    language: str = field("en", help="language code (MDAPT samples general text per language; ja: sentences "
-                                     "are split at 。！？, see orchestrator.corpus.sentences)")
-    sentence_split: bool = field(True, help="split documents into sentences (syntok; Japanese rules for language "
-                                            "ja); false when every line of a document is already one sentence")
+    language: str = field("en", help="language code (MDAPT samples general text per language; ja and zh: "
+                                     "sentences are split at 。！？, see orchestrator.corpus.sentences)")
+    sentence_split: bool = field(True, help="split documents into sentences (syntok; full-stop rules for languages "
+                                            "ja and zh); false when every line of a document is already one sentence")
     language_field: str = field("", help="jsonl key / parquet column holding each document's language code "
                                          "(source metadata, as seed 002's PubMed); empty = every document "
                                          "has `language`")

@@ -86,7 +86,9 @@ def corpus_keys(corpus: CorpusConfig, vocab: VocabConfig, instances: InstanceCon
     """The key of every output of the first three stages, from configs and input files alone (a
     finished stage records its key, so a downstream key never needs the upstream output itself).
     Reads the sources' sizes and the vocabulary's target files; builds nothing."""
-    keys = {"corpus": content_key("corpus", corpus.identity(), input_stats(corpus))}
+    # a Chinese source's corpus made before its sentences were split at 。！？ (session 42) is not reused
+    splits = [{"zh": "split at full stops"}] if any(s.language == "zh" for s in corpus.sources) else []
+    keys = {"corpus": content_key("corpus", corpus.identity(), input_stats(corpus), *splits)}
     if "vocab" not in stages:
         return keys
     # the tokenizer-quality table's inputs only when it has any (default keys stay what they were)
