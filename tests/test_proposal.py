@@ -132,6 +132,11 @@ def test_a_new_rule_reuses_the_scores_and_a_score_sources_output_serves_too(prop
     assert top.weights == {"in_domain": 1.0, "general": 0.0} and top.scores == first.scores
     built = load_config(CorpusBuildConfig, top.corpus_file)
     assert [s.name for s in built.corpus.sources] == ["in_domain"]  # weight 0: left out of the corpus
+    # but its share moves to the source kept: the proposal feeds the candidates' size x dupe factor, as the
+    # softmax proposal does (probe D item 3: top_k fed a quarter of it, the kept source's size alone)
+    from orchestrator.corpus.stage import source_sizes
+    assert built.corpus.mixer.total_bytes == sum(source_sizes(cfg.corpus).values()) * cfg.corpus.mixer.dupe_factor
+    assert load_config(CorpusBuildConfig, first.corpus_file).corpus.mixer.total_bytes == 0  # none left out
     # the scores of a score_sources run (its layout: scores.json, scores_by_task.json), per target task
     again = run(replace(cfg, out_dir=str(tmp_path / "again"), scores=str(top.out_dir), target_task="HoC"))
     hoc = json.loads((top.out_dir / "scores_by_task.json").read_text())["HoC"]

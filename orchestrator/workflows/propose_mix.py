@@ -43,7 +43,7 @@ from orchestrator.core.manifest import (
 )
 from orchestrator.core.registry import suggest
 from orchestrator.corpus.sources import source_files
-from orchestrator.corpus.stage import CorpusConfig, input_stats
+from orchestrator.corpus.stage import CorpusConfig, input_stats, source_sizes
 from orchestrator.report.sources import read_source_scores
 from orchestrator.selection.proposal import WeightingConfig, propose_weights
 from orchestrator.selection.settings import ScoringSettings, scoring_key
@@ -175,11 +175,18 @@ def measures_for(scores: dict[str, dict], target_task: str, where: str) -> dict[
 
 def proposal_corpus(corpus: CorpusConfig, weights: dict[str, float]) -> dict:
     """The ``corpus:`` section of the proposal: the candidates with weight > 0 and the weighted mixer
-    (the candidates' shard size, dupe factor and seed kept)."""
+    (the candidates' shard size, dupe factor and seed kept). A proposal feeds as much text as the
+    candidates' own mix would: with ``total_bytes`` 0 (the sources' size x dupe factor) and a candidate
+    left out, the total is written out as all the candidates' size x dupe factor (file sizes, as the
+    dry run states them), so leaving a source out moves its share to the others instead of shrinking
+    the pretraining text (top_k 1 of 2 fed a quarter of softmax's bytes)."""
     kept = [to_dict(s) for s in corpus.sources if weights.get(s.name, 0.0) > 0]
+    total = corpus.mixer.total_bytes
+    if not total and len(kept) < len(corpus.sources):
+        total = sum(source_sizes(corpus).values()) * corpus.mixer.dupe_factor
     mixer = {"name": "weighted", "weights": {s["name"]: round(weights[s["name"]], 6) for s in kept},
              "shard_bytes": corpus.mixer.shard_bytes, "dupe_factor": corpus.mixer.dupe_factor,
-             "total_bytes": corpus.mixer.total_bytes}
+             "total_bytes": total}
     return {"sources": kept, "mixer": mixer, "seed": corpus.seed}
 
 
