@@ -382,6 +382,29 @@ def test_models_whose_builds_draw_other_random_numbers_train_alone(tiny_bert, tm
         assert record["predictions"] == want["predictions"]
 
 
+def test_the_dry_run_says_how_many_ray_trials_the_run_starts(tiny_bert):
+    """Probe D item 4: with auto (the default) on a machine without GPUs the dry run promised bundles the run
+    did not make, and with fp16 (never bundled) '15 Ray trial(s), each training the 3 learning rates'."""
+    import dataclasses
+
+    from orchestrator.sweep.config import SweepConfig
+    from orchestrator.sweep.runner import plan_sweep
+
+    cfg = SweepConfig(search_space="tiny", tasks=("chemprot",), learning_rates=(1e-3, 3e-2), seeds=(1, 2),
+                      epochs={"chemprot": (1, 2)})
+    plan = plan_sweep(cfg, {"t": tiny_bert})
+    assert ("learning rates bundled if the trials get GPUs (auto; sweep.gpus_per_trial -1 gives each one when the "
+            "machine or cluster has or can start GPUs): 2 Ray trial(s), each training the 2 learning rates of one "
+            "setting as one batched computation; on CPUs 4 Ray trial(s), one a trial") in plan
+    assert ("learning rates not bundled (auto bundles GPU trials; sweep.gpus_per_trial is 0): 4 Ray trial(s)"
+            in plan_sweep(dataclasses.replace(cfg, gpus_per_trial=0.0), {"t": tiny_bert}))
+    assert "learning rates bundled (auto): 2 Ray trial(s)" in plan_sweep(dataclasses.replace(cfg, gpus_per_trial=0.5),
+                                                                         {"t": tiny_bert})
+    fp16 = dataclasses.replace(cfg, precision="fp16", bundle_learning_rates="on")
+    assert ("learning rates not bundled: 4 Ray trial(s), one a trial (fp16 trials train alone, each with its own "
+            "loss scaler)") in plan_sweep(fp16, {"t": tiny_bert})
+
+
 def test_a_bundled_sweep_records_each_trial_and_restores_one_alone(tiny_bert, ray_local, tmp_path):
     """sweep.bundle_learning_rates=on: the two learning rates of a (task, seed) are one Ray trial whose records
     are written per trial; a lost record is trained again alone and comes back as the bundle had it."""

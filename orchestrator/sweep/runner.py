@@ -29,7 +29,7 @@ from orchestrator.core.manifest import atomic_write_json, read_manifest, write_m
 from orchestrator.core.reuse import model_identity, output_lock
 from orchestrator.core.runtime import check_fits, init_ray, possible_gpus
 from orchestrator.finetune.readers import CV_SPLIT_SEED, document_split, read_split
-from orchestrator.finetune.trial import TrialSpec, group_trials, model_dir_ok
+from orchestrator.finetune.trial import BUNDLED_PRECISIONS, TrialSpec, group_trials, model_dir_ok
 from orchestrator.pretrain.config import read_hf_config
 from orchestrator.sweep.config import SweepConfig
 from orchestrator.sweep.export import export_entry, export_run, export_tasks, finished, plan_exports
@@ -114,16 +114,7 @@ def plan_sweep(cfg: SweepConfig, models: dict[str, Path]) -> str:
                  + ("each stops on dev)" if stop.on else "epochs shared within a trial)"))
     if cfg.bundle_learning_rates != "off" and (len(space.learning_rates) > 1
                                                or (cfg.bundle_seeds and len(space.seeds) > 1)):
-        groups = len(group_trials(trials, bundle=True, models=cfg.bundle_models, seeds=cfg.bundle_seeds))
-        lines.append(f"learning rates bundled ({cfg.bundle_learning_rates}"
-                     + (": on GPU trials" if cfg.bundle_learning_rates == "auto" else "")
-                     + f"): {groups} Ray trial(s), each training the {len(space.learning_rates)} learning rates "
-                       "of one setting as one batched computation"
-                     + ("; with sweep.bundle_models, those of models of one architecture and tokenizer together "
-                        "(a model not yet built counts alone here)" if cfg.bundle_models and len(models) > 1 else "")
-                     + (f"; with sweep.bundle_seeds, its {len(space.seeds)} seeds together (each row its own "
-                        "dropout masks from the bundle's stream)" if cfg.bundle_seeds and len(space.seeds) > 1
-                        else ""))
+        lines.append(_plan_bundles(cfg, trials, len(models)))
     lines.append("Ray trials start " + ("longest first, by work estimated from each task's splits and epochs"
                                         if cfg.order == "longest_first" else "in the grid's order") + " (sweep.order)")
     if cfg.export_best:
@@ -290,6 +281,31 @@ def _record_writer(trials_dir: Path, total: int, work: dict[str, float] | None =
                 self.progress.add(rec)
 
     return RecordWriter()
+
+
+def _plan_bundles(cfg: SweepConfig, trials: list[TrialSpec], n_models: int) -> str:
+    """The dry run's line on bundles: how many Ray trials the run would start, as ``_run_tune`` groups them
+    (``_bundled``: ``auto`` bundles GPU trials only; fp16 trials train alone). Whether ``gpus_per_trial``
+    -1 finds GPUs is known once Ray is up, so for ``auto`` then the line gives both counts."""
+    space = cfg.space
+    groups = len(group_trials(trials, bundle=True, models=cfg.bundle_models, seeds=cfg.bundle_seeds))
+    if groups == len(trials):
+        return (f"learning rates not bundled: {len(trials)} Ray trial(s), one a trial ("
+                + (f"{space.precision} trials train alone, each with its own loss scaler" if space.precision
+                   not in BUNDLED_PRECISIONS else "no two trials differ only in their learning rate") + ")")
+    what = (f"{groups} Ray trial(s), each training the {len(space.learning_rates)} learning rates of one setting "
+            "as one batched computation"
+            + ("; with sweep.bundle_models, those of models of one architecture and tokenizer together (a model "
+               "not yet built counts alone here)" if cfg.bundle_models and n_models > 1 else "")
+            + (f"; with sweep.bundle_seeds, its {len(space.seeds)} seeds together (each row its own dropout masks "
+               "from the bundle's stream)" if cfg.bundle_seeds and len(space.seeds) > 1 else ""))
+    if cfg.bundle_learning_rates == "on" or cfg.gpus_per_trial > 0:
+        return f"learning rates bundled ({cfg.bundle_learning_rates}): {what}"
+    if cfg.gpus_per_trial == 0:
+        return (f"learning rates not bundled (auto bundles GPU trials; {cfg.KEY}.gpus_per_trial is 0): "
+                f"{len(trials)} Ray trial(s), one a trial")
+    return (f"learning rates bundled if the trials get GPUs (auto; {cfg.KEY}.gpus_per_trial -1 gives each one when "
+            f"the machine or cluster has or can start GPUs): {what}; on CPUs {len(trials)} Ray trial(s), one a trial")
 
 
 def _resources(cfg: SweepConfig) -> dict[str, float]:
