@@ -58,6 +58,11 @@ def test_cv_folds_are_stratified_disjoint_and_cover_the_file(doccls_task):
     assert len(tests) == len(set(tests)) == 45  # every document is tested exactly once
     with pytest.raises(ValueError, match="fold 5"):
         load_splits(spec, _trial(doccls_task, 5))
+    # the caps apply to every split, as on a task with fixed splits (probe D item 5: dev and test were not capped)
+    full = load_splits(spec, _trial(doccls_task, 0))
+    capped = load_splits(spec, _trial(doccls_task, 0, max_train_examples=10, max_eval_examples=3))
+    assert {k: len(v) for k, v in capped.items()} == {"train": 10, "dev": 3, "test": 3}
+    assert all({ex.id for ex in capped[k]} <= {ex.id for ex in full[k]} for k in full)
 
 
 def test_cv_task_validation_and_trial_expansion(doccls_task):

@@ -112,7 +112,8 @@ def _dir_state(path: str | Path) -> tuple:
 def load_splits(spec: TaskSpec, trial: TrialSpec) -> dict[str, list[Example]]:
     """train / dev / test examples of one trial. Fixed splits are read from their files (capped);
     a cross-validated task reads its one file, holds out fold ``trial.fold`` as test and carves a
-    stratified dev share from the remaining folds (seed 000's DocClsJp: 5-fold stratified CV)."""
+    stratified dev share from the remaining folds (seed 000's DocClsJp: 5-fold stratified CV), its
+    splits capped as fixed ones are (``max_eval_examples`` was once ignored there)."""
     if spec.resplit:
         splits = document_split(read_split(spec, trial.data_dir, "all"), spec.resplit, spec.group_separator,
                                 CV_SPLIT_SEED)
@@ -134,7 +135,9 @@ def load_splits(spec: TaskSpec, trial: TrialSpec) -> dict[str, list[Example]]:
     stratify = labels if min(counts.values()) >= 2 else None  # a singleton class cannot be split
     train, dev = train_test_split(rest, test_size=CV_DEV_SHARE, random_state=CV_SPLIT_SEED, stratify=stratify)
     pick = lambda idx: [examples[i] for i in sorted(idx)]  # noqa: E731
-    return {"train": fixed_subset(pick(train), trial.max_train_examples), "dev": pick(dev), "test": pick(test)}
+    return {"train": fixed_subset(pick(train), trial.max_train_examples),
+            "dev": fixed_subset(pick(dev), trial.max_eval_examples),
+            "test": fixed_subset(pick(test), trial.max_eval_examples)}
 
 
 def _encoding_key(spec: TaskSpec, trial: TrialSpec, split: str, examples: list[Example], tokenizer) -> str:
