@@ -1,6 +1,7 @@
 """Atomic stage outputs, manifests and the registry."""
 from __future__ import annotations
 
+import calendar
 import json
 from pathlib import Path
 
@@ -277,3 +278,11 @@ def test_a_stage_records_what_it_cost_and_a_later_run_reports_it_reused(tmp_path
     assert lines[1] == "  a" and "(reused)" in lines[2] and "(shared with b)" in lines[3]
     assert lines[3].split()[3] == "-" and lines[4].split()[-2:] == [f"{0.25 + later.device_h:.3f}", "CPU-h"]
     assert not any(line.strip() == "b" for line in lines)  # an arm without costs is not listed
+    # a sweep re-run with more trials: its cost is the whole sweep's, and the summary says how much was this run's
+    # (probe D item 6: 34.6 s inside "this run took 30.3s", with no word that most of it was an earlier run's)
+    from orchestrator.core.cost import from_record
+    partly = from_record("sweep", {"wall_s": 34.6, "device": "CPU", "units": 2.0, "device_h": 0.019,
+                                   "made": "2026-12-05T09:00:00Z", "earlier_wall_s": 20.8, "earlier_device_h": 0.011},
+                         since=calendar.timegm((2026, 12, 5, 8, 59, 0, 0, 0, 0)))
+    assert not partly.reused and partly.earlier_wall_s == 20.8
+    assert cost_lines({"m": [partly]})[2].endswith("(13.8s this run, the rest an earlier run's)")

@@ -33,6 +33,7 @@ class StageCost:
     device_h: float = 0.0
     reused: bool = False  # made by an earlier run, reused by this one
     shared: str = ""  # the other arms this output is shared with (an experiment)
+    earlier_wall_s: float = 0.0  # of ``wall_s``, what earlier runs spent on it (a sweep some of whose trials they ran)
 
     def record(self) -> dict:
         """The manifest's ``cost`` entry."""
@@ -58,7 +59,8 @@ def from_record(stage: str, record: dict | None, *, since: float | None = None) 
         except ValueError:
             reused = False
     return StageCost(stage, float(record["wall_s"]), str(record.get("device", "CPU")), float(record.get("units", 1.0)),
-                     float(record.get("device_h", 0.0)), reused)
+                     float(record.get("device_h", 0.0)), reused,
+                     earlier_wall_s=float(record.get("earlier_wall_s", 0.0)))
 
 
 def read_record(stage_dir: str | Path) -> dict | None:
@@ -122,8 +124,10 @@ def cost_lines(costs: dict[str, list[StageCost]], total_wall_s: float | None = N
         lines.append(f"  {owner}")
         for c in stages:
             wall = "-" if c.wall_s < 0 else duration(c.wall_s)
-            note = ", ".join(n for n in ("reused" if c.reused else "", f"shared with {c.shared}" if c.shared else "")
-                             if n)
+            partly = (f"{duration(c.wall_s - c.earlier_wall_s)} this run, the rest an earlier run's"
+                      if c.earlier_wall_s > 0 and not c.reused and c.wall_s >= 0 else "")
+            note = ", ".join(n for n in ("reused" if c.reused else "", partly,
+                                         f"shared with {c.shared}" if c.shared else "") if n)
             lines.append(f"    {c.stage:<{width}}  {wall:>8}  {device_text(c):>14}" + (f"  ({note})" if note else ""))
         by_device: dict[str, float] = {}
         for c in stages:

@@ -383,6 +383,9 @@ def sweep_cost(cfg: SweepConfig, records: list[dict], wall_s: float, ran: int, s
     record = measured("sweep", wall_s + float(earlier.get("wall_s", 0.0)), held.units).record()
     record.update(device=held.device, units=slots * per_trial,
                   device_h=round(held.device_h + float(earlier.get("device_h", 0.0)), 6))
+    if earlier:  # the part earlier calls spent, which this call's summary and log line tell apart
+        record.update(earlier_wall_s=round(float(earlier.get("wall_s", 0.0)), 3),
+                      earlier_device_h=round(float(earlier.get("device_h", 0.0)), 6))
     seconds: dict[str, float] = {}
     for rec in records:
         model = rec.get("trial", {}).get("model_name", "?")
@@ -480,9 +483,12 @@ def _run_sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, trackin
                    counts={"trials": len(trials), "ran": len(todo), "skipped": skipped},
                    extra={"search_space": to_dict(space), "models": {k: str(v) for k, v in models.items()},
                           COST_FIELD: cost})
-    if todo:
-        log.info("sweep: done in %s (%.3f %s-h, %d trial(s) on %g %s(s))", duration(time.monotonic() - started),
-                 cost["device_h"], cost["device"], len(todo), cost["units"], cost["device"])
+    if todo:  # this call's device time; with trials of earlier calls reused, the whole sweep's too
+        mine = cost["device_h"] - cost.get("earlier_device_h", 0.0)
+        log.info("sweep: done in %s (%.3f %s-h, %d trial(s) on %g %s(s)%s)", duration(time.monotonic() - started),
+                 mine, cost["device"], len(todo), cost["units"], cost["device"],
+                 f"; {cost['device_h']:.3f} {cost['device']}-h with the {skipped} trial(s) of earlier runs"
+                 if skipped and "earlier_device_h" in cost else "")
     exports, exported = _export_best(cfg, results, records, export, out_dir) if export else ({}, 0)
     artifacts = [out_dir / "results.json", out_dir / "selection.json"]
     if export:
