@@ -233,3 +233,32 @@ def test_a_library_ending_the_run_with_sys_exit_is_reported_as_the_stop_it_was(c
 
     assert run_job(JobSpec(name="demo", description="demo", config_cls=Empty, run=stopped, dry_run=str), []) == code
     assert capsys.readouterr().err == f"{said}: finished work is kept; re-run the same command to resume\n"
+
+
+def test_after_ray_stops_sigterm_still_raises_and_ctrl_c_is_not_ray_tunes(tmp_path):
+    """Probe C items 2 and 4: once a job's Ray session ended, a SIGTERM killed it outright (status -15, no message,
+    no clean-up: ray.shutdown resets the handling below Python); and Ctrl-C in a sweep was caught by Ray Tune,
+    which ended the run as if finished, so the job called the unfinished trials bad input (exit 2)."""
+    import os
+    import subprocess
+    import sys
+
+    code = """
+import os, signal, time
+from orchestrator.core.errors import Terminated, raise_on_sigterm
+from orchestrator.core.runtime import ray_session
+raise_on_sigterm()
+with ray_session(num_cpus=1):
+    from ray.tune.tune import _setup_signal_catching
+    _setup_signal_catching()
+    print("tune's handler:", signal.getsignal(signal.SIGINT) is signal.default_int_handler, flush=True)
+try:
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(10)
+except Terminated:
+    print("raised after the session", flush=True)
+"""
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=180,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.splitlines() == ["tune's handler: True", "raised after the session"], out.stdout

@@ -52,6 +52,9 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, num_gpus: 
                         # Fine-tuning loads pretraining checkpoints without their heads on purpose;
                         # transformers' per-key load report would drown the progress output.
                         "TRANSFORMERS_VERBOSITY": os.environ.get("TRANSFORMERS_VERBOSITY", "error")}}
+    # Ctrl-C stays a KeyboardInterrupt in a sweep: Ray Tune's own handler ended the run as if it had finished, and
+    # the job then reported the unfinished trials as bad input (exit 2). The trials' records are the restore unit.
+    os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")
     if target is None:
         _force_loopback()
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -153,6 +156,7 @@ def ray_session(address: str | None = None, num_cpus: int | None = None,
         finally:
             if started:
                 ray.shutdown()  # before the log file closes: the workers' last lines are flushed into it
+                raise_on_sigterm()  # ray.shutdown leaves SIGTERM to kill the process outright, without a clean-up
                 # Do not leak the loopback switch into processes started later (e.g. `ray start`).
                 for key, value in saved.items():
                     if value is None:
