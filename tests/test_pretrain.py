@@ -648,6 +648,16 @@ def test_two_workers_two_phases_loss_falls_checkpoints_and_mlflow(corpus, ray_lo
         {"phase": "phase2", "stopped_by": "steps", "step": 34, "phase_step": 4, "max_steps": 4}]
     assert run.data.tags[S.stopped_by_tag("phase1")] == run.data.tags[S.stopped_by_tag("phase2")] == "steps"
     assert run.data.metrics[S.stop_step_metric("phase2")] == 34 and S.WINDOW_MLM_LOSS not in run.data.metrics
+    # a job stopped after the output was written and before its run ended (probe C item 1): the run stayed
+    # RUNNING, without its stop tags, for good; the next run that reuses the output ends it FINISHED with them
+    client.set_terminated(run.info.run_id, status="RUNNING")
+    client.delete_tag(run.info.run_id, S.stopped_by_tag("phase2"))
+    again = pretrain(_cfg(ingest="ray_data"), {32: corpus[32], 64: corpus[64]}, corpus["tokenizer"], out,
+                     TrackingConfig(experiment="pretrain-test"), tmp_path)
+    assert again.model_dir == result.model_dir and again.history == result.history  # reused
+    mended = client.get_run(run.info.run_id)
+    assert mended.info.status == "FINISHED" and mended.data.tags[S.stopped_by_tag("phase2")] == "steps"
+    assert len(client.get_metric_history(run.info.run_id, "mlm_loss")) == 34  # nothing logged twice
 
 
 def test_an_accuracy_target_ends_phase1_early_on_both_workers_and_phase2_still_runs(corpus, ray_local, tmp_path):

@@ -87,7 +87,14 @@ from orchestrator.pretrain.nodes import (
 )
 from orchestrator.pretrain.stopping import STEPS
 from orchestrator.track import schema as S
-from orchestrator.track.runs import PENDING, RankZeroLogger, end_stage_run, set_run_tags, start_stage_run
+from orchestrator.track.runs import (
+    PENDING,
+    RankZeroLogger,
+    end_stage_run,
+    recorded_run_unfinished,
+    set_run_tags,
+    start_stage_run,
+)
 from orchestrator.vocab.quality import check_tokenizer_dir_files
 
 log = logging.getLogger(__name__)
@@ -352,8 +359,12 @@ def pretrain(cfg: PretrainConfig, instances: dict[int, Path], tokenizer_dir: Pat
     key = pretrain_key(cfg, *input_keys(instances, tokenizer_dir))  # the key the runner names its folder by
     _adopt_earlier_key(out_dir, key, cfg, infos, tokenizer_dir)
     if reusable(out_dir, key) and (out_dir / "final" / "config.json").is_file():
-        if (out_dir / PENDING).is_file():  # metrics an earlier attempt could not send: send them now
-            end_stage_run(start_stage_run(tracking, run_dir, stage=S.KIND_PRETRAIN, params=cfg, out_dir=out_dir))
+        # metrics an earlier attempt could not send, or its run left open (or FAILED) by a job stopped after the
+        # output was written: the run is reopened, given its stop tags and ended FINISHED
+        if (out_dir / PENDING).is_file() or recorded_run_unfinished(out_dir):
+            info = start_stage_run(tracking, run_dir, stage=S.KIND_PRETRAIN, params=cfg, out_dir=out_dir)
+            _log_stops(info, read_manifest(out_dir).get("phases", []))
+            end_stage_run(info)
         return _reused(out_dir)
     with output_lock(out_dir), ray_session():  # a second job on this output waits here, then reuses it
         if reusable(out_dir, key) and (out_dir / "final" / "config.json").is_file():  # finished meanwhile

@@ -129,6 +129,23 @@ def end_stage_run(info: dict | None, status: str = "FINISHED") -> None:
         log.warning("MLflow: could not mark run %s %s (%s)", info["run_id"], status, exc)
 
 
+def recorded_run_unfinished(out_dir: Path) -> bool:
+    """Whether the MLflow run a stage output records (``RUN_MARKER``) is still open or ended otherwise than
+    FINISHED: its job was stopped after the output was written and before the run ended. False when the
+    output records no run, or its store does not answer (nothing to mend from here)."""
+    marker = Path(out_dir) / RUN_MARKER
+    if not marker.is_file():
+        return False
+    try:
+        recorded = json.loads(marker.read_text(encoding="utf-8"))
+        import mlflow  # heavy: mlflow
+
+        return mlflow.MlflowClient(recorded["uri"]).get_run(recorded["run_id"]).info.status != "FINISHED"
+    except Exception as exc:  # see start_stage_run: a bad marker or an unreachable store
+        log.debug("MLflow: cannot read the run recorded in %s (%s)", marker, exc)
+        return False
+
+
 def _exists(client, run_id: str) -> bool:
     from mlflow.exceptions import MlflowException  # heavy: mlflow
 
