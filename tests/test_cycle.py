@@ -111,6 +111,9 @@ def test_the_tiny_preset_runs_two_cycles_and_each_manifest_names_the_extractor_b
                          cwd=root)
     assert res.returncode == 0, res.stderr[-3000:]
     run_dir = tmp_path / "entity_cycle_tiny"
+    # Ray's, Tune's and the workers' own lines go to the run's log file, as the --verbose help says (probe D
+    # item 7: Tune's trial tables and Ray Data's progress filled the terminal, and there was no logs/ folder)
+    assert "Trial name" not in res.stdout + res.stderr and "Trial name" in (run_dir / "logs" / "job.log").read_text()
     m0, m1 = (json.loads((run_dir / f"cycle-{c}" / "manifest.json").read_text()) for c in (0, 1))
     assert m0["masking"] == "random" and m0["previous_extractor"] is None and not m0["init_from"]
     assert m1["masking"] == "entity" and m1["init_from"] == m0["model_dir"]

@@ -93,6 +93,13 @@ def test_markdown_cells():
     assert rows["ampv"][5] == "**20.0** (1.0)"  # ErrTask, lower is better
     assert "| base | learning_rate=5e-05, epochs=2; dev 81.0 |" in selection
     assert "![learning curves per task](curves.png)" in selection
+    # one seed: the mean alone, as a summary score without a spread (probe D: it read "-27.3 (0.0)")
+    one = make_results()
+    for cell in one["cells"]["base"].values():
+        cell.update(n=1, sd=0.0, test_scores=cell["test_scores"][:1], mean=cell["test_scores"][0])
+    md = render_markdown(build_table(one))
+    base = next(line for line in md.splitlines() if line.startswith("| base |"))
+    assert "(" not in base, base
 
 
 def test_no_clinical_task_means_no_clinical_column():

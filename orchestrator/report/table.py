@@ -137,7 +137,9 @@ def build_table(results: dict, scale: float = 100.0, digits: int = 1,
                               kind="task", metric=task.get("metric", ""), group=task["group"]))
         for model in models:
             cell = results["cells"].get(model, {}).get(name) or {}
-            raw[(model, name)] = (_clean(cell.get("mean")), _clean(cell.get("sd")), cell.get("n"))
+            # one seed has no spread: its cell shows the mean alone, as a summary score does (it showed "(0.0)")
+            sd = None if cell.get("n") == 1 else _clean(cell.get("sd"))
+            raw[(model, name)] = (_clean(cell.get("mean")), sd, cell.get("n"))
             chosen[(model, name)] = (tuple((cell.get("selected") or {}).items()), _clean(cell.get("dev_mean")))
 
     cells: dict[tuple[str, str], Cell] = {}

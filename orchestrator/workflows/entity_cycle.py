@@ -31,6 +31,7 @@ import logging
 from pathlib import Path
 
 from orchestrator.core.config import check_set, field, to_dict
+from orchestrator.core.console import LOG_PATH
 from orchestrator.core.errors import ConfigError
 from orchestrator.core.manifest import atomic_write_json, read_manifest, write_manifest
 from orchestrator.core.reuse import content_key
@@ -177,9 +178,13 @@ def run(cfg: CycleConfig) -> CycleResult:
     from orchestrator.track.runs import log_step_metrics, parent_run  # heavy: mlflow behind it
 
     uri = effective_uri(cfg.tracking, run_dir) if cfg.tracking.enabled else ""
-    with ray_session(address=cfg.ray.address or None, num_cpus=cfg.ray.num_cpus or None), \
+    # Ray's, Tune's and the workers' own lines go to the run's log file, as in jobs/blue_sweep.py (--verbose: terminal)
+    with ray_session(address=cfg.ray.address or None, num_cpus=cfg.ray.num_cpus or None,
+                     log_file=run_dir / LOG_PATH) as info, \
             parent_run(cfg.tracking, run_dir, kind=CYCLE_STAGE, key=content_key(CYCLE_STAGE, cfg),
                        name=cfg.run_name, params={"cycles": cfg.cycles}) as parent:
+        if info["log_file"]:
+            log.info("Ray's, Tune's and the workers' own output: %s", info["log_file"])
         cycles: list[dict] = []
         for c in range(cfg.cycles):
             record = run_cycle(cfg, c, cycles[-1] if cycles else None)
