@@ -379,6 +379,9 @@ def test_job_dry_run_and_run(ray_local, tiny_mlm, vectors, tmp_path, capsys):
     assert not out.exists()
     assert main(args) == 0
     assert read_manifest(out)["counts"]["augmented_sentences"] == 8
+    # the summary's time is the augmentation's (probe D: it printed "in 0.0 s" after a log line of 26.9 s)
+    took = read_manifest(out)["cost"]["wall_s"]
+    assert took > 0 and f"from 8 in {took:.1f} s" in capsys.readouterr().out
 
 
 # ------------------------------------------------------------- bad input, refused before any work

@@ -17,6 +17,7 @@ from orchestrator.augment.filtered import check_mlm_dir
 from orchestrator.augment.pipeline import AugmentResult, augment_key, augment_task, from_format, training_sentences
 from orchestrator.augment.similarity import check_similarity_inputs
 from orchestrator.core.config import field
+from orchestrator.core.cost import COST_FIELD
 from orchestrator.core.errors import ConfigError
 from orchestrator.core.manifest import check_replaceable, read_manifest
 from orchestrator.core.reuse import run_stage
@@ -99,4 +100,5 @@ def run(cfg: AugmentJobConfig) -> AugmentResult:
     out = run_stage(STAGE, cfg.out_dir, key, lambda tmp: augment_task(
         spec, data_dir, tmp, cfg.model_dir, cfg.augment, cfg.similarity, cfg.ray,
         max_train_sentences=cfg.max_train_sentences, device=cfg.device))
-    return AugmentResult(out, read_manifest(out)["counts"], 0.0)
+    manifest = read_manifest(out)  # the time the output took when it was made (this run, or the one reused)
+    return AugmentResult(out, manifest["counts"], float((manifest.get(COST_FIELD) or {}).get("wall_s", 0.0)))

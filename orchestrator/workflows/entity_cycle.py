@@ -234,7 +234,7 @@ def run_cycle(cfg: CycleConfig, c: int, previous: dict | None) -> dict:
     extractor_dir = Path(previous["extractor"]["dir"]) if previous else None
     init_from = Path(previous["model_dir"]) if previous else None
     arm = cycle_arm(cfg, c, extractor_dir, init_from)
-    log.info("cycle %d of %d: instances (%s), then pretrain%s", c, cfg.cycles - 1,
+    log.info("cycle %d (%d of %d): instances (%s), then pretrain%s", c, c + 1, cfg.cycles,
              f"entities by {extractor_dir}" if extractor_dir else "random masking",
              f" from {init_from}" if init_from else "")
     built = build_arm(arm, run_dir)
