@@ -152,11 +152,14 @@ def test_a_run_log_takes_the_process_output_and_the_terminal_keeps_the_concise_l
                                          "a library's info", None, None))
         console._forward({"lines": ["worker noise", "[progress] phase1: step 1/2", "(w) [console] phase1: 2 steps",
                                     "(w) [console] phase1: 2 steps"]})  # a line delivered twice is shown once
+        console._forward({"lines": ["[progress] phase2: step 6/12", "[console] phase2 stopped by plateau",
+                                    "[progress] phase2: step 6/12", "[console] phase2 stopped by plateau"]})  # a pair
         console.progress("sweep: 1/2 trials")
     out, err = capfd.readouterr()
     terminal = (out + err).splitlines()
     assert [line.split(" ", 1)[1] for line in terminal] == [
-        "corpus: started", "phase1: step 1/2", "phase1: 2 steps", "sweep: 1/2 trials"], terminal
+        "corpus: started", "phase1: step 1/2", "phase1: 2 steps", "phase2: step 6/12", "phase2 stopped by plateau",
+        "sweep: 1/2 trials"], terminal
     kept = path.read_text(encoding="utf-8")
     assert "Trial status: 60 TERMINATED" in kept and "tensorboardX notice" in kept
     console.set_verbose(True)  # --verbose: everything stays on the terminal

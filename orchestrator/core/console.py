@@ -16,6 +16,7 @@ opens the log file around a run's Ray session. Nothing else redirects output.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import os
@@ -132,7 +133,10 @@ def _for_terminal(record: logging.LogRecord) -> bool:
     return record.levelno >= logging.INFO and (record.pathname or "").startswith(_PROJECT_ROOT)
 
 
-_last_forwarded: list[str] = []  # the last marked line shown: Ray Train's workers can deliver a line twice
+#: The last marked lines shown: Ray Train's workers can deliver lines twice, a pair of them too (a phase's last
+#: progress line and its "stopped by" line came twice each). A worker's lines carry steps and times, so the same
+#: text among the last few is a repeat.
+_last_forwarded: collections.deque = collections.deque(maxlen=8)
 
 
 def _forward(data: dict) -> None:
@@ -143,9 +147,9 @@ def _forward(data: dict) -> None:
             if at >= 0:
                 text = line[at + len(tag):]
                 with _lock:
-                    if _last_forwarded == [text]:
+                    if text in _last_forwarded:
                         break
-                    _last_forwarded[:] = [text]
+                    _last_forwarded.append(text)
                 _write(time.strftime("%H:%M:%S ") + text, update=update)
                 break
 
