@@ -246,9 +246,12 @@ def test_a_killed_runs_temporary_directory_is_removed_by_the_next_run_and_no_one
     elsewhere = tmp_path / f".stage.tmp-another-host-{proc.pid}-4567abcd"  # the dead pid, on another host
     for kept in (live, elsewhere):
         kept.mkdir()
+    # a replaced output whose deletion was cut off (probe C: `.stage.old-<id>` was never removed by anyone)
+    old = tmp_path / f".stage.old-{host}-{proc.pid}-89abcdef"
+    old.mkdir()
     with atomic_dir(out, "demo") as tmp:
         write_manifest(tmp, stage="demo", config={}, counts={})
-    assert not killed.exists() and live.is_dir() and elsewhere.is_dir()
+    assert not killed.exists() and not old.exists() and live.is_dir() and elsewhere.is_dir()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([elsewhere.name, live.name, "stage"])
 
 

@@ -99,7 +99,7 @@ def atomic_dir(final: str | Path, stage: str) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     if final.exists():
-        trash = final.parent / f".{final.name}.old-{uuid.uuid4().hex[:8]}"
+        trash = final.parent / f".{final.name}.old-{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:8]}"  # as a temp dir
         final.rename(trash)
         tmp.rename(final)
         shutil.rmtree(trash, ignore_errors=True)
@@ -129,10 +129,11 @@ def scratch_dir(name: str, parent: str | Path | None = None) -> Iterator[Path]:
 
 def clean_stale_temps(final: str | Path) -> list[Path]:
     """Remove the temporary directories of ``final`` that a killed run of this user on this host
-    left (``atomic_dir``'s ``.<name>.tmp-<host>-<pid>-<id>``, its pid gone); never another host's,
+    left (``atomic_dir``'s ``.<name>.tmp-<host>-<pid>-<id>``, and ``.<name>.old-...``, a replaced output
+    not yet deleted; its pid gone); never another host's,
     another user's, or a live process's. Returns what was removed."""
     final = Path(final)
-    pattern = re.compile(rf"\.{re.escape(final.name)}\.tmp-(?P<host>.+)-(?P<pid>\d+)-[0-9a-f]{{8}}")
+    pattern = re.compile(rf"\.{re.escape(final.name)}\.(?:tmp|old)-(?P<host>.+)-(?P<pid>\d+)-[0-9a-f]{{8}}")
     removed = []
     for entry in final.parent.iterdir() if final.parent.is_dir() else []:
         match = pattern.fullmatch(entry.name)
