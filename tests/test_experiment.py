@@ -276,6 +276,8 @@ def test_shipped_experiments_dry_run_on_the_shared_data(config, shipped_dry_runs
     assert res.returncode == 0, res.stderr[-3000:]
     assert "dry run: config and inputs are valid" in res.stdout
     assert re.search(r"stage graph: (\d+) output\(s\) for (\d+) arm\(s\)", res.stdout)
+    if config == "sources.yaml":  # a correlation's points are (arm, seed) pairs, as the report counts them
+        assert "(3 arm(s) x 3 seed(s) = 9 point(s) per column, 3 value(s) of each measure)" in res.stdout
 
 
 def test_an_operational_setting_keeps_the_pretraining_output_and_a_training_setting_does_not(tmp_path):

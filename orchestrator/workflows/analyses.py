@@ -95,8 +95,10 @@ def selection_plan(cfg: ExperimentConfig, plans: dict[str, ArmPlan]) -> str:
         files = ", ".join(Path(f).name for f, _, _ in sources)
         lines.append(f"  {'selection':<16} {key[:12]}  {state:<6}  {', '.join(names)}  "
                      f"({files}: {tokens} tokens{short})")
-    lines.append(f"  the report correlates each measure with each arm's gain over {cfg.baseline_arm} "
-                 f"({len(outputs) - (cfg.baseline_arm in outputs)} point(s) per column)")
+    arms, seeds = len(outputs) - (cfg.baseline_arm in outputs), len(cfg.sweep.space.seeds)
+    lines.append(f"  the report correlates each measure with each arm's gain over {cfg.baseline_arm}, paired by "
+                 f"seed ({arms} arm(s) x {seeds} seed(s) = {arms * seeds} point(s) per column, {arms} value(s) of "
+                 "each measure)")
     return "\n".join(lines)
 
 
