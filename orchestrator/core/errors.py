@@ -1,8 +1,10 @@
 """Errors that name what went wrong, where, and what was expected."""
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -45,6 +47,21 @@ def raise_on_sigterm() -> None:
     ``ray.init`` replaces it with ``sys.exit(15)``: call this again after Ray starts."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminated)
+
+
+@contextlib.contextmanager
+def keep_sigint_handler() -> Iterator[None]:
+    """This process's SIGINT handler back after the block (in the main thread). Ray Train's ``fit`` installs its
+    own, which asks the run's controller to abort, and leaves it: a Ctrl-C in the sweep after pretraining went
+    to a finished run's controller and was lost, and the job ran on."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 _SIGTERM_SEEN = []

@@ -36,7 +36,7 @@ from typing import Any
 from orchestrator.core.artifacts import INSTANCE_COLUMNS, InstanceInfo, check_model, read_instance_info
 from orchestrator.core.config import flatten
 from orchestrator.core.cost import COST_FIELD, device_text, duration, measured
-from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
+from orchestrator.core.errors import ConfigError, InputError, OrchestratorError, keep_sigint_handler
 from orchestrator.core.manifest import (
     MANIFEST,
     atomic_dir,
@@ -465,7 +465,8 @@ def _train(cfg: PretrainConfig, infos: dict[str, InstanceInfo], tokenizer_dir: P
                                  failure_config=FailureConfig(max_failures=cfg.max_failures)))
         os.environ.setdefault(HEALTH_CHECK_ENV, HEALTH_CHECK_INTERVAL_S)  # propagated to Train's controller
         try:
-            result = trainer.fit()
+            with keep_sigint_handler():  # Ray Train's own would swallow a later Ctrl-C (in the sweep)
+                result = trainer.fit()
         except Exception as exc:  # Ray wraps worker errors; surface the cause as a user-facing failure
             raise OrchestratorError(f"pretraining failed: {exc}") from exc
         returned: dict[str, Any] = result.return_value or {}
