@@ -601,14 +601,14 @@ def test_two_workers_two_phases_loss_falls_checkpoints_and_mlflow(corpus, ray_lo
     """The real loop on 2 gloo workers, two phases; and while it trains, nothing of this embedded run
     listens beyond loopback: rank 0's torch.distributed store is bound to 127.0.0.1 (issue 34 item 2:
     it listened on every interface)."""
+    import signal
+
     import mlflow
     from transformers import AutoModelForPreTraining, AutoTokenizer
 
     from conftest import listening_beyond_loopback
     from orchestrator.pretrain.trainer import pretrain
     from orchestrator.track import TrackingConfig
-
-    import signal
 
     handler = signal.getsignal(signal.SIGINT)
     out = tmp_path / "pretrain"
