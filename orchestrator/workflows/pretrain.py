@@ -13,7 +13,7 @@ from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.runtime import alive_nodes, cluster_address, ray_session
 from orchestrator.pretrain.config import PretrainConfig
 from orchestrator.pretrain.nodes import driver_resources
-from orchestrator.pretrain.trainer import check_output, special_ids
+from orchestrator.pretrain.trainer import check_output, configured_uri, plan_pretrain, special_ids
 from orchestrator.track import TrackingConfig
 from orchestrator.workflows.runner import pretrain_stage
 
@@ -69,8 +69,6 @@ def run(cfg: PretrainJobConfig):
 def plan(cfg: PretrainJobConfig) -> str:
     """Dry run. Attached to a cluster (``ray_address``, RAY_ADDRESS, or on a head), its nodes are counted:
     a multi-node run with the driver's own paths or MLflow file is refused here, not when it starts."""
-    from orchestrator.pretrain.trainer import configured_uri, plan_pretrain
-
     out_dir = Path(cfg.out_dir).resolve()
     check_output(out_dir)
     instances = find_instances(Path(cfg.instances_dir))
