@@ -90,7 +90,7 @@ def atomic_dir(final: str | Path, stage: str) -> Iterator[Path]:
     check_replaceable(final, stage)
     final.parent.mkdir(parents=True, exist_ok=True)
     clean_stale_temps(final)
-    tmp = final.parent / f".{final.name}.tmp-{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp = _own_temp(final, "tmp")
     tmp.mkdir()
     try:
         yield tmp
@@ -99,7 +99,7 @@ def atomic_dir(final: str | Path, stage: str) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     if final.exists():
-        trash = final.parent / f".{final.name}.old-{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:8]}"  # as a temp dir
+        trash = _own_temp(final, "old")
         final.rename(trash)
         tmp.rename(final)
         shutil.rmtree(trash, ignore_errors=True)
@@ -108,6 +108,12 @@ def atomic_dir(final: str | Path, stage: str) -> Iterator[Path]:
 
 
 _HOST = re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname())
+
+
+def _own_temp(final: Path, kind: str) -> Path:
+    """``.<name>.<kind>-<host>-<pid>-<id>`` beside ``final``: this process's temporary (``tmp``) or set-aside
+    (``old``) directory, the name ``clean_stale_temps`` reads back."""
+    return final.parent / f".{final.name}.{kind}-{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
 @contextlib.contextmanager
@@ -119,7 +125,7 @@ def scratch_dir(name: str, parent: str | Path | None = None) -> Iterator[Path]:
     root = Path(parent or tempfile.gettempdir())
     root.mkdir(parents=True, exist_ok=True)
     clean_stale_temps(root / name)
-    tmp = root / f".{name}.tmp-{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp = _own_temp(root / name, "tmp")
     tmp.mkdir(mode=0o700)
     try:
         yield tmp

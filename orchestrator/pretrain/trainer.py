@@ -286,9 +286,9 @@ def _reused(out_dir: Path) -> PretrainResult:
                           phases=manifest.get("phases", []))
 
 
-def _log_stops(tracking_info: dict | None, phases: list[dict]) -> None:
-    """What ended each phase onto the stage's MLflow run: a tag (steps, plateau, mlm_accuracy) and
-    the global step it stopped at as a metric."""
+def _finish_run(tracking_info: dict | None, phases: list[dict]) -> None:
+    """End the stage's MLflow run FINISHED, with what ended each phase: a tag (steps, plateau, mlm_accuracy)
+    and the global step it stopped at as a metric."""
     if not tracking_info:
         return
     set_run_tags(tracking_info["uri"], tracking_info["run_id"],
@@ -297,6 +297,7 @@ def _log_stops(tracking_info: dict | None, phases: list[dict]) -> None:
     for p in phases:
         logger.log({S.stop_step_metric(p["phase"]): p["step"]}, p["step"])
     logger.close()
+    end_stage_run(tracking_info)
 
 
 def _export_final(checkpoint, tokenizer_dir: Path, final: Path, cfg: PretrainConfig, key: str) -> None:
@@ -362,9 +363,8 @@ def pretrain(cfg: PretrainConfig, instances: dict[int, Path], tokenizer_dir: Pat
         # metrics an earlier attempt could not send, or its run left open (or FAILED) by a job stopped after the
         # output was written: the run is reopened, given its stop tags and ended FINISHED
         if (out_dir / PENDING).is_file() or recorded_run_unfinished(out_dir):
-            info = start_stage_run(tracking, run_dir, stage=S.KIND_PRETRAIN, params=cfg, out_dir=out_dir)
-            _log_stops(info, read_manifest(out_dir).get("phases", []))
-            end_stage_run(info)
+            _finish_run(start_stage_run(tracking, run_dir, stage=S.KIND_PRETRAIN, params=cfg, out_dir=out_dir),
+                        read_manifest(out_dir).get("phases", []))
         return _reused(out_dir)
     with output_lock(out_dir), ray_session():  # a second job on this output waits here, then reuses it
         if reusable(out_dir, key) and (out_dir / "final" / "config.json").is_file():  # finished meanwhile
@@ -496,8 +496,7 @@ def _train(cfg: PretrainConfig, infos: dict[str, InstanceInfo], tokenizer_dir: P
                           COST_FIELD: cost.record()})
     log.info("pretrain: done in %s (%s), loss %.3f -> %.3f", duration(cost.wall_s), device_text(cost),
              first, last)
-    _log_stops(tracking_info, phases)
-    end_stage_run(tracking_info)
+    _finish_run(tracking_info, phases)
     return PretrainResult(model_dir=final, history=history, first_loss=first, last_loss=last,
                           checkpoints_dir=ckpt_dir if ckpt_dir is not None else Path(storage_path) / run_name,
                           params=params, phases=phases)
