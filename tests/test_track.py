@@ -186,6 +186,34 @@ def test_a_sweep_whose_logging_process_is_killed_is_completed_by_a_re_run(tmp_pa
     assert sorted(r.info.run_id for r in client.search_runs([exp])) == sorted(r.info.run_id for r in live)
 
 
+def test_a_stage_result_left_unfinished_is_logged_anew_not_kept_beside(tmp_path):
+    """A stage result's run (a retrieval, a source scoring) whose process stopped between creating and
+    ending it is RUNNING for good; the re-run deletes it and logs the result finished, and the run after
+    that finds the finished one and logs nothing."""
+    from orchestrator.track import TrackingConfig, local_uri
+    from orchestrator.track import schema as S
+    from orchestrator.track.runs import log_stage_result
+
+    client = mlflow.MlflowClient(local_uri(tmp_path))
+    exp = ensure_experiment(local_uri(tmp_path), "bioptorch", tmp_path)
+    tags = {S.MODEL: "simpt", S.OUTPUT_KEY: "k1"}
+    (tmp_path / "results.json").write_text("{}")
+    half = client.create_run(exp, run_name="retrieval", tags={**tags, S.KIND: S.KIND_RETRIEVAL})  # what a kill leaves
+
+    def log() -> str | None:
+        return log_stage_result(TrackingConfig(), tmp_path, stage=S.KIND_RETRIEVAL, params={"k": 1},
+                                metrics={"p_at_1.de__en": 12.5}, tags=tags, artifacts=[tmp_path / "results.json"])
+
+    first = log()
+    assert first and first != half.info.run_id
+    live = client.search_runs([exp])
+    assert [(r.info.run_id, r.info.status) for r in live] == [(first, "FINISHED")]
+    assert live[0].data.metrics == {"p_at_1.de__en": 12.5}
+    assert [a.path for a in client.list_artifacts(first)] == ["results.json"]
+    assert client.get_run(half.info.run_id).info.lifecycle_stage == "deleted"
+    assert log() == first and len(client.search_runs([exp])) == 1
+
+
 def _store_contents(db_file) -> tuple:
     """What an empty store holds that matters: its schema, its migration head, its experiments (times aside)."""
     import sqlite3

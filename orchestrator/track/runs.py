@@ -77,8 +77,9 @@ def log_stage_result(tracking: TrackingConfig | None, run_dir: Path, *, stage: s
                      metrics: dict[str, float], tags: dict[str, str], artifacts: Sequence[Path] = ()) -> str | None:
     """A finished stage's result as its own finished run, a child of the active run, with ``artifacts``
     (files) attached. A run with the same parent, stage and ``tags`` is looked up first, so a re-run
-    that reuses the output logs nothing again. Returns the run id, or None when tracking is off or
-    the store fails (said: the work goes on)."""
+    that reuses the output logs nothing again; one left unfinished (its process stopped between
+    creating and ending it) is deleted and logged anew. Returns the run id, or None when tracking is
+    off or the store fails (said: the work goes on)."""
     if tracking is None or not tracking.enabled:
         return None
     import mlflow  # heavy: mlflow
@@ -93,9 +94,11 @@ def log_stage_result(tracking: TrackingConfig | None, run_dir: Path, *, stage: s
         client = mlflow.MlflowClient(uri)
         experiment_id = ensure_experiment(uri, tracking.experiment, run_dir)
         query = " and ".join(f"tags.`{k}` = '{v}'" for k, v in sorted(tags.items()))
-        found = client.search_runs([experiment_id], filter_string=query, max_results=1)
-        if found and found[0].info.status == "FINISHED":
-            return found[0].info.run_id
+        found = client.search_runs([experiment_id], filter_string=query, max_results=100)
+        if done := [r for r in found if r.info.status == "FINISHED"]:
+            return done[0].info.run_id
+        for half_logged in found:
+            client.delete_run(half_logged.info.run_id)
         run = client.create_run(experiment_id, run_name=stage, tags=tags)
         now = int(time.time() * 1000)
         values = _param_list(params)
