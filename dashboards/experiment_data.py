@@ -16,14 +16,11 @@ retrieval run's results document, and the sweep's parent run, whose results docu
 """
 from __future__ import annotations
 
-import json
 import math
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.core.errors import OrchestratorError
-from orchestrator.retrieval.table import RESULTS as RETRIEVAL_RESULTS
 from orchestrator.track import schema as S
 
 
@@ -141,7 +138,9 @@ def load_experiment(tracking_uri: str, experiment_run_id: str | None = None, *, 
     exp.source_scores = scores
     retrievals = [r for r in children if r.data.tags.get(S.KIND) == S.KIND_RETRIEVAL]
     if retrievals:  # newest first: every arm's encoder is in one output, whose document each run carries
-        exp.retrieval = _retrieval_results(client, retrievals[0], exp.notes)
+        from orchestrator.report.mlflow_results import retrieval_results  # heavy: numpy
+
+        exp.retrieval = retrieval_results(client, retrievals[0], exp.notes)
     if scores and exp.comparison is not None:
         from orchestrator.report.sources import source_correlations  # heavy: scipy
 
@@ -172,25 +171,6 @@ def _history(client, run_id: str, key: str) -> list[tuple[int, float]]:
         if math.isfinite(m.value) and (m.step not in by_step or m.timestamp >= by_step[m.step][0]):
             by_step[m.step] = (m.timestamp, m.value)
     return [(step, by_step[step][1]) for step in sorted(by_step)]
-
-
-def _retrieval_results(client, run, notes: list[str]) -> dict | None:
-    """The results document (``results.json``) a retrieval run carries as an artifact, checked against
-    the run's own metrics (a document that disagrees with them is not shown)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        try:
-            doc = json.loads(Path(client.download_artifacts(run.info.run_id, RETRIEVAL_RESULTS, tmp)).read_text())
-        except Exception as exc:  # a store whose artifacts are gone, or a run logged without them
-            notes.append(f"cross-lingual retrieval run {run.info.run_id[:8]}: its {RETRIEVAL_RESULTS} could not be "
-                         f"read ({type(exc).__name__}): no retrieval table")
-            return None
-    model = run.data.tags.get(S.MODEL, "")
-    logged = S.read_retrieval_metrics(run.data.metrics)
-    if any(doc.get(k, {}).get(model) != v for k, v in logged.items()):
-        notes.append(f"cross-lingual retrieval run {run.info.run_id[:8]}: its {RETRIEVAL_RESULTS} does not match "
-                     "its metrics: no retrieval table")
-        return None
-    return doc
 
 
 def _load_sweep(exp: Experiment, sweep, *, n_boot: int) -> None:

@@ -76,7 +76,7 @@ def test_dry_run_prints_the_stage_graph_and_builds_nothing(tmp_path):
 
 
 @pytest.mark.slow
-def test_three_arm_experiment_shares_the_corpus_pairs_the_sweep_and_nests_mlflow(experiment_run):
+def test_three_arm_experiment_shares_the_corpus_pairs_the_sweep_and_nests_mlflow(experiment_run, tmp_path):
     res, run_dir = experiment_run.first, experiment_run.run_dir
     assert res.returncode == 0, (res.stdout[-3000:], res.stderr[-5000:])
     # Counted from the manifests: the mixing stage ran twice for three arms, pretraining twice.
@@ -142,6 +142,12 @@ def test_three_arm_experiment_shares_the_corpus_pairs_the_sweep_and_nests_mlflow
     report = (run_dir / "report" / "blue_table.md").read_text()
     assert "Cross-lingual retrieval (seed 002, Table 6)" in report and "| de \u2192 en |" in report
     assert 'data-direction="de-&gt;en"' in (run_dir / "report" / "blue_table.html").read_text()
+    # The report rebuilt from MLflow alone (jobs/report.py --run-dir) has the same retrieval tables.
+    rebuilt = run_job("report.py", f"--run-dir={run_dir}", f"out_dir={tmp_path / 'rebuilt'}")
+    assert rebuilt.returncode == 0, rebuilt.stderr[-3000:]
+    retrieval_md = report.split("## Cross-lingual retrieval", 1)[1].split("\n## ", 1)[0]
+    assert retrieval_md in (tmp_path / "rebuilt" / "blue_table.md").read_text()
+    assert 'data-direction="de-&gt;en"' in (tmp_path / "rebuilt" / "blue_table.html").read_text()
     # The arms' tokenizer quality: the floor shares the conventional arm's vocabulary, simpt has its own;
     # each row is what that vocabulary stage measured.
     quality = report.split("Tokenizer quality per language", 1)[1]

@@ -1,8 +1,8 @@
 """Rebuild a sweep's ``results.json`` document from MLflow alone, and render the report from it.
 
 This module reads; it never trains. It imports mlflow and ``orchestrator.report`` only (plus the
-core error type), so a dashboard host needs no GPU stack and no access to the run directory
-beyond the tracking store.
+core error type and the retrieval table's rendering), so a dashboard host needs no GPU stack and no
+access to the run directory beyond the tracking store.
 
 How a sweep is found and read (the contract with ``orchestrator.track.log_sweep``):
 
@@ -32,6 +32,8 @@ from typing import Any
 from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
 from orchestrator.core.results import summarize, validate_results
 from orchestrator.report.blue_table import write_report
+from orchestrator.retrieval.table import RESULTS as RETRIEVAL_RESULTS
+from orchestrator.retrieval.table import render_section
 from orchestrator.track import schema as S
 from orchestrator.track import sqlite_file
 
@@ -179,16 +181,57 @@ def results_from_children(client, parent) -> dict:
     return results
 
 
+def retrieval_results(client, run, notes: list[str]) -> dict | None:
+    """The results document (``results.json``) a retrieval run carries as an artifact, checked against
+    the run's own metrics; None, with a line in ``notes`` saying why, when it cannot be read or
+    disagrees with them."""
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            doc = json.loads(Path(client.download_artifacts(run.info.run_id, RETRIEVAL_RESULTS, tmp)).read_text())
+        except Exception as exc:  # a store whose artifacts are gone, or a run logged without them
+            notes.append(f"cross-lingual retrieval run {run.info.run_id[:8]}: its {RETRIEVAL_RESULTS} could not be "
+                         f"read ({type(exc).__name__}): no retrieval table")
+            return None
+    model = run.data.tags.get(S.MODEL, "")
+    logged = S.read_retrieval_metrics(run.data.metrics)
+    if not isinstance(doc, dict) or any(not isinstance(doc.get(k), dict) or doc[k].get(model) != v
+                                        for k, v in logged.items()):
+        notes.append(f"cross-lingual retrieval run {run.info.run_id[:8]}: its {RETRIEVAL_RESULTS} does not match "
+                     "its metrics: no retrieval table")
+        return None
+    return doc
+
+
+def experiment_retrieval(client, sweep, notes: list[str]) -> dict | None:
+    """The retrieval results of the experiment a sweep ran in (seed 002, Table 6): the newest
+    retrieval run among the children of the sweep's parent run; None for a sweep of its own, or an
+    experiment without retrieval."""
+    parent = sweep.data.tags.get(S.PARENT)
+    if not parent:
+        return None
+    query = f"tags.`{S.PARENT}` = '{parent}' and tags.`{S.KIND}` = '{S.KIND_RETRIEVAL}'"
+    runs = client.search_runs([sweep.info.experiment_id], filter_string=query,
+                              order_by=["attributes.start_time DESC"], max_results=1)
+    return retrieval_results(client, runs[0], notes) if runs else None
+
+
 def regenerate_report(out_dir: Path, tracking_uri: str, experiment: str = "bioptorch", run_id: str | None = None,
                       title: str | None = None, baseline: str | None = None,
                       source_scores: dict[str, dict] | None = None) -> dict[str, Path]:
     """Read a sweep back from MLflow and write the report (md, html, png, curves) into ``out_dir``;
-    with ``baseline``, also the paired differences against that model (``write_report``), and with
-    ``source_scores`` seed 004's correlation of the source measures with the gains."""
+    with ``baseline``, also the paired differences against that model (``write_report``), with
+    ``source_scores`` seed 004's correlation of the source measures with the gains, and for a sweep
+    of an experiment with cross-lingual retrieval, its tables (as the experiment's own report has them)."""
+    from mlflow import MlflowClient  # heavy: mlflow
+
     found = load_results(tracking_uri, experiment, run_id)
     log.info("sweep run %s: results from its %s", found.run_id, found.source)
+    client = MlflowClient(tracking_uri)
+    notes: list[str] = []
+    retrieval = experiment_retrieval(client, client.get_run(found.run_id), notes)
     return write_report(found.results, out_dir, title=title or f"BLUE results (MLflow run {found.run_id[:8]})",
-                        source=f"{tracking_uri} run {found.run_id}", baseline=baseline, source_scores=source_scores)
+                        source=f"{tracking_uri} run {found.run_id}", baseline=baseline, source_scores=source_scores,
+                        notes=notes, sections=[render_section(retrieval)] if retrieval else [])
 
 
 def _curve(client, run_id: str) -> list[dict[str, Any]]:

@@ -141,6 +141,11 @@ def render_html(results: dict, heading: str = "h2") -> str:
     return "\n".join(out) + "\n"
 
 
+def render_section(results: dict) -> tuple[str, str]:
+    """The tables as a (Markdown, HTML) section of a BLUE report page (the HTML with its ``CSS``)."""
+    return render_markdown(results), f"<style>{CSS}</style>\n" + render_html(results)
+
+
 def render_page(results: dict, title: str = "Cross-lingual retrieval") -> str:
     """A self-contained HTML page of the tables (inline CSS, no scripts)."""
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -168,4 +173,4 @@ def _md(text: str) -> str:
 
 
 __all__ = ["CSS", "RESULTS", "blocks", "best", "direction", "metric_name", "render_html", "render_markdown",
-           "render_page", "render_text", "section_of"]
+           "render_page", "render_section", "render_text", "section_of"]

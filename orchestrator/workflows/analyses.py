@@ -15,9 +15,7 @@ from orchestrator.core.reuse import reusable, run_stage
 from orchestrator.corpus.sources import source_files
 from orchestrator.corpus.stage import CorpusConfig
 from orchestrator.formats import READERS
-from orchestrator.retrieval.table import CSS as RETRIEVAL_CSS
-from orchestrator.retrieval.table import render_html as retrieval_html
-from orchestrator.retrieval.table import render_markdown as retrieval_markdown
+from orchestrator.retrieval.table import render_section
 from orchestrator.selection.arms import read_scores, score_arm
 from orchestrator.selection.settings import scoring_key
 from orchestrator.sweep.config import SweepConfig
@@ -188,7 +186,7 @@ def retrieve_arms(cfg: ExperimentConfig, arms: list[ArmPlan]) -> tuple[tuple[Pat
 def retrieval_section(retrieval: tuple[Path, dict]) -> tuple[str, str]:
     """The retrieval tables as a (Markdown, HTML) section of the experiment's report."""
     _, results = retrieval
-    return retrieval_markdown(results), f"<style>{RETRIEVAL_CSS}</style>\n" + retrieval_html(results)
+    return render_section(results)
 
 
 # ---------------------------------------------------------------------------------------------
