@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import shutil
 
 import numpy as np
@@ -220,6 +221,19 @@ def test_a_language_retrieves_itself_perfectly_and_minilm_german_is_far_below(xq
     manifest = json.loads((run_dir / "retrieval" / "manifest.json").read_text())
     assert manifest["stage"] == "retrieval" and str(XQUAD / "xquad.de.json") in manifest["inputs"]
     assert set(manifest["model_identity"]) == {"minilm", "untrained"}
+
+
+def test_the_tiny_preset_keeps_rays_lines_in_the_runs_log_file(tmp_path):
+    """The job as a user runs it: Ray's and the embedding tasks' own lines go to <run_dir>/logs/job.log;
+    the terminal shows the job's lines and the tasks' progress (forwarded from the workers), then the table."""
+    res = run_job("retrieval.py", "--preset", "tiny", f"run_dir={tmp_path}")
+    assert res.returncode == 0, res.stderr[-3000:]
+    logged = (tmp_path / "logs" / "job.log").read_text()
+    assert "Started a local Ray instance" in logged and "Started a local Ray instance" not in res.stdout + res.stderr
+    assert re.search(r"\(_embed_task pid=\d+\).* \[progress\] minilm / texts / de: embedded 24/24 windows", logged)
+    assert re.search(r"^\d\d:\d\d:\d\d minilm / texts / de: embedded 24/24 windows$", res.stderr, re.M), res.stderr
+    assert "_embed_task pid" not in res.stderr + res.stdout
+    assert "de \u2192 en" in res.stdout and json.loads(res.stdout.strip().splitlines()[-1])["p_at_1"]["minilm"]
 
 
 def test_the_logged_metrics_are_the_printed_scores(xquad_job):

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from orchestrator.core.artifacts import check_model
 from orchestrator.core.config import flatten
+from orchestrator.core.console import CONSOLE_TAG, PROGRESS_TAG
 from orchestrator.core.errors import ConfigError, OrchestratorError
 from orchestrator.core.manifest import atomic_write_json, atomic_write_text, hash_inputs, write_manifest
 from orchestrator.core.reuse import content_key, model_identity, run_stage
@@ -169,27 +170,42 @@ def _embed_task(model_dir: str, texts, options: dict, label: str):
         return _Failed(str(exc))
 
 
+class _ToDriver(logging.Formatter):
+    """A worker's record as a line the driver shows: INFO as its progress line, a warning as a line of its own."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        if record.levelno < logging.WARNING:
+            return PROGRESS_TAG + record.getMessage()
+        return f"{CONSOLE_TAG}{record.levelname.lower()}: {record.getMessage()}"
+
+
 def _progress_to_driver() -> None:
     """Show the embedding's progress lines (``orchestrator.retrieval.embed``'s INFO) in the job's output: a
-    Ray worker's loggers print warnings only, and Ray forwards a worker's stderr to the driver."""
+    Ray worker's loggers print warnings only, and Ray forwards a worker's stderr to the driver, whose
+    terminal shows them as its progress line (``console.PROGRESS_TAG``) while Ray's own lines go to the
+    run's log file."""
     logger = logging.getLogger("orchestrator.retrieval")
     if not logger.handlers:
         handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
+        handler.setFormatter(_ToDriver())
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
         logger.propagate = False
 
 
 def embed_all(spec: RetrievalSpec, models: Mapping[str, str | Path], sets: list[ParallelSet],
-              ray_address: str | None = None, num_cpus: int | None = None) -> tuple[dict, dict]:
-    """{(model, set, lang): vectors} and {(model, set, lang): EmbedInfo}: one Ray task per model and side."""
+              ray_address: str | None = None, num_cpus: int | None = None,
+              log_file: Path | None = None) -> tuple[dict, dict]:
+    """{(model, set, lang): vectors} and {(model, set, lang): EmbedInfo}: one Ray task per model and side
+    (Ray's and the tasks' own lines into ``log_file`` when given, ``runtime.ray_session``)."""
     import ray  # heavy: ray
 
     options = {"max_seq_length": spec.max_seq_length, "batch_size": spec.batch_size,
                "special_tokens": spec.special_tokens, "long_units": spec.long_units,
                "device": "cuda" if spec.use_gpu else "cpu", "threads": max(1, int(spec.cpus_per_task))}
-    with ray_session(address=ray_address, num_cpus=num_cpus):
+    with ray_session(address=ray_address, num_cpus=num_cpus, log_file=log_file) as info:
+        if info["log_file"]:
+            log.info("Ray's and the embedding tasks' own output: %s", info["log_file"])
         check_fits({"CPU": spec.cpus_per_task, "GPU": spec.gpus_per_task if spec.use_gpu else 0.0},
                    "retrieval: cpus_per_task / use_gpu, gpus_per_task")
         task = ray.remote(num_cpus=spec.cpus_per_task, num_gpus=spec.gpus_per_task if spec.use_gpu else 0,
@@ -220,11 +236,11 @@ def embed_all(spec: RetrievalSpec, models: Mapping[str, str | Path], sets: list[
 
 # ----------------------------------------------------------------------------- the evaluation
 def evaluate(spec: RetrievalSpec, models: Mapping[str, str | Path], sets: list[ParallelSet], out_dir: Path,
-             ray_address: str | None = None, num_cpus: int | None = None) -> dict:
+             ray_address: str | None = None, num_cpus: int | None = None, log_file: Path | None = None) -> dict:
     """Embed, retrieve, score; write results.json, the tables and the manifest into ``out_dir``."""
     from orchestrator.retrieval.metrics import precision_at_k, text_groups  # heavy: numpy
 
-    vectors, infos = embed_all(spec, models, sets, ray_address, num_cpus)
+    vectors, infos = embed_all(spec, models, sets, ray_address, num_cpus, log_file)
     dirs = directions(sets, spec.pivot)
     # identical target texts are one answer (metrics.gold_ranks): XQuAD repeats a few questions
     groups = {(s.name, lang): text_groups(s.texts[lang]) for s in sets for lang in s.languages}
@@ -277,9 +293,11 @@ def model_metrics(results: dict, model: str) -> dict[str, float]:
 
 def retrieval_stage(spec: RetrievalSpec, models: Mapping[str, str | Path], place: Callable[[str], Path],
                     tracking: TrackingConfig | None, run_dir: Path, tags: Mapping[str, Mapping[str, str]] | None = None,
-                    ray_address: str | None = None, num_cpus: int | None = None) -> tuple[Path, dict]:
+                    ray_address: str | None = None, num_cpus: int | None = None,
+                    log_file: Path | None = None) -> tuple[Path, dict]:
     """Evaluate ``models`` on ``spec``'s text into ``place(key)`` (reused when its key is unchanged) and
-    log each model's run to MLflow (tags per model from ``tags``). Returns (output directory, results)."""
+    log each model's run to MLflow (tags per model from ``tags``); Ray's own lines go to ``log_file``
+    when given. Returns (output directory, results)."""
     if not models:
         raise ConfigError("retrieval: no models: give --model NAME=DIR (models.NAME=DIR)")
     if not spec.enabled:
@@ -290,7 +308,7 @@ def retrieval_stage(spec: RetrievalSpec, models: Mapping[str, str | Path], place
     sets = load_sets(spec)  # bad or unaligned text fails here, before Ray starts
     key = retrieval_key(spec, models)
     out = run_stage(STAGE, place(key), key,
-                    lambda tmp: evaluate(spec, models, sets, tmp, ray_address, num_cpus), "retrieval")
+                    lambda tmp: evaluate(spec, models, sets, tmp, ray_address, num_cpus, log_file), "retrieval")
     results = read_results(out)
     log_results(tracking, run_dir, spec, results, out, key, tags or {})
     return out, results

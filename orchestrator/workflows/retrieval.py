@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 from orchestrator.core.config import field
+from orchestrator.core.console import LOG_PATH
 from orchestrator.core.errors import ConfigError
 from orchestrator.core.reuse import reusable
 from orchestrator.retrieval.config import RetrievalSpec
@@ -68,7 +69,8 @@ def run(cfg: RetrievalConfig) -> RetrievalResult:
     """``python jobs/retrieval.py``: every model on every language pair; the table printed, then the scores as JSON."""
     run_dir = Path(cfg.run_dir).resolve()
     out, results = retrieval_stage(cfg, cfg.models, lambda key: run_dir / STAGE, cfg.tracking, run_dir,
-                                   ray_address=cfg.ray_address or None, num_cpus=cfg.num_cpus or None)
+                                   ray_address=cfg.ray_address or None, num_cpus=cfg.num_cpus or None,
+                                   log_file=run_dir / LOG_PATH)
     uri = effective_uri(cfg.tracking, run_dir) if cfg.tracking.enabled else ""
     return RetrievalResult(out, results, uri)
 
