@@ -65,6 +65,16 @@ def test_pearson_known_answer_and_constant_prediction():
     assert pearson([1, 2, 3], [2, 2, 2]) == 0.0  # constant baseline: no correlation
 
 
+def test_pearson_of_predictions_that_are_not_finite_is_zero_and_said(caplog):
+    """A diverged model's NaN or infinite predictions score 0.0, as a constant prediction does, with a
+    warning (it used to be silent; pandas would score the finite pairs alone: 1.0 here)."""
+    with caplog.at_level("WARNING", logger="orchestrator.finetune.metrics"):
+        assert pearson([1, 2, 3], [1, float("nan"), 3]) == 0.0
+        assert pearson([1, 2, 3], [1, float("inf"), 3]) == 0.0
+    assert [r.getMessage() for r in caplog.records] == [
+        "pearson: 1 of 3 predictions are NaN or infinite (a diverged model): scored 0.0"] * 2
+
+
 def test_accuracy_known_answer():
     assert accuracy(["a", "b", "c", "a"], ["a", "b", "a", "a"]) == 0.75
 

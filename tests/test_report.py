@@ -79,6 +79,14 @@ def test_build_table_ranks_columns_as_seed_000():
     assert seed_sd(paired, "base", ["BIOSSES", "ErrTask"]) == pytest.approx(0.015)
     paired["cells"]["base"]["ErrTask"]["seeds"] = [4, 5, 6]
     assert seed_sd(paired, "base", ["BIOSSES", "ErrTask"]) is None  # no common seeds: no sd claimed
+    # a cross-validated cell holds a score per fold, not per seed: 3 folds were paired with 3 seeds' scores
+    folds = make_results()
+    for task in ("BIOSSES", "ErrTask"):
+        folds["cells"]["base"][task]["seeds"] = [1, 2, 3]
+    assert seed_sd(folds, "base", ["BIOSSES", "ErrTask"]) == pytest.approx(0.015)
+    folds["cells"]["base"]["ErrTask"]["folds"] = 3
+    assert seed_sd(folds, "base", ["BIOSSES", "ErrTask"]) is None
+    assert build_table(folds).cell("base", "biomedical").sd is None
 
 
 def test_markdown_cells():

@@ -34,6 +34,19 @@ def test_selection_on_dev_mean_over_seeds_reports_test_mean_sd():
     assert select_cell(recs, higher_is_better=False)["selected"] == {"learning_rate": 1e-5, "epochs": 1}
 
 
+@pytest.mark.parametrize("order", [1, -1])
+def test_a_setting_with_a_nan_dev_or_a_missing_seed_never_wins_whatever_the_record_order(order):
+    """A NaN dev mean compared as a number made the winner depend on the records' order, and a setting
+    one seed had answered beat one all seeds had (and its cell said n=1). Both now rank last."""
+    nan = [record(1e-5, s, [(1, float("nan"), 0.1)]) for s in (1, 2, 3)]
+    fine = [record(2e-5, s, [(1, 0.9, 0.5)]) for s in (1, 2, 3)]
+    assert select_cell((nan + fine)[::order], higher_is_better=True)["selected"]["learning_rate"] == 2e-5
+    assert select_cell((nan + fine)[::order], higher_is_better=False)["selected"]["learning_rate"] == 2e-5
+    lucky = [record(3e-5, 1, [(1, 0.95, 0.9)])]  # one seed's run only: dev 0.95 beats the complete 0.90
+    cell = select_cell((fine + lucky)[::order], higher_is_better=True)
+    assert cell["selected"]["learning_rate"] == 2e-5 and cell["n"] == 3
+
+
 def test_blue_space_is_seed_000_table_4():
     space = resolve_space(SweepConfig())
     assert space.learning_rates == (3e-5, 4e-5, 5e-5) and space.seeds == (1, 2, 3, 4, 5)

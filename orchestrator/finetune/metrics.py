@@ -17,6 +17,7 @@ their known bugs fixed:
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -25,6 +26,8 @@ from typing import Any
 import numpy as np
 
 from orchestrator.core.registry import Registry
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,10 +59,16 @@ def _register(name: str, higher_is_better: bool = True):
 
 @_register("pearson")
 def pearson(gold: Sequence[float], pred: Sequence[float], **_: Any) -> float:
-    """Pearson's r (BLUE ``eval_sts.py``: ``pandas.Series.corr``); 0.0 for a constant input."""
+    """Pearson's r (BLUE ``eval_sts.py``: ``pandas.Series.corr``); 0.0 for a constant input, and for
+    predictions that are not all finite (a diverged model: said in a warning; pandas would drop those
+    pairs and score the model on the rest)."""
     from scipy.stats import pearsonr  # heavy: scipy
 
     gold_a, pred_a = np.asarray(gold, dtype=float), np.asarray(pred, dtype=float)
+    if not np.isfinite(pred_a).all():
+        log.warning("pearson: %d of %d predictions are NaN or infinite (a diverged model): scored 0.0",
+                    int((~np.isfinite(pred_a)).sum()), len(pred_a))
+        return 0.0
     if len(gold_a) < 2 or np.ptp(gold_a) == 0 or np.ptp(pred_a) == 0:
         return 0.0
     with warnings.catch_warnings():

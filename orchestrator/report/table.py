@@ -87,12 +87,16 @@ def seed_sd(results: dict, model: str, task_names: list[str]) -> float | None:
 
     A summary score's sd in Table 7 is the spread of the score over the five seeds. It can be
     recomputed from the per-task ``test_scores``, paired by the cells' ``seeds`` when given
-    (else by position), when every task has a score for the same two or more seeds.
+    (else by position), when every task has a score for the same two or more seeds. A
+    cross-validated cell's scores are one per fold, not per seed: with one among ``task_names``
+    there is no per-seed average, so no sd (as the paired differences leave such a task out).
     """
     rows = results["cells"].get(model, {})
     per_task: list[dict[Any, float]] = []
     for name in task_names:
         cell = rows.get(name) or {}
+        if cell.get("folds"):
+            return None
         scores = cell.get("test_scores") or []
         seeds = cell.get("seeds") or list(range(len(scores)))
         if not scores or len(seeds) != len(scores) or not all(is_number(v) for v in scores):

@@ -2,7 +2,8 @@
 
 For each (model, task): every (learning rate, batch size, epochs) setting gets its dev mean over
 seeds; the best setting by the task metric's direction is selected (ties: fewer epochs, then the
-smaller learning rate, then the smaller batch); the test scores of all seeds at that setting give
+smaller learning rate, then the smaller batch; a setting missing some seed's run, or whose dev mean
+is not a number, only when no other setting is complete and a number); the test scores of all seeds at that setting give
 mean (sd), sd the sample standard deviation (ddof=1; 0 for one seed). ``selected`` names the batch
 size only when the trials had a batch-size axis (several batch sizes).
 
@@ -20,6 +21,7 @@ fold) order), and its curve the dev mean per epoch over the runs that trained th
 """
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable
 
@@ -85,10 +87,14 @@ def select_cell(records: Iterable[dict], higher_is_better: bool) -> dict:
         raise ValueError("no evaluated epochs in these trial records")
     sign = 1.0 if higher_is_better else -1.0
 
-    def rank(key: tuple[float, int, int]) -> tuple[float, int, float, int]:
+    most = max(len(runs) for runs in by_setting.values())
+
+    def rank(key: tuple[float, int, int]) -> tuple[bool, bool, float, int, float, int]:
+        """Settings with every (seed, fold) first, then those whose dev mean is a number, then by it."""
         lr, batch, epochs = key
         dev_mean = float(np.mean([d for d, _ in by_setting[key].values()]))
-        return (-sign * dev_mean, epochs, lr, batch)
+        nan = math.isnan(dev_mean)
+        return (len(by_setting[key]) < most, nan, 0.0 if nan else -sign * dev_mean, epochs, lr, batch)
 
     best_lr, best_batch, best_epochs = min(by_setting, key=rank)
     runs = by_setting[(best_lr, best_batch, best_epochs)]
