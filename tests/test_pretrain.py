@@ -807,8 +807,9 @@ def test_pretraining_and_sweep_finish_with_mlflow_down_and_say_so_once(corpus, r
 def test_training_flops_and_mfu_match_a_hand_count(size):
     """Issue 18: MFU counted the embeddings as dense weights and was multiplied by the worker count.
     BERT-base/large counted by hand: 6 FLOPs a token per trained dense weight, 4 per frozen one (adapters),
-    none for the embedding lookups, the tied decoder at the masked positions only, 12 L H S for attention;
-    MFU is per device whatever the world size."""
+    none for the embedding lookups, the tied decoder and the MLM head at the masked positions only, the
+    pooler and NSP once a sequence (session 43: they were counted at every token, MFU 1.2 % high for
+    BERT-base at 128), 12 L H S for attention; MFU is per device whatever the world size."""
     from transformers import BertConfig, BertForPreTraining
 
     from orchestrator.modeling.adapters import add_adapters
@@ -821,15 +822,17 @@ def test_training_flops_and_mfu_match_a_hand_count(size):
                                               num_attention_heads=H // 64))
     layer = 4 * (H * H + H) + (H * I + I) + (I * H + H) + 2 * 2 * H
     pooler, nsp, transform = H * H + H, 2 * H + 2, H * H + H + 2 * H
-    dense = L * layer + pooler + nsp + transform + V  # + the decoder's bias; its weight is the word embeddings
+    # the pooler and NSP run once a sequence, the MLM head (transform, decoder bias; its weight is the word
+    # embeddings) at the masked positions, the encoder at every token
+    per_token = L * layer + (pooler + nsp) / S + (transform + V) * masked
     attention = 12 * L * H * S
-    full = 6 * dense + 6 * H * V * masked + attention
+    full = 6 * per_token + 6 * H * V * masked + attention
     assert training_flops_per_token(model, S, masked) == pytest.approx(full, rel=1e-12)
     b = H // 16
     adapters = L * (H * b + b + b * H + H)
     add_adapters(model, 16)  # heads train (but the tied decoder weight), the encoder and embeddings are frozen
-    trained = adapters + transform + V + nsp
-    frozen = L * layer + pooler
+    trained = adapters + (transform + V) * masked + nsp / S
+    frozen = L * layer + pooler / S
     assert training_flops_per_token(model, S, masked) == pytest.approx(
         6 * trained + 4 * frozen + 4 * H * V * masked + attention, rel=1e-12)
     # eight devices at 8x the tokens are as busy as one: MFU is per device

@@ -121,29 +121,42 @@ def static_shapes(speed, rows: int, length: int) -> StaticShapes | None:
     return StaticShapes.for_batch(rows, length) if speed.cuda_graphs else None
 
 
+#: Where a BERT's weights run, by parameter name: the pooler and the NSP classifier once a sequence,
+#: the MLM head (its transform, LayerNorm and bias; the decoder weight is the word embeddings) at the
+#: masked positions only; every other weight outside the embeddings at every token.
+PER_SEQUENCE, AT_MASKED = ("bert.pooler.", "cls.seq_relationship."), ("cls.predictions.",)
+
+
 def training_flops_per_token(model: torch.nn.Module, seq_len: float, masked_fraction: float) -> float:
     """Training FLOPs per token of a BERT (Kaplan et al. / PaLM's 6N + 12LHS, counted as BERT runs):
 
-    - each weight outside the embeddings costs 6 FLOPs a token when it trains (forward 2, backward
-      2 for the activations' gradient and 2 for its own) and 4 when it is frozen (adapters);
+    - each weight outside the embeddings costs 6 FLOPs each time it is applied when it trains
+      (forward 2, backward 2 for the activations' gradient and 2 for its own) and 4 when it is frozen
+      (adapters): the encoder's at every token, the pooler's and the NSP classifier's once a sequence
+      (per token: divided by ``seq_len``), the MLM head's at the masked positions (x ``masked_fraction``);
     - the embedding lookups cost nothing; the MLM decoder, tied to the word embeddings, runs only at
       the masked positions: 6 (or 4, frozen) x hidden x vocabulary x ``masked_fraction``;
     - attention scores and their weighted sum: 12 x layers x hidden x ``seq_len``."""
     embeddings = getattr(model, "bert", model).embeddings
     lookup = {id(p) for p in embeddings.parameters()}
-    dense = [p for p in model.parameters() if id(p) not in lookup]
-    trained = sum(p.numel() for p in dense if p.requires_grad)
-    frozen = sum(p.numel() for p in dense if not p.requires_grad)
+    flops = 0.0
+    for name, p in model.named_parameters():
+        if id(p) in lookup:
+            continue
+        share = (1.0 / max(seq_len, 1.0) if name.startswith(PER_SEQUENCE)
+                 else masked_fraction if name.startswith(AT_MASKED) else 1.0)
+        flops += (6 if p.requires_grad else 4) * p.numel() * share
     config = model.config
     words = embeddings.word_embeddings.weight
     decoder = (6 if words.requires_grad else 4) * config.hidden_size * config.vocab_size * masked_fraction
-    return 6 * trained + 4 * frozen + decoder + 12 * config.num_hidden_layers * config.hidden_size * seq_len
+    return flops + decoder + 12 * config.num_hidden_layers * config.hidden_size * seq_len
 
 
 #: How ``mfu`` is computed, logged beside it (MLflow tag ``mfu.formula``) so a reader knows what it counts.
 MFU_FORMULA = ("mfu = training_flops_per_token x tokens_per_s / workers / peak_flops(device, precision); "
-               "training_flops_per_token = 6 x trained + 4 x frozen non-embedding weights + (6 or 4) x hidden x "
-               "vocab x masked_fraction + 12 x layers x hidden x seq_len (padding tokens not counted)")
+               "training_flops_per_token = 6 x trained + 4 x frozen non-embedding weights (the encoder's; the "
+               "pooler's and NSP's / seq_len; the MLM head's x masked_fraction) + (6 or 4) x hidden x vocab x "
+               "masked_fraction + 12 x layers x hidden x seq_len (padding tokens not counted)")
 
 
 def device_label(device: torch.device) -> str:
