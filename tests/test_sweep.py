@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import pickle
 from pathlib import Path
@@ -485,6 +486,41 @@ def test_a_re_pretrained_model_retrains_every_trial(tiny_bert, ray_local, tmp_pa
     again = run_sweep(cfg, {"ours": model}, out, None, tmp_path)
     assert (again.ran, again.skipped) == (2, 0)
     assert run_sweep(cfg, {"ours": model}, out, None, tmp_path).skipped == 2
+
+
+def test_a_task_file_edited_in_place_retrains_its_trials(tiny_bert, ray_local, tmp_path):
+    """A probe (session 43): a task's training file edited in place (the scores reversed), and the re-run
+    skipped every trial, reporting scores from the old data. A trial's record now keeps the sha256 of
+    each file the trial read; a record kept before it did takes the files as they are then."""
+    import shutil
+
+    from orchestrator.finetune.spec import SAMPLE_DIR
+    from orchestrator.sweep.runner import run_sweep
+
+    data = tmp_path / "BIOSSES"
+    shutil.copytree(SAMPLE_DIR / "BIOSSES", data)
+    cfg = SweepConfig(search_space="tiny", tasks=("biosses",), learning_rates=(5e-4,), seeds=(1, 2),
+                      epochs={"biosses": (1,)}, task_dirs={"biosses": str(data)})
+    out = tmp_path / "sweep"
+    first = run_sweep(cfg, {"tiny": tiny_bert}, out, None, tmp_path)
+    assert first.ran == 2
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert str(data / "train.tsv") in manifest["inputs"]  # what the scores were read from
+    rows = (data / "train.tsv").read_text(encoding="utf-8").splitlines()
+    flipped = [rows[0]] + ["\t".join(r.split("\t")[:-1] + [f"{4 - float(r.split(chr(9))[-1]):.1f}"]) for r in rows[1:]]
+    (data / "train.tsv").write_text("\n".join(flipped) + "\n", encoding="utf-8")
+    again = run_sweep(cfg, {"tiny": tiny_bert}, out, None, tmp_path)
+    assert (again.ran, again.skipped) == (2, 0)
+    assert again.results["cells"]["tiny"]["BIOSSES"]["mean"] != first.results["cells"]["tiny"]["BIOSSES"]["mean"]
+    # a record from before the files' hashes were kept: taken as answering the files now, and so marked
+    record = next((out / "trials").glob("*.json"))
+    older = json.loads(record.read_text())
+    kept = older.pop("task_data")
+    record.write_text(json.dumps(older))
+    third = run_sweep(cfg, {"tiny": tiny_bert}, out, None, tmp_path)
+    assert (third.ran, third.skipped) == (0, 2)
+    assert json.loads(record.read_text())["task_data"] == kept == {
+        name: hashlib.sha256((data / name).read_bytes()).hexdigest() for name in ("train.tsv", "dev.tsv", "test.tsv")}
 
 
 def test_a_trial_whose_worker_is_killed_is_run_again_and_recorded_once(tiny_bert, ray_local, tmp_path):

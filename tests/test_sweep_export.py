@@ -179,3 +179,10 @@ def test_an_export_killed_midway_leaves_no_complete_looking_directory(tiny_bert,
     manifest = export_run(plan)  # exporting again (here in this process) completes it
     assert finished(plan) == manifest and manifest["epoch"] == 2 and manifest["reproduced"] is False
     assert load_finetuned(plan.dst).spec.name == "ChemProt"
+    # the trial re-run on a task file edited in place has the same fingerprint, so the same export directory:
+    # an export is taken only for the task files its record names (one made before they were named, for any)
+    (plan,) = plan_exports(results, [{**record, "task_data": {"train.tsv": "a"}}], ["ChemProt"], out, "best_dev")
+    assert finished(plan) == manifest
+    assert export_run(plan)["task_data"] == {"train.tsv": "a"}
+    (edited,) = plan_exports(results, [{**record, "task_data": {"train.tsv": "b"}}], ["ChemProt"], out, "best_dev")
+    assert edited.dst == plan.dst and finished(edited) is None and finished(plan)["task_data"] == {"train.tsv": "a"}

@@ -33,7 +33,7 @@ from orchestrator.core.reuse import content_key
 from orchestrator.finetune.spec import TaskSpec, load_task
 from orchestrator.finetune.trial import TrialSpec
 from orchestrator.sweep.selection import selected_runs
-from orchestrator.sweep.space import task_key
+from orchestrator.sweep.space import TASK_DATA, task_key
 
 log = logging.getLogger(__name__)
 
@@ -103,11 +103,15 @@ def plan_exports(results: dict, records: list[dict], tasks: list[str], out_dir: 
 
 
 def finished(plan: ExportPlan) -> dict | None:
-    """The manifest of a complete earlier export of this plan, else None."""
+    """The manifest of a complete earlier export of this plan, else None: one trained on other task files
+    than the plan's record (its trial re-run on a task file edited in place) is not. An export made before
+    the files' hashes were kept is taken as the record's."""
     if not is_complete(plan.dst):
         return None
     manifest = read_manifest(plan.dst)
-    return manifest if manifest.get("stage") == EXPORT_STAGE else None
+    if manifest.get("stage") != EXPORT_STAGE:
+        return None
+    return manifest if manifest.get(TASK_DATA, plan.record.get(TASK_DATA)) == plan.record.get(TASK_DATA) else None
 
 
 def export_run(plan: ExportPlan) -> dict:
@@ -136,7 +140,8 @@ def export_run(plan: ExportPlan) -> dict:
                               "trial_fingerprint": plan.record["fingerprint"], "learning_rate": trial.learning_rate,
                               "epoch": plan.epoch, "fold": trial.fold, "early_stopping": "early_stopping" in rec,
                               "dev": row["dev"], "test": row["test"], "recorded": {"dev": plan.dev, "test": plan.test},
-                              "reproduced": reproduced})
+                              "reproduced": reproduced,
+                              **({TASK_DATA: plan.record[TASK_DATA]} if TASK_DATA in plan.record else {})})
     return read_manifest(plan.dst)
 
 

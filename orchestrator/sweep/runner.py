@@ -36,11 +36,14 @@ from orchestrator.sweep.export import export_entry, export_run, export_tasks, fi
 from orchestrator.sweep.order import estimated_work, longest_first, split_reader
 from orchestrator.sweep.selection import build_results
 from orchestrator.sweep.space import (
+    TASK_DATA,
     Variant,
     build_trials,
     epoch_grid,
     space_tasks,
     task_data_dir,
+    task_data_identity,
+    task_files,
     tracked_config,
     trial_fingerprint,
 )
@@ -128,6 +131,9 @@ def _record_path(trials_dir: Path, trial_id: str) -> Path:
 
 
 def _finished(trials_dir: Path, trial: TrialSpec) -> dict | None:
+    """The trial's record when it answers the trial as it stands: the same fingerprint, and the task's
+    split files as they were when it trained. A record kept before the files' hashes were (no
+    ``task_data``) is taken as answering the files as they are now, which it then records."""
     path = _record_path(trials_dir, trial.trial_id)
     if not path.is_file():
         return None
@@ -135,7 +141,13 @@ def _finished(trials_dir: Path, trial: TrialSpec) -> dict | None:
         rec = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError:
         return None
-    return rec if rec.get("fingerprint") == trial_fingerprint(trial) else None
+    if rec.get("fingerprint") != trial_fingerprint(trial):
+        return None
+    data = task_data_identity(trial)
+    if TASK_DATA not in rec:
+        rec[TASK_DATA] = data
+        atomic_write_json(path, rec)
+    return rec if rec[TASK_DATA] == data else None
 
 
 def _tune_trainable(config: dict) -> None:
@@ -275,8 +287,8 @@ def _record_writer(trials_dir: Path, total: int, work: dict[str, float] | None =
             if "records" in result:  # the last report: the Ray trial has ended
                 self.progress.finish(trial.trial_id)
             for rec in json.loads(result.get("records", "[]")):  # the Ray trial's trials (a bundle: several)
-                rec["fingerprint"] = trial_fingerprint(
-                    TrialSpec(**{**rec["trial"], "eval_epochs": tuple(rec["trial"]["eval_epochs"])}))
+                spec = TrialSpec(**{**rec["trial"], "eval_epochs": tuple(rec["trial"]["eval_epochs"])})
+                rec["fingerprint"], rec[TASK_DATA] = trial_fingerprint(spec), task_data_identity(spec)
                 atomic_write_json(_record_path(trials_dir, rec["trial_id"]), rec)
                 self.progress.add(rec)
 
@@ -479,7 +491,8 @@ def _run_sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, trackin
     atomic_write_json(out_dir / "selection.json", selection)
     cost = sweep_cost(cfg, records, time.monotonic() - started if todo else 0.0, len(todo), skipped, out_dir,
                       ray_trials if todo else None)
-    write_manifest(out_dir, stage="sweep", config=cfg, inputs=[Path(p) for p in models.values()],
+    data_files = sorted({str(f) for t in trials for f in task_files(t)})  # what the scores were read from
+    write_manifest(out_dir, stage="sweep", config=cfg, inputs=[Path(p) for p in models.values()] + data_files,
                    counts={"trials": len(trials), "ran": len(todo), "skipped": skipped},
                    extra={"search_space": to_dict(space), "models": {k: str(v) for k, v in models.items()},
                           COST_FIELD: cost})

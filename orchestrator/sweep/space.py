@@ -8,6 +8,7 @@ epoch value of the range. With ``early_stopping`` on there is no epoch axis: one
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import os
 import re
@@ -17,6 +18,7 @@ from typing import Literal
 
 from orchestrator.core.config import check_number, check_seeds, field, first_repeat, from_dict, read_yaml, to_dict
 from orchestrator.core.errors import ConfigError
+from orchestrator.core.manifest import file_sha256
 from orchestrator.core.registry import suggest
 from orchestrator.core.reuse import content_key, model_identity
 from orchestrator.finetune.spec import SAMPLE_DIR, TaskSpec, load_task, shipped_task_names
@@ -249,10 +251,40 @@ def build_trials(cfg: SweepConfig, space: SearchSpace, models: dict[str, Path],
 LATER_TASK_KEYS = {"chunk_words": 0, "subword_labels": "first"}
 
 
+#: A trial record's field holding the sha256 of each task file the trial read (``task_data_identity``).
+TASK_DATA = "task_data"
+
+
+def task_files(trial: TrialSpec) -> list[Path]:
+    """The split files a trial reads: train, dev and test, or a cross-validated or re-split task's one
+    file (those that exist: a missing one is the trial's error to report)."""
+    spec = dataclasses.replace(load_task(trial.task), dir="")
+    splits = ("all",) if spec.cv_folds or spec.resplit else ("train", "dev", "test")
+    return [p for p in (spec.split_path(Path(trial.data_dir), split) for split in splits) if p.is_file()]
+
+
+@functools.lru_cache(maxsize=256)
+def _sha256_of(path: str, size: int, mtime_ns: int) -> str:
+    """A file's sha256, computed once a process while its size and modification time hold."""
+    return file_sha256(path)
+
+
+def task_data_identity(trial: TrialSpec) -> dict[str, str]:
+    """{split file name: sha256} of the files ``trial`` reads, kept in its record: a record whose files
+    were edited since (a task file rewritten in place) does not answer the trial."""
+    out = {}
+    for path in task_files(trial):
+        stat = path.stat()
+        out[path.name] = _sha256_of(str(path), stat.st_size, stat.st_mtime_ns)
+    return out
+
+
 def trial_fingerprint(trial: TrialSpec) -> str:
     """What makes a finished trial reusable: every setting except where it runs, plus what the
     task name and model path stand for -- the resolved task definition (an edited task YAML) and
-    the model's identity (a model re-trained into the same directory) -- so neither is reused stale."""
+    the model's identity (a model re-trained into the same directory) -- so neither is reused stale.
+    The task's files are checked beside it (``task_data_identity``, kept in the record): a record
+    made before it was kept keeps its fingerprint, so finished sweeps are not trained again."""
     data = {k: v for k, v in dataclasses.asdict(trial).items()
             if k not in ("num_threads", "device", "cache_dir") and not (k == "fold" and v == -1)
             and not (k in ("tune", "adapter_reduction_factor") and trial.tune == "full")
