@@ -44,6 +44,8 @@ def test_an_arm_is_the_base_config_with_its_overrides(tmp_path):
     ({"a b": {}}, "", "not a usable arm name"),
     ({"a": {}}, "b", "baseline 'b' is not an arm"),
     ({"a": {"selection.enabled": True}}, "", "cannot change selection"),
+    # the top-level seed seeds the one driver: an arm's seed was taken and changed nothing (a probe, session 43)
+    ({"a": {"seed": 7}}, "", "arms.a.seed: seed seeds the driver process"),
 ])
 def test_bad_arms_are_refused_naming_the_arm(tmp_path, arms, baseline, message):
     with pytest.raises(ConfigError, match=re.escape(message)):

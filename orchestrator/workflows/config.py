@@ -83,7 +83,8 @@ class ChainConfig:
     compare_models: dict[str, str] = field(default_factory=dict,
                                            help="extra Hugging Face BERT directories to fine-tune alongside "
                                                 "(name: path), e.g. a published biomedical BERT on disk")
-    seed: int = field(42, help="global seed")
+    seed: int = field(42, help="seed of the driver process's generators (Python, numpy, torch); each stage has its "
+                               "own: corpus.seed, instances.seed, pretrain.seed, augment.augment.seed, sweep.seeds")
     ray: RayConfig = field(default_factory=RayConfig, help="Ray runtime")
     tracking: TrackingConfig = field(default_factory=TrackingConfig, help="MLflow tracking")
     corpus: CorpusConfig = field(default_factory=sample_corpus, help="corpus stage: sources and mixing")
@@ -184,6 +185,10 @@ class ExperimentConfig(ChainConfig):
         if fixed:
             raise ConfigError(f"arms.{name}.{fixed[0]}: an arm cannot change {fixed[0].split('.')[0]} (every arm "
                               "shares the run directory, Ray, MLflow and the one paired sweep)")
+        if "seed" in arm:  # every arm runs in the one driver process, seeded once
+            raise ConfigError(f"arms.{name}.seed: seed seeds the driver process, which every arm shares, so an arm's "
+                              "would change nothing; an arm varies a stage's own seed (corpus.seed, instances.seed, "
+                              "pretrain.seed, augment.augment.seed)")
         if ARM_INIT in arm and arm[ARM_INIT] != "random":
             raise ConfigError(f"arms.{name}.init: {arm[ARM_INIT]!r}; the only value is 'random' (the untrained floor)")
         if ARM_MODEL in arm and set(arm) - {ARM_MODEL, ARM_MADE_BY}:

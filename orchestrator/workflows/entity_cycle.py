@@ -76,7 +76,8 @@ class CycleConfig:
     runs_root: str = field("runs", help="where run directories are created")
     model_name: str = field("cycle", help="display name of the models; cycle c's is <model_name>-<c>")
     cycles: int = field(2, help="pretraining cycles in all, cycle 0 (random masking) included")
-    seed: int = field(42, help="global seed")
+    seed: int = field(42, help="seed of the driver process's generators (Python, numpy, torch); the cycle's stages "
+                               "have their own (e.g. pretrain.seed, extractor.seeds)")
     ray: RayConfig = field(default_factory=RayConfig, help="Ray runtime")
     tracking: TrackingConfig = field(default_factory=TrackingConfig, help="MLflow tracking")
     corpus: CorpusConfig = field(default_factory=sample_corpus, help="corpus stage (shared by every cycle)")
