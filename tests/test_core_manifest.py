@@ -43,6 +43,32 @@ def test_atomic_write_json_roundtrip(tmp_path):
     assert [p.name for p in path.parent.iterdir()] == ["x.json"]
 
 
+def test_git_state_says_when_the_checkout_has_changes_and_hashes_them(tmp_path):
+    """A probe (session 43): runs made with uncommitted changes recorded the bare commit, as if clean."""
+    import subprocess
+
+    from orchestrator.core.manifest import git_state
+
+    assert git_state(tmp_path) == {"git_commit": None, "git_dirty": None}  # not a checkout
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (tmp_path / "code.py").write_text("x = 1\n")
+    subprocess.run([*git, "add", "code.py"], check=True)
+    subprocess.run([*git, "commit", "-qm", "c"], check=True)
+    clean = git_state(tmp_path)
+    assert clean["git_dirty"] is False and len(clean["git_commit"]) == 40 and "git_diff_sha256" not in clean
+    (tmp_path / "code.py").write_text("x = 2\n")
+    edited = git_state(tmp_path)
+    assert edited["git_commit"] == clean["git_commit"] and edited["git_dirty"] is True
+    (tmp_path / "new.py").write_text("y = 1\n")  # a file git does not track yet is part of the code too
+    added = git_state(tmp_path)
+    assert added["git_dirty"] is True and added["git_diff_sha256"] != edited["git_diff_sha256"]
+    (tmp_path / "new.py").write_text("y = 2\n")
+    assert git_state(tmp_path)["git_diff_sha256"] not in (added["git_diff_sha256"], edited["git_diff_sha256"])
+    manifest = read_manifest(write_manifest(tmp_path / "out", stage="s", config={}).parent)
+    assert {"git_commit", "git_dirty"} <= set(manifest)  # this checkout's, whatever its state
+
+
 def test_registry_duplicates_and_suggestions():
     reg: Registry[int] = Registry("mixer")
     reg.add("simpt", 1)

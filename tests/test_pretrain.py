@@ -646,6 +646,8 @@ def test_two_workers_two_phases_loss_falls_checkpoints_and_mlflow(corpus, ray_lo
     assert {"seq_per_s", "first_step_s"} <= set(run.data.metrics) and "mfu" not in run.data.metrics
     assert run.data.tags["mfu.device"] == "cpu" and run.data.tags["mfu.peak_flops"].startswith("none")
     assert "training_flops_per_token" in run.data.tags["mfu.formula"]
+    # the code it ran, as the sweep's runs say it (a probe, session 43: the pretraining run did not)
+    assert len(run.data.tags["git_commit"]) == 40 and run.data.tags["git_dirty"] in ("true", "false")
     assert [h["step"] for h in result.history if "first_step_s" in h] == [1, 31]
     assert all(h["mfu"] is None for h in result.history)
     # no stopping rule: each phase runs its configured steps, and that is what is recorded

@@ -242,14 +242,42 @@ def library_versions() -> dict[str, str]:
     return out
 
 
-def git_commit(repo: str | Path | None = None) -> str | None:
-    repo = Path(repo) if repo else Path(__file__).resolve().parents[2]
+def _git(repo: Path, *args: str) -> bytes | None:
+    """A git command's output in ``repo``; None when git or the repository is not there."""
     try:
-        res = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
-                             timeout=5)
+        res = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, timeout=5)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return res.stdout.strip() or None if res.returncode == 0 else None
+    return res.stdout if res.returncode == 0 else None
+
+
+def git_commit(repo: str | Path | None = None) -> str | None:
+    out = _git(Path(repo) if repo else Path(__file__).resolve().parents[2], "rev-parse", "HEAD")
+    return out.decode().strip() or None if out is not None else None
+
+
+def git_state(repo: str | Path | None = None) -> dict[str, Any]:
+    """The code a run ran: ``git_commit``, ``git_dirty`` (changes to tracked files, or files git does not
+    ignore and does not track) and, when dirty, ``git_diff_sha256``: the sha256 of ``git diff HEAD`` and of
+    the untracked files' names and contents (a file over 1 MiB by its size and modification time: data a
+    user keeps in the checkout is not read at every stage), so two runs of one commit with other edits
+    differ. None values outside a git checkout (an installed package)."""
+    repo = Path(repo) if repo else Path(__file__).resolve().parents[2]
+    commit = git_commit(repo)
+    status = _git(repo, "status", "--porcelain") if commit else None
+    if status is None:
+        return {"git_commit": commit, "git_dirty": None}
+    if not status.strip():
+        return {"git_commit": commit, "git_dirty": False}
+    h = hashlib.sha256(_git(repo, "diff", "HEAD", "--binary") or b"")
+    for name in sorted((_git(repo, "ls-files", "--others", "--exclude-standard", "-z") or b"").split(b"\0")):
+        if name:
+            h.update(name)
+            path = repo / os.fsdecode(name)
+            stat = path.stat() if path.is_file() else None
+            h.update(b"-" if stat is None else file_sha256(path).encode() if stat.st_size <= 1 << 20
+                     else f"{stat.st_size}:{stat.st_mtime_ns}".encode())
+    return {"git_commit": commit, "git_dirty": True, "git_diff_sha256": h.hexdigest()}
 
 
 def write_manifest(out_dir: str | Path, *, stage: str, config: Any, inputs: Iterable[str | Path] = (),
@@ -262,7 +290,7 @@ def write_manifest(out_dir: str | Path, *, stage: str, config: Any, inputs: Iter
         "counts": counts or {},
         "seed": seed,
         "versions": library_versions(),
-        "git_commit": git_commit(),
+        **git_state(),
     }
     if extra:
         manifest.update(extra)

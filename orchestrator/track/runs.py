@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.core.config import flatten, to_dict
-from orchestrator.core.manifest import atomic_write_json
+from orchestrator.core.manifest import atomic_write_json, git_state
 from orchestrator.track import TrackingConfig, effective_uri
 from orchestrator.track import schema as S
 from orchestrator.track.experiments import ensure_experiment
@@ -34,6 +34,16 @@ log = logging.getLogger(__name__)
 RUN_MARKER = "mlflow_run.json"
 PENDING = "mlflow_pending.jsonl"
 MAX_METRICS_PER_BATCH = 1000  # MLflow's log_batch limit
+
+
+def code_tags() -> dict[str, str]:
+    """The code a run ran, as MLflow tags: the commit, whether the checkout had changes, and their hash."""
+    state = git_state()
+    tags = {S.GIT_COMMIT: state["git_commit"] or "unknown",
+            S.GIT_DIRTY: "unknown" if state["git_dirty"] is None else str(state["git_dirty"]).lower()}
+    if state.get("git_diff_sha256"):
+        tags[S.GIT_DIFF] = state["git_diff_sha256"]
+    return tags
 
 
 def start_stage_run(tracking: TrackingConfig | None, run_dir: Path, *, stage: str, params: Any,
@@ -58,7 +68,7 @@ def start_stage_run(tracking: TrackingConfig | None, run_dir: Path, *, stage: st
                 info = {"uri": uri, "run_id": recorded["run_id"], "pending": str(pending)}
                 replay_pending(info)
                 return info
-        tags = {**(tags or {}), S.KIND: stage}
+        tags = {**code_tags(), **(tags or {}), S.KIND: stage}
         parent = mlflow.active_run()
         if parent is not None:
             tags[S.PARENT] = parent.info.run_id

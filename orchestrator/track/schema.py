@@ -64,7 +64,7 @@ PRETRAIN_LOSS = "loss"
 WINDOW_MLM_LOSS, WINDOW_MLM_ACCURACY = "stop.window_mlm_loss", "stop.window_mlm_accuracy"
 SWEEP_FINGERPRINT = "orchestrator.sweep_fingerprint"
 CELL_DIGEST = "orchestrator.cell_digest"  # set last: the (model, task) run and its trials are all logged
-GIT_COMMIT = "git_commit"
+GIT_COMMIT, GIT_DIRTY, GIT_DIFF = "git_commit", "git_dirty", "git_diff_sha256"  # the code (manifest.git_state)
 PARENT = "mlflow.parentRunId"
 
 MODEL, TASK, GROUP, HIGHER_IS_BETTER, METRIC = "model", "task", "group", "higher_is_better", "metric"

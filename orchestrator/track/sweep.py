@@ -4,10 +4,10 @@ from __future__ import annotations
 import logging
 
 from orchestrator.core.config import is_number
-from orchestrator.core.manifest import git_commit
 from orchestrator.core.reuse import content_key
 from orchestrator.track import TrackingConfig, flat_params, log_params, start_tracking
 from orchestrator.track import schema as S
+from orchestrator.track.runs import code_tags
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ def log_sweep(tracking: TrackingConfig, run_dir, *, name: str, config, results: 
     existing = _find_parent(tracking.experiment, fingerprint)
     if existing:
         log.info("sweep: reusing MLflow parent run %s (sweep fingerprint %s)", existing, fingerprint)
-    tags = {S.GIT_COMMIT: git_commit() or "unknown", S.KIND: S.KIND_SWEEP, S.SWEEP_FINGERPRINT: fingerprint}
+    tags = {**code_tags(), S.KIND: S.KIND_SWEEP, S.SWEEP_FINGERPRINT: fingerprint}
     # under an experiment's run (active in this process) the sweep parent is its child
     nested = mlflow.active_run() is not None
     with mlflow.start_run(run_id=existing, run_name=None if existing else f"sweep:{name}", tags=tags,
