@@ -48,6 +48,30 @@ def test_a_setting_with_a_nan_dev_or_a_missing_seed_never_wins_whatever_the_reco
     assert cell["selected"]["learning_rate"] == 2e-5 and cell["n"] == 3
 
 
+def test_blues_own_release_layout_is_found_under_data_dir(tmp_path, caplog):
+    """BLUE's bert_data release names four folders otherwise than the task YAMLs (hoc, ddi2013-type,
+    BC5CDR/chem, BC5CDR/disease): sweep.data_dir pointed at it failed with 'file not found' (a probe,
+    session 43). A task_dirs key that names no task of the space is said, not silently dropped."""
+    from orchestrator.finetune.spec import load_task
+    from orchestrator.sweep.space import task_data_dir
+
+    for folder in ("hoc", "ddi2013-type", "BC5CDR/chem", "BC5CDR/disease", "BIOSSES"):
+        (tmp_path / folder).mkdir(parents=True)
+    cfg = SweepConfig(data_dir=str(tmp_path))
+    found = {task: task_data_dir(cfg, task, load_task(task)) for task in
+             ("hoc", "hoc_prior", "ddi", "bc5cdr_chemical", "bc5cdr_disease", "biosses", "chemprot")}
+    assert found == {"hoc": str(tmp_path / "hoc"), "hoc_prior": str(tmp_path / "hoc"),
+                     "ddi": str(tmp_path / "ddi2013-type"), "bc5cdr_chemical": str(tmp_path / "BC5CDR/chem"),
+                     "bc5cdr_disease": str(tmp_path / "BC5CDR/disease"), "biosses": str(tmp_path / "BIOSSES"),
+                     "chemprot": str(tmp_path / "ChemProt")}  # not there either way: its own name, for the error
+    (tmp_path / "HoC").mkdir()  # the project's own layout wins where both are there
+    assert task_data_dir(cfg, "hoc", load_task("hoc")) == str(tmp_path / "HoC")
+    with caplog.at_level("WARNING", logger="orchestrator.sweep.space"):
+        resolve_space(SweepConfig(search_space="tiny", task_dirs={"hoc": str(tmp_path / "hoc")}))
+    assert "sweep.task_dirs: 'hoc' name(s) no task of this search space" in caplog.text
+    assert "hoc_prior" in caplog.text  # the tiny space's HoC task, the key the user meant
+
+
 def test_blue_space_is_seed_000_table_4():
     space = resolve_space(SweepConfig())
     assert space.learning_rates == (3e-5, 4e-5, 5e-5) and space.seeds == (1, 2, 3, 4, 5)

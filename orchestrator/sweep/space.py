@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+import logging
 import os
 import re
 from collections.abc import Sequence
@@ -25,6 +26,8 @@ from orchestrator.finetune.spec import SAMPLE_DIR, TaskSpec, load_task, shipped_
 from orchestrator.finetune.trial import TrialSpec
 from orchestrator.sweep.config import EarlyStopping, Precision, SweepConfig, Tune
 from search_spaces import SPACE_DIR
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,19 +137,30 @@ def _check_task_keys(cfg: SweepConfig, space: SearchSpace, path: Path) -> None:
     and run a few). A misspelt key would otherwise be ignored: the task read from the default data, or
     trained to the space's epochs."""
     names = set(shipped_task_names())
+    used = set()
     for task in space.tasks:
-        names |= {task_key(task), load_task(task).name}
+        used |= {task_key(task), load_task(task).name}
+    names |= used
     for where, keys in ((f"{cfg.KEY}.task_dirs", cfg.task_dirs), (f"{cfg.KEY}.epochs", cfg.epochs),
                         (f"{path}: epochs", space.epochs)):
         for key in keys:
             if key not in names:
                 raise ConfigError(f"{where}: {key!r} names no task of the search space or shipped with the "
                                   f"project{suggest(key, names)}")
+        if keys is cfg.task_dirs and (unused := [k for k in keys if k not in used]):  # a shared config: allowed
+            _warn_once(f"{where}: {', '.join(map(repr, unused))} name(s) no task of this search space (its tasks: "
+                       f"{', '.join(task_key(t) for t in space.tasks)}): not read")
         for task in space.tasks:  # one task under its stem and its display name: which one wins is not a choice
             stem, name = task_key(task), load_task(task).name
             if stem != name and stem in keys and name in keys and keys[stem] != keys[name]:
                 raise ConfigError(f"{where}: {stem!r} and {name!r} name the same task with different values "
                                   f"({keys[stem]!r}, {keys[name]!r}): keep one")
+
+
+@functools.cache
+def _warn_once(message: str) -> None:
+    """A config's warning said once a process, however often its space is resolved."""
+    log.warning("%s", message)
 
 
 def task_key(name: str) -> str:
@@ -166,11 +180,14 @@ def epoch_grid(space: SearchSpace, task: str, spec: TaskSpec) -> tuple[int, ...]
 
 def task_data_dir(cfg: SweepConfig, task: str, spec: TaskSpec) -> str:
     """The directory holding a task's split files: a per-task override, else <data root>/<spec.dir>
+    (or, when that is not there, the task's folder in BLUE's bert_data release, ``spec.release_dir``)
     with the shipped synthetic sample as the default root."""
     for key in (task_key(task), spec.name):
         if key in cfg.task_dirs:
             return str(Path(cfg.task_dirs[key]).resolve())
     root = Path(cfg.data_dir).resolve() if cfg.data_dir else SAMPLE_DIR
+    if spec.release_dir and not (root / spec.dir).exists() and (root / spec.release_dir).is_dir():
+        return str(root / spec.release_dir)
     return str(root / spec.dir)
 
 
@@ -291,8 +308,8 @@ def trial_fingerprint(trial: TrialSpec) -> str:
             and not (k == "precision" and v == "fp32")
             and not (k == "patience" and v == 0)
             and not (k == "optimizer" and v == "adamw")}  # trials of the defaults keep the keys they had
-    data["task_spec"] = {k: v for k, v in to_dict(load_task(trial.task)).items()
-                         if k != "dir" and not (k in LATER_TASK_KEYS and v == LATER_TASK_KEYS[k])}
+    data["task_spec"] = {k: v for k, v in to_dict(load_task(trial.task)).items()  # where it is read from: data_dir
+                         if k not in ("dir", "release_dir") and not (k in LATER_TASK_KEYS and v == LATER_TASK_KEYS[k])}
     data["model_identity"] = model_identity(trial.model_dir)
     return content_key(data)
 
