@@ -16,8 +16,18 @@ log() { printf '[setup] %s\n' "$*"; }
 # ---- Debian packages (KenLM build deps; for tests also sshd, rsync, nc, chromium) -------------
 apt_pkgs="build-essential cmake zlib1g-dev libbz2-dev liblzma-dev libboost-program-options-dev libboost-system-dev libboost-thread-dev libboost-test-dev"
 [ $WANT_TEST = 1 ] && apt_pkgs="$apt_pkgs openssh-server openssh-client rsync netcat-openbsd chromium"
-# Debian/Ubuntu system Pythons need python3-venv for `python3 -m venv` (ensurepip).
-"$PY" -c "import ensurepip" >/dev/null 2>&1 || apt_pkgs="$apt_pkgs python3-venv"
+# The locks are resolved for CPython 3.11 (scripts/lock.sh); 3.12 also installs (every published file's hash is
+# in them). An older Python stops here, not half-way through the install (numpy, scipy and pandas need 3.11).
+pyver=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null) || {
+  echo "[setup] error: no Python at '$PY': install Python 3.11, or name it with PYTHON=/path/to/python3.11" >&2; exit 2; }
+case "$pyver" in
+  3.11|3.12) ;;
+  *) echo "[setup] error: $PY is Python $pyver; this project needs Python 3.11 (or 3.12): install it (Ubuntu 22.04:" \
+          "the deadsnakes PPA's python3.11 and python3.11-venv) and run PYTHON=python3.11 scripts/setup.sh" >&2
+     exit 2 ;;
+esac
+# Debian/Ubuntu system Pythons need python3.X-venv for `python3 -m venv` (ensurepip).
+"$PY" -c "import ensurepip" >/dev/null 2>&1 || apt_pkgs="$apt_pkgs python$pyver-venv"
 missing=""
 if command -v dpkg-query >/dev/null 2>&1; then
   for p in $apt_pkgs; do

@@ -35,3 +35,16 @@ def test_wheel_install_runs_the_default_dry_run_elsewhere(tmp_path):
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
     assert "search space tiny" in res.stdout and "nothing was trained" in res.stdout
     assert str(site) in res.stdout  # the sample corpus and tasks were read from the installed package
+
+
+def test_setup_refuses_a_python_the_locks_do_not_fit_before_installing_anything(tmp_path):
+    """cluster.yaml's image has Python 3.10, whose pip cannot install the locks (numpy, scipy and pandas need
+    3.11): setup.sh failed half-way through the hash-checked install (a probe, session 43). It now stops first,
+    naming the Python and what to install."""
+    old = tmp_path / "python3.10"
+    old.write_text("#!/bin/sh\necho 3.10\n")
+    old.chmod(0o755)
+    res = subprocess.run(["bash", str(ROOT / "scripts" / "setup.sh")], env={**os.environ, "PYTHON": str(old)},
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and f"{old} is Python 3.10; this project needs Python 3.11" in res.stderr
+    assert "PYTHON=python3.11 scripts/setup.sh" in res.stderr and "[setup] installing" not in res.stdout
