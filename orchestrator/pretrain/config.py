@@ -152,8 +152,8 @@ class SpeedConfig:
         "sdpa", help="attention kernel: sdpa = torch's scaled_dot_product_attention (a fused FlashAttention / "
                      "memory-efficient kernel on CUDA); eager = transformers' matmul-softmax-matmul")
     fused_optimizer: bool = field(
-        True, help="AdamW as one fused kernel (fused=True) on CUDA, multi-tensor (foreach) elsewhere; false = the "
-                   "per-tensor loop. LAMB is always multi-tensor")
+        True, help="AdamW as one fused kernel (fused=True) on CUDA and CPU, multi-tensor (foreach) on other "
+                   "devices; false = the per-tensor loop. LAMB is always multi-tensor")
     unpad: bool = field(
         True, help="run the encoder's projections, feed-forward blocks and LayerNorms on the real tokens only, "
                     "packed (pretrain/unpad.py), not on padding (a quarter of real instances' positions); the "
