@@ -486,3 +486,15 @@ def test_hoc_cells_in_any_order_and_label_names_still_read(tmp_path):
     path = write(tmp_path / "train.tsv", f"labels\tsentence\tindex\n{HOC_FULL}\tOne.\t1_s0\n{shuffled}\tTwo.\t1_s1\n"
                                          "cellular energetics,inducing angiogenesis\tThree.\t2_s0\n\tFour.\t3_s0\n")
     assert [ex.label for ex in read_file(flat("hoc"), path)] == [(0, 8), (0, 8), (2, 6), ()]
+
+
+def test_a_cell_longer_than_the_csv_modules_default_limit_is_read(tmp_path):
+    """A 200 KB sentence in a CSV-quoted TSV was refused as "field larger than field limit (131072)", with
+    the hint that a quote was left open (a probe, session 43): a document-level cell may be that long."""
+    rows = (SAMPLE_DIR / "BIOSSES" / "train.tsv").read_text(encoding="utf-8").splitlines()
+    cells = rows[1].split("\t")
+    cells[7] = "word " * 40_000
+    (tmp_path / "train.tsv").write_text("\n".join([rows[0], "\t".join(cells), *rows[2:]]) + "\n", encoding="utf-8")
+    examples = read_file(load_task("biosses"), tmp_path / "train.tsv")
+    assert len(examples) == len(rows) - 1 and max(len(e.text_a) for e in examples) == len(cells[7].strip())
+

@@ -52,17 +52,19 @@ def _bracket_depth(text: str) -> list[int]:
     """For every position, how many matched bracket pairs enclose it (an opener without its closer,
     or a closer without its opener, encloses nothing)."""
     stack: list[tuple[str, int]] = []
+    waiting: dict[str, list[int]] = {}  # closer -> the stack places of its open openers, in order
     diff = [0] * (len(text) + 1)
     for i, ch in enumerate(text):
         if ch in _PAIR:
+            waiting.setdefault(_PAIR[ch], []).append(len(stack))
             stack.append((ch, i))
-        elif ch in _CLOSERS:
-            for j in range(len(stack) - 1, -1, -1):
-                if _PAIR[stack[j][0]] == ch:
-                    diff[stack[j][1] + 1] += 1
-                    diff[i] -= 1
-                    del stack[j:]
-                    break
+        elif ch in _CLOSERS and waiting.get(ch):
+            j = waiting[ch][-1]  # the innermost opener it closes; those opened after it stay unmatched
+            diff[stack[j][1] + 1] += 1
+            diff[i] -= 1
+            for opener, _ in reversed(stack[j:]):  # each place is dropped once: linear in the line
+                waiting[_PAIR[opener]].pop()
+            del stack[j:]
     depth, level = [], 0
     for i in range(len(text)):
         level += diff[i]

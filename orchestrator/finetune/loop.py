@@ -131,8 +131,7 @@ def load_splits(spec: TaskSpec, trial: TrialSpec) -> dict[str, list[Example]]:
         raise ValueError(f"trial {trial.trial_id}: fold {trial.fold} outside 0..{len(folds) - 1}")
     rest, test = folds[trial.fold]
     labels = [examples[i].label for i in rest]
-    counts = {x: labels.count(x) for x in labels}
-    stratify = labels if min(counts.values()) >= 2 else None  # a singleton class cannot be split
+    stratify = labels if min(collections.Counter(labels).values()) >= 2 else None  # a singleton class cannot be split
     train, dev = train_test_split(rest, test_size=CV_DEV_SHARE, random_state=CV_SPLIT_SEED, stratify=stratify)
     pick = lambda idx: [examples[i] for i in sorted(idx)]  # noqa: E731
     return {"train": fixed_subset(pick(train), trial.max_train_examples),

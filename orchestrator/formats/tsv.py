@@ -45,6 +45,10 @@ from orchestrator.formats.base import READERS, Layout, Row, lines
 SENTENCE_COLUMNS = ("sentence", "sentence1", "sentence2", "sent1", "sent2", "text")
 #: A headerless file in the text view: BLUE's relation files (index, sentence, label).
 DEFAULT_POSITIONS = {"index": 0, "sentence": 1, "label": 2}
+#: The longest cell a CSV-quoted TSV may hold: a document-level task's abstract, or a whole note, is
+#: longer than the csv module's default 128 KiB (which refused it, saying a quote was left open).
+CELL_LIMIT = 1 << 24
+csv.field_size_limit(max(csv.field_size_limit(), CELL_LIMIT))
 
 
 def positional_width(positions: Mapping[str, int]) -> int:
