@@ -214,6 +214,23 @@ def test_rerun_reuses_finished_stages(simpt_build, samples):
 
 
 @needs_data
+def test_an_instances_folder_of_other_settings_is_said(simpt_build, samples, caplog):
+    """The job re-run with fewer lengths left instances/len128 of the earlier settings beside the new ones, and
+    jobs/pretrain.py reads every len<L>/ it finds (a probe, session 43): the job now says so."""
+    from orchestrator.workflows.build_corpus import build_corpus as build_job
+
+    _, out = simpt_build
+    cfg = dataclasses.replace(_config(samples, "simpt", lengths=(64,)), out_dir=str(out))
+    with caplog.at_level("WARNING", logger="orchestrator.workflows.build_corpus"):
+        assert set(build_job(cfg).instances) == {64}
+    assert f"{out / 'instances' / 'len128'}: made by an earlier run with other settings" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="orchestrator.workflows.build_corpus"):
+        build_job(dataclasses.replace(cfg, instances=_config(samples, "simpt", lengths=(64, 128)).instances))
+    assert "made by an earlier run" not in caplog.text
+
+
+@needs_data
 def test_simpt_gives_small_corpus_about_half_conventional_its_size_share(simpt_build, samples, tmp_path):
     from orchestrator.core.manifest import read_manifest
 

@@ -67,7 +67,7 @@ def test_report_measures_on_a_known_vocabulary():
 
 @pytest.mark.skipif(not (PUBMED.is_file() and CHEM.is_file() and all(p.is_file() for p in WIKI)),
                     reason="../shared/data not present")
-def test_ampv_keeps_more_biomedical_terms_whole_than_plain(tmp_path):
+def test_ampv_keeps_more_biomedical_terms_whole_than_plain(tmp_path, caplog):
     terms = [t for t in _mentions(CHEM) + _mentions(DISEASE) if " " not in t and len(t) >= 6]
     assert len(terms) > 500
     (tmp_path / "terms.txt").write_text("\n".join(terms), encoding="utf-8")
@@ -85,7 +85,13 @@ def test_ampv_keeps_more_biomedical_terms_whole_than_plain(tmp_path):
                       max_target_lines=300)
     out = tmp_path / "vocab"
     out.mkdir()
-    report = build_vocabulary(cfg, small, large, PUBMED.stat().st_size, sum(p.stat().st_size for p in WIKI), out)
+    with caplog.at_level("INFO", logger="orchestrator.vocab.wordpiece"):
+        report = build_vocabulary(cfg, small, large, PUBMED.stat().st_size, sum(p.stat().st_size for p in WIKI), out)
+    # each pass over the corpus is said with done / total and the time left (it was silent: a probe, session 43)
+    passes = [r.getMessage() for r in caplog.records if r.getMessage().startswith("vocab: pass ")]
+    assert [p.split(", done")[0] for p in passes] == ["vocab: pass 1/3, the alphabet", "vocab: pass 2/3, the vocabulary",
+                                                     "vocab: pass 3/3, the report's plain vocabulary"]
+    assert "s left" in passes[0] and "left" not in passes[-1]
     assert report == json.loads((out / "vocab_report.json").read_text())
     assert report["amplification_factor"] == 2
     assert report["terms_whole_ampv"] > report["terms_whole_plain"] + 0.02

@@ -23,9 +23,11 @@ import dataclasses
 import logging
 import math
 import re
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from orchestrator.core.config import field, to_dict
 from orchestrator.core.errors import ConfigError, InputError
@@ -341,6 +343,25 @@ def build_report(ampv_tok, plain_tok, terms: list[str], targets: list[str], fact
     }
 
 
+class _PassProgress:
+    """The vocabulary stage's passes over the corpus, each said when it ends: done / total, its time,
+    and the time left, estimated from the bytes the passes still read at the rate of those done."""
+
+    def __init__(self, passes: list[tuple[str, int]]):
+        self.passes, self.done, self.read, self.started = passes, 0, 0, time.perf_counter()
+
+    def __call__(self, run: Callable[[], Any]) -> Any:
+        name, size = self.passes[self.done]
+        began = time.perf_counter()
+        out = run()
+        self.done, self.read = self.done + 1, self.read + size
+        elapsed = time.perf_counter() - self.started
+        left = sum(b for _, b in self.passes[self.done:]) * elapsed / max(self.read, 1)
+        log.info("vocab: pass %d/%d, %s, done in %.1f s%s", self.done, len(self.passes), name,
+                 time.perf_counter() - began, f"; about {left:.0f} s left" if self.done < len(self.passes) else "")
+        return out
+
+
 def build_vocabulary(cfg: VocabConfig, small: Callable[[], Iterable[str]], large: Callable[[], Iterable[str]],
                      small_bytes: int, large_bytes: int, out_dir: Path) -> dict:
     """Train (AmpV or plain) into ``out_dir``; with ``cfg.report`` also the other one for the report.
@@ -356,19 +377,27 @@ def build_vocabulary(cfg: VocabConfig, small: Callable[[], Iterable[str]], large
         small, large = (lambda: map(split, small_raw())), (lambda: map(split, large_raw()))
     log.info("vocab: training WordPiece (%d tokens%s), small corpus x%d", cfg.vocab_size,
              ", on MeCab words" if cfg.pretokenize == "mecab" else "", factor)
-    alphabet = survey_alphabet(amplified(small, large, 1), cfg)  # the same for both vocabularies
-    main = train_wordpiece(lambda: amplified(small, large, factor), cfg, alphabet)
+    amp_factor = amplification_factor(small_bytes, large_bytes)
+    other_factor = 1 if cfg.ampv else amp_factor
+    passes = [("the alphabet", small_bytes + large_bytes), ("the vocabulary", small_bytes * factor + large_bytes)]
+    if cfg.report:  # vocab.report: the other vocabulary, and the domain terms, for vocab_report.json
+        passes.append((f"the report's {'plain' if cfg.ampv else 'AmpV'} vocabulary",
+                       small_bytes * other_factor + large_bytes))
+        if not cfg.term_list:
+            passes.append(("the report's domain terms", small_bytes + large_bytes))
+    step = _PassProgress(passes)
+    alphabet = step(lambda: survey_alphabet(amplified(small, large, 1), cfg))  # the same for both vocabularies
+    main = step(lambda: train_wordpiece(lambda: amplified(small, large, factor), cfg, alphabet))
     warn_if_small(main.get_vocab_size(), cfg)
     save_tokenizer(main, out_dir, cfg.pretokenize)
     report: dict = {"ampv": cfg.ampv, "amplification_factor": factor, "vocab_size": main.get_vocab_size()}
     if cfg.report:
-        amp_factor = amplification_factor(small_bytes, large_bytes)
-        other = train_wordpiece(lambda: amplified(small, large, 1 if cfg.ampv else amp_factor), cfg, alphabet)
+        other = step(lambda: train_wordpiece(lambda: amplified(small, large, other_factor), cfg, alphabet))
         ampv_tok, plain_tok = (main, other) if cfg.ampv else (other, main)
         if cfg.term_list:
             terms = [split(t) for t in read_terms(cfg.term_list)]
         else:
-            terms = domain_terms(small(), large(), cfg.auto_terms, words=terms_of)
+            terms = step(lambda: domain_terms(small(), large(), cfg.auto_terms, words=terms_of))
         if cfg.target_paths:
             targets = [split(t) for t in read_target_lines(cfg.target_paths, cfg.max_target_lines)]
         else:

@@ -5,6 +5,7 @@ reused by key. The stage wiring is the runner's (``orchestrator.workflows.runner
 from __future__ import annotations
 
 import dataclasses
+import logging
 from pathlib import Path
 
 from orchestrator.core.config import check_set, field
@@ -15,6 +16,8 @@ from orchestrator.vocab.quality import load_tokenizers, read_text_sets
 from orchestrator.vocab.wordpiece import VocabConfig
 from orchestrator.workflows.config import RayConfig, sample_corpus
 from orchestrator.workflows.runner import CorpusResult, check_corpus_outputs, corpus_stages, plan_corpus_stages
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,7 +41,14 @@ def build_corpus(cfg: CorpusBuildConfig) -> CorpusResult:
         read_text_sets(quality.texts, quality.max_lines)
         load_tokenizers(quality.tokenizers)
     with ray_session(address=cfg.ray.address or None, num_cpus=cfg.ray.num_cpus or None):
-        return corpus_stages(cfg.corpus, cfg.vocab, cfg.instances, Path(cfg.out_dir))
+        result = corpus_stages(cfg.corpus, cfg.vocab, cfg.instances, Path(cfg.out_dir))
+    stale = sorted(p for p in (Path(cfg.out_dir) / "instances").glob("len*")
+                   if p.is_dir() and p.resolve() not in {q.resolve() for q in result.instances.values()})
+    if stale:  # jobs/pretrain.py instances_dir=<out_dir>/instances takes every finished len<L>/ it finds
+        log.warning("%s: made by an earlier run with other settings (other instances.max_seq_lengths), not from "
+                    "this corpus and vocabulary; jobs/pretrain.py reads every len<L>/ under instances/: remove "
+                    "it, or give pretraining this run's folders", ", ".join(str(p) for p in stale))
+    return result
 
 
 def plan(cfg: CorpusBuildConfig) -> str:
