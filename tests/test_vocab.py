@@ -89,8 +89,9 @@ def test_ampv_keeps_more_biomedical_terms_whole_than_plain(tmp_path, caplog):
         report = build_vocabulary(cfg, small, large, PUBMED.stat().st_size, sum(p.stat().st_size for p in WIKI), out)
     # each pass over the corpus is said with done / total and the time left (it was silent: a probe, session 43)
     passes = [r.getMessage() for r in caplog.records if r.getMessage().startswith("vocab: pass ")]
-    assert [p.split(", done")[0] for p in passes] == ["vocab: pass 1/3, the alphabet", "vocab: pass 2/3, the vocabulary",
-                                                     "vocab: pass 3/3, the report's plain vocabulary"]
+    assert [p.split(", done")[0] for p in passes] == [
+        "vocab: pass 1/3, the alphabet", "vocab: pass 2/3, the vocabulary",
+        "vocab: pass 3/3, the report's plain vocabulary"]
     assert "s left" in passes[0] and "left" not in passes[-1]
     assert report == json.loads((out / "vocab_report.json").read_text())
     assert report["amplification_factor"] == 2
