@@ -45,9 +45,9 @@ def build_corpus(cfg: CorpusBuildConfig) -> CorpusResult:
     stale = sorted(p for p in (Path(cfg.out_dir) / "instances").glob("len*")
                    if p.is_dir() and p.resolve() not in {q.resolve() for q in result.instances.values()})
     if stale:  # jobs/pretrain.py instances_dir=<out_dir>/instances takes every finished len<L>/ it finds
-        log.warning("%s: made by an earlier run with other settings (other instances.max_seq_lengths), not from "
-                    "this corpus and vocabulary; jobs/pretrain.py reads every len<L>/ under instances/: remove "
-                    "it, or give pretraining this run's folders", ", ".join(str(p) for p in stale))
+        log.warning("%s: made by an earlier run with other settings (other instances.max_seq_lengths; perhaps "
+                    "another corpus or vocabulary), not by this one; jobs/pretrain.py reads every len<L>/ under "
+                    "instances/: remove it, or give pretraining this run's folders", ", ".join(str(p) for p in stale))
     return result
 
 
