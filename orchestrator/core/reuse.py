@@ -19,7 +19,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +150,15 @@ def model_identity(model_dir: str | Path) -> str:
             digests[path.name] = cache.sha256(path)
     cache.save()
     return content_key(digests)
+
+
+def file_digests(paths: Iterable[Path]) -> dict[str, str]:
+    """{file name: sha256} of ``paths``, each hashed once a user while its size and modification time
+    hold (the per-user cache ``model_identity`` uses): a sweep's task files, read for every trial."""
+    cache = _HashCache()
+    digests = {Path(p).name: cache.sha256(Path(p)) for p in paths}
+    cache.save()
+    return digests
 
 
 class _HashCache:

@@ -19,9 +19,8 @@ from typing import Literal
 
 from orchestrator.core.config import check_number, check_seeds, field, first_repeat, from_dict, read_yaml, to_dict
 from orchestrator.core.errors import ConfigError
-from orchestrator.core.manifest import file_sha256
 from orchestrator.core.registry import suggest
-from orchestrator.core.reuse import content_key, model_identity
+from orchestrator.core.reuse import content_key, file_digests, model_identity
 from orchestrator.finetune.spec import SAMPLE_DIR, TaskSpec, load_task, shipped_task_names
 from orchestrator.finetune.trial import TrialSpec
 from orchestrator.sweep.config import EarlyStopping, Precision, SweepConfig, Tune
@@ -280,20 +279,10 @@ def task_files(trial: TrialSpec) -> list[Path]:
     return [p for p in (spec.split_path(Path(trial.data_dir), split) for split in splits) if p.is_file()]
 
 
-@functools.lru_cache(maxsize=256)
-def _sha256_of(path: str, size: int, mtime_ns: int) -> str:
-    """A file's sha256, computed once a process while its size and modification time hold."""
-    return file_sha256(path)
-
-
 def task_data_identity(trial: TrialSpec) -> dict[str, str]:
     """{split file name: sha256} of the files ``trial`` reads, kept in its record: a record whose files
     were edited since (a task file rewritten in place) does not answer the trial."""
-    out = {}
-    for path in task_files(trial):
-        stat = path.stat()
-        out[path.name] = _sha256_of(str(path), stat.st_size, stat.st_mtime_ns)
-    return out
+    return file_digests(task_files(trial))
 
 
 def trial_fingerprint(trial: TrialSpec) -> str:

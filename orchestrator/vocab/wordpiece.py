@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.core.config import field, to_dict
+from orchestrator.core.cost import duration
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.manifest import atomic_write_json, atomic_write_text
 from orchestrator.core.pretokenize import PRETOKENIZERS, MecabWords, Pretokenize, japanese_tokenizer_config
@@ -357,8 +358,9 @@ class _PassProgress:
         self.done, self.read = self.done + 1, self.read + size
         elapsed = time.perf_counter() - self.started
         left = sum(b for _, b in self.passes[self.done:]) * elapsed / max(self.read, 1)
-        log.info("vocab: pass %d/%d, %s, done in %.1f s%s", self.done, len(self.passes), name,
-                 time.perf_counter() - began, f"; about {left:.0f} s left" if self.done < len(self.passes) else "")
+        log.info("vocab: pass %d/%d, %s, done in %s%s", self.done, len(self.passes), name,
+                 duration(time.perf_counter() - began),
+                 f"; about {duration(left)} left" if self.done < len(self.passes) else "")
         return out
 
 
