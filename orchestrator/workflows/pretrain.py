@@ -33,6 +33,10 @@ class PretrainJobConfig:
 
     def __post_init__(self):
         check_set(out_dir=self.out_dir)
+
+    def check_named(self) -> None:
+        """The corpus stage's outputs are named: checked by a run and a dry run, not when the config is made,
+        so ``--print-config`` shows a preset that leaves them to the user (seed000)."""
         if not self.instances_dir or not self.tokenizer_dir:
             raise ConfigError("instances_dir and tokenizer_dir are required (outputs of the corpus stage)")
 
@@ -53,6 +57,7 @@ def find_instances(instances_dir: Path) -> dict[int, Path]:
 
 
 def run(cfg: PretrainJobConfig):
+    cfg.check_named()
     out_dir = Path(cfg.out_dir).resolve()
     run_dir = Path(cfg.run_dir).resolve() if cfg.run_dir else out_dir.parent
     check_output(out_dir)  # a folder the project did not write: refused before Ray, and before logs/job.log
@@ -69,6 +74,7 @@ def run(cfg: PretrainJobConfig):
 def plan(cfg: PretrainJobConfig) -> str:
     """Dry run. Attached to a cluster (``ray_address``, RAY_ADDRESS, or on a head), its nodes are counted:
     a multi-node run with the driver's own paths or MLflow file is refused here, not when it starts."""
+    cfg.check_named()
     out_dir = Path(cfg.out_dir).resolve()
     check_output(out_dir)
     instances = find_instances(Path(cfg.instances_dir))
