@@ -681,3 +681,39 @@ def _tiny_docs(corpus: Path) -> list:
     import pyarrow.parquet as pq
 
     return [d for k in range(2) for d in pq.read_table(corpus / f"s{k}.parquet").column("sentences").to_pylist()]
+
+
+@pytest.mark.parametrize("fmt, split", [("text", "line"), ("text", "blank_line"), ("jsonl", "line")])
+def test_a_large_file_read_by_several_ray_tasks_gives_the_shards_of_one(ray_local, tmp_path, fmt, split):
+    import random
+
+    import pyarrow.parquet as pq
+
+    from orchestrator.corpus.sources import read_items
+    from orchestrator.corpus.stage import _write_shards
+
+    rng = random.Random(3)
+    words = ["The", "IL-6", "receptor", "binds", "β-cells", "in", "mice", "Dr.", "Smith", "(p < 0.05)", "naïve"]
+    docs = [" ".join(" ".join(rng.choice(words) for _ in range(rng.randint(3, 15))) + "."
+                     for _ in range(rng.randint(1, 4))) for _ in range(800)]
+    if fmt == "jsonl":
+        f = tmp_path / "big.jsonl"
+        f.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs), encoding="utf-8")
+    else:
+        f = tmp_path / "big.txt"
+        f.write_text(("\n\n" if split == "blank_line" else "\n").join(d.replace(". ", ".\n") if split == "blank_line"
+                                                                      else d for d in docs), encoding="utf-8")
+    src = _src(f, format=fmt, document_split=split)
+    assert len(read_items(src, 8 << 10)) > 8 and len(read_items(src)) == 1
+    one, dropped_one = _write_shards(src, tmp_path / "one", 16 << 10)
+    many, dropped_many = _write_shards(src, tmp_path / "many", 16 << 10, block_bytes=8 << 10)
+    assert len(one) > 3 and dropped_one == dropped_many
+    assert [dataclasses.replace(s, path="") for s in one] == [dataclasses.replace(s, path="") for s in many]
+    for a, b in zip(one, many):  # the same documents, ids, pages and sentences, shard by shard
+        assert pq.read_table(a.path).to_pylist() == pq.read_table(b.path).to_pylist()
+    # a large file of blank lines: no span holds a document, and the file is named
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n \n" * 10000, encoding="utf-8")
+    with pytest.raises(InputError, match="holds no document") as info:
+        _write_shards(_src(blank, document_split=split), tmp_path / "blank", 16 << 10, block_bytes=1 << 10)
+    assert info.value.path == str(blank)

@@ -333,3 +333,55 @@ def test_blue_tsv_csv_quote_that_swallows_tabs_and_lines_is_refused(tmp_path):
     later = write(tmp_path / "l.tsv", '\tsentence1\tsentence2\tscore\n0\t"two\nlines"\t"Opens.\tC.\t2.0\n')
     with pytest.raises(InputError, match=r"l.tsv:3: a quoted cell opened on this line runs on to line 3 "):
         list(read(later, "blue_tsv", Layout(quoting="csv")))  # the second cell opens on the row's second line
+
+
+def _span_file(path: Path, seed: int = 0) -> Path:
+    """A text file of uneven lines: a BOM, CRLF and LF ends, runs of blank (or whitespace) lines between
+    paragraphs of 1-4 lines, non-ASCII text, and no line end at the end."""
+    import random
+
+    rng = random.Random(seed)
+    words = ["alpha", "β-cell", "IL-6", "receptor", "naïve", "腫瘍", "binds", "the", "{x}"]
+    out = ["\ufeff"]
+    for i in range(300):
+        for _ in range(rng.randint(1, 4)):
+            out.append(" ".join(rng.choice(words) for _ in range(rng.randint(1, 30))) + f" {i}."
+                       + rng.choice(["\n", "\r\n"]))
+        out.append(rng.choice(["\n", "\r\n", " \n", "\t\n\n"]))
+    return write(path, "".join(out).rstrip("\n"))
+
+
+@pytest.mark.parametrize("fmt, split", [("text", "line"), ("text", "blank_line"), ("jsonl", "line")])
+@pytest.mark.parametrize("block", [1, 97, 2048, 1 << 30])
+def test_a_file_read_in_spans_gives_its_records_once_in_order_with_its_line_numbers(tmp_path, fmt, split, block):
+    import json
+
+    from orchestrator.formats import Span, file_spans
+
+    f = _span_file(tmp_path / "a.txt")
+    if fmt == "jsonl":  # the same lines as JSON objects, blank lines kept
+        f = write(tmp_path / "a.jsonl", "".join(json.dumps({"text": line}) + "\n" if line.strip() else line + "\n"
+                                                for line in f.read_text(encoding="utf-8-sig").splitlines()))
+    layout = Layout(split=split)
+    spans = file_spans(f, block, paragraphs=split == "blank_line")
+    data = f.read_bytes()
+    assert spans[0].start == 0 and spans[-1].end == len(data)
+    assert all(a.end == b.start for a, b in zip(spans, spans[1:]))  # contiguous: every byte in one span
+    assert len(spans) == 1 if block >= len(data) else len(spans) > 5
+    for s in spans[1:]:
+        assert data[s.start - 1:s.start] == b"\n"  # a span starts a line
+        assert s.first_line == data[:s.start].count(b"\n") + 1
+        if split == "blank_line":  # ... after a blank one
+            assert not data[:s.start - 1].rsplit(b"\n", 1)[-1].strip()
+    whole = list(read(f, fmt, layout))
+    parts = [r for s in spans for r in read(f, fmt, Layout(split=split, span=s))]
+    assert parts == whole and len(whole) >= 300
+    # a bad byte far into the file: the span that holds it names the file's own line
+    bad = write(tmp_path / f"bad.{fmt}", data[:-200] + b"\xff" + data[-200:])
+    line = bad.read_bytes()[:len(data) - 200].count(b"\n") + 1
+    with pytest.raises(InputError, match="invalid UTF-8") as info:
+        for s in file_spans(bad, block, paragraphs=split == "blank_line"):
+            list(read(bad, fmt, Layout(split=split, span=s)))
+    assert info.value.line == line
+    with pytest.raises(ValueError, match="reads whole files"):
+        list(read(f, "wikitext", Layout(span=Span(0, 10))))

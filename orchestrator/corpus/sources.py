@@ -3,7 +3,9 @@
 Files are read by ``orchestrator.formats`` (one streaming reader per format, tested without Ray);
 ``iter_documents`` turns their records into ``Document`` rows, one in memory at a time.
 ``read_source`` turns a source into a ``ray.data.Dataset`` of sentence-split documents: one read
-task per file, batches streamed out of a generator, so a corpus larger than memory flows through.
+task per file, or per ``READ_BLOCK_BYTES`` of a larger text or JSONL file (spans of whole lines or
+paragraphs, ``orchestrator.formats.file_spans``: the same documents, line numbers and order as one
+task reading it whole), batches streamed out of a generator, so a corpus larger than memory flows through.
 
 Bad input fails loudly with an ``InputError`` naming the file and line: a missing path, a 0-byte
 file, bytes that are not UTF-8, binary content (NUL or control characters: a binary file, UTF-16
@@ -30,7 +32,7 @@ from orchestrator.core.config import field, from_dict, to_dict
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.corpus.mesh import MeshSelect, descriptor_trees, selected
 from orchestrator.corpus.sentences import has_letter, split_sentences
-from orchestrator.formats import Layout, Passage, Row, read
+from orchestrator.formats import SPAN_FORMATS, Layout, Passage, Row, Span, file_spans, read
 from orchestrator.formats.base import LANGUAGE_CODE, check_text
 
 Format = Literal["text", "wikitext", "jsonl", "parquet", "squad", "pubmed_xml"]
@@ -118,16 +120,22 @@ def source_files(src: SourceConfig) -> list[Path]:
     return files
 
 
-def iter_documents(src: SourceConfig, path: Path, file_index: int = 0) -> Iterator[Document]:
-    """All documents of one file of a source, streamed; raises InputError if there are none."""
+def iter_documents(src: SourceConfig, path: Path, file_index: int = 0, span: Span | None = None
+                   ) -> Iterator[Document]:
+    """All documents of one file of a source (of ``span`` of it only, when given), streamed; raises
+    InputError if a whole file has none (a span may have none: the caller checks the file)."""
     count = 0
-    for line, text, page, language in _documents(src, path):
+    for line, text, page, language in _documents(src, path, span):
         doc_id = f"{src.name}:{file_index}:{line}"
         count += 1
         yield Document(source=src.name, doc_id=doc_id, page=page or doc_id, language=language, text=text)
-    if count == 0:
-        raise InputError(path, f"source {src.name!r}: file holds no document (only blank lines or headings)",
-                         expected=f"{src.format} documents")
+    if count == 0 and span is None:
+        raise no_document(src, path)
+
+
+def no_document(src: SourceConfig, path: str | Path) -> InputError:
+    return InputError(path, f"source {src.name!r}: file holds no document (only blank lines or headings)",
+                      expected=f"{src.format} documents")
 
 
 def iter_source(src: SourceConfig) -> Iterator[Document]:
@@ -135,10 +143,11 @@ def iter_source(src: SourceConfig) -> Iterator[Document]:
         yield from iter_documents(src, path, index)
 
 
-def _documents(src: SourceConfig, path: Path) -> Iterator[tuple[int, str, str, str]]:
-    """(line, text, page, language) of every non-empty document of one file, by the ``orchestrator.formats``
-    reader; with ``language_field`` a record without a language code there is an InputError."""
-    layout = Layout(text_field=src.text_field, page_field=src.page_field, split=src.document_split)
+def _documents(src: SourceConfig, path: Path, span: Span | None = None) -> Iterator[tuple[int, str, str, str]]:
+    """(line, text, page, language) of every non-empty document of one file (or span), by the
+    ``orchestrator.formats`` reader; with ``language_field`` a record without a language code there is an
+    InputError."""
+    layout = Layout(text_field=src.text_field, page_field=src.page_field, split=src.document_split, span=span)
     if src.language_field and src.format == "parquet":  # the parquet reader reads the named columns only
         layout = dataclasses.replace(layout, columns={k: k for k in (src.text_field, src.page_field,
                                                                     src.language_field) if k})
@@ -171,15 +180,15 @@ FILTER_COUNTS = ("skipped_lines", "letterless")
 
 
 def document_rows(src: SourceConfig, path: Path, file_index: int, batch_docs: int = 256,
-                  drop_letterless: bool = False) -> Iterator[dict[str, list]]:
-    """Columnar batches of sentence-split documents from one file (what each read task yields).
+                  drop_letterless: bool = False, span: Span | None = None) -> Iterator[dict[str, list]]:
+    """Columnar batches of sentence-split documents from one file, or a span of it (what each read task yields).
 
     Besides the shard columns, each row counts the lines ``skip_line_prefix`` dropped and the
     sentences without a letter ``drop_letterless`` dropped; a document left without sentences by
     them comes as a row without sentences (so its drops are counted), one empty before is left out."""
     batch: dict[str, list] = {k: [] for k in ("source", "doc_id", "page", "language", "sentences", "n_bytes",
                                               *FILTER_COUNTS)}
-    for doc in iter_documents(src, path, file_index):
+    for doc in iter_documents(src, path, file_index, span):
         lines = doc.text.split("\n")
         skipped = 0
         if src.skip_line_prefix:
@@ -231,26 +240,53 @@ class RemoteInputError(Exception):
         return InputError(str(path).split("\n", 1)[0], message, line, expected)
 
 
+#: A text or JSONL source file larger than this is read by one Ray task per span of about this many bytes
+#: (sentence splitting reads about 0.5 MB/s a core: 16 s a span; a 5 GB file, one core, was 3 hours).
+READ_BLOCK_BYTES = 8 << 20
+
+
+def read_items(src: SourceConfig, block_bytes: int = READ_BLOCK_BYTES) -> list[dict]:
+    """The read tasks of ``src``, in order: each a file, or a span of whole lines of one (its ``start``,
+    ``end`` and ``first_line``; ``span`` false for a file read whole)."""
+    items = []
+    for index, path in enumerate(source_files(src)):
+        spans = (file_spans(path, block_bytes, paragraphs=src.document_split == "blank_line")
+                 if src.format in SPAN_FORMATS else [Span(0, path.stat().st_size)])
+        items.extend({"path": str(path), "file_index": index, "span": len(spans) > 1, "start": s.start,
+                      "end": s.end, "first_line": s.first_line} for s in spans)
+    return items
+
+
 def _read_file_batches(batch: dict[str, Any], source: dict, drop_letterless: bool = False
                        ) -> Iterator[dict[str, list]]:
     src = from_dict(SourceConfig, source)
     try:
-        for path, index in zip(batch["path"], batch["file_index"]):
-            yield from document_rows(src, Path(path), int(index), drop_letterless=drop_letterless)
+        for i, path in enumerate(batch["path"]):
+            span = None
+            if batch["span"][i]:
+                span = Span(int(batch["start"][i]), int(batch["end"][i]), int(batch["first_line"][i]))
+            yield from document_rows(src, Path(path), int(batch["file_index"][i]), drop_letterless=drop_letterless,
+                                     span=span)
     except InputError as exc:
         raise RemoteInputError.wrap(exc) from None
 
 
-def read_source(src: SourceConfig, num_cpus: float = 1.0, drop_letterless: bool = False):
-    """A ray.data.Dataset of sentence-split documents of ``src`` (one streamed read task per file)."""
+def read_source(src: SourceConfig, num_cpus: float = 1.0, drop_letterless: bool = False,
+                items: list[dict] | None = None):
+    """A ray.data.Dataset of sentence-split documents of ``src``: one streamed read task per item of
+    ``items`` (default ``read_items(src)``). A file read in spans is not checked for holding a document:
+    the caller checks it."""
     import ray.data  # heavy: ray
 
-    files = source_files(src)
-    items = [{"path": str(p), "file_index": i} for i, p in enumerate(files)]
+    items = read_items(src) if items is None else items
     ds = ray.data.from_items(items, override_num_blocks=len(items))
-    return ds.map_batches(_read_file_batches, batch_size=1,
-                          fn_kwargs={"source": to_dict(src), "drop_letterless": drop_letterless},
-                          num_cpus=num_cpus, batch_format="default")
+    ds = ds.map_batches(_read_file_batches, batch_size=1,
+                        fn_kwargs={"source": to_dict(src), "drop_letterless": drop_letterless},
+                        num_cpus=num_cpus, batch_format="default")
+    # Ray Data's per-operator reservation gives this read about half the CPUs (one task at a time on 2):
+    # every CPU may read, as ``num_cpus`` says (the instances stage lifts it so too)
+    ds.context.op_resource_reservation_enabled = False
+    return ds
 
 
 def find_input_error(exc: BaseException) -> InputError | None:

@@ -2,7 +2,8 @@
 
     build_corpus(cfg, out_dir)     # out_dir/shards/<source>/shard-NNNNN.parquet, shards.json, plan.json
 
-Each source is read and sentence-split on Ray (one streamed task per file, ``corpus.sources``)
+Each source is read and sentence-split on Ray (one streamed task per file, or per span of a large
+text or JSONL file, ``corpus.sources``)
 and written into shards of about ``mixer.shard_bytes`` bytes, cut at document boundaries
 (columns: ``orchestrator.core.artifacts.SHARD_COLUMNS``), one language per shard (a source whose
 documents name their language is cut into shards per language); the mixer then turns the shard list
@@ -25,9 +26,12 @@ from orchestrator.core.manifest import write_manifest
 from orchestrator.corpus.mixing import MIXERS, MixerConfig, planned_bytes, weighted_bytes
 from orchestrator.corpus.sources import (
     FILTER_COUNTS,
+    READ_BLOCK_BYTES,
     SourceConfig,
     find_input_error,
     iter_source,
+    no_document,
+    read_items,
     read_source,
     source_files,
 )
@@ -153,11 +157,11 @@ def build_corpus(cfg: CorpusConfig, out_dir: Path) -> Path:
     return out_dir
 
 
-def _write_shards(src: SourceConfig, out: Path, shard_bytes: int, drop_letterless: bool = False
-                  ) -> tuple[list[ShardInfo], dict[str, int]]:
-    """Stream a source's documents (read and sentence-split on Ray) into shards of ~shard_bytes, one
-    language per shard (a buffer per language, in order of first appearance); also returns what the
-    filters dropped (``FILTER_COUNTS``)."""
+def _write_shards(src: SourceConfig, out: Path, shard_bytes: int, drop_letterless: bool = False,
+                  block_bytes: int = READ_BLOCK_BYTES) -> tuple[list[ShardInfo], dict[str, int]]:
+    """Stream a source's documents (read and sentence-split on Ray, a task per file or per ``block_bytes``
+    span of one: the same shards either way) into shards of ~shard_bytes, one language per shard (a buffer
+    per language, in order of first appearance); also returns what the filters dropped (``FILTER_COUNTS``)."""
     import pyarrow as pa  # heavy: pyarrow, ray
     import pyarrow.parquet as pq
     import ray.data
@@ -185,10 +189,14 @@ def _write_shards(src: SourceConfig, out: Path, shard_bytes: int, drop_letterles
     options = ray.data.DataContext.get_current().execution_options
     keep_order = options.preserve_order
     options.preserve_order = True  # file order -> shard contents -> mixing plan: reproducible
+    items = read_items(src, block_bytes)
+    unseen = {item["file_index"]: item["path"] for item in items if item["span"]}  # a span may hold no document
+    dataset = read_source(src, drop_letterless=drop_letterless, items=items)
     try:
-        for batch in read_source(src, drop_letterless=drop_letterless).iter_batches(batch_size=None,
-                                                                                     batch_format="pyarrow"):
+        for batch in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
             for row in batch.to_pylist():
+                if unseen:
+                    unseen.pop(int(row["doc_id"].split(":")[1]), None)
                 for k in dropped:
                     dropped[k] += row[k]
                 if not row["sentences"]:  # every sentence filtered out
@@ -208,6 +216,8 @@ def _write_shards(src: SourceConfig, out: Path, shard_bytes: int, drop_letterles
         raise
     finally:
         options.preserve_order = keep_order
+    if unseen:  # a file read in spans none of which held a document
+        raise no_document(src, next(iter(unseen.values())))
     for language in bufs:
         flush(language)
     if not shards:

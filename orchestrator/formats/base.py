@@ -46,6 +46,17 @@ class Layout:
     positions: Mapping[str, int] = dataclasses.field(default_factory=dict)  # role -> column index (no header)
     index_role: str = ""  # blue_tsv: role that may lack a header name and then takes pandas' unnamed index
     quoting: Literal["auto", "csv", "none"] = "auto"  # blue_tsv: see orchestrator.formats.tsv
+    span: Span | None = None  # text, jsonl: read these whole lines of the file only (``file_spans``); None = all
+
+
+@dataclasses.dataclass(frozen=True)
+class Span:
+    """A run of whole lines of a file: the bytes ``[start, end)``, whose first line is line ``first_line``
+    (1-based) of the file, so records and errors keep the file's own line numbers."""
+
+    start: int
+    end: int
+    first_line: int = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +98,8 @@ Reader = Callable[[Path, Layout], Iterator[Record]]
 
 #: Registered readers: format name -> reader(path, layout) yielding records.
 READERS: Registry[Reader] = Registry("file format")
+#: The readers that read a ``Layout.span`` of a file (a record per line or per blank-line paragraph).
+SPAN_FORMATS = ("text", "jsonl")
 
 
 #: C0 control characters and DEL that are not text: all but tab, line feed, vertical tab, form feed, return.
@@ -122,12 +135,59 @@ def _looks_utf16(text: str) -> bool:
     return n >= 2 and max(halves) >= 0.8 * n and min(halves) <= 0.2 * n
 
 
-def lines(path: Path) -> Iterator[tuple[int, str]]:
+def lines(path: Path, span: Span | None = None) -> Iterator[tuple[int, str]]:
     """(1-based line number, text without its line end), streamed; strict UTF-8, BOM and CRLF accepted,
-    binary content refused (``check_text``)."""
+    binary content refused (``check_text``). With ``span``, the lines of that span only, numbered as in
+    the file."""
     with open(path, "rb") as f:
-        for number, raw in enumerate(f, start=1):
+        if span is None:
+            for number, raw in enumerate(f, start=1):
+                yield number, _decode(path, number, raw)
+            return
+        f.seek(span.start)
+        pos = span.start
+        for number, raw in enumerate(f, start=span.first_line):
+            if pos >= span.end:
+                return
+            pos += len(raw)
             yield number, _decode(path, number, raw)
+
+
+def file_spans(path: str | Path, block_bytes: int, paragraphs: bool = False) -> list[Span]:
+    """``path`` cut into spans of whole lines of about ``block_bytes`` each (one span when the file is no
+    larger), so that several readers can read one file side by side and together see every record once,
+    with the file's line numbers. With ``paragraphs`` a span ends only after a blank line (a line that is
+    whitespace once decoded), so a blank-line separated paragraph is never cut. One pass counts the lines."""
+    path = Path(path)
+    size = path.stat().st_size
+    if size <= block_bytes:
+        return [Span(0, size)]
+    cuts = []
+    with open(path, "rb") as f:
+        target = block_bytes
+        while target < size:
+            f.seek(target)
+            f.readline()  # the rest of the line the target falls in
+            while paragraphs:
+                raw = f.readline()
+                if not raw or not raw.decode("utf-8", "replace").strip():
+                    break
+            cut = f.tell()
+            if cut >= size:
+                break
+            cuts.append(cut)
+            target = cut + block_bytes
+        spans, line, start = [], 1, 0
+        f.seek(0)
+        for end in [*cuts, size]:
+            spans.append(Span(start, end, line))
+            left = end - start
+            while left:
+                chunk = f.read(min(left, 1 << 24))
+                line += chunk.count(b"\n")
+                left -= len(chunk)
+            start = end
+    return spans
 
 
 def check_head(path: str | Path, size: int = 1 << 16) -> None:

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from orchestrator.core.errors import InputError
-from orchestrator.formats.base import READERS, Layout, Passage, Record, Sentence, lines
+from orchestrator.formats.base import READERS, SPAN_FORMATS, Layout, Passage, Record, Sentence, lines
 from orchestrator.formats.tokens import TAG
 from orchestrator.formats.tsv import SENTENCE_COLUMNS
 
@@ -60,8 +60,12 @@ def resolve(path: str | Path, fmt: str = "auto") -> str:
 
 
 def read(path: str | Path, fmt: str = "auto", layout: Layout | None = None) -> Iterator[Record]:
-    """The records of one file, streamed, by the reader ``fmt`` names (``auto``: ``sniff``)."""
-    return READERS.get(resolve(path, fmt))(Path(path), layout or Layout())
+    """The records of one file, streamed, by the reader ``fmt`` names (``auto``: ``sniff``); a
+    ``layout.span`` is read by the ``SPAN_FORMATS`` only (the others read whole files)."""
+    name = resolve(path, fmt)
+    if layout is not None and layout.span is not None and name not in SPAN_FORMATS:
+        raise ValueError(f"format {name} reads whole files; a span is for {', '.join(SPAN_FORMATS)}")
+    return READERS.get(name)(Path(path), layout or Layout())
 
 
 def text_units(path: str | Path, fmt: str = "auto", text_field: str = "text") -> Iterator[str]:

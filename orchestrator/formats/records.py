@@ -16,8 +16,8 @@ from orchestrator.formats.base import READERS, Layout, Row, lines
 
 @READERS.register("jsonl")
 def read_jsonl(path: Path, layout: Layout) -> Iterator[Row]:
-    """One JSON object per non-blank line."""
-    for number, text in lines(path):
+    """One JSON object per non-blank line (of ``layout.span`` only when set)."""
+    for number, text in lines(path, layout.span):
         if not text.strip():
             continue
         try:

@@ -13,14 +13,15 @@ _WIKITEXT_SUBHEADING = re.compile(r"^ ?(= ){2,}.*( =){2,} ?$")
 
 @READERS.register("text")
 def read_text(path: Path, layout: Layout) -> Iterator[Passage]:
-    """Every non-blank line (``split="line"``), or blank-line separated paragraphs, stripped."""
+    """Every non-blank line (``split="line"``), or blank-line separated paragraphs, stripped (of
+    ``layout.span`` only when set: cut by ``file_spans``, with ``paragraphs`` for blank-line paragraphs)."""
     if layout.split == "line":
-        for number, text in lines(path):
+        for number, text in lines(path, layout.span):
             if text.strip():
                 yield Passage(number, text.strip())
         return
     start, para = 0, []
-    for number, text in lines(path):
+    for number, text in lines(path, layout.span):
         if text.strip():
             if not para:
                 start = number
