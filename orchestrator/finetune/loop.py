@@ -122,7 +122,7 @@ def load_splits(spec: TaskSpec, trial: TrialSpec) -> dict[str, list[Example]]:
     if not spec.cv_folds:
         return {split: fixed_subset(read_split(spec, trial.data_dir, split),
                                     trial.max_train_examples if split == "train" else trial.max_eval_examples)
-                for split in ("train", "dev", "test")}
+                for split in spec.file_splits}
     from sklearn.model_selection import train_test_split  # heavy: sklearn
 
     examples = read_split(spec, trial.data_dir, "all")

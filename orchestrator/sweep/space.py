@@ -275,8 +275,7 @@ def task_files(trial: TrialSpec) -> list[Path]:
     """The split files a trial reads: train, dev and test, or a cross-validated or re-split task's one
     file (those that exist: a missing one is the trial's error to report)."""
     spec = dataclasses.replace(load_task(trial.task), dir="")
-    splits = ("all",) if spec.cv_folds or spec.resplit else ("train", "dev", "test")
-    return [p for p in (spec.split_path(Path(trial.data_dir), split) for split in splits) if p.is_file()]
+    return [p for p in (spec.split_path(Path(trial.data_dir), split) for split in spec.file_splits) if p.is_file()]
 
 
 def task_data_identity(trial: TrialSpec) -> dict[str, str]:
