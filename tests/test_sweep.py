@@ -530,12 +530,17 @@ def test_a_task_file_edited_in_place_retrains_its_trials(tiny_bert, ray_local, t
     assert first.ran == 2
     manifest = json.loads((out / "manifest.json").read_text())
     assert str(data / "train.tsv") in manifest["inputs"]  # what the scores were read from
+    cache = out / "cache" / "encoded"
+    cached = {p.name for p in cache.glob("*.json")}
+    assert len(cached) == 3  # train, dev and test, tokenised once
     rows = (data / "train.tsv").read_text(encoding="utf-8").splitlines()
     flipped = [rows[0]] + ["\t".join(r.split("\t")[:-1] + [f"{4 - float(r.split(chr(9))[-1]):.1f}"]) for r in rows[1:]]
     (data / "train.tsv").write_text("\n".join(flipped) + "\n", encoding="utf-8")
     again = run_sweep(cfg, {"tiny": tiny_bert}, out, None, tmp_path)
     assert (again.ran, again.skipped) == (2, 0)
     assert again.results["cells"]["tiny"]["BIOSSES"]["mean"] != first.results["cells"]["tiny"]["BIOSSES"]["mean"]
+    # the edited split is tokenised again and its old tokens, which no trial reads now, are deleted
+    assert len({p.name for p in cache.glob("*.json")} - cached) == 1 and len(list(cache.glob("*.json"))) == 3
     # a record from before the files' hashes were kept: taken as answering the files now, and so marked
     record = next((out / "trials").glob("*.json"))
     older = json.loads(record.read_text())
@@ -543,6 +548,7 @@ def test_a_task_file_edited_in_place_retrains_its_trials(tiny_bert, ray_local, t
     record.write_text(json.dumps(older))
     third = run_sweep(cfg, {"tiny": tiny_bert}, out, None, tmp_path)
     assert (third.ran, third.skipped) == (0, 2)
+    assert len(list(cache.glob("*.json"))) == 3  # a run that trains nothing deletes nothing
     assert json.loads(record.read_text())["task_data"] == kept == {
         name: hashlib.sha256((data / name).read_bytes()).hexdigest() for name in ("train.tsv", "dev.tsv", "test.tsv")}
 

@@ -23,6 +23,7 @@ the host. The results are those of loading everything afresh (``tests/test_sweep
 from __future__ import annotations
 
 import collections
+import contextlib
 import copy
 import dataclasses
 import hashlib
@@ -184,6 +185,8 @@ def encode_cached(spec: TaskSpec, trial: TrialSpec, split: str, examples: list[E
     if path.is_file():
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
+            with contextlib.suppress(OSError):  # read now: kept by prune_encoded (a read-only folder keeps all)
+                os.utime(path)
             return Encoded(data["features"], data["targets"], examples, data["word_index"])
         except (json.JSONDecodeError, KeyError):
             log.warning("unreadable encoding cache %s: tokenising again", path)

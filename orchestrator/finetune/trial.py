@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -105,3 +106,29 @@ def model_dir_ok(path: str | Path) -> bool:
     """A loadable HF BERT directory has a config.json and a tokenizer vocabulary."""
     p = Path(path)
     return (p / "config.json").is_file() and ((p / "vocab.txt").is_file() or (p / "tokenizer.json").is_file())
+
+
+def mark_encoded(cache_dir: Path) -> float:
+    """Start a run of the tokenised-split cache ``cache_dir``: the time, on its file system's clock, after
+    which a split read or written counts as used by this run (``prune_encoded``)."""
+    marker = Path(cache_dir) / ".run"
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.touch()
+    os.utime(marker)
+    return marker.stat().st_mtime
+
+
+def prune_encoded(cache_dir: Path, since: float) -> tuple[int, int]:
+    """Delete the tokenised splits of ``cache_dir`` (and its ``restricted/``) that no trial read or wrote
+    since ``since`` (``mark_encoded``): those of other tokenizers, task files, lengths or caps, which
+    grow with every model and data change (about 11x a task file each). Returns (files, bytes) deleted."""
+    files = n_bytes = 0
+    for path in [*Path(cache_dir).glob("*.json"), *Path(cache_dir).glob("restricted/*.json")]:
+        try:
+            stat = path.stat()
+            if stat.st_mtime < since:
+                path.unlink()
+                files, n_bytes = files + 1, n_bytes + stat.st_size
+        except OSError:  # gone already, or a folder we may not write: kept
+            continue
+    return files, n_bytes

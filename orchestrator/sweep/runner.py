@@ -29,7 +29,14 @@ from orchestrator.core.manifest import atomic_write_json, read_manifest, write_m
 from orchestrator.core.reuse import model_identity, output_lock
 from orchestrator.core.runtime import check_fits, init_ray, possible_gpus
 from orchestrator.finetune.readers import CV_SPLIT_SEED, document_split, read_split
-from orchestrator.finetune.trial import BUNDLED_PRECISIONS, TrialSpec, group_trials, model_dir_ok
+from orchestrator.finetune.trial import (
+    BUNDLED_PRECISIONS,
+    TrialSpec,
+    group_trials,
+    mark_encoded,
+    model_dir_ok,
+    prune_encoded,
+)
 from orchestrator.pretrain.config import read_hf_config
 from orchestrator.sweep.config import SweepConfig
 from orchestrator.sweep.export import export_entry, export_run, export_tasks, finished, plan_exports
@@ -470,6 +477,7 @@ def _run_sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, trackin
     export = export_tasks(cfg.export_best, specs, cfg.KEY) if cfg.export_best else []  # a misspelt task fails here
     # tokenised splits are shared by every trial of a (task, tokenizer): see finetune.loop.encode_cached
     cache_dir = str(out_dir / "cache" / "encoded")
+    cache_run = mark_encoded(Path(cache_dir))  # what this run does not read is deleted at its end
     trials = [dataclasses.replace(t, cache_dir=cache_dir) for t in build_trials(cfg, space, models, variants)]
     todo = [t for t in trials if _finished(trials_dir, t) is None]
     skipped = len(trials) - len(todo)
@@ -503,6 +511,10 @@ def _run_sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, trackin
                  f"; {cost['device_h']:.3f} {cost['device']}-h with the {skipped} trial(s) of earlier runs"
                  if skipped and "earlier_device_h" in cost else "")
     exports, exported = _export_best(cfg, results, records, export, out_dir) if export else ({}, 0)
+    pruned, pruned_bytes = prune_encoded(Path(cache_dir), cache_run) if todo else (0, 0)  # only a run adds
+    if pruned:
+        log.info("sweep: deleted %d tokenised split(s) this run did not use (%.1f MB) from %s", pruned,
+                 pruned_bytes / 1e6, cache_dir)
     artifacts = [out_dir / "results.json", out_dir / "selection.json"]
     if export:
         artifacts.append(atomic_write_json(out_dir / S.EXPORTS_ARTIFACT, exports))
