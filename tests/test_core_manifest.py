@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 
 from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
-from orchestrator.core.manifest import atomic_dir, atomic_write_json, is_complete, read_manifest, write_manifest
+from orchestrator.core.manifest import (
+    atomic_dir,
+    atomic_write_json,
+    atomic_write_json_list,
+    is_complete,
+    read_manifest,
+    write_manifest,
+)
 from orchestrator.core.registry import Registry
 
 
@@ -41,6 +48,24 @@ def test_atomic_write_json_roundtrip(tmp_path):
     path = atomic_write_json(tmp_path / "a" / "x.json", {"b": 1})
     assert json.loads(path.read_text()) == {"b": 1}
     assert [p.name for p in path.parent.iterdir()] == ["x.json"]
+
+
+@pytest.mark.parametrize("items", [[], [{"b": 1, "a": [1, 2, "x\ny"], "c": {"z": [], "y": {}}}],
+                                   [{"pages": ("s:0:1", "s:0:2"), "n": 1.5}, {"u": "é"}, [1, None]]])
+def test_a_list_written_an_item_at_a_time_is_the_same_file(tmp_path, items):
+    """A corpus's shards.json (every document's page, sentences and bytes) was one json.dumps string: about
+    0.5 KB of the driver's peak a document. Written an item at a time, its bytes do not change."""
+    atomic_write_json_list(tmp_path / "b.json", iter(items))
+    assert (tmp_path / "b.json").read_bytes() == atomic_write_json(tmp_path / "a.json", items).read_bytes()
+
+    def failing():
+        yield {"a": 1}
+        raise RuntimeError("stopped")
+
+    with pytest.raises(RuntimeError):
+        atomic_write_json_list(tmp_path / "b.json", failing())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "b.json"]  # no temporary file left
+    assert json.loads((tmp_path / "b.json").read_text()) == json.loads(json.dumps(items))  # the old file kept
 
 
 def test_git_state_says_when_the_checkout_has_changes_and_hashes_them(tmp_path):

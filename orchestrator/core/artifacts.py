@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from orchestrator.core.errors import InputError
-from orchestrator.core.manifest import atomic_write_json, read_json_object, read_manifest
+from orchestrator.core.manifest import atomic_write_json, atomic_write_json_list, read_json_object, read_manifest
 
 #: Source roles on the small (in-domain) side of SimPT, AmpV and MDAPT; every other role is the large side.
 SMALL_ROLES = ("small", "domain")
@@ -94,7 +94,7 @@ class MixPlan:
 
 def write_plan(corpus_dir: Path, shards: Sequence[ShardInfo], plan: MixPlan) -> None:
     """``shards.json`` and ``plan.json`` (shard paths relative to ``corpus_dir``)."""
-    atomic_write_json(corpus_dir / "shards.json", [dataclasses.asdict(s) for s in shards])
+    atomic_write_json_list(corpus_dir / "shards.json", (dataclasses.asdict(s) for s in shards))  # millions of documents
     atomic_write_json(corpus_dir / "plan.json", {"units": [dataclasses.asdict(u) for u in plan.units],
                                                  "notes": plan.notes})
 

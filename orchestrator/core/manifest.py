@@ -24,6 +24,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import textwrap
 import time
 import uuid
 from collections.abc import Iterable, Iterator
@@ -204,6 +205,27 @@ def atomic_write_text(path: str | Path, text: str, *, private: bool = False) -> 
 
 def atomic_write_json(path: str | Path, data: Any, *, private: bool = False) -> Path:
     return atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n", private=private)
+
+
+def atomic_write_json_list(path: str | Path, items: Iterable[Any]) -> Path:
+    """``atomic_write_json(path, list(items))``, the same bytes, written an item at a time: a list of
+    millions of entries (a corpus's shards with their documents) is never held as one string."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        with open(tmp, "x", encoding="utf-8") as f:
+            first = True
+            for item in items:
+                f.write("[\n" if first else ",\n")
+                f.write(textwrap.indent(json.dumps(item, indent=2, sort_keys=True, default=str), "  "))
+                first = False
+            f.write("[]\n" if first else "\n]\n")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
 
 
 def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:

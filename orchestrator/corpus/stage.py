@@ -193,7 +193,8 @@ def _write_shards(src: SourceConfig, out: Path, shard_bytes: int, drop_letterles
     unseen = {item["file_index"]: item["path"] for item in items if item["span"]}  # a span may hold no document
     dataset = read_source(src, drop_letterless=drop_letterless, items=items)
     try:
-        for batch in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
+        # batches of 1,024 documents: a whole block (up to Ray Data's 128 MB) as Python rows was the driver's peak
+        for batch in dataset.iter_batches(batch_size=1024, batch_format="pyarrow"):
             for row in batch.to_pylist():
                 if unseen:
                     unseen.pop(int(row["doc_id"].split(":")[1]), None)
