@@ -364,24 +364,34 @@ def test_ray_pipeline_writes_a_task_directory(ray_local, tiny_mlm, vectors, tmp_
     assert [ex.text_a for ex in train[n:]] == [r["tokens"] for r in serial]
 
 
-def test_job_dry_run_and_run(ray_local, tiny_mlm, vectors, tmp_path, capsys):
+def test_job_dry_run_and_run(tiny_mlm, vectors, tmp_path, capsys):
+    """The job as a user runs it (its own embedded Ray): Ray's and the actors' lines go to logs/job.log beside
+    the output, a task directory (they were printed on the terminal, Ray Data's progress tables included)."""
+    from conftest import run_job
     from jobs.augment import main
 
     out = tmp_path / "job"
     args = [f"model_dir={tiny_mlm}", f"out_dir={out}", f"similarity.vectors={vectors}", "max_train_sentences=8",
-            "augment.words_per_sentence=2", "augment.candidates=3"]
+            "augment.words_per_sentence=2", "augment.candidates=3", "ray.actors=1"]
     assert main(["--dry-run", *args]) == 0
     assert "8 training sentences" in capsys.readouterr().out
     assert main(["--dry-run", "model_dir=/nonexistent", f"out_dir={out}"]) == 2  # issue 12: said "valid"
     assert "model model_dir: directory not found" in capsys.readouterr().err
     assert main(["model_dir=/nonexistent", f"out_dir={out}"]) == 2
     assert "model model_dir: directory not found" in capsys.readouterr().err
-    assert not out.exists()
-    assert main(args) == 0
+    assert not out.exists() and not (tmp_path / "logs").exists()  # refused before any work, and before a log
+    res = run_job("augment.py", *args)
+    assert res.returncode == 0, res.stderr[-3000:]
     assert read_manifest(out)["counts"]["augmented_sentences"] == 8
     # the summary's time is the augmentation's (probe D: it printed "in 0.0 s" after a log line of 26.9 s)
     took = read_manifest(out)["cost"]["wall_s"]
-    assert took > 0 and f"from 8 in {took:.1f} s" in capsys.readouterr().out
+    assert took > 0 and f"from 8 in {took:.1f} s" in res.stdout
+    logged = (tmp_path / "logs" / "job.log").read_text()
+    terminal = res.stdout + res.stderr
+    assert "Started a local Ray instance" in logged and "Started a local Ray instance" not in terminal
+    assert "Running Dataset" in logged and "Running Dataset" not in terminal  # Ray Data's progress tables
+    assert f"Ray's and the actors' own output: {tmp_path / 'logs' / 'job.log'}" in terminal
+    assert not (out / "logs").exists()  # the task directory holds the task's files only
 
 
 # ------------------------------------------------------------- bad input, refused before any work

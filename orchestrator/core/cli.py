@@ -120,8 +120,9 @@ def build_parser(spec: JobSpec) -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true",
                    help="the full output on the terminal: Ray's, Tune's and the workers' own lines and debug "
                         "logging (by default blue_sweep, entity_cycle, pretrain and retrieval keep them in their "
-                        "run's log file, <run directory>/logs/job.log, and the terminal shows the stages, progress, "
-                        "warnings and the summary; the other jobs print them)")
+                        "run's log file, <run directory>/logs/job.log, and augment in logs/job.log beside its "
+                        "output; the terminal shows the stages, progress, warnings and the summary; the other jobs "
+                        "print them)")
     p.add_argument("overrides", nargs="*", metavar="key.path=value", help="dotted config overrides")
     return p
 

@@ -10,6 +10,7 @@ the MLM directory checked, the output reused when its key is unchanged.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from pathlib import Path
 
 from orchestrator.augment.config import AugmentConfig, AugmentRayConfig, SimilarityConfig
@@ -17,6 +18,7 @@ from orchestrator.augment.filtered import check_mlm_dir
 from orchestrator.augment.pipeline import AugmentResult, augment_key, augment_task, from_format, training_sentences
 from orchestrator.augment.similarity import check_similarity_inputs
 from orchestrator.core.config import field
+from orchestrator.core.console import LOG_PATH, run_log
 from orchestrator.core.cost import COST_FIELD
 from orchestrator.core.errors import ConfigError
 from orchestrator.core.manifest import check_replaceable, read_manifest
@@ -24,6 +26,7 @@ from orchestrator.core.reuse import run_stage
 from orchestrator.finetune.spec import SAMPLE_DIR, TaskSpec, load_task
 
 STAGE = "augment"
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,8 +100,13 @@ def run(cfg: AugmentJobConfig) -> AugmentResult:
     check_inputs(cfg)
     spec = dataclasses.replace(spec, dir="")
     key = augment_key(spec, data_dir, cfg.model_dir, cfg.augment, cfg.similarity, cfg.max_train_sentences)
-    out = run_stage(STAGE, cfg.out_dir, key, lambda tmp: augment_task(
-        spec, data_dir, tmp, cfg.model_dir, cfg.augment, cfg.similarity, cfg.ray,
-        max_train_sentences=cfg.max_train_sentences, device=cfg.device))
+    # Ray's and the actors' own lines go to a log file beside the output (a task directory, which holds the
+    # task's files alone), as pretraining's go to <out_dir>/../logs/job.log; --verbose keeps them on the terminal
+    with run_log(Path(cfg.out_dir).resolve().parent / LOG_PATH) as written:
+        if written:
+            log.info("Ray's and the actors' own output: %s", written)
+        out = run_stage(STAGE, cfg.out_dir, key, lambda tmp: augment_task(
+            spec, data_dir, tmp, cfg.model_dir, cfg.augment, cfg.similarity, cfg.ray,
+            max_train_sentences=cfg.max_train_sentences, device=cfg.device))
     manifest = read_manifest(out)  # the time the output took when it was made (this run, or the one reused)
     return AugmentResult(out, manifest["counts"], float((manifest.get(COST_FIELD) or {}).get("wall_s", 0.0)))
