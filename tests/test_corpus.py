@@ -683,7 +683,8 @@ def _tiny_docs(corpus: Path) -> list:
     return [d for k in range(2) for d in pq.read_table(corpus / f"s{k}.parquet").column("sentences").to_pylist()]
 
 
-@pytest.mark.parametrize("fmt, split", [("text", "line"), ("text", "blank_line"), ("jsonl", "line")])
+@pytest.mark.parametrize("fmt, split", [("text", "line"), ("text", "blank_line"), ("jsonl", "line"),
+                                        ("wikitext", "line")])
 def test_a_large_file_read_by_several_ray_tasks_gives_the_shards_of_one(ray_local, tmp_path, fmt, split):
     import random
 
@@ -699,6 +700,10 @@ def test_a_large_file_read_by_several_ray_tasks_gives_the_shards_of_one(ray_loca
     if fmt == "jsonl":
         f = tmp_path / "big.jsonl"
         f.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs), encoding="utf-8")
+    elif fmt == "wikitext":  # a page of 1-5 paragraphs, a section heading in some
+        f = tmp_path / "wiki.txt"
+        f.write_text("".join((f" = Page {i} = \n \n" if i % 5 == 0 else " = = History = = \n" if i % 5 == 3 else "")
+                             + f" {d} \n" for i, d in enumerate(docs)), encoding="utf-8")
     else:
         f = tmp_path / "big.txt"
         f.write_text(("\n\n" if split == "blank_line" else "\n").join(d.replace(". ", ".\n") if split == "blank_line"

@@ -351,19 +351,25 @@ def _span_file(path: Path, seed: int = 0) -> Path:
     return write(path, "".join(out).rstrip("\n"))
 
 
-@pytest.mark.parametrize("fmt, split", [("text", "line"), ("text", "blank_line"), ("jsonl", "line")])
+@pytest.mark.parametrize("fmt, split", [("text", "line"), ("text", "blank_line"), ("jsonl", "line"),
+                                        ("wikitext", "line")])
 @pytest.mark.parametrize("block", [1, 97, 2048, 1 << 30])
 def test_a_file_read_in_spans_gives_its_records_once_in_order_with_its_line_numbers(tmp_path, fmt, split, block):
     import json
 
-    from orchestrator.formats import Span, file_spans
+    from orchestrator.formats import Span, file_spans, opens_wikitext_page
 
     f = _span_file(tmp_path / "a.txt")
     if fmt == "jsonl":  # the same lines as JSON objects, blank lines kept
         f = write(tmp_path / "a.jsonl", "".join(json.dumps({"text": line}) + "\n" if line.strip() else line + "\n"
                                                 for line in f.read_text(encoding="utf-8-sig").splitlines()))
+    if fmt == "wikitext":  # pages with titles and sections, text before the first title
+        f = write(tmp_path / "w.txt", "".join(
+            (f" = Page {i} = \n" if i % 7 == 3 else " = = Section = = \n" if i % 7 == 5 else "") + line + "\n"
+            for i, line in enumerate(f.read_text(encoding="utf-8-sig").splitlines())))
     layout = Layout(split=split)
-    spans = file_spans(f, block, paragraphs=split == "blank_line")
+    cut = {"paragraphs": split == "blank_line", "opens": opens_wikitext_page if fmt == "wikitext" else None}
+    spans = file_spans(f, block, **cut)
     data = f.read_bytes()
     assert spans[0].start == 0 and spans[-1].end == len(data)
     assert all(a.end == b.start for a, b in zip(spans, spans[1:]))  # contiguous: every byte in one span
@@ -373,15 +379,17 @@ def test_a_file_read_in_spans_gives_its_records_once_in_order_with_its_line_numb
         assert s.first_line == data[:s.start].count(b"\n") + 1
         if split == "blank_line":  # ... after a blank one
             assert not data[:s.start - 1].rsplit(b"\n", 1)[-1].strip()
+        if fmt == "wikitext":  # ... at a page's title
+            assert opens_wikitext_page(data[s.start:].split(b"\n", 1)[0].decode())
     whole = list(read(f, fmt, layout))
     parts = [r for s in spans for r in read(f, fmt, Layout(split=split, span=s))]
-    assert parts == whole and len(whole) >= 300
+    assert parts == whole and len(whole) >= (40 if fmt == "wikitext" else 300)
     # a bad byte far into the file: the span that holds it names the file's own line
     bad = write(tmp_path / f"bad.{fmt}", data[:-200] + b"\xff" + data[-200:])
     line = bad.read_bytes()[:len(data) - 200].count(b"\n") + 1
     with pytest.raises(InputError, match="invalid UTF-8") as info:
-        for s in file_spans(bad, block, paragraphs=split == "blank_line"):
+        for s in file_spans(bad, block, **cut):
             list(read(bad, fmt, Layout(split=split, span=s)))
     assert info.value.line == line
     with pytest.raises(ValueError, match="reads whole files"):
-        list(read(f, "wikitext", Layout(span=Span(0, 10))))
+        list(read(f, "squad", Layout(span=Span(0, 10))))

@@ -98,8 +98,8 @@ Reader = Callable[[Path, Layout], Iterator[Record]]
 
 #: Registered readers: format name -> reader(path, layout) yielding records.
 READERS: Registry[Reader] = Registry("file format")
-#: The readers that read a ``Layout.span`` of a file (a record per line or per blank-line paragraph).
-SPAN_FORMATS = ("text", "jsonl")
+#: The readers that read a ``Layout.span`` of a file (a record per line, blank-line paragraph or WikiText page).
+SPAN_FORMATS = ("text", "jsonl", "wikitext")
 
 
 #: C0 control characters and DEL that are not text: all but tab, line feed, vertical tab, form feed, return.
@@ -153,11 +153,13 @@ def lines(path: Path, span: Span | None = None) -> Iterator[tuple[int, str]]:
             yield number, _decode(path, number, raw)
 
 
-def file_spans(path: str | Path, block_bytes: int, paragraphs: bool = False) -> list[Span]:
+def file_spans(path: str | Path, block_bytes: int, paragraphs: bool = False,
+               opens: Callable[[str], bool] | None = None) -> list[Span]:
     """``path`` cut into spans of whole lines of about ``block_bytes`` each (one span when the file is no
     larger), so that several readers can read one file side by side and together see every record once,
     with the file's line numbers. With ``paragraphs`` a span ends only after a blank line (a line that is
-    whitespace once decoded), so a blank-line separated paragraph is never cut. One pass counts the lines."""
+    whitespace once decoded), so a blank-line separated paragraph is never cut; with ``opens`` a span starts
+    only at a line for which it is true (a WikiText page's title). One pass counts the lines."""
     path = Path(path)
     size = path.stat().st_size
     if size <= block_bytes:
@@ -168,11 +170,15 @@ def file_spans(path: str | Path, block_bytes: int, paragraphs: bool = False) -> 
         while target < size:
             f.seek(target)
             f.readline()  # the rest of the line the target falls in
-            while paragraphs:
-                raw = f.readline()
-                if not raw or not raw.decode("utf-8", "replace").strip():
-                    break
             cut = f.tell()
+            while (paragraphs or opens) and cut < size:
+                raw = f.readline()
+                text = raw.decode("utf-8", "replace").rstrip("\r\n")
+                if opens is not None and opens(text):
+                    break  # the span starts at this line
+                cut = f.tell()
+                if paragraphs and not text.strip():
+                    break  # ... or after this one
             if cut >= size:
                 break
             cuts.append(cut)

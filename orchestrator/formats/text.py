@@ -33,12 +33,17 @@ def read_text(path: Path, layout: Layout) -> Iterator[Passage]:
         yield Passage(start, "\n".join(para))
 
 
+def opens_wikitext_page(text: str) -> bool:
+    """A WikiText line that starts a page (`` = Title = ``): where ``file_spans`` may cut a WikiText file."""
+    return bool(_WIKITEXT_TITLE.match(text)) and not _WIKITEXT_SUBHEADING.match(text)
+
+
 @READERS.register("wikitext")
 def read_wikitext(path: Path, layout: Layout) -> Iterator[Passage]:
     """WikiText: a `` = Title = `` line starts a page (its paragraphs, one passage); `` = = Section = = ``
-    lines are dropped."""
+    lines are dropped. With ``layout.span`` (cut by ``file_spans`` at ``opens_wikitext_page``), its pages only."""
     start, title, para = 0, "", []
-    for number, text in lines(path):
+    for number, text in lines(path, layout.span):
         if _WIKITEXT_SUBHEADING.match(text):
             continue
         heading = _WIKITEXT_TITLE.match(text)
