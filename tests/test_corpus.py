@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -275,6 +276,7 @@ def test_plan_corpus_parses_sources_and_describes_the_build(samples):
 
     text = plan_build_corpus(_config(samples, "simpt"))
     assert "source pubmed: 1 file(s), 80 documents" in text and "AmpV, small corpus x3" in text
+    assert re.search(r"source pubmed: .* bytes, 1 read task\(s\), ", text)  # a file under 8 MB: one task
 
 
 XQUAD = DATA / "multilingual" / "xquad_wikipedia"

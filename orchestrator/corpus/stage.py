@@ -242,8 +242,10 @@ def plan_corpus(cfg: CorpusConfig) -> str:
         language = src.language
         if src.language_field:
             language = f"from field {src.language_field!r}: " + ", ".join(f"{k} {n}" for k, n in by_language.items())
+        tasks = len(read_items(src))
         lines.append(f"  source {src.name}: {len(files)} file(s), {docs} documents, {sizes[src.name]} bytes, "
-                     f"~{n_shards} shard(s), format={src.format}, role={src.role}, language={language}"
+                     f"{tasks} read task(s), ~{n_shards} shard(s), format={src.format}, role={src.role}, "
+                     f"language={language}"
                      + (f", lines starting {src.skip_line_prefix!r} dropped" if src.skip_line_prefix else ""))
     small = sum(sizes[s.name] for s in cfg.sources if s.role in SMALL_ROLES)
     large = sum(sizes[s.name] for s in cfg.sources if s.role not in SMALL_ROLES)
