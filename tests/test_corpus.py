@@ -686,10 +686,11 @@ def _tiny_docs(corpus: Path) -> list:
 
 
 @pytest.mark.parametrize("fmt, split", [("text", "line"), ("text", "blank_line"), ("jsonl", "line"),
-                                        ("wikitext", "line")])
+                                        ("wikitext", "line"), ("parquet", "line")])
 def test_a_large_file_read_by_several_ray_tasks_gives_the_shards_of_one(ray_local, tmp_path, fmt, split):
     import random
 
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     from orchestrator.corpus.sources import read_items
@@ -702,6 +703,9 @@ def test_a_large_file_read_by_several_ray_tasks_gives_the_shards_of_one(ray_loca
     if fmt == "jsonl":
         f = tmp_path / "big.jsonl"
         f.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs), encoding="utf-8")
+    elif fmt == "parquet":  # row groups of 40 documents
+        f = tmp_path / "big.parquet"
+        pq.write_table(pa.table({"text": docs}), f, row_group_size=40)
     elif fmt == "wikitext":  # a page of 1-5 paragraphs, a section heading in some
         f = tmp_path / "wiki.txt"
         f.write_text("".join((f" = Page {i} = \n \n" if i % 5 == 0 else " = = History = = \n" if i % 5 == 3 else "")

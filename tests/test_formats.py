@@ -393,3 +393,25 @@ def test_a_file_read_in_spans_gives_its_records_once_in_order_with_its_line_numb
     assert info.value.line == line
     with pytest.raises(ValueError, match="reads whole files"):
         list(read(f, "squad", Layout(span=Span(0, 10))))
+
+
+@pytest.mark.parametrize("block", [1, 6000, 1 << 30])
+def test_a_parquet_file_read_in_spans_of_row_groups_gives_its_rows_once_in_order(tmp_path, block):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from orchestrator.formats import parquet_spans
+
+    texts = [f"Sentence {i} of the corpus." if i % 9 else None for i in range(1000)]
+    f = tmp_path / "a.parquet"
+    pq.write_table(pa.table({"text": texts, "page": [f"p{i // 10}" for i in range(1000)]}), f, row_group_size=64)
+    spans = parquet_spans(f, block)
+    if block == 6000:
+        assert 1 < len(spans) < 16  # several row groups a span
+    else:
+        assert len(spans) == {1: 16, 1 << 30: 1}[block]  # a span a row group; the whole file
+    assert spans[0].start == 0 and spans[-1].end == 16 and all(a.end == b.start for a, b in zip(spans, spans[1:]))
+    layout = Layout(page_field="page")
+    whole = list(read(f, "parquet", layout))
+    parts = [r for s in spans for r in read(f, "parquet", Layout(page_field="page", span=s))]
+    assert parts == whole and [r.line for r in whole] == list(range(1, 1001))

@@ -3,9 +3,10 @@
 Files are read by ``orchestrator.formats`` (one streaming reader per format, tested without Ray);
 ``iter_documents`` turns their records into ``Document`` rows, one in memory at a time.
 ``read_source`` turns a source into a ``ray.data.Dataset`` of sentence-split documents: one read
-task per file, or per ``READ_BLOCK_BYTES`` of a larger text, JSONL or WikiText file (spans of whole
-lines, paragraphs or pages, ``orchestrator.formats.file_spans``: the same documents, line numbers and
-order as one task reading it whole), batches streamed out of a generator, so a corpus larger than memory flows through.
+task per file, or per ``READ_BLOCK_BYTES`` of a larger text, JSONL, WikiText or parquet file (spans
+of whole lines, paragraphs, pages or row groups, ``orchestrator.formats.file_spans``, ``parquet_spans``:
+the same documents, line numbers and order as one task reading it whole), batches streamed out of a
+generator, so a corpus larger than memory flows through.
 
 Bad input fails loudly with an ``InputError`` naming the file and line: a missing path, a 0-byte
 file, bytes that are not UTF-8, binary content (NUL or control characters: a binary file, UTF-16
@@ -32,7 +33,17 @@ from orchestrator.core.config import field, from_dict, to_dict
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.corpus.mesh import MeshSelect, descriptor_trees, selected
 from orchestrator.corpus.sentences import has_letter, split_sentences
-from orchestrator.formats import SPAN_FORMATS, Layout, Passage, Row, Span, file_spans, opens_wikitext_page, read
+from orchestrator.formats import (
+    SPAN_FORMATS,
+    Layout,
+    Passage,
+    Row,
+    Span,
+    file_spans,
+    opens_wikitext_page,
+    parquet_spans,
+    read,
+)
 from orchestrator.formats.base import LANGUAGE_CODE, check_text
 
 Format = Literal["text", "wikitext", "jsonl", "parquet", "squad", "pubmed_xml"]
@@ -240,8 +251,9 @@ class RemoteInputError(Exception):
         return InputError(str(path).split("\n", 1)[0], message, line, expected)
 
 
-#: A text, JSONL or WikiText source file larger than this is read by one Ray task per span of about this many
-#: bytes (sentence splitting reads about 0.8 MB/s a core: 10 s a span; a 5 GB file on one core took 1.7 hours).
+#: A text, JSONL, WikiText or parquet (its data uncompressed) source file larger than this is read by one Ray task
+#: per span of about this many bytes (sentence splitting reads about 0.8 MB/s a core: 10 s a span; a 5 GB file
+#: on one core took 1.7 hours).
 READ_BLOCK_BYTES = 8 << 20
 
 
@@ -251,7 +263,9 @@ def read_items(src: SourceConfig, block_bytes: int = READ_BLOCK_BYTES) -> list[d
     items = []
     for index, path in enumerate(source_files(src)):
         spans = [Span(0, path.stat().st_size)]
-        if src.format in SPAN_FORMATS:
+        if src.format == "parquet":
+            spans = parquet_spans(path, block_bytes)
+        elif src.format in SPAN_FORMATS:
             paragraphs = src.format == "text" and src.document_split == "blank_line"
             spans = file_spans(path, block_bytes, paragraphs=paragraphs,
                                opens=opens_wikitext_page if src.format == "wikitext" else None)

@@ -8,8 +8,8 @@
 Formats (``READERS``): text, wikitext, squad (``Passage``), jsonl, parquet, blue_tsv, pubmed_xml (``Row``), iob, conll,
 blue_ner, i2b2_deid (``Sentence``; the last: i2b2 2014 de-identification XML, a note per file). Every text
 file is strict UTF-8 with the same ``InputError`` (file, line, byte, column); a text or JSONL file can be
-read in spans of whole lines, a WikiText file in spans of whole pages (``file_spans``, ``Layout.span``), so that
-several tasks share a large one. This
+read in spans of whole lines, a WikiText file in spans of whole pages (``file_spans``), a parquet file in spans
+of row groups (``parquet_spans``; ``Layout.span``), so that several tasks share a large one. This
 package knows file layouts only, what a column or tag means is the caller's.
 """
 from orchestrator.formats import deid, pubmed, records, squad, text, tokens, tsv  # noqa: F401  (each registers its readers)
@@ -27,10 +27,11 @@ from orchestrator.formats.base import (
     lines,
 )
 from orchestrator.formats.files import SUFFIXES, read, resolve, sniff, text_units
+from orchestrator.formats.records import parquet_spans
 from orchestrator.formats.text import opens_wikitext_page
 from orchestrator.formats.tokens import TAG
 from orchestrator.formats.tsv import SENTENCE_COLUMNS, positional_width
 
 __all__ = ["READERS", "Layout", "Passage", "Reader", "Record", "Row", "Sentence", "SENTENCE_COLUMNS",
-           "SPAN_FORMATS", "SUFFIXES", "Span", "TAG", "file_spans", "lines", "opens_wikitext_page", "positional_width",
-           "read", "resolve", "sniff", "text_units"]
+           "SPAN_FORMATS", "SUFFIXES", "Span", "TAG", "file_spans", "lines", "opens_wikitext_page", "parquet_spans",
+           "positional_width", "read", "resolve", "sniff", "text_units"]

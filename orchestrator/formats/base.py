@@ -46,13 +46,14 @@ class Layout:
     positions: Mapping[str, int] = dataclasses.field(default_factory=dict)  # role -> column index (no header)
     index_role: str = ""  # blue_tsv: role that may lack a header name and then takes pandas' unnamed index
     quoting: Literal["auto", "csv", "none"] = "auto"  # blue_tsv: see orchestrator.formats.tsv
-    span: Span | None = None  # text, jsonl: read these whole lines of the file only (``file_spans``); None = all
+    span: Span | None = None  # SPAN_FORMATS: read this part of the file only (its lines or row groups); None = all
 
 
 @dataclasses.dataclass(frozen=True)
 class Span:
-    """A run of whole lines of a file: the bytes ``[start, end)``, whose first line is line ``first_line``
-    (1-based) of the file, so records and errors keep the file's own line numbers."""
+    """A part of a file that holds whole records: the bytes ``[start, end)`` of a text file (whole lines,
+    ``file_spans``), or the row groups ``[start, end)`` of a parquet file (``parquet_spans``); its first line
+    (or row) is ``first_line`` (1-based) of the file, so records and errors keep the file's own numbers."""
 
     start: int
     end: int
@@ -98,8 +99,9 @@ Reader = Callable[[Path, Layout], Iterator[Record]]
 
 #: Registered readers: format name -> reader(path, layout) yielding records.
 READERS: Registry[Reader] = Registry("file format")
-#: The readers that read a ``Layout.span`` of a file (a record per line, blank-line paragraph or WikiText page).
-SPAN_FORMATS = ("text", "jsonl", "wikitext")
+#: The readers that read a ``Layout.span`` of a file (a record per line, blank-line paragraph, WikiText page or
+#: parquet row).
+SPAN_FORMATS = ("text", "jsonl", "wikitext", "parquet")
 
 
 #: C0 control characters and DEL that are not text: all but tab, line feed, vertical tab, form feed, return.

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from orchestrator.core.errors import InputError
-from orchestrator.formats.base import READERS, Layout, Row, lines
+from orchestrator.formats.base import READERS, Layout, Row, Span, lines
 
 
 @READERS.register("jsonl")
@@ -41,15 +41,33 @@ def read_jsonl(path: Path, layout: Layout) -> Iterator[Row]:
         yield Row(number, obj)
 
 
-@READERS.register("parquet")
-def read_parquet(path: Path, layout: Layout) -> Iterator[Row]:
-    """Rows of the needed columns only, streamed in batches; ``line`` is the 1-based row."""
+def _parquet_file(path: Path):
     import pyarrow.parquet as pq  # heavy: pyarrow
 
     try:
-        pf = pq.ParquetFile(path)
+        return pq.ParquetFile(path)
     except Exception as exc:  # pyarrow raises several types for a file that is not parquet
         raise InputError(path, f"not a parquet file: {exc}") from None
+
+
+def parquet_spans(path: str | Path, block_bytes: int) -> list[Span]:
+    """A parquet file cut into spans of whole row groups of about ``block_bytes`` (uncompressed) each: one
+    span when the file is no larger or has one row group."""
+    meta = _parquet_file(Path(path)).metadata
+    spans, start, first, size, rows = [], 0, 1, 0, 0
+    for i in range(meta.num_row_groups):
+        size, rows = size + meta.row_group(i).total_byte_size, rows + meta.row_group(i).num_rows
+        if size >= block_bytes or i == meta.num_row_groups - 1:
+            spans.append(Span(start, i + 1, first))
+            start, first, size, rows = i + 1, first + rows, 0, 0
+    return spans or [Span(0, 0)]
+
+
+@READERS.register("parquet")
+def read_parquet(path: Path, layout: Layout) -> Iterator[Row]:
+    """Rows of the needed columns only, streamed in batches; ``line`` is the 1-based row. With ``layout.span``
+    (``parquet_spans``), the rows of its row groups only."""
+    pf = _parquet_file(path)
     if layout.columns:
         roles = dict(layout.columns)
     else:
@@ -59,8 +77,10 @@ def read_parquet(path: Path, layout: Layout) -> Iterator[Row]:
     if missing:
         raise InputError(path, f"no column {missing[0]!r}", expected=f"one of the columns {names}")
     columns = list(dict.fromkeys(roles.values()))
-    row = 0
-    for batch in pf.iter_batches(columns=columns, batch_size=1024):
+    row, groups = 0, None
+    if layout.span is not None:
+        row, groups = layout.span.first_line - 1, list(range(layout.span.start, layout.span.end))
+    for batch in pf.iter_batches(columns=columns, batch_size=1024, row_groups=groups):
         data = batch.to_pydict()
         for i in range(batch.num_rows):
             row += 1
