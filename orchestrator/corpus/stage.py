@@ -3,7 +3,7 @@
     build_corpus(cfg, out_dir)     # out_dir/shards/<source>/shard-NNNNN.parquet, shards.json, plan.json
 
 Each source is read and sentence-split on Ray (one streamed task per file, or per span of a large
-text or JSONL file, ``corpus.sources``)
+text, JSONL, WikiText or parquet file, ``corpus.sources``)
 and written into shards of about ``mixer.shard_bytes`` bytes, cut at document boundaries
 (columns: ``orchestrator.core.artifacts.SHARD_COLUMNS``), one language per shard (a source whose
 documents name their language is cut into shards per language); the mixer then turns the shard list
