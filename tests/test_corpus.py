@@ -687,7 +687,8 @@ def _tiny_docs(corpus: Path) -> list:
 
 @pytest.mark.parametrize("fmt, split", [("text", "line"), ("text", "blank_line"), ("jsonl", "line"),
                                         ("wikitext", "line"), ("parquet", "line")])
-def test_a_large_file_read_by_several_ray_tasks_gives_the_shards_of_one(ray_local, tmp_path, fmt, split):
+def test_a_large_file_read_by_several_ray_tasks_gives_the_shards_of_one(ray_local, tmp_path, fmt, split, caplog):
+    import logging
     import random
 
     import pyarrow as pa
@@ -717,7 +718,11 @@ def test_a_large_file_read_by_several_ray_tasks_gives_the_shards_of_one(ray_loca
     src = _src(f, format=fmt, document_split=split)
     assert len(read_items(src, 8 << 10)) > 8 and len(read_items(src)) == 1
     one, dropped_one = _write_shards(src, tmp_path / "one", 16 << 10)
-    many, dropped_many = _write_shards(src, tmp_path / "many", 16 << 10, block_bytes=8 << 10)
+    with caplog.at_level(logging.INFO, logger="progress"):
+        many, dropped_many = _write_shards(src, tmp_path / "many", 16 << 10, block_bytes=8 << 10)
+    tasks = len(read_items(src, 8 << 10))  # the read's progress line, ending with every task done
+    said = [r.getMessage() for r in caplog.records if r.name == "progress"]
+    assert said and said[-1].startswith(f"corpus: s: {tasks}/{tasks} read tasks ("), said
     assert len(one) > 3 and dropped_one == dropped_many
     assert [dataclasses.replace(s, path="") for s in one] == [dataclasses.replace(s, path="") for s in many]
     for a, b in zip(one, many):  # the same documents, ids, pages and sentences, shard by shard

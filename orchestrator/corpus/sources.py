@@ -258,11 +258,12 @@ READ_BLOCK_BYTES = 8 << 20
 
 
 def read_items(src: SourceConfig, block_bytes: int = READ_BLOCK_BYTES) -> list[dict]:
-    """The read tasks of ``src``, in order: each a file, or a span of whole lines of one (its ``start``,
-    ``end`` and ``first_line``; ``span`` false for a file read whole)."""
+    """The read tasks of ``src``, in order: each a file, or a span of one (its ``start``, ``end`` and
+    ``first_line``; ``span`` false for a file read whole), with ``bytes``, its share of the file's size."""
     items = []
     for index, path in enumerate(source_files(src)):
-        spans = [Span(0, path.stat().st_size)]
+        size = path.stat().st_size
+        spans = [Span(0, size)]
         if src.format == "parquet":
             spans = parquet_spans(path, block_bytes)
         elif src.format in SPAN_FORMATS:
@@ -270,7 +271,8 @@ def read_items(src: SourceConfig, block_bytes: int = READ_BLOCK_BYTES) -> list[d
             spans = file_spans(path, block_bytes, paragraphs=paragraphs,
                                opens=opens_wikitext_page if src.format == "wikitext" else None)
         items.extend({"path": str(path), "file_index": index, "span": len(spans) > 1, "start": s.start,
-                      "end": s.end, "first_line": s.first_line} for s in spans)
+                      "end": s.end, "first_line": s.first_line,
+                      "bytes": s.end - s.start if src.format != "parquet" else size // len(spans)} for s in spans)
     return items
 
 

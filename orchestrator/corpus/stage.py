@@ -13,14 +13,18 @@ on storage every node mounts.
 """
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import logging
 import math
 import random
+import time
 from pathlib import Path
 
 from orchestrator.core.artifacts import SHARD_COLUMNS, SMALL_ROLES, ShardInfo, write_plan
 from orchestrator.core.config import field, to_dict
+from orchestrator.core.console import due, progress, updating
+from orchestrator.core.cost import duration
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.manifest import write_manifest
 from orchestrator.corpus.mixing import MIXERS, MixerConfig, planned_bytes, weighted_bytes
@@ -192,12 +196,15 @@ def _write_shards(src: SourceConfig, out: Path, shard_bytes: int, drop_letterles
     items = read_items(src, block_bytes)
     unseen = {item["file_index"]: item["path"] for item in items if item["span"]}  # a span may hold no document
     dataset = read_source(src, drop_letterless=drop_letterless, items=items)
+    said = _ReadProgress(src.name, items)
     try:
         # batches of 1,024 documents: a whole block (up to Ray Data's 128 MB) as Python rows was the driver's peak
         for batch in dataset.iter_batches(batch_size=1024, batch_format="pyarrow"):
             for row in batch.to_pylist():
+                file_index, line = map(int, row["doc_id"].split(":")[1:])
+                said.reached(file_index, line)
                 if unseen:
-                    unseen.pop(int(row["doc_id"].split(":")[1]), None)
+                    unseen.pop(file_index, None)
                 for k in dropped:
                     dropped[k] += row[k]
                 if not row["sentences"]:  # every sentence filtered out
@@ -217,6 +224,7 @@ def _write_shards(src: SourceConfig, out: Path, shard_bytes: int, drop_letterles
         raise
     finally:
         options.preserve_order = keep_order
+    said.finished()
     if unseen:  # a file read in spans none of which held a document
         raise no_document(src, next(iter(unseen.values())))
     for language in bufs:
@@ -225,6 +233,38 @@ def _write_shards(src: SourceConfig, out: Path, shard_bytes: int, drop_letterles
         raise InputError(", ".join(src.paths), f"source {src.name!r} yielded no sentences",
                          expected="non-empty documents" + (" with letters" if drop_letterless else ""))
     return shards, dropped
+
+
+class _ReadProgress:
+    """The read's progress line (read tasks done / total, megabytes, time left), for a source read by more than
+    one task: the rows come in the tasks' order, so a document of task ``j`` says the tasks before it are done."""
+
+    def __init__(self, name: str, items: list[dict]):
+        self.name, self.items = name, items
+        self.starts = [(item["file_index"], item["first_line"]) for item in items]  # where each task's rows start
+        self.done = self.last_done = 0
+        self.started = self.last = time.monotonic()
+
+    def reached(self, file_index: int, line: int) -> None:
+        """A document of file ``file_index`` at ``line`` arrived."""
+        self._said(bisect.bisect_right(self.starts, (file_index, line)) - 1)
+
+    def finished(self) -> None:
+        self._said(len(self.items))
+
+    def _said(self, done: int) -> None:
+        if done <= self.done or len(self.items) < 2:
+            return
+        self.done, now, total_tasks = done, time.monotonic(), len(self.items)
+        if done < total_tasks and not updating() and not due(now - self.last, done - self.last_done, total_tasks):
+            return
+        self.last, self.last_done = now, done
+        read = sum(item["bytes"] for item in self.items[:done])
+        total = sum(item["bytes"] for item in self.items) or 1
+        elapsed = now - self.started
+        left = f", about {duration(elapsed * (total - read) / max(read, 1))} left" if done < total_tasks else ""
+        progress(f"corpus: {self.name}: {done}/{total_tasks} read tasks ({read / 1e6:.0f}/{total / 1e6:.0f} MB), "
+                 f"{duration(elapsed)} elapsed{left}")
 
 
 def plan_corpus(cfg: CorpusConfig) -> str:
