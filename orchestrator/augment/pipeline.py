@@ -309,9 +309,12 @@ def augment_key(spec: TaskSpec, data_dir: str | Path, model_dir: str | Path, cfg
     """What an augmented task directory depends on: the task's files, the MLM, the settings (method
     ``repeat`` reads neither the MLM nor the vectors, so they are not part of its key)."""
     files = [spec.split_path(Path(data_dir), split) for split in ("train", "dev", "test")]
+    # the task as it was keyed before ``release_dir`` (where BLUE's release keeps the files, whose hashes are
+    # here) existed: with it, every augmented task was made again after an upgrade
+    task = {k: v for k, v in to_dict(spec).items() if k != "release_dir"}
     if cfg.method == "repeat":
-        return content_key("augment", spec, hash_inputs([f for f in files if f.is_file()]), cfg, max_train_sentences)
-    return content_key("augment", spec, hash_inputs([f for f in files if f.is_file()]), model_identity(model_dir),
+        return content_key("augment", task, hash_inputs([f for f in files if f.is_file()]), cfg, max_train_sentences)
+    return content_key("augment", task, hash_inputs([f for f in files if f.is_file()]), model_identity(model_dir),
                        cfg, sim, max_train_sentences)
 
 
