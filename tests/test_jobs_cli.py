@@ -144,6 +144,46 @@ def test_bad_input_found_in_a_ray_task_is_one_line_and_exit_2(capsys, ray_local)
     assert (code, capsys.readouterr().err) == (2, "error: sweep.task_dirs: a task's files are unreadable\n")
 
 
+def test_a_full_disk_or_a_limit_is_said_as_such_not_as_a_bug(capsys, ray_local):
+    """A probe (session 44): a full disk, a quota, a read-only file system or the open-file limit, met locally,
+    in a library's words or inside a Ray task, printed "unexpected OSError ... (a bug)", mostly without the
+    file, and as a remote traceback of 25 lines from a Ray task. Now one line saying what the machine lacks."""
+    import errno
+    import re
+    from dataclasses import dataclass
+
+    import ray
+
+    from orchestrator.core.cli import JobSpec, run_job
+
+    @dataclass(frozen=True)
+    class Empty:
+        pass
+
+    @ray.remote
+    def write_instances():
+        raise OSError(errno.ENOSPC, "No space left on device", "/runs/x/instances/len128/part-3.parquet")
+
+    def remote(cfg):
+        ray.get(write_instances.remote())
+
+    def arrow(cfg):  # pyarrow's and tokenizers' errors carry no errno
+        raise Exception("Error writing bytes to file. Detail: [errno 28] No space left on device")
+
+    def read_only(cfg):
+        raise OSError(errno.EROFS, "Read-only file system", "/runs/x/vocab")
+
+    free = r" \(free: TMPDIR \S+ \d+\.\d\d GB\)"  # and, for a full disk, the free space where the job writes
+    for run, said in [(remote, re.escape("no space left on the disk: /runs/x/instances/len128/part-3.parquet") + free),
+                      (arrow, re.escape("no space left on the disk: Error writing bytes to file. Detail: [errno 28] "
+                                        "No space left on device") + free),
+                      (read_only, re.escape("the file system is read-only: /runs/x/vocab"))]:
+        code = run_job(JobSpec(name="demo", description="demo", config_cls=Empty, run=run, dry_run=str), [])
+        err = capsys.readouterr().err
+        assert code == 1 and re.fullmatch(f"error: {said}; re-run the same command once it is fixed: finished work "
+                                          "is kept\n", err), err
+
+
 def test_help_shows_the_values_a_plain_run_uses():
     """--help shows the default preset applied (issue 19), not the dataclass defaults."""
     text = run_job("blue_sweep.py", "--help", timeout=300).stdout

@@ -10,7 +10,9 @@ A job script is only this:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import errno
 import json
 import logging
 import os
@@ -140,6 +142,7 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     raise_on_sigterm()
+    cfg = None
     try:
         cfg = resolve_config(spec, args)
         if args.print_config:
@@ -162,6 +165,14 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
         if user_error is not None:
             print(f"error: {user_error}", file=sys.stderr)
             return 2
+        lacking = raised_by_environment(exc)
+        if lacking is not None:  # a full disk, a limit, a permission: the machine's, not a bug
+            code, short = lacking
+            if code in (errno.ENOSPC, errno.EDQUOT) and cfg is not None:
+                short += free_space(spec, cfg)
+            print(f"error: {short}; re-run the same command once it is fixed: finished work is kept",
+                  file=sys.stderr)
+            return 1
         # a bug, not bad input: one line here, the traceback in a file
         path = _keep_traceback(spec.name)
         print(f"error: unexpected {type(exc).__name__}: {exc}\n       (a bug: the traceback is in {path})",
@@ -189,12 +200,67 @@ def raised_by_user_input(exc: BaseException) -> OrchestratorError | None:
     return None
 
 
+#: What the machine lacks, by errno: a user frees or raises it, it is not a bug of the job.
+ENVIRONMENT_ERRNOS = {errno.ENOSPC: "no space left on the disk", errno.EDQUOT: "the disk quota is used up",
+                      errno.EFBIG: "a file is larger than this shell allows (ulimit -f)",
+                      errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied",
+                      errno.EPERM: "operation not permitted", errno.EMFILE: "too many open files (ulimit -n)",
+                      errno.ENFILE: "too many open files on this machine"}
+#: The same in the words of libraries that raise without an errno (Arrow, tokenizers' Rust, torch's C++).
+_ENVIRONMENT_TEXTS = {"No space left on device": errno.ENOSPC, "Disk quota exceeded": errno.EDQUOT,
+                      "File too large": errno.EFBIG, "Read-only file system": errno.EROFS,
+                      "Too many open files": errno.EMFILE}
+
+
+def raised_by_environment(exc: BaseException) -> tuple[int, str] | None:
+    """(errno, what the machine lacks with the file it names) behind ``exc`` (``ENVIRONMENT_ERRNOS``), or
+    None. Found through Ray's wrappers as ``raised_by_user_input`` finds bad input."""
+    seen, todo = set(), [exc]
+    while todo:
+        cur = todo.pop()
+        if cur is None or id(cur) in seen:
+            continue
+        seen.add(id(cur))
+        code = cur.errno if isinstance(cur, OSError) else None
+        first = str(cur).strip().splitlines()[0] if str(cur).strip() else ""
+        if code not in ENVIRONMENT_ERRNOS:
+            code = next((c for text, c in _ENVIRONMENT_TEXTS.items() if text in first), None)
+        if code is not None:
+            where = getattr(cur, "filename", None)
+            return code, f"{ENVIRONMENT_ERRNOS[code]}: " + (f"{where}" if where else first[:300])
+        cause = getattr(cur, "cause", None)
+        todo.extend([cur.__cause__, cur.__context__, cause if isinstance(cause, BaseException) else None])
+    return None
+
+
+def free_space(spec: JobSpec, cfg: Any) -> str:
+    """``" (free: out_dir /x 0 B, TMPDIR /tmp 3.1 GB)"``: the free space where the job writes (its outputs, and the
+    temp directory pretraining stages each checkpoint in)."""
+    import shutil
+
+    places = [(key, value) for key in spec.outputs if (value := _setting(cfg, key))]
+    places.append(("TMPDIR", tempfile.gettempdir()))
+    said = []
+    for name, place in places:
+        path = Path(place).resolve()
+        while not path.exists() and path != path.parent:
+            path = path.parent
+        with contextlib.suppress(OSError):
+            said.append(f"{name} {place} {shutil.disk_usage(path).free / 1e9:.2f} GB")
+    return f" (free: {', '.join(said)})" if said else ""
+
+
+def _setting(cfg: Any, key: str) -> Any:
+    value = cfg
+    for part in key.split("."):
+        value = getattr(value, part)
+    return value
+
+
 def check_outputs(spec: JobSpec, cfg: Any) -> None:
     """Every output directory the job names (``spec.outputs``) is, or can become, a writable directory."""
     for key in spec.outputs:
-        value = cfg
-        for part in key.split("."):
-            value = getattr(value, part)
+        value = _setting(cfg, key)
         if value:
             check_writable_dir(value, key)
 
