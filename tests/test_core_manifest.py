@@ -196,6 +196,39 @@ def test_model_identity_is_the_content_not_the_shape(tmp_path, monkeypatch):
     assert model_identity(tmp_path / "m2") not in ids
 
 
+def test_a_write_that_fails_leaves_no_temporary_file(tmp_path):
+    """A probe (session 44): a full disk left 0-byte `.<name>.tmp-...` files beside run files and trial records,
+    never removed. A failed write (here text that cannot be encoded) now removes its temporary file."""
+    from orchestrator.core.manifest import atomic_write_text
+
+    atomic_write_json(tmp_path / "x.json", {"kept": True})
+    with pytest.raises(UnicodeEncodeError):
+        atomic_write_text(tmp_path / "x.json", "half \ud800")
+    assert [p.name for p in tmp_path.iterdir()] == ["x.json"] and json.loads((tmp_path / "x.json").read_text())
+
+
+@pytest.mark.parametrize("damaged", ["[]", "null", '{"a": 1}', "{"])
+def test_a_damaged_file_hash_cache_is_started_afresh(tmp_path, monkeypatch, caplog, damaged):
+    """A probe (session 44): a cache file holding `[]` (or `null`) failed every sweep with "unexpected TypeError:
+    list indices must be integers" and no word of the file. It is started afresh, with a warning naming it; the
+    cache is where $XDG_CACHE_HOME says when $ORCH_CACHE_DIR is not set, as MLflow's kept empty store is."""
+    import hashlib
+
+    from orchestrator.core.reuse import file_digests, user_cache_dir
+
+    monkeypatch.delenv("ORCH_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert user_cache_dir() == tmp_path / "xdg" / "bioptorch-orchestrator"
+    cache = user_cache_dir() / "file_sha256.json"
+    cache.parent.mkdir(parents=True)
+    cache.write_text(damaged)
+    data = tmp_path / "train.tsv"
+    data.write_text("a\tb\n")
+    assert file_digests([data]) == {"train.tsv": hashlib.sha256(b"a\tb\n").hexdigest()}
+    assert isinstance(json.loads(cache.read_text()), dict)  # rewritten as a cache
+    assert damaged == "{" or any(str(cache) in r.getMessage() for r in caplog.records)
+
+
 # --------------------------------------------------------------------------- two jobs on one output
 _BUILD_STAGE = """
 import logging, sys, time

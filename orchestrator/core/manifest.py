@@ -197,9 +197,13 @@ def atomic_write_text(path: str | Path, text: str, *, private: bool = False) -> 
         path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if private else 0o666)
-    with open(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    try:
+        with open(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, a stop: no half-written temporary file left beside the file
+        tmp.unlink(missing_ok=True)
+        raise
     return path
 
 

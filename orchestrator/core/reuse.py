@@ -161,16 +161,26 @@ def file_digests(paths: Iterable[Path]) -> dict[str, str]:
     return digests
 
 
+def user_cache_dir() -> Path:
+    """The per-user cache: ``$ORCH_CACHE_DIR``, else ``$XDG_CACHE_HOME/bioptorch-orchestrator``, else
+    ``~/.cache/bioptorch-orchestrator`` (file hashes here, MLflow's empty store in ``track.local_store``)."""
+    if os.environ.get("ORCH_CACHE_DIR"):
+        return Path(os.environ["ORCH_CACHE_DIR"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "bioptorch-orchestrator"
+
+
 class _HashCache:
-    """sha256 of files by (absolute path, size, mtime_ns), kept in ``$ORCH_CACHE_DIR`` (default
-    ``~/.cache/bioptorch-orchestrator``) so that external models are hashed once, not per run."""
+    """sha256 of files by (absolute path, size, mtime_ns), kept in ``user_cache_dir()`` so that external models
+    are hashed once, not per run. A file that is not such a mapping (damaged, edited) is started afresh."""
 
     def __init__(self):
-        root = Path(os.environ.get("ORCH_CACHE_DIR") or Path.home() / ".cache" / "bioptorch-orchestrator")
-        self.path = root / "file_sha256.json"
+        self.path = user_cache_dir() / "file_sha256.json"
         try:
             self.entries = json.loads(self.path.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+            self.entries = {}
+        if not isinstance(self.entries, dict) or not all(isinstance(v, str) for v in self.entries.values()):
+            log.warning("%s is not a file-hash cache: starting it afresh", self.path)
             self.entries = {}
         self.changed = False
 
