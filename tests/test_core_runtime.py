@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import os
 import random
 from pathlib import Path
 
@@ -168,3 +169,41 @@ def test_a_run_log_takes_the_process_output_and_the_terminal_keeps_the_concise_l
             assert written is None and not console.capturing()
     finally:
         console.set_verbose(False)
+
+
+_LIMITED_RAY = """
+import ray
+from orchestrator.core.runtime import ray_session
+
+@ray.remote
+def square(x):
+    return x * x
+
+with ray_session(num_cpus=1):
+    print("STORE", ray.cluster_resources()["object_store_memory"], "ANSWER", ray.get(square.remote(7)))
+"""
+
+
+@pytest.mark.parametrize("limit, said", [
+    ("ulimit -v 8000000", None),  # 8 GB of address space: a store of a quarter of it
+    ("ulimit -f 120", "this shell limits the file size to 0.1 MiB (ulimit -f); Ray's object store needs at least "
+                      "75 MiB there"),
+    ("ulimit -n 64", "this shell allows 64 open files (ulimit -n, hard limit 64); Ray needs at least 256"),
+])
+def test_an_embedded_ray_under_a_shells_limits_runs_or_says_which_limit(tmp_path, limit, said):
+    """A probe (session 44): under `ulimit -v 8000000` a job hung with no word after Ray's start (Ray's default
+    store, 30 % of the machine's memory, is mapped by every worker); under `ulimit -f` it failed after 30 s
+    blaming Ray's start; under `ulimit -n 64` Ray ended the job with 220 lines of C++ stacks and no message."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    res = subprocess.run(["bash", "-c", f"{limit}; trap '' XFSZ; exec {sys.executable} -c '{_LIMITED_RAY}'"],
+                         capture_output=True, text=True, timeout=240, cwd=ROOT, env={**os.environ,
+                                                                                      "PYTHONPATH": str(ROOT)})
+    if said is None:
+        assert res.returncode == 0 and "ANSWER 49" in res.stdout, res.stderr[-3000:]
+        assert float(res.stdout.split("STORE ")[1].split()[0]) <= 8000000 * 1024 / 4
+    else:
+        assert res.returncode != 0 and said in res.stderr and "ANSWER" not in res.stdout, res.stderr[-3000:]

@@ -55,12 +55,14 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, num_gpus: 
     # Ctrl-C stays a KeyboardInterrupt in a sweep: Ray Tune's own handler ended the run as if it had finished, and
     # the job then reported the unfinished trials as bad input (exit 2). The trials' records are the restore unit.
     os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")
+    open_files_for_ray()
     if target is None:
         _force_loopback()
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         env["worker_process_setup_hook"] = "orchestrator.core.worker_setup.quiet_embedded_ray"  # no dashboard
         ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
-                 log_to_driver=log_to_driver, runtime_env=env, _node_ip_address="127.0.0.1")
+                 log_to_driver=log_to_driver, runtime_env=env, _node_ip_address="127.0.0.1",
+                 object_store_memory=object_store_for_limits())
         mode = "local"
         global _EMBEDDED_SESSION
         _EMBEDDED_SESSION = ray.get_runtime_context().gcs_address
@@ -116,6 +118,57 @@ def _check_reachable(address: str, timeout: float = 5.0) -> None:
     except OSError as exc:
         raise OrchestratorError(f"Ray cluster at {address} (from RAY_ADDRESS or config) is not reachable: {exc}; "
                                 "unset RAY_ADDRESS to run on an embedded local Ray") from None
+
+
+#: Open files below which Ray's daemons and workers fail (a Ray Data stage at 64 died with no word; 256 ran).
+MIN_OPEN_FILES = 256
+#: Ray's smallest object store (``ray_constants.OBJECT_STORE_MINIMUM_MEMORY_BYTES``) and its default share of
+#: the machine's memory (``DEFAULT_OBJECT_STORE_MEMORY_PROPORTION``).
+MIN_OBJECT_STORE = 75 * 2**20
+OBJECT_STORE_SHARE = 0.3
+
+
+def open_files_for_ray() -> int:
+    """Raise this process's open-file limit to its hard limit (at most 65,536; Ray's daemons and workers inherit
+    it), as Ray's documentation asks; a hard limit under ``MIN_OPEN_FILES`` is a ConfigError naming
+    ``ulimit -n``. Returns the limit."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 65536 if hard == resource.RLIM_INFINITY else min(hard, 65536)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            soft = want
+    if soft != resource.RLIM_INFINITY and soft < MIN_OPEN_FILES:
+        raise ConfigError(f"this shell allows {soft} open files (ulimit -n, hard limit {hard}); Ray needs at least "
+                          f"{MIN_OPEN_FILES}: raise it (ulimit -n 65536, or ask the machine's administrator)")
+    return soft
+
+
+def object_store_for_limits() -> int | None:
+    """The object store an embedded Ray can map under this process's limits, or None for Ray's default: every
+    worker maps the whole store in its address space (``ulimit -v``: a quarter of it, the rest for the worker's
+    own libraries) and the store is one file (``ulimit -f``). Under such a limit Ray's default (30 % of the
+    machine's memory) hung the job without a word (``ulimit -v``) or failed after 30 s blaming Ray's start
+    (``ulimit -f``). A limit that leaves less than Ray's smallest store is a ConfigError naming it."""
+    import resource
+
+    import psutil
+
+    caps = []
+    for name, limit, share, flag in (("ulimit -v", resource.RLIMIT_AS, 4, "address space"),
+                                     ("ulimit -f", resource.RLIMIT_FSIZE, 1, "file size")):
+        soft = resource.getrlimit(limit)[0]
+        if soft != resource.RLIM_INFINITY:
+            caps.append((soft // share, name, soft, flag))
+    if not caps:
+        return None
+    cap, name, soft, flag = min(caps)
+    if cap < MIN_OBJECT_STORE:
+        raise ConfigError(f"this shell limits the {flag} to {soft / 2**20:.1f} MiB ({name}); Ray's object store "
+                          f"needs at least {MIN_OBJECT_STORE // 2**20} MiB there: raise the limit ({name} unlimited)")
+    return min(cap, int(OBJECT_STORE_SHARE * psutil.virtual_memory().total))
 
 
 def _force_loopback() -> None:
