@@ -184,6 +184,25 @@ def test_a_full_disk_or_a_limit_is_said_as_such_not_as_a_bug(capsys, ray_local):
                                           "is kept\n", err), err
 
 
+def test_a_ray_train_workers_own_error_is_found_under_the_runs_failure():
+    """Ray Train reports a worker's exception inside ``WorkerGroupError.worker_failures``: the job prints that
+    worker's one line (a checkpoint that will not fit in TMPDIR, a full disk), not "pretraining failed:" and
+    the worker's traceback (the resource probe, session 44)."""
+    import errno
+
+    from ray.train import WorkerGroupError
+
+    from orchestrator.core.errors import ConfigError, raised_by_environment, raised_by_user_input
+
+    said = ConfigError("a checkpoint of this run needs about 2.4 MB in the temp directory /t")
+    failed = WorkerGroupError("rank 0: ...traceback...", {0: said, 1: RuntimeError("the other rank's barrier")})
+    assert raised_by_user_input(RuntimeError("wrapped")) is None
+    assert raised_by_user_input(failed) is said
+    full = WorkerGroupError("rank 0", {0: OSError(errno.ENOSPC, "No space left on device", "/runs/ckpt")})
+    assert raised_by_user_input(full) is None
+    assert raised_by_environment(full) == (errno.ENOSPC, "no space left on the disk: /runs/ckpt")
+
+
 def test_help_shows_the_values_a_plain_run_uses():
     """--help shows the default preset applied (issue 19), not the dataclass defaults."""
     text = run_job("blue_sweep.py", "--help", timeout=300).stdout

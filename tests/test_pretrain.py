@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -266,6 +267,35 @@ def test_the_run_key_changes_with_a_stopping_rule_only_when_one_is_set():
     assert "stop: a phase ends at its steps, or earlier at the end of a 50-step window with MLM accuracy >= 0.5" \
         in plan_pretrain(accuracy, None, None)
     assert "stop:" not in plan_pretrain(default, None, None)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs (root only)")
+def test_a_checkpoint_that_cannot_fit_in_the_temp_directory_is_said_before_it_is_written(tmp_path):
+    """A resource probe (session 44): with TMPDIR on a small disk, pretraining failed with torch's "unexpected
+    pos 20864 vs 20758" (a checkpoint is written whole there before Ray copies it to the run's folder). Now a
+    ConfigError naming the temp directory and the sizes, before anything is written."""
+    import subprocess
+
+    from transformers import BertConfig, BertForPreTraining
+
+    from orchestrator.pretrain.loop import check_room_for_checkpoint
+
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(small)], check=True)
+    try:
+        model = BertForPreTraining(BertConfig(vocab_size=2000, hidden_size=64, num_hidden_layers=2,
+                                              num_attention_heads=2, intermediate_size=128))
+        optimizer = torch.optim.AdamW(model.parameters())
+        model(input_ids=torch.ones(1, 4, dtype=torch.long)).prediction_logits.sum().backward()
+        optimizer.step()  # its moments: twice the weights again
+        check_room_for_checkpoint(tmp_path, model, optimizer)  # a large disk: fine
+        (small / "ckpt-x").mkdir()
+        with pytest.raises(ConfigError, match=r"needs about [\d.]+ MB in the temp directory .*small before Ray "
+                                              r"copies it .* and [\d.]+ MB is free there: point TMPDIR at a larger"):
+            check_room_for_checkpoint(small / "ckpt-x", model, optimizer)
+    finally:
+        subprocess.run(["umount", str(small)], check=False)
 
 
 def test_lamb_matches_the_paper_update():

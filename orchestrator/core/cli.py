@@ -28,7 +28,14 @@ import yaml
 
 from orchestrator.core.config import describe, load_config, read_yaml, to_dict
 from orchestrator.core.console import set_verbose
-from orchestrator.core.errors import OrchestratorError, Terminated, raise_on_sigterm, sigterm_seen
+from orchestrator.core.errors import (
+    OrchestratorError,
+    Terminated,
+    raise_on_sigterm,
+    raised_by_environment,
+    raised_by_user_input,
+    sigterm_seen,
+)
 from orchestrator.core.manifest import check_writable_dir
 from orchestrator.core.registry import suggest
 
@@ -184,53 +191,6 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
         print(f"{'terminated (SIGTERM)' if term else 'interrupted'}: finished work is kept; re-run the same command "
               "to resume", file=sys.stderr)
         return 143 if term else 130
-
-
-def raised_by_user_input(exc: BaseException) -> OrchestratorError | None:
-    """The ``OrchestratorError`` (bad input or config) behind ``exc``, or None for a bug. A Ray task or
-    actor that raised one reaches the driver wrapped (``RayTaskError``, whose text is the remote
-    traceback): the original is its ``cause``, possibly under further wrappers."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        cause = getattr(exc, "cause", None)
-        if isinstance(exc, OrchestratorError) and not isinstance(cause, BaseException):
-            return exc  # the original: a wrapper that is also an instance of it has a cause
-        exc = cause if isinstance(cause, BaseException) else exc.__cause__
-    return None
-
-
-#: What the machine lacks, by errno: a user frees or raises it, it is not a bug of the job.
-ENVIRONMENT_ERRNOS = {errno.ENOSPC: "no space left on the disk", errno.EDQUOT: "the disk quota is used up",
-                      errno.EFBIG: "a file is larger than this shell allows (ulimit -f)",
-                      errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied",
-                      errno.EPERM: "operation not permitted", errno.EMFILE: "too many open files (ulimit -n)",
-                      errno.ENFILE: "too many open files on this machine"}
-#: The same in the words of libraries that raise without an errno (Arrow, tokenizers' Rust, torch's C++).
-_ENVIRONMENT_TEXTS = {"No space left on device": errno.ENOSPC, "Disk quota exceeded": errno.EDQUOT,
-                      "File too large": errno.EFBIG, "Read-only file system": errno.EROFS,
-                      "Too many open files": errno.EMFILE}
-
-
-def raised_by_environment(exc: BaseException) -> tuple[int, str] | None:
-    """(errno, what the machine lacks with the file it names) behind ``exc`` (``ENVIRONMENT_ERRNOS``), or
-    None. Found through Ray's wrappers as ``raised_by_user_input`` finds bad input."""
-    seen, todo = set(), [exc]
-    while todo:
-        cur = todo.pop()
-        if cur is None or id(cur) in seen:
-            continue
-        seen.add(id(cur))
-        code = cur.errno if isinstance(cur, OSError) else None
-        first = str(cur).strip().splitlines()[0] if str(cur).strip() else ""
-        if code not in ENVIRONMENT_ERRNOS:
-            code = next((c for text, c in _ENVIRONMENT_TEXTS.items() if text in first), None)
-        if code is not None:
-            where = getattr(cur, "filename", None)
-            return code, f"{ENVIRONMENT_ERRNOS[code]}: " + (f"{where}" if where else first[:300])
-        cause = getattr(cur, "cause", None)
-        todo.extend([cur.__cause__, cur.__context__, cause if isinstance(cause, BaseException) else None])
-    return None
 
 
 def free_space(spec: JobSpec, cfg: Any) -> str:

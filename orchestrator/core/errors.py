@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import signal
 import threading
 from collections.abc import Iterator
@@ -76,3 +77,66 @@ def sigterm_seen() -> bool:
 def _terminated(signum, frame) -> None:
     _SIGTERM_SEEN.append(signum)
     raise Terminated()
+
+
+def _carried(exc: BaseException, context: bool = False) -> list[BaseException]:
+    """The exceptions a wrapper carries: Ray's ``RayTaskError.cause`` (the remote original), Ray Train's
+    ``worker_failures`` and ``controller_failure``, else ``__cause__`` (and ``__context__`` with ``context``)."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, BaseException):
+        return [cause]
+    found = [e for e in (getattr(exc, "worker_failures", None) or {}).values() if isinstance(e, BaseException)]
+    found += [e for e in (getattr(exc, "controller_failure", None), exc.__cause__) if isinstance(e, BaseException)]
+    if context and isinstance(exc.__context__, BaseException):
+        found.append(exc.__context__)
+    return found
+
+
+def _walk(exc: BaseException, context: bool = False) -> Iterator[BaseException]:
+    """``exc`` and what it carries, outermost first, each once."""
+    seen, todo = set(), [exc]
+    while todo:
+        cur = todo.pop(0)
+        if id(cur) not in seen:
+            seen.add(id(cur))
+            yield cur
+            todo.extend(_carried(cur, context))
+
+
+def raised_by_user_input(exc: BaseException) -> OrchestratorError | None:
+    """The ``OrchestratorError`` (bad input or config) behind ``exc``, or None for a bug. A Ray task or
+    actor that raised one reaches the driver wrapped (``RayTaskError``, whose text is the remote
+    traceback: the original is its ``cause``), a Ray Train worker's in the run's ``worker_failures``,
+    possibly under further wrappers."""
+    for cur in _walk(exc):
+        if isinstance(cur, OrchestratorError) and not isinstance(getattr(cur, "cause", None), BaseException):
+            return cur  # the original: a wrapper that is also an instance of it has a cause
+    return None
+
+
+#: What the machine lacks, by errno: a user frees or raises it, it is not a bug of the job.
+ENVIRONMENT_ERRNOS = {errno.ENOSPC: "no space left on the disk", errno.EDQUOT: "the disk quota is used up",
+                      errno.EFBIG: "a file is larger than this shell allows (ulimit -f)",
+                      errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied",
+                      errno.EPERM: "operation not permitted", errno.EMFILE: "too many open files (ulimit -n)",
+                      errno.ENFILE: "too many open files on this machine"}
+#: The same in the words of libraries that raise without an errno (Arrow, tokenizers' Rust, torch's C++).
+_ENVIRONMENT_TEXTS = {"No space left on device": errno.ENOSPC, "Disk quota exceeded": errno.EDQUOT,
+                      "File too large": errno.EFBIG, "Read-only file system": errno.EROFS,
+                      "Too many open files": errno.EMFILE}
+
+
+def raised_by_environment(exc: BaseException) -> tuple[int, str] | None:
+    """(errno, what the machine lacks with the file it names) behind ``exc`` (``ENVIRONMENT_ERRNOS``), or
+    None; found through the same wrappers as ``raised_by_user_input``, and the exceptions being handled when
+    each was raised (a full disk's second failure, writing the log, hides its first)."""
+    for cur in _walk(exc, context=True):
+        code = cur.errno if isinstance(cur, OSError) else None
+        first = str(cur).strip().splitlines()[0] if str(cur).strip() else ""
+        if code not in ENVIRONMENT_ERRNOS:
+            code = next((c for text, c in _ENVIRONMENT_TEXTS.items() if text in first), None)
+        if code is not None:
+            where = getattr(cur, "filename", None)
+            return code, f"{ENVIRONMENT_ERRNOS[code]}: " + (f"{where}" if where else first[:300])
+    return None
+

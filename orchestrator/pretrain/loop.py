@@ -12,6 +12,7 @@ import logging
 import math
 import os
 import random
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -23,7 +24,7 @@ import torch
 from orchestrator.core.config import is_number
 from orchestrator.core.console import due, worker_line
 from orchestrator.core.cost import duration
-from orchestrator.core.errors import OrchestratorError
+from orchestrator.core.errors import ConfigError, OrchestratorError
 from orchestrator.core.runtime import seed_everything
 from orchestrator.instances.config import Specials
 from orchestrator.modeling.adapters import add_adapters, parameter_counts
@@ -540,6 +541,21 @@ def _reports_collected(timeout_s: float = 60.0) -> None:
     time.sleep(0.5)  # the controller registers the checkpoint right after taking it
 
 
+def check_room_for_checkpoint(where: Path, model, optimizer) -> None:
+    """A checkpoint (weights and optimizer state) is written whole into the temp directory before Ray copies it
+    to the run's checkpoints folder: a ConfigError naming TMPDIR when it cannot fit there. A full TMPDIR made
+    torch's writer fail with "unexpected pos 20864 vs 20758", which said nothing of a disk."""
+    need = sum(p.numel() * p.element_size() for p in model.parameters())
+    need += sum(t.numel() * t.element_size() for state in optimizer.state.values() for t in state.values()
+                if torch.is_tensor(t))
+    free = shutil.disk_usage(where).free
+    if free < need * 1.1 + (16 << 20):
+        size = lambda n: f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"  # noqa: E731
+        raise ConfigError(f"a checkpoint of this run needs about {size(need)} in the temp directory {where.parent} "
+                          f"before Ray copies it to the run's checkpoints, and {size(free)} is free there: point "
+                          "TMPDIR at a larger disk (on every node) and re-run the same command")
+
+
 def _report_checkpoint(rank, model, tokenizer_dir, optimizer, scheduler, scaler, state, resume) -> None:
     """Every rank reports (a barrier); rank 0 attaches the checkpoint Ray persists to storage."""
     import ray.train  # heavy: ray
@@ -550,6 +566,7 @@ def _report_checkpoint(rank, model, tokenizer_dir, optimizer, scheduler, scaler,
     with tempfile.TemporaryDirectory(prefix="ckpt-") as tmp:
         checkpoint = None
         if rank == 0:
+            check_room_for_checkpoint(Path(tmp), model, optimizer)
             save_checkpoint(Path(tmp), model, tokenizer_dir, optimizer=optimizer, scheduler=scheduler,
                             scaler=scaler if scaler.is_enabled() else None, state=state, resume=resume)
             checkpoint = ray.train.Checkpoint.from_directory(tmp)
