@@ -16,6 +16,7 @@ import errno
 import json
 import logging
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -194,10 +195,8 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
 
 
 def free_space(spec: JobSpec, cfg: Any) -> str:
-    """``" (free: out_dir /x 0 B, TMPDIR /tmp 3.1 GB)"``: the free space where the job writes (its outputs, and the
-    temp directory pretraining stages each checkpoint in)."""
-    import shutil
-
+    """``" (free: out_dir /x 0.00 GB, TMPDIR /tmp 3.10 GB)"``: the free space where the job writes (its outputs,
+    and the temp directory pretraining stages each checkpoint in)."""
     places = [(key, value) for key in spec.outputs if (value := _setting(cfg, key))]
     places.append(("TMPDIR", tempfile.gettempdir()))
     said = []
