@@ -192,7 +192,7 @@ def test_a_ray_train_workers_own_error_is_found_under_the_runs_failure():
 
     from ray.train import WorkerGroupError
 
-    from orchestrator.core.errors import ConfigError, raised_by_environment, raised_by_user_input
+    from orchestrator.core.errors import ConfigError, raised_by_environment, raised_by_user_input, worker_failure
 
     said = ConfigError("a checkpoint of this run needs about 2.4 MB in the temp directory /t")
     failed = WorkerGroupError("rank 0: ...traceback...", {0: said, 1: RuntimeError("the other rank's barrier")})
@@ -201,6 +201,9 @@ def test_a_ray_train_workers_own_error_is_found_under_the_runs_failure():
     full = WorkerGroupError("rank 0", {0: OSError(errno.ENOSPC, "No space left on device", "/runs/ckpt")})
     assert raised_by_user_input(full) is None
     assert raised_by_environment(full) == (errno.ENOSPC, "no space left on the disk: /runs/ckpt")
+    # what pretraining raises for each: the worker's line, the run's failure (the job names the disk), a wrapper
+    assert worker_failure(failed, "pretraining") is said and worker_failure(full, "pretraining") is full
+    assert str(worker_failure(RuntimeError("it broke"), "pretraining")) == "pretraining failed: it broke"
 
 
 def test_help_shows_the_values_a_plain_run_uses():

@@ -140,3 +140,12 @@ def raised_by_environment(exc: BaseException) -> tuple[int, str] | None:
             return code, f"{ENVIRONMENT_ERRNOS[code]}: " + (f"{where}" if where else first[:300])
     return None
 
+
+def worker_failure(exc: BaseException, what: str) -> BaseException:
+    """What a job raises for ``exc``, a failure of its Ray work: a worker's own ``OrchestratorError`` (one line),
+    ``exc`` itself when what the machine lacks is behind it (the job names it), else ``"<what> failed: <exc>"``."""
+    said = raised_by_user_input(exc)
+    if said is not None:
+        return said
+    return exc if raised_by_environment(exc) is not None else OrchestratorError(f"{what} failed: {exc}")
+

@@ -10,11 +10,13 @@ import contextlib
 import logging
 import os
 import random
+import resource
 import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import psutil
 import yaml
 
 from orchestrator.core.console import run_log
@@ -132,8 +134,6 @@ def open_files_for_ray() -> int:
     """Raise this process's open-file limit to its hard limit (at most 65,536; Ray's daemons and workers inherit
     it), as Ray's documentation asks; a hard limit under ``MIN_OPEN_FILES`` is a ConfigError naming
     ``ulimit -n``. Returns the limit."""
-    import resource
-
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = 65536 if hard == resource.RLIM_INFINITY else min(hard, 65536)
     if soft != resource.RLIM_INFINITY and soft < want:
@@ -152,10 +152,6 @@ def object_store_for_limits() -> int | None:
     own libraries) and the store is one file (``ulimit -f``). Under such a limit Ray's default (30 % of the
     machine's memory) hung the job without a word (``ulimit -v``) or failed after 30 s blaming Ray's start
     (``ulimit -f``). A limit that leaves less than Ray's smallest store is a ConfigError naming it."""
-    import resource
-
-    import psutil
-
     caps = []
     for name, limit, share, flag in (("ulimit -v", resource.RLIMIT_AS, 4, "address space"),
                                      ("ulimit -f", resource.RLIMIT_FSIZE, 1, "file size")):

@@ -36,14 +36,7 @@ from typing import Any
 from orchestrator.core.artifacts import INSTANCE_COLUMNS, InstanceInfo, check_model, read_instance_info
 from orchestrator.core.config import flatten
 from orchestrator.core.cost import COST_FIELD, device_text, duration, measured
-from orchestrator.core.errors import (
-    ConfigError,
-    InputError,
-    OrchestratorError,
-    keep_sigint_handler,
-    raised_by_environment,
-    raised_by_user_input,
-)
+from orchestrator.core.errors import ConfigError, InputError, OrchestratorError, keep_sigint_handler, worker_failure
 from orchestrator.core.manifest import (
     MANIFEST,
     atomic_dir,
@@ -474,13 +467,11 @@ def _train(cfg: PretrainConfig, infos: dict[str, InstanceInfo], tokenizer_dir: P
         try:
             with keep_sigint_handler():  # Ray Train's own would swallow a later Ctrl-C (in the sweep)
                 result = trainer.fit()
-        except Exception as exc:  # Ray wraps worker errors; surface the cause as a user-facing failure
-            said = raised_by_user_input(exc)
-            if said is not None:  # a worker's own one-line error (a checkpoint that will not fit in TMPDIR)
-                raise said from exc
-            if raised_by_environment(exc) is not None:
-                raise  # a full disk, a limit: the job names it in one line
-            raise OrchestratorError(f"pretraining failed: {exc}") from exc
+        except Exception as exc:  # Ray wraps worker errors: a worker's own one line, or what the machine lacks
+            said = worker_failure(exc, "pretraining")
+            if said is exc:
+                raise
+            raise said from exc
         returned: dict[str, Any] = result.return_value or {}
         if returned.get("diverged"):
             raise TrainingDiverged(returned["diverged"])
