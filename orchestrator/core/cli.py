@@ -37,7 +37,7 @@ from orchestrator.core.errors import (
     raised_by_user_input,
     sigterm_seen,
 )
-from orchestrator.core.manifest import check_writable_dir
+from orchestrator.core.manifest import check_writable_dir, nearest_existing
 from orchestrator.core.registry import suggest
 
 PRESET_DIR = Path(__file__).resolve().parents[1] / "presets"
@@ -201,11 +201,8 @@ def free_space(spec: JobSpec, cfg: Any) -> str:
     places.append(("TMPDIR", tempfile.gettempdir()))
     said = []
     for name, place in places:
-        path = Path(place).resolve()
-        while not path.exists() and path != path.parent:
-            path = path.parent
         with contextlib.suppress(OSError):
-            said.append(f"{name} {place} {shutil.disk_usage(path).free / 1e9:.2f} GB")
+            said.append(f"{name} {place} {shutil.disk_usage(nearest_existing(place)).free / 1e9:.2f} GB")
     return f" (free: {', '.join(said)})" if said else ""
 
 

@@ -63,15 +63,21 @@ def check_replaceable(final: str | Path, stage: str) -> None:
                             "choose another output directory, or move that one away")
 
 
+def nearest_existing(path: str | Path) -> Path:
+    """``path``, or its nearest ancestor that exists (where a directory to be made would be made)."""
+    node = Path(path).absolute()
+    while not node.exists() and node != node.parent:
+        node = node.parent
+    return node
+
+
 def check_writable_dir(path: str | Path, what: str) -> None:
     """Raise unless ``path`` is a directory this process may write in, or can be made one: its nearest
     existing ancestor is a directory with write permission. A job checks its output directories so
     (and its dry run does), before Ray starts: a file or a read-only folder in the way is bad input,
     not a crash halfway through."""
     path = Path(path).absolute()
-    node = path
-    while not node.exists() and node != node.parent:
-        node = node.parent
+    node = nearest_existing(path)
     if not node.is_dir():
         where = "is a file" if node == path else f"is under {node}, which is a file"
         raise OrchestratorError(f"{what}: {path} {where}; give a directory")
@@ -195,16 +201,24 @@ def atomic_write_text(path: str | Path, text: str, *, private: bool = False) -> 
         private_dir(path.parent)
     else:
         path.parent.mkdir(parents=True, exist_ok=True)
+    with _temp_sibling(path, private) as f:
+        f.write(text)
+    return path
+
+
+@contextlib.contextmanager
+def _temp_sibling(path: Path, private: bool = False) -> Iterator[Any]:
+    """A text file opened as a new temp sibling of ``path`` (0600 when ``private``), renamed onto ``path`` when
+    the block ends; removed when it fails (a full disk, a stop): no half-written temporary file is left."""
     tmp = path.parent / f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if private else 0o666)
     try:
         with open(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+            yield f
         os.replace(tmp, path)
-    except BaseException:  # a full disk, a stop: no half-written temporary file left beside the file
+    except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    return path
 
 
 def atomic_write_json(path: str | Path, data: Any, *, private: bool = False) -> Path:
@@ -216,19 +230,13 @@ def atomic_write_json_list(path: str | Path, items: Iterable[Any]) -> Path:
     millions of entries (a corpus's shards with their documents) is never held as one string."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    try:
-        with open(tmp, "x", encoding="utf-8") as f:
-            first = True
-            for item in items:
-                f.write("[\n" if first else ",\n")
-                f.write(textwrap.indent(json.dumps(item, indent=2, sort_keys=True, default=str), "  "))
-                first = False
-            f.write("[]\n" if first else "\n]\n")
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with _temp_sibling(path) as f:
+        first = True
+        for item in items:
+            f.write("[\n" if first else ",\n")
+            f.write(textwrap.indent(json.dumps(item, indent=2, sort_keys=True, default=str), "  "))
+            first = False
+        f.write("[]\n" if first else "\n]\n")
     return path
 
 

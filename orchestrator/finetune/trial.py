@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -113,8 +112,7 @@ def mark_encoded(cache_dir: Path) -> float:
     which a split read or written counts as used by this run (``prune_encoded``)."""
     marker = Path(cache_dir) / ".run"
     marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.touch()
-    os.utime(marker)
+    marker.touch()  # made, or its time set to now
     return marker.stat().st_mtime
 
 
