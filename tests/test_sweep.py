@@ -512,6 +512,43 @@ def test_a_re_pretrained_model_retrains_every_trial(tiny_bert, ray_local, tmp_pa
     assert run_sweep(cfg, {"ours": model}, out, None, tmp_path).skipped == 2
 
 
+def test_a_run_directory_copied_elsewhere_keeps_its_trials_and_still_retrains_an_edited_model(tiny_bert, ray_local,
+                                                                                              tmp_path):
+    """A probe (session 44): a run directory copied to another disk trained its whole sweep again, because a
+    trial's fingerprint hashes its model's path. The record is now compared at the paths it was made at, the
+    contents (model, task files) still checked; it then names the new paths, which an export reads."""
+    import shutil
+
+    import torch
+    from transformers import BertConfig, BertModel
+
+    from orchestrator.finetune.spec import SAMPLE_DIR
+    from orchestrator.sweep.runner import run_sweep
+
+    def sweep(run: Path):
+        cfg = SweepConfig(search_space="tiny", tasks=("biosses",), learning_rates=(5e-4,), seeds=(1, 2),
+                          epochs={"biosses": (1,)}, task_dirs={"biosses": str(run / "data" / "BIOSSES")})
+        return run_sweep(cfg, {"ours": run / "pretrain" / "final"}, run / "sweep", None, run)
+
+    old, new = tmp_path / "old", tmp_path / "disk2" / "run"
+    shutil.copytree(tiny_bert, old / "pretrain" / "final")
+    shutil.copytree(SAMPLE_DIR / "BIOSSES", old / "data" / "BIOSSES")
+    first = sweep(old)
+    assert first.ran == 2
+    shutil.copytree(old, new, copy_function=shutil.copy)  # as `cp -r`: new modification times
+    shutil.rmtree(old)  # nothing is read from where it was
+    moved = sweep(new)
+    assert (moved.ran, moved.skipped) == (0, 2)
+    assert moved.results["cells"] == first.results["cells"]
+    for rec in map(json.loads, map(Path.read_text, (new / "sweep" / "trials").glob("*.json"))):
+        assert rec["trial"]["model_dir"] == str((new / "pretrain" / "final").resolve())
+        assert rec["fingerprinted_at"]["model_dir"] == str((old / "pretrain" / "final").resolve())
+    assert sweep(new).skipped == 2  # and again, from the rewritten records
+    torch.manual_seed(5)
+    BertModel(BertConfig.from_pretrained(new / "pretrain" / "final")).save_pretrained(new / "pretrain" / "final")
+    assert (sweep(new).ran, sweep(new).skipped) == (2, 2)  # other weights: trained again, then reused
+
+
 def test_a_task_file_edited_in_place_retrains_its_trials(tiny_bert, ray_local, tmp_path):
     """A probe (session 43): a task's training file edited in place (the scores reversed), and the re-run
     skipped every trial, reporting scores from the old data. A trial's record now keeps the sha256 of

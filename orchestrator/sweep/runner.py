@@ -43,6 +43,7 @@ from orchestrator.sweep.export import export_entry, export_run, export_tasks, fi
 from orchestrator.sweep.order import estimated_work, longest_first, split_reader
 from orchestrator.sweep.selection import build_results
 from orchestrator.sweep.space import (
+    LOCATION_FIELDS,
     TASK_DATA,
     Variant,
     build_trials,
@@ -137,10 +138,19 @@ def _record_path(trials_dir: Path, trial_id: str) -> Path:
     return trials_dir / f"{trial_id}.json"
 
 
+#: A record's field: the ``LOCATION_FIELDS`` its fingerprint was computed at, kept once its trial's inputs moved
+FINGERPRINTED_AT = "fingerprinted_at"
+
+
 def _finished(trials_dir: Path, trial: TrialSpec) -> dict | None:
     """The trial's record when it answers the trial as it stands: the same fingerprint, and the task's
     split files as they were when it trained. A record kept before the files' hashes were (no
-    ``task_data``) is taken as answering the files as they are now, which it then records."""
+    ``task_data``) is taken as answering the files as they are now, which it then records.
+
+    A run directory copied or moved elsewhere (its model's path changed, the model not) keeps its trials:
+    the fingerprint is compared at the paths the record was made at (``trial_fingerprint(located_at=)``),
+    and the record then names the trial's paths as they are now (an export reads the model from there),
+    those it was fingerprinted at kept beside them (``FINGERPRINTED_AT``), its fingerprint unchanged."""
     path = _record_path(trials_dir, trial.trial_id)
     if not path.is_file():
         return None
@@ -148,13 +158,21 @@ def _finished(trials_dir: Path, trial: TrialSpec) -> dict | None:
         rec = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError:
         return None
-    if rec.get("fingerprint") != trial_fingerprint(trial):
+    recorded = rec.get(FINGERPRINTED_AT) or rec.get("trial") or {}
+    here = {field: getattr(trial, field) for field in LOCATION_FIELDS}
+    at = recorded if all(field in recorded for field in LOCATION_FIELDS) else here
+    if rec.get("fingerprint") != trial_fingerprint(trial, located_at=at):
         return None
     data = task_data_identity(trial)
-    if TASK_DATA not in rec:
+    if rec.get(TASK_DATA, data) != data:
+        return None
+    if TASK_DATA not in rec or any((rec.get("trial") or {}).get(field) != value for field, value in here.items()):
         rec[TASK_DATA] = data
+        if at != here:
+            rec[FINGERPRINTED_AT] = {field: at[field] for field in LOCATION_FIELDS}
+            rec["trial"] = {**(rec.get("trial") or {}), **here}
         atomic_write_json(path, rec)
-    return rec if rec[TASK_DATA] == data else None
+    return rec
 
 
 def _tune_trainable(config: dict) -> None:

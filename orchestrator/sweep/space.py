@@ -284,12 +284,22 @@ def task_data_identity(trial: TrialSpec) -> dict[str, str]:
     return file_digests(task_files(trial))
 
 
-def trial_fingerprint(trial: TrialSpec) -> str:
+#: The TrialSpec fields that say where a trial's inputs are, not what they hold (their contents are in the
+#: fingerprint and the record's ``task_data``): a record made at other paths answers a trial all else equal.
+LOCATION_FIELDS = ("model_dir", "data_dir", "task")
+
+
+def trial_fingerprint(trial: TrialSpec, located_at: dict | None = None) -> str:
     """What makes a finished trial reusable: every setting except where it runs, plus what the
     task name and model path stand for -- the resolved task definition (an edited task YAML) and
     the model's identity (a model re-trained into the same directory) -- so neither is reused stale.
     The task's files are checked beside it (``task_data_identity``, kept in the record): a record
-    made before it was kept keeps its fingerprint, so finished sweeps are not trained again."""
+    made before it was kept keeps its fingerprint, so finished sweeps are not trained again.
+
+    The paths are hashed too, as they always were (dropping them would retrain every finished sweep).
+    ``located_at``: the ``LOCATION_FIELDS`` a record was fingerprinted at, taken in place of the trial's
+    own, the contents still read from the trial's: a run directory copied or moved elsewhere, its model
+    and task files unchanged, gives its records' fingerprints (``runner._finished``)."""
     data = {k: v for k, v in dataclasses.asdict(trial).items()
             if k not in ("num_threads", "device", "cache_dir") and not (k == "fold" and v == -1)
             and not (k in ("tune", "adapter_reduction_factor") and trial.tune == "full")
@@ -299,6 +309,8 @@ def trial_fingerprint(trial: TrialSpec) -> str:
     data["task_spec"] = {k: v for k, v in to_dict(load_task(trial.task)).items()  # where it is read from: data_dir
                          if k not in ("dir", "release_dir") and not (k in LATER_TASK_KEYS and v == LATER_TASK_KEYS[k])}
     data["model_identity"] = model_identity(trial.model_dir)
+    for field in LOCATION_FIELDS if located_at else ():
+        data[field] = located_at[field]
     return content_key(data)
 
 
