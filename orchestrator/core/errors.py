@@ -92,7 +92,7 @@ def _carried(exc: BaseException, context: bool = False) -> list[BaseException]:
     return found
 
 
-def _walk(exc: BaseException, context: bool = False) -> Iterator[BaseException]:
+def walk_exceptions(exc: BaseException, context: bool = False) -> Iterator[BaseException]:
     """``exc`` and what it carries, outermost first, each once."""
     seen, todo = set(), [exc]
     while todo:
@@ -108,7 +108,7 @@ def raised_by_user_input(exc: BaseException) -> OrchestratorError | None:
     actor that raised one reaches the driver wrapped (``RayTaskError``, whose text is the remote
     traceback: the original is its ``cause``), a Ray Train worker's in the run's ``worker_failures``,
     possibly under further wrappers."""
-    for cur in _walk(exc):
+    for cur in walk_exceptions(exc):
         if isinstance(cur, OrchestratorError) and not isinstance(getattr(cur, "cause", None), BaseException):
             return cur  # the original: a wrapper that is also an instance of it has a cause
     return None
@@ -130,7 +130,7 @@ def raised_by_environment(exc: BaseException) -> tuple[int, str] | None:
     """(errno, what the machine lacks with the file it names) behind ``exc`` (``ENVIRONMENT_ERRNOS``), or
     None; found through the same wrappers as ``raised_by_user_input``, and the exceptions being handled when
     each was raised (a full disk's second failure, writing the log, hides its first)."""
-    for cur in _walk(exc, context=True):
+    for cur in walk_exceptions(exc, context=True):
         code = cur.errno if isinstance(cur, OSError) else None
         first = str(cur).strip().splitlines()[0] if str(cur).strip() else ""
         if code not in ENVIRONMENT_ERRNOS:

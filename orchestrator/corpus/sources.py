@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from orchestrator.core.config import field, from_dict, to_dict
-from orchestrator.core.errors import ConfigError, InputError
+from orchestrator.core.errors import ConfigError, InputError, walk_exceptions
 from orchestrator.corpus.mesh import MeshSelect, descriptor_trees, selected
 from orchestrator.corpus.sentences import has_letter, split_sentences
 from orchestrator.formats import (
@@ -310,16 +310,9 @@ def read_source(src: SourceConfig, num_cpus: float = 1.0, drop_letterless: bool 
 
 def find_input_error(exc: BaseException) -> InputError | None:
     """The InputError raised inside a Ray task, found through Ray's exception wrappers."""
-    seen: set[int] = set()
-    todo: list[BaseException | None] = [exc]
-    while todo:
-        cur = todo.pop()
-        if cur is None or id(cur) in seen:
-            continue
-        seen.add(id(cur))
+    for cur in walk_exceptions(exc, context=True):
         if isinstance(cur, InputError):
             return cur
         if isinstance(cur, RemoteInputError) and len(cur.args) == 4:  # not Ray's RayTaskError(...) mixin
             return cur.unwrap()
-        todo.extend([cur.__cause__, cur.__context__, getattr(cur, "cause", None)])
     return None
