@@ -309,8 +309,8 @@ def trial_fingerprint(trial: TrialSpec, located_at: dict | None = None) -> str:
     data["task_spec"] = {k: v for k, v in to_dict(load_task(trial.task)).items()  # where it is read from: data_dir
                          if k not in ("dir", "release_dir") and not (k in LATER_TASK_KEYS and v == LATER_TASK_KEYS[k])}
     data["model_identity"] = model_identity(trial.model_dir)
-    for field in LOCATION_FIELDS if located_at else ():
-        data[field] = located_at[field]
+    if located_at:
+        data.update({name: located_at[name] for name in LOCATION_FIELDS})
     return content_key(data)
 
 
