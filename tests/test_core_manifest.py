@@ -13,6 +13,7 @@ from orchestrator.core.manifest import (
     atomic_write_json,
     atomic_write_json_list,
     is_complete,
+    iter_json_list,
     read_manifest,
     write_manifest,
 )
@@ -66,6 +67,28 @@ def test_a_list_written_an_item_at_a_time_is_the_same_file(tmp_path, items):
         atomic_write_json_list(tmp_path / "b.json", failing())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "b.json"]  # no temporary file left
     assert json.loads((tmp_path / "b.json").read_text()) == json.loads(json.dumps(items))  # the old file kept
+
+
+@pytest.mark.parametrize("block", [1, 3, 64, 1 << 20])
+def test_a_json_list_is_read_an_item_at_a_time_whatever_the_window(tmp_path, block):
+    """The instance and vocabulary stages read shards.json (every document of the corpus) whole: about 250 B of
+    the driver a document (``benchmarks/plan_load_memory.py``). It is read an item at a time, through a
+    window as small as a byte: numbers cut at the window's end ("1" of "1.5e3") are read whole."""
+    items = [{"a": [1, 2.5, -3e-7, "x\ny"], "b": None}, 1.5e3, -12, "s", [], {}, [[1], [2, [3]]], True, 10 ** 30]
+    for text in (json.dumps(items), json.dumps(items, indent=2), json.dumps(items, separators=(",", ":"))):
+        (tmp_path / "l.json").write_text(text, encoding="utf-8")
+        assert list(iter_json_list(tmp_path / "l.json", block=block)) == items
+    atomic_write_json_list(tmp_path / "w.json", items)
+    assert list(iter_json_list(tmp_path / "w.json", block=block)) == items
+    (tmp_path / "e.json").write_text(" [ ] \n", encoding="utf-8")
+    assert list(iter_json_list(tmp_path / "e.json", block=block)) == []
+    for text, line, said in [("", 1, "it ends early"), ('{"a": 1}', 1, "found '{'"), ("[1,\n2\n3]", 3, "found '3'"),
+                             ('[1,\n{"a":\n}]', 3, "not valid JSON"), ("[1] x", 1, "the end of the file"),
+                             ("[1,\n", 2, "not valid JSON")]:
+        (tmp_path / "bad.json").write_text(text, encoding="utf-8")
+        with pytest.raises(InputError, match=said) as caught:
+            list(iter_json_list(tmp_path / "bad.json", block=block))
+        assert caught.value.line == line and caught.value.path == str(tmp_path / "bad.json")
 
 
 def test_git_state_says_when_the_checkout_has_changes_and_hashes_them(tmp_path):

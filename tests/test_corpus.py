@@ -204,6 +204,29 @@ def test_build_writes_every_stage_with_manifests(simpt_build):
         assert {r["source"] for r in rows} <= {"pubmed", "wiki"}
 
 
+def test_the_plan_read_without_its_documents_has_the_same_shards_counts_and_provenance(tmp_path):
+    """The instance and vocabulary stages read every document's page and counts (about 250 B of the driver a
+    document; ``benchmarks/plan_load_memory.py``): they now keep the counts as arrays and no pages, and the
+    instances' per-source document counts no longer need a set of every (shard, row)."""
+    from orchestrator.core.artifacts import Member, MixPlan, ShardInfo, Unit, load_plan, write_plan
+    from orchestrator.instances.stage import _provenance
+
+    shards = [ShardInfo(path=f"shards/{src}/shard-{i}.parquet", source=src, role="large", language="en", n_bytes=50,
+                        pages=tuple(f"{src}:{i}:{j}" for j in range(5)), doc_sentences=(1, 2, 3, 4, 5),
+                        doc_bytes=(10, 9, 8, 12, 11)) for i, src in enumerate(["a", "a", "b"])]
+    units = (Unit(0, (Member(shards[0].path), Member(shards[2].path, (0, 1))), 2),
+             Unit(1, (Member(shards[1].path, (1, 3)), Member(shards[2].path, (1, 4)), Member(shards[0].path, (2,))), 1))
+    write_plan(tmp_path, shards, MixPlan(units, {"n": 1}))
+    full, plan = load_plan(tmp_path)
+    light, light_plan = load_plan(tmp_path, documents=False)
+    assert light_plan == plan and [s.pages for s in light] == [()] * 3
+    assert [(s.path, s.source, s.n_docs, s.n_sentences, s.n_bytes, list(s.doc_bytes)) for s in light] == [
+        (s.path, s.source, s.n_docs, s.n_sentences, s.n_bytes, list(s.doc_bytes)) for s in full]
+    total = {"tokens": 10, "by_source": {"a": {"instances": 3, "tokens": 6}, "b": {"instances": 2, "tokens": 4}}}
+    provenance = _provenance(plan, {s.path: s for s in light}, total)
+    assert {k: v["documents"] for k, v in provenance.items()} == {"a": 5 + 2, "b": 3}  # distinct (shard, row)s
+
+
 @needs_data
 def test_rerun_reuses_finished_stages(simpt_build, samples):
     result, out = simpt_build

@@ -15,11 +15,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from array import array
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from orchestrator.core.errors import InputError
-from orchestrator.core.manifest import atomic_write_json, atomic_write_json_list, read_json_object, read_manifest
+from orchestrator.core.manifest import (
+    atomic_write_json,
+    atomic_write_json_list,
+    iter_json_list,
+    read_json_object,
+    read_manifest,
+)
 
 #: Source roles on the small (in-domain) side of SimPT, AmpV and MDAPT; every other role is the large side.
 SMALL_ROLES = ("small", "domain")
@@ -99,12 +106,22 @@ def write_plan(corpus_dir: Path, shards: Sequence[ShardInfo], plan: MixPlan) -> 
                                                  "notes": plan.notes})
 
 
-def load_plan(corpus_dir: Path) -> tuple[list[ShardInfo], MixPlan]:
-    """Shards and units of a finished corpus stage, with shard paths made absolute."""
+def load_plan(corpus_dir: Path, documents: bool = True) -> tuple[list[ShardInfo], MixPlan]:
+    """Shards and units of a finished corpus stage, with shard paths made absolute. ``shards.json`` is read
+    a shard at a time (it lists every document: tens of millions for a whole PubMed). ``documents`` False
+    (the vocabulary and instance stages, which select no documents): each shard's ``pages`` are left out
+    and its per-document counts kept as 8-byte arrays, not tuples of Python ints (about 16 bytes a
+    document instead of about 130)."""
     corpus_dir = Path(corpus_dir)
-    shards = [ShardInfo(**{**s, "path": str(corpus_dir / s["path"]), "pages": tuple(s["pages"]),
-                           "doc_sentences": tuple(s["doc_sentences"]), "doc_bytes": tuple(s["doc_bytes"])})
-              for s in json.loads((corpus_dir / "shards.json").read_text())]
+    shards = []
+    for s in iter_json_list(corpus_dir / "shards.json"):
+        if documents:
+            per_doc = {"pages": tuple(s["pages"]), "doc_sentences": tuple(s["doc_sentences"]),
+                       "doc_bytes": tuple(s["doc_bytes"])}
+        else:
+            per_doc = {"pages": (), "doc_sentences": array("q", s["doc_sentences"]),
+                       "doc_bytes": array("q", s["doc_bytes"])}
+        shards.append(ShardInfo(**{**s, "path": str(corpus_dir / s["path"]), **per_doc}))
     raw = json.loads((corpus_dir / "plan.json").read_text())
     units = tuple(Unit(u["unit_id"], tuple(Member(str(corpus_dir / m["path"]),
                                                   tuple(m["rows"]) if m["rows"] is not None else None)

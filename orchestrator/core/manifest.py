@@ -240,6 +240,86 @@ def atomic_write_json_list(path: str | Path, items: Iterable[Any]) -> Path:
     return path
 
 
+def iter_json_list(path: str | Path, block: int = 1 << 20) -> Iterator[Any]:
+    """The items of the JSON list in ``path``, one at a time (as ``atomic_write_json_list`` writes them):
+    neither the file nor all its items are held at once. Not a JSON list: ``InputError`` naming the
+    line and what was expected."""
+    stream = _JsonStream(Path(path), block)
+    with stream:
+        stream.expect("[")
+        if stream.peek() == "]":
+            stream.expect("]")
+        else:
+            while True:
+                yield stream.value()
+                if stream.expect(",]") == "]":
+                    break
+        stream.expect("")
+
+
+#: What may follow the part of a JSON number the window holds
+NUMBER_CHARS = "0123456789.eE+-"
+
+
+class _JsonStream:
+    """``iter_json_list``'s reader: a window of the file, refilled as it is consumed."""
+
+    def __init__(self, path: Path, block: int):
+        self.path, self.block = path, block
+        self.buf, self.pos, self.lines_before, self.eof = "", 0, 0, False
+
+    def __enter__(self):
+        self.file = open(self.path, encoding="utf-8")
+        return self
+
+    def __exit__(self, *exc):
+        self.file.close()
+
+    def _more(self) -> bool:
+        """Drops what is consumed and reads on (as much as the window holds, at least a block)."""
+        if self.eof:
+            return False
+        self.lines_before += self.buf.count("\n", 0, self.pos)
+        more = self.file.read(max(self.block, len(self.buf)))
+        self.buf, self.pos, self.eof = self.buf[self.pos:] + more, 0, not more
+        return bool(more)
+
+    def _error(self, message: str, expected: str, at: int | None = None) -> InputError:
+        line = self.lines_before + self.buf.count("\n", 0, self.pos if at is None else at) + 1
+        return InputError(self.path, message, line, expected=expected)
+
+    def peek(self) -> str:
+        """The next character that is not whitespace; "" at the end of the file."""
+        while True:
+            rest = self.buf[self.pos:]
+            self.pos += len(rest) - len(rest.lstrip())
+            if self.pos < len(self.buf) or not self._more():
+                return self.buf[self.pos:self.pos + 1]
+
+    def expect(self, chars: str) -> str:
+        """Consumes the next character, one of ``chars`` ("": the end of the file)."""
+        found = self.peek()
+        if found not in chars or bool(found) != bool(chars):
+            said = " or ".join(repr(c) for c in chars) if chars else "the end of the file"
+            raise self._error(f"not a JSON list: found {found!r}" if found else "not a JSON list: it ends early",
+                              expected=said)
+        self.pos += len(found)
+        return found
+
+    def value(self) -> Any:
+        self.peek()
+        while True:
+            try:
+                item, end = json.JSONDecoder().raw_decode(self.buf, self.pos)
+            except json.JSONDecodeError as exc:
+                if self._more():
+                    continue
+                raise self._error(f"not valid JSON ({exc.msg})", "a JSON list", at=exc.pos) from None
+            if self.eof or self.buf[end:].strip(NUMBER_CHARS) or not self._more():  # "1" of "1.5", "1e3": read on
+                self.pos = end
+                return item
+
+
 def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:

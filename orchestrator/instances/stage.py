@@ -40,7 +40,7 @@ def build_instances(cfg: InstanceConfig, corpus_dir: Path, vocab_dir: Path, out_
     if cfg.pretokenize not in ("auto", pretokenize):
         raise ConfigError(f"instances.pretokenize is {cfg.pretokenize} but the vocabulary {vocab_dir} splits words "
                           f"with {pretokenize}: set vocab.pretokenize={cfg.pretokenize}, or instances.pretokenize=auto")
-    shards, plan = load_plan(corpus_dir)
+    shards, plan = load_plan(corpus_dir, documents=False)
     by_path = {s.path: s for s in shards}
     workers = cfg.resolved_workers(len(plan.units))
     check_fits({"CPU": cfg.cpus_per_worker}, "instances.cpus_per_worker")
@@ -128,17 +128,22 @@ def _by_language(total: dict) -> dict[str, dict]:
 def _provenance(plan: MixPlan, by_path: dict[str, ShardInfo], total: dict) -> dict[str, dict]:
     """Per source: distinct documents used, instances and tokens (by segment A's document)."""
     by_source = _by_label_part(total, 0)
-    docs: dict[str, set] = {}
+    rows: dict[str, set | None] = {}  # shard -> the rows its members take; None: all of them
     for unit in plan.units:
         for m in unit.members:
-            shard = by_path[m.path]
-            rows = range(shard.n_docs) if m.rows is None else m.rows
-            docs.setdefault(shard.source, set()).update((m.path, r) for r in rows)
+            if m.rows is None or rows.get(m.path, set()) is None:
+                rows[m.path] = None
+            else:
+                rows.setdefault(m.path, set()).update(m.rows)
+    docs: dict[str, int] = {}
+    for path, taken in rows.items():
+        shard = by_path[path]
+        docs[shard.source] = docs.get(shard.source, 0) + (shard.n_docs if taken is None else len(taken))
     tokens_all = max(1, total["tokens"])
     out = {}
     for name in sorted(set(docs) | set(by_source)):
         c = by_source.get(name, {"instances": 0, "tokens": 0})
-        out[name] = {"documents": len(docs.get(name, ())), "instances": c["instances"], "tokens": c["tokens"],
+        out[name] = {"documents": docs.get(name, 0), "instances": c["instances"], "tokens": c["tokens"],
                      "token_share": round(c["tokens"] / tokens_all, 4)}
     return out
 

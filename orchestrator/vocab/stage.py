@@ -88,13 +88,14 @@ def build_vocab(cfg: VocabConfig, corpus_dir: Path, out_dir: Path) -> Path:
     ``cfg.from_model``, take that model's tokenizer as it is)."""
     if cfg.from_model:
         counts = copy_model_tokenizer(cfg.from_model, out_dir, cfg.pretokenize)
-        quality = write_quality(cfg.quality, out_dir, load_plan(corpus_dir)[0] if cfg.quality.corpus_lines else [])
+        shards = load_plan(corpus_dir, documents=False)[0] if cfg.quality.corpus_lines else []
+        quality = write_quality(cfg.quality, out_dir, shards)
         write_manifest(out_dir, stage="vocab", config=cfg, inputs=model_tokenizer_files(cfg.from_model),
                        counts=counts, extra={"tokenizer_quality": quality} if quality else None)
         log.info("vocab: the tokenizer of %s as it is (%d tokens, %s)", cfg.from_model, counts["vocab_size"],
                  "uncased" if counts["lowercase"] else "cased")
         return out_dir
-    shards, _ = load_plan(corpus_dir)
+    shards, _ = load_plan(corpus_dir, documents=False)
     small = [s for s in shards if s.is_small]
     large = [s for s in shards if not s.is_small]
     if not small or not large:  # AmpV needs both sides; a single-sided corpus gets a plain vocabulary
