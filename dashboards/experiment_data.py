@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from orchestrator.core.config import redacted
 from orchestrator.core.errors import OrchestratorError
 from orchestrator.track import schema as S
 
@@ -192,4 +193,4 @@ def _load_sweep(exp: Experiment, sweep, *, n_boot: int) -> None:
         exp.notes.append("one model only: no paired differences")
     else:
         exp.comparison = paired_differences(found.results, exp.baseline, n_boot=n_boot,
-                                            source=f"{exp.tracking_uri} run {exp.sweep_run}")
+                                            source=f"{redacted(exp.tracking_uri)} run {exp.sweep_run}")

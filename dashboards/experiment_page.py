@@ -30,7 +30,7 @@ from pathlib import Path
 
 from dashboards.experiment_data import Experiment, load_experiment
 from dashboards.svg import Series, interval_panel, line_plot, signed, thin
-from orchestrator.core.config import is_number
+from orchestrator.core.config import is_number, redacted
 from orchestrator.core.cost import duration
 from orchestrator.core.errors import OrchestratorError
 from orchestrator.core.manifest import atomic_write_text
@@ -86,7 +86,8 @@ def render_page(exp: Experiment) -> str:
     colours = _colours(exp)
     title = f"Experiment {exp.name}"
     started = time.strftime("%Y-%m-%d %H:%M", time.localtime(exp.started)) if exp.started else "?"
-    meta = [f"MLflow store <code>{esc(exp.tracking_uri)}</code>", f"experiment run <code>{esc(exp.run_id)}</code> "
+    meta = [f"MLflow store <code>{esc(redacted(exp.tracking_uri))}</code>",
+            f"experiment run <code>{esc(exp.run_id)}</code> "
             f"({esc(exp.status.lower())}, started {esc(started)})"]
     if exp.sweep_run:
         meta.append(f"sweep run <code>{esc(exp.sweep_run)}</code> (results from its {esc(exp.results_source or '?')})")
@@ -366,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         path = build_page(uri, out, args.run_id)
     except OrchestratorError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(redacted(f"error: {exc}"), file=sys.stderr)
         return 2
     print(f"experiment page: {path.resolve()}")
     return 0

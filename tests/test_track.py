@@ -78,6 +78,72 @@ def test_user_mlflow_tracking_uri_is_honoured(tmp_path):
     assert f"tracking: {store} (experiment 'bioptorch') answers" in res.stdout
 
 
+def test_a_tracking_uris_password_is_used_but_never_printed_logged_or_written(tmp_path, caplog):
+    """A probe (session 45): MLFLOW_TRACKING_URI=http://alice:pw@host was printed by the dry run, the warning,
+    the report's and the experiment page's "source", written to chain_config.json, manifests and MLflow
+    params; and the server check sent "alice" as the host's name, so a server with a password was always
+    "down" and the run logged elsewhere. The check now sends the user part as MLflow does (HTTP basic)."""
+    import base64
+    import http.server
+    import subprocess
+    import sys
+    import threading
+    from dataclasses import dataclass
+
+    from conftest import ROOT
+    from orchestrator.core.config import public, redacted
+    from orchestrator.core.console import redact_log_records
+    from orchestrator.core.manifest import read_manifest, write_manifest
+    from orchestrator.track import TrackingConfig, probe
+
+    wanted = "Basic " + base64.b64encode(b"alice:s3cr@t").decode()
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the handler's name is http.server's
+            self.send_response(200 if self.path == "/health" and self.headers.get("Authorization") == wanted else 401)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    uri = f"http://alice:s3cr%40t@127.0.0.1:{server.server_port}"
+    try:
+        assert probe(uri) is None  # the password reaches the server
+        assert probe(f"http://127.0.0.1:{server.server_port}") is not None  # and the check needs it
+        assert redacted(f"store {uri}/x and https://tok@h.org") == (f"store http://***@127.0.0.1:{server.server_port}/x"
+                                                                     " and https://***@h.org")
+        assert public({"a": [uri, 1], "b": "sqlite:////x/m@b.db"}) == {
+            "a": [redacted(uri), 1], "b": "sqlite:////x/m@b.db"}  # a path's "@" is not a user part
+
+        @dataclass
+        class Job:
+            tracking: TrackingConfig
+
+        write_manifest(tmp_path / "out", stage="x", config=Job(TrackingConfig(tracking_uri=uri)))
+        assert read_manifest(tmp_path / "out")["config"]["tracking"]["tracking_uri"] == redacted(uri)
+        made = logging.getLogRecordFactory()
+        try:
+            redact_log_records()
+            with caplog.at_level(logging.INFO):
+                logging.getLogger("orchestrator.x").info("server %s", uri)
+        finally:
+            logging.setLogRecordFactory(made)
+        assert caplog.records[-1].getMessage() == f"server {redacted(uri)}"
+
+        env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "PYTHONPATH": str(ROOT)}
+        for extra in (["--dry-run"], ["--print-config", f"tracking.tracking_uri={uri}"]):
+            res = subprocess.run([sys.executable, str(ROOT / "jobs" / "blue_sweep.py"), *extra,
+                                  f"runs_root={tmp_path / 'runs'}"], env=env, capture_output=True, text=True,
+                                 timeout=300)
+            assert res.returncode == 0, res.stderr[-3000:]
+            assert "s3cr" not in res.stdout + res.stderr and "***@127.0.0.1" in res.stdout
+            assert extra != ["--dry-run"] or f"tracking: {redacted(uri)} (experiment 'bioptorch') answers" in res.stdout
+    finally:
+        server.shutdown()
+
+
 def test_a_logger_whose_server_is_gone_warns_once_keeps_the_metrics_and_sends_them_later(
         tmp_path, caplog, fast_failing_mlflow):
     from orchestrator.track.runs import RankZeroLogger, replay_pending

@@ -27,8 +27,8 @@ from typing import Any
 
 import yaml
 
-from orchestrator.core.config import describe, load_config, read_yaml, to_dict
-from orchestrator.core.console import set_verbose
+from orchestrator.core.config import describe, load_config, public, read_yaml, redacted, to_dict
+from orchestrator.core.console import redact_log_records, set_verbose
 from orchestrator.core.errors import (
     OrchestratorError,
     Terminated,
@@ -147,6 +147,7 @@ def resolve_config(spec: JobSpec, args: argparse.Namespace):
 def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
     args = build_parser(spec).parse_args(argv)
     set_verbose(args.verbose)
+    redact_log_records()
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     raise_on_sigterm()
@@ -154,36 +155,36 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
     try:
         cfg = resolve_config(spec, args)
         if args.print_config:
-            print(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+            print(yaml.safe_dump(public(to_dict(cfg)), sort_keys=False))
             return 0
         logging.getLogger(spec.name).debug("resolved config:\n%s", yaml.safe_dump(to_dict(cfg), sort_keys=False))
         check_outputs(spec, cfg)
         if args.dry_run:
-            print(spec.dry_run(cfg))
+            print(redacted(spec.dry_run(cfg)))
             print("dry run: config and inputs are valid; nothing was trained.")
             return 0
         start = time.monotonic()
         result = spec.run(cfg)
         logging.getLogger(spec.name).info("finished in %.1f s", time.monotonic() - start)
         if result is not None and hasattr(result, "summary"):
-            print(result.summary())
+            print(redacted(result.summary()))
         return getattr(result, "exit_code", 0)
     except Exception as exc:
         user_error = raised_by_user_input(exc)
         if user_error is not None:
-            print(f"error: {user_error}", file=sys.stderr)
+            print(redacted(f"error: {user_error}"), file=sys.stderr)
             return 2
         lacking = raised_by_environment(exc)
         if lacking is not None:  # a full disk, a limit, a permission: the machine's, not a bug
             code, short = lacking
             if code in (errno.ENOSPC, errno.EDQUOT) and cfg is not None:
                 short += free_space(spec, cfg)
-            print(f"error: {short}; re-run the same command once it is fixed: finished work is kept",
+            print(redacted(f"error: {short}; re-run the same command once it is fixed: finished work is kept"),
                   file=sys.stderr)
             return 1
         # a bug, not bad input: one line here, the traceback in a file
         path = _keep_traceback(spec.name)
-        print(f"error: unexpected {type(exc).__name__}: {exc}\n       (a bug: the traceback is in {path})",
+        print(redacted(f"error: unexpected {type(exc).__name__}: {exc}\n       (a bug: the traceback is in {path})"),
               file=sys.stderr)
         return 1
     except (KeyboardInterrupt, SystemExit) as exc:  # Ctrl-C, SIGTERM (Terminated), or a library's handler of
@@ -227,5 +228,5 @@ def _keep_traceback(job: str) -> Path:
     fd, name = tempfile.mkstemp(prefix=f"bioptorch-{job}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-",
                                 suffix=".txt")
     with open(fd, "w", encoding="utf-8") as f:
-        f.write(traceback.format_exc())
+        f.write(redacted(traceback.format_exc()))
     return Path(name)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import math
+import re
 import types
 import typing
 from pathlib import Path
@@ -341,6 +342,28 @@ def to_dict(cfg: Any) -> Any:
     if isinstance(cfg, Path):
         return str(cfg)
     return cfg
+
+
+#: The user part of a URL (``http://alice:pw@host``, ``https://token@host``): a credential
+_URL_USER = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s]+@")
+
+
+def redacted(text: str) -> str:
+    """``text`` with the user part of every URL in it replaced by ``***`` (``http://***@host:5000``): what
+    is printed, logged or written of a tracking URI (``MLFLOW_TRACKING_URI`` may carry a password)."""
+    return _URL_USER.sub(r"\1***@", text)
+
+
+def public(data: Any) -> Any:
+    """A config as ``to_dict`` gives it, every URL's user part replaced (``redacted``): what is written to a
+    file or to MLflow. The job itself keeps the config as given."""
+    if isinstance(data, str):
+        return redacted(data)
+    if isinstance(data, dict):
+        return {k: public(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [public(v) for v in data]
+    return data
 
 
 def flatten(data: Any, prefix: str = "") -> dict[str, Any]:

@@ -27,6 +27,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
+from orchestrator.core.config import redacted
+
 #: A Ray worker's line that the driver shows on the terminal (``worker_line``), and one that updates
 #: the progress line. Both stay in the log file as printed.
 CONSOLE_TAG, PROGRESS_TAG = "[console] ", "[progress] "
@@ -51,6 +53,28 @@ _verbose = False
 _terminal: TextIO | None = None  # the terminal while a run's output goes to its log file
 _open_line = False  # a progress line is on the terminal without its newline (a TTY)
 _log_file: TextIO | None = None
+
+
+def redact_log_records() -> None:
+    """From now on, every log record of this process whose message holds a URL's user part (a tracking URI's
+    password) carries the message with it replaced (``core.config.redacted``): on the terminal, in the log
+    file and in any handler a library adds."""
+    make = logging.getLogRecordFactory()
+    if getattr(make, "redacts", False):
+        return
+
+    def redacting(*args, **kwargs) -> logging.LogRecord:
+        record = make(*args, **kwargs)
+        try:
+            message = record.getMessage()
+        except Exception:  # a record whose arguments do not fit its format: logging reports it when emitted
+            return record
+        if "@" in message and "://" in message:
+            record.msg, record.args = redacted(message), ()
+        return record
+
+    redacting.redacts = True  # type: ignore[attr-defined]
+    logging.setLogRecordFactory(redacting)
 
 
 def set_verbose(on: bool) -> None:

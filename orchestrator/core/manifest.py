@@ -31,7 +31,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from orchestrator.core.config import to_dict
+from orchestrator.core.config import public, to_dict
 from orchestrator.core.errors import InputError, OrchestratorError
 
 log = logging.getLogger(__name__)
@@ -399,7 +399,7 @@ def write_manifest(out_dir: str | Path, *, stage: str, config: Any, inputs: Iter
     manifest = {
         "stage": stage,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "config": to_dict(config),
+        "config": public(to_dict(config)),
         "inputs": hash_inputs(inputs),
         "counts": counts or {},
         "seed": seed,

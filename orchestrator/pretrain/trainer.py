@@ -362,7 +362,7 @@ def pretrain(cfg: PretrainConfig, instances: dict[int, Path], tokenizer_dir: Pat
     if reusable(out_dir, key) and (out_dir / "final" / "config.json").is_file():
         # metrics an earlier attempt could not send, or its run left open (or FAILED) by a job stopped after the
         # output was written: the run is reopened, given its stop tags and ended FINISHED
-        if (out_dir / PENDING).is_file() or recorded_run_unfinished(out_dir):
+        if (out_dir / PENDING).is_file() or recorded_run_unfinished(out_dir, configured_uri(tracking, run_dir) or ""):
             _finish_run(start_stage_run(tracking, run_dir, stage=S.KIND_PRETRAIN, params=cfg, out_dir=out_dir),
                         read_manifest(out_dir).get("phases", []))
         return _reused(out_dir)

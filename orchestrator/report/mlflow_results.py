@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator.core.config import redacted
 from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
 from orchestrator.core.results import summarize, validate_results
 from orchestrator.report.blue_table import write_report
@@ -230,7 +231,8 @@ def regenerate_report(out_dir: Path, tracking_uri: str, experiment: str = "biopt
     notes: list[str] = []
     retrieval = experiment_retrieval(client, client.get_run(found.run_id), notes)
     return write_report(found.results, out_dir, title=title or f"BLUE results (MLflow run {found.run_id[:8]})",
-                        source=f"{tracking_uri} run {found.run_id}", baseline=baseline, source_scores=source_scores,
+                        source=f"{redacted(tracking_uri)} run {found.run_id}", baseline=baseline,
+                        source_scores=source_scores,
                         notes=notes, sections=[render_section(retrieval)] if retrieval else [])
 
 

@@ -12,14 +12,16 @@ later; a failed sweep log is re-sent by re-running the sweep).
 """
 from __future__ import annotations
 
+import base64
 import logging
 import os
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.core.config import field, flatten
+from orchestrator.core.config import field, flatten, redacted
 from orchestrator.track.experiments import ensure_experiment
 from orchestrator.track.local_store import sqlite_file, sqlite_uri, start_local_store
 
@@ -54,8 +56,15 @@ def probe(uri: str, timeout: float = PROBE_TIMEOUT_S) -> str | None:
     """None when the store at ``uri`` answers, else why not. A server is asked for /health; a
     SQLite file needs a directory it can be created in; other schemes are left to MLflow."""
     if uri.startswith(("http://", "https://")):
+        parts = urllib.parse.urlsplit(uri)
+        request = urllib.request.Request(parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl().rstrip("/")
+                                         + "/health")
+        if parts.username is not None:  # http://user:password@host: as MLflow sends it (urllib would take
+            # "user" for the host's name)
+            user = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
+            request.add_header("Authorization", "Basic " + base64.b64encode(user.encode()).decode())
         try:
-            with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout) as response:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
                 return None if response.status == 200 else f"HTTP {response.status}"
         except (OSError, urllib.error.URLError) as exc:
             return str(getattr(exc, "reason", exc))
@@ -78,7 +87,8 @@ def effective_uri(tracking: TrackingConfig, run_dir) -> str:
         if problem is not None:
             fallback = local_uri(run_dir)
             log.warning("MLflow at %s does not answer (%s): this run logs to %s instead and trains on "
-                        "(open it with: mlflow ui --backend-store-uri %s)", configured, problem, fallback, fallback)
+                        "(open it with: mlflow ui --backend-store-uri %s)", redacted(configured), problem, fallback,
+                        fallback)
             _EFFECTIVE[configured] = fallback
     start_local_store(_EFFECTIVE[configured])
     return _EFFECTIVE[configured]
@@ -93,7 +103,7 @@ def flat_params(data, prefix: str = "") -> dict[str, str]:
     """Nested config -> {'a.b': 'value'} within MLflow's key and value limits."""
     out = {}
     for key, value in flatten(data, prefix).items():
-        text = str(value)
+        text = redacted(str(value))
         out[key[:250]] = text if len(text) <= MAX_PARAM_VALUE else text[:MAX_PARAM_VALUE - 3] + "..."
     return out
 

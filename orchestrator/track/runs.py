@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from orchestrator.core.config import flatten, to_dict
+from orchestrator.core.config import flatten, redacted, to_dict
 from orchestrator.core.manifest import atomic_write_json, git_state
 from orchestrator.track import TrackingConfig, effective_uri
 from orchestrator.track import schema as S
@@ -64,7 +64,7 @@ def start_stage_run(tracking: TrackingConfig | None, run_dir: Path, *, stage: st
         experiment_id = ensure_experiment(uri, tracking.experiment, run_dir)
         if marker.is_file():
             recorded = json.loads(marker.read_text())
-            if recorded.get("uri") == uri and _exists(client, recorded["run_id"]):
+            if recorded.get("uri") in (uri, redacted(uri)) and _exists(client, recorded["run_id"]):
                 info = {"uri": uri, "run_id": recorded["run_id"], "pending": str(pending)}
                 replay_pending(info)
                 return info
@@ -79,7 +79,7 @@ def start_stage_run(tracking: TrackingConfig | None, run_dir: Path, *, stage: st
     except Exception as exc:  # MLflow raises many types (HTTP, SQL, its own): none may stop training
         log.warning("MLflow: cannot start the %s run at %s (%s); the stage trains without it", stage, uri, exc)
         return None
-    atomic_write_json(marker, {"run_id": run.info.run_id, "uri": uri})
+    atomic_write_json(marker, {"run_id": run.info.run_id, "uri": redacted(uri)})  # no password in a file
     return {"uri": uri, "run_id": run.info.run_id, "pending": str(pending)}
 
 
@@ -128,7 +128,7 @@ def _param_list(params: Any) -> list:
     """A config as MLflow params, within MLflow's key and value limits."""
     from mlflow.entities import Param  # heavy: mlflow
 
-    return [Param(key[:250], str(value)[:500]) for key, value in flatten(to_dict(params)).items()]
+    return [Param(key[:250], redacted(str(value))[:500]) for key, value in flatten(to_dict(params)).items()]
 
 
 def end_stage_run(info: dict | None, status: str = "FINISHED") -> None:
@@ -142,10 +142,11 @@ def end_stage_run(info: dict | None, status: str = "FINISHED") -> None:
         log.warning("MLflow: could not mark run %s %s (%s)", info["run_id"], status, exc)
 
 
-def recorded_run_unfinished(out_dir: Path) -> bool:
+def recorded_run_unfinished(out_dir: Path, uri: str = "") -> bool:
     """Whether the MLflow run a stage output records (``RUN_MARKER``) is still open or ended otherwise than
     FINISHED: its job was stopped after the output was written and before the run ended. False when the
-    output records no run, or its store does not answer (nothing to mend from here)."""
+    output records no run, or its store does not answer (nothing to mend from here). ``uri``: the store
+    this job logs to, asked in place of the recorded one when that is it, its password left out."""
     marker = Path(out_dir) / RUN_MARKER
     if not marker.is_file():
         return False
@@ -153,7 +154,8 @@ def recorded_run_unfinished(out_dir: Path) -> bool:
         recorded = json.loads(marker.read_text(encoding="utf-8"))
         import mlflow  # heavy: mlflow
 
-        return mlflow.MlflowClient(recorded["uri"]).get_run(recorded["run_id"]).info.status != "FINISHED"
+        store = uri if uri and recorded["uri"] in (uri, redacted(uri)) else recorded["uri"]
+        return mlflow.MlflowClient(store).get_run(recorded["run_id"]).info.status != "FINISHED"
     except Exception as exc:  # see start_stage_run: a bad marker or an unreachable store
         log.debug("MLflow: cannot read the run recorded in %s (%s)", marker, exc)
         return False
@@ -272,7 +274,7 @@ def parent_run(tracking: TrackingConfig | None, run_dir: Path, *, kind: str, key
         run = mlflow.start_run(run_id=existing, experiment_id=experiment_id, run_name=None if existing else name,
                                tags={S.KIND: kind, S.EXPERIMENT_KEY: key})
         if not existing and params:
-            mlflow.log_params({k[:250]: str(v)[:500] for k, v in params.items()})
+            mlflow.log_params({k[:250]: redacted(str(v))[:500] for k, v in params.items()})
     except Exception as exc:  # MLflow raises many types (HTTP, SQL, its own): none may stop the work
         log.warning("MLflow: cannot start the %s run at %s (%s); the work goes on without it", kind, uri, exc)
         yield None

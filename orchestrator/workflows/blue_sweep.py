@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 from dashboards.experiment_page import PAGE_PATH, build_page
-from orchestrator.core.config import flatten, to_dict
+from orchestrator.core.config import flatten, public, to_dict
 from orchestrator.core.console import LOG_PATH
 from orchestrator.core.cost import StageCost, read_cost, sweep_share
 from orchestrator.core.errors import ConfigError
@@ -135,7 +135,7 @@ def _in_ray_session(cfg: ExperimentConfig, body) -> ChainResult:
     stages; Ray is shut down before returning, so workers' buffered output is flushed before the summary."""
     run_dir = cfg.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(run_dir / "chain_config.json", to_dict(cfg))
+    atomic_write_json(run_dir / "chain_config.json", public(to_dict(cfg)))
     seed_everything(cfg.seed)
     started, tick = time.time(), time.monotonic()  # a timestamp (costs since it); the wall time's clock
     with ray_session(address=cfg.ray.address or None, num_cpus=cfg.ray.num_cpus or None,

@@ -30,7 +30,7 @@ import dataclasses
 import logging
 from pathlib import Path
 
-from orchestrator.core.config import check_set, field, to_dict
+from orchestrator.core.config import check_set, field, public, to_dict
 from orchestrator.core.console import LOG_PATH
 from orchestrator.core.errors import ConfigError
 from orchestrator.core.manifest import atomic_write_json, read_manifest, write_manifest
@@ -174,7 +174,7 @@ def run(cfg: CycleConfig) -> CycleResult:
     input_stats(cfg.corpus)  # fail fast, before Ray starts, on missing or empty source files
     run_dir = cfg.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(run_dir / "cycle_config.json", to_dict(cfg))
+    atomic_write_json(run_dir / "cycle_config.json", public(to_dict(cfg)))
     seed_everything(cfg.seed)
     from orchestrator.track.runs import log_step_metrics, parent_run  # heavy: mlflow behind it
 
