@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from orchestrator.core.config import redacted
 from orchestrator.core.errors import OrchestratorError
 from orchestrator.track import schema as S
+from orchestrator.track import sqlite_file
 
 
 @dataclass
@@ -59,8 +59,7 @@ class Experiment:
 
 def check_store(tracking_uri: str) -> None:
     """A SQLite store must exist: MLflow would otherwise create an empty one and find nothing."""
-    if tracking_uri.startswith("sqlite:///"):
-        path = Path(tracking_uri[len("sqlite:///"):])
+    if (path := sqlite_file(tracking_uri)) is not None:
         if not path.is_file():
             raise OrchestratorError(f"no MLflow store at {tracking_uri} ({path} does not exist): give the "
                                     "mlflow.db of a run directory, e.g. sqlite:///runs/<name>/mlflow.db")

@@ -21,6 +21,7 @@ an experiment whose sweep has not run yet, a baseline without results.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import html
 import logging
 import os
@@ -38,6 +39,7 @@ from orchestrator.retrieval.table import CSS as RETRIEVAL_CSS
 from orchestrator.retrieval.table import render_html as retrieval_html
 from orchestrator.track import local_uri
 from orchestrator.track import schema as S
+from orchestrator.track.local_store import readable_store
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +56,8 @@ CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 # The page
 def build_page(tracking_uri: str, out_path: str | Path, experiment_run_id: str | None = None) -> Path:
     """Read the experiment from MLflow and write its page to ``out_path`` (temp file + rename)."""
-    exp = load_experiment(tracking_uri, experiment_run_id)
+    with readable_store(tracking_uri) as readable:  # a run directory moved elsewhere: where its artifacts are now
+        exp = dataclasses.replace(load_experiment(readable, experiment_run_id), tracking_uri=tracking_uri)
     path = atomic_write_text(Path(out_path), render_page(exp))
     log.info("experiment page written: %s", path)
     return path

@@ -327,3 +327,55 @@ def test_a_new_run_directory_store_is_the_store_mlflow_would_have_made(tmp_path,
     before = (second / "mlflow.db").stat().st_mtime_ns
     effective_uri(TrackingConfig(), second)
     assert (second / "mlflow.db").stat().st_mtime_ns == before
+
+
+def test_a_run_directory_of_any_name_or_place_keeps_its_mlflow_store_and_artifacts(tmp_path):
+    """A portability probe (session 45): a run directory named with "?" put its store in a file beside it
+    (SQLAlchemy read a query), "%41" in another ("A"), and one whose path SQLite cannot open retried for about
+    100 s a stage and logged nowhere: now refused up front, saying why. A run directory moved elsewhere wrote
+    its new runs' artifacts to the old place (recreated), its report found no results artifact, and a reused
+    pretraining made an empty store at the old place: now its store follows it (a report reads a copy)."""
+    import json
+    import shutil
+
+    from orchestrator.core.errors import ConfigError
+    from orchestrator.track import TrackingConfig, effective_uri, local_uri
+    from orchestrator.track.local_store import readable_store
+    from orchestrator.track.runs import RUN_MARKER, recorded_run_unfinished
+
+    odd = tmp_path / "a b é"  # a space and a letter beyond ASCII are fine
+    odd.mkdir()
+    uri = effective_uri(TrackingConfig(), odd)
+    client = mlflow.MlflowClient(uri)
+    run = client.create_run(ensure_experiment(uri, "x", odd))
+    client.log_text(run.info.run_id, "hello", "note.txt")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [odd.name]  # nothing beside it
+    assert (odd / "mlflow.db").is_file() and len(list((odd / "mlartifacts").rglob("note.txt"))) == 1
+    for name, said in [("q?x", "'?'"), ("p%41", "'%'"), ("h #1", "'#'")]:
+        with pytest.raises(ConfigError, match=f"holds {said}"):
+            effective_uri(TrackingConfig(), tmp_path / name)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [odd.name]
+
+    deep = tmp_path / ("d" * 200) / ("e" * 200) / ("f" * 100)
+    with pytest.raises(ConfigError, match="SQLite opens at most 511"):
+        effective_uri(TrackingConfig(), deep)
+
+    old, new = tmp_path / "r1", tmp_path / "r2"
+    old.mkdir()
+    uri = effective_uri(TrackingConfig(), old)
+    client = mlflow.MlflowClient(uri)
+    run = client.create_run(ensure_experiment(uri, "x", old))
+    client.log_text(run.info.run_id, "hello", "note.txt")
+    (old / "pretrain").mkdir()
+    (old / "pretrain" / RUN_MARKER).write_text(json.dumps({"run_id": run.info.run_id, "uri": uri}))
+    shutil.move(old, new)
+    before = (new / "mlflow.db").read_bytes()
+    with readable_store(local_uri(new)) as readable:  # the report's view: the artifacts where they are now
+        assert mlflow.MlflowClient(readable).download_artifacts(run.info.run_id, "note.txt", str(tmp_path))
+    assert (new / "mlflow.db").read_bytes() == before and not old.exists()  # the store read, not written
+    assert not recorded_run_unfinished(new / "pretrain") and not old.exists()  # no empty store at the old place
+    uri = effective_uri(TrackingConfig(), new)  # a job logging to it again: the store follows its folder
+    client = mlflow.MlflowClient(uri)
+    client.log_text(client.create_run(ensure_experiment(uri, "x", new)).info.run_id, "again", "b.txt")
+    assert not old.exists() and len(list((new / "mlartifacts").rglob("*.txt"))) == 2
+    assert client.get_run(run.info.run_id).info.artifact_uri.startswith((new / "mlartifacts").as_uri())

@@ -37,6 +37,7 @@ from orchestrator.retrieval.table import RESULTS as RETRIEVAL_RESULTS
 from orchestrator.retrieval.table import render_section
 from orchestrator.track import schema as S
 from orchestrator.track import sqlite_file
+from orchestrator.track.local_store import readable_store
 
 log = logging.getLogger(__name__)
 
@@ -225,11 +226,12 @@ def regenerate_report(out_dir: Path, tracking_uri: str, experiment: str = "biopt
     of an experiment with cross-lingual retrieval, its tables (as the experiment's own report has them)."""
     from mlflow import MlflowClient  # heavy: mlflow
 
-    found = load_results(tracking_uri, experiment, run_id)
-    log.info("sweep run %s: results from its %s", found.run_id, found.source)
-    client = MlflowClient(tracking_uri)
-    notes: list[str] = []
-    retrieval = experiment_retrieval(client, client.get_run(found.run_id), notes)
+    with readable_store(tracking_uri) as readable:  # a run directory moved elsewhere: where its artifacts are now
+        found = load_results(readable, experiment, run_id)
+        log.info("sweep run %s: results from its %s", found.run_id, found.source)
+        client = MlflowClient(readable)
+        notes: list[str] = []
+        retrieval = experiment_retrieval(client, client.get_run(found.run_id), notes)
     return write_report(found.results, out_dir, title=title or f"BLUE results (MLflow run {found.run_id[:8]})",
                         source=f"{redacted(tracking_uri)} run {found.run_id}", baseline=baseline,
                         source_scores=source_scores,

@@ -6,6 +6,7 @@ import dataclasses
 from pathlib import Path
 
 from orchestrator.core.cost import StageCost, cost_lines
+from orchestrator.track import ui_command
 from orchestrator.track.experiments import UI_ADDRESS, ui_url
 
 #: ChainResult.report's key for an experiment's comparison page (dashboards/, written by jobs/blue_sweep.py).
@@ -34,7 +35,7 @@ class ChainResult:
         return 3 if any(arm["status"] == "failed" for arm in self.arms.values()) else 0
 
     def mlflow_ui_command(self) -> str:
-        return f"mlflow ui --backend-store-uri {self.tracking_uri} --host 127.0.0.1 --port 5000"
+        return ui_command(self.tracking_uri)
 
     def summary(self) -> str:
         lines = ["", "=" * 72, f"run directory : {self.run_dir}"]

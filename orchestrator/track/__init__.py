@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import logging
 import os
+import shlex
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -22,8 +23,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.core.config import field, flatten, redacted
+from orchestrator.core.errors import ConfigError
 from orchestrator.track.experiments import ensure_experiment
-from orchestrator.track.local_store import sqlite_file, sqlite_uri, start_local_store
+from orchestrator.track.local_store import (
+    path_problem,
+    relocate_artifacts,
+    sqlite_file,
+    sqlite_uri,
+    start_local_store,
+)
 
 log = logging.getLogger(__name__)
 
@@ -69,11 +77,26 @@ def probe(uri: str, timeout: float = PROBE_TIMEOUT_S) -> str | None:
         except (OSError, urllib.error.URLError) as exc:
             return str(getattr(exc, "reason", exc))
     if (database := sqlite_file(uri)) is not None:
+        if (too_long := path_problem(database)) is not None:
+            return too_long
         parent = database.parent
         while not parent.exists() and parent != parent.parent:
             parent = parent.parent
         return None if os.access(parent, os.W_OK) else f"{parent} is not writable"
     return None
+
+
+def ui_command(uri: str) -> str:
+    """The shell command that opens the store at ``uri`` in MLflow's UI, on loopback (quoted: a run directory
+    may hold spaces or ``#``)."""
+    return f"mlflow ui --backend-store-uri {shlex.quote(uri)} --host 127.0.0.1 --port 5000"
+
+
+def check_local_store(uri: str) -> None:
+    """ConfigError when ``uri`` is a SQLite store that SQLite cannot open wherever it is (its path's length):
+    MLflow would retry for about 100 s at every stage and the run would log nowhere."""
+    if (database := sqlite_file(uri)) is not None and (problem := path_problem(database)) is not None:
+        raise ConfigError(f"MLflow's store {database}: {problem}")
 
 
 def effective_uri(tracking: TrackingConfig, run_dir) -> str:
@@ -86,10 +109,13 @@ def effective_uri(tracking: TrackingConfig, run_dir) -> str:
         _EFFECTIVE[configured] = configured
         if problem is not None:
             fallback = local_uri(run_dir)
+            check_local_store(fallback)
             log.warning("MLflow at %s does not answer (%s): this run logs to %s instead and trains on "
-                        "(open it with: mlflow ui --backend-store-uri %s)", redacted(configured), problem, fallback,
-                        fallback)
+                        "(open it with: %s)", redacted(configured), problem, fallback, ui_command(fallback))
             _EFFECTIVE[configured] = fallback
+    check_local_store(_EFFECTIVE[configured])
+    if (database := sqlite_file(_EFFECTIVE[configured])) is not None:
+        relocate_artifacts(database)
     start_local_store(_EFFECTIVE[configured])
     return _EFFECTIVE[configured]
 

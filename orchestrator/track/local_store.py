@@ -19,6 +19,8 @@ import shutil
 import sqlite3
 import tempfile
 import time
+import urllib.parse
+from collections.abc import Iterator
 from pathlib import Path
 
 from orchestrator.core.reuse import user_cache_dir
@@ -26,6 +28,13 @@ from orchestrator.core.reuse import user_cache_dir
 log = logging.getLogger(__name__)
 
 SQLITE_PREFIX = "sqlite:///"
+
+
+#: What SQLAlchemy reads as URL syntax in a store URI's path (a query, a fragment, an escape); escaped, they
+#: reach SQLite but MLflow 3 makes the escaped name's folder beside the store (``_make_parent_dirs_if_sqlite``)
+URI_SPECIAL = "?#%"
+#: The longest file name SQLite's unix VFS opens (SQLITE_MAX_PATHNAME); a longer one fails as "unable to open"
+SQLITE_MAX_PATH_BYTES = 512
 
 
 def sqlite_uri(path: str | Path) -> str:
@@ -36,6 +45,76 @@ def sqlite_uri(path: str | Path) -> str:
 def sqlite_file(uri: str) -> Path | None:
     """The file of a SQLite store's URI; None for any other store."""
     return Path(uri[len(SQLITE_PREFIX):]) if uri.startswith(SQLITE_PREFIX) else None
+
+
+def path_problem(database: Path) -> str | None:
+    """Why MLflow cannot keep a SQLite store at ``database`` whatever the disk allows, or None: a folder
+    named ``a?b`` put the store in a file ``a`` beside it, ``%41`` in one named with ``A``."""
+    if found := sorted(set(URI_SPECIAL) & set(str(database.resolve()))):
+        return (f"its path holds {' and '.join(repr(c) for c in found)}, which MLflow's SQLite address reads as "
+                "URL syntax (the store would be another file): use a run directory without them, or a tracking "
+                "server (tracking.tracking_uri), or tracking.enabled=false")
+    size = len(os.fsencode(database.resolve()))
+    if size >= SQLITE_MAX_PATH_BYTES:
+        return (f"its path is {size} bytes and SQLite opens at most {SQLITE_MAX_PATH_BYTES - 1}: use a shorter "
+                "run directory (runs_root, out_dir), or a tracking server (tracking.tracking_uri)")
+    return None
+
+
+def _stale_locations(db: sqlite3.Connection, here: Path) -> list[tuple[int, str]]:
+    """(experiment id, artifact location) of the experiments whose ``.../mlartifacts`` folder is gone."""
+    stale = []
+    for experiment_id, old in db.execute("SELECT experiment_id, artifact_location FROM experiments").fetchall():
+        if (old or "").startswith("file://") and old.endswith("/mlartifacts") and old != here.resolve().as_uri():
+            if not Path(urllib.parse.unquote(urllib.parse.urlsplit(old).path)).exists():
+                stale.append((experiment_id, old))
+    return stale
+
+
+def relocate_artifacts(database: Path, here: Path | None = None) -> int:
+    """A run directory moved elsewhere keeps its MLflow artifacts: its store names them by absolute location
+    (``file:///old/run/mlartifacts``), where new runs would write (recreating the old folder) and a report
+    would find nothing. Experiments whose artifact folder is gone while ``here`` (``mlartifacts`` beside the
+    store) exists are pointed at it, and their runs too (MLflow has no call for it: its tables are updated,
+    as ``start_local_store`` does). A copy (both folders there) and a store that run directories share are
+    left alone. Returns the number of experiments moved."""
+    here = here or database.parent / "mlartifacts"
+    if not database.is_file() or not here.is_dir():
+        return 0
+    new = here.resolve().as_uri()
+    with contextlib.closing(sqlite3.connect(database, timeout=30)) as db, db:
+        stale = _stale_locations(db, here)
+        for experiment_id, old in stale:
+            db.execute("UPDATE experiments SET artifact_location = ? WHERE experiment_id = ?", (new, experiment_id))
+            db.execute("UPDATE runs SET artifact_uri = ? || substr(artifact_uri, ?) "
+                       "WHERE experiment_id = ? AND substr(artifact_uri, 1, ?) = ?",
+                       (new, len(old) + 1, experiment_id, len(old), old))
+    if stale:
+        log.info("MLflow store %s: %d experiment(s) moved with their run directory to %s", database, len(stale), here)
+    return len(stale)
+
+
+@contextlib.contextmanager
+def readable_store(uri: str) -> Iterator[str]:
+    """``uri`` to read from; for a SQLite store moved with its run directory (``relocate_artifacts``), a
+    temporary copy whose artifact locations are where they are now: a report reads a moved run directory
+    whole (it found no results artifact, and left tables out) and never writes into the store it reads."""
+    database = sqlite_file(uri)
+    here = database.parent / "mlartifacts" if database is not None else None
+    if database is None or not database.is_file() or not here.is_dir():
+        yield uri
+        return
+    read_only = f"file:{urllib.parse.quote(str(database.resolve()))}?mode=ro"
+    with contextlib.closing(sqlite3.connect(read_only, uri=True)) as src:
+        if not _stale_locations(src, here):
+            yield uri
+            return
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = Path(tmp) / "mlflow.db"
+            with contextlib.closing(sqlite3.connect(copy)) as dst:
+                src.backup(dst)
+            relocate_artifacts(copy, here)
+            yield sqlite_uri(copy)
 
 
 def cache_dir() -> Path:

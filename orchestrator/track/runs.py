@@ -25,7 +25,7 @@ from typing import Any
 
 from orchestrator.core.config import flatten, redacted, to_dict
 from orchestrator.core.manifest import atomic_write_json, git_state
-from orchestrator.track import TrackingConfig, effective_uri
+from orchestrator.track import TrackingConfig, effective_uri, sqlite_file
 from orchestrator.track import schema as S
 from orchestrator.track.experiments import ensure_experiment
 
@@ -155,6 +155,8 @@ def recorded_run_unfinished(out_dir: Path, uri: str = "") -> bool:
         import mlflow  # heavy: mlflow
 
         store = uri if uri and recorded["uri"] in (uri, redacted(uri)) else recorded["uri"]
+        if (database := sqlite_file(store)) is not None and not database.is_file():
+            return False  # the output was moved from there (asking would make an empty store at the old place)
         return mlflow.MlflowClient(store).get_run(recorded["run_id"]).info.status != "FINISHED"
     except Exception as exc:  # see start_stage_run: a bad marker or an unreachable store
         log.debug("MLflow: cannot read the run recorded in %s (%s)", marker, exc)

@@ -45,7 +45,7 @@ from orchestrator.core.manifest import atomic_write_json
 from orchestrator.core.reuse import content_key
 from orchestrator.core.runtime import ray_session, seed_everything
 from orchestrator.report.summary import PAGE, RETRIEVAL, ChainResult
-from orchestrator.track import effective_uri, local_uri, probe
+from orchestrator.track import check_local_store, effective_uri, local_uri, probe
 from orchestrator.track import schema as S
 from orchestrator.track.experiments import experiment_id_of
 from orchestrator.workflows.analyses import (
@@ -202,6 +202,7 @@ def plan_tracking(cfg: ChainConfig) -> str:
         return "tracking: off"
     uri = cfg.tracking.resolve_uri(cfg.run_dir)
     problem = probe(uri)
+    check_local_store(uri if problem is None else local_uri(cfg.run_dir))  # a store SQLite cannot open: refused
     state = "answers" if problem is None else (f"does NOT answer ({problem}): the run would log to "
                                                f"{local_uri(cfg.run_dir)} instead")
     return f"tracking: {uri} (experiment {cfg.tracking.experiment!r}) {state}"

@@ -42,7 +42,7 @@ from orchestrator.instances.config import InstanceConfig
 from orchestrator.instances.entity_masking import EntityMaskingConfig
 from orchestrator.pretrain.config import PretrainConfig
 from orchestrator.sweep.config import SweepConfig
-from orchestrator.track import TrackingConfig, effective_uri
+from orchestrator.track import TrackingConfig, effective_uri, ui_command
 from orchestrator.vocab.wordpiece import VocabConfig
 from orchestrator.workflows.config import ChainConfig, RayConfig, sample_corpus
 from orchestrator.workflows.runner import ArmPlan, arm_outputs, build_arm, plan_corpus_stages, sweep
@@ -159,7 +159,7 @@ class CycleResult:
                          + (f"; built with cycle {prev['cycle']}'s extractor (F1 test {prev['test']:.3f}), "
                             f"{c['entities'].get('entities', 0)} entities" if prev else "; random masking"))
         if self.tracking_uri:
-            lines.append(f"MLflow        : mlflow ui --backend-store-uri {self.tracking_uri}")
+            lines.append(f"MLflow        : {ui_command(self.tracking_uri)}")
         lines.append("=" * 72)
         return "\n".join(lines)
 

@@ -59,7 +59,7 @@ from orchestrator.selection.regmix import (
     natural_proportions,
     search_simplex,
 )
-from orchestrator.track import TrackingConfig, effective_uri
+from orchestrator.track import TrackingConfig, effective_uri, ui_command
 from orchestrator.workflows.config import RayConfig, sample_corpus
 from orchestrator.workflows.propose_mix import CORPUS_FILE, PROPOSAL_FILE, proposal_corpus, write_proposal
 
@@ -162,7 +162,7 @@ class ProxySearchResult:
                   f"  build it:  python jobs/build_corpus.py --config {self.corpus_file}",
                   f"  as an experiment arm:  arms.<name>.corpus_from={self.corpus_file}"]
         if self.tracking_uri:
-            lines.append(f"MLflow: mlflow ui --backend-store-uri {self.tracking_uri}")
+            lines.append(f"MLflow: {ui_command(self.tracking_uri)}")
         return "\n".join(lines)
 
 

@@ -30,7 +30,7 @@ from orchestrator.retrieval.stage import (
     scores_only,
 )
 from orchestrator.retrieval.table import RESULTS, render_text
-from orchestrator.track import TrackingConfig, effective_uri
+from orchestrator.track import TrackingConfig, effective_uri, ui_command
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +60,7 @@ class RetrievalResult:
                                                                f"{self.out_dir / TABLE_HTML}",
                  f"results : {self.out_dir / RESULTS}"]
         if self.tracking_uri:
-            lines.append(f"MLflow  : mlflow ui --backend-store-uri {self.tracking_uri} --host 127.0.0.1 --port 5000")
+            lines.append(f"MLflow  : {ui_command(self.tracking_uri)}")
         lines.append(json.dumps(scores_only(self.results), sort_keys=False))
         return "\n".join(lines)
 
