@@ -207,3 +207,48 @@ def test_an_embedded_ray_under_a_shells_limits_runs_or_says_which_limit(tmp_path
         assert float(res.stdout.split("STORE ")[1].split()[0]) <= 8000000 * 1024 / 4
     else:
         assert res.returncode != 0 and said in res.stderr and "ANSWER" not in res.stdout, res.stderr[-3000:]
+
+
+def test_only_this_users_cluster_marker_attaches_and_a_planted_log_link_is_refused(monkeypatch, tmp_path, caplog):
+    """A security probe (session 45): /tmp/ray is writable by anyone, and a job attached to whatever cluster
+    /tmp/ray/ray_current_cluster named, so another user could send it, with its code and data, to theirs;
+    and a job's logs/job.log beside its output (in a shared folder) was appended to through a link someone
+    planted there. Another user's marker (or a link) is ignored, saying so; a log link or a log folder that
+    is a link or another user's is refused."""
+    import logging
+
+    from orchestrator.core import console
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.delenv("ORCH_IGNORE_LOCAL_CLUSTER", raising=False)
+    marker = tmp_path / "ray_current_cluster"
+    assert runtime.cluster_address(marker=marker) is None  # no cluster on this host
+    marker.write_text("127.0.0.1:6379")
+    assert runtime.cluster_address(marker=marker) == "auto"  # this user's: the head node's job attaches
+    assert runtime.cluster_address("local", marker=marker) is None
+    link = tmp_path / "link"
+    link.symlink_to(marker)
+    with caplog.at_level(logging.WARNING):
+        assert runtime.cluster_address(marker=link) is None
+    assert "not a file" in caplog.text
+    if os.getuid() == 0:  # root can give the file to another user
+        os.chown(marker, 65534, 65534)
+        assert runtime.cluster_address(marker=marker) is None and "another user's, uid 65534" in caplog.text
+
+    victim = tmp_path / "bashrc"
+    victim.write_text("mine\n")
+    (tmp_path / "out" / "logs").mkdir(parents=True)
+    (tmp_path / "out" / "logs" / "job.log").symlink_to(victim)
+    monkeypatch.setattr(console, "_verbose", False)
+    with pytest.raises(ConfigError, match="the job's log file is a link"):
+        with console.run_log(tmp_path / "out" / "logs" / "job.log"):
+            pass
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "logs").symlink_to(tmp_path / "out" / "logs")
+    with pytest.raises(ConfigError, match="log folder is a link"):
+        with console.run_log(tmp_path / "shared" / "logs" / "job.log"):
+            pass
+    assert victim.read_text() == "mine\n"
+    with console.run_log(tmp_path / "mine" / "logs" / "job.log") as written:  # a folder of one's own: written
+        os.write(1, b"a line\n")
+    assert written.read_text() == "a line\n"

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import logging
 import os
+import stat
 import sys
 import threading
 import time
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import TextIO
 
 from orchestrator.core.config import redacted
+from orchestrator.core.errors import ConfigError
 
 #: A Ray worker's line that the driver shows on the terminal (``worker_line``), and one that updates
 #: the progress line. Both stay in the log file as printed.
@@ -188,6 +191,24 @@ def _dispatcher():
     return global_worker_stdstream_dispatcher
 
 
+def _open_log(path: Path) -> TextIO:
+    """``path`` opened to append, never through a link, nor in a folder that is a link or another user's: a
+    log beside an output in a shared folder (``/tmp``) could be a link someone planted to a file of yours."""
+    folder = path.parent
+    info = os.lstat(folder)
+    if stat.S_ISLNK(info.st_mode) or info.st_uid != os.getuid():
+        whose = "a link" if stat.S_ISLNK(info.st_mode) else f"another user's (uid {info.st_uid})"
+        raise ConfigError(f"{folder}: the job's log folder is {whose}; give an output folder of yours")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ConfigError(f"{path}: the job's log file is a link; remove it, or give another output folder"
+                              ) from None
+        raise
+    return os.fdopen(fd, "a", encoding="utf-8", buffering=1)
+
+
 @contextlib.contextmanager
 def run_log(path: str | Path) -> Iterator[Path | None]:
     """This process's stdout and stderr (and the Ray output forwarded to them) into ``path``
@@ -199,11 +220,11 @@ def run_log(path: str | Path) -> Iterator[Path | None]:
         return
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    log_file = _open_log(path)
     sys.stdout.flush()
     sys.stderr.flush()
     saved = (os.dup(1), os.dup(2))
     terminal = os.fdopen(os.dup(saved[1]), "w", encoding="utf-8", errors="replace", buffering=1)
-    log_file = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - closed below
     handler = _TerminalHandler(logging.INFO)
     handler.addFilter(_for_terminal)
     handler.setFormatter(_FORMAT)

@@ -12,6 +12,7 @@ import os
 import random
 import resource
 import socket
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,17 +28,29 @@ log = logging.getLogger(__name__)
 _CLUSTER_MARKER = Path("/tmp/ray/ray_current_cluster")
 
 
-def cluster_address(explicit: str | None = None) -> str | None:
-    """The address to attach to, or None for an embedded local Ray."""
+def cluster_address(explicit: str | None = None, marker: Path = _CLUSTER_MARKER) -> str | None:
+    """The address to attach to, or None for an embedded local Ray: the one given, ``RAY_ADDRESS``, or the
+    cluster ``ray start`` left its marker for on this host (a job a cluster's head node runs, ``ray submit``)
+    when this user made it: ``/tmp/ray`` is writable by anyone, so another user's marker would send the job,
+    its code and data to a cluster of their choosing."""
     if explicit and explicit != "local":
         return explicit
     if explicit == "local":
         return None
     if os.environ.get("RAY_ADDRESS"):
         return os.environ["RAY_ADDRESS"]
-    if _CLUSTER_MARKER.is_file() and os.environ.get("ORCH_IGNORE_LOCAL_CLUSTER") != "1":
-        return "auto"
-    return None
+    if os.environ.get("ORCH_IGNORE_LOCAL_CLUSTER") == "1":
+        return None
+    try:
+        info = os.lstat(marker)
+    except OSError:  # none: no cluster was started on this host
+        return None
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
+        log.warning("ignoring %s (%s): this job starts its own Ray; set RAY_ADDRESS (or ray_address) to attach to "
+                    "a cluster", marker, "not a file" if not stat.S_ISREG(info.st_mode)
+                    else f"another user's, uid {info.st_uid}")
+        return None
+    return "auto"
 
 
 def init_ray(address: str | None = None, num_cpus: int | None = None, num_gpus: int | None = None,
