@@ -280,3 +280,37 @@ def test_an_override_whose_list_is_left_open_is_refused_as_such():
     with pytest.raises(ConfigError, match=r"the value is not a YAML mapping"):
         load_config(Job, None, ["tags={a: x"])
     assert load_config(Job, None, ["tags.a=a: b: c"]).tags == {"a": "a: b: c"}  # other text YAML cannot read stays text
+
+
+def test_a_yaml_alias_bomb_or_loop_is_refused_before_it_is_expanded(tmp_path):
+    """A security probe (session 45): 9 levels of 9 aliases ("billion laughs", 400 bytes) took 35 s and 3.8 GB
+    before a MemoryError reported as a bug; the config is copied whole, aliases expanded. A config whose
+    aliases expand past a million values, or an alias inside what it names, is refused at once."""
+    import time
+
+    from orchestrator.core.config import parse_override, read_yaml
+
+    levels = ["&a [1,1,1,1,1,1,1,1,1]"] + [f"&{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]" for i in range(8)]
+    (tmp_path / "bomb.yaml").write_text("sweep:\n  seeds: [" + ", ".join(levels) + "]\n", encoding="utf-8")
+    start = time.monotonic()
+    with pytest.raises(ConfigError, match="bomb.yaml: its YAML aliases expand to over 1,000,000 values"):
+        read_yaml(tmp_path / "bomb.yaml")
+    assert time.monotonic() - start < 5
+    (tmp_path / "loop.yaml").write_text("a: &x [1, *x]\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="refers to the list or mapping that holds it"):
+        read_yaml(tmp_path / "loop.yaml")
+    (tmp_path / "fine.yaml").write_text("base: &b {lr: 1.0e-3, epochs: 3}\narms: {x: *b, y: *b}\n", encoding="utf-8")
+    assert read_yaml(tmp_path / "fine.yaml")["arms"]["y"] == {"lr": 1.0e-3, "epochs": 3}  # aliases still work
+    with pytest.raises(ConfigError, match="override"):
+        parse_override("sweep.seeds=[" + ", ".join(levels) + "]")
+
+
+@pytest.mark.parametrize(("text", "value"), [("out_dir=/runs/exp #1/out", "/runs/exp #1/out"), ("out_dir=&abc", "&abc"),
+                                             ("x=null", None), ("x='a #b'", "a #b"), ("x=[1, 2]", [1, 2]),
+                                             ("x=a b", "a b"), ("x=3", 3)])
+def test_an_override_is_the_text_given_not_what_a_yaml_comment_or_anchor_leaves(text, value):
+    """A portability probe (session 45): `out_dir=/tmp/we ird #1/out` wrote to /tmp/we ird (YAML took ` #1/out`
+    for a comment), and `out_dir=&abc` said "out_dir is empty" (an anchor). Plain text stays the text given."""
+    from orchestrator.core.config import parse_override
+
+    assert parse_override(text)[1] == value

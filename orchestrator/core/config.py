@@ -109,7 +109,40 @@ def read_yaml(path: str | Path) -> dict:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    check_expanded_size(data, str(path))
     return data
+
+
+#: The most values a config may hold once YAML's aliases (``*a``) are expanded: a few hundred bytes of nested
+#: aliases ("billion laughs") expand to billions, and the config is copied whole
+MAX_CONFIG_VALUES = 1_000_000
+
+
+def check_expanded_size(data: Any, where: str) -> int:
+    """The number of values ``data`` holds with its shared parts (YAML aliases) counted at every use;
+    ConfigError when over ``MAX_CONFIG_VALUES`` or when a part holds itself (``&a [*a]``)."""
+    sizes: dict[int, int] = {}
+    open_parts: set[int] = set()
+
+    def size(value: Any) -> int:
+        if not isinstance(value, (dict, list)):
+            return 1
+        key = id(value)
+        if key in sizes:
+            return sizes[key]
+        if key in open_parts:
+            raise ConfigError(f"{where}: a YAML alias refers to the list or mapping that holds it")
+        open_parts.add(key)
+        parts = value.values() if isinstance(value, dict) else value
+        total = 1 + sum(size(v) for v in parts)
+        open_parts.discard(key)
+        if total > MAX_CONFIG_VALUES:
+            raise ConfigError(f"{where}: its YAML aliases expand to over {MAX_CONFIG_VALUES:,} values; "
+                              "expected a config (write the values out, or use fewer nested aliases)")
+        sizes[key] = total
+        return total
+
+    return size(data)
 
 
 class UniqueKeyLoader(yaml.SafeLoader):
@@ -219,8 +252,20 @@ def parse_override(text: str) -> tuple[list[str], Any]:
             raise ConfigError(f"override {text!r}: the value is not a YAML {kind} ({_yaml_problem(exc)}): write "
                               "[a, b] or {k: v}, quoted for the shell") from None
         value = raw
+    if isinstance(value, str | None) and _changed_by_yaml(raw.strip(), value):
+        value = raw.strip()  # "out_dir=/runs/exp #1" is that folder, not "/runs/exp" and a YAML comment
+    check_expanded_size(value, f"override {text!r}")
     return path, value
 
+
+def _changed_by_yaml(raw: str, value: str | None) -> bool:
+    """Whether YAML read an override's unquoted text as other text: a comment (`` #``) cut off, an anchor
+    (``&x``) taken away. ``null``, ``~``, quoted text and tags (``!!str 5``) are read as YAML reads them."""
+    if not raw or raw[0] in "'\"":
+        return False
+    if value is None:
+        return raw not in ("null", "Null", "NULL", "~")
+    return value != raw and (" #" in raw or "\t#" in raw or raw[0] == "&")
 
 def apply_overrides(data: dict, overrides: list[str]) -> dict:
     data = _deep_copy(data)
