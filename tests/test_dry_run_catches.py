@@ -88,6 +88,8 @@ def test_an_unwritable_output_directory_is_refused_before_ray(job, key, dry, rea
 
 @pytest.mark.parametrize("dry", [True, False], ids=["dry-run", "run"])
 @pytest.mark.parametrize("job,override", [("blue_sweep", "run_name="), ("blue_sweep", "run_name=.."),
+                                          ("blue_sweep", "run_name=../../elsewhere"),  # a probe (session 45)
+                                          ("entity_cycle", "run_name=/tmp/elsewhere"), ("entity_cycle", "run_name=./."),
                                           ("build_corpus", "out_dir="), ("propose_mix", "out_dir= ")])
 def test_an_empty_output_name_is_refused_not_taken_for_the_working_directory(job, override, dry, tmp_path,
                                                                              capsys, monkeypatch):

@@ -53,6 +53,20 @@ def test_user_task_yaml_builds_on_a_shipped_task(tmp_path):
     assert (spec.format, spec.family, spec.entity_type) == ("iob", "ner", "Chemical")
 
 
+def test_an_include_that_is_not_a_task_yaml_is_refused_without_its_text(tmp_path):
+    """A security probe (session 45): `include: /etc/shadow` printed the file's first line inside an "unknown
+    config key" error. An include must name a .yaml file; a long key in that error is cut."""
+    (tmp_path / "secret").write_text("root:$6$hash:1:0:99999:7:::\nx: y\n", encoding="utf-8")
+    (tmp_path / "t.yaml").write_text(f"include: {tmp_path / 'secret'}\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="is not a task YAML") as caught:
+        load_task(str(tmp_path / "t.yaml"))
+    assert "$6$hash" not in str(caught.value)
+    (tmp_path / "long.yaml").write_text("include: hoc.yaml\n" + "k" * 500 + ": 1\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="unknown config key") as caught:
+        load_task(str(tmp_path / "long.yaml"))
+    assert "k" * 120 not in str(caught.value)
+
+
 def test_shipped_samples_parse_for_every_task():
     """Every BLUE task has a bundled sample (the laptop demo); jsts reads JGLUE's files (test_japanese)."""
     for name in blue_task_names():

@@ -110,6 +110,21 @@ def test_markdown_cells():
     assert "(" not in base, base
 
 
+def test_markdown_shows_a_model_or_task_name_as_typed_never_as_html():
+    """A security probe (session 45): a model named `<script>alert(1)</script>` went into blue_table.md as
+    HTML, which Markdown viewers render (the HTML report escaped it)."""
+    results = make_results()
+    results["cells"]["<script>x</script>|b"] = results["cells"].pop("ampv")
+    results["summary"]["<script>x</script>|b"] = results["summary"].pop("ampv")
+    results["models"] = ["base", "<script>x</script>|b", "simpt"]
+    results["tasks"][0]["name"] = "BIOSSES & <b>"
+    for row in results["cells"].values():
+        row["BIOSSES & <b>"] = row.pop("BIOSSES")
+    md = render_markdown(build_table(results))
+    assert "<script>" not in md and "<b>" not in md
+    assert "| &lt;script&gt;x&lt;/script&gt;\\|b |" in md and "BIOSSES &amp; &lt;b&gt;" in md
+
+
 def test_no_clinical_task_means_no_clinical_column():
     results = make_results()
     results["tasks"] = [t for t in results["tasks"] if t["group"] == "biomedical"]

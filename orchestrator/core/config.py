@@ -55,6 +55,16 @@ def check_number(where: str, value: Any, *, low: float | None = None, high: floa
         raise ConfigError(f"{where} must be a finite number{' ' + text if text else ''}, got {value!r}")
 
 
+def check_run_name(name: str) -> None:
+    """A run's directory is ``runs_root/run_name``: the name may hold folders (``ablation/seed1``) but not lead
+    out of ``runs_root`` (``..``, an absolute path), nor be ``runs_root`` itself (``.``)."""
+    check_set(run_name=name)
+    parts = Path(name.strip()).parts
+    if Path(name.strip()).is_absolute() or ".." in parts or all(p == "." for p in parts):
+        raise ConfigError(f"run_name is {name!r}: give a name for the run's directory under runs_root "
+                          "(folders are fine; '..' and an absolute path would lead out of it)")
+
+
 def check_set(**values: str) -> None:
     """Paths and names a job writes under must be given: an empty one (say, an unset shell variable) is the
     working directory (``Path("")``), where a run would write its outputs beside the user's files."""
@@ -314,7 +324,9 @@ def from_dict(cls: type[C], data: dict | None, where: str = "") -> C:
     unknown = [k for k in data if k not in fields]
     if unknown:
         key = unknown[0]
-        raise ConfigError(f"unknown config key {_join(where, key)!r}{suggest(key, fields)}")
+        name = _join(where, key)  # a file that is not a config (read as YAML) may hold a long text here
+        raise ConfigError(f"unknown config key {name if len(name) <= 120 else name[:117] + '...'!r}"
+                          f"{suggest(key, fields)}")
     missing = [n for n, f in fields.items() if n not in data and f.default is dataclasses.MISSING
                and f.default_factory is dataclasses.MISSING]
     if missing:

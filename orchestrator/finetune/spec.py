@@ -195,6 +195,8 @@ def _resolve_includes(path: Path, seen: tuple[Path, ...] = ()) -> dict:
     parent = data.get("include")
     if not parent:
         return data
+    if not isinstance(parent, str) or Path(parent).suffix not in (".yaml", ".yml"):
+        raise ConfigError(f"{path}: include {str(parent)[:80]!r} is not a task YAML (expected a .yaml file)")
     parent_path = (path.parent / parent).resolve()
     if not parent_path.is_file():  # a user's task may build on a shipped task or template
         parent_path = TASK_DIR / parent

@@ -32,9 +32,9 @@ def render_markdown(table: BlueTable, title: str = "BLUE results", curves: str |
     """GitHub Markdown: best ``**bold**``, second ``<u>underlined</u>`` as in the seed's tables;
     the paired differences after the table when ``comparison`` (``compare.comparison_document``) is given;
     ``sections`` (Markdown, e.g. an experiment's retrieval tables) before the learning curves."""
-    head = ["Model"] + [c.label for c in table.columns]
+    head = ["Model"] + [_md_escape(c.label) for c in table.columns]
     rule = "|" + "|".join(["---"] + [":---:"] * len(table.columns)) + "|"
-    lines = [f"# {title}", "", "| " + " | ".join(head) + " |", rule]
+    lines = [f"# {_md_escape(title)}", "", "| " + " | ".join(head) + " |", rule]
     for model in table.models:
         row = [_md_escape(model)]
         for col in table.columns:
@@ -52,7 +52,7 @@ def render_markdown(table: BlueTable, title: str = "BLUE results", curves: str |
     tasks = [c for c in table.columns if c.kind == "task"]
     if any(table.cell(m, c.key).selected for m in table.models for c in tasks):
         lines += ["", "## Settings selected on dev", "",
-                  "| Model | " + " | ".join(c.label for c in tasks) + " |", "|---|" + "---|" * len(tasks)]
+                  "| Model | " + " | ".join(_md_escape(c.label) for c in tasks) + " |", "|---|" + "---|" * len(tasks)]
         for model in table.models:
             lines.append(f"| {_md_escape(model)} | " + " | ".join(_selection_text(table, table.cell(model, c.key))
                                                                for c in tasks) + " |")
@@ -444,4 +444,6 @@ def sources_html(doc: dict, scale: float = 100.0, digits: int = 1, figures: dict
 
 
 def _md_escape(text: str) -> str:
-    return text.replace("|", "\\|")
+    """Text for a Markdown table or heading: ``|`` would end a cell, and Markdown renders HTML (a model named
+    ``<script>...`` ran in a viewer that shows HTML): ``&``, ``<`` and ``>`` as entities, displayed as typed."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")

@@ -15,6 +15,7 @@ from typing import Any
 
 from orchestrator.augment.config import AugmentStageConfig
 from orchestrator.core.config import (
+    check_run_name,
     check_set,
     expand_package_paths,
     field,
@@ -96,9 +97,8 @@ class ChainConfig:
     sweep: SweepConfig = field(default_factory=SweepConfig, help="BLUE fine-tuning sweep")
 
     def __post_init__(self):
-        check_set(run_name=self.run_name, model_name=self.model_name)
-        if self.run_name.strip() in (".", ".."):  # the run directory would be runs_root itself, or its parent
-            raise ConfigError(f"run_name is {self.run_name!r}: give a name for the run's directory under runs_root")
+        check_set(model_name=self.model_name)
+        check_run_name(self.run_name)
         bad = [s for s in self.stages if s not in ALL_STAGES]
         if bad:
             raise ConfigError(f"stages: unknown stage(s) {bad}; valid: {list(ALL_STAGES)}")

@@ -30,7 +30,7 @@ import dataclasses
 import logging
 from pathlib import Path
 
-from orchestrator.core.config import check_set, field, public, to_dict
+from orchestrator.core.config import check_run_name, field, public, to_dict
 from orchestrator.core.console import LOG_PATH
 from orchestrator.core.errors import ConfigError
 from orchestrator.core.manifest import atomic_write_json, read_manifest, write_manifest
@@ -100,9 +100,7 @@ class CycleConfig:
              "selected model is the next cycle's entity extractor")
 
     def __post_init__(self) -> None:
-        check_set(run_name=self.run_name)
-        if self.run_name.strip() in (".", ".."):  # the run directory would be runs_root itself, or its parent
-            raise ConfigError(f"run_name is {self.run_name!r}: give a name for the run's directory under runs_root")
+        check_run_name(self.run_name)
         if self.eval_instances < 0:
             raise ConfigError(f"eval_instances: {self.eval_instances}; >= 0 (0 = off)")
         if self.cycles < 1:
