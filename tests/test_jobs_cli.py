@@ -346,3 +346,39 @@ except Terminated:
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.splitlines() == ["tune's handler: False", "raised after the session"], out.stdout
+
+
+def test_weights_that_would_run_code_are_refused_as_bad_input_naming_the_file(tmp_path):
+    """A security probe (session 45): a pytorch_model.bin or a checkpoint's training state whose pickle would
+    run a command was refused by torch's weights_only load, but the job called the UnpicklingError a bug and
+    passed on torch's advice to load with weights_only=False. It is bad input now, naming the file."""
+    import os
+    import pickle
+
+    import pytest
+    import torch
+    from transformers import BertConfig, BertForMaskedLM
+
+    from orchestrator.core.errors import InputError
+    from orchestrator.modeling.encoder import from_pretrained, load_encoder
+    from orchestrator.pretrain.checkpoint import STATE_FILE, load_training_state
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, (f"touch {tmp_path / 'ran'}",))
+
+    model = tmp_path / "model"
+    BertForMaskedLM(BertConfig(vocab_size=30, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                               intermediate_size=16)).save_pretrained(model)
+    (model / "model.safetensors").unlink()
+    torch.save({"bert.embeddings.word_embeddings.weight": Payload()}, model / "pytorch_model.bin")
+    for load in (lambda: from_pretrained(BertForMaskedLM, model), lambda: load_encoder(model)):
+        with pytest.raises(InputError, match="objects other than tensors") as caught:
+            load()
+        assert str(model) in str(caught.value) and "weights_only=False" not in str(caught.value)
+    (tmp_path / "ckpt").mkdir()
+    with open(tmp_path / "ckpt" / STATE_FILE, "wb") as f:
+        pickle.dump({"step": Payload()}, f)
+    with pytest.raises(InputError, match=f"{STATE_FILE}: it holds objects other than tensors"):
+        load_training_state(tmp_path / "ckpt")
+    assert not (tmp_path / "ran").exists()

@@ -205,12 +205,14 @@ class MaskedWordPredictor:
         import torch  # heavy: torch, transformers
         from transformers import AutoTokenizer, BertForMaskedLM
 
+        from orchestrator.modeling.encoder import from_pretrained  # heavy: transformers
+
         model_dir = Path(model_dir)
         if not (model_dir / "config.json").is_file():
             raise InputError(model_dir, "not a Hugging Face model directory", expected="config.json and a "
                                                                                       "tokenizer")
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-        model, info = BertForMaskedLM.from_pretrained(str(model_dir), output_loading_info=True)
+        model, info = from_pretrained(BertForMaskedLM, model_dir, output_loading_info=True)
         missing = [k for k in info.get("missing_keys", ()) if k.startswith("cls.predictions")
                    and not k.endswith("decoder.weight")]  # the decoder is tied to the embeddings
         if missing:

@@ -72,6 +72,7 @@ def fit_mlm_head(encoder_dir: str | Path, corpus: list[Path], out_dir: str | Pat
     from transformers import AutoTokenizer, BertForMaskedLM
 
     from orchestrator.instances.config import Specials  # heavy: numpy (the instances stage)
+    from orchestrator.modeling.encoder import from_pretrained
 
     lines = [ln.strip() for path in corpus for ln in Path(path).read_text(encoding="utf-8").splitlines()
              if ln.strip()]
@@ -79,7 +80,7 @@ def fit_mlm_head(encoder_dir: str | Path, corpus: list[Path], out_dir: str | Pat
         raise InputError(corpus[0], "no text to fit the MLM head on", expected="non-empty lines")
     seed_everything(seed)
     tokenizer = AutoTokenizer.from_pretrained(str(encoder_dir))
-    model = BertForMaskedLM.from_pretrained(str(encoder_dir)).eval()
+    model = from_pretrained(BertForMaskedLM, encoder_dir).eval()
     windows = token_windows(tokenizer, lines, max_seq_length - 2)
     if not windows:
         raise InputError(corpus[0], "every line is shorter than 8 word pieces", expected="sentences or longer")

@@ -129,8 +129,10 @@ class NerExtractor:
     def __init__(self, model_dir: str | Path):
         from transformers import AutoModelForTokenClassification, AutoTokenizer  # heavy: transformers
 
+        from orchestrator.modeling.encoder import from_pretrained  # heavy: transformers
+
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-        self.model = AutoModelForTokenClassification.from_pretrained(str(model_dir)).eval()
+        self.model = from_pretrained(AutoModelForTokenClassification, model_dir).eval()
         head = Path(model_dir) / EXPORT_HEAD
         if head.is_file():
             from safetensors.torch import load_file  # heavy: safetensors

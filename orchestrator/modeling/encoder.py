@@ -11,12 +11,29 @@ what was trained. Fine-tuning (``orchestrator.finetune.model.TaskModel``) and th
 """
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import AutoModel, PreTrainedModel
 
+from orchestrator.core.errors import InputError
 from orchestrator.modeling.adapters import load_adapters, saved_adapters
+
+#: What is said of a weights file torch's ``weights_only`` load refuses
+PICKLED = ("its weights file holds objects other than tensors (a pickle, which could run code when loaded): "
+           "refused")
+SAFE_WEIGHTS = "model.safetensors, or a pytorch_model.bin of tensors only"
+
+
+def from_pretrained(cls: Any, model_dir: str | Path, **kwargs: Any) -> Any:
+    """``cls.from_pretrained(model_dir, **kwargs)``, a weights file that is more than tensors being bad input
+    naming the directory (it was an UnpicklingError called a bug, advising ``weights_only=False``)."""
+    try:
+        return cls.from_pretrained(str(model_dir), **kwargs)
+    except pickle.UnpicklingError:
+        raise InputError(Path(model_dir), PICKLED, expected=SAFE_WEIGHTS) from None
 
 
 def load_encoder(model_dir: str | Path, use_safetensors: bool | None = None) -> PreTrainedModel:
@@ -24,10 +41,10 @@ def load_encoder(model_dir: str | Path, use_safetensors: bool | None = None) -> 
 
     ``use_safetensors=True`` refuses pickled weights (an exported model); ``None`` takes either
     (transformers reads a ``.bin`` with ``weights_only=True``)."""
-    encoder = AutoModel.from_pretrained(str(model_dir), dtype=torch.float32, use_safetensors=use_safetensors)
+    encoder = from_pretrained(AutoModel, model_dir, dtype=torch.float32, use_safetensors=use_safetensors)
     if saved_adapters(model_dir):
         load_adapters(encoder, Path(model_dir))
     return encoder
 
 
-__all__ = ["load_encoder"]
+__all__ = ["from_pretrained", "load_encoder"]

@@ -18,6 +18,7 @@ Finding, naming and checking checkpoints imports neither torch nor transformers 
 from __future__ import annotations
 
 import json
+import pickle
 import shutil
 import socket
 from pathlib import Path
@@ -112,7 +113,13 @@ def load_weights(model: PreTrainedModel, ckpt_dir: Path) -> None:
 def load_training_state(ckpt_dir: Path) -> dict[str, Any]:
     import torch  # heavy: torch
 
-    return torch.load(Path(ckpt_dir) / STATE_FILE, map_location="cpu", weights_only=True)
+    from orchestrator.modeling.encoder import PICKLED  # heavy: transformers
+
+    try:
+        return torch.load(Path(ckpt_dir) / STATE_FILE, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        raise InputError(Path(ckpt_dir) / STATE_FILE, PICKLED.replace("its weights file holds", "it holds"),
+                         expected="a checkpoint this project wrote (tensors and plain values)") from None
 
 
 def is_checkpoint(path: Path) -> bool:

@@ -42,11 +42,12 @@ def evaluate_mlm(model_dir: str | Path, instances_dir: str | Path, max_instances
     import torch  # heavy: torch, transformers
     from transformers import AutoModelForPreTraining, AutoTokenizer
 
+    from orchestrator.modeling.encoder import from_pretrained
     from orchestrator.pretrain.model import PretrainingModule  # heavy: torch, transformers
     from orchestrator.pretrain.unpad import unpad_refusal
 
     special = Specials.from_tokenizer(AutoTokenizer.from_pretrained(str(model_dir)))
-    model = AutoModelForPreTraining.from_pretrained(str(model_dir))
+    model = from_pretrained(AutoModelForPreTraining, model_dir)
     # the encoder on the real tokens only (pretrain.speed.unpad's path), where the model allows it
     module = PretrainingModule(model, unpad=unpad_refusal(model.bert) is None).eval()
     rows = read_rows(Path(instances_dir), max_instances)

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from transformers import BertConfig, BertForMaskedLM, BertForPreTraining, PreTrainedModel
 
 from orchestrator.core.errors import ConfigError, InputError
+from orchestrator.modeling.encoder import from_pretrained
 from orchestrator.pretrain.config import SIZE_PRESETS, ModelConfig, SpeedConfig, read_hf_config
 from orchestrator.pretrain.data import IGNORE_INDEX
 from orchestrator.pretrain.float8 import use_float8
@@ -72,7 +73,7 @@ def _built(cfg: ModelConfig, vocab_size: int, pad_token_id: int) -> PreTrainedMo
                           "to resize the embeddings")
     # float32 masters whatever the file holds: transformers 5 loads with dtype="auto", so fp16/bf16
     # weights would train in half precision (fp16's unscale_ refuses them; bf16 loses small updates)
-    model = cls.from_pretrained(str(source), dtype=torch.float32)
+    model = from_pretrained(cls, source, dtype=torch.float32)
     if model.config.vocab_size != vocab_size:
         log.warning("resizing embeddings of %s from %d to %d", source, model.config.vocab_size, vocab_size)
         model.resize_token_embeddings(vocab_size)
