@@ -327,7 +327,8 @@ def test_a_second_process_on_the_same_output_waits_then_reuses_or_refuses(tmp_pa
     assert not lock_path(out).exists()
 
 
-def test_a_killed_runs_temporary_directory_is_removed_by_the_next_run_and_no_one_elses(tmp_path):
+@pytest.mark.parametrize("name", ["stage", "s" * 250])  # a name of 250 bytes: its siblings within 255 (session 45)
+def test_a_killed_runs_temporary_directory_is_removed_by_the_next_run_and_no_one_elses(tmp_path, name):
     """kill -9 inside ``atomic_dir`` leaves its ``.<name>.tmp-*`` directory; the next ``atomic_dir`` of
     that output removes it, but not the temporary directory of a live process or another host's
     (issue 34 item 6: they stayed for good)."""
@@ -337,8 +338,11 @@ def test_a_killed_runs_temporary_directory_is_removed_by_the_next_run_and_no_one
     import sys
 
     from conftest import ROOT
+    from orchestrator.core.locks import hidden_sibling, lock_path
+    from orchestrator.core.reuse import output_lock
 
-    out = tmp_path / "stage"
+    out = tmp_path / name
+    stem = hidden_sibling(out, "").name  # ".<name>", or its start and a hash
     code = ("import sys, time\nfrom orchestrator.core.manifest import atomic_dir\n"
             f"with atomic_dir({str(out)!r}, 'demo') as tmp:\n"
             "    (tmp / 'half.txt').write_text('half')\n    print(tmp, flush=True)\n    time.sleep(120)\n")
@@ -348,18 +352,22 @@ def test_a_killed_runs_temporary_directory_is_removed_by_the_next_run_and_no_one
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     assert (killed / "half.txt").is_file()
-    host = killed.name.removeprefix(".stage.tmp-").rsplit("-", 2)[0]  # .stage.tmp-<host>-<pid>-<id>
-    live = tmp_path / f".stage.tmp-{host}-{os.getppid()}-0123abcd"  # a live process's (this one's parent)
-    elsewhere = tmp_path / f".stage.tmp-another-host-{proc.pid}-4567abcd"  # the dead pid, on another host
+    host = killed.name.removeprefix(f"{stem}.tmp-").rsplit("-", 2)[0]  # .<name>.tmp-<host>-<pid>-<id>
+    live = tmp_path / f"{stem}.tmp-{host}-{os.getppid()}-0123abcd"  # a live process's (this one's parent)
+    elsewhere = tmp_path / f"{stem}.tmp-another-host-{proc.pid}-4567abcd"  # the dead pid, on another host
     for kept in (live, elsewhere):
         kept.mkdir()
     # a replaced output whose deletion was cut off (probe C: `.stage.old-<id>` was never removed by anyone)
-    old = tmp_path / f".stage.old-{host}-{proc.pid}-89abcdef"
+    old = tmp_path / f"{stem}.old-{host}-{proc.pid}-89abcdef"
     old.mkdir()
     with atomic_dir(out, "demo") as tmp:
         write_manifest(tmp, stage="demo", config={}, counts={})
     assert not killed.exists() and not old.exists() and live.is_dir() and elsewhere.is_dir()
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([elsewhere.name, live.name, "stage"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([elsewhere.name, live.name, name])
+    with output_lock(out):  # its lock beside it, within the name limit too
+        assert lock_path(out).is_file() and len(lock_path(out).name) <= 255
+
+
 
 
 def test_a_stage_records_what_it_cost_and_a_later_run_reports_it_reused(tmp_path):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import json
 import logging
 import os
@@ -27,7 +28,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from orchestrator.core.errors import OrchestratorError
-from orchestrator.core.manifest import pid_alive
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +41,40 @@ class OutputBusy(OrchestratorError):
     """Another job holds a stage output's lock for longer than this job waits."""
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` runs on this host (of any user)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+#: The longest name part of a hidden sibling (``.<name>.lock``, ``.<name>.tmp-<host>-<pid>-<id>``) in bytes: a
+#: folder may be named with 255 bytes, and its sibling's suffix would pass the file system's limit
+SIBLING_STEM_BYTES = 150
+
+
+def sibling_stem(name: str) -> str:
+    """``name``, or when longer than ``SIBLING_STEM_BYTES`` its start and a hash of it (the same every time)."""
+    raw = name.encode("utf-8", "surrogateescape")
+    if len(raw) <= SIBLING_STEM_BYTES:
+        return name
+    start = raw[:SIBLING_STEM_BYTES - 13].decode("utf-8", "ignore")  # a character cut in two is dropped
+    return f"{start}~{hashlib.sha256(raw).hexdigest()[:12]}"
+
+
+def hidden_sibling(path: str | Path, suffix: str) -> Path:
+    """``.<name><suffix>`` beside ``path`` (its lock, its temporary copies), within the file system's name limit
+    whatever ``path``'s own name (an output named with 250 bytes failed with "File name too long")."""
+    path = Path(path)
+    return path.parent / f".{sibling_stem(path.name)}{suffix}"
+
+
 def lock_path(out_dir: str | Path) -> Path:
-    out_dir = Path(out_dir)
-    return out_dir.parent / f".{out_dir.name}.lock"
+    return hidden_sibling(out_dir, ".lock")
 
 
 def wait_limit() -> float:

@@ -33,6 +33,7 @@ from typing import Any
 
 from orchestrator.core.config import public, to_dict
 from orchestrator.core.errors import InputError, OrchestratorError
+from orchestrator.core.locks import hidden_sibling, pid_alive, sibling_stem
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +121,7 @@ _HOST = re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname())
 def _own_temp(final: Path, kind: str) -> Path:
     """``.<name>.<kind>-<host>-<pid>-<id>`` beside ``final``: this process's temporary (``tmp``) or set-aside
     (``old``) directory, the name ``clean_stale_temps`` reads back."""
-    return final.parent / f".{final.name}.{kind}-{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    return hidden_sibling(final, f".{kind}-{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
 
 
 @contextlib.contextmanager
@@ -146,7 +147,8 @@ def clean_stale_temps(final: str | Path) -> list[Path]:
     not yet deleted; its pid gone); never another host's,
     another user's, or a live process's. Returns what was removed."""
     final = Path(final)
-    pattern = re.compile(rf"\.{re.escape(final.name)}\.(?:tmp|old)-(?P<host>.+)-(?P<pid>\d+)-[0-9a-f]{{8}}")
+    stem = re.escape(sibling_stem(final.name))
+    pattern = re.compile(rf"\.{stem}\.(?:tmp|old)-(?P<host>.+)-(?P<pid>\d+)-[0-9a-f]{{8}}")
     removed = []
     for entry in final.parent.iterdir() if final.parent.is_dir() else []:
         match = pattern.fullmatch(entry.name)
@@ -158,17 +160,6 @@ def clean_stale_temps(final: str | Path) -> list[Path]:
         log.info("removed %s, left by an interrupted run (pid %s, gone)", entry, match["pid"])
         removed.append(entry)
     return removed
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process ``pid`` runs on this host (of any user)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 def private_dir(path: str | Path) -> Path:
@@ -210,7 +201,7 @@ def atomic_write_text(path: str | Path, text: str, *, private: bool = False) -> 
 def _temp_sibling(path: Path, private: bool = False) -> Iterator[Any]:
     """A text file opened as a new temp sibling of ``path`` (0600 when ``private``), renamed onto ``path`` when
     the block ends; removed when it fails (a full disk, a stop): no half-written temporary file is left."""
-    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp = hidden_sibling(path, f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if private else 0o666)
     try:
         with open(fd, "w", encoding="utf-8") as f:
