@@ -252,6 +252,25 @@ def test_a_damaged_file_hash_cache_is_started_afresh(tmp_path, monkeypatch, capl
     assert damaged == "{" or any(str(cache) in r.getMessage() for r in caplog.records)
 
 
+def test_a_hash_cache_that_cannot_be_written_is_said_once(tmp_path, monkeypatch, caplog):
+    """A portability probe (session 45): with XDG_CACHE_HOME read-only, a 5-trial sweep warned 10 times that it
+    could not keep the file hashes (once a trial record checked or written). Once a process now."""
+    import logging
+
+    from orchestrator.core.reuse import file_digests
+
+    monkeypatch.delenv("ORCH_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    (tmp_path / "xdg" / "bioptorch-orchestrator").mkdir(parents=True)
+    (tmp_path / "xdg" / "bioptorch-orchestrator" / "file_sha256.json").mkdir()  # unwritable as a file, even by root
+    data = tmp_path / "train.tsv"
+    data.write_text("a\tb\n")
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            file_digests([data])
+    assert len([r for r in caplog.records if "could not keep file hashes" in r.getMessage()]) == 1
+
+
 # --------------------------------------------------------------------------- two jobs on one output
 _BUILD_STAGE = """
 import logging, sys, time

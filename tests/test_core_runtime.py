@@ -252,3 +252,20 @@ def test_only_this_users_cluster_marker_attaches_and_a_planted_log_link_is_refus
     with console.run_log(tmp_path / "mine" / "logs" / "job.log") as written:  # a folder of one's own: written
         os.write(1, b"a line\n")
     assert written.read_text() == "a line\n"
+
+
+def test_a_temp_directory_ray_cannot_start_with_is_said_as_such(tmp_path):
+    """A portability probe (session 45): TMPDIR with a letter beyond ASCII failed inside Ray's start with a
+    UnicodeEncodeError, which the job called a bug. It is a one-line config error naming TMPDIR."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    temp = tmp_path / "tmp é"
+    temp.mkdir()
+    code = "from orchestrator.core.runtime import ray_session\nwith ray_session(num_cpus=1):\n    pass\n"
+    res = subprocess.run([sys.executable, "-c", code], env={**os.environ, "TMPDIR": str(temp), "PYTHONPATH": str(ROOT)},
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode != 0 and "ConfigError: the temp directory" in res.stderr and "(TMPDIR)" in res.stderr
+    assert "UnicodeEncodeError" not in res.stderr

@@ -169,6 +169,9 @@ def user_cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "bioptorch-orchestrator"
 
 
+_UNSAVED_CACHES: set[str] = set()  # the hash caches this process could not write, and said so
+
+
 class _HashCache:
     """sha256 of files by (absolute path, size, mtime_ns), kept in ``user_cache_dir()`` so that external models
     are hashed once, not per run. A file that is not such a mapping (damaged, edited) is started afresh."""
@@ -196,5 +199,8 @@ class _HashCache:
         if self.changed:
             try:
                 atomic_write_json(self.path, self.entries)
-            except OSError as exc:  # a read-only home: hash again next time
-                log.warning("could not keep file hashes in %s: %s", self.path, exc)
+            except OSError as exc:  # a read-only home: hash again next time (said once: a sweep asks per trial)
+                said = str(self.path) in _UNSAVED_CACHES
+                _UNSAVED_CACHES.add(str(self.path))
+                log.log(logging.DEBUG if said else logging.WARNING, "could not keep file hashes in %s: %s",
+                        self.path, exc)

@@ -13,6 +13,7 @@ import random
 import resource
 import socket
 import stat
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -71,6 +72,7 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, num_gpus: 
     # the job then reported the unfinished trials as bad input (exit 2). The trials' records are the restore unit.
     os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")
     open_files_for_ray()
+    check_temp_dir_for_ray()
     if target is None:
         _force_loopback()
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -141,6 +143,15 @@ MIN_OPEN_FILES = 256
 #: the machine's memory (``DEFAULT_OBJECT_STORE_MEMORY_PROPORTION``).
 MIN_OBJECT_STORE = 75 * 2**20
 OBJECT_STORE_SHARE = 0.3
+
+
+def check_temp_dir_for_ray() -> None:
+    """ConfigError when the temp directory (``TMPDIR``) has a name Ray's start cannot use: its worker encodes
+    it as ASCII (a UnicodeEncodeError from inside Ray, called a bug)."""
+    temp = tempfile.gettempdir()
+    if not temp.isascii():
+        raise ConfigError(f"the temp directory {temp} (TMPDIR) has characters beyond ASCII, which Ray cannot start "
+                          "with: point TMPDIR at a directory whose path is ASCII")
 
 
 def open_files_for_ray() -> int:
