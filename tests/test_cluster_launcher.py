@@ -7,6 +7,7 @@ port, HOME redirected to a temp dir, so the real home is never touched).
 """
 from __future__ import annotations
 
+import errno
 import getpass
 import hashlib
 import ipaddress
@@ -276,3 +277,59 @@ def test_ray_up_submit_down_over_ssh(tmp_path, sshd):
         user_hash = hashlib.sha256(getpass.getuser().encode()).hexdigest()[:10]
         cluster_hash = hashlib.sha256(f"orchtest{gcs}".encode()).hexdigest()[:10]
         shutil.rmtree(Path("/tmp") / f"ray_ssh_{user_hash}" / cluster_hash, ignore_errors=True)
+
+
+_ATTACHED = """
+import errno, logging, sys, time
+logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+from orchestrator.core import runtime
+from orchestrator.core.errors import ConfigError, raised_by_environment, worker_failure
+with runtime.ray_session(address=sys.argv[1]):
+    try:
+        runtime.check_fits({"CPU": 1, "GPU": 1}, "sweep.gpus_per_trial")
+        print("NOT REFUSED", flush=True)
+    except ConfigError as exc:
+        print("REFUSED", exc, flush=True)
+    runtime.check_fits({"CPU": 4}, "instances.cpus_per_worker")  # a node may come: said, not refused
+    print("STOP THE HEAD", flush=True)
+    sys.stdin.readline()
+    time.sleep(3 * runtime.CLUSTER_CHECK_S + 8)  # the watcher says it; Ray itself ends the driver at 60 s
+    said = worker_failure(RuntimeError("The actor abc is unavailable: RpcError: Socket closed"), "pretraining")
+    print("MAPPED", type(said).__name__, raised_by_environment(said), flush=True)
+"""
+
+
+def test_a_cluster_that_cannot_meet_a_request_or_is_lost_is_said_on_the_terminal(tmp_path):
+    """A cluster probe (session 45): attached to a cluster without GPUs (nor node types with any),
+    `sweep.gpus_per_trial=1` waited for good with the terminal silent; the head lost mid-sweep ended the job
+    60 s later with exit 1 and not a word (Ray's core worker ends the driver from C++), and mid-pretraining
+    as "pretraining failed: ... RpcError" with exit 2, the bad-input code. Now: refused when no node could
+    ever fit, said when it waits for an autoscaler, and a lost cluster is said while Ray still lets the job
+    speak, and mapped to what the machine lacks (exit 1), not to bad input."""
+    temp_dir, gcs, dashboard = private_temp_dir(), free_port(), free_port()
+    env = {**ray_env(tmp_path / "home"), "PYTHONPATH": str(ROOT), "ORCH_IGNORE_LOCAL_CLUSTER": "1"}
+    (tmp_path / "home").mkdir()
+    try:
+        start = subprocess.run(head_command(temp_dir, gcs, dashboard, num_cpus=1), env=env, capture_output=True,
+                               text=True, timeout=120)
+        assert start.returncode == 0, start.stderr[-3000:]
+        job = subprocess.Popen([sys.executable, "-c", _ATTACHED, f"127.0.0.1:{gcs}"], env=env, text=True,
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        lines = []
+        for line in job.stdout:
+            lines.append(line)
+            if line.startswith("STOP THE HEAD"):
+                break
+        stop_head(temp_dir)
+        job.stdin.write("\n")
+        job.stdin.flush()
+        rest, _ = job.communicate(timeout=120)
+        out = "".join(lines) + rest
+        assert "REFUSED sweep.gpus_per_trial: each task asks for GPU 1, but this cluster could give at most 0" in out
+        assert "instances.cpus_per_worker: each task asks for CPU 4 and the cluster's nodes have at most CPU 1" in out
+        assert f"the Ray cluster stopped answering (did its head node stop, or the network between them?) at " \
+               f"127.0.0.1:{gcs}: this job will end" in out
+        assert f"MAPPED ConnectionResetError ({errno.ECONNRESET}, 'the Ray cluster stopped answering" in out, out
+    finally:
+        stop_head(temp_dir)
+        shutil.rmtree(temp_dir, ignore_errors=True)

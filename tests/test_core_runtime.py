@@ -156,11 +156,15 @@ def test_a_run_log_takes_the_process_output_and_the_terminal_keeps_the_concise_l
         console._forward({"lines": ["[progress] phase2: step 6/12", "[console] phase2 stopped by plateau",
                                     "[progress] phase2: step 6/12", "[console] phase2 stopped by plateau"]})  # a pair
         console.progress("sweep: 1/2 trials")
+        # Ray's own lines saying the job waits for a node (a cluster probe, session 45: the terminal went silent for
+        # good): shown, each kind at most every WAIT_EVERY_S
+        wait = ":event_summary:Error: No available node types can fulfill resource request {'GPU': 1.0}. Add..."
+        console._forward({"pid": "autoscaler", "lines": [wait, wait]})
     out, err = capfd.readouterr()
     terminal = (out + err).splitlines()
     assert [line.split(" ", 1)[1] for line in terminal] == [
         "corpus: started", "phase1: step 1/2", "phase1: 2 steps", "phase2: step 6/12", "phase2 stopped by plateau",
-        "sweep: 1/2 trials"], terminal
+        "sweep: 1/2 trials", f"waiting (Ray): {wait}"], terminal
     kept = path.read_text(encoding="utf-8")
     assert "Trial status: 60 TERMINATED" in kept and "tensorboardX notice" in kept
     console.set_verbose(True)  # --verbose: everything stays on the terminal

@@ -166,9 +166,26 @@ def _for_terminal(record: logging.LogRecord) -> bool:
 _last_forwarded: collections.deque = collections.deque(maxlen=8)
 
 
+#: Ray's own lines that say a job waits for a node (its autoscaler's, Ray Train's): shown on the terminal too, at
+#: most every ``WAIT_EVERY_S`` each, where only the log file had them and the terminal went silent for good
+WAIT_SIGNS = ("No available node types can fulfill resource request", "WorkerGroupStartupTimeoutError")
+WAIT_EVERY_S = 300.0
+_last_wait: dict[str, float] = {}
+
+
 def _forward(data: dict) -> None:
-    """Ray's log forwarding (driver side): the lines workers marked for the terminal."""
+    """Ray's log forwarding (driver side): the lines workers marked for the terminal, and Ray's waits."""
     for line in data.get("lines", ()):
+        sign = next((s for s in WAIT_SIGNS if s in line), None)
+        if sign is not None:
+            now = time.monotonic()
+            with _lock:
+                due = now - _last_wait.get(sign, -WAIT_EVERY_S) >= WAIT_EVERY_S
+                if due:
+                    _last_wait[sign] = now
+            if due:
+                _write(time.strftime("%H:%M:%S ") + "waiting (Ray): " + line.strip()[:300])
+            continue
         for tag, update in ((PROGRESS_TAG, True), (CONSOLE_TAG, False)):
             at = line.find(tag)
             if at >= 0:

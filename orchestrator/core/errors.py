@@ -4,6 +4,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import signal
+import socket
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -126,6 +128,29 @@ _ENVIRONMENT_TEXTS = {"No space left on device": errno.ENOSPC, "Disk quota excee
                       "Too many open files": errno.EMFILE}
 
 
+#: A Ray cluster lost mid-job (its head node stopped, the network cut), in the words of Ray's errors
+_CLUSTER_LOST_TEXTS = ("GCS may have been killed", "Failed to connect to GCS")
+CLUSTER_LOST = "the Ray cluster stopped answering (did its head node stop, or the network between them?)"
+
+
+def gcs_unreachable() -> str | None:
+    """The address of the Ray cluster this process is attached to when it no longer answers there, else None
+    (no Ray, or it answers). Ray is looked up, not imported: a job without Ray has no cluster to lose."""
+    ray = sys.modules.get("ray")
+    try:
+        address = ray.get_runtime_context().gcs_address if ray is not None and ray.is_initialized() else ""
+    except Exception:  # noqa: BLE001 - Ray's own state: nothing to say about the cluster
+        address = ""
+    host, _, port = address.rpartition(":")
+    if not port.isdigit():
+        return None
+    try:
+        socket.create_connection((host, int(port)), timeout=3).close()
+    except OSError:
+        return address
+    return None
+
+
 def raised_by_environment(exc: BaseException) -> tuple[int, str] | None:
     """(errno, what the machine lacks with the file it names) behind ``exc`` (``ENVIRONMENT_ERRNOS``), or
     None; found through the same wrappers as ``raised_by_user_input``, and the exceptions being handled when
@@ -133,6 +158,10 @@ def raised_by_environment(exc: BaseException) -> tuple[int, str] | None:
     for cur in walk_exceptions(exc, context=True):
         code = cur.errno if isinstance(cur, OSError) else None
         first = str(cur).strip().splitlines()[0] if str(cur).strip() else ""
+        if any(text in first for text in _CLUSTER_LOST_TEXTS):
+            return errno.ECONNRESET, f"{CLUSTER_LOST}: {first[:300]}"
+        if code == errno.ECONNRESET and CLUSTER_LOST in (cur.strerror or ""):  # worker_failure's
+            return code, cur.strerror
         if code not in ENVIRONMENT_ERRNOS:
             code = next((c for text, c in _ENVIRONMENT_TEXTS.items() if text in first), None)
         if code is not None:
@@ -147,5 +176,9 @@ def worker_failure(exc: BaseException, what: str) -> BaseException:
     said = raised_by_user_input(exc)
     if said is not None:
         return said
-    return exc if raised_by_environment(exc) is not None else OrchestratorError(f"{what} failed: {exc}")
+    if raised_by_environment(exc) is not None:
+        return exc
+    if (lost := gcs_unreachable()) is not None:  # an actor's RpcError, not bad input (it was exit 2)
+        return ConnectionResetError(errno.ECONNRESET, f"{CLUSTER_LOST} at {lost}; {what} stopped")
+    return OrchestratorError(f"{what} failed: {exc}")
 

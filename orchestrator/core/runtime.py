@@ -14,6 +14,7 @@ import resource
 import socket
 import stat
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,14 +23,14 @@ import psutil
 import yaml
 
 from orchestrator.core.console import run_log
-from orchestrator.core.errors import ConfigError, OrchestratorError, raise_on_sigterm
+from orchestrator.core.errors import CLUSTER_LOST, ConfigError, OrchestratorError, gcs_unreachable, raise_on_sigterm
 
 log = logging.getLogger(__name__)
 
 _CLUSTER_MARKER = Path("/tmp/ray/ray_current_cluster")
 
 
-def cluster_address(explicit: str | None = None, marker: Path = _CLUSTER_MARKER) -> str | None:
+def cluster_address(explicit: str | None = None, marker: Path | None = None) -> str | None:
     """The address to attach to, or None for an embedded local Ray: the one given, ``RAY_ADDRESS``, or the
     cluster ``ray start`` left its marker for on this host (a job a cluster's head node runs, ``ray submit``)
     when this user made it: ``/tmp/ray`` is writable by anyone, so another user's marker would send the job,
@@ -42,6 +43,7 @@ def cluster_address(explicit: str | None = None, marker: Path = _CLUSTER_MARKER)
         return os.environ["RAY_ADDRESS"]
     if os.environ.get("ORCH_IGNORE_LOCAL_CLUSTER") == "1":
         return None
+    marker = marker or _CLUSTER_MARKER
     try:
         info = os.lstat(marker)
     except OSError:  # none: no cluster was started on this host
@@ -108,19 +110,29 @@ def alive_nodes() -> list[dict]:
 def check_fits(request: dict[str, float], setting: str, what: str = "task") -> None:
     """Refuse, on an embedded local Ray, a task's or worker's resource request that none of its nodes can
     meet: Ray would queue it for good (``retrieval use_gpu=true`` on a machine without a GPU, ``cpus_per_worker``
-    above the machine's CPUs: the job sat at 0 done with only Ray's autoscaler lines saying why). A cluster
-    Ray attached to is left to its autoscaler, which may start a node that fits."""
+    above the machine's CPUs: the job sat at 0 done with only Ray's autoscaler lines saying why). On a cluster
+    Ray attached to, GPUs beyond what it could ever give (``possible_gpus``: its nodes and its autoscaler's
+    node types) are refused too; a request its autoscaler may meet is said once, as the wait it starts."""
     import ray  # heavy: ray
 
     wanted = {k: float(v) for k, v in request.items() if v and float(v) > 0}
-    if not wanted or not ray.is_initialized() or _EMBEDDED_SESSION is None \
-            or ray.get_runtime_context().gcs_address != _EMBEDDED_SESSION:
+    if not wanted or not ray.is_initialized():
         return
     nodes = [n.get("Resources", {}) for n in alive_nodes()]
     if any(all(node.get(k, 0.0) >= v for k, v in wanted.items()) for node in nodes):
         return
     has = ", ".join(f"{k} {max((n.get(k, 0.0) for n in nodes), default=0.0):g}" for k in wanted)
     asks = ", ".join(f"{k} {v:g}" for k, v in wanted.items())
+    if _EMBEDDED_SESSION is None or ray.get_runtime_context().gcs_address != _EMBEDDED_SESSION:
+        if wanted.get("GPU", 0.0) > (possible := possible_gpus()):
+            raise ConfigError(f"{setting}: each {what} asks for GPU {wanted['GPU']:g}, but this cluster could give "
+                              f"at most {possible:g} (its nodes and its autoscaler's node types), so no {what} could "
+                              f"ever start: lower the setting, or set {CLUSTER_GPUS_ENV} when the cluster can add "
+                              "GPU nodes this job cannot see")
+        log.warning("%s: each %s asks for %s and the cluster's nodes have at most %s now: the job waits for its "
+                    "autoscaler to start a node that fits (its lines are in the run's log file)", setting, what,
+                    asks, has)
+        return
     raise ConfigError(f"{setting}: each {what} asks for {asks}, but this machine's Ray has at most {has}, so no "
                       f"{what} could ever start: lower the setting, or run on a Ray cluster with such a node")
 
@@ -224,6 +236,8 @@ def ray_session(address: str | None = None, num_cpus: int | None = None,
         started = not ray.is_initialized()
         saved = {k: os.environ.get(k) for k in ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER",)}
         info = init_ray(address=address, num_cpus=num_cpus, log_to_driver=log_to_driver)
+        if started and info["mode"] == "cluster":
+            stack.enter_context(_said_if_cluster_lost())
         try:
             yield {**info, "log_file": written}
         finally:
@@ -236,6 +250,34 @@ def ray_session(address: str | None = None, num_cpus: int | None = None,
                         os.environ.pop(key, None)
                     else:
                         os.environ[key] = value
+
+
+#: How often an attached cluster is checked, and after how many checks without an answer its loss is said
+CLUSTER_CHECK_S, CLUSTER_CHECKS_LOST = 5.0, 3
+
+
+@contextlib.contextmanager
+def _said_if_cluster_lost(every: float = CLUSTER_CHECK_S, misses: int = CLUSTER_CHECKS_LOST) -> Iterator[None]:
+    """While the block runs, a thread that says, on the terminal, that the attached cluster stopped answering:
+    Ray's core worker ends a driver that lost its cluster's GCS for 60 s from C++, exit 1 and not a word on the
+    terminal (its own line went to the run's log file), so the job's handlers never run."""
+    done = threading.Event()
+
+    def watch() -> None:
+        missed = 0
+        while not done.wait(every):
+            lost = gcs_unreachable()
+            missed = missed + 1 if lost else 0
+            if missed == misses:
+                log.error("%s at %s: this job will end; finished work is kept: re-run the same command once the "
+                          "cluster answers", CLUSTER_LOST, lost)
+
+    thread = threading.Thread(target=watch, name="cluster-watch", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
 
 
 def seed_everything(seed: int) -> None:
