@@ -382,3 +382,25 @@ def test_weights_that_would_run_code_are_refused_as_bad_input_naming_the_file(tm
     with pytest.raises(InputError, match=f"{STATE_FILE}: it holds objects other than tensors"):
         load_training_state(tmp_path / "ckpt")
     assert not (tmp_path / "ran").exists()
+
+
+def test_output_piped_to_a_reader_that_stops_early_is_no_bug(tmp_path):
+    """A probe (session 45): `jobs/blue_sweep.py --dry-run | head -1` ended as "unexpected BrokenPipeError (a
+    bug)" with a traceback file. It ends as a tool killed by SIGPIPE does (141), quietly."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+
+    from conftest import ROOT
+
+    before = set(Path(tempfile.gettempdir()).glob("bioptorch-blue_sweep-*"))
+    proc = subprocess.Popen([sys.executable, str(ROOT / "jobs" / "blue_sweep.py"), "--dry-run",
+                             f"runs_root={tmp_path}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc.stdout.close()  # the reader is gone before the job prints
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=300) == 128 + signal.SIGPIPE, err
+    assert "unexpected" not in err and "Traceback" not in err
+    assert set(Path(tempfile.gettempdir()).glob("bioptorch-blue_sweep-*")) == before  # no traceback file

@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -169,6 +170,10 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
         if result is not None and hasattr(result, "summary"):
             print(redacted(result.summary()))
         return getattr(result, "exit_code", 0)
+    except BrokenPipeError:  # the reader went first (`--dry-run | head`): what a tool killed by SIGPIPE returns
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's last flush goes nowhere
+        return 128 + signal.SIGPIPE
     except Exception as exc:
         user_error = raised_by_user_input(exc)
         if user_error is not None:
