@@ -77,8 +77,8 @@ def probe(uri: str, timeout: float = PROBE_TIMEOUT_S) -> str | None:
         except (OSError, urllib.error.URLError) as exc:
             return str(getattr(exc, "reason", exc))
     if (database := sqlite_file(uri)) is not None:
-        if (too_long := path_problem(database)) is not None:
-            return too_long
+        if (unusable := path_problem(database)) is not None:
+            return unusable
         parent = database.parent
         while not parent.exists() and parent != parent.parent:
             parent = parent.parent

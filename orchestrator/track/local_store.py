@@ -106,15 +106,17 @@ def readable_store(uri: str) -> Iterator[str]:
         return
     read_only = f"file:{urllib.parse.quote(str(database.resolve()))}?mode=ro"
     with contextlib.closing(sqlite3.connect(read_only, uri=True)) as src:
-        if not _stale_locations(src, here):
-            yield uri
-            return
-        with tempfile.TemporaryDirectory() as tmp:
-            copy = Path(tmp) / "mlflow.db"
-            with contextlib.closing(sqlite3.connect(copy)) as dst:
-                src.backup(dst)
-            relocate_artifacts(copy, here)
-            yield sqlite_uri(copy)
+        moved = bool(_stale_locations(src, here))
+    if not moved:
+        yield uri
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / "mlflow.db"
+        with contextlib.closing(sqlite3.connect(read_only, uri=True)) as src, \
+                contextlib.closing(sqlite3.connect(copy)) as dst:
+            src.backup(dst)
+        relocate_artifacts(copy, here)
+        yield sqlite_uri(copy)
 
 
 def cache_dir() -> Path:
