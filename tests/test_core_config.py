@@ -314,3 +314,21 @@ def test_an_override_is_the_text_given_not_what_a_yaml_comment_or_anchor_leaves(
     from orchestrator.core.config import parse_override
 
     assert parse_override(text)[1] == value
+
+
+def test_a_home_relative_path_in_a_config_is_the_users_home(tmp_path, monkeypatch):
+    """A portability probe (session 45): `paths: [~/in_domain.txt]` in a config file was "path does not exist"
+    and `out_dir: ~/out` made a folder named `~` (a config file has no shell to expand it)."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+
+    @dataclass
+    class Job:
+        out_dir: str = ""
+        paths: tuple[str, ...] = ()
+        note: str = ""
+
+    (tmp_path / "c.yaml").write_text("out_dir: ~/out\npaths: [~/a.txt, b~/c]\nnote: ~x\n", encoding="utf-8")
+    cfg = load_config(Job, tmp_path / "c.yaml", ["paths=[~/d.txt]"])
+    assert cfg.out_dir == str(tmp_path / "out") and cfg.paths == (str(tmp_path / "d.txt"),)
+    assert load_config(Job, tmp_path / "c.yaml", []).paths == (str(tmp_path / "a.txt"), "b~/c")
+    assert cfg.note == "~x"  # only a leading "~/" (or "~" alone) is the home

