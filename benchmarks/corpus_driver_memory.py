@@ -54,6 +54,17 @@ def peak_mb(code: Path, n: int) -> float:
     return int(line.split()[1]) / 1024
 
 
+def bytes_per_document(name: str, code: Path, sizes: tuple[int, int], peak, over: str = "Ray's start") -> dict:
+    """``peak(code, n)`` (MB) at the two corpus sizes, and its slope a document, printed; the JSON's entry.
+    ``benchmarks/plan_load_memory.py`` measures the next stages' reading the same way."""
+    small, large = sizes
+    peaks = [peak(code, n) for n in sizes]
+    per_doc = (peaks[1] - peaks[0]) * 2**20 / (large - small)
+    print(f"{name} ({code}): peak over {over} {peaks[0]:.0f} MB at {small:,} documents, {peaks[1]:.0f} MB "
+          f"at {large:,}: {per_doc:.0f} B a document", flush=True)
+    return {"peak_mb": [round(p) for p in peaks], "bytes_per_doc": round(per_doc)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--docs", type=int, nargs=2, default=[100_000, 900_000], help="the two corpus sizes")
@@ -64,11 +75,7 @@ def main() -> None:
     for name, code in (("this", ROOT), ("against", args.against_code)):
         if code is None:
             continue
-        peaks = [peak_mb(code.resolve(), n) for n in (small, large)]
-        per_doc = (peaks[1] - peaks[0]) * 2**20 / (large - small)
-        print(f"{name} ({code}): peak over Ray's start {peaks[0]:.0f} MB at {small:,} documents, {peaks[1]:.0f} MB "
-              f"at {large:,}: {per_doc:.0f} B a document", flush=True)
-        result[name] = {"peak_mb": [round(p) for p in peaks], "bytes_per_doc": round(per_doc)}
+        result[name] = bytes_per_document(name, code.resolve(), (small, large), peak_mb)
     if "against" in result:
         result["ratio"] = round(result["against"]["bytes_per_doc"] / result["this"]["bytes_per_doc"], 2)
     print(json.dumps(result))

@@ -22,6 +22,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from corpus_driver_memory import bytes_per_document  # the sibling benchmark's two-size slope
+
 ROOT = Path(__file__).resolve().parents[1]
 
 WRITE = """
@@ -83,13 +85,14 @@ def main() -> None:
     for name, code in (("this", ROOT), ("against", args.against_code)):
         if code is None:
             continue
-        runs = [peak_mb(code.resolve(), n) for n in (small, large)]
-        peaks = [p for p, _ in runs]
-        provenances[name] = [p for _, p in runs]
-        per_doc = (peaks[1] - peaks[0]) * 2**20 / (large - small)
-        print(f"{name} ({code}): peak over the start {peaks[0]:.0f} MB at {small:,} documents, {peaks[1]:.0f} MB "
-              f"at {large:,}: {per_doc:.0f} B a document", flush=True)
-        result[name] = {"peak_mb": [round(p) for p in peaks], "bytes_per_doc": round(per_doc)}
+        provenances[name] = []
+
+        def peak(code: Path, n: int, seen: list = provenances[name]) -> float:
+            mb, provenance = peak_mb(code, n)
+            seen.append(provenance)
+            return mb
+
+        result[name] = bytes_per_document(name, code.resolve(), (small, large), peak, over="the start")
     if "against" in result:
         if provenances["this"] != provenances["against"]:
             sys.exit(f"the two codes' provenance differs: {provenances}")

@@ -258,6 +258,7 @@ class _JsonStream:
     def __init__(self, path: Path, block: int):
         self.path, self.block = path, block
         self.buf, self.pos, self.lines_before, self.eof = "", 0, 0, False
+        self.decoder = json.JSONDecoder()
 
     def __enter__(self):
         self.file = open(self.path, encoding="utf-8")
@@ -301,7 +302,7 @@ class _JsonStream:
         self.peek()
         while True:
             try:
-                item, end = json.JSONDecoder().raw_decode(self.buf, self.pos)
+                item, end = self.decoder.raw_decode(self.buf, self.pos)
             except json.JSONDecodeError as exc:
                 if self._more():
                     continue
