@@ -227,6 +227,35 @@ def test_the_plan_read_without_its_documents_has_the_same_shards_counts_and_prov
     assert {k: v["documents"] for k, v in provenance.items()} == {"a": 5 + 2, "b": 3}  # distinct (shard, row)s
 
 
+
+def test_a_built_shard_keeps_its_documents_compact_and_writes_the_same_plan(tmp_path):
+    """The corpus build's driver holds every document's page and counts until the plan is written (about 193 B
+    a document, ``benchmarks/corpus_driver_memory.py``): pages packed into one buffer, counts 8-byte arrays.
+    They read, compare and write as the tuples did, non-ASCII and empty pages included."""
+    import dataclasses
+    import json
+
+    from orchestrator.core.artifacts import MixPlan, PackedStrings, ShardInfo, load_plan, shard_info, write_plan
+
+    pages = ["pubmed:0:1", "Zürich 🙂", "", "x" * 300, "\udcff lone surrogate"]
+    fields = dict(path="shards/a/shard-0.parquet", source="a", role="large", language="en", n_bytes=50)
+    compact = shard_info(pages=pages, doc_sentences=[1, 2, 3, 400, 5], doc_bytes=[10, 9000, 8, 12, 11], **fields)
+    plain = ShardInfo(pages=tuple(pages), doc_sentences=(1, 2, 3, 400, 5), doc_bytes=(10, 9000, 8, 12, 11), **fields)
+    packed = compact.pages
+    assert isinstance(packed, PackedStrings) and list(packed) == pages and len(packed) == 5
+    assert [packed[i] for i in range(-5, 5)] == pages + pages and packed[1:4] == pages[1:4]
+    with pytest.raises(IndexError):
+        packed[5]
+    assert compact == plain and plain == compact and compact.n_docs == 5 and compact.n_sentences == 411
+    assert compact != dataclasses.replace(plain, doc_bytes=(10, 9000, 8, 12, 12))
+    assert compact != dataclasses.replace(plain, pages=tuple(pages[:4]) + ("other",))
+    write_plan(tmp_path / "a", [compact], MixPlan((), {}))
+    write_plan(tmp_path / "b", [plain], MixPlan((), {}))
+    assert (tmp_path / "a" / "shards.json").read_bytes() == (tmp_path / "b" / "shards.json").read_bytes()
+    assert json.loads((tmp_path / "a" / "shards.json").read_text())[0]["doc_bytes"] == [10, 9000, 8, 12, 11]
+    [loaded], _ = load_plan(tmp_path / "a")
+    assert loaded == dataclasses.replace(plain, path=str(tmp_path / "a" / plain.path))
+
 @needs_data
 def test_rerun_reuses_finished_stages(simpt_build, samples):
     result, out = simpt_build

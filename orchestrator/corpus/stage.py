@@ -21,7 +21,7 @@ import random
 import time
 from pathlib import Path
 
-from orchestrator.core.artifacts import SHARD_COLUMNS, SMALL_ROLES, ShardInfo, write_plan
+from orchestrator.core.artifacts import SHARD_COLUMNS, SMALL_ROLES, ShardInfo, shard_info, write_plan
 from orchestrator.core.config import field, to_dict
 from orchestrator.core.console import due, progress, updating
 from orchestrator.core.cost import duration
@@ -182,10 +182,9 @@ def _write_shards(src: SourceConfig, out: Path, shard_bytes: int, drop_letterles
             return
         path = out / f"shard-{len(shards):05d}.parquet"
         pq.write_table(pa.table(buf), path)
-        shards.append(ShardInfo(path=str(path), source=src.name, role=src.role, language=language,
-                                n_bytes=sum(buf["n_bytes"]), pages=tuple(buf["page"]),
-                                doc_sentences=tuple(len(s) for s in buf["sentences"]),
-                                doc_bytes=tuple(buf["n_bytes"])))
+        shards.append(shard_info(path=str(path), source=src.name, role=src.role, language=language,
+                                 n_bytes=sum(buf["n_bytes"]), pages=buf["page"],
+                                 doc_sentences=(len(s) for s in buf["sentences"]), doc_bytes=buf["n_bytes"]))
         for v in buf.values():
             v.clear()
         sizes[language] = 0
