@@ -13,7 +13,7 @@ from orchestrator.workflows.augment import AugmentJobConfig, plan, run
 
 SPEC = JobSpec(
     name="augment",
-    description=__doc__.split("\n\n")[0],
+    description=(__doc__ or "").split("\n\n")[0],
     config_cls=AugmentJobConfig,
     run=run,
     dry_run=plan,

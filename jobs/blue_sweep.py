@@ -20,7 +20,7 @@ from orchestrator.workflows.config import ExperimentConfig
 
 SPEC = JobSpec(
     name="blue_sweep",
-    description=__doc__.split("\n\n")[0],
+    description=(__doc__ or "").split("\n\n")[0],
     config_cls=ExperimentConfig,
     run=run,
     dry_run=plan,

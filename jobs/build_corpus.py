@@ -13,7 +13,7 @@ from orchestrator.workflows.build_corpus import CorpusBuildConfig, build_corpus,
 
 SPEC = JobSpec(
     name="build_corpus",
-    description=__doc__.split("\n\n")[0],
+    description=(__doc__ or "").split("\n\n")[0],
     config_cls=CorpusBuildConfig,
     run=build_corpus,
     dry_run=plan,

@@ -18,7 +18,7 @@ from orchestrator.workflows.entity_cycle import CycleConfig, plan, run
 
 SPEC = JobSpec(
     name="entity_cycle",
-    description=__doc__.split("\n\n")[0],
+    description=(__doc__ or "").split("\n\n")[0],
     config_cls=CycleConfig,
     run=run,
     dry_run=plan,

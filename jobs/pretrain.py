@@ -15,7 +15,7 @@ from orchestrator.workflows.pretrain import PretrainJobConfig, plan, run
 
 SPEC = JobSpec(
     name="pretrain",
-    description=__doc__.split("\n\n")[0],
+    description=(__doc__ or "").split("\n\n")[0],
     config_cls=PretrainJobConfig,
     run=run,
     dry_run=plan,

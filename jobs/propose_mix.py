@@ -21,7 +21,7 @@ import sys
 from orchestrator.core.cli import JobSpec, run_job
 from orchestrator.workflows.propose_mix import ProposalConfig, plan, run
 
-SPEC = JobSpec(name="propose_mix", description=__doc__.split("\n\n")[0], config_cls=ProposalConfig, run=run,
+SPEC = JobSpec(name="propose_mix", description=(__doc__ or "").split("\n\n")[0], config_cls=ProposalConfig, run=run,
                dry_run=plan, default_preset="tiny",
                outputs=("out_dir",))
 

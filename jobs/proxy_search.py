@@ -21,7 +21,7 @@ import sys
 from orchestrator.core.cli import JobSpec, run_job, shorthand_overrides
 from orchestrator.workflows.proxy_search import ProxySearchConfig, plan, run
 
-SPEC = JobSpec(name="proxy_search", description=__doc__.split("\n\n")[0], config_cls=ProxySearchConfig,
+SPEC = JobSpec(name="proxy_search", description=(__doc__ or "").split("\n\n")[0], config_cls=ProxySearchConfig,
                run=run, dry_run=plan, default_preset="tiny",
                outputs=("out_dir", "work_dir"))
 

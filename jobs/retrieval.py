@@ -31,7 +31,7 @@ def shorthand_overrides(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    spec = JobSpec(name="retrieval", description=__doc__, config_cls=RetrievalConfig, run=run, dry_run=plan,
+    spec = JobSpec(name="retrieval", description=__doc__ or "", config_cls=RetrievalConfig, run=run, dry_run=plan,
                    outputs=("run_dir",))
     return run_job(spec, shorthand_overrides(sys.argv[1:] if argv is None else argv))
 

@@ -24,7 +24,7 @@ def shorthand_overrides(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    spec = JobSpec(name="score_sources", description=__doc__, config_cls=SelectionConfig, run=run,
+    spec = JobSpec(name="score_sources", description=__doc__ or "", config_cls=SelectionConfig, run=run,
                    dry_run=plan, outputs=("out_dir", "work_dir"))
     return run_job(spec, shorthand_overrides(sys.argv[1:] if argv is None else argv))
 

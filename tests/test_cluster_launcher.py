@@ -333,3 +333,56 @@ def test_a_cluster_that_cannot_meet_a_request_or_is_lost_is_said_on_the_terminal
     finally:
         stop_head(temp_dir)
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+_RELATIVE = """
+import os, sys
+from pathlib import Path
+import ray
+from orchestrator.core import runtime
+try:
+    with runtime.ray_session(address=sys.argv[1]):
+        @ray.remote(num_cpus=1)
+        def write(relative):
+            Path(relative).parent.mkdir(parents=True, exist_ok=True)
+            Path(relative).write_text("x")
+            return os.getcwd()
+        print("WORKER IN", ray.get(write.remote("rel/out.txt")), flush=True)
+except Exception as exc:
+    print("REFUSED", type(exc).__name__, exc, flush=True)
+"""
+
+
+def test_an_attached_clusters_workers_follow_the_jobs_directory_and_a_refused_token_is_said(tmp_path):
+    """An environment probe (session 46): with `ray start` run in one directory and the job in another, a relative
+    `out_dir=rel/bc` failed inside a Ray task (a RayTaskError called a bug) and relative corpus paths were "file not
+    found", though the driver had checked them: the workers ran in the raylet's directory. Now they move to the job's.
+    And a cluster with token authentication refusing a job without its token was said as "the Ray cluster stopped
+    answering ... re-run once it is fixed", the reason (InvalidAuthToken) only in the log file."""
+    temp_dir, gcs, dashboard = private_temp_dir(), free_port(), free_port()
+    home, head_dir, job_dir = tmp_path / "home", tmp_path / "head", tmp_path / "job"
+    for d in (home, head_dir, job_dir):
+        d.mkdir()
+    env = {**ray_env(home), "PYTHONPATH": str(ROOT), "ORCH_IGNORE_LOCAL_CLUSTER": "1", "RAY_AUTH_MODE": "token"}
+    try:
+        token = subprocess.run([str(RAY), "get-auth-token", "--generate"], env=env, capture_output=True, text=True,
+                               timeout=120)  # into the private home's ~/.ray/auth_token
+        assert token.returncode == 0, token.stderr[-3000:]
+        start = subprocess.run(head_command(temp_dir, gcs, dashboard, num_cpus=1), env=env, capture_output=True,
+                               text=True, timeout=120, cwd=head_dir)
+        assert start.returncode == 0, start.stderr[-3000:]
+        attached = subprocess.run([sys.executable, "-c", _RELATIVE, f"127.0.0.1:{gcs}"], env=env, cwd=job_dir,
+                                  capture_output=True, text=True, timeout=180)
+        assert f"WORKER IN {job_dir}" in attached.stdout, attached.stdout[-2000:] + attached.stderr[-3000:]
+        assert (job_dir / "rel" / "out.txt").is_file() and not (head_dir / "rel").exists()
+        tick = time.monotonic()
+        refused = subprocess.run([sys.executable, "-c", _RELATIVE, f"127.0.0.1:{gcs}"], cwd=job_dir,
+                                 env={**env, "RAY_AUTH_MODE": "disabled"}, capture_output=True, text=True, timeout=180)
+        said = next((line for line in refused.stdout.splitlines() if line.startswith("REFUSED")), refused.stdout)
+        assert said.startswith(f"REFUSED OrchestratorError the Ray cluster at 127.0.0.1:{gcs} (from RAY_ADDRESS or "
+                               "config) answers but did not let this job attach"), said + refused.stderr[-3000:]
+        assert "needs the same RAY_AUTH_MODE here (it is disabled)" in said and "stopped answering" not in said
+        print(f"refused in {time.monotonic() - tick:.0f} s")
+    finally:
+        stop_head(temp_dir)
+        shutil.rmtree(temp_dir, ignore_errors=True)

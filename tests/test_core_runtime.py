@@ -117,6 +117,46 @@ def test_embedded_ray_can_restart_in_one_process(monkeypatch, tmp_path):
         ray.shutdown()
 
 
+
+def test_a_ray_session_gives_the_caller_back_its_sigterm_handler_environment_and_generators(monkeypatch, tmp_path):
+    """An environment probe (session 46), the tool called from a notebook: after a workflow's run, the caller's
+    SIGTERM handler was the tool's (a later SIGTERM raised its Terminated), TUNE_DISABLE_SIGINT_HANDLER and
+    RAY_USAGE_STATS_ENABLED stayed set for the caller's own Tune runs, and the caller's random, NumPy and torch
+    generators had been reseeded with the run's seed. A job's driver still runs seeded, and its SIGTERM raises."""
+    import signal
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(runtime, "_CLUSTER_MARKER", tmp_path / "absent")
+    for key in runtime.RAY_ENV_SET:
+        monkeypatch.delenv(key, raising=False)
+    if ray.is_initialized():
+        ray.shutdown()
+
+    def mine(signum, frame):  # the caller's
+        pass
+
+    previous = signal.signal(signal.SIGTERM, mine)
+    try:
+        with runtime.ray_session(num_cpus=1):
+            assert os.environ["TUNE_DISABLE_SIGINT_HANDLER"] == "1"
+            assert signal.getsignal(signal.SIGTERM) is not mine  # the tool's, while it works
+        assert signal.getsignal(signal.SIGTERM) is mine
+        assert [k for k in runtime.RAY_ENV_SET if k in os.environ] == []
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+    def draws() -> tuple:
+        return random.random(), float(np.random.rand()), torch.rand(1).item()
+
+    runtime.seed_everything(7)
+    expected = draws()
+    runtime.seed_everything(7)
+    with runtime.seeded(123):
+        inside = draws()
+    assert draws() == expected  # the caller's next draws, as if the call had not happened
+    runtime.seed_everything(123)
+    assert draws() == inside  # and the block ran seeded
+
 def test_unreachable_cluster_fails_fast_with_a_clear_error(monkeypatch):
     import socket
 
@@ -167,6 +207,10 @@ def test_a_run_log_takes_the_process_output_and_the_terminal_keeps_the_concise_l
         "sweep: 1/2 trials", f"waiting (Ray): {wait}"], terminal
     kept = path.read_text(encoding="utf-8")
     assert "Trial status: 60 TERMINATED" in kept and "tensorboardX notice" in kept
+    with runtime.run_log(path):  # a second run in this process (a library call twice; a probe, session 46: not shown)
+        console._forward({"lines": ["(w) [console] phase1: 2 steps"]})
+    out, err = capfd.readouterr()
+    assert [line.split(" ", 1)[1] for line in (out + err).splitlines()] == ["phase1: 2 steps"]
     console.set_verbose(True)  # --verbose: everything stays on the terminal
     try:
         with runtime.run_log(path) as written:

@@ -379,3 +379,44 @@ def test_a_run_directory_of_any_name_or_place_keeps_its_mlflow_store_and_artifac
     client.log_text(client.create_run(ensure_experiment(uri, "x", new)).info.run_id, "again", "b.txt")
     assert not old.exists() and len(list((new / "mlartifacts").rglob("*.txt"))) == 2
     assert client.get_run(run.info.run_id).info.artifact_uri.startswith((new / "mlartifacts").as_uri())
+
+
+def test_a_library_call_leaves_the_callers_mlflow_session_as_it_was(tmp_path, monkeypatch):
+    """An environment probe (session 46), the tool called from a notebook: a workflow's run left MLflow pointed at
+    the tool's store, so the user's next log_metric and end_run failed on their own active run ("not found"), the
+    tool's stage run was made a child of that run of another store, and an experiment's parent run could not start
+    beside it ("already active"). Which store the tool used also hung on the order of the imports. Now every
+    workflow's run keeps the caller's session (``track.caller.mlflow_state_kept``): inside, none of the caller's runs
+    is active and their $MLFLOW_TRACKING_URI as the call began is the default store; after it, all is as it was."""
+    import mlflow
+
+    from orchestrator.track import TrackingConfig
+    from orchestrator.track import schema as S
+    from orchestrator.track.caller import mlflow_state_kept, user_tracking_uri
+    from orchestrator.track.runs import parent_run, start_stage_run
+    from orchestrator.workflows import blue_sweep, pretrain, report
+
+    user_uri = f"sqlite:///{tmp_path / 'user.db'}"
+    mlflow.set_tracking_uri(user_uri)  # exports $MLFLOW_TRACKING_URI: the tool's default store is the user's
+    mine = mlflow.start_run(experiment_id=mlflow.create_experiment("mine"))
+    try:
+        tool = TrackingConfig(tracking_uri=f"sqlite:///{tmp_path / 'tool.db'}")
+        with mlflow_state_kept():
+            assert mlflow.active_run() is None and user_tracking_uri() == user_uri
+            assert TrackingConfig().resolve_uri(tmp_path / "run") == user_uri
+            with parent_run(tool, tmp_path, kind="experiment", key="k1", name="exp") as parent:
+                assert parent is not None  # it was "Run ... is already active": no parent, and no nesting
+                info = start_stage_run(tool, tmp_path, stage="pretrain", params={"a": 1}, out_dir=tmp_path / "pt")
+            assert mlflow.get_tracking_uri() == tool.tracking_uri  # the tool's, inside
+        stage = mlflow.MlflowClient(tool.tracking_uri).get_run(info["run_id"])
+        assert stage.data.tags[S.PARENT] == parent  # the tool's parent, not the user's run of another store
+        assert mlflow.get_tracking_uri() == user_uri and os.environ["MLFLOW_TRACKING_URI"] == user_uri
+        assert mlflow.active_run().info.run_id == mine.info.run_id
+        mlflow.log_metric("after", 1.0)  # was: Run with id=... not found
+    finally:
+        mlflow.end_run()
+    assert mlflow.MlflowClient(user_uri).get_run(mine.info.run_id).data.metrics == {"after": 1.0}
+    for workflow in (blue_sweep, pretrain, report):  # every workflow's run is wrapped (the jobs call them)
+        assert hasattr(workflow.run, "__wrapped__"), workflow.__name__
+    mlflow.set_tracking_uri(None)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)

@@ -251,6 +251,7 @@ def run_log(path: str | Path) -> Iterator[Path | None]:
         os.dup2(log_file.fileno(), 1)
         os.dup2(log_file.fileno(), 2)
         _terminal, _open_line, _log_file = terminal, False, log_file
+        _last_forwarded.clear()  # a repeat is within one run: a second run in this process shows its own lines
     root.addHandler(handler)
     if dispatcher is not None:
         dispatcher.add_handler("orchestrator_console", _forward)

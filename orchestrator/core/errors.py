@@ -121,7 +121,8 @@ ENVIRONMENT_ERRNOS = {errno.ENOSPC: "no space left on the disk", errno.EDQUOT: "
                       errno.EFBIG: "a file is larger than this shell allows (ulimit -f)",
                       errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied",
                       errno.EPERM: "operation not permitted", errno.EMFILE: "too many open files (ulimit -n)",
-                      errno.ENFILE: "too many open files on this machine"}
+                      errno.ENFILE: "too many open files on this machine",
+                      errno.ENOTDIR: "not a directory (a part of the path is a file; HOME or TMPDIR?)"}
 #: The same in the words of libraries that raise without an errno (Arrow, tokenizers' Rust, torch's C++).
 _ENVIRONMENT_TEXTS = {"No space left on device": errno.ENOSPC, "Disk quota exceeded": errno.EDQUOT,
                       "File too large": errno.EFBIG, "Read-only file system": errno.EROFS,

@@ -11,6 +11,7 @@ import logging
 import os
 import random
 import resource
+import signal
 import socket
 import stat
 import tempfile
@@ -24,6 +25,7 @@ import yaml
 
 from orchestrator.core.console import run_log
 from orchestrator.core.errors import CLUSTER_LOST, ConfigError, OrchestratorError, gcs_unreachable, raise_on_sigterm
+from orchestrator.core.worker_setup import DRIVER_CWD_ENV
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +56,11 @@ def cluster_address(explicit: str | None = None, marker: Path | None = None) -> 
                     else f"another user's, uid {info.st_uid}")
         return None
     return "auto"
+
+
+#: Variables ``init_ray`` sets in this process (if unset) for the Ray it starts or attaches to; ``ray_session``
+#: gives the caller its own values back
+RAY_ENV_SET = ("TUNE_DISABLE_SIGINT_HANDLER", "RAY_USAGE_STATS_ENABLED")
 
 
 def init_ray(address: str | None = None, num_cpus: int | None = None, num_gpus: int | None = None,
@@ -87,7 +94,14 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, num_gpus: 
         _EMBEDDED_SESSION = ray.get_runtime_context().gcs_address
     else:
         _check_reachable(target)
-        ray.init(address=target, log_to_driver=log_to_driver, runtime_env=env)
+        # a worker of a cluster starts in its raylet's directory: it moves to this job's, where relative paths
+        # in the config point, when its node has it (a `ray start` from another directory: out_dir=rel/x failed)
+        env["env_vars"][DRIVER_CWD_ENV] = os.getcwd()
+        env["worker_process_setup_hook"] = "orchestrator.core.worker_setup.follow_driver_directory"
+        try:
+            ray.init(address=target, log_to_driver=log_to_driver, runtime_env=env)
+        except Exception as exc:  # noqa: BLE001 - Ray raises several types for a refused attach
+            raise _attach_refused(target, exc) from exc
         mode = "cluster"
     raise_on_sigterm()  # ray.init's own handler exits with status 15 and no word
     res = ray.cluster_resources()
@@ -147,6 +161,26 @@ def _check_reachable(address: str, timeout: float = 5.0) -> None:
     except OSError as exc:
         raise OrchestratorError(f"Ray cluster at {address} (from RAY_ADDRESS or config) is not reachable: {exc}; "
                                 "unset RAY_ADDRESS to run on an embedded local Ray") from None
+
+
+#: Words of Ray's error when a cluster whose port answers refuses a driver (its GCS connection, its auth check)
+ATTACH_REFUSED_SIGNS = ("Failed to connect to", "auth", "Auth", "token")
+
+
+def _attach_refused(address: str, exc: Exception) -> Exception:
+    """What a job raises when Ray at ``address``, whose port answered, did not let it attach: in Ray 2.60 a
+    cluster with token authentication that rejects this shell's token (or its lack of one) fails the GCS
+    connection after about 20 s, which read as a cluster that "stopped answering" and "re-run once it is fixed",
+    Ray's InvalidAuthToken lines only in the log file. Other failures are ``exc`` itself."""
+    first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+    if not isinstance(exc, ConnectionError) and not any(sign in first for sign in ATTACH_REFUSED_SIGNS):
+        return exc
+    mode = os.environ.get("RAY_AUTH_MODE") or "unset"
+    return OrchestratorError(
+        f"the Ray cluster at {address} (from RAY_ADDRESS or config) answers but did not let this job attach "
+        f"({first[:200].rstrip('.')}). A cluster started with token authentication needs the same RAY_AUTH_MODE "
+        f"here (it is {mode}) and its token (~/.ray/auth_token from its head node, or RAY_AUTH_TOKEN): see "
+        "docs/CLUSTER.md; Ray's own lines are in the run's log file")
 
 
 #: Open files below which Ray's daemons and workers fail (a Ray Data stage at 64 died with no word; 256 ran).
@@ -234,7 +268,10 @@ def ray_session(address: str | None = None, num_cpus: int | None = None,
     with contextlib.ExitStack() as stack:
         written = stack.enter_context(run_log(log_file)) if log_file is not None else None
         started = not ray.is_initialized()
-        saved = {k: os.environ.get(k) for k in ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER",)}
+        # what init_ray sets for the block and the caller gets back (a library call from a notebook: its own
+        # Tune runs, its SIGTERM handler); the loopback switch must not leak into processes started later
+        saved = {k: os.environ.get(k) for k in (*RAY_ENV_SET, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")}
+        sigterm = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
         info = init_ray(address=address, num_cpus=num_cpus, log_to_driver=log_to_driver)
         if started and info["mode"] == "cluster":
             stack.enter_context(_said_if_cluster_lost())
@@ -243,8 +280,12 @@ def ray_session(address: str | None = None, num_cpus: int | None = None,
         finally:
             if started:
                 ray.shutdown()  # before the log file closes: the workers' last lines are flushed into it
-                raise_on_sigterm()  # ray.shutdown leaves SIGTERM to kill the process outright, without a clean-up
-                # Do not leak the loopback switch into processes started later (e.g. `ray start`).
+                # ray.shutdown leaves SIGTERM to kill the process outright, without a clean-up: the caller's
+                # handler again (a job's raises Terminated; one not set from Python: ours)
+                if sigterm is not None:
+                    signal.signal(signal.SIGTERM, sigterm)
+                else:
+                    raise_on_sigterm()
                 for key, value in saved.items():
                     if value is None:
                         os.environ.pop(key, None)
@@ -289,6 +330,23 @@ def seed_everything(seed: int) -> None:
         torch.manual_seed(seed)
     except ImportError:  # pragma: no cover - torch is a hard dependency
         pass
+
+
+@contextlib.contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """``seed_everything(seed)`` for the block; after it, Python's, NumPy's and torch's (CPU) generators as the
+    caller had them. A job seeds its driver; a library call (a workflow's ``run`` from a notebook) must not
+    change the draws its caller makes next."""
+    import torch  # heavy: torch
+
+    state = random.getstate(), np.random.get_state(), torch.random.get_rng_state()
+    seed_everything(seed)
+    try:
+        yield
+    finally:
+        random.setstate(state[0])
+        np.random.set_state(state[1])
+        torch.random.set_rng_state(state[2])
 
 
 def choose_device(prefer: str = "auto"):

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from orchestrator.core.config import field, flatten, redacted
 from orchestrator.core.errors import ConfigError
+from orchestrator.track.caller import user_tracking_uri
 from orchestrator.track.experiments import ensure_experiment
 from orchestrator.track.local_store import (
     path_problem,
@@ -35,9 +36,6 @@ from orchestrator.track.local_store import (
 
 log = logging.getLogger(__name__)
 
-#: $MLFLOW_TRACKING_URI as the user set it, read once when this module is first imported:
-#: mlflow.set_tracking_uri() exports the variable, so reading it later would see our own choice.
-USER_TRACKING_URI = os.environ.get("MLFLOW_TRACKING_URI", "")
 PROBE_TIMEOUT_S = 3.0
 _EFFECTIVE: dict[str, str] = {}  # configured URI -> the URI this process logs to
 
@@ -51,8 +49,8 @@ class TrackingConfig:
 
     def resolve_uri(self, run_dir) -> str:
         """The configured store: ``tracking_uri``, else the user's $MLFLOW_TRACKING_URI (as it was when
-        the job started), else the run directory's SQLite file."""
-        return self.tracking_uri or USER_TRACKING_URI or local_uri(run_dir)
+        the job, or the workflow call, began: ``caller.user_tracking_uri``), else the run directory's SQLite file."""
+        return self.tracking_uri or user_tracking_uri() or local_uri(run_dir)
 
 
 def local_uri(run_dir) -> str:

@@ -24,6 +24,7 @@ from orchestrator.core.errors import ConfigError
 from orchestrator.core.manifest import check_replaceable, read_manifest
 from orchestrator.core.reuse import run_stage
 from orchestrator.finetune.spec import SAMPLE_DIR, TaskSpec, load_task
+from orchestrator.track.caller import mlflow_state_kept
 
 STAGE = "augment"
 log = logging.getLogger(__name__)
@@ -94,6 +95,7 @@ def check_inputs(cfg: AugmentJobConfig) -> Path:
     return model_dir
 
 
+@mlflow_state_kept()  # a library call leaves the caller's MLflow session as it was
 def run(cfg: AugmentJobConfig) -> AugmentResult:
     """Augment the task into ``cfg.out_dir``, or reuse it there when task, MLM and settings are unchanged."""
     spec, data_dir = job_spec(cfg)

@@ -43,10 +43,11 @@ from orchestrator.core.cost import StageCost, read_cost, sweep_share
 from orchestrator.core.errors import ConfigError
 from orchestrator.core.manifest import atomic_write_json
 from orchestrator.core.reuse import content_key
-from orchestrator.core.runtime import ray_session, seed_everything
+from orchestrator.core.runtime import ray_session, seeded
 from orchestrator.report.summary import PAGE, RETRIEVAL, ChainResult
 from orchestrator.track import check_local_store, effective_uri, local_uri, probe
 from orchestrator.track import schema as S
+from orchestrator.track.caller import mlflow_state_kept
 from orchestrator.track.experiments import experiment_id_of
 from orchestrator.workflows.analyses import (
     check_retrieval_inputs,
@@ -81,6 +82,7 @@ SWEEP_COSTS = "the sweep, all arms"  # the costs' entry of the whole sweep, afte
 MAX_TAG_TEXT = 4000  # an arm's error on the experiment's MLflow run (MLflow allows 8000 characters)
 
 
+@mlflow_state_kept()  # a library call leaves the caller's MLflow session as it was
 def run(cfg: ExperimentConfig) -> ChainResult:
     """``python jobs/blue_sweep.py``: the chain, or with ``arms:`` the experiment and its comparison page."""
     if not cfg.arms:
@@ -131,15 +133,15 @@ def run_chain(cfg: ExperimentConfig) -> ChainResult:
 
 def _in_ray_session(cfg: ExperimentConfig, body) -> ChainResult:
     """What the chain and the experiment both do around their stages: the run directory and its config,
-    the seed, Ray (with the job's log file) and the run's wall time. ``body(info, started)`` runs the
-    stages; Ray is shut down before returning, so workers' buffered output is flushed before the summary."""
+    the seed (the caller's generators given back), Ray (with the job's log file) and the run's wall time.
+    ``body(info, started)`` runs the stages; Ray is shut down before returning, so workers' buffered output is
+    flushed before the summary."""
     run_dir = cfg.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(run_dir / "chain_config.json", public(to_dict(cfg)))
-    seed_everything(cfg.seed)
     started, tick = time.time(), time.monotonic()  # a timestamp (costs since it); the wall time's clock
-    with ray_session(address=cfg.ray.address or None, num_cpus=cfg.ray.num_cpus or None,
-                     log_file=run_dir / LOG_PATH) as info:
+    with seeded(cfg.seed), ray_session(address=cfg.ray.address or None, num_cpus=cfg.ray.num_cpus or None,
+                                       log_file=run_dir / LOG_PATH) as info:
         log.info("Ray %s with %s", info["mode"], {k: v for k, v in info["resources"].items() if k in ("CPU", "GPU")})
         result = body(info, started)
     result.log_file, result.wall_s = info["log_file"], time.monotonic() - tick

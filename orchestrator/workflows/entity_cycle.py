@@ -35,7 +35,7 @@ from orchestrator.core.console import LOG_PATH
 from orchestrator.core.errors import ConfigError
 from orchestrator.core.manifest import atomic_write_json, read_manifest, write_manifest
 from orchestrator.core.reuse import content_key
-from orchestrator.core.runtime import ray_session, seed_everything
+from orchestrator.core.runtime import ray_session, seeded
 from orchestrator.corpus.stage import CorpusConfig, input_stats
 from orchestrator.finetune.spec import load_task
 from orchestrator.instances.config import InstanceConfig
@@ -43,6 +43,7 @@ from orchestrator.instances.entity_masking import EntityMaskingConfig
 from orchestrator.pretrain.config import PretrainConfig
 from orchestrator.sweep.config import SweepConfig
 from orchestrator.track import TrackingConfig, effective_uri, ui_command
+from orchestrator.track.caller import mlflow_state_kept
 from orchestrator.vocab.wordpiece import VocabConfig
 from orchestrator.workflows.config import ChainConfig, RayConfig, sample_corpus
 from orchestrator.workflows.runner import ArmPlan, arm_outputs, build_arm, plan_corpus_stages, sweep
@@ -168,18 +169,18 @@ def mlm_accuracy(history: list[dict], tail: int = ACCURACY_TAIL) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
+@mlflow_state_kept()  # a library call leaves the caller's MLflow session as it was
 def run(cfg: CycleConfig) -> CycleResult:
     input_stats(cfg.corpus)  # fail fast, before Ray starts, on missing or empty source files
     run_dir = cfg.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(run_dir / "cycle_config.json", public(to_dict(cfg)))
-    seed_everything(cfg.seed)
     from orchestrator.track.runs import log_step_metrics, parent_run  # heavy: mlflow behind it
 
     uri = effective_uri(cfg.tracking, run_dir) if cfg.tracking.enabled else ""
     # Ray's, Tune's and the workers' own lines go to the run's log file, as in jobs/blue_sweep.py (--verbose: terminal)
-    with ray_session(address=cfg.ray.address or None, num_cpus=cfg.ray.num_cpus or None,
-                     log_file=run_dir / LOG_PATH) as info, \
+    with seeded(cfg.seed), ray_session(address=cfg.ray.address or None, num_cpus=cfg.ray.num_cpus or None,
+                                       log_file=run_dir / LOG_PATH) as info, \
             parent_run(cfg.tracking, run_dir, kind=CYCLE_STAGE, key=content_key(CYCLE_STAGE, cfg),
                        name=cfg.run_name, params={"cycles": cfg.cycles}) as parent:
         if info["log_file"]:

@@ -15,6 +15,7 @@ from orchestrator.pretrain.config import PretrainConfig
 from orchestrator.pretrain.nodes import driver_resources
 from orchestrator.pretrain.trainer import check_output, configured_uri, plan_pretrain, special_ids
 from orchestrator.track import TrackingConfig
+from orchestrator.track.caller import mlflow_state_kept
 from orchestrator.workflows.runner import pretrain_stage
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ def find_instances(instances_dir: Path) -> dict[int, Path]:
     return found
 
 
+@mlflow_state_kept()  # a library call leaves the caller's MLflow session as it was
 def run(cfg: PretrainJobConfig):
     cfg.check_named()
     out_dir = Path(cfg.out_dir).resolve()

@@ -47,6 +47,7 @@ from orchestrator.corpus.stage import CorpusConfig, input_stats, source_sizes
 from orchestrator.report.sources import read_source_scores
 from orchestrator.selection.proposal import WeightingConfig, propose_weights
 from orchestrator.selection.settings import ScoringSettings, scoring_key
+from orchestrator.track.caller import mlflow_state_kept
 from orchestrator.workflows.build_corpus import CorpusBuildConfig
 from orchestrator.workflows.config import sample_corpus
 
@@ -201,6 +202,7 @@ def write_proposal(out_dir: Path, corpus: dict, record: dict, header: str) -> Pa
     return atomic_write_json(out_dir / PROPOSAL_FILE, {**record, "corpus": CORPUS_FILE})
 
 
+@mlflow_state_kept()  # a library call leaves the caller's MLflow session as it was
 def run(cfg: ProposalConfig) -> ProposalResult:
     """Score (or read) the candidates, weight them, write the proposal into ``cfg.out_dir``."""
     input_stats(cfg.corpus)  # every candidate file exists and is not empty, before any work

@@ -60,6 +60,7 @@ from orchestrator.selection.regmix import (
     search_simplex,
 )
 from orchestrator.track import TrackingConfig, effective_uri, ui_command
+from orchestrator.track.caller import mlflow_state_kept
 from orchestrator.workflows.config import RayConfig, sample_corpus
 from orchestrator.workflows.propose_mix import CORPUS_FILE, PROPOSAL_FILE, proposal_corpus, write_proposal
 
@@ -303,6 +304,7 @@ def regress(cfg: ProxySearchConfig, proxies: list[dict]) -> dict:
             "coefficients": fit.coef.tolist(), "best_proxy": int(np.argmin(y))}
 
 
+@mlflow_state_kept()  # a library call leaves the caller's MLflow session as it was
 def run(cfg: ProxySearchConfig) -> ProxySearchResult:
     """The whole search: pools -> proxies (one Tune run) -> regression -> corpus.yaml in ``cfg.out_dir``."""
     from orchestrator.core.runtime import ray_session  # heavy: ray behind it

@@ -19,6 +19,7 @@ from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.manifest import check_replaceable
 from orchestrator.core.results import validate_results
 from orchestrator.track import TrackingConfig, local_uri
+from orchestrator.track.caller import mlflow_state_kept
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ def read_results(path: str | Path) -> dict:
     return results
 
 
+@mlflow_state_kept()  # a library call leaves the caller's MLflow session as it was
 def run(cfg: ReportConfig) -> dict[str, Path]:
     """Write the report and print where it is."""
     from orchestrator.report.sources import read_source_scores  # heavy: numpy

@@ -31,6 +31,7 @@ from orchestrator.retrieval.stage import (
 )
 from orchestrator.retrieval.table import RESULTS, render_text
 from orchestrator.track import TrackingConfig, effective_uri, ui_command
+from orchestrator.track.caller import mlflow_state_kept
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +66,7 @@ class RetrievalResult:
         return "\n".join(lines)
 
 
+@mlflow_state_kept()  # a library call leaves the caller's MLflow session as it was
 def run(cfg: RetrievalConfig) -> RetrievalResult:
     """``python jobs/retrieval.py``: every model on every language pair; the table printed, then the scores as JSON."""
     run_dir = Path(cfg.run_dir).resolve()

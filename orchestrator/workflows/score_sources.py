@@ -36,6 +36,7 @@ from orchestrator.selection.measures import (
     tokenize,
 )
 from orchestrator.selection.scoring import SelectionConfig, SourceScore, load_targets, score_source
+from orchestrator.track.caller import mlflow_state_kept
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +91,7 @@ def plan(cfg: SelectionConfig) -> str:
     return "\n".join(lines)
 
 
+@mlflow_state_kept()  # a library call leaves the caller's MLflow session as it was
 def run(cfg: SelectionConfig) -> SelectionResult:
     """Score every source against the targets; write scores.json, samples.json, table.txt, manifest."""
     if not cfg.sources:

@@ -21,6 +21,7 @@ from orchestrator.core.manifest import (
     check_replaceable,
     write_manifest,
 )
+from orchestrator.track.caller import mlflow_state_kept
 from orchestrator.vocab.quality import (
     check_quality_settings,
     load_tokenizers,
@@ -51,6 +52,7 @@ class TokenizerQualityConfig:
         check_quality_settings(self.tokenizers, self.texts, self.max_lines, keys="")  # the vocab stage's checks
 
 
+@mlflow_state_kept()  # a library call leaves the caller's MLflow session as it was
 def run(cfg: TokenizerQualityConfig) -> list[dict]:
     """Measure every tokenizer on every text; print the Markdown table, then as its last line JSON such as
     ``{"tokenizer_quality": {"de:text": {"minilm": {"continued_words": 0.41, "fertility": 1.9}}}}``."""
