@@ -423,3 +423,43 @@ def test_a_stage_records_what_it_cost_and_a_later_run_reports_it_reused(tmp_path
                          since=calendar.timegm((2026, 12, 5, 8, 59, 0, 0, 0, 0)))
     assert not partly.reused and partly.earlier_wall_s == 20.8
     assert cost_lines({"m": [partly]})[2].endswith("(13.8s this run, the rest an earlier run's)")
+
+
+_HOLD = """
+import sys
+from orchestrator.core.reuse import output_lock
+with output_lock(sys.argv[1]):
+    print("held", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def test_a_second_job_on_a_run_directory_of_outputs_placed_by_name_waits_for_the_whole_first(tmp_path):
+    """A concurrency probe (session 46): two chains on one run directory with other configs (a vocabulary of 1,500
+    and of 1,200) each locked one stage output at a time, so the second rebuilt vocab/ and instances/ between the
+    first one's stages: the first trained a model with 1,500 embeddings and the other's 1,200-token vocab.txt,
+    exited 0, and was reused ever after. A chain (and jobs/build_corpus.py) now holds its run directory for its
+    whole run: here a holder makes each job stop (the wait set to 1 s) before it writes anything there."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    from orchestrator.core.locks import WAIT_ENV
+
+    runs = tmp_path / "runs"
+    jobs = {runs / "smoke": ["blue_sweep.py", "--preset", "smoke", f"runs_root={runs}"],
+            tmp_path / "corpus": ["build_corpus.py", "--preset", "tiny", f"out_dir={tmp_path / 'corpus'}"]}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), WAIT_ENV: "1"}
+    for run_dir, (job, *args) in jobs.items():
+        run_dir.mkdir(parents=True)
+        holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(run_dir)], env=env, text=True,
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        try:
+            assert holder.stdout.readline() == "held\n"
+            res = subprocess.run([sys.executable, str(ROOT / "jobs" / job), *args], env=env, capture_output=True,
+                                 text=True, timeout=300)
+        finally:
+            holder.communicate("\n", timeout=60)
+        assert res.returncode != 0 and f"{run_dir} is being built by pid {holder.pid}" in res.stderr, res.stderr
+        assert sorted(p.name for p in run_dir.iterdir()) == [], job  # no chain_config.json, corpus/, logs/

@@ -42,7 +42,7 @@ from orchestrator.core.console import LOG_PATH
 from orchestrator.core.cost import StageCost, read_cost, sweep_share
 from orchestrator.core.errors import ConfigError
 from orchestrator.core.manifest import atomic_write_json
-from orchestrator.core.reuse import content_key
+from orchestrator.core.reuse import content_key, output_lock
 from orchestrator.core.runtime import ray_session, seeded
 from orchestrator.report.summary import PAGE, RETRIEVAL, ChainResult
 from orchestrator.track import check_local_store, effective_uri, local_uri, probe
@@ -128,7 +128,11 @@ def run_chain(cfg: ExperimentConfig) -> ChainResult:
         result.costs = {cfg.model_name if builds else "the sweep": chain_costs(cfg, run_dir, since=started)}
         return result
 
-    return _in_ray_session(cfg, stages)
+    # the chain's outputs are placed by name: a second job on this run directory waits for the whole first one (with
+    # another config, it rebuilt the vocabulary and instances between the first one's stages, which then trained a
+    # model of one vocabulary's embeddings with the other's tokenizer and exited 0: a probe, session 46)
+    with output_lock(run_dir):
+        return _in_ray_session(cfg, stages)
 
 
 def _in_ray_session(cfg: ExperimentConfig, body) -> ChainResult:

@@ -9,6 +9,7 @@ import logging
 from pathlib import Path
 
 from orchestrator.core.config import check_set, field
+from orchestrator.core.reuse import output_lock
 from orchestrator.core.runtime import ray_session
 from orchestrator.corpus.stage import CorpusConfig, input_stats
 from orchestrator.instances.config import InstanceConfig
@@ -40,7 +41,10 @@ def build_corpus(cfg: CorpusBuildConfig) -> CorpusResult:
     if quality.active:  # the tokenizer-quality inputs too (as the dry run does), not after the vocabulary is trained
         read_text_sets(quality.texts, quality.max_lines)
         load_tokenizers(quality.tokenizers)
-    with ray_session(address=cfg.ray.address or None, num_cpus=cfg.ray.num_cpus or None):
+    # its outputs are placed by name: a second job on this folder waits for the whole first one (with another config,
+    # its stages replaced the first one's vocabulary between that one's vocab and instances stages)
+    with output_lock(Path(cfg.out_dir)), ray_session(address=cfg.ray.address or None,
+                                                     num_cpus=cfg.ray.num_cpus or None):
         result = corpus_stages(cfg.corpus, cfg.vocab, cfg.instances, Path(cfg.out_dir))
     stale = sorted(p for p in (Path(cfg.out_dir) / "instances").glob("len*")
                    if p.is_dir() and p.resolve() not in {q.resolve() for q in result.instances.values()})
