@@ -303,3 +303,48 @@ def test_report_job_checks_the_baseline(tmp_path):
     ran = report_job(f"results_json={path}", f"out_dir={out}", "baseline=base")
     assert ran.returncode == 0, ran.stderr[-2000:]
     assert json.loads((out / "comparison.json").read_text())["baseline"] == "base"
+
+
+_HOLD_REPORT = """
+import sys
+from orchestrator.core.reuse import output_lock
+with output_lock(sys.argv[1]):
+    print("held", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def test_two_writers_of_one_report_take_turns_and_a_failed_replace_leaves_the_earlier_report(tmp_path, monkeypatch):
+    """A concurrency probe (session 46): two jobs on one run directory (or one and jobs/report.py) wrote its report
+    at once, and about one writer in twenty failed as "unexpected FileNotFoundError ... (a bug)" or "Directory not
+    empty", leaving a complete-looking .report.tmp-* folder. The report is now written under its output's lock, and
+    a replace that fails half-way puts the earlier report back and removes the temporary folder."""
+    import os
+    from pathlib import Path
+
+    from orchestrator.core.locks import WAIT_ENV, OutputBusy
+
+    out = tmp_path / "report"
+    write_report(make_results(), out)
+    before = (out / "blue_table.md").read_text(encoding="utf-8")
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD_REPORT, str(out)], text=True, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert holder.stdout.readline() == "held\n"
+        monkeypatch.setenv(WAIT_ENV, "1")
+        with pytest.raises(OutputBusy, match=f"{out} is being built by pid {holder.pid}"):
+            write_report(make_results(), out, title="the second writer")
+    finally:
+        holder.communicate("\n", timeout=60)
+    rename = Path.rename
+
+    def fail_into_place(self, target):  # the other writer's report appeared at out between the two renames
+        if Path(target) == out and ".tmp-" in self.name:
+            raise OSError(39, "Directory not empty", str(target))
+        return rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", fail_into_place)
+    with pytest.raises(OSError, match="Directory not empty"):
+        write_report(make_results(), out, title="a third")
+    assert (out / "blue_table.md").read_text(encoding="utf-8") == before
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "report") == []  # no temporary left

@@ -19,7 +19,7 @@ import numpy as np
 from orchestrator.augment.config import SimilarityConfig
 from orchestrator.core.errors import InputError, OrchestratorError
 from orchestrator.core.manifest import atomic_dir, file_sha256, is_complete, write_manifest
-from orchestrator.core.reuse import content_key
+from orchestrator.core.reuse import content_key, output_lock
 from orchestrator.formats.base import lines
 
 log = logging.getLogger(__name__)
@@ -226,42 +226,43 @@ def train_vectors(cfg: SimilarityConfig, corpus: list[Path], cache_dir: Path) ->
     """
     corpus = check_corpus(corpus)
     out = Path(cache_dir) / vectors_key(cfg, corpus)
-    if is_complete(out) and (out / MODEL_FILE).is_file():
-        log.info("reusing fastText vectors %s", out / MODEL_FILE)
+    with output_lock(out):  # two jobs sharing the cache: the second waits, then reuses (both trained them)
+        if is_complete(out) and (out / MODEL_FILE).is_file():
+            log.info("reusing fastText vectors %s", out / MODEL_FILE)
+            return out / MODEL_FILE
+        with atomic_dir(out, "similarity") as tmp:
+            text = tmp / "corpus.txt"
+            words = 0
+            with open(text, "w", encoding="utf-8") as w:
+                for path in corpus:
+                    for _, line in lines(path):
+                        tokens = normalise_words(line)
+                        if tokens:
+                            words += len(tokens)
+                            w.write(" ".join(tokens) + "\n")
+            min_count = cfg.min_count if words >= 1000 else 1  # a tiny corpus would leave no vocabulary
+            log.info("training fastText skipgram (dim %d, %d epochs) on %d words", cfg.dim, cfg.epochs, words)
+            settings = {"dim": cfg.dim, "epoch": cfg.epochs, "lr": cfg.lr, "minCount": min_count, "minn": cfg.minn,
+                        "maxn": cfg.maxn, "bucket": cfg.bucket}
+            for attempt in range(1, NAN_ATTEMPTS + 1):
+                try:
+                    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+                        vocabulary = pool.submit(_fit_skipgram, str(text), str(tmp / MODEL_FILE), settings).result()
+                    break
+                except RuntimeError as exc:
+                    if "NaN" not in str(exc):
+                        raise
+                    if attempt == NAN_ATTEMPTS:
+                        raise OrchestratorError(
+                            f"fastText skipgram training diverged (Encountered NaN) in {NAN_ATTEMPTS} fresh processes "
+                            f"on {', '.join(map(str, corpus))} ({words} words; lr {cfg.lr:g}, dim {cfg.dim}, "
+                            f"{cfg.epochs} epochs): lower similarity.lr (e.g. {cfg.lr / 2:g}), or give "
+                            "similarity.corpus more text") from None
+                    log.warning("fastText training ended in NaN (attempt %d of %d); again in a fresh process",
+                                attempt, NAN_ATTEMPTS)
+            text.unlink()
+            write_manifest(tmp, stage="similarity", config=cfg, inputs=corpus,
+                           counts={"words": words, "vocabulary": vocabulary},
+                           extra={"min_count_used": min_count, "attempts": attempt})
         return out / MODEL_FILE
-    with atomic_dir(out, "similarity") as tmp:
-        text = tmp / "corpus.txt"
-        words = 0
-        with open(text, "w", encoding="utf-8") as w:
-            for path in corpus:
-                for _, line in lines(path):
-                    tokens = normalise_words(line)
-                    if tokens:
-                        words += len(tokens)
-                        w.write(" ".join(tokens) + "\n")
-        min_count = cfg.min_count if words >= 1000 else 1  # a tiny corpus would leave no vocabulary
-        log.info("training fastText skipgram (dim %d, %d epochs) on %d words", cfg.dim, cfg.epochs, words)
-        settings = {"dim": cfg.dim, "epoch": cfg.epochs, "lr": cfg.lr, "minCount": min_count, "minn": cfg.minn,
-                    "maxn": cfg.maxn, "bucket": cfg.bucket}
-        for attempt in range(1, NAN_ATTEMPTS + 1):
-            try:
-                with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-                    vocabulary = pool.submit(_fit_skipgram, str(text), str(tmp / MODEL_FILE), settings).result()
-                break
-            except RuntimeError as exc:
-                if "NaN" not in str(exc):
-                    raise
-                if attempt == NAN_ATTEMPTS:
-                    raise OrchestratorError(
-                        f"fastText skipgram training diverged (Encountered NaN) in {NAN_ATTEMPTS} fresh processes "
-                        f"on {', '.join(map(str, corpus))} ({words} words; lr {cfg.lr:g}, dim {cfg.dim}, "
-                        f"{cfg.epochs} epochs): lower similarity.lr (e.g. {cfg.lr / 2:g}), or give "
-                        "similarity.corpus more text") from None
-                log.warning("fastText training ended in NaN (attempt %d of %d); again in a fresh process",
-                            attempt, NAN_ATTEMPTS)
-        text.unlink()
-        write_manifest(tmp, stage="similarity", config=cfg, inputs=corpus,
-                       counts={"words": words, "vocabulary": vocabulary},
-                       extra={"min_count_used": min_count, "attempts": attempt})
-    return out / MODEL_FILE
 

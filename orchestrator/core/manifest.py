@@ -100,19 +100,21 @@ def atomic_dir(final: str | Path, stage: str) -> Iterator[Path]:
     clean_stale_temps(final)
     tmp = _own_temp(final, "tmp")
     tmp.mkdir()
+    trash = None
     try:
         yield tmp
         check_replaceable(final, stage)
+        if final.exists():
+            trash = _own_temp(final, "old")
+            final.rename(trash)
+        tmp.rename(final)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if trash is not None and trash.exists() and not final.exists():
+            trash.rename(final)  # the replace failed half-way: the earlier output back in place
+        shutil.rmtree(tmp, ignore_errors=True)  # no finished-looking temporary left behind
         raise
-    if final.exists():
-        trash = _own_temp(final, "old")
-        final.rename(trash)
-        tmp.rename(final)
+    if trash is not None:
         shutil.rmtree(trash, ignore_errors=True)
-    else:
-        tmp.rename(final)
 
 
 _HOST = re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname())

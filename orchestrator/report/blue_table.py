@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from orchestrator.core.manifest import atomic_dir, atomic_write_json, atomic_write_text, write_manifest
+from orchestrator.core.reuse import output_lock
 from orchestrator.report.compare import check_baseline, comparison_document
 from orchestrator.report.figures import embedded, render_curves_png, render_figures, render_table_png
 from orchestrator.report.pages import render_html, render_markdown
@@ -67,7 +68,9 @@ def write_report(results: dict, out_dir: Path, title: str = "BLUE results", scal
                 comparison["sources"] = source_correlations(comparison, source_scores)
         else:
             log.info("one model only: no paired differences against %s", baseline)
-    with atomic_dir(out_dir, "report") as tmp:
+    # two writers of one report (two jobs on a run directory, or one and jobs/report.py): one at a time (the other's
+    # replace failed as "unexpected FileNotFoundError (a bug)": a probe, session 46)
+    with output_lock(out_dir), atomic_dir(out_dir, "report") as tmp:
         written = {"md": FILES["md"], "html": FILES["html"], "png": FILES["png"], "results": FILES["results"]}
         curves = render_curves_png(results, tmp / FILES["curves"])
         if curves is not None:
