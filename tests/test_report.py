@@ -445,3 +445,37 @@ def test_report_never_replaces_a_folder_it_did_not_write(tmp_path):
     assert [p.name for p in mine.iterdir()] == ["draft.tex"] and (mine / "draft.tex").read_text() == "my paper"
     assert report_job(f"results_json={good}", f"out_dir={tmp_path / 'report'}").returncode == 0
     assert report_job(f"results_json={good}", f"out_dir={tmp_path / 'report'}").returncode == 0  # its own: replaced
+
+
+def test_a_report_of_one_run_directory_finds_its_own_sweep_in_a_store_runs_share(tmp_path):
+    """A concurrency probe (session 46): two jobs logging to one MLflow store (tracking.tracking_uri), then
+    `jobs/report.py --run-dir x --tracking-uri <store>` reported y's newer sweep under x's name (Total 21.6 against
+    x's own 17.9), exit 0. A sweep run now carries its run directories (one sweep logged the same from two shares
+    its run), and a report of a run directory in a store that is not its own reads that directory's sweep."""
+    from orchestrator.core.errors import OrchestratorError
+    from orchestrator.report.mlflow_results import load_results
+    from orchestrator.track import TrackingConfig
+    from orchestrator.track.sweep import log_sweep as log
+    from orchestrator.workflows.report import ReportConfig
+
+    shared = f"sqlite:///{tmp_path / 'shared.db'}"
+
+    def logged(name: str, seeds: list[int]) -> str:
+        run_dir = tmp_path / "runs" / name
+        (run_dir / "sweep").mkdir(parents=True)
+        results = make_results()
+        results["summary"] = summarize(results["tasks"], results["cells"])
+        (run_dir / "sweep" / "results.json").write_text(json.dumps(results))
+        return log(TrackingConfig(tracking_uri=shared), run_dir, name=name, config={"sweep": {"seeds": seeds}},
+                   results=results, records=[], model_tags={}, artifacts=[run_dir / "sweep" / "results.json"])
+
+    x, y = logged("x", [1]), logged("y", [2])
+    assert x != y and load_results(shared).run_id == y  # the newest, as before, without a run directory
+    assert load_results(shared, run_dir=tmp_path / "runs" / "x").run_id == x
+    assert logged("z", [1]) == x  # the same sweep from another run directory: one sweep run, found from both
+    assert load_results(shared, run_dir=tmp_path / "runs" / "z").run_id == x
+    with pytest.raises(OrchestratorError, match=r"has no sweep of the run directory .*/runs/w; its sweeps are of"):
+        load_results(shared, run_dir=tmp_path / "runs" / "w")
+    assert ReportConfig(run_dir=str(tmp_path / "runs" / "x"), tracking_uri=shared).sweep_of() == \
+        str(tmp_path / "runs" / "x")
+    assert ReportConfig(run_dir=str(tmp_path / "runs" / "x")).sweep_of() is None  # its own store: its sweeps

@@ -38,6 +38,7 @@ from orchestrator.retrieval.table import render_section
 from orchestrator.track import schema as S
 from orchestrator.track import sqlite_file
 from orchestrator.track.local_store import readable_store
+from orchestrator.track.sweep import sweep_run_dirs
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ class SweepResults:
     tracking_uri: str
 
 
-def find_sweep_run(client, experiment: str, run_id: str | None = None):
+def find_sweep_run(client, experiment: str, run_id: str | None = None, run_dir: str | Path | None = None):
     """The sweep's parent run: ``run_id`` if given, else the newest run tagged ``orchestrator.kind=sweep``."""
     if run_id:
         from mlflow.exceptions import MlflowException  # heavy: mlflow
@@ -72,7 +73,21 @@ def find_sweep_run(client, experiment: str, run_id: str | None = None):
         names = [e.name for e in client.search_experiments()]
         raise OrchestratorError(f"MLflow experiment {experiment!r} not found at {client.tracking_uri} "
                                 f"(experiments there: {', '.join(names) or 'none'})")
-    runs = client.search_runs([exp.experiment_id], filter_string=f"tags.`{S.KIND}` = '{S.KIND_SWEEP}'",
+    sweeps = f"tags.`{S.KIND}` = '{S.KIND_SWEEP}'"
+    if run_dir is not None:  # a store other run directories' sweeps share: this one's, by the tag each sweep has
+        where = str(Path(run_dir).resolve())
+        newest_first = client.search_runs([exp.experiment_id], filter_string=sweeps, max_results=1000,
+                                          order_by=["attributes.start_time DESC"])
+        tagged = {r.info.run_id: sweep_run_dirs(r) for r in newest_first}
+        mine = next((r for r in newest_first if where in tagged[r.info.run_id]), None)
+        if mine is not None:
+            return mine
+        elsewhere = sorted(set().union(*tagged.values()))
+        if elsewhere:  # sweeps of other run directories only (a store written before the tag: its newest sweep)
+            raise OrchestratorError(f"experiment {experiment!r} at {client.tracking_uri} has no sweep of the run "
+                                    f"directory {where}; its sweeps are of {', '.join(elsewhere[:5])}: give that "
+                                    "run directory, or run_id for one sweep")
+    runs = client.search_runs([exp.experiment_id], filter_string=sweeps,
                               order_by=["attributes.start_time DESC"], max_results=1)
     if not runs:
         raise OrchestratorError(f"experiment {experiment!r} at {client.tracking_uri} has no run tagged "
@@ -97,14 +112,15 @@ def find_artifact(client, run_id: str, name: str = S.RESULTS_ARTIFACT, path: str
     return None
 
 
-def load_results(tracking_uri: str, experiment: str = "bioptorch", run_id: str | None = None) -> SweepResults:
+def load_results(tracking_uri: str, experiment: str = "bioptorch", run_id: str | None = None,
+                 run_dir: str | Path | None = None) -> SweepResults:
     """The results document of a sweep, from its artifact or else from its child runs' metrics."""
     from mlflow import MlflowClient  # heavy: mlflow
 
     if (database := sqlite_file(tracking_uri)) is not None:
         check_sqlite_store(database)
     client = MlflowClient(tracking_uri)
-    parent = find_sweep_run(client, experiment, run_id)
+    parent = find_sweep_run(client, experiment, run_id, run_dir)
     pid = parent.info.run_id
     artifact = find_artifact(client, pid)
     if artifact:
@@ -219,7 +235,8 @@ def experiment_retrieval(client, sweep, notes: list[str]) -> dict | None:
 
 def regenerate_report(out_dir: Path, tracking_uri: str, experiment: str = "bioptorch", run_id: str | None = None,
                       title: str | None = None, baseline: str | None = None,
-                      source_scores: dict[str, dict] | None = None) -> dict[str, Path]:
+                      source_scores: dict[str, dict] | None = None, run_dir: str | Path | None = None
+                      ) -> dict[str, Path]:
     """Read a sweep back from MLflow and write the report (md, html, png, curves) into ``out_dir``;
     with ``baseline``, also the paired differences against that model (``write_report``), with
     ``source_scores`` seed 004's correlation of the source measures with the gains, and for a sweep
@@ -227,7 +244,7 @@ def regenerate_report(out_dir: Path, tracking_uri: str, experiment: str = "biopt
     from mlflow import MlflowClient  # heavy: mlflow
 
     with readable_store(tracking_uri) as readable:  # a run directory moved elsewhere: where its artifacts are now
-        found = load_results(readable, experiment, run_id)
+        found = load_results(readable, experiment, run_id, run_dir)
         log.info("sweep run %s: results from its %s", found.run_id, found.source)
         client = MlflowClient(readable)
         notes: list[str] = []

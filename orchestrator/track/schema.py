@@ -63,6 +63,7 @@ ARM_PARAM_PREFIX, BASELINE = "arm.", "baseline"
 PRETRAIN_LOSS = "loss"
 WINDOW_MLM_LOSS, WINDOW_MLM_ACCURACY = "stop.window_mlm_loss", "stop.window_mlm_accuracy"
 SWEEP_FINGERPRINT = "orchestrator.sweep_fingerprint"
+RUN_DIR = "orchestrator.run_dir"  # a sweep's run directory: a report of it finds its sweep in a shared store
 CELL_DIGEST = "orchestrator.cell_digest"  # set last: the (model, task) run and its trials are all logged
 GIT_COMMIT, GIT_DIRTY, GIT_DIFF = "git_commit", "git_dirty", "git_diff_sha256"  # the code (manifest.git_state)
 PARENT = "mlflow.parentRunId"

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from orchestrator.core.config import is_number
 from orchestrator.core.reuse import content_key
@@ -10,6 +11,9 @@ from orchestrator.track import schema as S
 from orchestrator.track.runs import code_tags
 
 log = logging.getLogger(__name__)
+
+#: What an MLflow tag value holds in every store (SQL stores allow 8,000 characters; some 5,000)
+MAX_TAG_CHARS = 5000
 
 
 def sweep_fingerprint(config, model_tags: dict[str, dict[str, str]]) -> str:
@@ -53,6 +57,12 @@ def _complete(run, digest: str) -> bool:
     return run.data.tags.get(S.CELL_DIGEST) == digest and run.info.status == "FINISHED"
 
 
+def sweep_run_dirs(run) -> set[str]:
+    """The run directories that logged the sweep ``run`` (``S.RUN_DIR``, a line each: run directories whose sweeps
+    were the same, in a store they share, share one sweep run)."""
+    return set(filter(None, (run.data.tags.get(S.RUN_DIR) or "").split("\n")))
+
+
 def log_sweep(tracking: TrackingConfig, run_dir, *, name: str, config, results: dict, records: list[dict],
               model_tags: dict[str, dict[str, str]], artifacts: list, log_predictions: bool = True,
               exports: dict[str, dict[str, dict]] | None = None) -> str | None:
@@ -80,13 +90,18 @@ def log_sweep(tracking: TrackingConfig, run_dir, *, name: str, config, results: 
     existing = _find_parent(tracking.experiment, fingerprint)
     if existing:
         log.info("sweep: reusing MLflow parent run %s (sweep fingerprint %s)", existing, fingerprint)
-    tags = {**code_tags(), S.KIND: S.KIND_SWEEP, S.SWEEP_FINGERPRINT: fingerprint}
+    here = str(Path(run_dir).resolve())
+    tags = {**code_tags(), S.KIND: S.KIND_SWEEP, S.SWEEP_FINGERPRINT: fingerprint, S.RUN_DIR: here}
     # under an experiment's run (active in this process) the sweep parent is its child
     nested = mlflow.active_run() is not None
     with mlflow.start_run(run_id=existing, run_name=None if existing else f"sweep:{name}", tags=tags,
                           nested=nested) as parent:
         if not existing:
             log_params(flat_params(config))
+        dirs = sweep_run_dirs(parent)
+        if existing and here not in dirs:  # the same sweep logged from another run directory: both find it
+            joined = "\n".join(sorted(dirs | {here}))
+            mlflow.set_tag(S.RUN_DIR, joined if len(joined) <= MAX_TAG_CHARS else here)
         for model, summary in results["summary"].items():
             for key, value in summary.items():
                 if is_number(value, finite=False):

@@ -57,6 +57,13 @@ class ReportConfig:
     def resolved_out(self) -> Path:
         return Path(self.out_dir) if self.out_dir else Path(self.run_dir) / "report"
 
+    def sweep_of(self) -> str | None:
+        """The run directory whose sweep to report, where the store is not its own (``tracking_uri`` and
+        ``run_dir`` both given: a store several runs share; a probe, session 46, got another job's newest
+        sweep); None: the newest sweep of the store (a run directory's own store holds its sweeps only)."""
+        return self.run_dir if self.run_dir and self.tracking_uri and self.tracking_uri != local_uri(self.run_dir) \
+            else None
+
 
 def read_results(path: str | Path) -> dict:
     """A results.json file, parsed and checked against the schema (InputError naming file and place)."""
@@ -89,7 +96,8 @@ def run(cfg: ReportConfig) -> dict[str, Path]:
         from orchestrator.report.mlflow_results import regenerate_report  # heavy: numpy
 
         paths = regenerate_report(cfg.resolved_out(), cfg.resolved_uri(), cfg.experiment, cfg.run_id or None,
-                                  title=cfg.title or None, baseline=cfg.baseline or None, source_scores=scores)
+                                  title=cfg.title or None, baseline=cfg.baseline or None, source_scores=scores,
+                                  run_dir=cfg.sweep_of())
     if "sources_scatter" in paths and (cfg.run_dir or cfg.tracking_uri):
         from orchestrator.report.sources import log_source_gains  # heavy: numpy
 
@@ -114,7 +122,7 @@ def plan(cfg: ReportConfig) -> str:
         from orchestrator.report.mlflow_results import load_results  # heavy: numpy
 
         uri = cfg.resolved_uri()
-        found = load_results(uri, cfg.experiment, cfg.run_id or None)  # a SQLite store checked read-only first
+        found = load_results(uri, cfg.experiment, cfg.run_id or None, cfg.sweep_of())  # SQLite: checked read-only first
         results = found.results
         source = f"MLflow {uri}, experiment {cfg.experiment!r}, run {found.run_id} (from its {found.source})"
     files = "blue_table.md, .html, .png, curves.png"
