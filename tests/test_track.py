@@ -420,3 +420,25 @@ def test_a_library_call_leaves_the_callers_mlflow_session_as_it_was(tmp_path, mo
         assert hasattr(workflow.run, "__wrapped__"), workflow.__name__
     mlflow.set_tracking_uri(None)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+
+
+def test_a_store_runs_share_keeps_the_artifacts_beside_it_not_in_the_first_jobs_run_directory(tmp_path):
+    """A concurrency probe (session 46): two jobs logging to one SQLite store put every run's artifacts (results.json,
+    exports) in the run directory of whichever job created the experiment first: deleting that run took the other's
+    results with it (its report then lost the paired differences). A SQLite store's artifacts are now beside its
+    file: a run directory's own store is unchanged (<run_dir>/mlartifacts)."""
+    import mlflow
+
+    from orchestrator.track import local_uri
+    from orchestrator.track.experiments import ensure_experiment
+
+    shared = f"sqlite:///{tmp_path / 'store' / 'shared.db'}"
+    (tmp_path / "store").mkdir()
+    first = ensure_experiment(shared, "bioptorch", tmp_path / "runs" / "y")
+    assert mlflow.MlflowClient(shared).get_experiment(first).artifact_location == \
+        (tmp_path / "store" / "mlartifacts").as_uri()
+    run_dir = tmp_path / "runs" / "x"
+    run_dir.mkdir(parents=True)
+    own = ensure_experiment(local_uri(run_dir), "bioptorch", run_dir)
+    assert mlflow.MlflowClient(local_uri(run_dir)).get_experiment(own).artifact_location == \
+        (run_dir / "mlartifacts").as_uri()

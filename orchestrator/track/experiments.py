@@ -1,8 +1,11 @@
 """Experiments that keep their artifacts with the run and open on their runs in the MLflow UI.
 
 MLflow's default artifact root for a SQLite store is ./mlruns under the *current directory*, so
-artifacts of a run directory's store would land wherever the job was started. A local store gets
-its artifacts in <run_dir>/mlartifacts; a remote server keeps its own artifact root.
+artifacts of a run directory's store would land wherever the job was started. A SQLite store gets
+its artifacts in ``mlartifacts/`` beside its file: ``<run_dir>/mlartifacts`` for a run directory's own
+store; beside a store several runs share (``tracking.tracking_uri``), not in the run directory of
+whichever job created the experiment first, which deleting that run directory took from every other
+run (a probe, session 46). A remote server keeps its own artifact root.
 
 MLflow 3's UI opens an experiment without a kind on its GenAI overview (traces); every experiment
 this project creates or logs into is marked a model-training experiment, so that the UI's experiment
@@ -19,15 +22,18 @@ from orchestrator.track.local_store import sqlite_file
 
 
 def ensure_experiment(uri: str, name: str, run_dir: str | Path | None) -> str:
-    """The id of experiment ``name`` at ``uri``, created (artifacts beside a local store) if absent,
-    and tagged a model-training experiment."""
+    """The id of experiment ``name`` at ``uri``, created (artifacts beside a SQLite store's file; ``run_dir``'s
+    ``mlartifacts/`` where the store is no file) if absent, and tagged a model-training experiment."""
     import mlflow  # heavy: mlflow
 
     client = mlflow.MlflowClient(uri)
     experiment = client.get_experiment_by_name(name)
     if experiment is None:
         artifact_location = None
-        if uri.startswith("sqlite:") and run_dir is not None:
+        database = sqlite_file(uri)
+        if database is not None and str(database) != ":memory:":
+            artifact_location = (database.resolve().parent / "mlartifacts").as_uri()
+        elif uri.startswith("sqlite:") and run_dir is not None:  # in memory
             artifact_location = (Path(run_dir).resolve() / "mlartifacts").as_uri()
         try:
             client.create_experiment(name, artifact_location=artifact_location,
