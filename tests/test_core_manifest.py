@@ -394,7 +394,7 @@ def test_a_stage_records_what_it_cost_and_a_later_run_reports_it_reused(tmp_path
     output reports that cost, marked reused; GPUs, when held, make it GPU-hours."""
     import time
 
-    from orchestrator.core.cost import StageCost, cost_lines, measured, read_cost
+    from orchestrator.core.cost import StageCost, cost_lines, measured, read_cost, read_record
     from orchestrator.core.reuse import run_stage
 
     def build(tmp):
@@ -422,6 +422,15 @@ def test_a_stage_records_what_it_cost_and_a_later_run_reports_it_reused(tmp_path
                                    "made": "2026-12-05T09:00:00Z", "earlier_wall_s": 20.8, "earlier_device_h": 0.011},
                          since=calendar.timegm((2026, 12, 5, 8, 59, 0, 0, 0, 0)))
     assert not partly.reused and partly.earlier_wall_s == 20.8
+    # a concurrency probe (session 46): a job that waited for another's builds of shared stages and reused them
+    # listed every one without "reused", as its own CPU-hours: made after its start, but by another process
+    from orchestrator.core.cost import this_process
+    record = {"wall_s": 4.5, "device": "CPU", "units": 2.0, "device_h": 0.0025, "made": "2026-12-05T09:00:00Z"}
+    since = calendar.timegm((2026, 12, 5, 8, 59, 0, 0, 0, 0))
+    assert from_record("corpus", {**record, "by": "host:1:2"}, since=since).reused
+    assert not from_record("corpus", {**record, "by": this_process()}, since=since).reused
+    assert not from_record("corpus", record, since=since).reused  # a record of older code, made since: its own
+    assert read_record(out)["by"] == this_process()
     assert cost_lines({"m": [partly]})[2].endswith("(13.8s this run, the rest an earlier run's)")
 
 

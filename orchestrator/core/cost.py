@@ -3,7 +3,12 @@
 A stage records its cost in its manifest (``manifest.json``'s ``cost``) when it is made, so a
 later run that reuses the output still reports what it cost then (``reused``):
 
-    {"wall_s": 252.1, "device": "CPU", "units": 1.0, "device_h": 0.07, "made": "2026-11-25T19:02:11Z"}
+    {"wall_s": 252.1, "device": "CPU", "units": 1.0, "device_h": 0.07, "made": "2026-11-25T19:02:11Z",
+     "by": "host:4242:1764097331"}
+
+``by`` is the process that made it (host, pid and the process's start): an output another job made while
+this one waited for it (two jobs at once on shared stages) is reused by this one too, though made after
+this one started.
 
 ``units`` is what the stage held: a pretraining run its Train workers' CPUs (or GPUs); a sweep's
 ``device_h`` is the sum over its trials of each trial's time x the trial's CPUs (or GPUs); a data
@@ -14,9 +19,14 @@ from __future__ import annotations
 
 import calendar
 import dataclasses
+import functools
 import json
+import os
+import socket
 import time
 from pathlib import Path
+
+import psutil
 
 from orchestrator.core.manifest import MANIFEST
 from orchestrator.core.runtime import available_cpus
@@ -38,7 +48,14 @@ class StageCost:
     def record(self) -> dict:
         """The manifest's ``cost`` entry."""
         return {"wall_s": round(self.wall_s, 3), "device": self.device, "units": self.units,
-                "device_h": round(self.device_h, 6), "made": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+                "device_h": round(self.device_h, 6), "made": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "by": this_process()}
+
+
+@functools.cache
+def this_process() -> str:
+    """A cost record's maker: this host, this process's pid and its start time (a pid used again is another)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{psutil.Process().create_time():.0f}"
 
 
 def measured(stage: str, wall_s: float, cpus: float = 1.0, gpus: float = 0.0) -> StageCost:
@@ -48,7 +65,8 @@ def measured(stage: str, wall_s: float, cpus: float = 1.0, gpus: float = 0.0) ->
 
 
 def from_record(stage: str, record: dict | None, *, since: float | None = None) -> StageCost | None:
-    """A manifest's ``cost`` entry; ``reused`` when it was made before ``since`` (the run's start, epoch s)."""
+    """A manifest's ``cost`` entry; ``reused`` when it was made before ``since`` (the run's start, epoch s) or,
+    since then, by another process (a job this one waited for: it counted that job's builds as its own)."""
     if not record or "wall_s" not in record:
         return None
     made = record.get("made")
@@ -58,6 +76,7 @@ def from_record(stage: str, record: dict | None, *, since: float | None = None) 
             reused = calendar.timegm(time.strptime(made, "%Y-%m-%dT%H:%M:%SZ")) < int(since)
         except ValueError:
             reused = False
+        reused = reused or record.get("by", this_process()) != this_process()
     return StageCost(stage, float(record["wall_s"]), str(record.get("device", "CPU")), float(record.get("units", 1.0)),
                      float(record.get("device_h", 0.0)), reused,
                      earlier_wall_s=float(record.get("earlier_wall_s", 0.0)))
