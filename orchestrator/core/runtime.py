@@ -164,7 +164,8 @@ def _check_reachable(address: str, timeout: float = 5.0) -> None:
 
 
 #: Words of Ray's error when a cluster whose port answers refuses a driver (its GCS connection, its auth check)
-ATTACH_REFUSED_SIGNS = ("Failed to connect to", "InvalidAuthToken", "Unauthenticated", "uthentication")
+ATTACH_REFUSED_SIGNS = ("Failed to connect to", "InvalidAuthToken", "Unauthenticated", "authentication",
+                        "Authentication")
 
 
 def _attach_refused(address: str, exc: Exception) -> Exception:
