@@ -73,6 +73,19 @@ def test_bom_and_crlf_are_accepted(tmp_path, fmt, data, units):
     assert list(text_units(write(tmp_path / "f.tsv", data), fmt)) == units
 
 
+def test_the_text_view_of_a_csv_written_blue_file_is_its_text(tmp_path):
+    """A real-format probe (session 46): BLUE's MedNLI, DDI and i2b2 converters write with csv.writer, which
+    quotes a cell holding a '"' whole and doubles it; the text view (vocabulary targets, tokenizer quality,
+    proxy search) kept '"Patient has ""no"" known allergies."' where the task reader read the sentence. A literal
+    quote that is not such a cell (HoC's '" Reactive " or ...') stays as it is."""
+    data = ('index\tsentence1\tsentence2\tlabel\n'
+            'id1\t"Patient has ""no"" known allergies."\tThe patient is allergic.\tcontradiction\n'
+            'id2\t" Reactive " or activated stroma .\t"""@DRUG$"" may potentiate @DRUG$."\tneutral\n')
+    assert list(text_units(write(tmp_path / "nli.tsv", data), "blue_tsv")) == [
+        'Patient has "no" known allergies.', "The patient is allergic.", '" Reactive " or activated stroma .',
+        '"@DRUG$" may potentiate @DRUG$.']
+
+
 #: ASCII text as UTF-16LE without a byte-order mark: valid UTF-8, with a NUL after every letter.
 UTF16_TEXT = "\n".join(f"Line {i} of a plain English document about proteins." for i in range(21))
 

@@ -68,6 +68,17 @@ def test_pubmed_xml_rows_title_abstract_mesh_and_year(tmp_path):
                                                                                      ("2", "D4", "1998")]
     assert rows[0].fields["text"] == "Title 1.\nSections in italics."
     assert rows[0].line == 4 and rows[1].line == 17  # each <PubmedArticle>'s line
+    # NLM distributes pubmed<yy>n<NNNN>.xml.gz: read as it is (a real-format probe, session 46: "not well-formed
+    # XML ... column 1"); a cut one names the file
+    import gzip
+
+    packed = tmp_path / "pubmed26n0001.xml.gz"
+    packed.write_bytes(gzip.compress(path.read_bytes()))
+    assert [(r.line, r.fields) for r in read(packed, "pubmed_xml")] == [(r.line, r.fields) for r in rows]
+    cut = tmp_path / "pubmed26n0002.xml.gz"
+    cut.write_bytes(packed.read_bytes()[:-20])
+    with pytest.raises(InputError, match="pubmed26n0002.xml.gz.*a damaged or incomplete gzip file"):
+        list(read(cut, "pubmed_xml"))
 
 
 def test_descriptor_file_maps_each_records_own_ui_to_its_tree_numbers(tmp_path):

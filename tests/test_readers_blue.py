@@ -137,6 +137,23 @@ def test_blue_formats_for_restricted_corpora(tmp_path):
     assert clefe[0].doc == "00098-016139"
 
 
+def test_blue_files_as_its_converters_name_and_quote_them(tmp_path):
+    """A real-format probe (session 46): ShARe/CLEFE, which BLUE could not ship, as its converter
+    (create_clefe_bert.py) writes it, Training/Development/Test.tsv, was "file not found"; HoC's sentences opening
+    with a literal '"' (two in BLUE's training file) lost their quotes to a CSV reader."""
+    clefe = tmp_path / "ShAReCLEFE"
+    clefe.mkdir()
+    for name in ("Training", "Development", "Test"):
+        write(clefe / f"{name}.tsv", f"{name}\t00098-016139\t0\tB\npain\t-\t6\tI\n")
+    assert [read_split(flat("shareclefe"), clefe, s)[0].text_a[0] for s in ("train", "dev", "test")] == \
+        ["Training", "Development", "Test"]
+    none, first = ",".join(f"{k}_0" for k in range(10)), ",".join(f"{k}_{int(k == 0)}" for k in range(10))
+    hoc = read_file(flat("hoc"), write(tmp_path / "hoc.tsv", 'labels\tsentence\tindex\n'
+                                       f'{none}\t" Reactive " or activated stroma .\t20332242_s0\n'
+                                       f'{first}\tepithelial phenotype " mesenchymal .\t20332242_s1\n'))
+    assert [ex.text_a for ex in hoc] == ['" Reactive " or activated stroma .', 'epithelial phenotype " mesenchymal .']
+
+
 @pytest.mark.parametrize("name, text, line, what", [
     ("chemprot", "index\tsentence\tlabel\na\t@CHEMICAL$ x @GENE$\tCPR:4\nb\tonly two\n", 3, "columns"),
     ("chemprot", "index\tsentence\tlabel\na\t@CHEMICAL$ x @GENE$\tCPR:7\n", 2, "unknown label 'CPR:7'"),

@@ -33,6 +33,10 @@ GROUP_NAME = re.compile(r"[a-z0-9][a-z0-9_-]*")
 FileFormat = Literal["tsv", "blue_ner", "iob", "conll", "jsonl", "i2b2_deid"]
 
 
+#: A split's file names in BLUE's releases and converters, tried (with the configured file's suffix) when the
+#: configured one is absent
+SPLIT_FILE_NAMES = {"train": ("train", "Training"), "dev": ("devel", "dev", "Development"), "test": ("test", "Test")}
+
 @dataclasses.dataclass(frozen=True)
 class TaskSpec:
     name: str = field(help="display name, as in the BLUE tables (e.g. 'BC5CDR-chemical')")
@@ -139,11 +143,13 @@ class TaskSpec:
         return tuple(x for x in self.labels if x not in self.negative_labels)
 
     def split_path(self, data_root: Path, split: str) -> Path:
-        """The file of one split; BLUE's NER releases name the dev split 'devel', others 'dev'."""
+        """The file of one split; where the configured name is absent, the other names BLUE's files have:
+        its NER releases name the dev split 'devel', others 'dev', and its converter for the tasks it could not
+        ship (ShARe/CLEFE, ``create_clefe_bert.py``) writes Training, Development and Test."""
         base = Path(data_root) / self.dir if self.dir else Path(data_root)
         path = base / self.files[split]
-        if not path.exists() and split == "dev":
-            for alt in ("devel", "dev"):
+        if not path.exists():
+            for alt in SPLIT_FILE_NAMES.get(split, ()):
                 candidate = path.with_name(alt + path.suffix)
                 if candidate.exists():
                     return candidate

@@ -13,13 +13,15 @@ MedlineDate; "" when neither). ``line`` is the line of the article's <PubmedArti
 ``mesh_tree_numbers`` reads NLM's ``desc<year>.xml`` (DescriptorRecordSet: each DescriptorRecord's own
 DescriptorUI and TreeNumberList/TreeNumber) into {UI: tree numbers}.
 
-Both are parsed by expat as a stream (a 200 MB baseline file is never held whole). NLM's files start
-with a DOCTYPE naming an external DTD, which expat never fetches: that is accepted. A DOCTYPE with an
-internal subset and any ENTITY declaration are refused (no entity is ever declared or expanded), as is
-XML that is not well-formed, each with an ``InputError`` naming the file and line.
+Both are parsed by expat as a stream (a 200 MB baseline file is never held whole), gzipped or not (NLM
+distributes ``pubmed<yy>n<NNNN>.xml.gz``: a file starting with gzip's magic bytes is decompressed as it is
+read). NLM's files start with a DOCTYPE naming an external DTD, which expat never fetches: that is accepted.
+A DOCTYPE with an internal subset and any ENTITY declaration are refused (no entity is ever declared or
+expanded), as is XML that is not well-formed, each with an ``InputError`` naming the file and line.
 """
 from __future__ import annotations
 
+import gzip
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,6 +31,7 @@ from orchestrator.core.errors import InputError
 from orchestrator.formats.base import READERS, Layout, Row
 
 CHUNK = 1 << 20
+GZIP_MAGIC = b"\x1f\x8b"
 _YEAR = re.compile(r"\b(1[89]\d\d|2\d\d\d)\b")
 
 
@@ -59,9 +62,15 @@ class _Stream:
         self.parser.StartElementHandler = start
         self.parser.EndElementHandler = end
         self.parser.CharacterDataHandler = text
-        with self.path.open("rb") as f:
+        with self.path.open("rb") as raw:
+            gzipped = raw.read(2) == GZIP_MAGIC  # NLM distributes its files as .xml.gz: read them as they are
+            raw.seek(0)
+            f = gzip.GzipFile(fileobj=raw) if gzipped else raw
             while True:
-                chunk = f.read(CHUNK)
+                try:
+                    chunk = f.read(CHUNK)
+                except (OSError, EOFError) as exc:  # gzip.BadGzipFile is an OSError; a cut file ends in EOFError
+                    raise self.fail(f"a damaged or incomplete gzip file ({exc})") from None
                 try:
                     self.parser.Parse(chunk, not chunk)
                 except expat.ExpatError as exc:

@@ -9,7 +9,10 @@ Quoting (``layout.quoting``):
   columns of the next rows (the merged row can still have the right number of columns);
 - ``none``: QUOTE_NONE, a quote is text (ChemProt: 59 rows hold a stray ``"``);
 - ``auto``: QUOTE_NONE, and a line with more cells than its file has columns is parsed again with
-  CSV quoting: the text view, which reads both kinds without a task to say which.
+  CSV quoting, and a cell quoted as a CSV writer quotes it (``"..."`` whole, its inner quotes doubled)
+  is unquoted: the text view, which reads both kinds without a task to say which (BLUE's MedNLI, DDI and
+  i2b2 converters write ``"Patient has ""no"" allergies."``; HoC's literal ``" Reactive " or ...`` is
+  no such cell).
 
 Roles:
 
@@ -72,12 +75,23 @@ def read_blue_tsv(path: Path, layout: Layout) -> Iterator[Row]:
         named = ", ".join(f"{role}={i}" for role, i in roles.items())
         shape = f"in a file without a header, as its positions name ({named})"
     for line, cells in rows:
-        if layout.quoting == "auto" and len(cells) > width:
-            cells = next(csv.reader(["\t".join(cells)], delimiter="\t"))
+        if layout.quoting == "auto":
+            cells = next(csv.reader(["\t".join(cells)], delimiter="\t")) if len(cells) > width else \
+                [_unquoted(c) for c in cells]
         if len(cells) != width:
             raise InputError(path, f"{len(cells)} TAB-separated columns", line=line,
                              expected=f"{width} columns {shape}")
         yield Row(line, {role: cells[i].strip() for role, i in roles.items()})
+
+
+def _unquoted(cell: str) -> str:
+    """``cell`` as a CSV reader reads it when a CSV writer quoted it whole (``"..."``, every inner quote
+    doubled); any other cell as it is."""
+    text = cell.strip()
+    inner = text[1:-1]
+    if len(text) >= 2 and text[0] == text[-1] == '"' and '"' not in inner.replace('""', ""):
+        return inner.replace('""', '"')
+    return cell
 
 
 def _rows(path: Path, quoting: str) -> Iterator[tuple[int, list[str]]]:
