@@ -40,7 +40,8 @@ def expand_shorthands(argv: list[str]) -> list[str]:
     return out
 
 
-SPEC = JobSpec(name="report", description=(__doc__ or "").split("\n\n")[0] + " (" + ", ".join(SHORTHANDS) + " accepted)",
+SPEC = JobSpec(name="report",
+               description=(__doc__ or "").split("\n\n")[0] + " (" + ", ".join(SHORTHANDS) + " accepted)",
                config_cls=ReportConfig, run=run, dry_run=plan, outputs=("out_dir",))
 
 

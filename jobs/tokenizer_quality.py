@@ -24,8 +24,8 @@ def shorthand_overrides(argv: list[str]) -> list[str]:
     return cli_shorthands(argv, named=(("--tokenizer", "tokenizers", "NAME=PATH"), ("--text", "texts", "NAME=PATH")))
 
 
-SPEC = JobSpec(name="tokenizer_quality", description=(__doc__ or "").split("\n\n")[0], config_cls=TokenizerQualityConfig,
-               run=run, dry_run=plan, default_preset="tiny",
+SPEC = JobSpec(name="tokenizer_quality", description=(__doc__ or "").split("\n\n")[0],
+               config_cls=TokenizerQualityConfig, run=run, dry_run=plan, default_preset="tiny",
                outputs=("out_dir",))
 
 
