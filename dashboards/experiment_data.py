@@ -123,11 +123,21 @@ def load_experiment(tracking_uri: str, experiment_run_id: str | None = None, *, 
             arm.pretrain_run, arm.pretrain_status = run.info.run_id, run.info.status
             arm.kind = arm.kind or "pretrain"
             arm.loss = _history(client, run.info.run_id, S.PRETRAIN_LOSS)
+    logged = tags.get(S.SWEEP_RUN)  # the sweep the experiment's last run logged, wherever MLflow keeps it
+    if logged and logged not in {r.info.run_id for r in sweeps}:
+        from mlflow.exceptions import MlflowException  # heavy: mlflow
+
+        try:
+            sweeps.insert(0, client.get_run(logged))
+        except MlflowException:  # deleted since: the newest child, as before
+            pass
+    sweeps.sort(key=lambda r: r.info.run_id != logged)  # it first; the others newest first
     if sweeps:
         _load_sweep(exp, sweeps[0], n_boot=n_boot)
         if len(sweeps) > 1:
+            shown = "the one its last run logged" if sweeps[0].info.run_id == logged else "the newest"
             exp.notes.append(f"{len(sweeps)} sweeps ran under this experiment (its sweep settings changed between "
-                             f"runs): the newest, run {sweeps[0].info.run_id[:8]}, is shown")
+                             f"runs): {shown}, run {sweeps[0].info.run_id[:8]}, is shown")
     else:
         exp.notes.append("no sweep under this experiment yet: the table, the differences and the fine-tuning "
                          "curves appear once the arms' models are fine-tuned")

@@ -142,6 +142,27 @@ def test_the_job_writes_the_page_and_names_it(experiment_run):
     assert 'id="pretraining-loss"' in page.read_text(encoding="utf-8")
 
 
+def test_the_page_shows_the_sweep_its_experiments_last_run_logged(experiment_run, store, tmp_path):
+    """An experiments probe (session 46): a re-run whose sweep matched an earlier one reopened that sweep run (an
+    older start, perhaps under an older experiment run), and the page showed the newest sweep child instead: another
+    sweep's table and differences than blue_table.md, written by the same job; with a failed arm removed (a new
+    experiment run), "no sweep under this experiment yet". The experiment run now names its sweep (S.SWEEP_RUN)."""
+    import shutil
+
+    client = MlflowClient(store)
+    parent = client.search_runs([e.experiment_id for e in client.search_experiments()],
+                                filter_string=f"tags.`{S.KIND}` = '{S.KIND_EXPERIMENT}'")[0]
+    logged = parent.data.tags[S.SWEEP_RUN]
+    assert client.get_run(logged).data.tags[S.KIND] == S.KIND_SWEEP
+    shutil.copy(experiment_run.run_dir / "mlflow.db", tmp_path / "mlflow.db")  # the shared store stays as it is
+    copy = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    newer = MlflowClient(copy).create_run(parent.info.experiment_id, run_name="sweep:other", tags={
+        S.KIND: S.KIND_SWEEP, S.PARENT: parent.info.run_id}).info.run_id  # started after it, as a newer sweep
+    page = build_page(copy, tmp_path / "page.html").read_text(encoding="utf-8")
+    assert f"the one its last run logged, run {logged[:8]}, is shown" in page and newer[:8] not in page
+    assert 'id="blue-table"' in page
+
+
 @pytest.mark.slow
 @needs_chromium
 def test_chromium_renders_the_page_without_a_console_message(page_file, tmp_path):

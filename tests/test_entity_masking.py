@@ -96,6 +96,33 @@ def test_entity_masking_refuses_dynamic_masking_and_keys_only_its_own_configs():
     assert key({"entity_masking": {}}) != "9b840f62f040f30c"
 
 
+def test_an_edited_term_list_or_association_table_makes_other_instances(tmp_path):
+    """An experiments probe (session 46): the instances key held the tables' paths, so editing a term list or an
+    association table in place kept its instances and the pretraining on them. Their contents are in it now."""
+    import shutil
+
+    from orchestrator.core.config import from_dict
+    from orchestrator.core.reuse import content_key
+    from orchestrator.instances.config import InstanceConfig
+    from orchestrator.instances.entity_masking import DEFAULT_ASSOCIATION, DEFAULT_DICTIONARY
+
+    terms, table = tmp_path / "terms.yaml", tmp_path / "assoc.yaml"
+    shutil.copy(DEFAULT_DICTIONARY, terms)
+    shutil.copy(DEFAULT_ASSOCIATION, table)
+
+    def key() -> str:
+        cfg = from_dict(InstanceConfig, {"entity_masking": {"dictionaries": [str(terms)], "association": str(table)}})
+        return content_key("instances", cfg.output_fields(), 128, "corpuskey", "vocabkey")
+
+    before = key()
+    assert key() == before  # the same files: the same key
+    terms.write_text(terms.read_text(encoding="utf-8") + "\n", encoding="utf-8")
+    edited = key()
+    assert edited != before
+    table.write_text(table.read_text(encoding="utf-8") + "\n", encoding="utf-8")
+    assert key() not in (before, edited)
+
+
 def test_fig11_masking_hcc_keeps_its_associates_visible():
     m = masker()
     associated = {t: positions_of(t, m) for t in ("tumor", "early enhancement", "washout", "liver s3")}

@@ -308,6 +308,10 @@ def test_retrieval_needs_arms_and_its_own_model_names(tmp_path):
         smoke(tmp_path, arms={"a": {}}, retrieval={"texts": {"en": "a.txt", "de": "b.txt"}, "models": {"a": "/m"}})
     with pytest.raises(ConfigError, match="arms.a.retrieval.max_units: an arm cannot change retrieval"):
         smoke(tmp_path, arms={"a": {"retrieval.max_units": 3}})
+    # an experiments probe (session 46): compare_models={floor: <arm a's model>} took the arm's row, exit 0, the
+    # baseline showing a's scores and "a vs floor" 0.0 [0.0, 0.0] in every column
+    with pytest.raises(ConfigError, match="compare_models.floor: floor is already an arm"):
+        smoke(tmp_path, arms={"a": {}, "floor": {"init": "random"}}, compare_models={"floor": "/m"})
 
 
 def test_selection_needs_arms(tmp_path):

@@ -73,14 +73,16 @@ class InstanceConfig:
         """The settings one length's instances depend on: not where or how many at once they are built.
 
         With entity masking, also the version of its algorithm (``ENTITY_MASKING_VERSION``): the same
-        settings give other instances when it changes. Without it the fields are unchanged. The derived
-        association's fields (``association_*``) and its version enter only when it is derived, so the
-        keys of table configs stay what they were before derivation existed."""
+        settings give other instances when it changes; and the contents of the tables it reads. Without it
+        the fields are unchanged. The derived association's fields (``association_*``) and its version enter
+        only when it is derived, so the keys of table configs stay what they were before derivation existed."""
         # pretokenize is the vocabulary's (in the vocabulary's key); here it only checks it
         out = {k: v for k, v in to_dict(self).items()
                if k not in ("max_seq_lengths", "workers", "cpus_per_worker", "pretokenize")}
         if self.entity_masking is not None:
             out["entity_masking_version"] = ENTITY_MASKING_VERSION
+            if tables := self.entity_masking.table_digests():  # a config of none keeps the key it had
+                out["entity_masking_tables"] = tables
             if self.entity_masking.association_method == "table":
                 for k in ("association_method", "association_window", "association_min_count"):
                     del out["entity_masking"][k]

@@ -33,6 +33,7 @@ from typing import Literal
 
 from orchestrator.core.config import field
 from orchestrator.core.errors import ConfigError
+from orchestrator.core.manifest import file_sha256
 from orchestrator.instances.association import AssociationTable, load_association
 from orchestrator.instances.entities import (
     SPECIAL_TOKENS,
@@ -134,6 +135,19 @@ class EntityMaskingConfig:
                               f"(it is {self.same_type_grouping!r})")
         if self.organ_rules and not Path(self.organ_rules).is_file():
             raise ConfigError(f"organ rule table not found: {self.organ_rules}")
+
+    def table_digests(self) -> dict[str, str]:
+        """sha256 of each YAML table given here that the masker reads (term lists, unless an NER model extracts;
+        the association table, with association_method table; the organ rules, with same_type_grouping organ):
+        the instances depend on their contents, not on their paths (an edited term list kept its instances and
+        the pretraining on them: a probe, session 46). The shipped tables are the code's (``ENTITY_MASKING_VERSION``
+        moves with them), so a config of none keeps its key."""
+        tables = [] if self.ner_model else [Path(p) for p in self.dictionaries]
+        if self.association_method == "table" and self.association:
+            tables.append(Path(self.association))
+        if self.same_type_grouping == "organ" and self.organ_rules:
+            tables.append(Path(self.organ_rules))
+        return {str(path): file_sha256(path) for path in tables}
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,7 @@ EXPERIMENT_KEY = "orchestrator.experiment_key"
 OUTPUT_KEY = "orchestrator.output_key"  # the content key of the stage output a run reports
 ARM = "arm"
 ARMS, BASELINE_TAG = "orchestrator.arms", "orchestrator.baseline"
+SWEEP_RUN = "orchestrator.sweep_run"  # an experiment's tag: the sweep run its last run logged (its page shows it)
 ARM_FIELDS = ("status", "kind", "stage", "error")  # experiment.json's fields of an arm, as parent-run tags
 ARM_PARAM_PREFIX, BASELINE = "arm.", "baseline"
 PRETRAIN_LOSS = "loss"

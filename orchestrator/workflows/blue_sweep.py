@@ -368,8 +368,11 @@ def _run_arms(cfg: ExperimentConfig, plans: dict[str, ArmPlan], run_dir: Path, s
         if "sweep" in cfg.stages and (models or variants):
             log.info("sweep: one paired sweep over %d arm(s)", len(models) + len(variants))
             row_tags = {a.name: {S.ARM: a.name} for a in ok}
-            results = sweep(cfg.sweep, models, run_dir / "sweep", cfg.tracking, run_dir, variants,
-                                row_tags=row_tags).results
+            swept = sweep(cfg.sweep, models, run_dir / "sweep", cfg.tracking, run_dir, variants, row_tags=row_tags)
+            results = swept.results
+            # the page shows this sweep: a re-run whose sweep matches an earlier one reopens that run (an older
+            # start, perhaps under another experiment run), which the newest child was not (a probe, session 46)
+            set_run_tags(tracking_uri, parent_id, {S.SWEEP_RUN: swept.parent_run_id or ""})
         report = {}
         if "report" in cfg.stages and results:
             from orchestrator.report.blue_table import write_report  # heavy: the stage's implementation

@@ -167,10 +167,11 @@ class ExperimentConfig(ChainConfig):
         if self.retrieval.enabled and not self.arms:
             raise ConfigError("retrieval evaluates an experiment's arms: it needs arms: (for models alone, "
                               "jobs/retrieval.py)")
-        clash = sorted(set(self.retrieval.models) & set(self.arms))
-        if clash:
-            raise ConfigError(f"retrieval.models.{clash[0]}: {clash[0]} is already an arm; give the extra model "
-                              "another name")
+        for key, extra in (("retrieval.models", self.retrieval.models), ("compare_models", self.compare_models)):
+            clash = sorted(set(extra) & set(self.arms))
+            if clash:  # compare_models' entry took the arm's row in the sweep, the table and the differences
+                raise ConfigError(f"{key}.{clash[0]}: {clash[0]} is already an arm; give the extra model another "
+                                  "name")
 
     def chain(self) -> ChainConfig:
         """The chain fields alone: the one arm of an experiment without arms."""
