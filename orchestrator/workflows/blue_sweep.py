@@ -280,9 +280,12 @@ def plan_experiment(cfg: ExperimentConfig) -> str:
         lines += ["", selection_plan(cfg, plans)]
     if cfg.retrieval.enabled:
         lines += ["", retrieval_plan(cfg, plans)]
-    if "sweep" in cfg.stages:
-        lines += ["", "== sweep (one, over every arm: paired by seed) ==",
-                  plan_sweep(cfg.sweep, {a.name: a.model_dir for a in plans.values()})]
+    if "sweep" in cfg.stages:  # the arms' models and compare_models', as the run sweeps them
+        models = {**{a.name: a.model_dir for a in plans.values()},
+                  **{name: Path(path) for name, path in cfg.compare_models.items()}}
+        lines += ["", "== sweep (one, over every arm: paired by seed) ==", plan_sweep(cfg.sweep, models)]
+    elif "report" in cfg.stages:
+        lines += ["", "report: no table (stages has no sweep); jobs/report.py --run-dir reports the last sweep logged"]
     return "\n".join(lines)
 
 
@@ -393,6 +396,10 @@ def _run_arms(cfg: ExperimentConfig, plans: dict[str, ArmPlan], run_dir: Path, s
                 doc = json.loads(report["comparison"].read_text(encoding="utf-8"))["sources"]
                 log_source_gains(cfg.tracking, run_dir, doc, [report[k] for k in ("sources_scatter", "sources_matrix",
                                                                                   "comparison")])
+        elif "report" in cfg.stages:  # it was skipped without a word (an experiments probe, session 46)
+            log.warning("report: no table written: %s; jobs/report.py --run-dir %s reports the last sweep logged",
+                        "stages has no sweep" if "sweep" not in cfg.stages else "the sweep had no model to fine-tune",
+                        run_dir)
         if retrieval:
             report[RETRIEVAL] = retrieval[0] / "table.html"
         costs = arm_costs(cfg, plans, run_dir, since=started)
