@@ -442,3 +442,27 @@ def test_a_store_runs_share_keeps_the_artifacts_beside_it_not_in_the_first_jobs_
     own = ensure_experiment(local_uri(run_dir), "bioptorch", run_dir)
     assert mlflow.MlflowClient(local_uri(run_dir)).get_experiment(own).artifact_location == \
         (run_dir / "mlartifacts").as_uri()
+
+
+def test_a_stage_run_started_in_another_thread_is_a_child_of_the_open_parent(tmp_path):
+    """An experiments probe (session 46): with arm_concurrency 2 each arm is built in its own thread, where MLflow has
+    no active run (it is per thread), so the arms' pretraining runs had no parent: the page said "no run under this
+    experiment" for arms it had pretrained, and drew no loss curve."""
+    import threading
+
+    import mlflow
+
+    from orchestrator.track import TrackingConfig
+    from orchestrator.track import schema as S
+    from orchestrator.track.runs import parent_run, start_stage_run
+
+    tool = TrackingConfig(tracking_uri=f"sqlite:///{tmp_path / 'tool.db'}")
+    started: dict = {}
+    with parent_run(tool, tmp_path, kind="experiment", key="k", name="exp") as parent:
+        arm = threading.Thread(target=lambda: started.update(start_stage_run(
+            tool, tmp_path, stage="pretrain", params={}, out_dir=tmp_path / "pt")))
+        arm.start()
+        arm.join()
+    run = mlflow.MlflowClient(tool.tracking_uri).get_run(started["run_id"])
+    assert run.data.tags[S.PARENT] == parent
+    mlflow.set_tracking_uri(None)

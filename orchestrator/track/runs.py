@@ -69,9 +69,8 @@ def start_stage_run(tracking: TrackingConfig | None, run_dir: Path, *, stage: st
                 replay_pending(info)
                 return info
         tags = {**code_tags(), **(tags or {}), S.KIND: stage}
-        parent = mlflow.active_run()
-        if parent is not None:
-            tags[S.PARENT] = parent.info.run_id
+        if parent := active_parent(uri):
+            tags[S.PARENT] = parent
         run = client.create_run(experiment_id, run_name=stage, tags=tags)
         values = _param_list(params)
         for start in range(0, len(values), 100):
@@ -97,9 +96,8 @@ def log_stage_result(tracking: TrackingConfig | None, run_dir: Path, *, stage: s
 
     uri = effective_uri(tracking, run_dir)
     tags = {**tags, S.KIND: stage}
-    parent = mlflow.active_run()
-    if parent is not None:
-        tags[S.PARENT] = parent.info.run_id
+    if parent := active_parent(uri):
+        tags[S.PARENT] = parent
     try:
         client = mlflow.MlflowClient(uri)
         experiment_id = ensure_experiment(uri, tracking.experiment, run_dir)
@@ -281,12 +279,31 @@ def parent_run(tracking: TrackingConfig | None, run_dir: Path, *, kind: str, key
         log.warning("MLflow: cannot start the %s run at %s (%s); the work goes on without it", kind, uri, exc)
         yield None
         return
+    _OPEN_PARENTS.append((uri, run.info.run_id))
     try:
         yield run.info.run_id
     except BaseException:
         _end_active("FAILED")
         raise
+    finally:
+        _OPEN_PARENTS.remove((uri, run.info.run_id))
     _end_active("FINISHED")
+
+
+#: (store, run id) of the parent runs ``parent_run`` holds open in this process, innermost last: MLflow's active
+#: run is the opening thread's only, so an experiment's arms built at once (``arm_concurrency``, each in its own
+#: thread) made their pretraining runs without a parent (a probe, session 46)
+_OPEN_PARENTS: list[tuple[str, str]] = []
+
+
+def active_parent(uri: str) -> str | None:
+    """The run a stage's run at ``uri`` is a child of: this thread's active run, else the innermost parent run open
+    in this process at that store."""
+    import mlflow  # heavy: mlflow
+
+    if (run := mlflow.active_run()) is not None:
+        return run.info.run_id
+    return next((run_id for store, run_id in reversed(_OPEN_PARENTS) if store == uri), None)
 
 
 def set_run_tags(uri: str, run_id: str | None, tags: dict[str, str]) -> None:
