@@ -116,8 +116,8 @@ class ShardInfo:
 
     def to_json(self) -> dict:
         """The shard as ``shards.json`` lists it (lists, not the compact sequences)."""
-        return {f.name: list(v) if f.name in PER_DOCUMENT else v
-                for f in dataclasses.fields(self) for v in [getattr(self, f.name)]}
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {name: list(value) if name in PER_DOCUMENT else value for name, value in fields.items()}
 
     @property
     def n_docs(self) -> int:
@@ -137,8 +137,9 @@ PER_DOCUMENT = ("pages", "doc_sentences", "doc_bytes")
 
 
 def shard_info(pages: Iterable[str], doc_sentences: Iterable[int], doc_bytes: Iterable[int], **fields) -> ShardInfo:
-    """A ``ShardInfo`` whose per-document fields are compact: pages packed, the counts 8-byte arrays (about
-    40 bytes a document for a default page, where tuples of Python objects took about 110)."""
+    """A ``ShardInfo`` whose per-document fields are compact: pages packed, the counts 8-byte arrays (the corpus
+    build's private driver memory 61 B a document where tuples of Python objects made it 101:
+    ``benchmarks/corpus_driver_memory.py``)."""
     return ShardInfo(pages=PackedStrings(pages), doc_sentences=array("q", doc_sentences),
                      doc_bytes=array("q", doc_bytes), **fields)
 
