@@ -94,6 +94,10 @@ def test_ner_strict_span_f1_known_answer():
     gold = [["B-Chemical", "I-Chemical", "O", "B-Chemical"]]
     pred = [["B-Chemical", "O", "O", "B-Chemical"]]  # one boundary error: 1 of 2 spans correct
     assert ner_f1(gold, pred) == pytest.approx(0.5)
+    # "strict" as BLUE's eval_ner.py means it (span and type equal), the tags chunked as conlleval does: an entity
+    # predicted from an I- is that entity (docs/METHODS.md), where seqeval's IOB2 mode="strict" would drop it
+    assert ner_f1([["B-Chemical", "I-Chemical", "O"]], [["I-Chemical", "I-Chemical", "O"]]) == 1.0
+    assert ner_f1([["B-Chemical", "I-Chemical", "O"]], [["I-Disease", "I-Chemical", "O"]]) == 0.0
     report = ner_report(gold, pred)
     assert report["Chemical"]["precision"] == 0.5 and report["Chemical"]["support"] == 2
 

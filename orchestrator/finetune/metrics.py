@@ -115,7 +115,8 @@ def macro_f1(gold: Sequence[str], pred: Sequence[str], *, labels: Sequence[str] 
 
 @_register("ner_f1")
 def ner_f1(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]], **_: Any) -> float:
-    """Entity-level F1 with exact (strict) span and type match, CoNLL-style chunking (seqeval)."""
+    """Entity-level F1, an entity counting when its span and type equal a gold one's (BLUE's "strict" F1), the
+    tags chunked as CoNLL's conlleval does (seqeval's default mode, not its IOB2 ``mode="strict"``)."""
     from seqeval.metrics import f1_score  # heavy: seqeval
 
     return float(f1_score([list(g) for g in gold], [list(p) for p in pred], zero_division=0))
