@@ -332,3 +332,41 @@ def test_a_home_relative_path_in_a_config_is_the_users_home(tmp_path, monkeypatc
     assert cfg.out_dir == str(tmp_path / "out") and cfg.paths == (str(tmp_path / "d.txt"),)
     assert load_config(Job, tmp_path / "c.yaml", []).paths == (str(tmp_path / "a.txt"), "b~/c")
     assert cfg.note == "~x"  # only a leading "~/" (or "~" alone) is the home
+
+
+def test_yaml_is_read_on_libyaml_as_the_python_parser_reads_it(tmp_path):
+    """Every trial's fingerprint and every trial read its task's YAML on PyYAML's Python parser (about 6 ms a
+    file, most of the sweep driver's time per record). libyaml's parser reads every YAML file the project ships
+    to the same values, of the same types, numbers with the same text; a duplicate key and bad YAML keep the
+    Python parser's messages."""
+    import subprocess
+
+    import yaml
+
+    from orchestrator.core.yaml_read import FastUniqueKeyLoader, UniqueKeyLoader, load_yaml, read_yaml
+
+    if not yaml.__with_libyaml__:
+        pytest.skip("this PyYAML has no libyaml")
+    assert FastUniqueKeyLoader is not None
+
+    def typed(value):  # the value with each number's type and text
+        if isinstance(value, dict):
+            return {typed(k): typed(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [typed(v) for v in value]
+        return (type(value).__name__, value, getattr(value, "yaml_text", None))
+
+    root = Path(__file__).resolve().parents[1]
+    files = subprocess.run(["git", "ls-files", "*.yaml", "*.yml"], cwd=root, capture_output=True, text=True,
+                           check=True).stdout.split()
+    assert len(files) > 30
+    for name in files:
+        text = (root / name).read_text(encoding="utf-8")
+        fast, python = yaml.load(text, Loader=FastUniqueKeyLoader), yaml.load(text, Loader=UniqueKeyLoader)
+        assert typed(fast) == typed(python), name
+    text = "a: 0755\nb: [1.10, 0x10, 1e3]\nc: {x: 12:30, y: null, z: yes}\n"
+    assert typed(load_yaml(text)) == typed(yaml.load(text, Loader=UniqueKeyLoader))
+    for bad, said in [("seeds: [1]\nlr: 1\nseeds: [2]\n", r"c.yaml:3:1: .*'seeds' is given twice \(first on line 1\)"),
+                      ("a: [1, 2\nb: 3\n", r"c.yaml:2:2: invalid YAML: while parsing a flow sequence; expected ','")]:
+        with pytest.raises(ConfigError, match=said):
+            read_yaml(_write(tmp_path / "c.yaml", bad))

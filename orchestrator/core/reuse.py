@@ -172,27 +172,44 @@ def user_cache_dir() -> Path:
 _UNSAVED_CACHES: set[str] = set()  # the hash caches this process could not write, and said so
 
 
+#: sha256 by (cache file, "path:size:mtime_ns") that this process read from or wrote to that cache: a sweep asks for
+#: its model's and task files' hashes for every trial's record, and parsing the per-user cache (which only grows)
+#: each time cost more than the rest of the record
+_KNOWN_DIGESTS: dict[tuple[str, str], str] = {}
+
+
 class _HashCache:
     """sha256 of files by (absolute path, size, mtime_ns), kept in ``user_cache_dir()`` so that external models
-    are hashed once, not per run. A file that is not such a mapping (damaged, edited) is started afresh."""
+    are hashed once, not per run. A file that is not such a mapping (damaged, edited) is started afresh. It is
+    read on the first file this process has not looked up in it before."""
 
     def __init__(self):
         self.path = user_cache_dir() / "file_sha256.json"
-        try:
-            self.entries = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
-            self.entries = {}
-        if not isinstance(self.entries, dict) or not all(isinstance(v, str) for v in self.entries.values()):
-            log.warning("%s is not a file-hash cache: starting it afresh", self.path)
-            self.entries = {}
+        self._entries: dict[str, str] | None = None
         self.changed = False
+
+    @property
+    def entries(self) -> dict[str, str]:
+        if self._entries is None:
+            try:
+                self._entries = json.loads(self.path.read_text(encoding="utf-8"))
+            except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+                self._entries = {}
+            if not isinstance(self._entries, dict) or not all(isinstance(v, str) for v in self._entries.values()):
+                log.warning("%s is not a file-hash cache: starting it afresh", self.path)
+                self._entries = {}
+        return self._entries
 
     def sha256(self, path: Path) -> str:
         stat = path.stat()
         key = f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
+        known = _KNOWN_DIGESTS.get((str(self.path), key))
+        if known is not None:
+            return known
         if key not in self.entries:
             self.entries[key] = file_sha256(path)
             self.changed = True
+        _KNOWN_DIGESTS[(str(self.path), key)] = self.entries[key]
         return self.entries[key]
 
     def save(self) -> None:

@@ -177,26 +177,21 @@ def _finished(trials_dir: Path, trial: TrialSpec) -> dict | None:
 
 def _tune_trainable(config: dict) -> None:
     """Runs in a Ray worker: the real loop for one trial or a bundle of trials that differ only in their
-    learning rate (``orchestrator.finetune.bundle``), reporting each evaluated epoch to Tune (an epoch with
-    a training loss only is in the records, not worth a report's round trip); the last report carries the
-    trials' records so the driver can persist them, when the Ray trial began and ended in this worker, how
-    long its trials trained and when the worker process started (``benchmarks/sweep_overhead.py`` reads them
-    from Tune's result.json). Those three times are on ``time.monotonic``'s clock, which every process of a
-    host shares and the wall clock's steps (an NTP correction, a VM's clock catching up) do not move:
-    comparable between the processes of one host."""
+    learning rate (``orchestrator.finetune.bundle``), reporting to Tune once, at its end: each report stops
+    the trial until the driver asks for the next result (Tune's function API), and no scheduler or search
+    here reads the epochs on the way. That report carries the trials' records (every evaluated epoch) so the
+    driver can persist them, when the Ray trial began and ended in this worker, how long its trials trained
+    and when the worker process started (``benchmarks/sweep_overhead.py`` reads them from Tune's result.json).
+    Those three times are on ``time.monotonic``'s clock, which every process of a host shares and the wall
+    clock's steps (an NTP correction, a VM's clock catching up) do not move: comparable between the processes
+    of one host."""
     from ray import tune  # heavy: ray
 
     from orchestrator.finetune.bundle import run_bundle  # heavy: torch
 
     started = time.monotonic()
     trials = [TrialSpec(**{**t, "eval_epochs": tuple(t["eval_epochs"])}) for t in config["bundle"]["trials"]]
-
-    def report(epoch: dict) -> None:
-        devs = [row["dev"] for row in epoch["rows"] if "dev" in row]
-        if devs:
-            tune.report({"epoch": epoch["epoch"], "dev": devs[0] if len(trials) == 1 else devs})
-
-    records = run_bundle(trials, report=report)
+    records = run_bundle(trials)
     tune.report({"epoch": max(r["epochs"][-1]["epoch"] for r in records), "records": json.dumps(records),
                  "run_seconds": sum(r["seconds"] for r in records), "trial_started": started,
                  "trial_ended": time.monotonic(), "worker_started": _process_started()})
