@@ -584,7 +584,7 @@ def run_trial(trial: TrialSpec, report: Callable[[dict], None] | None = None,
 def _encoder_copy(model_dir: str, model_state: tuple) -> torch.nn.Module | None:
     """A fresh copy of ``model_dir``'s encoder, loaded once per process; None (TaskModel loads it) when
     loading it draws random numbers (weights the checkpoint lacks), so the copy could differ from a load."""
-    from orchestrator.modeling.encoder import load_encoder  # heavy: transformers
+    from orchestrator.modeling.encoder import load_encoder  # heavy: torch
 
     def load() -> torch.nn.Module | None:
         before = torch.get_rng_state()

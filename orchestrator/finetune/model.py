@@ -36,7 +36,7 @@ class TaskModel(nn.Module):
     def __init__(self, model_dir: str | Path, spec: TaskSpec, use_safetensors: bool | None = None,
                  encoder: nn.Module | None = None):
         super().__init__()
-        from orchestrator.modeling.adapters import saved_adapters  # heavy: transformers
+        from orchestrator.modeling.adapters import saved_adapters  # heavy: safetensors
         from orchestrator.modeling.encoder import load_encoder
 
         self.family = spec.family
@@ -54,7 +54,7 @@ class TaskModel(nn.Module):
     def tune_adapters_only(self, reduction_factor: int) -> None:
         """Adapter fine-tuning (seed 002): freeze the encoder but its adapters, fresh ones of hidden /
         ``reduction_factor`` when it has none; the task head trains."""
-        from orchestrator.modeling.adapters import add_adapters, has_adapters  # heavy: transformers
+        from orchestrator.modeling.adapters import add_adapters, has_adapters  # heavy: safetensors
 
         if not has_adapters(self.encoder):
             add_adapters(self.encoder, reduction_factor)

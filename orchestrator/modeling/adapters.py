@@ -19,7 +19,6 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
-from transformers import PreTrainedModel
 
 ADAPTER_WEIGHTS = "adapters.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
@@ -53,7 +52,7 @@ class AdaptedBertOutput(nn.Module):
         return self.LayerNorm(self.adapter(h, r) + input_tensor)
 
 
-def add_adapters(model: PreTrainedModel, reduction_factor: int, train_heads: bool = True) -> dict[str, int]:
+def add_adapters(model: nn.Module, reduction_factor: int, train_heads: bool = True) -> dict[str, int]:
     """Insert an adapter into every layer, freeze everything else (the pretraining heads optionally
     trainable). ``model`` is a BERT with heads (``model.bert``) or the bare encoder (``BertModel``).
 
@@ -88,7 +87,7 @@ def adapter_state(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items() if ".adapter." in k}
 
 
-def save_adapters(model: PreTrainedModel, out_dir: Path) -> None:
+def save_adapters(model: nn.Module, out_dir: Path) -> None:
     """Write the adapter weights and their config next to an HF model directory."""
     out_dir = Path(out_dir)
     save_file(adapter_state(model), str(out_dir / ADAPTER_WEIGHTS))
@@ -101,7 +100,7 @@ def saved_adapters(model_dir: str | Path) -> bool:
     return (Path(model_dir) / ADAPTER_CONFIG).is_file() and (Path(model_dir) / ADAPTER_WEIGHTS).is_file()
 
 
-def load_adapters(model: PreTrainedModel, model_dir: Path) -> PreTrainedModel:
+def load_adapters(model: nn.Module, model_dir: Path) -> nn.Module:
     """Re-insert adapters saved by ``save_adapters`` into a model loaded from ``model_dir``: the
     model with heads they were trained in, or its bare encoder (``AutoModel``, for fine-tuning).
     The weights were saved from a model with heads (``bert.encoder...``); a bare encoder's names
