@@ -46,9 +46,14 @@ class EncoderOutput:
 class _Embeddings(nn.Module):
     def __init__(self, config: Any):
         super().__init__()
-        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
-        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
-        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
+        # given their (uninitialised) weights, the tables draw none: on the meta device a draw runs through
+        # torch's Python reference kernels, whose first call imports torch._dynamo (1.1 s)
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id,
+                                            _weight=torch.empty(config.vocab_size, config.hidden_size))
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size,
+                                                _weight=torch.empty(config.max_position_embeddings, config.hidden_size))
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size,
+                                                  _weight=torch.empty(config.type_vocab_size, config.hidden_size))
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.register_buffer("position_ids", torch.arange(config.max_position_embeddings).expand((1, -1)),
@@ -150,7 +155,8 @@ class _Pooler(nn.Module):
 
 
 class NativeBertModel(nn.Module):
-    """``BertModel``'s parameters and its encoder's computation (see the module's docstring)."""
+    """``BertModel``'s parameters and its encoder's computation (see the module's docstring). Its embedding
+    tables are not initialised: ``native_encoder`` loads every weight."""
 
     def __init__(self, config: Any):
         super().__init__()
