@@ -123,8 +123,8 @@ class Bench:
     def _build(self, rows: int) -> tuple:
         torch = self.torch
         from orchestrator.finetune import bundle
-        from orchestrator.finetune.loop import linear_schedule, make_optimizer
         from orchestrator.finetune.model import TaskModel
+        from orchestrator.finetune.optim import linear_schedule, make_optimizer
         from orchestrator.finetune.trial import TrialSpec
         from orchestrator.modeling.precision import make_scaler
 
@@ -141,7 +141,7 @@ class Bench:
                               learning_rate=1e-4, seed=1, eval_epochs=(1,), precision=self.precision)
             trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
             optim = make_optimizer(trained, trial)
-            schedule = linear_schedule(optim, trial, train_size=10 ** 6)
+            schedule = linear_schedule(optim.param_groups, trial, train_size=10 ** 6)
             scaler = make_scaler(self.precision, self.device, init_scale=2.0 ** 16)
             self.built[rows] = (model, [p for _, p in trained], optim, schedule, scaler)
         else:

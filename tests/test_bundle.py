@@ -231,7 +231,7 @@ def test_a_trial_whose_gradients_are_not_finite_skips_its_step_and_the_others_do
     import torch
 
     from orchestrator.finetune.bundle import StackedWeights
-    from orchestrator.finetune.loop import make_optimizer
+    from orchestrator.finetune.optim import make_optimizer
 
     class Tiny(torch.nn.Module):
         def __init__(self):

@@ -101,7 +101,8 @@ def test_a_saved_native_encoder_is_what_transformers_saves(tiny_bert, tmp_path):
 
 def test_a_trial_without_transformers_model_code(tiny_bert, tmp_path):
     """The point of it: a fine-tuning trial in a fresh process never imports transformers' modeling_utils
-    (about 1.5 s a sweep worker), and its record equals the same trial's with transformers' encoder."""
+    (about 1.5 s a sweep worker), and its record equals the same trial's with transformers' encoder. The
+    switch makes the trial load transformers' BertModel, with the same numbers."""
     script = f"""
 import json, sys
 from orchestrator.finetune.loop import run_trial
@@ -113,6 +114,7 @@ spec = TrialSpec(trial_id="t", model_name="m", model_dir={str(tiny_bert)!r}, tas
                  max_train_examples=24, max_eval_examples=16, num_threads=1)
 rec = run_trial(spec)
 print(json.dumps({{"modeling": "transformers.modeling_utils" in sys.modules,
+                  "dynamo": [m for m in ("torch._dynamo", "sympy") if m in sys.modules],
                   "epochs": [{{k: v for k, v in e.items() if "seconds" not in k}} for e in rec["epochs"]]}}))
 """
     runs = {}
@@ -122,4 +124,5 @@ print(json.dumps({{"modeling": "transformers.modeling_utils" in sys.modules,
                              cwd=Path(__file__).resolve().parents[1])
         runs[switch] = json.loads(out.stdout.strip().splitlines()[-1])
     assert runs["1"]["modeling"] is False and runs["0"]["modeling"] is True
+    assert runs["1"]["dynamo"] == []  # nor torch._dynamo or sympy (orchestrator/finetune/optim.py): 1.5 s more
     assert runs["1"]["epochs"] == runs["0"]["epochs"] and len(runs["1"]["epochs"]) == 2

@@ -145,7 +145,7 @@ def test_ner_cells_carry_micro_precision_from_the_recorded_entity_counts():
 def test_the_optimizer_option_reaches_the_optimizer(tmp_path):
     import torch
 
-    from orchestrator.finetune.loop import make_optimizer
+    from orchestrator.finetune.optim import FusedAdam, make_optimizer
     from orchestrator.sweep.space import trial_fingerprint
 
     space_file = tmp_path / "adam.yaml"
@@ -156,13 +156,12 @@ def test_the_optimizer_option_reaches_the_optimizer(tmp_path):
     assert trial.optimizer == "adam"
     params = [(name, torch.nn.Parameter(torch.ones(2))) for name in ("encoder.weight", "encoder.bias",
                                                                      "LayerNorm.weight")]
-    adam = make_optimizer(params, trial)
-    assert type(adam) is torch.optim.Adam and [g["weight_decay"] for g in adam.param_groups] == [0.0]
+    adam = make_optimizer(params, trial)  # PyTorch's fused kernel on CPU and CUDA (tests/test_finetune_optim.py)
+    assert type(adam) is FusedAdam and not adam.decoupled and [g["weight_decay"] for g in adam.param_groups] == [0.0]
     assert adam.param_groups[0]["lr"] == 3e-5 and len(adam.param_groups[0]["params"]) == 3
     adamw = make_optimizer(params, dataclasses.replace(trial, optimizer="adamw"))
-    assert type(adamw) is torch.optim.AdamW and [g["weight_decay"] for g in adamw.param_groups] == [0.01, 0.0]
+    assert type(adamw) is FusedAdam and adamw.decoupled and [g["weight_decay"] for g in adamw.param_groups] == [0.01, 0]
     assert [len(g["params"]) for g in adamw.param_groups] == [1, 2]  # bias and LayerNorm undecayed
-    assert adam.defaults["fused"] and adamw.defaults["fused"]  # one kernel on CPU and CUDA
     assert trial_fingerprint(trial) != trial_fingerprint(dataclasses.replace(trial, optimizer="adamw"))
 
 

@@ -90,21 +90,19 @@ from orchestrator.finetune.loop import (
     _dir_state,
     _stacked_batches,
     build_model,
-    decays,
-    linear_schedule,
     predict_with,
     prepare,
     run_trial,
 )
 from orchestrator.finetune.metrics import METRICS
 from orchestrator.finetune.model import TaskModel
+from orchestrator.finetune.optim import ADAM_BETAS, ADAM_EPS, decays, linear_schedule
 from orchestrator.finetune.spec import TaskSpec
 from orchestrator.finetune.trial import TrialSpec, bundle_key, model_family
-from orchestrator.modeling.precision import SCHEDULE_BEFORE_STEP, autocast_context
+from orchestrator.modeling.precision import autocast_context
 
 log = logging.getLogger(__name__)
 
-ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8  # torch.optim.AdamW's defaults, which the separate trials use
 GRAD_CLIP = 1.0  # as run_trial
 
 
@@ -287,8 +285,7 @@ def _train_together(trials: list[TrialSpec], report: Callable[[dict], None],
     stack = StackedWeights(model, [t.learning_rate for t in trials], first.weight_decay,
                            decoupled=first.optimizer == "adamw", rows=rows)
     del rows
-    schedule = linear_schedule(torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0), first,
-                               len(prep.splits["train"]))  # its learning rate is the factor of every trial's
+    schedule = linear_schedule([{"lr": 1.0}], first, len(prep.splits["train"]))  # its rate: every trial's factor
     logs = [TrialLog(t, prep) for t in trials]
     n = len(trials)
     train_seconds = eval_seconds = 0.0
@@ -396,8 +393,6 @@ def _quiet() -> None:
     """Leave out the warnings a bundle's training raises on purpose."""
     # the gradients are views of rows of one buffer, as meant (autograd adds into them in place)
     warnings.filterwarnings("ignore", message="grad and param do not obey the gradient layout contract")
-    # the schedule here is a factor on a stand-in optimizer, which never steps
-    warnings.filterwarnings("ignore", message=SCHEDULE_BEFORE_STEP)
 
 
 def _attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None = None,

@@ -45,6 +45,7 @@ from orchestrator.core.manifest import atomic_write_json, private_dir
 from orchestrator.core.runtime import choose_device, seed_everything
 from orchestrator.finetune.metrics import METRICS, ner_per_tag
 from orchestrator.finetune.model import TaskModel
+from orchestrator.finetune.optim import linear_schedule, make_optimizer
 from orchestrator.finetune.readers import (
     CV_SPLIT_SEED,
     Example,
@@ -58,7 +59,6 @@ from orchestrator.finetune.trial import TrialSpec
 from orchestrator.modeling.precision import (
     allow_tf32,
     autocast_context,
-    fused_optimizer_runs,
     make_scaler,
     optimizer_update,
 )
@@ -363,28 +363,6 @@ def score(spec: TaskSpec, examples: list[Example], preds: list[Any]) -> float:
                   docs=[ex.doc for ex in examples])
 
 
-NO_DECAY = ("bias", "LayerNorm.weight", "norm.weight")  # AdamW's weight decay leaves these out (BERT's recipe)
-
-
-def decays(name: str) -> bool:
-    """Whether AdamW's weight decay applies to the parameter ``name``: every weight but biases and LayerNorm."""
-    return not name.endswith(NO_DECAY)
-
-
-def make_optimizer(trained: list[tuple[str, torch.nn.Parameter]], trial: TrialSpec) -> torch.optim.Optimizer:
-    """``trial.optimizer``: 'adamw' decays every weight but biases and LayerNorm by ``trial.weight_decay``
-    (BERT's recipe); 'adam' is Adam without weight decay (seed 000 fine-tuned with Adam). PyTorch's fused
-    kernel where it runs (CPU and CUDA: ``fused_optimizer_runs``); elsewhere its default."""
-    kernel = {"fused": True} if trained and fused_optimizer_runs(p for _, p in trained) else {}
-    if trial.optimizer == "adam":
-        return torch.optim.Adam([p for _, p in trained], lr=trial.learning_rate, weight_decay=0.0, **kernel)
-    if trial.optimizer != "adamw":
-        raise ValueError(f"trial {trial.trial_id}: optimizer {trial.optimizer!r} is not adamw or adam")
-    groups = [{"params": [p for n, p in trained if decays(n)], "weight_decay": trial.weight_decay},
-              {"params": [p for n, p in trained if not decays(n)], "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=trial.learning_rate, **kernel)
-
-
 @dataclasses.dataclass
 class BestDev:
     """Early stopping's bookkeeping: the best dev score so far and its epoch. A tie is no
@@ -459,15 +437,6 @@ def build_model(trial: TrialSpec, prep: Prepared) -> TaskModel:
     return model.to(device=prep.device)
 
 
-def linear_schedule(optim: torch.optim.Optimizer, trial: TrialSpec, train_size: int) -> Any:
-    """BERT's schedule: linear warm-up over ``trial.warmup_proportion`` of the steps, then linear decay to 0
-    at the end of ``trial.max_epochs``."""
-    from transformers import get_linear_schedule_with_warmup  # heavy: transformers
-
-    total = math.ceil(train_size / trial.batch_size) * trial.max_epochs
-    return get_linear_schedule_with_warmup(optim, int(trial.warmup_proportion * total), total)
-
-
 class TrialLog:
     """One trial's record as it trains: its epoch rows, test predictions, NER per-tag scores and counts."""
 
@@ -521,7 +490,7 @@ def run_trial(trial: TrialSpec, report: Callable[[dict], None] | None = None,
     params = [p for _, p in trained]
     scaler = make_scaler(trial.precision, device, init_scale=2.0 ** 16)
     skipped_steps = 0  # fp16: steps whose scaled gradients overflowed (the scale halves, the weights stay)
-    sched = linear_schedule(optim, trial, len(train))
+    sched = linear_schedule(optim.param_groups, trial, len(train))
     rng = np.random.default_rng(trial.seed)
     stopper = BestDev(trial.patience, METRICS.get(spec.metric).higher_is_better) if trial.patience else None
     best_weights: dict[str, torch.Tensor] = {}

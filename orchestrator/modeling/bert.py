@@ -56,9 +56,11 @@ class _Embeddings(nn.Module):
                                                   _weight=torch.empty(config.type_vocab_size, config.hidden_size))
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
-        self.register_buffer("position_ids", torch.arange(config.max_position_embeddings).expand((1, -1)),
-                             persistent=False)
-        self.register_buffer("token_type_ids", torch.zeros(self.position_ids.size(), dtype=torch.long),
+        # made on the CPU whatever the default device (``native_encoder`` builds on the meta device, where arange
+        # runs through torch's Python reference kernels, whose first call imports sympy: 0.4 s)
+        positions = torch.arange(config.max_position_embeddings, device="cpu")
+        self.register_buffer("position_ids", positions.expand((1, -1)), persistent=False)
+        self.register_buffer("token_type_ids", torch.zeros(self.position_ids.size(), dtype=torch.long, device="cpu"),
                              persistent=False)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None) -> torch.Tensor:
@@ -252,9 +254,6 @@ def native_encoder(model_dir: str | Path, use_safetensors: bool | None = None) -
     if set(wanted) - set(saved):
         return None
     model.load_state_dict({k: saved[k].to(torch.float32) for k in wanted}, assign=True)
-    embeddings = model.embeddings  # the buffers, on the CPU as a new model has them
-    embeddings.position_ids = torch.arange(config.max_position_embeddings).expand((1, -1))
-    embeddings.token_type_ids = torch.zeros(embeddings.position_ids.size(), dtype=torch.long)
     config._attn_implementation = "sdpa"
     return model.eval()  # as transformers' from_pretrained gives it
 
