@@ -449,6 +449,8 @@ def test_sweep_on_ray_tune_with_mlflow_nesting_and_restore(tiny_bert, ray_local,
     # one report a Ray trial, at its end (each report waits for the driver's round trip); its records hold
     # every evaluated epoch
     assert [len(p.read_text().splitlines()) for p in out.glob("tune/*/*/result.json")] == [1] * 4
+    # result.json alone: Tune's CSV and tensorboardX loggers (tensorboardX's import on the driver) are left out
+    assert not [p for p in out.glob("tune/*/*/*") if p.name == "progress.csv" or p.name.startswith("events.out")]
     assert all([row["epoch"] for row in json.loads(r["records"])[0]["epochs"]] == [1, 2] for r in spans)
 
     mlflow.set_tracking_uri(tracking.resolve_uri(tmp_path))

@@ -60,7 +60,7 @@ def cluster_address(explicit: str | None = None, marker: Path | None = None) -> 
 
 #: Variables ``init_ray`` sets in this process (if unset) for the Ray it starts or attaches to; ``ray_session``
 #: gives the caller its own values back
-RAY_ENV_SET = ("TUNE_DISABLE_SIGINT_HANDLER", "RAY_USAGE_STATS_ENABLED")
+RAY_ENV_SET = ("TUNE_DISABLE_SIGINT_HANDLER", "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "RAY_USAGE_STATS_ENABLED")
 
 
 def init_ray(address: str | None = None, num_cpus: int | None = None, num_gpus: int | None = None,
@@ -80,6 +80,10 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, num_gpus: 
     # Ctrl-C stays a KeyboardInterrupt in a sweep: Ray Tune's own handler ended the run as if it had finished, and
     # the job then reported the unfinished trials as bad input (exit 2). The trials' records are the restore unit.
     os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")
+    # Tune's runs log their results to result.json only (``tune_loggers``): the CSV and tensorboardX loggers Tune
+    # adds by default import tensorboardX, and torch with it, on the driver as a sweep starts (0.3-1.2 s before
+    # its first trial), and write every result twice more; MLflow holds the metrics
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     open_files_for_ray()
     check_temp_dir_for_ray()
     if target is None:
@@ -423,3 +427,11 @@ def possible_gpus() -> float:
             log.warning("%s: not an autoscaler config (%s); counting only the GPUs the cluster has now",
                         bootstrap, exc)
     return max(found)
+
+
+def tune_loggers() -> list:
+    """The logger callbacks a project Tune run passes: Tune's result.json writer, the one its runs read
+    (``benchmarks/sweep_overhead.py``). ``init_ray`` turns off the ones Tune adds by default."""
+    from ray.tune.logger import JsonLoggerCallback  # heavy: ray
+
+    return [JsonLoggerCallback()]

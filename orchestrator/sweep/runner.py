@@ -27,7 +27,7 @@ from orchestrator.core.cost import COST_FIELD, duration, measured
 from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
 from orchestrator.core.manifest import atomic_write_json, read_manifest, write_manifest
 from orchestrator.core.reuse import model_identity, output_lock
-from orchestrator.core.runtime import check_fits, init_ray, possible_gpus
+from orchestrator.core.runtime import check_fits, init_ray, possible_gpus, tune_loggers
 from orchestrator.finetune.readers import CV_SPLIT_SEED, document_split, read_split
 from orchestrator.finetune.trial import (
     BUNDLED_PRECISIONS,
@@ -384,7 +384,7 @@ def _run_tune(cfg: SweepConfig, todo: list[TrialSpec], out_dir: Path, trials_dir
         tune_config=tune.TuneConfig(max_concurrent_trials=cfg.max_concurrent_trials or None, reuse_actors=True),
         run_config=tune.RunConfig(name=f"sweep-{time.strftime('%Y%m%d-%H%M%S')}",
                                   storage_path=str((out_dir / "tune").resolve()),
-                                  callbacks=[_record_writer(trials_dir, len(todo), work)], verbose=1,
+                                  callbacks=[_record_writer(trials_dir, len(todo), work), *tune_loggers()], verbose=1,
                                   failure_config=tune.FailureConfig(max_failures=cfg.max_failures)))
     grid = tuner.fit()
     failed = [r for r in grid if r.error is not None]

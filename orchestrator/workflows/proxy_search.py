@@ -250,7 +250,7 @@ def run_proxies(cfg: ProxySearchConfig, pools_dir: Path, key_of_pools: str) -> l
     Ray Tune run (Ray must be running)."""
     from ray import tune  # heavy: ray
 
-    from orchestrator.core.runtime import check_fits  # heavy: ray behind it
+    from orchestrator.core.runtime import check_fits, tune_loggers  # heavy: ray behind it
 
     records_dir = cfg.work / "proxies"
     records_dir.mkdir(parents=True, exist_ok=True)
@@ -277,7 +277,8 @@ def run_proxies(cfg: ProxySearchConfig, pools_dir: Path, key_of_pools: str) -> l
             tune_config=tune.TuneConfig(max_concurrent_trials=cfg.max_concurrent_trials or None, reuse_actors=True),
             run_config=tune.RunConfig(name=f"proxies-{time.strftime('%Y%m%d-%H%M%S')}",
                                       storage_path=str((cfg.work / "tune").resolve()), verbose=0,
-                                      callbacks=[_record_writer(records_dir, cfg.proxies, len(records))]))
+                                      callbacks=[_record_writer(records_dir, cfg.proxies, len(records)),
+                                                 *tune_loggers()]))
         grid = tuner.fit()
         failed = [r for r in grid if r.error is not None]
         if failed:
