@@ -23,6 +23,11 @@ arm and the untrained floor; here, randomly initialised BERTs with MiniLM's toke
 - outside trials: slot time no trial used (Ray scheduling, worker start-up and imports, Tune's
   driver loop and result handling, the records written, results.json).
 
+The driver has MLflow imported before the clock, as the job's driver has when its sweep starts (its tracking:
+the pretraining run and the experiment's parent run are logged before the sweep). Ray Tune imports MLflow's
+integration on the driver as a run with callbacks starts (its usage tagging), about 1 s; ``--cold-driver``
+leaves it inside the clock, as a sweep run alone without tracking has it.
+
 ``--experiment`` sweeps the search space and task directories of an experiment's ``sweep:`` section
 instead (real tasks of unequal sizes), ``--order`` sets ``sweep.order``; before the sweep it prints the
 end the work model (``orchestrator.sweep.order``) predicts for the grid's order and for longest first
@@ -233,7 +238,8 @@ def experiment_sweep(path: Path) -> dict:
 def measure(size: str, seeds: list[int] | None, lrs: list[float] | None, epochs: list[int] | None, device: str,
             gpus_per_trial: float, concurrency: int, cpus_arg: int | None = None, tokenizer: str = "",
             bundle: str = "auto", n_models: int = 2, order: str = "longest_first", sweep: dict | None = None,
-            max_train: int | None = None, max_eval: int | None = None, bundle_seeds: bool = False) -> dict:
+            max_train: int | None = None, max_eval: int | None = None, bundle_seeds: bool = False,
+            cold_driver: bool = False) -> dict:
     """One sweep of ``n_models`` models over the laptop space (``sweep``: an experiment's search space and task
     directories instead); ``seeds``, ``lrs``, ``epochs`` (every task's grid), ``max_train`` and ``max_eval``
     None: the space's."""
@@ -285,6 +291,8 @@ def measure(size: str, seeds: list[int] | None, lrs: list[float] | None, epochs:
     print(f"estimated end (work model, {slots} slots): grid order {estimate['grid']:.3g}, longest first "
           f"{estimate['longest_first']:.3g} ({estimate['grid'] / estimate['longest_first']:.2f}x), lower bound "
           f"{estimate['bound']:.3g}", flush=True)
+    if not cold_driver:  # as the job's driver has it (the module's docstring)
+        import mlflow  # noqa: F401 (heavy: mlflow)
     tick, clock_start = time.perf_counter(), time.monotonic()  # the trials' times are on the monotonic clock
     run_sweep(cfg, models, tmp / "sweep", None, tmp)
     wall = time.perf_counter() - tick
@@ -298,7 +306,8 @@ def measure(size: str, seeds: list[int] | None, lrs: list[float] | None, epochs:
     compute = shares["compute"] * wall * slots
     out = {"size": size, "device": torch.cuda.get_device_name() if gpu else "cpu", "trials": len(records),
            "search_space": cfg.search_space, "order": order, "bundle_seeds": bundle_seeds,
-           "models": n_models, "ray_trials": n_ray, "bundled": bundled, "slots": slots, "wall_s": round(wall, 2),
+           "models": n_models, "cold_driver": cold_driver, "ray_trials": n_ray, "bundled": bundled, "slots": slots,
+           "wall_s": round(wall, 2),
            "ray_start_s": round(ray_start, 2),
            "train_s": round(sum(r["counts"]["train_seconds"] for r in records), 2),
            "eval_s": round(sum(r["counts"]["eval_seconds"] for r in records), 2),
@@ -370,6 +379,8 @@ def main(argv: list[str] | None = None) -> int:
                          "instead of the laptop space on the sample data")
     ap.add_argument("--max-train", type=int, default=None, help="cap training examples per task (default: the space's)")
     ap.add_argument("--max-eval", type=int, default=None, help="cap dev/test examples per task (default: the space's)")
+    ap.add_argument("--cold-driver", action="store_true",
+                    help="MLflow not imported on the driver before the clock (a sweep alone without tracking)")
     ap.add_argument("--max-overhead", type=float, default=0.10)
     ap.add_argument("--against", type=Path, default=None,
                     help="the JSON line another run of this benchmark printed (in a file): checks that this run "
@@ -381,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     out = measure(args.size, args.seeds, args.lrs, args.epochs, args.device, args.gpus_per_trial, args.concurrency,
                   args.cpus, args.tokenizer, args.bundle, args.models, args.order,
                   experiment_sweep(args.experiment) if args.experiment else None, args.max_train, args.max_eval,
-                  args.bundle_seeds)
+                  args.bundle_seeds, args.cold_driver)
     print(f"wall {out['wall_s']:.1f} s x {out['slots']} slot(s): compute {out['compute']:.1%} (train "
           f"{out['train_s']:.1f} s + eval {out['eval_s']:.1f} s), trial setup {out['trial_setup']:.1%} "
           f"({out['setup_s']:.1f} s), rest of trials {out['trial_rest']:.1%}, outside trials "
