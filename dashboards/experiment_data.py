@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from orchestrator.core.config import redacted
 from orchestrator.core.errors import OrchestratorError
 from orchestrator.track import schema as S
 from orchestrator.track import sqlite_file
+from orchestrator.track.sweep import sweep_run_dirs
 
 
 @dataclass
@@ -65,9 +67,10 @@ def check_store(tracking_uri: str) -> None:
                                     "mlflow.db of a run directory, e.g. sqlite:///runs/<name>/mlflow.db")
 
 
-def find_experiment_run(client, run_id: str | None = None):
-    """The experiment's parent run: ``run_id`` if given (it must be an experiment's), else the newest
-    run of any MLflow experiment in the store tagged ``orchestrator.kind=experiment``."""
+def find_experiment_run(client, run_id: str | None = None, run_dir: str | Path | None = None):
+    """The experiment's parent run: ``run_id`` if given (it must be an experiment's), else the run of any MLflow
+    experiment in the store tagged ``orchestrator.kind=experiment`` that was logged last (``schema.NEWEST_FIRST``);
+    with ``run_dir`` (a store several run directories share), the last of that run directory's."""
     from mlflow.exceptions import MlflowException  # heavy: mlflow
 
     where = client.tracking_uri
@@ -83,7 +86,16 @@ def find_experiment_run(client, run_id: str | None = None):
         return run
     ids = [e.experiment_id for e in client.search_experiments()]
     runs = client.search_runs(ids, filter_string=f"tags.`{S.KIND}` = '{S.KIND_EXPERIMENT}'",
-                              order_by=["attributes.start_time DESC"], max_results=1) if ids else []
+                              order_by=list(S.NEWEST_FIRST), max_results=1000) if ids else []
+    if run_dir is not None and runs:
+        here = str(Path(run_dir).resolve())
+        mine = [r for r in runs if here in sweep_run_dirs(r)]
+        if not mine:
+            elsewhere = sorted(set().union(*map(sweep_run_dirs, runs)))
+            raise OrchestratorError(f"no experiment run of the run directory {here} at {where}"
+                                    + (f"; its experiments are of {', '.join(elsewhere[:5])}: give that run "
+                                       "directory, or --run-id" if elsewhere else ""))
+        runs = mine
     if not runs:
         raise OrchestratorError(f"no experiment run at {where}: no run is tagged {S.KIND}={S.KIND_EXPERIMENT}. "
                                 "An experiment is a jobs/blue_sweep.py run with arms: (docs/EXPERIMENTS.md); a "
@@ -91,16 +103,18 @@ def find_experiment_run(client, run_id: str | None = None):
     return runs[0]
 
 
-def load_experiment(tracking_uri: str, experiment_run_id: str | None = None, *, n_boot: int = 10000) -> Experiment:
-    """Everything the page shows, from the store at ``tracking_uri``."""
+def load_experiment(tracking_uri: str, experiment_run_id: str | None = None, *, n_boot: int = 10000,
+                    run_dir: str | Path | None = None) -> Experiment:
+    """Everything the page shows, from the store at ``tracking_uri`` (``run_dir``: the experiment of that run
+    directory, in a store several share)."""
     from mlflow import MlflowClient  # heavy: mlflow
 
     check_store(tracking_uri)
     client = MlflowClient(tracking_uri)
-    parent = find_experiment_run(client, experiment_run_id)
+    parent = find_experiment_run(client, experiment_run_id, run_dir)
     pid, tags, params = parent.info.run_id, parent.data.tags, parent.data.params
     children = client.search_runs([parent.info.experiment_id], filter_string=f"tags.`{S.PARENT}` = '{pid}'",
-                                  order_by=["attributes.start_time DESC"], max_results=5000)
+                                  order_by=list(S.NEWEST_FIRST), max_results=5000)
     pretrains = [r for r in children if r.data.tags.get(S.KIND) == S.KIND_PRETRAIN]
     scores: dict[str, dict] = {}
     sweeps = [r for r in children if r.data.tags.get(S.KIND) == S.KIND_SWEEP]

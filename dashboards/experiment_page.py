@@ -54,10 +54,13 @@ CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 
 # ---------------------------------------------------------------------------------------------
 # The page
-def build_page(tracking_uri: str, out_path: str | Path, experiment_run_id: str | None = None) -> Path:
-    """Read the experiment from MLflow and write its page to ``out_path`` (temp file + rename)."""
+def build_page(tracking_uri: str, out_path: str | Path, experiment_run_id: str | None = None,
+               run_dir: str | Path | None = None) -> Path:
+    """Read the experiment from MLflow and write its page to ``out_path`` (temp file + rename); ``run_dir``: the
+    experiment of that run directory, in a store several share."""
     with readable_store(tracking_uri) as readable:  # a run directory moved elsewhere: where its artifacts are now
-        exp = dataclasses.replace(load_experiment(readable, experiment_run_id), tracking_uri=tracking_uri)
+        exp = dataclasses.replace(load_experiment(readable, experiment_run_id, run_dir=run_dir),
+                                  tracking_uri=tracking_uri)
     path = atomic_write_text(Path(out_path), render_page(exp))
     log.info("experiment page written: %s", path)
     return path
@@ -368,7 +371,9 @@ def main(argv: list[str] | None = None) -> int:
     uri = args.tracking_uri or local_uri(args.run_dir)
     out = args.out or args.run_dir / PAGE_PATH
     try:
-        path = build_page(uri, out, args.run_id)
+        # both given: a store several run directories share, whose newest experiment may be another one's
+        shared = args.run_dir if args.tracking_uri and args.run_dir and uri != local_uri(args.run_dir) else None
+        path = build_page(uri, out, args.run_id, run_dir=shared)
     except OrchestratorError as exc:
         print(redacted(f"error: {exc}"), file=sys.stderr)
         return 2

@@ -239,3 +239,58 @@ def test_the_command_has_help_and_says_what_is_missing(tmp_path):
                           str(tmp_path / "p.html")], capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and "error: no MLflow store at" in res.stderr, res.stderr
     assert not (tmp_path / "none.db").exists() and not (tmp_path / "p.html").exists()
+
+
+def test_the_newest_sweep_and_experiment_are_the_last_logged_and_the_run_directorys(tmp_path):
+    """A job that reuses a sweep reopens its MLflow run, which keeps its start: `jobs/report.py --run-dir`
+    showed the sweep that started last (another config's, of an earlier job) and the page the experiment that
+    started last. The run that ended last is the newest; in a store run directories share, the page takes the
+    experiment of the run directory it is given (it took the store's newest, another run directory's)."""
+    import time
+
+    import mlflow
+    import pytest
+
+    from dashboards.experiment_data import find_experiment_run
+    from orchestrator.core.errors import OrchestratorError
+    from orchestrator.report.mlflow_results import find_sweep_run
+    from orchestrator.track import schema as S
+
+    uri = f"sqlite:///{tmp_path / 'shared.db'}"
+    mlflow.set_tracking_uri(uri)
+    exp = mlflow.set_experiment("e").experiment_id
+    client = MlflowClient(uri)
+
+    def run(kind: str, run_dir: Path, run_id: str | None = None) -> str:
+        with mlflow.start_run(run_id=run_id, experiment_id=exp,
+                              tags={S.KIND: kind, S.RUN_DIR: str(run_dir.resolve())}) as r:
+            time.sleep(0.02)
+            return r.info.run_id
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    first = run(S.KIND_SWEEP, a)  # three seeds
+    second = run(S.KIND_SWEEP, a)  # two seeds, a later job
+    assert find_sweep_run(client, "e").info.run_id == second
+    run(S.KIND_SWEEP, a, first)  # the three seeds again: the same sweep, reopened and logged again
+    assert find_sweep_run(client, "e").info.run_id == first
+    assert find_sweep_run(client, "e", run_dir=a).info.run_id == first
+
+    ours = run(S.KIND_EXPERIMENT, a)
+    theirs = run(S.KIND_EXPERIMENT, b)
+    assert find_experiment_run(client).info.run_id == theirs  # the store's newest
+    assert find_experiment_run(client, run_dir=a).info.run_id == ours
+    with pytest.raises(OrchestratorError, match="no experiment run of the run directory"):
+        find_experiment_run(client, run_dir=tmp_path / "c")
+    mlflow.set_tracking_uri(None)
+
+    # an experiment's parent run names every run directory that logged it (two with one config share it)
+    from orchestrator.track import TrackingConfig
+    from orchestrator.track.runs import parent_run
+
+    tracking = TrackingConfig(experiment="e", tracking_uri=uri)
+    for run_dir in (a, b):
+        with parent_run(tracking, run_dir, kind=S.KIND_EXPERIMENT, key="k", name="experiment:x") as pid:
+            pass
+    assert client.get_run(pid).data.tags[S.RUN_DIR].split("\n") == sorted([str(a.resolve()), str(b.resolve())])
+    assert find_experiment_run(client, run_dir=b).info.run_id == pid
+    mlflow.set_tracking_uri(None)

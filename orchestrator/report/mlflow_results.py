@@ -57,7 +57,8 @@ class SweepResults:
 
 
 def find_sweep_run(client, experiment: str, run_id: str | None = None, run_dir: str | Path | None = None):
-    """The sweep's parent run: ``run_id`` if given, else the newest run tagged ``orchestrator.kind=sweep``."""
+    """The sweep's parent run: ``run_id`` if given, else the run tagged ``orchestrator.kind=sweep`` that was
+    logged last (``schema.NEWEST_FIRST``)."""
     if run_id:
         from mlflow.exceptions import MlflowException  # heavy: mlflow
 
@@ -77,7 +78,7 @@ def find_sweep_run(client, experiment: str, run_id: str | None = None, run_dir: 
     if run_dir is not None:  # a store other run directories' sweeps share: this one's, by the tag each sweep has
         where = str(Path(run_dir).resolve())
         newest_first = client.search_runs([exp.experiment_id], filter_string=sweeps, max_results=1000,
-                                          order_by=["attributes.start_time DESC"])
+                                          order_by=list(S.NEWEST_FIRST))
         tagged = {r.info.run_id: sweep_run_dirs(r) for r in newest_first}
         mine = next((r for r in newest_first if where in tagged[r.info.run_id]), None)
         if mine is not None:
@@ -88,7 +89,7 @@ def find_sweep_run(client, experiment: str, run_id: str | None = None, run_dir: 
                                     f"directory {where}; its sweeps are of {', '.join(elsewhere[:5])}: give that "
                                     "run directory, or run_id for one sweep")
     runs = client.search_runs([exp.experiment_id], filter_string=sweeps,
-                              order_by=["attributes.start_time DESC"], max_results=1)
+                              order_by=list(S.NEWEST_FIRST), max_results=1)
     if not runs:
         raise OrchestratorError(f"experiment {experiment!r} at {client.tracking_uri} has no run tagged "
                                 f"{S.KIND}={S.KIND_SWEEP}: has a sweep been logged there?")
@@ -229,7 +230,7 @@ def experiment_retrieval(client, sweep, notes: list[str]) -> dict | None:
         return None
     query = f"tags.`{S.PARENT}` = '{parent}' and tags.`{S.KIND}` = '{S.KIND_RETRIEVAL}'"
     runs = client.search_runs([sweep.info.experiment_id], filter_string=query,
-                              order_by=["attributes.start_time DESC"], max_results=1)
+                              order_by=list(S.NEWEST_FIRST), max_results=1)
     return retrieval_results(client, runs[0], notes) if runs else None
 
 

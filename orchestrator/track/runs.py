@@ -273,6 +273,13 @@ def parent_run(tracking: TrackingConfig | None, run_dir: Path, *, kind: str, key
         existing = found[0].info.run_id if found else None
         run = mlflow.start_run(run_id=existing, experiment_id=experiment_id, run_name=None if existing else name,
                                tags={S.KIND: kind, S.EXPERIMENT_KEY: key})
+        # the run directories that logged it (a line each, as a sweep's): a page of one finds its experiment in a
+        # store several share
+        here = str(Path(run_dir).resolve())
+        dirs = set(filter(None, (run.data.tags.get(S.RUN_DIR) or "").split("\n")))
+        if here not in dirs:
+            joined = "\n".join(sorted(dirs | {here}))
+            mlflow.set_tag(S.RUN_DIR, joined if len(joined) <= S.MAX_TAG_CHARS else here)
         if not existing and params:
             mlflow.log_params({k[:250]: redacted(str(v))[:500] for k, v in params.items()})
     except Exception as exc:  # MLflow raises many types (HTTP, SQL, its own): none may stop the work

@@ -65,6 +65,12 @@ PRETRAIN_LOSS = "loss"
 WINDOW_MLM_LOSS, WINDOW_MLM_ACCURACY = "stop.window_mlm_loss", "stop.window_mlm_accuracy"
 SWEEP_FINGERPRINT = "orchestrator.sweep_fingerprint"
 RUN_DIR = "orchestrator.run_dir"  # a sweep's run directory: a report of it finds its sweep in a shared store
+#: How a report finds "the newest" run: the one that ended last, a running one (no end yet) after those. A sweep or
+#: experiment run a later job reopened (the same sweep again) keeps its start; by start, ``jobs/report.py
+#: --run-dir`` showed an older job's other sweep (a probe, session 47)
+NEWEST_FIRST = ("attributes.end_time DESC", "attributes.start_time DESC")
+#: What an MLflow tag value holds in every store (SQL stores allow 8,000 characters; some 5,000)
+MAX_TAG_CHARS = 5000
 CELL_DIGEST = "orchestrator.cell_digest"  # set last: the (model, task) run and its trials are all logged
 GIT_COMMIT, GIT_DIRTY, GIT_DIFF = "git_commit", "git_dirty", "git_diff_sha256"  # the code (manifest.git_state)
 PARENT = "mlflow.parentRunId"

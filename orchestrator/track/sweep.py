@@ -12,8 +12,6 @@ from orchestrator.track.runs import code_tags
 
 log = logging.getLogger(__name__)
 
-#: What an MLflow tag value holds in every store (SQL stores allow 8,000 characters; some 5,000)
-MAX_TAG_CHARS = 5000
 
 
 def sweep_fingerprint(config, model_tags: dict[str, dict[str, str]]) -> str:
@@ -58,8 +56,8 @@ def _complete(run, digest: str) -> bool:
 
 
 def sweep_run_dirs(run) -> set[str]:
-    """The run directories that logged the sweep ``run`` (``S.RUN_DIR``, a line each: run directories whose sweeps
-    were the same, in a store they share, share one sweep run)."""
+    """The run directories that logged the sweep or experiment ``run`` (``S.RUN_DIR``, a line each: run
+    directories whose sweeps were the same, in a store they share, share one sweep run)."""
     return set(filter(None, (run.data.tags.get(S.RUN_DIR) or "").split("\n")))
 
 
@@ -101,7 +99,7 @@ def log_sweep(tracking: TrackingConfig, run_dir, *, name: str, config, results: 
         dirs = sweep_run_dirs(parent)
         if existing and here not in dirs:  # the same sweep logged from another run directory: both find it
             joined = "\n".join(sorted(dirs | {here}))
-            mlflow.set_tag(S.RUN_DIR, joined if len(joined) <= MAX_TAG_CHARS else here)
+            mlflow.set_tag(S.RUN_DIR, joined if len(joined) <= S.MAX_TAG_CHARS else here)
         for model, summary in results["summary"].items():
             for key, value in summary.items():
                 if is_number(value, finite=False):
