@@ -35,6 +35,8 @@ from orchestrator.core.config import is_number, redacted
 from orchestrator.core.cost import duration
 from orchestrator.core.errors import OrchestratorError
 from orchestrator.core.manifest import atomic_write_text
+from orchestrator.report.compare import p_text
+from orchestrator.report.table import DAGGER
 from orchestrator.retrieval.table import CSS as RETRIEVAL_CSS
 from orchestrator.retrieval.table import render_html as retrieval_html
 from orchestrator.track import local_uri
@@ -269,6 +271,7 @@ def _differences_section(exp: Experiment) -> str:
     out.append('<table class="blue" id="differences"><thead><tr><th class="model">Arm</th><th>Column</th>'
                f"<th>Metric</th><th>n</th><th>\u0394 (points)</th><th>{level} interval</th><th>p</th><th></th>"
                "</tr></thead><tbody>")
+    partial = False
     for arm in arms:
         for column in comp["columns"]:
             e = comp["rows"][arm].get(column["key"])
@@ -276,16 +279,25 @@ def _differences_section(exp: Experiment) -> str:
                 continue
             sig = "true" if e["significant"] else "false"
             ci = "\u2013" if not e["ci"] else f"[{signed(e['ci'][0] * scale)}, {signed(e['ci'][1] * scale)}]"
-            p = "\u2013" if e["p"] is None else ("&lt;0.001" if e["p"] < 0.001 else f"{e['p']:.3f}")
+            p = "\u2013" if e["p"] is None else esc(p_text(e["p"], comp["alpha"]))
             diff = "\u2013" if e["mean_diff"] is None else signed(e["mean_diff"] * scale)
+            if e.get("partial"):  # a summary column over the tasks both have (an augmented arm's NER tasks)
+                diff += DAGGER
+                partial = True
             mark = "*" if e["significant"] else ""
             arrow = "" if column["higher_is_better"] else " (\u2193)"
-            title = f' title="{esc(e["note"])}"' if e.get("note") else ""
+            said = [e["note"]] if e.get("note") else []
+            if e.get("partial"):
+                said.append(f"partial: averages {', '.join(e.get('tasks') or [])} only")
+            title = f' title="{esc("; ".join(said))}"' if said else ""
             out.append(f'<tr data-arm="{esc(arm)}" data-column="{esc(column["key"])}" data-significant="{sig}"{title}>'
                        f'<td class="model">{esc(arm)}</td><td class="{column["kind"]}">{esc(column["label"])}</td>'
                        f'<td>{esc(column["metric"])}{arrow}</td><td>{e["n"]}</td><td>{diff}</td><td>{ci}</td>'
                        f'<td>{p}</td><td class="sig">{mark}</td></tr>')
     out.append("</tbody></table>")
+    if partial:
+        out.append(f'<p class="notes">{DAGGER} the column averages only the tasks both have with per-seed scores '
+                   "(the row's tooltip names them), not the whole column: not comparable with the other rows.</p>")
     return "\n".join(out)
 
 

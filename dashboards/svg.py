@@ -168,7 +168,7 @@ def nice_ticks(lo: float, hi: float, count: int, integer: bool = False) -> list[
     ticks = []
     t = start
     while t < hi + step * 0.999:
-        ticks.append(round(t, 10))
+        ticks.append(round(t, 10) + 0.0)  # + 0.0: -0.0 is 0 (a tick labelled "-0")
         t += step
     return ticks if len(ticks) >= 2 else [start, start + step]
 

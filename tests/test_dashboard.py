@@ -294,3 +294,30 @@ def test_the_newest_sweep_and_experiment_are_the_last_logged_and_the_run_directo
     assert client.get_run(pid).data.tags[S.RUN_DIR].split("\n") == sorted([str(a.resolve()), str(b.resolve())])
     assert find_experiment_run(client, run_dir=b).info.run_id == pid
     mlflow.set_tracking_uri(None)
+
+
+def test_a_partial_difference_is_marked_on_the_page_and_p_keeps_its_side_of_alpha():
+    """The report marks a summary difference over fewer tasks (an augmented arm's NER tasks only) with a dagger;
+    the page showed it as a Total like the others. A p of 0.0496 was printed "0.050" beside its star. A tick at
+    0 read "-0"."""
+    from dashboards.experiment_data import Experiment
+    from dashboards.experiment_page import _differences_section
+    from dashboards.svg import nice_ticks
+    from orchestrator.report.compare import p_text
+
+    entry = {"mean_diff": 0.2, "ci": [0.2, 0.2], "p": 0.0496, "significant": True, "better": True, "n": 3,
+             "note": None}
+    comparison = {"baseline": "base", "alpha": 0.05, "ci_level": 0.95, "n_boot": 100,
+                  "columns": [{"key": "total", "label": "Total", "kind": "summary", "metric": "macro",
+                               "higher_is_better": True}],
+                  "rows": {"aug": {"total": {**entry, "partial": True, "tasks": ["BC5CDR-chemical"]}},
+                           "full": {"total": {**entry, "p": 0.0504, "significant": False}}}}
+    exp = Experiment(tracking_uri="", run_id="r", name="x", status="FINISHED", started=None, baseline="base",
+                     arms={}, comparison=comparison)
+    page = _differences_section(exp)
+    aug, full = (line for line in page.splitlines() if line.startswith("<tr data-arm="))
+    assert "+20.0\u2020" in aug and "partial: averages BC5CDR-chemical only" in aug and "\u2020" not in full
+    assert "averages only the tasks both have" in page
+    assert "<td>0.0496</td>" in aug and "<td>0.050</td>" in full
+    assert (p_text(0.0496), p_text(0.0504), p_text(0.2), p_text(0.0004)) == ("0.0496", "0.050", "0.200", "<0.001")
+    assert "-0.0" not in map(str, nice_ticks(-0.775, 0.116, 6))  # -0.8 + 4 x 0.2 is -5.6e-17

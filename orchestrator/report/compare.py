@@ -36,6 +36,18 @@ from orchestrator.core.results import summary_members, validate_results
 PRF = ("precision", "recall", "f1")
 
 
+
+def p_text(p: float, alpha: float = 0.05) -> str:
+    """A p-value as the tables print it: "<0.001", else 3 decimals, more where 3 would put it on the other side
+    of ``alpha`` than it is (p = 0.0496 printed "0.050" beside its significance star)."""
+    if p < 0.001:
+        return "<0.001"
+    for decimals in range(3, 7):
+        text = f"{p:.{decimals}f}"
+        if (float(text) < alpha) == (p < alpha):
+            return text
+    return text
+
 def check_baseline(results: dict, baseline: str, source: str | Path = "results.json") -> None:
     """Raise InputError naming ``source`` unless ``baseline`` is one of the results' models."""
     models = results.get("models") or []

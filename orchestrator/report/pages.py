@@ -16,6 +16,7 @@ import html
 from collections.abc import Sequence
 
 from orchestrator.core.results import SEED_GROUPS
+from orchestrator.report.compare import p_text
 from orchestrator.report.figures import SOURCE_FIGURES
 from orchestrator.report.table import DAGGER, BlueTable, Cell
 
@@ -186,7 +187,8 @@ def comparison_markdown(table: BlueTable, comparison: dict) -> str:
     lines += ["", _comparison_notes(table, comparison), "",
               "### p-values (paired t-test over seeds; n = pairs)", "", head, rule]
     for model, row in comparison["rows"].items():
-        lines.append(f"| {_md_escape(model)} | " + " | ".join(_p_text(row.get(c["key"])) for c in columns) + " |")
+        lines.append(f"| {_md_escape(model)} | " + " | ".join(_p_text(row.get(c["key"]), comparison["alpha"])
+                                                                for c in columns) + " |")
     if comparison.get("ner"):
         lines += ["", f"## {NER_TITLE}"]
     for tasks in comparison.get("ner", {}).values():
@@ -260,13 +262,12 @@ def _diff_text(table: BlueTable, entry: dict | None) -> str:
     return text + (SIGNIFICANT if entry["significant"] else "") + (DAGGER if entry.get("partial") else "")
 
 
-def _p_text(entry: dict | None) -> str:
+def _p_text(entry: dict | None, alpha: float) -> str:
     if not entry:
         return "\u2013"
     if entry["p"] is None:
         return f"\u2013 (n={entry['n']})"
-    p = "<0.001" if entry["p"] < 0.001 else f"{entry['p']:.3f}"
-    return f"{p} (n={entry['n']})"
+    return f"{p_text(entry['p'], alpha)} (n={entry['n']})"
 
 
 def _test_text(entry: dict | None) -> str:
