@@ -150,6 +150,10 @@ def test_three_arm_experiment_shares_the_corpus_pairs_the_sweep_and_nests_mlflow
     retrieval_md = report.split("## Cross-lingual retrieval", 1)[1].split("\n## ", 1)[0]
     assert retrieval_md in (tmp_path / "rebuilt" / "blue_table.md").read_text()
     assert 'data-direction="de-&gt;en"' in (tmp_path / "rebuilt" / "blue_table.html").read_text()
+    # and the experiment's title and baseline, as the job wrote them (it had no paired differences: a probe,
+    # session 47)
+    rebuilt_md = (tmp_path / "rebuilt" / "blue_table.md").read_text()
+    assert "Paired differences vs conventional" in rebuilt_md and "Experiment " in rebuilt_md.splitlines()[0]
     # The arms' tokenizer quality: the floor shares the conventional arm's vocabulary, simpt has its own;
     # each row is what that vocabulary stage measured.
     quality = report.split("Tokenizer quality per language", 1)[1]
@@ -169,6 +173,11 @@ def test_three_arm_experiment_shares_the_corpus_pairs_the_sweep_and_nests_mlflow
     assert len([r for r in runs if r.data.tags.get(S.KIND) == S.KIND_SELECTION]) == 2  # found, not logged again
     assert len([r for r in runs if r.data.tags.get(S.KIND) == S.KIND_SOURCE_GAINS]) == 1  # the same numbers
     assert len([r for r in runs if r.data.tags.get(S.KIND) == S.KIND_RETRIEVAL]) == 3
+    # rebuilt in place, the report keeps the experiment page beside it (the summary still points to it)
+    page = (run_dir / "report" / "experiment.html").read_bytes()
+    in_place = run_job("report.py", f"--run-dir={run_dir}")
+    assert in_place.returncode == 0, in_place.stderr[-3000:]
+    assert (run_dir / "report" / "experiment.html").read_bytes() == page
 
 
 @pytest.mark.slow

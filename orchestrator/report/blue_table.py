@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -35,6 +36,9 @@ log = logging.getLogger(__name__)
 
 FILES = {"md": "blue_table.md", "html": "blue_table.html", "png": "blue_table.png", "curves": "curves.png",
          "results": "results.json", "comparison": "comparison.json"}
+#: Files other tools write into a report's folder, which a new report keeps: the experiment page
+#: (``dashboards.experiment_page.PAGE_PATH``; ``jobs/report.py --run-dir`` dropped it: a probe, session 47)
+KEPT = ("experiment.html",)
 
 
 def write_report(results: dict, out_dir: Path, title: str = "BLUE results", scale: float = 100.0,
@@ -94,6 +98,9 @@ def write_report(results: dict, out_dir: Path, title: str = "BLUE results", scal
             atomic_write_json(tmp / FILES["comparison"], comparison)
             written["comparison"] = FILES["comparison"]
             config.update(alpha=comparison["alpha"], n_boot=comparison["n_boot"])
+        for name in KEPT:
+            if (out_dir / name).is_file() and not (tmp / name).exists():
+                shutil.copy2(out_dir / name, tmp / name)
         write_manifest(tmp, stage="report", config=config, seed=comparison["seed"] if comparison else None,
                        counts={"models": len(table.models), "tasks": len(results["tasks"]),
                                "columns": len(table.columns)},

@@ -249,11 +249,31 @@ def regenerate_report(out_dir: Path, tracking_uri: str, experiment: str = "biopt
         log.info("sweep run %s: results from its %s", found.run_id, found.source)
         client = MlflowClient(readable)
         notes: list[str] = []
-        retrieval = experiment_retrieval(client, client.get_run(found.run_id), notes)
+        sweep = client.get_run(found.run_id)
+        retrieval = experiment_retrieval(client, sweep, notes)
+        experiment_run = _experiment_of(client, sweep)
+    if experiment_run is not None:  # an experiment's sweep: its report's title and baseline, as the job wrote them
+        title = title or f"Experiment {experiment_run.info.run_name.removeprefix(S.KIND_EXPERIMENT + ':')}"
+        arm = experiment_run.data.tags.get(S.BASELINE_TAG) or experiment_run.data.params.get(S.BASELINE)
+        if baseline is None and arm in found.results["models"]:
+            baseline = arm
+            log.info("report: paired differences against %s, the experiment's baseline (baseline= for another)", arm)
     return write_report(found.results, out_dir, title=title or f"BLUE results (MLflow run {found.run_id[:8]})",
                         source=f"{redacted(tracking_uri)} run {found.run_id}", baseline=baseline,
                         source_scores=source_scores,
                         notes=notes, sections=[render_section(retrieval)] if retrieval else [])
+
+
+def _experiment_of(client, sweep):
+    """The experiment run ``sweep`` is a child of, or None (a sweep of its own, or a parent that is not one)."""
+    parent = sweep.data.tags.get(S.PARENT)
+    if not parent:
+        return None
+    try:
+        run = client.get_run(parent)
+    except Exception:  # deleted, or another store's: a sweep report without the experiment's defaults
+        return None
+    return run if run.data.tags.get(S.KIND) == S.KIND_EXPERIMENT else None
 
 
 def _curve(client, run_id: str) -> list[dict[str, Any]]:
