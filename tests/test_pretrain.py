@@ -211,7 +211,7 @@ def test_progress_line_every_interval_and_at_the_phase_end(capsys):
     progress.started -= 40.0
     progress.steady = (progress.steady[0] - 9.0, progress.steady[1])
     line = progress.step(60, 6.25, 0.125, force=True)
-    assert line.startswith("phase1: step 60/200, MLM loss 6.2500, accuracy 0.125, 1.00 steps/s, 0m40s elapsed")
+    assert line.startswith("phase1: step 60/200, MLM loss 6.2500, accuracy 0.125, 1.00 steps/s overall, 0m40s elapsed")
     assert line.endswith("about 2m20s left")  # 140 steps at 1 step/s, the compile not counted
     assert progress.step(200, 5.0, 0.2, force=True).endswith("elapsed")  # done: no time left shown
     # printed for the driver's terminal: the progress line there (orchestrator.core.console)

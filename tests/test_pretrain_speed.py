@@ -307,9 +307,10 @@ def test_the_progress_line_and_the_mlflow_tags_say_the_throughput_and_what_the_m
     """Priority 6: seq/s, tokens/s and MFU on the progress line; on CPU no peak, so MFU n/a (null)."""
     from orchestrator.pretrain.loop import MFU_FORMULA, Progress, mfu_basis, throughput_text
 
-    text = throughput_text({"seq_per_s": 1234.5, "tokens_per_s": 157000.0, "mfu": 0.21})
+    text = throughput_text({"seq_per_s": 1234.5, "tokens_per_s": 157000.0, "mfu": 0.21}, steps=50)
     line = Progress("phase1", 10, 0, every_s=0.0).step(5, 2.0, 0.1, throughput=text)
-    assert "(1,234.5 seq/s, 157,000 tokens/s, MFU 0.210)" in line
+    # the rates of the last record's steps, said as such beside the phase's steps/s (pauses included)
+    assert "steps/s overall (last 50 steps: 1,234.5 seq/s, 157,000 tokens/s, MFU 0.210)" in line
     assert throughput_text({"seq_per_s": 1.0, "tokens_per_s": 1.0, "mfu": None}).endswith("MFU n/a")
     basis = mfu_basis(torch.device("cpu"), "bf16")
     assert basis["mfu.device"] == "cpu" and basis["mfu.peak_flops"].startswith("none")
