@@ -479,3 +479,16 @@ def test_a_report_of_one_run_directory_finds_its_own_sweep_in_a_store_runs_share
     assert ReportConfig(run_dir=str(tmp_path / "runs" / "x"), tracking_uri=shared).sweep_of() == \
         str(tmp_path / "runs" / "x")
     assert ReportConfig(run_dir=str(tmp_path / "runs" / "x")).sweep_of() is None  # its own store: its sweeps
+
+
+def test_names_are_drawn_and_written_as_typed():
+    """A compare model's name is the user's text: `pub$x$` drew as mathtext ("pubx") in the PNGs, and the source
+    analysis's Markdown tables left `<` and `&` for a viewer to read as HTML (the other tables escape them)."""
+    from matplotlib.text import Text
+
+    from orchestrator.report.figures import plain_text
+    from orchestrator.report.pages import _md_escape
+
+    assert Text()._preprocess_math(plain_text("pub$x$|y")) == ("pub$x$|y", False)  # drawn as typed, not math
+    assert Text()._preprocess_math("pub$x$|y")[1] is True  # what it was
+    assert _md_escape("<b>&|") == "&lt;b&gt;&amp;\\|"

@@ -21,6 +21,11 @@ from orchestrator.report.table import DAGGER, BlueTable
 SOURCE_FIGURES = {"scatter": "sources_scatter.png", "matrix": "sources_matrix.png"}
 
 
+def plain_text(text: str) -> str:
+    """A name as matplotlib draws it as typed: a ``$`` pair is otherwise mathtext (``pub$x$`` drew as "pubx")."""
+    return text.replace("$", r"\$")
+
+
 # ---------------------------------------------------------------------------------------------
 # The BLUE table and the learning curves
 def render_table_png(table: BlueTable, path: Path, title: str = "BLUE results") -> Path:
@@ -33,7 +38,7 @@ def render_table_png(table: BlueTable, path: Path, title: str = "BLUE results") 
     header = ["Model"] + [c.label for c in table.columns]
     rows, ranks = [], []
     for model in table.models:
-        row, rrow = [model], [None]
+        row, rrow = [plain_text(model)], [None]
         for col in table.columns:
             cell = table.cell(model, col.key)
             mean = table.text(cell.mean) + (DAGGER if cell.partial else "")
@@ -91,7 +96,8 @@ def render_curves_png(results: dict, path: Path) -> Path | None:
                 pts = [(p["epoch"], p[split]) for p in curve if is_number(p.get(split))]
                 if pts:
                     xs, ys = zip(*pts)
-                    ax.plot(xs, ys, style, color=colour, marker="o", markersize=3, label=f"{model} {split}")
+                    ax.plot(xs, ys, style, color=colour, marker="o", markersize=3,
+                            label=plain_text(f"{model} {split}"))
             chosen = (cell.get("selected") or {}).get("epochs")
             dev_at = [p["dev"] for p in curve if p["epoch"] == chosen and is_number(p.get("dev"))]
             if dev_at:

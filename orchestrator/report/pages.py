@@ -417,8 +417,11 @@ def sources_markdown(doc: dict, scale: float = 100.0, digits: int = 1, figures: 
     """The report's section; ``figures``: link the PNGs ``write_report`` puts beside it."""
     lines = [f"## {SOURCES_TITLE}"]
     for _, head, rows in _tables(doc, scale, digits):
-        lines += ["", "| " + " | ".join(head) + " |", "|" + "|".join(["---"] + [":---:"] * (len(head) - 1)) + "|"]
-        lines += ["| " + " | ".join(v.replace("|", "\\|") for v in row) + " |" for row in rows]
+        lines += ["", "| " + " | ".join(map(_md_escape, head)) + " |",
+                  "|" + "|".join(["---"] + [":---:"] * (len(head) - 1)) + "|"]
+        # an arm's name escaped as the other tables escape it; the numbers' cells ("<0.001") as written
+        lines += ["| " + " | ".join([_md_escape(row[0]), *(v.replace("|", "\\|") for v in row[1:])]) + " |"
+                  for row in rows]
     lines += ["", _caption(doc)]
     if figures:
         lines += ["", f"![each measure against the gain]({SOURCE_FIGURES['scatter']})", "",
