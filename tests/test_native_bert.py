@@ -83,6 +83,10 @@ def test_a_checkpoint_with_heads_or_missing_weights_and_the_switch(tiny_bert, tm
     (relative / "config.json").write_text(json.dumps({**config, "position_embedding_type": "relative_key"}))
     save_file(saved, str(relative / "model.safetensors"))
     assert native_encoder(relative) is None
+    damaged = tmp_path / "damaged"  # transformers' load says what is wrong with it, as it always has
+    damaged.mkdir()
+    (damaged / "config.json").write_text("{not json")
+    assert native_encoder(damaged) is None
     monkeypatch.setenv("ORCH_NATIVE_BERT", "0")
     assert native_encoder(tiny_bert) is None
 

@@ -235,12 +235,12 @@ def native_encoder(model_dir: str | Path, use_safetensors: bool | None = None) -
     model_dir = Path(model_dir)
     if os.environ.get(SWITCH, "1") == "0" or not (model_dir / "config.json").is_file():
         return None
-    if json.loads((model_dir / "config.json").read_text(encoding="utf-8")).get("model_type") != "bert":
-        return None
-    config = BertConfig.from_pretrained(str(model_dir))
-    if not supported(config):
-        return None
     try:
+        if json.loads((model_dir / "config.json").read_text(encoding="utf-8")).get("model_type") != "bert":
+            return None
+        config = BertConfig.from_pretrained(str(model_dir))
+        if not supported(config):
+            return None
         saved = _weights(model_dir, use_safetensors)
     except Exception:  # a damaged or refused file: transformers' load names it as it always has
         return None
