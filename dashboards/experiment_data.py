@@ -24,7 +24,7 @@ from orchestrator.core.config import redacted
 from orchestrator.core.errors import OrchestratorError
 from orchestrator.track import schema as S
 from orchestrator.track import sqlite_file
-from orchestrator.track.sweep import sweep_run_dirs
+from orchestrator.track.runs import of_run_dir
 
 
 @dataclass
@@ -88,11 +88,9 @@ def find_experiment_run(client, run_id: str | None = None, run_dir: str | Path |
     runs = client.search_runs(ids, filter_string=f"tags.`{S.KIND}` = '{S.KIND_EXPERIMENT}'",
                               order_by=list(S.NEWEST_FIRST), max_results=1000) if ids else []
     if run_dir is not None and runs:
-        here = str(Path(run_dir).resolve())
-        mine = [r for r in runs if here in sweep_run_dirs(r)]
+        mine, elsewhere = of_run_dir(runs, run_dir)
         if not mine:
-            elsewhere = sorted(set().union(*map(sweep_run_dirs, runs)))
-            raise OrchestratorError(f"no experiment run of the run directory {here} at {where}"
+            raise OrchestratorError(f"no experiment run of the run directory {Path(run_dir).resolve()} at {where}"
                                     + (f"; its experiments are of {', '.join(elsewhere[:5])}: give that run "
                                        "directory, or --run-id" if elsewhere else ""))
         runs = mine

@@ -38,7 +38,7 @@ from orchestrator.retrieval.table import render_section
 from orchestrator.track import schema as S
 from orchestrator.track import sqlite_file
 from orchestrator.track.local_store import readable_store
-from orchestrator.track.sweep import sweep_run_dirs
+from orchestrator.track.runs import of_run_dir
 
 log = logging.getLogger(__name__)
 
@@ -79,11 +79,9 @@ def find_sweep_run(client, experiment: str, run_id: str | None = None, run_dir: 
         where = str(Path(run_dir).resolve())
         newest_first = client.search_runs([exp.experiment_id], filter_string=sweeps, max_results=1000,
                                           order_by=list(S.NEWEST_FIRST))
-        tagged = {r.info.run_id: sweep_run_dirs(r) for r in newest_first}
-        mine = next((r for r in newest_first if where in tagged[r.info.run_id]), None)
-        if mine is not None:
-            return mine
-        elsewhere = sorted(set().union(*tagged.values()))
+        mine, elsewhere = of_run_dir(newest_first, where)
+        if mine:
+            return mine[0]
         if elsewhere:  # sweeps of other run directories only (a store written before the tag: its newest sweep)
             raise OrchestratorError(f"experiment {experiment!r} at {client.tracking_uri} has no sweep of the run "
                                     f"directory {where}; its sweeps are of {', '.join(elsewhere[:5])}: give that "

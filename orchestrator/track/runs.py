@@ -273,13 +273,7 @@ def parent_run(tracking: TrackingConfig | None, run_dir: Path, *, kind: str, key
         existing = found[0].info.run_id if found else None
         run = mlflow.start_run(run_id=existing, experiment_id=experiment_id, run_name=None if existing else name,
                                tags={S.KIND: kind, S.EXPERIMENT_KEY: key})
-        # the run directories that logged it (a line each, as a sweep's): a page of one finds its experiment in a
-        # store several share
-        here = str(Path(run_dir).resolve())
-        dirs = set(filter(None, (run.data.tags.get(S.RUN_DIR) or "").split("\n")))
-        if here not in dirs:
-            joined = "\n".join(sorted(dirs | {here}))
-            mlflow.set_tag(S.RUN_DIR, joined if len(joined) <= S.MAX_TAG_CHARS else here)
+        add_run_dir(run, run_dir)  # a page of one run directory finds its experiment in a store several share
         if not existing and params:
             mlflow.log_params({k[:250]: redacted(str(v))[:500] for k, v in params.items()})
     except Exception as exc:  # MLflow raises many types (HTTP, SQL, its own): none may stop the work
@@ -295,6 +289,29 @@ def parent_run(tracking: TrackingConfig | None, run_dir: Path, *, kind: str, key
     finally:
         _OPEN_PARENTS.remove((uri, run.info.run_id))
     _end_active("FINISHED")
+
+
+def run_dirs(run) -> set[str]:
+    """The run directories that logged the sweep or experiment ``run`` (``S.RUN_DIR``, a line each: run
+    directories whose sweeps or experiments were the same, in a store they share, share one run)."""
+    return set(filter(None, (run.data.tags.get(S.RUN_DIR) or "").split("\n")))
+
+
+def add_run_dir(run, run_dir: str | Path) -> None:
+    """Name ``run_dir`` among the run directories of ``run``, the active run (``run_dirs``; all of them while the
+    tag holds them, else this one)."""
+    import mlflow  # heavy: mlflow
+
+    here, dirs = str(Path(run_dir).resolve()), run_dirs(run)
+    if here not in dirs:
+        joined = "\n".join(sorted(dirs | {here}))
+        mlflow.set_tag(S.RUN_DIR, joined if len(joined) <= S.MAX_TAG_CHARS else here)
+
+
+def of_run_dir(runs: list, run_dir: str | Path) -> tuple[list, list[str]]:
+    """(those of ``runs`` that ``run_dir`` logged, in their order; the run directories of all of them)."""
+    here = str(Path(run_dir).resolve())
+    return [r for r in runs if here in run_dirs(r)], sorted(set().union(*map(run_dirs, runs)))
 
 
 #: (store, run id) of the parent runs ``parent_run`` holds open in this process, innermost last: MLflow's active

@@ -8,7 +8,7 @@ from orchestrator.core.config import is_number
 from orchestrator.core.reuse import content_key
 from orchestrator.track import TrackingConfig, flat_params, log_params, start_tracking
 from orchestrator.track import schema as S
-from orchestrator.track.runs import code_tags
+from orchestrator.track.runs import add_run_dir, code_tags
 
 log = logging.getLogger(__name__)
 
@@ -55,12 +55,6 @@ def _complete(run, digest: str) -> bool:
     return run.data.tags.get(S.CELL_DIGEST) == digest and run.info.status == "FINISHED"
 
 
-def sweep_run_dirs(run) -> set[str]:
-    """The run directories that logged the sweep or experiment ``run`` (``S.RUN_DIR``, a line each: run
-    directories whose sweeps were the same, in a store they share, share one sweep run)."""
-    return set(filter(None, (run.data.tags.get(S.RUN_DIR) or "").split("\n")))
-
-
 def log_sweep(tracking: TrackingConfig, run_dir, *, name: str, config, results: dict, records: list[dict],
               model_tags: dict[str, dict[str, str]], artifacts: list, log_predictions: bool = True,
               exports: dict[str, dict[str, dict]] | None = None) -> str | None:
@@ -96,10 +90,8 @@ def log_sweep(tracking: TrackingConfig, run_dir, *, name: str, config, results: 
                           nested=nested) as parent:
         if not existing:
             log_params(flat_params(config))
-        dirs = sweep_run_dirs(parent)
-        if existing and here not in dirs:  # the same sweep logged from another run directory: both find it
-            joined = "\n".join(sorted(dirs | {here}))
-            mlflow.set_tag(S.RUN_DIR, joined if len(joined) <= S.MAX_TAG_CHARS else here)
+        if existing:  # the same sweep logged from another run directory: both find it
+            add_run_dir(parent, here)
         for model, summary in results["summary"].items():
             for key, value in summary.items():
                 if is_number(value, finite=False):
