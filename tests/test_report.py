@@ -108,6 +108,14 @@ def test_markdown_cells():
     md = render_markdown(build_table(one))
     base = next(line for line in md.splitlines() if line.startswith("| base |"))
     assert "(" not in base, base
+    assert "means (standard deviations) over random seeds" in md  # the other models have 3 seeds
+    # every model with one seed: the note says so, and speaks of no standard deviation (session 47's display probe)
+    for row in one["cells"].values():
+        for cell in row.values():
+            cell.update(n=1, sd=0.0, test_scores=cell["test_scores"][:1], mean=cell["test_scores"][0])
+    md = render_markdown(build_table(one))
+    assert "single-seed scores (one seed per setting: no standard deviation) at the setting selected on dev" in md
+    assert "standard deviations" not in md
 
 
 def test_markdown_shows_a_model_or_task_name_as_typed_never_as_html():

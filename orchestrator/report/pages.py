@@ -163,9 +163,13 @@ def _notes(table: BlueTable) -> str:
         partial = (f" {DAGGER} averages only the tasks that model was fine-tuned on (e.g. an augmented row has "
                    "NER tasks only): it is not comparable with the full scores and is not ranked.")
     groups = [c.key for c in table.columns if c.kind == "summary" and c.key != "total"]
+    tasks = {c.key for c in table.columns if c.kind == "task"}
     # BLUE's groups: the text the report has always had, even when a group has no task here
     named = ", ".join(SEED_GROUPS if set(groups) <= set(SEED_GROUPS) else groups)
-    return ("The numbers are means (standard deviations) over random seeds at the setting selected on dev; "
+    task_ns = {c.n for (_, key), c in table.cells.items() if c.n is not None and key in tasks}
+    what = ("The numbers are single-seed scores (one seed per setting: no standard deviation)"
+            if task_ns == {1} else "The numbers are means (standard deviations) over random seeds")
+    return (f"{what} at the setting selected on dev; "
             "the best score per column is bold and the second best underlined (ranked on unrounded means; "
             "for a metric where lower is better the lowest ranks first). Total is the macro average over "
             f"all tasks; each group's score ({named}) averages the tasks of that group.{scale}"
