@@ -8,6 +8,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+LABEL_CHARS = 40  # an interval panel's arm names are cut beyond this (the whole name in a tooltip)
 MAX_POINTS = 1500  # per plotted loss series: longer runs are thinned evenly (the last point kept)
 
 
@@ -19,7 +20,12 @@ def signed(value: float) -> str:
 def interval_panel(column: dict, entries: list[tuple[str, dict | None]], scale: float) -> str:
     """One column's differences: a row per arm, the mean difference and its interval, zero marked."""
     esc = html.escape
-    width, row_h, left, right, top, bottom = 320, 26, 90, 30, 26, 30
+    # the arms' names set the left margin (font-size 11: about 6.5 px a character), up to LABEL_CHARS characters;
+    # a longer name is cut with an ellipsis, its whole text in the label's tooltip
+    labels = [(arm, arm if len(arm) <= LABEL_CHARS else arm[:LABEL_CHARS - 1] + "\u2026") for arm, _ in entries]
+    left = max(90, 12 + math.ceil(6.5 * max((len(shown) for _, shown in labels), default=0)))
+    row_h, right, top, bottom = 26, 30, 26, 30
+    width = left + 230
     height = top + bottom + row_h * len(entries)
     values = [0.0]
     for _, e in entries:
@@ -51,7 +57,9 @@ def interval_panel(column: dict, entries: list[tuple[str, dict | None]], scale: 
                'fill="#555">difference (points)</text>')
     for i, (arm, e) in enumerate(entries):
         y = top + row_h * i + row_h / 2
-        out.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" font-size="11">{esc(arm)}</text>')
+        shown = labels[i][1]
+        tip = f"<title>{esc(arm)}</title>" if shown != arm else ""
+        out.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" font-size="11">{tip}{esc(shown)}</text>')
         if not e or e["mean_diff"] is None:
             out.append(f'<text x="{left + 4}" y="{y + 4:.1f}" font-size="10" fill="#999">no pairs</text>')
             continue

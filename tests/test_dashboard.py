@@ -321,3 +321,30 @@ def test_a_partial_difference_is_marked_on_the_page_and_p_keeps_its_side_of_alph
     assert "<td>0.0496</td>" in aug and "<td>0.050</td>" in full
     assert (p_text(0.0496), p_text(0.0504), p_text(0.2), p_text(0.0004)) == ("0.0496", "0.050", "0.200", "<0.001")
     assert "-0.0" not in map(str, nice_ticks(-0.775, 0.116, 6))  # -0.8 + 4 x 0.2 is -5.6e-17
+
+
+def test_an_interval_panel_makes_room_for_its_arms_names():
+    """The panels' left margin was a fixed 90 px: an arm name longer than about 12 characters ran off the
+    panel's left edge (session 47's display probe). The margin now follows the longest name, up to 40
+    characters; a longer one is cut with an ellipsis and its whole text is the label's tooltip."""
+    from dashboards.svg import LABEL_CHARS, interval_panel
+
+    entry = {"mean_diff": 0.01, "ci": [-0.01, 0.03], "p": 0.2, "significant": False, "better": True, "n": 3}
+    column = {"key": "total", "label": "Total", "higher_is_better": True}
+
+    def labels(names: list[str]) -> tuple[float, list[tuple[str, str]]]:
+        svg = interval_panel(column, [(n, entry) for n in names], 100.0)
+        found = re.findall(r'<text x="([\d.]+)" y="[\d.]+" text-anchor="end" font-size="11">(.*?)</text>', svg)
+        return float(found[0][0]), [(tip, unescape(re.sub(r"<title>.*?</title>", "", t))) for tip, t in found]
+
+    x, shown = labels(["conventional", "ampv"])
+    assert x == 84 and [s for _, s in shown] == ["conventional", "ampv"]  # short names: the margin it had
+    name = "simpt-ampv-pubmed-abstracts-x2"  # 30 characters
+    x, shown = labels(["conventional", name])
+    assert x >= 6.5 * len(name) and shown[1][1] == name  # the whole name fits left of the plot
+    long = "mdapt-" + "pubmed-" * 10
+    svg = interval_panel(column, [("a", entry), (long, entry)], 100.0)
+    cut = long[:LABEL_CHARS - 1] + "\u2026"
+    assert f"<title>{long}</title>{cut}</text>" in svg
+    x, _ = labels(["a", long])
+    assert x >= 6.5 * LABEL_CHARS
