@@ -167,15 +167,16 @@ def test_lower_is_better_keeps_the_raw_difference_and_flags_better_by_direction(
 def test_summary_columns_are_per_seed_macro_averages_over_the_same_tasks():
     results = make_results()
     row = paired_differences(results, "base")["rows"]["ampv"]
-    assert [c["key"] for c in paired_differences(results, "base")["columns"]][:3] == ["total", "clinical",
-                                                                                      "biomedical"]
+    # ERR, clinical's only task, is lower-is-better: in no average, so there is no clinical column
+    assert [c["key"] for c in paired_differences(results, "base")["columns"]][:2] == ["total", "biomedical"]
+    assert "clinical" not in row
     per_seed = {m: [statistics.fmean(SCORES[m][t][i] for t in ("BIOSSES", "NER")) for i in range(4)]
                 for m in SCORES}
     bio = row["biomedical"]
     assert bio["partial"] is False and bio["tasks"] == ["BIOSSES", "NER"] and bio["n"] == 4
     assert bio["baseline_mean"] == pytest.approx(statistics.fmean(per_seed["base"]))
     assert bio["p"] == pytest.approx(stats.ttest_rel(per_seed["ampv"], per_seed["base"]).pvalue)
-    assert row["total"]["tasks"] == ["BIOSSES", "ERR", "NER"] and row["total"]["partial"] is False
+    assert row["total"]["tasks"] == ["BIOSSES", "NER"] and row["total"]["partial"] is False
 
     # ampv has no NER cell: its biomedical column averages BIOSSES only, for both models, marked partial
     del results["cells"]["ampv"]["NER"]
@@ -185,7 +186,6 @@ def test_summary_columns_are_per_seed_macro_averages_over_the_same_tasks():
     assert bio["baseline_mean"] == pytest.approx(statistics.fmean(SCORES["base"]["BIOSSES"]))  # not the full average
     assert bio["mean_diff"] == pytest.approx(row["BIOSSES"]["mean_diff"])
     assert "NER" not in row  # a task only one model has gets no entry
-    assert row["clinical"]["partial"] is False
 
 
 def test_cross_validated_tasks_pair_by_fold_and_leave_the_summary_partial():
@@ -197,7 +197,12 @@ def test_cross_validated_tasks_pair_by_fold_and_leave_the_summary_partial():
     assert err["pairs_by"] == "fold" and err["paired"] == [0, 1, 2] and err["n"] == 3
     assert err["mean_diff"] == pytest.approx((-0.02 - 0.01 - 0.05) / 3)
     assert err["p"] == pytest.approx(stats.ttest_rel([0.28, 0.30, 0.30], [0.30, 0.31, 0.35]).pvalue)
-    assert row["total"]["partial"] is True and "ERR" in row["total"]["missing"]
+    assert row["total"]["partial"] is False and "ERR" not in row["total"]["tasks"]  # lower is better: in no average
+    results["cells"]["base"]["BIOSSES"] = cell([0.80, 0.82, 0.78], seeds=[1, 2], folds=3)
+    results["cells"]["ampv"]["BIOSSES"] = cell([0.85, 0.86, 0.84], seeds=[1, 2], folds=3)
+    row = paired_differences(results, "base")["rows"]["ampv"]
+    assert row["BIOSSES"]["pairs_by"] == "fold"
+    assert row["total"]["partial"] is True and "BIOSSES" in row["total"]["missing"]
     results["cells"]["ampv"]["ERR"] = cell([0.28, 0.30, 0.30, 0.3, 0.3], seeds=[1, 2], folds=5)
     five = paired_differences(results, "base")["rows"]["ampv"]["ERR"]
     assert five["n"] == 0 and "different fold counts" in five["note"]

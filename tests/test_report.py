@@ -45,8 +45,9 @@ def make_results() -> dict:
                           {"epoch": 2, "dev": mean + 0.01, "test": mean}],
             }
         means = {t: c["mean"] for t, c in cells[model].items()}
-        summary[model] = {"total": sum(means.values()) / 3, "clinical": means["MedNLI"],
-                          "biomedical": (means["BIOSSES"] + means["ErrTask"]) / 2}
+        # ErrTask, lower is better, is in no average (it ranked the worse model first)
+        summary[model] = {"total": (means["BIOSSES"] + means["MedNLI"]) / 2, "clinical": means["MedNLI"],
+                          "biomedical": means["BIOSSES"]}
     return {"tasks": tasks, "models": list(scores), "cells": cells, "summary": summary}
 
 
@@ -86,7 +87,35 @@ def test_build_table_ranks_columns_as_seed_000():
     assert seed_sd(folds, "base", ["BIOSSES", "ErrTask"]) == pytest.approx(0.015)
     folds["cells"]["base"]["ErrTask"]["folds"] = 3
     assert seed_sd(folds, "base", ["BIOSSES", "ErrTask"]) is None
+    folds["cells"]["base"]["BIOSSES"]["folds"] = 3
     assert build_table(folds).cell("base", "biomedical").sd is None
+
+
+def test_a_lower_is_better_task_is_in_no_summary_score():
+    """An extension probe (session 48): a user's task with a lower-is-better metric (an MSE) was averaged into
+    Total and its group with scores where higher is better, so the model worse on every task ranked first
+    on both, and its summary difference was marked better."""
+    from orchestrator.core.results import summarize
+    from orchestrator.report.compare import paired_differences
+
+    tasks = [{"name": "Sim", "metric": "pearson", "higher_is_better": True, "group": "biomedical"},
+             {"name": "Err", "metric": "mse", "higher_is_better": False, "group": "biomedical"},
+             {"name": "Loss", "metric": "mse", "higher_is_better": False, "group": "clinical"}]
+    scores = {"good": {"Sim": [0.8, 0.82], "Err": [0.1, 0.12], "Loss": [0.2, 0.2]},
+              "bad": {"Sim": [0.7, 0.72], "Err": [0.9, 0.92], "Loss": [0.5, 0.6]}}  # worse on every task
+    cells = {m: {t: {"mean": sum(v) / 2, "sd": 0.01, "n": 2, "test_scores": v, "seeds": [1, 2],
+                     "selected": {"learning_rate": 1e-4}} for t, v in row.items()} for m, row in scores.items()}
+    results = {"tasks": tasks, "models": ["good", "bad"], "cells": cells, "summary": summarize(tasks, cells)}
+    assert results["summary"]["bad"] == {"total": pytest.approx(0.71), "biomedical": pytest.approx(0.71),
+                                         "partial": []}  # Sim alone; no clinical column: Loss is its only task
+    table = build_table(results)
+    assert [c.key for c in table.columns] == ["total", "biomedical", "Sim", "Err", "Loss"]
+    assert table.cell("good", "total").rank == 1 and table.cell("bad", "total").rank == 2
+    assert table.cell("good", "Err").rank == 1  # its own column still ranks the lowest error first
+    diff = paired_differences(results, "good")["rows"]["bad"]
+    assert diff["total"]["better"] is False and diff["total"]["tasks"] == ["Sim"]
+    note = render_markdown(table)
+    assert "Total is the macro average over all tasks but Err, Loss (lower is better" in note
 
 
 def test_markdown_cells():

@@ -9,9 +9,10 @@ The sweep writes it, the report and the MLflow reader read it; both sides import
 
 ``summarize`` is the only definition of the summary scores: Total is the macro average over the
 document's tasks, each group's score the macro average over that group's tasks (seed 000: clinical
-and biomedical). A model without a cell for every task of a column (an augmented row has NER cells
-only) still gets the average over the tasks it has, and that column is listed in its ``partial``:
-a partial score is shown but never ranked against full ones.
+and biomedical); a task whose metric is lower-is-better (none of BLUE's) is in no average. A model
+without a cell for every task of a column (an augmented row has NER cells only) still gets the
+average over the tasks it has, and that column is listed in its ``partial``: a partial score is
+shown but never ranked against full ones.
 """
 from __future__ import annotations
 
@@ -35,9 +36,13 @@ def groups_of(tasks: list[dict]) -> list[str]:
 
 
 def summary_members(tasks: list[dict]) -> dict[str, list[str]]:
-    """Summary column -> the task names it averages: total over all, one column per group."""
-    return {"total": [t["name"] for t in tasks],
-            **{g: [t["name"] for t in tasks if t["group"] == g] for g in groups_of(tasks)}}
+    """Summary column -> the task names it averages: total over all, one column per group. A task whose
+    metric is lower-is-better (an error) is in none: averaged with scores where higher is better it ranked
+    the worse model first. Its own column shows it; a column left with no task is none."""
+    scored = [t for t in tasks if t.get("higher_is_better", True)]
+    members = {"total": [t["name"] for t in scored],
+               **{g: [t["name"] for t in scored if t["group"] == g] for g in groups_of(tasks)}}
+    return {key: names for key, names in members.items() if names}
 
 
 def summarize(tasks: list[dict], cells: dict[str, dict[str, dict]]) -> dict[str, dict[str, Any]]:

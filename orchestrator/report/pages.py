@@ -164,6 +164,10 @@ def _notes(table: BlueTable) -> str:
                    "NER tasks only): it is not comparable with the full scores and is not ranked.")
     groups = [c.key for c in table.columns if c.kind == "summary" and c.key != "total"]
     tasks = {c.key for c in table.columns if c.kind == "task"}
+    lower = [c.label for c in table.columns if c.kind == "task" and not c.higher_is_better]
+    averaged = (f"all tasks but {', '.join(lower)} (lower is better: averaged with the others it would rank the worse "
+                "model first)" if lower else "all tasks")
+    among = " among those" if lower else ""
     # BLUE's groups: the text the report has always had, even when a group has no task here
     named = ", ".join(SEED_GROUPS if set(groups) <= set(SEED_GROUPS) else groups)
     task_ns = {c.n for (_, key), c in table.cells.items() if c.n is not None and key in tasks}
@@ -172,7 +176,7 @@ def _notes(table: BlueTable) -> str:
     return (f"{what} at the setting selected on dev; "
             "the best score per column is bold and the second best underlined (ranked on unrounded means; "
             "for a metric where lower is better the lowest ranks first). Total is the macro average over "
-            f"all tasks; each group's score ({named}) averages the tasks of that group.{scale}"
+            f"{averaged}; each group's score ({named}) averages the tasks of that group{among}.{scale}"
             f"{partial}")
 
 
