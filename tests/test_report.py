@@ -162,6 +162,26 @@ def test_markdown_shows_a_model_or_task_name_as_typed_never_as_html():
     assert "| &lt;script&gt;x&lt;/script&gt;\\|b |" in md and "BIOSSES &amp; &lt;b&gt;" in md
 
 
+def test_a_task_name_with_a_pipe_keeps_every_markdown_table_whole():
+    """An extension probe (session 48): a task named "Para|Pipe" was escaped in the scores table but not in the
+    paired differences' and p-values' heads, which split there into one column more than their rows."""
+    import re
+
+    from orchestrator.report.compare import paired_differences
+    from orchestrator.report.pages import comparison_markdown
+
+    results = make_results()
+    results["tasks"][0]["name"] = "Para|Pipe"
+    for row in results["cells"].values():
+        row["Para|Pipe"] = row.pop("BIOSSES")
+    md = render_markdown(build_table(results)) + comparison_markdown(build_table(results),
+                                                                     paired_differences(results, "base"))
+    for table in re.findall(r"(?:^\|.*\|\n)+", md, flags=re.M):
+        widths = {len(re.findall(r"(?<!\\)\|", line)) for line in table.splitlines()}
+        assert len(widths) == 1, table
+    assert md.count("Para\\|Pipe") >= 4  # the scores', selection's, differences' and p-values' heads
+
+
 def test_no_clinical_task_means_no_clinical_column():
     results = make_results()
     results["tasks"] = [t for t in results["tasks"] if t["group"] == "biomedical"]

@@ -187,7 +187,7 @@ def comparison_markdown(table: BlueTable, comparison: dict) -> str:
     """The section "Paired differences vs <baseline>" (differences, then p-values) and the NER before/after tables."""
     columns = _comparison_columns(table, comparison)
     rule = "|" + "|".join(["---"] + [":---:"] * len(columns)) + "|"
-    head = "| Model | " + " | ".join(_column_label(c) for c in columns) + " |"
+    head = "| Model | " + " | ".join(_md_escape(_column_label(c)) for c in columns) + " |"
     lines = [f"## Paired differences vs {_md_escape(comparison['baseline'])}", "", head, rule]
     for model, row in comparison["rows"].items():
         lines.append(f"| {_md_escape(model)} | " + " | ".join(_diff_text(table, row.get(c["key"])) for c in columns)
