@@ -206,6 +206,23 @@ def test_a_sequence_length_past_the_models_positions_is_refused_by_the_dry_run(t
     assert code == 0, err
 
 
+@pytest.mark.parametrize("dry", [True, False], ids=["dry-run", "run"])
+def test_a_sequence_length_past_the_positions_of_a_model_not_built_yet_is_refused_before_ray(dry, tmp_path,
+                                                                                            capsys):
+    """An extension probe (session 48): with the model still to pretrain, the dry run said nothing and the run
+    built the corpus, the vocabulary and the model, then failed in every trial on a raw tensor error."""
+    space = tmp_path / "long.yaml"
+    space.write_text("tasks: [biosses]\nlearning_rates: [1.0e-3]\nseeds: [1]\nepochs: {biosses: [1]}\n"
+                     "max_seq_length: 256\n")
+    argv = ["--preset", "smoke", f"runs_root={tmp_path / 'runs'}", f"sweep.search_space={space}",
+            "pretrain.model.max_position_embeddings=128"] + (["--dry-run"] if dry else [])
+    code, err = _job("blue_sweep", argv, capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert "max_seq_length 256 is above model smoke-simpt-ampv's 128 positions " \
+           "(pretrain.model.max_position_embeddings)" in err, err
+    assert not (tmp_path / "runs").exists()
+
+
 def test_a_model_to_continue_needs_weights_but_not_a_tokenizer_of_its_own(tmp_path):
     """Pretraining reads its tokenizer from tokenizer_dir; a model to continue (a checkpoint saved
     without tokenizer files) is refused only for what it lacks: a sweep's model needs both."""

@@ -5,6 +5,7 @@ import dataclasses
 import hashlib
 import json
 import pickle
+import re
 from pathlib import Path
 
 import pytest
@@ -797,3 +798,26 @@ def test_an_early_stopping_sweep_on_ray_tune_records_and_logs_where_each_trial_s
     assert "curve.test" not in child.data.metrics
     again = run_sweep(cfg, {"tiny": tiny_bert}, tmp_path / "sweep", None, tmp_path)
     assert (again.ran, again.skipped) == (0, 2)  # early-stopped trials are reused by their own key
+
+
+def test_a_failed_trial_is_said_in_one_plain_line(tiny_bert, ray_local, tmp_path):
+    """An extension probe (session 48): a trial's failure reached the user's terminal as Ray's error text, the
+    worker's name in terminal colour codes ("first: \\x1b[36mray::ImplicitFunc.train()...")."""
+    import shutil
+
+    from orchestrator.core.errors import OrchestratorError
+    from orchestrator.sweep.runner import run_sweep
+
+    model = tmp_path / "m"
+    shutil.copytree(tiny_bert, model)
+    weights = next(p for p in model.iterdir() if p.suffix in (".safetensors", ".bin"))
+    weights.write_bytes(b"not a weights file")  # read by the trial's worker only
+    cfg = SweepConfig(search_space="tiny", tasks=("biosses",), learning_rates=(5e-4,), seeds=(1,),
+                      epochs={"biosses": (1,)}, max_failures=0)
+    with pytest.raises(OrchestratorError, match=r"1 trial\(s\) failed; first: ") as failed:
+        run_sweep(cfg, {"ours": model}, tmp_path / "sweep", None, tmp_path)
+    text = str(failed.value)
+    assert "\x1b" not in text and "\n" not in text, repr(text[:300])  # the error's last line, not Ray's traceback
+    assert text.startswith("1 trial(s) failed; first: ours__biosses__lr0.0005__s1: ") and "Error" in text, text
+    trace = re.search(r"\(traceback: (.+error\.txt)\)$", text)
+    assert trace and "run_trial" in Path(trace[1]).read_text(), text  # the worker's whole traceback

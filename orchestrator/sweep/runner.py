@@ -16,6 +16,7 @@ import json
 import logging
 import math
 import os
+import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,7 +38,7 @@ from orchestrator.finetune.trial import (
     model_dir_ok,
     prune_encoded,
 )
-from orchestrator.pretrain.config import read_hf_config
+from orchestrator.pretrain.config import PretrainConfig, read_hf_config
 from orchestrator.sweep.config import SweepConfig
 from orchestrator.sweep.export import export_entry, export_run, export_tasks, finished, plan_exports
 from orchestrator.sweep.order import estimated_work, longest_first, split_reader
@@ -85,18 +86,34 @@ class SweepResult:
         return "\n".join(lines)
 
 
-def check_positions(name: str, model_dir: str | Path, max_seq_length: int) -> None:
+def check_positions(name: str, max_seq_length: int, *, model_dir: str | Path | None = None,
+                    planned: int | None = None) -> None:
     """The space's ``max_seq_length`` fits the model's position embeddings (BERT's 512; a small model's
-    may be fewer): a longer input has no position to embed, and every trial would fail on it."""
-    positions = read_hf_config(Path(model_dir)).get("max_position_embeddings")
+    may be fewer): a longer input has no position to embed, and every trial would fail on it. A model not
+    built yet is checked against ``planned``, the positions its pretraining config gives it
+    (``planned_positions``)."""
+    if model_dir is not None and model_dir_ok(model_dir):
+        source: str | Path = Path(model_dir) / "config.json"
+        positions = read_hf_config(Path(model_dir)).get("max_position_embeddings")
+    else:
+        positions, source = planned, "pretrain.model.max_position_embeddings"
     if isinstance(positions, int) and max_seq_length > positions:
         raise ConfigError(f"search space max_seq_length {max_seq_length} is above model {name}'s "
-                          f"{positions} positions ({Path(model_dir) / 'config.json'}): set the search space's "
-                          f"max_seq_length <= {positions}")
+                          f"{positions} positions ({source}): set the search space's max_seq_length <= {positions}")
 
 
-def plan_sweep(cfg: SweepConfig, models: dict[str, Path]) -> str:
-    """Dry run: the space resolves, every task file parses, every model directory loads."""
+def planned_positions(pretrain: PretrainConfig) -> int | None:
+    """The positions of the model ``pretrain`` builds; with ``model.init_from``, that model's (None when it
+    cannot be read: the sweep checks the built model before its first trial)."""
+    if not pretrain.model.init_from:
+        return pretrain.model.max_position_embeddings
+    init = Path(pretrain.model.init_from)
+    return read_hf_config(init).get("max_position_embeddings") if model_dir_ok(init) else None
+
+
+def plan_sweep(cfg: SweepConfig, models: dict[str, Path], planned: dict[str, int] | None = None) -> str:
+    """Dry run: the space resolves, every task file parses, every model directory loads; a model an earlier
+    stage builds is checked against ``planned``, its positions (``pretrain.model.max_position_embeddings``)."""
     space = cfg.space
     stop = space.early_stopping
     lines = [f"search space {cfg.search_space}: lr {list(space.learning_rates)} x seeds {list(space.seeds)}, "
@@ -106,8 +123,7 @@ def plan_sweep(cfg: SweepConfig, models: dict[str, Path]) -> str:
                 else "")]
     for name, path in models.items():
         ok = model_dir_ok(path)
-        if ok:
-            check_positions(name, path, space.max_seq_length)
+        check_positions(name, space.max_seq_length, model_dir=path, planned=(planned or {}).get(name))
         lines.append(f"model {name}: {path}" + ("" if ok else "  (not built yet: produced by an earlier stage)"))
     for task, spec in space_tasks(space).items():
         data_dir = task_data_dir(cfg, task, spec)
@@ -389,8 +405,19 @@ def _run_tune(cfg: SweepConfig, todo: list[TrialSpec], out_dir: Path, trials_dir
     grid = tuner.fit()
     failed = [r for r in grid if r.error is not None]
     if failed:
-        raise OrchestratorError(f"{len(failed)} trial(s) failed; first: {failed[0].error}")
+        raise OrchestratorError(f"{len(failed)} trial(s) failed; first: {_failure_line(failed[0])}")
     return len(groups)
+
+
+def _failure_line(result) -> str:
+    """A failed Ray trial in one line: its trials' ids, the error's last line (its type and message; Ray's text
+    is the worker's whole traceback, its name in terminal colours) and where Tune wrote the traceback."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(result.error)).strip()
+    last = text.splitlines()[-1].strip() if text else type(result.error).__name__
+    ids = [t.get("trial_id", "?") for t in ((result.config or {}).get("bundle") or {}).get("trials", [])]
+    trace = Path(result.path) / "error.txt" if result.path else None
+    return (f"{', '.join(ids) or 'a trial'}: {last}"
+            + (f" (traceback: {trace})" if trace is not None and trace.is_file() else ""))
 
 
 def sweep_cost(cfg: SweepConfig, records: list[dict], wall_s: float, ran: int, skipped: int, out_dir: Path,
@@ -476,6 +503,8 @@ def run_sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, tracking
     bad = [f"{n}: {p}" for n, p in models.items() if not model_dir_ok(p)]
     if bad:
         raise InputError(bad[0], "not a Hugging Face BERT directory", expected="config.json and a tokenizer")
+    for name, path in models.items():  # before any trial: each would fail on a too long input
+        check_positions(name, cfg.space.max_seq_length, model_dir=path)
     out_dir = Path(out_dir).resolve()
     with output_lock(out_dir):  # a second job on this sweep waits here, then reuses its trials
         return _run_sweep(cfg, models, out_dir, tracking, run_dir, variants, row_tags)

@@ -217,7 +217,7 @@ def plan_tracking(cfg: ChainConfig) -> str:
 def plan_chain(cfg: ChainConfig) -> str:
     """Dry run: validate every stage's config and inputs, and say what would run."""
     from orchestrator.pretrain.trainer import configured_uri, plan_pretrain  # heavy: the stage's implementation
-    from orchestrator.sweep.runner import plan_sweep
+    from orchestrator.sweep.runner import plan_sweep, planned_positions
 
     stages = cfg.active_stages
     lines = [f"run directory: {cfg.run_dir}", f"stages: {' -> '.join(stages)}", plan_tracking(cfg)]
@@ -235,7 +235,8 @@ def plan_chain(cfg: ChainConfig) -> str:
     if "sweep" in stages:
         names = ([cfg.model_name] if "pretrain" in stages else []) + list(cfg.compare_models)
         models = {n: Path(cfg.compare_models.get(n) or cfg.run_dir / "pretrain" / "final") for n in names}
-        lines += ["", "== sweep ==", plan_sweep(cfg.sweep, models)]
+        planned = {cfg.model_name: planned_positions(cfg.pretrain)} if "pretrain" in stages else {}
+        lines += ["", "== sweep ==", plan_sweep(cfg.sweep, models, planned)]
     return "\n".join(lines)
 
 
@@ -246,7 +247,7 @@ def plan_experiment(cfg: ExperimentConfig) -> str:
     """Every arm's config and inputs checked, and the stage graph: which outputs are built, which arms
     share them, which are reused from disk."""
     from orchestrator.pretrain.trainer import configured_uri, plan_pretrain  # heavy: the stages' implementations
-    from orchestrator.sweep.runner import plan_sweep
+    from orchestrator.sweep.runner import plan_sweep, planned_positions
 
     plans = arm_plans(cfg)
     for arm in plans.values():
@@ -283,7 +284,9 @@ def plan_experiment(cfg: ExperimentConfig) -> str:
     if "sweep" in cfg.stages:  # the arms' models and compare_models', as the run sweeps them
         models = {**{a.name: a.model_dir for a in plans.values()},
                   **{name: Path(path) for name, path in cfg.compare_models.items()}}
-        lines += ["", "== sweep (one, over every arm: paired by seed) ==", plan_sweep(cfg.sweep, models)]
+        planned = {a.name: planned_positions(a.config.pretrain) for a in plans.values()
+                   if a.kind in ("pretrain", "random")}
+        lines += ["", "== sweep (one, over every arm: paired by seed) ==", plan_sweep(cfg.sweep, models, planned)]
     elif "report" in cfg.stages:
         lines += ["", "report: no table (stages has no sweep); jobs/report.py --run-dir reports the last sweep logged"]
     return "\n".join(lines)

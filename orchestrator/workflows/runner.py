@@ -42,6 +42,7 @@ from orchestrator.corpus.stage import CorpusConfig, input_stats, source_sizes
 from orchestrator.instances.config import InstanceConfig
 from orchestrator.pretrain.config import PretrainConfig, pretrain_key
 from orchestrator.sweep.config import SweepConfig
+from orchestrator.sweep.runner import check_positions, planned_positions
 from orchestrator.sweep.space import Variant, space_tasks, task_data_dir, task_key
 from orchestrator.track import schema as S
 from orchestrator.vocab.quality import quality_inputs
@@ -443,6 +444,12 @@ def check_inputs(cfg: ChainConfig) -> None:
         if cfg.augment.model_dir:
             check_mlm_dir(cfg.augment.model_dir, "augment.model_dir")
     if "sweep" in cfg.stages:
+        # the models' positions fit the space's sequences: a longer input fails every trial, after the stages
+        length = cfg.sweep.space.max_seq_length
+        for name, path in cfg.compare_models.items():
+            check_positions(name, length, model_dir=path)
+        if "pretrain" in cfg.stages:
+            check_positions(cfg.model_name, length, planned=planned_positions(cfg.pretrain))
         for task, spec in space_tasks(cfg.sweep.space).items():
             flat = dataclasses.replace(spec, dir="")
             for split in spec.file_splits:
