@@ -348,3 +348,16 @@ def test_build_corpus_refuses_quality_tokenizers_it_would_not_or_could_not_measu
     code, err = _job("build_corpus", argv + (["--dry-run"] if dry else []), capsys)
     assert (code, err) == (2, f"error: {said.format(missing=missing)}\n")
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("dry", [True, False], ids=["dry-run", "run"])
+def test_an_augmented_arm_without_an_ner_task_to_fine_tune_is_refused_before_ray(dry, tmp_path, capsys):
+    """An extension probe (session 48): the dry run said the arm would fine-tune "NER tasks only"; the run built
+    its stages, warned that there was nothing to augment, then failed on an internal ValueError (exit 3)."""
+    argv = ["--preset", "smoke", f"runs_root={tmp_path / 'runs'}", "sweep.tasks=[biosses]",
+            "sweep.epochs={biosses: [1]}", "arms.aug.augment.enabled=true"] + (["--dry-run"] if dry else [])
+    code, err = _job("blue_sweep", argv, capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert "arms.aug: augment.enabled fine-tunes the arm on augmented NER tasks only, and the search space has " \
+           "none (its tasks: biosses)" in err, err
+    assert not (tmp_path / "runs").exists()

@@ -279,6 +279,12 @@ def arm_plans(cfg: ExperimentConfig) -> dict[str, ArmPlan]:
                               "(arms={}: the default preset is an experiment) or make each one {model: <directory>}")
         outputs = arm_outputs(arm, kind, place)
         plans[name] = ArmPlan(name, kind, arm, outputs, outputs[-1].path / "final", tags={S.ARM: name})
+        if plans[name].augmented and "sweep" in cfg.stages:  # its sweep row fine-tunes the NER tasks only
+            tasks = space_tasks(cfg.sweep.space)
+            if not any(spec.family == "ner" for spec in tasks.values()):
+                raise ConfigError(f"arms.{name}: augment.enabled fine-tunes the arm on augmented NER tasks only, and "
+                                  f"the search space has none (its tasks: {', '.join(tasks)}): add an NER task "
+                                  "or drop the arm")
     return plans
 
 
