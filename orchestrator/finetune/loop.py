@@ -552,13 +552,17 @@ def run_trial(trial: TrialSpec, report: Callable[[dict], None] | None = None,
 
 def _encoder_copy(model_dir: str, model_state: tuple) -> torch.nn.Module | None:
     """A fresh copy of ``model_dir``'s encoder, loaded once per process; None (TaskModel loads it) when
-    loading it draws random numbers (weights the checkpoint lacks), so the copy could differ from a load."""
+    loading it draws random numbers (weights the checkpoint lacks), so the copy could differ from a load.
+    The trial load runs on a forked generator: the trial's seeded stream is the same whether this process
+    loads the model now or found it cached (a first trial drew twice, a later one once)."""
     from orchestrator.modeling.encoder import load_encoder  # heavy: torch
 
     def load() -> torch.nn.Module | None:
-        before = torch.get_rng_state()
-        encoder = load_encoder(model_dir)
-        return encoder if torch.equal(before, torch.get_rng_state()) else None
+        with torch.random.fork_rng(devices=[]):  # loaded on the CPU
+            before = torch.get_rng_state()
+            encoder = load_encoder(model_dir)
+            drew = not torch.equal(before, torch.get_rng_state())
+        return None if drew else encoder
 
     cached = _process_cached(("encoder", model_dir, model_state), load)
     return None if cached is None else copy.deepcopy(cached)

@@ -485,6 +485,10 @@ def _export_best(cfg: SweepConfig, results: dict, records: list[dict], tasks: li
                           max_retries=cfg.max_failures)(export_run)
         for plan, manifest in zip(todo, ray.get([task.remote(p) for p in todo])):
             manifests[plan.dst] = manifest
+            if not manifest.get("reproduced", True):  # said here: the Ray task's own warning reaches no terminal
+                log.warning("export %s: the re-trained model scores dev %.6f / test %.6f, the sweep recorded "
+                            "%.6f / %.6f (non-deterministic kernels?); exports.json says reproduced: false",
+                            plan.dst.name, manifest["dev"], manifest["test"], plan.dev, plan.test)
     exports: dict[str, dict[str, dict]] = {}
     for plan in plans:
         exports.setdefault(plan.model, {})[plan.task] = export_entry(plan, manifests[plan.dst])
