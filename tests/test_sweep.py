@@ -333,11 +333,22 @@ def test_the_encoding_cache_key_is_the_content_key_of_the_vocabulary_and_the_exa
                           data_dir=str(SAMPLE_DIR / folder), learning_rate=1e-3, seed=1, eval_epochs=(1,))
         examples = loop.load_splits(spec, trial)["dev"]
         expected = content_key([type(tok).__name__, getattr(tok, "do_lower_case", None), vocab,
-                                trial.max_seq_length, spec.family, list(spec.labels), "dev",
-                                *([labelling] if labelling != "first" else [])],
+                                loop.tokenizer_settings(tok), trial.max_seq_length, spec.family, list(spec.labels),
+                                "dev", *([labelling] if labelling != "first" else [])],
                                [[ex.text_a, ex.text_b, ex.label] for ex in examples], length=24)
         assert loop._encoding_key(spec, trial, "dev", examples, tok) == expected
     assert tok in loop._TOKENIZER_HASHES  # its vocabulary hashed once, kept while the tokenizer lives
+    # a model probe (session 48): the same vocabulary with accents kept shared its cached ids with the default's
+    settings = loop.tokenizer_settings(tok)
+    assert settings["normalizer"]["strip_accents"] is None and settings["model"]["unk_token"] == "[UNK]"
+    kept = AutoTokenizer.from_pretrained(str(tiny_bert), strip_accents=False)
+    assert "Caf\u00e9" not in str(kept("Caf\u00e9")["input_ids"])  # tokenised otherwise: ids differ
+    assert kept("na\u00efve caf\u00e9")["input_ids"] != tok("na\u00efve caf\u00e9")["input_ids"]
+    assert loop._encoding_key(spec, trial, "dev", examples, kept) != loop._encoding_key(spec, trial, "dev", examples,
+                                                                                        tok)
+    again = AutoTokenizer.from_pretrained(str(tiny_bert))  # another object of the same files: the same key
+    assert loop._encoding_key(spec, trial, "dev", examples, again) == loop._encoding_key(spec, trial, "dev",
+                                                                                         examples, tok)
 
 
 def test_the_overhead_benchmark_splits_a_sweep_into_its_fixed_start_up_and_its_per_trial_part(tmp_path):

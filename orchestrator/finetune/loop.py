@@ -144,9 +144,9 @@ def _encoding_key(spec: TaskSpec, trial: TrialSpec, split: str, examples: list[E
     """Everything the tokenised tensors depend on: the examples' text, the tokenizer's vocabulary
     and settings, the length limit, the task's label order (targets are label indices).
 
-    The key is ``content_key([type, lower-casing, sorted vocabulary, length, family, labels, split
-    (, sub-word labelling)], examples)``; the tokenizer's part (a 30k-entry vocabulary: about a
-    second to list, sort and serialise) is hashed once per tokenizer object (``_tokenizer_hash``)
+    The key is ``content_key([type, lower-casing, sorted vocabulary, settings (``tokenizer_settings``),
+    length, family, labels, split (, sub-word labelling)], examples)``; the tokenizer's part (a 30k-entry
+    vocabulary: about a second to list, sort and serialise) is hashed once per tokenizer object (``_tokenizer_hash``)
     and the rest added to a copy of that hash, which gives the same key."""
     labelling = [spec.subword_labels] if spec.subword_labels != "first" else []  # the default keeps its keys
     rest = [trial.max_seq_length, spec.family, list(spec.labels), split, *labelling]
@@ -169,9 +169,23 @@ def _tokenizer_hash(tokenizer) -> Any:
     per tokenizer object (a process keeps its tokenizers: ``_process_cached``)."""
     if tokenizer not in _TOKENIZER_HASHES:
         head = [type(tokenizer).__name__, getattr(tokenizer, "do_lower_case", None),
-                sorted(tokenizer.get_vocab().items())]
-        _TOKENIZER_HASHES[tokenizer] = hashlib.sha256(("[[" + ", ".join(map(json.dumps, head))).encode())
+                sorted(tokenizer.get_vocab().items()), tokenizer_settings(tokenizer)]
+        _TOKENIZER_HASHES[tokenizer] = hashlib.sha256(("[[" + ", ".join(map(_canonical, head))).encode())
     return _TOKENIZER_HASHES[tokenizer]
+
+
+def tokenizer_settings(tokenizer) -> dict:
+    """What turns text into ids besides the vocabulary: a fast tokenizer's normalizer (lower-casing, accent
+    stripping), pre-tokenizer, post-processor, special tokens and WordPiece settings. Two models with one
+    vocabulary and other settings shared their cached token ids."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:  # a slow tokenizer: its settings are its init arguments
+        return {k: v for k, v in sorted(tokenizer.init_kwargs.items())
+                if isinstance(v, bool | int | float | str) and k not in ("name_or_path", "vocab_file")}
+    state = json.loads(backend.to_str())
+    model = {k: v for k, v in state.get("model", {}).items() if k != "vocab"}
+    return {"model": model, **{k: state.get(k) for k in ("normalizer", "pre_tokenizer", "post_processor",
+                                                         "added_tokens")}}
 
 
 def encode_cached(spec: TaskSpec, trial: TrialSpec, split: str, examples: list[Example], tokenizer) -> Encoded:
