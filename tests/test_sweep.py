@@ -188,6 +188,21 @@ def test_space_file_task_paths_are_relative_to_the_space_and_names_must_be_uniqu
         build_trials(SweepConfig(), clash, {"m": Path("/nonexistent")})
 
 
+def test_a_task_named_by_a_display_name_with_a_slash_stays_a_name_and_a_yaml_path_is_resolved(tmp_path, monkeypatch):
+    """A trial's task named 'ShARe/CLEFE' was taken for a path (it holds os.sep) and resolved against the cwd:
+    the dry run passed, every trial failed with "unknown task '/.../ShARe/CLEFE'"."""
+    from orchestrator.finetune.spec import load_task
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "mine.yaml").write_text("include: biosses.yaml\nname: Mine\n", encoding="utf-8")
+    cfg = SweepConfig(search_space="tiny", tasks=("ShARe/CLEFE", "sub/mine.yaml"),
+                      epochs={"ShARe/CLEFE": (1,), "mine": (1,)})
+    trials = build_trials(cfg, resolve_space(cfg), {"m": Path("/nonexistent")})
+    assert sorted({t.task for t in trials}) == [str(tmp_path / "sub" / "mine.yaml"), "ShARe/CLEFE"]
+    assert {load_task(t.task).name for t in trials} == {"ShARe/CLEFE", "Mine"}
+
+
 def test_unknown_space_and_bad_values_are_config_errors():
     with pytest.raises(ConfigError, match="did you mean 'tiny'"):
         resolve_space(SweepConfig(search_space="tiyn"))

@@ -168,6 +168,14 @@ def shipped_task_names() -> list[str]:
     return sorted({p.stem for p in paths} | {_display_name(p) for p in paths})
 
 
+def is_task_path(name_or_path: str) -> bool:
+    """Whether a task is named by its YAML's path rather than by a shipped task's name: a file stem or display
+    name is a name, '/' or not ('ShARe/CLEFE'); anything else that ends .yaml/.yml or is a file is a path."""
+    if name_or_path in shipped_task_names():
+        return False
+    return name_or_path.endswith((".yaml", ".yml")) or Path(name_or_path).is_file()
+
+
 def _is_variant(path: Path) -> bool:
     """A task built on another task (``include: hoc.yaml``), not on a family template (``_*.yaml``)."""
     parent = str(read_yaml(path).get("include") or "")

@@ -30,6 +30,7 @@ from orchestrator.core.manifest import atomic_write_json, read_manifest, write_m
 from orchestrator.core.reuse import model_identity, output_lock
 from orchestrator.core.runtime import check_fits, init_ray, possible_gpus, tune_loggers
 from orchestrator.finetune.readers import CV_SPLIT_SEED, document_split, read_split
+from orchestrator.finetune.spec import load_task
 from orchestrator.finetune.trial import (
     BUNDLED_PRECISIONS,
     TrialSpec,
@@ -137,6 +138,8 @@ def plan_sweep(cfg: SweepConfig, models: dict[str, Path], planned: dict[str, int
         lines.append(f"task {spec.name} ({spec.family}, {spec.metric}, {spec.group}): {data_dir} "
                      f"{sizes}" + ("" if stop.on else f"; epochs {list(epoch_grid(space, task, spec))}"))
     trials = build_trials(cfg, space, models)
+    for task in dict.fromkeys(t.task for t in trials):  # each task as its trials will load it
+        load_task(task)
     lines.append(f"{len(trials)} trial(s) (one per model x task x lr x [batch x] seed [x fold]; "
                  + ("each stops on dev)" if stop.on else "epochs shared within a trial)"))
     if cfg.bundle_learning_rates != "off" and (len(space.learning_rates) > 1

@@ -11,7 +11,6 @@ import dataclasses
 import functools
 import itertools
 import logging
-import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,7 +20,7 @@ from orchestrator.core.config import check_number, check_seeds, field, first_rep
 from orchestrator.core.errors import ConfigError
 from orchestrator.core.registry import suggest
 from orchestrator.core.reuse import content_key, file_digests, model_identity
-from orchestrator.finetune.spec import SAMPLE_DIR, TaskSpec, load_task, shipped_task_names
+from orchestrator.finetune.spec import SAMPLE_DIR, TaskSpec, is_task_path, load_task, shipped_task_names
 from orchestrator.finetune.trial import TrialSpec
 from orchestrator.sweep.config import EarlyStopping, Precision, SweepConfig, Tune
 from search_spaces import SPACE_DIR
@@ -232,6 +231,8 @@ def build_trials(cfg: SweepConfig, space: SearchSpace, models: dict[str, Path],
             raise ConfigError(f"variant {v.name!r}: tasks {unknown} are not in the search space {list(space.tasks)}")
         entries.append((v.name, v.model_dir, {task: (str(Path(d).resolve()), 0) for task, d in v.task_dirs.items()}))
     threads = max(1, int(cfg.cpus_per_trial))
+    # a task YAML given by path is read by workers in other directories; a task's name stays a name
+    located = {task: str(Path(task).resolve()) if is_task_path(task) else task for task in space.tasks}
     trials, ids = [], {}
     for model_name, model_dir, task_inputs in entries:
         for task in space.tasks:
@@ -253,7 +254,7 @@ def build_trials(cfg: SweepConfig, space: SearchSpace, models: dict[str, Path],
                 ids[trial_id] = model_name
                 trials.append(TrialSpec(
                     trial_id=trial_id, model_name=model_name, model_dir=str(Path(model_dir).resolve()),
-                    task=str(Path(task).resolve()) if os.sep in task else task, data_dir=data_dir,
+                    task=located[task], data_dir=data_dir,
                     learning_rate=float(lr), seed=int(seed), eval_epochs=grid, batch_size=batch,
                     max_seq_length=space.max_seq_length, max_train_examples=max_train,
                     max_eval_examples=space.max_eval_examples, weight_decay=space.weight_decay,
