@@ -288,6 +288,27 @@ def test_one_task_given_two_directories_under_its_stem_and_its_name_is_refused(t
     assert resolve_space(same).tasks  # the same directory twice says one thing
 
 
+def test_a_tasks_settings_are_keyed_by_its_stem_or_its_display_name_whichever_the_task_list_used(tmp_path, caplog):
+    """A task listed by its display name (BIOSSES) ignored task_dirs and epochs keyed by its stem (biosses): the
+    directory was read from the bundled sample with a warning, the grid was "missing" with biosses listed as valid;
+    an override under the display name clashed with the space file's grid under the stem."""
+    from orchestrator.finetune.spec import load_task
+    from orchestrator.sweep.export import export_tasks
+    from orchestrator.sweep.space import epoch_grid, space_tasks, task_data_dir
+
+    by_name = SweepConfig(search_space="tiny", tasks=("BIOSSES",), epochs={"biosses": (1,)},
+                          task_dirs={"biosses": str(tmp_path)}, export_best=("biosses",))
+    space = resolve_space(by_name)
+    assert "no task of this search space" not in caplog.text
+    assert epoch_grid(space, "BIOSSES", load_task("BIOSSES")) == (1,)
+    assert task_data_dir(by_name, "BIOSSES", load_task("BIOSSES")) == str(tmp_path)
+    assert export_tasks(by_name.export_best, space_tasks(space), "sweep") == ["BIOSSES"]
+    by_stem = SweepConfig(search_space="tiny", tasks=("biosses",), epochs={"BIOSSES": (1,)})
+    assert epoch_grid(resolve_space(by_stem), "biosses", load_task("biosses")) == (1,)  # not the file's [10, 20]
+    with pytest.raises(ConfigError, match=r"sweep.epochs: 'BIOSSES' and 'biosses' name the same task with different"):
+        resolve_space(SweepConfig(search_space="tiny", tasks=("BIOSSES",), epochs={"BIOSSES": (1,), "biosses": (2,)}))
+
+
 def test_fingerprint_follows_the_task_definition_and_the_model_not_only_their_names(tmp_path):
     from orchestrator.finetune.trial import TrialSpec
     from orchestrator.sweep.space import trial_fingerprint

@@ -176,6 +176,11 @@ def is_task_path(name_or_path: str) -> bool:
     return name_or_path.endswith((".yaml", ".yml")) or Path(name_or_path).is_file()
 
 
+def task_stem(name_or_path: str) -> str:
+    """The file stem of the task YAML a stem, display name or path names ('BIOSSES' -> 'biosses')."""
+    return _task_path(name_or_path).stem
+
+
 def _is_variant(path: Path) -> bool:
     """A task built on another task (``include: hoc.yaml``), not on a family template (``_*.yaml``)."""
     parent = str(read_yaml(path).get("include") or "")

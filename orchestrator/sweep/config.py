@@ -49,7 +49,8 @@ class SpaceOverrides:
     learning_rates: tuple[float, ...] = field((), help="override the space's learning rates")
     seeds: tuple[int, ...] = field((), help="override the space's seeds")
     epochs: dict[str, tuple[int, ...]] = field(default_factory=dict,
-                                               help="override epoch grids per task (stem -> list); turns off a "
+                                               help="override epoch grids per task (stem or display name -> list; "
+                                                    "it replaces the space's grid for that task); turns off a "
                                                     "space's early stopping")
     early_stopping: EarlyStopping = field(default_factory=EarlyStopping,
                                           help="override the space's early stopping when patience > 0 (it then "

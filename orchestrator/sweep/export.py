@@ -33,7 +33,7 @@ from orchestrator.core.reuse import content_key
 from orchestrator.finetune.spec import TaskSpec, load_task
 from orchestrator.finetune.trial import TrialSpec
 from orchestrator.sweep.selection import selected_runs
-from orchestrator.sweep.space import TASK_DATA, task_key
+from orchestrator.sweep.space import TASK_DATA, task_aliases
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ def export_tasks(wanted: tuple[str, ...], specs: dict[str, TaskSpec], key: str) 
         return [spec.name for spec in specs.values()]
     names = {}
     for task, spec in specs.items():
-        for alias in (task, task_key(task), spec.name):
+        for alias in task_aliases(task, spec):
             names[alias] = spec.name
     unknown = [w for w in wanted if w not in names]
     if unknown:

@@ -20,7 +20,7 @@ from orchestrator.core.config import check_number, check_seeds, field, first_rep
 from orchestrator.core.errors import ConfigError
 from orchestrator.core.registry import suggest
 from orchestrator.core.reuse import content_key, file_digests, model_identity
-from orchestrator.finetune.spec import SAMPLE_DIR, TaskSpec, is_task_path, load_task, shipped_task_names
+from orchestrator.finetune.spec import SAMPLE_DIR, TaskSpec, is_task_path, load_task, shipped_task_names, task_stem
 from orchestrator.finetune.trial import TrialSpec
 from orchestrator.sweep.config import EarlyStopping, Precision, SweepConfig, Tune
 from search_spaces import SPACE_DIR
@@ -34,8 +34,9 @@ class SearchSpace:
     learning_rates: tuple[float, ...] = field(help="learning rates (seed 000: 3e-5, 4e-5, 5e-5)")
     seeds: tuple[int, ...] = field(help="random seeds; selection uses the dev mean over them")
     epochs: dict[str, tuple[int, ...]] = field(default_factory=dict,
-                                               help="task stem -> epoch counts to answer (seed 000 Table 4); "
-                                                    "not with early_stopping, which replaces this axis")
+                                               help="task (stem or display name) -> epoch counts to answer (seed "
+                                                    "000 Table 4); not with early_stopping, which replaces "
+                                                    "this axis")
     batch_size: int | tuple[int, ...] = field(
         32, help="training batch size; a list is a sweep axis selected on dev like the learning rate (seed 002's "
                  "classification grid: [16, 32] x epochs [2, 4, 6])")
@@ -124,9 +125,19 @@ def resolve_space(cfg: SweepConfig) -> SearchSpace:
         tasks = [t.strip() for t in tasks.split(",")]
     data["tasks"] = [str((path.parent / t).resolve()) if str(t).endswith((".yaml", ".yml"))
                      and not Path(t).is_absolute() else t for t in tasks]
+    if cfg.epochs and isinstance(data.get("epochs"), dict):
+        data["epochs"] = _not_overridden(data["epochs"], cfg.epochs, cfg.apply(data)["tasks"])
     space = from_dict(SearchSpace, cfg.apply(data), where=str(path))
     _check_task_keys(cfg, space, path)
     return space
+
+
+def _not_overridden(grids: dict, given: dict, tasks: list) -> dict:
+    """A space file's epoch grids less those of the tasks ``sweep.epochs`` gives one for under any of their names
+    (the file's ``biosses: [10, 20]``, the override's ``BIOSSES: [1]``): the override's grid replaces the file's."""
+    same = {alias: task for task in tasks if isinstance(task, str) for alias in task_aliases(task, load_task(task))}
+    replaced = {same.get(key, key) for key in given}
+    return {key: grid for key, grid in grids.items() if same.get(key, key) not in replaced}
 
 
 def _check_task_keys(cfg: SweepConfig, space: SearchSpace, path: Path) -> None:
@@ -135,9 +146,8 @@ def _check_task_keys(cfg: SweepConfig, space: SearchSpace, path: Path) -> None:
     and run a few). A misspelt key would otherwise be ignored: the task read from the default data, or
     trained to the space's epochs."""
     names = set(shipped_task_names())
-    used = set()
-    for task in space.tasks:
-        used |= {task_key(task), load_task(task).name}
+    aliases = {task: task_aliases(task, load_task(task)) for task in space.tasks}
+    used = set().union(*aliases.values())
     names |= used
     for where, keys in ((f"{cfg.KEY}.task_dirs", cfg.task_dirs), (f"{cfg.KEY}.epochs", cfg.epochs),
                         (f"{path}: epochs", space.epochs)):
@@ -149,10 +159,10 @@ def _check_task_keys(cfg: SweepConfig, space: SearchSpace, path: Path) -> None:
             _warn_once(f"{where}: {', '.join(map(repr, unused))} name(s) no task of this search space (its tasks: "
                        f"{', '.join(task_key(t) for t in space.tasks)}): not read")
         for task in space.tasks:  # one task under its stem and its display name: which one wins is not a choice
-            stem, name = task_key(task), load_task(task).name
-            if stem != name and stem in keys and name in keys and keys[stem] != keys[name]:
-                raise ConfigError(f"{where}: {stem!r} and {name!r} name the same task with different values "
-                                  f"({keys[stem]!r}, {keys[name]!r}): keep one")
+            given = {key: value for key, value in keys.items() if key in aliases[task]}
+            if len(set(given.values())) > 1:
+                raise ConfigError(f"{where}: {' and '.join(map(repr, given))} name the same task with different "
+                                  f"values ({', '.join(map(repr, given.values()))}): keep one")
 
 
 @functools.cache
@@ -162,15 +172,21 @@ def _warn_once(message: str) -> None:
 
 
 def task_key(name: str) -> str:
-    """The key a task goes by in epochs/task_dirs maps: its file stem."""
+    """The name a task goes by in trial ids: a YAML path's file stem, else the task as named."""
     return Path(name).stem if name.endswith((".yaml", ".yml")) else name
+
+
+def task_aliases(task: str, spec: TaskSpec) -> tuple[str, ...]:
+    """Every key a per-task setting (epochs, task_dirs, export_best) may name ``task`` by, however the task list
+    names it: as named there, its file stem and its display name."""
+    return tuple(dict.fromkeys((task, task_key(task), task_stem(task), spec.name)))
 
 
 def epoch_grid(space: SearchSpace, task: str, spec: TaskSpec) -> tuple[int, ...]:
     """The epoch counts a task's trials answer; with early stopping, only the most they may train."""
     if space.early_stopping.on:
         return (space.early_stopping.max_epochs,)
-    for key in (task_key(task), spec.name):
+    for key in task_aliases(task, spec):
         if key in space.epochs:
             return tuple(sorted(set(space.epochs[key])))
     raise ConfigError(f"search space has no epoch grid for task {task!r}{suggest(task_key(task), space.epochs)}")
@@ -180,7 +196,7 @@ def task_data_dir(cfg: SweepConfig, task: str, spec: TaskSpec) -> str:
     """The directory holding a task's split files: a per-task override, else <data root>/<spec.dir>
     (or, when that is not there, the task's folder in BLUE's bert_data release, ``spec.release_dir``)
     with the shipped synthetic sample as the default root."""
-    for key in (task_key(task), spec.name):
+    for key in task_aliases(task, spec):
         if key in cfg.task_dirs:
             return str(Path(cfg.task_dirs[key]).resolve())
     root = Path(cfg.data_dir).resolve() if cfg.data_dir else SAMPLE_DIR
