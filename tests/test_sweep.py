@@ -203,6 +203,20 @@ def test_a_task_named_by_a_display_name_with_a_slash_stays_a_name_and_a_yaml_pat
     assert {load_task(t.task).name for t in trials} == {"ShARe/CLEFE", "Mine"}
 
 
+def test_two_task_files_with_one_stem_are_refused_naming_both_files(tmp_path):
+    """Trial ids name a task by its file stem: tasks/para.yaml and other/para.yaml (named apart) were refused only
+    as trials were built, as "two trials would share the id ...", blaming the models."""
+    for folder, name in (("tasks", "Para A"), ("other", "Para B")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "para.yaml").write_text(f"include: biosses.yaml\nname: {name}\n", encoding="utf-8")
+    (tmp_path / "space.yaml").write_text("tasks: [tasks/para.yaml, other/para.yaml]\nlearning_rates: [1.0e-3]\n"
+                                         "seeds: [1]\nepochs: {para: [1]}\n", encoding="utf-8")
+    cfg = SweepConfig(search_space=str(tmp_path / "space.yaml"))
+    with pytest.raises(ConfigError, match=r"tasks '.*tasks/para.yaml' and '.*other/para.yaml' share the file stem "
+                                          r"'para', which trial ids \(and epochs: keys\) name a task by"):
+        build_trials(cfg, resolve_space(cfg), {"m": Path("/nonexistent")})
+
+
 def test_unknown_space_and_bad_values_are_config_errors():
     with pytest.raises(ConfigError, match="did you mean 'tiny'"):
         resolve_space(SweepConfig(search_space="tiyn"))

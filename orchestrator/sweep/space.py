@@ -211,14 +211,19 @@ def _safe(text: str) -> str:
 
 def space_tasks(space: SearchSpace) -> dict[str, TaskSpec]:
     """Each of the space's tasks (as named there) -> its loaded TaskSpec. Display names must be
-    unique: results, reports and MLflow key a task by its name."""
+    unique: results, reports and MLflow key a task by its name; so must file stems: trial ids do."""
     specs = {task: load_task(task) for task in space.tasks}
     named: dict[str, str] = {}
+    stems: dict[str, str] = {}
     for task, spec in specs.items():
         if spec.name in named:
             raise ConfigError(f"search space: tasks {named[spec.name]!r} and {task!r} are both named "
                               f"{spec.name!r}; give one of them a distinct `name:` in its YAML")
         named[spec.name] = task
+        if (other := stems.setdefault(task_key(task), task)) != task:
+            raise ConfigError(f"search space: tasks {other!r} and {task!r} share the file stem {task_key(task)!r}, "
+                              "which trial ids (and epochs: keys) name a task by: rename one file so the stems "
+                              "differ")
     return specs
 
 
