@@ -53,6 +53,17 @@ def test_user_task_yaml_builds_on_a_shipped_task(tmp_path):
     assert (spec.format, spec.family, spec.entity_type) == ("iob", "ner", "Chemical")
 
 
+@pytest.mark.parametrize("include, labels, again", [("mednli.yaml", "[paraphrase, unrelated, paraphrase]",
+                                                      "paraphrase"),
+                                                     ("bc5cdr_chemical.yaml", "[O, B-Gene, I-Gene, B-Gene]", "B-Gene")])
+def test_a_label_given_twice_is_refused_naming_the_file(tmp_path, include, labels, again):
+    """A repeated label was accepted: the head got an output no gold label can reach."""
+    (tmp_path / "twice.yaml").write_text(f"include: {include}\nname: Twice\nlabels: {labels}\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(tmp_path / 'twice.yaml'))}: task Twice: labels give "
+                                          rf"'{again}' twice"):
+        load_task(str(tmp_path / "twice.yaml"))
+
+
 def test_an_include_that_is_not_a_task_yaml_is_refused_without_its_text(tmp_path):
     """A security probe (session 45): `include: /etc/shadow` printed the file's first line inside an "unknown
     config key" error. An include must name a .yaml file; a long key in that error is cut."""

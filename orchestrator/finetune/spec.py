@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from orchestrator.core.config import field, from_dict, merge, read_yaml
+from orchestrator.core.config import field, first_repeat, from_dict, merge, read_yaml
 from orchestrator.core.errors import ConfigError
 from orchestrator.core.registry import suggest
 from orchestrator.finetune.metrics import METRICS
@@ -114,6 +114,8 @@ class TaskSpec:
             raise ConfigError(f"task {self.name}: files must name train, dev and test (got {sorted(self.files)})")
         if self.family in ("re", "nli", "multilabel", "ner", "doccls") and not self.labels:
             raise ConfigError(f"task {self.name}: family {self.family} needs a closed label set (labels)")
+        if (again := first_repeat(self.labels)) is not None:  # a label is an output of the head: one each
+            raise ConfigError(f"task {self.name}: labels give {again!r} twice; list each label once")
         if self.head_bias_init == "prior" and self.family not in ("multilabel", "sts"):
             raise ConfigError(f"task {self.name}: head_bias_init 'prior' is defined for the multilabel family "
                               f"(sigmoid outputs) and sts (the mean score), not {self.family}")
@@ -228,4 +230,9 @@ def load_task(name_or_path: str) -> TaskSpec:
     """A task by file stem ('bc5cdr_chemical'), display name ('BC5CDR-chemical') or YAML path."""
     path = _task_path(name_or_path)
     data = _resolve_includes(path)
-    return from_dict(TaskSpec, data, where=str(path))
+    try:
+        return from_dict(TaskSpec, data, where=str(path))
+    except ConfigError as exc:  # TaskSpec's own checks name the task; its file is named here
+        if str(path) in str(exc):
+            raise
+        raise ConfigError(f"{path}: {exc}") from None
