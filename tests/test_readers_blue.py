@@ -64,6 +64,16 @@ def test_a_label_given_twice_is_refused_naming_the_file(tmp_path, include, label
         load_task(str(tmp_path / "twice.yaml"))
 
 
+@pytest.mark.parametrize("name", ["''", "' '", "total", "Total", "partial", "BIOMEDICAL"])
+def test_a_task_name_that_is_empty_or_a_summary_column_is_refused_naming_the_file(tmp_path, name):
+    """The report keys task columns by name beside Total, partial and each group's column: such a name took one's
+    place (BIOSSES is of group biomedical)."""
+    (tmp_path / "named.yaml").write_text(f"include: biosses.yaml\nname: {name}\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(tmp_path / 'named.yaml'))}: task name .* not empty and "
+                                          "not a summary column"):
+        load_task(str(tmp_path / "named.yaml"))
+
+
 def test_an_include_that_is_not_a_task_yaml_is_refused_without_its_text(tmp_path):
     """A security probe (session 45): `include: /etc/shadow` printed the file's first line inside an "unknown
     config key" error. An include must name a .yaml file; a long key in that error is cut."""

@@ -217,6 +217,17 @@ def test_two_task_files_with_one_stem_are_refused_naming_both_files(tmp_path):
         build_trials(cfg, resolve_space(cfg), {"m": Path("/nonexistent")})
 
 
+def test_a_task_named_as_another_tasks_group_is_refused(tmp_path):
+    """A task named Clinical beside a clinical task took the report's Clinical column."""
+    (tmp_path / "clin.yaml").write_text("include: biosses.yaml\nname: Clinical\n", encoding="utf-8")
+    (tmp_path / "space.yaml").write_text("tasks: [clin.yaml, mednli]\nlearning_rates: [1.0e-3]\nseeds: [1]\n"
+                                         "epochs: {clin: [1], mednli: [1]}\n", encoding="utf-8")
+    cfg = SweepConfig(search_space=str(tmp_path / "space.yaml"))
+    with pytest.raises(ConfigError, match=r"task '.*clin.yaml' is named 'Clinical', as the report's summary column "
+                                          r"of group 'clinical' \(task 'mednli'\)"):
+        build_trials(cfg, resolve_space(cfg), {"m": Path("/nonexistent")})
+
+
 def test_unknown_space_and_bad_values_are_config_errors():
     with pytest.raises(ConfigError, match="did you mean 'tiny'"):
         resolve_space(SweepConfig(search_space="tiyn"))

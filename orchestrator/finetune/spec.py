@@ -96,6 +96,9 @@ class TaskSpec:
         if not GROUP_NAME.fullmatch(self.group) or self.group in ("total", "partial"):
             raise ConfigError(f"task {self.name}: group {self.group!r} must be a lower-case name ([a-z0-9_-], not "
                               "'total' or 'partial'), e.g. clinical, biomedical, other")
+        if not self.name.strip() or self.name.strip().lower() in ("total", "partial", self.group):
+            raise ConfigError(f"task name {self.name!r}: give a name that is not empty and not a summary column of the "
+                              f"report (total, partial, its group {self.group!r}; in any case)")
         METRICS.get(self.metric)
         if self.cv_folds or self.family == "doccls":
             if self.cv_folds < 2 or "all" not in self.files:

@@ -211,11 +211,16 @@ def _safe(text: str) -> str:
 
 def space_tasks(space: SearchSpace) -> dict[str, TaskSpec]:
     """Each of the space's tasks (as named there) -> its loaded TaskSpec. Display names must be
-    unique: results, reports and MLflow key a task by its name; so must file stems: trial ids do."""
+    unique: results, reports and MLflow key a task by its name, and none may be a group's summary column;
+    so must file stems: trial ids do."""
     specs = {task: load_task(task) for task in space.tasks}
     named: dict[str, str] = {}
     stems: dict[str, str] = {}
+    groups = {spec.group: task for task, spec in specs.items()}
     for task, spec in specs.items():
+        if (group := spec.name.strip().lower()) in groups:
+            raise ConfigError(f"search space: task {task!r} is named {spec.name!r}, as the report's summary column "
+                              f"of group {group!r} (task {groups[group]!r}); give it another `name:` in its YAML")
         if spec.name in named:
             raise ConfigError(f"search space: tasks {named[spec.name]!r} and {task!r} are both named "
                               f"{spec.name!r}; give one of them a distinct `name:` in its YAML")
