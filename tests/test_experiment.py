@@ -33,6 +33,9 @@ def test_an_arm_is_the_base_config_with_its_overrides(tmp_path):
     assert cfg.arm("a").corpus.mixer.name == "simpt" and cfg.arm("c").corpus.mixer.name == "conventional"
     assert cfg.arm("a").pretrain == cfg.pretrain and not hasattr(cfg.arm("a"), "arms")  # an arm is a ChainConfig
     assert cfg.baseline_arm == "a"
+    weighted = smoke(tmp_path, corpus={"mixer": {"name": "weighted", "weights": {"in_domain": 1, "general": 1}}},
+                     arms={"s": {"corpus.mixer.name": "simpt", "corpus.mixer.weights": {}}})
+    assert weighted.arm("s").corpus.mixer.weights == {}  # an empty mapping clears the base's, as on the command line
 
 
 @pytest.mark.parametrize("arms, baseline, message", [

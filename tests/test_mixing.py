@@ -143,6 +143,13 @@ def _multilingual() -> list[ShardInfo]:
             + _shards("wiki_en", "general", 40, language="en", pages=[f"P{i}" for i in range(160)]))
 
 
+def test_weights_given_to_a_mixer_that_does_not_weigh_are_refused_as_upsample_from_domain_is():
+    """mixer.weights beside name simpt was ignored without a word (upsample_from_domain there was refused)."""
+    with pytest.raises(ConfigError, match=r"^mixer.weights is a weighted setting; mixer 'simpt' sets each source's "):
+        MixerConfig(name="simpt", weights={"pubmed": 1.0})
+    assert MixerConfig(name="weighted", weights={"pubmed": 1.0}).weights == {"pubmed": 1.0}
+
+
 def test_mdapt_upsamples_english_from_domain_text_to_its_smoothed_target():
     """Seed 002, 'Except for English, we up-sample using Wikipedia data': with upsample_from_domain [en],
     English domain text is not taken whole first (without the option it fills 400 of the 500 sentences),

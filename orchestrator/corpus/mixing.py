@@ -87,6 +87,9 @@ class MixerConfig:
                               "wiki: 0.3}")
         if self.total_bytes < 0:
             raise ConfigError("mixer.total_bytes must be >= 0")
+        if self.weights and self.name != "weighted":
+            raise ConfigError(f"mixer.weights is a weighted setting; mixer {self.name!r} sets each source's share "
+                              "itself (mixer.name weighted mixes by the weights)")
         if self.upsample_from_domain and self.name != "mdapt":
             raise ConfigError(f"mixer.upsample_from_domain is an mdapt setting; mixer {self.name!r} has no "
                               "per-language budget")
