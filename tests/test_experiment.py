@@ -45,6 +45,8 @@ def test_an_arm_is_the_base_config_with_its_overrides(tmp_path):
     ({"a": {"init": "random", "pretrain.model.init_from": "/m"}}, "", "cannot continue from"),
     ({"a": {"model": "/m", "pretrain.seed": 2}}, "", "takes no other keys"),
     ({"a b": {}}, "", "not a usable arm name"),
+    ({"bäse": {}}, "", "not a usable arm name (ASCII letters"),  # its trial ids were büse's (b-se)
+    ({"x-": {}}, "", "not starting or ending with -"),
     ({"a": {}}, "b", "baseline 'b' is not an arm"),
     ({"a": {"selection.enabled": True}}, "", "cannot change selection"),
     # the top-level seed seeds the one driver: an arm's seed was taken and changed nothing (a probe, session 43)

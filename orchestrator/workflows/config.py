@@ -180,8 +180,9 @@ class ExperimentConfig(ChainConfig):
     def arm(self, name: str) -> ChainConfig:
         """The chain config of one arm: this config's chain fields with the arm's overrides."""
         arm = _dotted(self.arms[name])
-        if not name or safe_name(name) != name:
-            raise ConfigError(f"arms: {name!r} is not a usable arm name (letters, digits, . _ -)")
+        if not name or not name.isascii() or safe_name(name) != name:  # ids keep ASCII: bäse and büse were one
+            raise ConfigError(f"arms: {name!r} is not a usable arm name (ASCII letters, digits, . _ -; not starting "
+                              "or ending with -)")
         fixed = [k for k in arm if k.split(".")[0] in ARM_FIXED]
         if fixed:
             raise ConfigError(f"arms.{name}.{fixed[0]}: an arm cannot change {fixed[0].split('.')[0]} (every arm "
