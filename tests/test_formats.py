@@ -37,6 +37,29 @@ def test_one_registry_of_every_layout():
         READERS.get("blue_nr")
 
 
+def test_the_guide_names_the_closed_lists_a_new_format_touches_and_they_agree_with_the_registry():
+    """docs/CONTRIBUTING.md said a new format is a reader in READERS alone; a task's and a source's format are
+    closed Literals, a task's mapped to its reader by READER_OF, scoring's input_format a third list."""
+    from typing import get_args, get_type_hints
+
+    from orchestrator.corpus.sources import Format
+    from orchestrator.finetune.readers import DIRECTORY_FORMATS, READER_OF, TOKEN_FORMATS
+    from orchestrator.finetune.spec import FileFormat
+    from orchestrator.formats import SPAN_FORMATS
+    from orchestrator.selection.scoring import SelectionConfig
+
+    readers = set(READERS.names())
+    assert set(READER_OF) == set(get_args(FileFormat)) and set(READER_OF.values()) <= readers
+    assert set(TOKEN_FORMATS) | set(DIRECTORY_FORMATS) <= set(READER_OF)
+    assert set(get_args(Format)) <= readers and set(SPAN_FORMATS) <= readers
+    assert set(get_args(get_type_hints(SelectionConfig)["input_format"])) - {"auto", "blue"} <= readers
+    guide = (ROOT / "docs" / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    for named in ('@READERS.register("name")', "orchestrator/formats/__init__.py", "`FileFormat` Literal",
+                  "`READER_OF`", "`TOKEN_FORMATS`", "`DIRECTORY_FORMATS`", "`Format` Literal", "`SPAN_FORMATS`",
+                  "`input_format` Literal", "`sniff`"):
+        assert named in guide, named
+
+
 # ----------------------------------------------------------------------------------- strict UTF-8
 #: Each format: a file whose line 2 holds the byte 0xe9 at column 4 (Latin-1 'é').
 BAD_LINE_2 = {
