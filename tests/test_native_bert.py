@@ -87,6 +87,19 @@ def test_a_checkpoint_with_heads_or_missing_weights_and_the_switch(tiny_bert, tm
     damaged.mkdir()
     (damaged / "config.json").write_text("{not json")
     assert native_encoder(damaged) is None
+    # a model probe (session 48): a config asking for eager attention, and shards beside a stray pickle (which
+    # transformers leaves for the shards), were computed with SDPA / loaded from the pickle
+    eager = tmp_path / "eager"
+    eager.mkdir()
+    (eager / "config.json").write_text(json.dumps({**config, "attn_implementation": "eager"}))
+    save_file(saved, str(eager / "model.safetensors"))
+    assert native_encoder(eager) is None and _hf(eager).config._attn_implementation == "eager"
+    sharded = tmp_path / "sharded"
+    _hf(tiny_bert).save_pretrained(sharded, max_shard_size="20KB")
+    assert len(list(sharded.glob("model-*.safetensors"))) > 1
+    torch.save({k: torch.zeros_like(v) for k, v in saved.items()}, sharded / "pytorch_model.bin")
+    assert native_encoder(sharded) is None
+    assert torch.equal(_hf(sharded).embeddings.word_embeddings.weight, saved["embeddings.word_embeddings.weight"])
     monkeypatch.setenv("ORCH_NATIVE_BERT", "0")
     assert native_encoder(tiny_bert) is None
 

@@ -209,15 +209,19 @@ def sdpa_padding_mask(attention_mask: torch.Tensor | None, length: int) -> torch
 def supported(config: Any) -> bool:
     """Whether ``BertModel`` computes for ``config`` exactly what ``NativeBertModel`` does."""
     return (getattr(config, "model_type", None) == "bert" and config.hidden_act == "gelu"
+            and getattr(config, "_attn_implementation", None) in (None, "sdpa")  # a config asking for eager: its own
             and getattr(config, "position_embedding_type", "absolute") == "absolute"
             and not config.is_decoder and not getattr(config, "add_cross_attention", False)
             and not config.chunk_size_feed_forward and config.hidden_size % config.num_attention_heads == 0)
 
 
 def _weights(model_dir: Path, use_safetensors: bool | None) -> dict[str, torch.Tensor] | None:
-    """The one weights file's tensors; None where there is none, several (shards), or only a pickle where
-    ``use_safetensors`` asks for safetensors (transformers then says what is wrong)."""
+    """The one weights file's tensors; None where there is none, several (shards: also when a single pickle lies
+    beside a safetensors index, which transformers prefers), or only a pickle where ``use_safetensors`` asks for
+    safetensors (transformers then says what is wrong)."""
     safe, pickled = model_dir / "model.safetensors", model_dir / "pytorch_model.bin"
+    if (model_dir / "model.safetensors.index.json").is_file():
+        return None
     if safe.is_file():
         from safetensors.torch import load_file  # heavy: safetensors
 
