@@ -339,6 +339,22 @@ class PretrainConfig:
         return fields
 
 
+def check_init_positions(cfg: PretrainConfig) -> None:
+    """Each phase's length fits the positions of the model continued (``model.init_from``): that model's own,
+    not ``model.max_position_embeddings`` (checked in ``__post_init__``). Read from its config.json alone
+    (a directory without one is said by the checks of its files)."""
+    source = Path(cfg.model.init_from) / "config.json" if cfg.model.init_from else None
+    if source is None or not source.is_file():
+        return
+    positions = read_hf_config(source.parent).get("max_position_embeddings")
+    for name, phase in cfg.active_phases():
+        if isinstance(positions, int) and phase.max_seq_length > positions:
+            raise InputError(source, f"max_position_embeddings is {positions}, fewer than {name}.max_seq_length "
+                                     f"{phase.max_seq_length} (model.init_from)",
+                             expected=f"a model with >= {phase.max_seq_length} positions, or {name}.max_seq_length "
+                                      f"<= {positions}")
+
+
 def pretrain_key(cfg: PretrainConfig, instances: dict[int, str], vocab: str) -> str:
     """What a pretraining run is, and the one key of its output: its training settings, its instances
     (each length's instances-stage key) and its vocabulary (the vocab stage's key). The runner computes

@@ -68,6 +68,7 @@ from orchestrator.pretrain.config import (
     SIZE_PRESETS,
     PretrainConfig,
     batch_plan,
+    check_init_positions,
     input_keys,
     pretrain_key,
     read_hf_config,
@@ -209,6 +210,7 @@ def _check_init_from(cfg: PretrainConfig, vocab_size: int, tokenizer_dir: Path |
         return
     # weights there, not only a config; the tokenizer is tokenizer_dir's (the vocabularies are compared below)
     hf = check_model("pretrain.model.init_from", cfg.model.init_from, tokenizer=False)
+    check_init_positions(cfg)
     if hf["model_type"] != "bert":
         raise InputError(Path(cfg.model.init_from) / "config.json",
                          f"model_type is {hf['model_type']!r}; only BERT models can be continued",

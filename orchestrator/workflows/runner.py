@@ -40,7 +40,7 @@ from orchestrator.core.reuse import content_key, output_lock, reusable, run_stag
 from orchestrator.core.runtime import possible_gpus
 from orchestrator.corpus.stage import CorpusConfig, input_stats, source_sizes
 from orchestrator.instances.config import InstanceConfig
-from orchestrator.pretrain.config import PretrainConfig, pretrain_key
+from orchestrator.pretrain.config import PretrainConfig, check_init_positions, pretrain_key
 from orchestrator.sweep.config import SweepConfig
 from orchestrator.sweep.runner import check_positions, planned_positions
 from orchestrator.sweep.space import Variant, space_tasks, task_data_dir, task_key
@@ -435,6 +435,8 @@ def check_inputs(cfg: ChainConfig) -> None:
     if "corpus" in cfg.stages:
         input_stats(cfg.corpus)
     check_writable_dir(cfg.run_dir, "runs_root/run_name")
+    if "pretrain" in cfg.stages:
+        check_init_positions(cfg.pretrain)  # a continued model's positions (phase 2 failed after phase 1 trained)
     if "vocab" in cfg.stages:
         for path in cfg.vocab.target_paths:
             if not Path(path).is_file():
