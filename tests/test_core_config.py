@@ -9,7 +9,7 @@ from typing import Literal
 import pytest
 
 from orchestrator.core.config import describe, field, flatten, is_number, load_config, to_dict
-from orchestrator.core.errors import ConfigError
+from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
 
 
 @dataclass(frozen=True)
@@ -370,3 +370,52 @@ def test_yaml_is_read_on_libyaml_as_the_python_parser_reads_it(tmp_path):
                       ("a: [1, 2\nb: 3\n", r"c.yaml:2:2: invalid YAML: while parsing a flow sequence; expected ','")]:
         with pytest.raises(ConfigError, match=said):
             read_yaml(_write(tmp_path / "c.yaml", bad))
+
+
+def test_a_config_files_errors_name_the_file_and_the_line(tmp_path):
+    """An extension probe (session 48): a search space's or task's misspelt key read "unknown config key
+    '/tmp/s.yaml.seedz'" (the path glued to the key, no line); an experiment file's named no file at all; a
+    space's own checks named no file; ``tune.loguniform(1e-5, 1e-3)`` was split at its comma; a missing task file
+    was "unknown task" with every shipped name; a misspelt include suggested nothing."""
+    from orchestrator.finetune.spec import load_task
+    from orchestrator.sweep.config import SweepConfig
+    from orchestrator.sweep.space import resolve_space
+    from orchestrator.workflows.config import ExperimentConfig
+
+    def space_error(text: str) -> str:
+        path = tmp_path / "space.yaml"
+        path.write_text("tasks: [biosses]\nlearning_rates: [1.0e-3]\nseeds: [1]\nepochs: {biosses: [1]}\n" + text)
+        with pytest.raises(OrchestratorError) as err:
+            resolve_space(SweepConfig(search_space=str(path)))
+        return str(err.value).replace(str(path), "space.yaml")
+
+    assert space_error("seedz: 3\n") == "space.yaml:5: unknown config key 'seedz' (did you mean 'seeds'?)"
+    assert space_error("early_stopping:\n  patiance: 2\n") == \
+        "space.yaml:6: unknown config key 'early_stopping.patiance' (did you mean 'patience'?)"
+    assert space_error("early_stopping:\n  on: true\n").startswith("space.yaml:5: early_stopping: the key True")
+    assert space_error("max_seq_length: x\n") == "space.yaml:5: max_seq_length: expected an integer, got 'x'"
+    assert space_error("max_seq_length: 4\n").startswith("space.yaml: search space: batch_size >= 1")
+    tune = tmp_path / "tune.yaml"
+    tune.write_text("tasks: [biosses]\nlearning_rates: tune.loguniform(1e-5, 1e-3)\nseeds: [1]\n"
+                    "epochs: {biosses: [1]}\n")
+    with pytest.raises(ConfigError, match=r"tune\.yaml:2: learning_rates\[0\]: expected a number, got "
+                                          r"'tune\.loguniform\(1e-5, 1e-3\)'"):
+        resolve_space(SweepConfig(search_space=str(tune)))
+
+    experiment = tmp_path / "exp.yaml"
+    experiment.write_text("run_name: x\n\narm:\n  a: {}\n")
+    with pytest.raises(ConfigError, match=r"exp\.yaml:3: unknown config key 'arm' \(did you mean 'arms'\?\)"):
+        load_config(ExperimentConfig, experiment)
+    with pytest.raises(ConfigError) as err:  # a key of an override, not of the file: no file named
+        load_config(ExperimentConfig, None, ["armz.a.init=random"])
+    assert str(err.value).startswith("unknown config key 'armz'")
+
+    task = tmp_path / "mine.yaml"
+    task.write_text("include: biosses.yaml\nname: Mine\nlables: [a]\n")
+    with pytest.raises(ConfigError, match=r"mine\.yaml:3: unknown config key 'lables' \(did you mean 'labels'\?\)"):
+        load_task(str(task))
+    task.write_text("include: _sentence_pair_inferance.yaml\nname: Mine\n")
+    with pytest.raises(ConfigError, match=r"\(did you mean '_sentence_pair_inference.yaml'\?\)"):
+        load_task(str(task))
+    with pytest.raises(InputError, match=r"paraa\.yaml: task file not found"):
+        load_task(str(tmp_path / "paraa.yaml"))

@@ -28,6 +28,7 @@ from orchestrator.core.yaml_read import (
     _plain,
     _yaml_problem,
     check_expanded_size,
+    key_line,
     read_yaml,
 )
 
@@ -189,23 +190,25 @@ def from_dict(cls: type[C], data: dict | None, where: str = "") -> C:
     """Build a (nested) dataclass from a mapping, rejecting unknown keys."""
     data = {} if data is None else data
     if not isinstance(data, dict):
-        raise ConfigError(f"{where or cls.__name__}: expected a mapping, got {data!r}")
+        raise ConfigError(f"{_at(where) or cls.__name__}: expected a mapping, got {data!r}")
     hints = type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     for key in data:
         if not isinstance(key, str):  # YAML reads unquoted on/off/yes/no/null and numbers as values
-            raise ConfigError(f"{where or 'the top level'}: the key {key!r} ({type(key).__name__}) is not a name "
+            raise ConfigError(f"{_at(where) or 'the top level'}: the key {key!r} ({type(key).__name__}) is not a name "
                               "(YAML reads an unquoted on, off, yes, no, null or number as a value: quote it)")
     unknown = [k for k in data if k not in fields]
     if unknown:
         key = unknown[0]
-        name = _join(where, key)  # a file that is not a config (read as YAML) may hold a long text here
-        raise ConfigError(f"unknown config key {name if len(name) <= 120 else name[:117] + '...'!r}"
-                          f"{suggest(key, fields)}")
+        file, name = _in_file(_join(where, key))  # a file that is not a config (read as YAML) may hold a long text
+        error = ConfigError(f"{file}unknown config key {name if len(name) <= 120 else name[:117] + '...'!r}"
+                            f"{suggest(key, fields)}")
+        error.key = name  # load_config names the config file that holds it
+        raise error
     missing = [n for n, f in fields.items() if n not in data and f.default is dataclasses.MISSING
                and f.default_factory is dataclasses.MISSING]
     if missing:
-        raise ConfigError(f"{where or 'the config'}: missing {', '.join(missing)} (required: no default)")
+        raise ConfigError(f"{_at(where) or 'the config'}: missing {', '.join(missing)} (required: no default)")
     kwargs = {}
     for name, value in data.items():
         default = _default_of(fields[name])
@@ -215,11 +218,12 @@ def from_dict(cls: type[C], data: dict | None, where: str = "") -> C:
         kwargs[name] = _coerce(hints[name], value, _join(where, name))
     try:
         return cls(**kwargs)
-    except TypeError as exc:
-        raise ConfigError(f"{where or cls.__name__}: {exc}") from None
-    except ValueError as exc:
-        if isinstance(exc, ConfigError):
-            raise
+    except ConfigError as exc:
+        file = _FILE_WHERE.fullmatch(where)  # a whole file's own check (a search space's): it names the file
+        if file and not file[2] and not str(exc).startswith(file[1]):
+            raise ConfigError(f"{where}: {exc}") from None
+        raise
+    except (TypeError, ValueError) as exc:
         raise ConfigError(f"{where or cls.__name__}: {exc}") from None
 
 
@@ -230,7 +234,13 @@ def load_config(cls: type[C], path: str | Path | None = None, overrides: list[st
     if path is not None:
         data = merge(data, read_yaml(path))
     data = apply_overrides(data, overrides or [])
-    return from_dict(cls, expand_package_paths(data))
+    try:
+        return from_dict(cls, expand_package_paths(data))
+    except ConfigError as exc:  # a key the config file holds: the file and its line
+        line = key_line(path, _key_path(exc.key)) if path is not None and getattr(exc, "key", None) else None
+        if line is None or not _in_yaml(path, exc.key):
+            raise
+        raise ConfigError(f"{path}:{line}: {exc}") from None
 
 
 PACKAGE_PREFIX = "pkg://"
@@ -354,6 +364,37 @@ def _join(where: str, key: str) -> str:
     return f"{where}.{key}" if where else key
 
 
+#: A ``where`` that starts with a config file's path: "tasks/x.yaml.labels[2]" is the file and the key in it
+_FILE_WHERE = re.compile(r"(.+?\.(?:ya?ml|json))(?:\.(.+))?")
+
+
+def _key_path(dotted: str) -> list[str | int]:
+    """"a.b[2].c" as ["a", "b", 2, "c"]."""
+    return [int(i) if i else k for k, i in re.findall(r"([^.\[\]]+)|\[(\d+)\]", dotted)]
+
+
+def _in_file(where: str) -> tuple[str, str]:
+    """(``"<file>:<line>: "`` or ``"<file>: "``, the key in it) for a ``where`` that starts with a config file's
+    path; ("", ``where``) otherwise."""
+    match = _FILE_WHERE.fullmatch(where)
+    if not match or not match[2]:
+        return "", where
+    line = key_line(match[1], _key_path(match[2]))
+    return f"{match[1]}{f':{line}' if line else ''}: ", match[2]
+
+
+def _in_yaml(path: str | Path, dotted: str) -> bool:
+    """Whether the config file ``path`` holds the top of the key ``dotted`` (not a preset's or an override's)."""
+    first = _key_path(dotted)[0]
+    return key_line(path, [first]) is not None
+
+
+def _at(where: str) -> str:
+    """``where`` as an error's place: "<file>:<line>: <key>" when it starts with a config file's path."""
+    file, key = _in_file(where)
+    return f"{file}{key}" if file else where
+
+
 def _deep_copy(data: Any) -> Any:
     if isinstance(data, dict):
         return {k: _deep_copy(v) for k, v in data.items()}
@@ -378,16 +419,17 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
                 return _coerce(arg, value, where)
             except ConfigError as exc:
                 errors.append(str(exc))
-        raise ConfigError(errors[0] if errors else f"{where}: invalid value {value!r}")
+        raise ConfigError(errors[0] if errors else f"{_at(where)}: invalid value {value!r}")
     if isinstance(value, dict) and (origin or tp) not in (dict, list, tuple) and not dataclasses.is_dataclass(tp):
         # What a dotted key one level too deep makes: `run_name.x=1` or `compare_models.a.b=/m`.
-        raise ConfigError(f"{where}: expected {getattr(tp, '__name__', tp)}, got a mapping {value!r} "
+        raise ConfigError(f"{_at(where)}: expected {getattr(tp, '__name__', tp)}, got a mapping {value!r} "
                           f"({where} holds a value, so {where}.{next(iter(value), '')} is not a config key)")
     if typing.get_origin(tp) is typing.Literal:
         if isinstance(value, bool) and {"on", "off"} <= set(args):
             value = "on" if value else "off"  # YAML 1.1 reads an unquoted on / off (in a file or key=on) as a bool
         if value not in args:
-            raise ConfigError(f"{where}: {value!r} is not one of {list(args)}{suggest(str(value), map(str, args))}")
+            raise ConfigError(f"{_at(where)}: {value!r} is not one of {list(args)}"
+                              f"{suggest(str(value), map(str, args))}")
         return _plain(value)
     if dataclasses.is_dataclass(tp):
         if dataclasses.is_dataclass(value):
@@ -395,7 +437,7 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
         return from_dict(tp, value, where)
     if origin in (list, tuple):
         if not isinstance(value, (list, tuple)):
-            if isinstance(value, str) and "," in value:
+            if isinstance(value, str) and "," in value and "(" not in value:  # "1e-3, 3e-3"; not a call's arguments
                 value = [v.strip() for v in value.split(",")]
             else:
                 value = [value]
@@ -403,14 +445,14 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
             return tuple(_coerce(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
         if origin is tuple and args:
             if len(args) != len(value):
-                raise ConfigError(f"{where}: expected {len(args)} values, got {len(value)}")
+                raise ConfigError(f"{_at(where)}: expected {len(args)} values, got {len(value)}")
             return tuple(_coerce(a, v, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
         item = args[0] if args else Any
         out = [_coerce(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
         return tuple(out) if origin is tuple else out
     if origin is dict:
         if not isinstance(value, dict):
-            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+            raise ConfigError(f"{_at(where)}: expected a mapping, got {value!r}")
         kt, vt = args if args else (Any, Any)
         return {_coerce(kt, k, where): _coerce(vt, v, f"{where}.{k}") for k, v in value.items()}
     if tp is bool:
@@ -418,32 +460,32 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
             return value
         if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
             return value.lower() in ("true", "yes", "1")
-        raise ConfigError(f"{where}: expected true/false, got {value!r}")
+        raise ConfigError(f"{_at(where)}: expected true/false, got {value!r}")
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+            raise ConfigError(f"{_at(where)}: expected an integer, got {value!r}")
         try:
             as_float = float(value)
         except ValueError:
-            raise ConfigError(f"{where}: expected an integer, got {value!r}") from None
+            raise ConfigError(f"{_at(where)}: expected an integer, got {value!r}") from None
         if not math.isfinite(as_float) or as_float != int(as_float):
-            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+            raise ConfigError(f"{_at(where)}: expected an integer, got {value!r}")
         return int(as_float)
     if tp is float:
         if isinstance(value, bool):
-            raise ConfigError(f"{where}: expected a number, got {value!r}")
+            raise ConfigError(f"{_at(where)}: expected a number, got {value!r}")
         try:
             number = float(value)
         except (TypeError, ValueError):
-            raise ConfigError(f"{where}: expected a number, got {value!r}") from None
+            raise ConfigError(f"{_at(where)}: expected a number, got {value!r}") from None
         if not math.isfinite(number):  # nan passes `> 0` and inf every lower bound: no setting means either
-            raise ConfigError(f"{where}: expected a finite number, got {value!r}")
+            raise ConfigError(f"{_at(where)}: expected a finite number, got {value!r}")
         return number
     if tp is str:
         if isinstance(value, (dict, list)):
-            raise ConfigError(f"{where}: expected a string, got {value!r}")
+            raise ConfigError(f"{_at(where)}: expected a string, got {value!r}")
         if isinstance(value, bool):  # str(True) would name a run directory "True" for `run_name=on`
-            raise ConfigError(f"{where}: expected a string, got the boolean {value!r} (YAML reads an unquoted on, "
+            raise ConfigError(f"{_at(where)}: expected a string, got the boolean {value!r} (YAML reads an unquoted on, "
                               "off, yes, no, true or false as a boolean): quote it")
         # a number the user wrote otherwise than Python prints it (run_name=0755, YAML's octal 493): their text
         return "" if value is None else getattr(value, "yaml_text", None) or str(value)

@@ -119,6 +119,27 @@ for _loader in filter(None, (UniqueKeyLoader, FastUniqueKeyLoader)):
     _loader.add_constructor("tag:yaml.org,2002:float", _loader.construct_yaml_float)
 
 
+def key_line(path: str | Path, keys: list[str | int]) -> int | None:
+    """The 1-based line of the key path ``keys`` (mapping keys and list indices) in the YAML file ``path``, for
+    an error's place: the deepest of them the file holds (None when it holds none, or is not readable)."""
+    try:
+        node = yaml.compose(Path(path).read_text(encoding="utf-8-sig"), Loader=yaml.SafeLoader)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    line = None
+    for key in keys:
+        if isinstance(key, int) and isinstance(node, yaml.SequenceNode) and key < len(node.value):
+            node = node.value[key]
+            line = node.start_mark.line + 1
+            continue
+        found = isinstance(node, yaml.MappingNode) and next(
+            ((k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == key), None)
+        if not found:
+            break
+        line, node = found[0].start_mark.line + 1, found[1]
+    return line
+
+
 def load_yaml(text: str) -> Any:
     """``text`` read as ``UniqueKeyLoader`` reads it, on libyaml's parser where PyYAML has it. Text that parser
     refuses is read again by the Python one, whose messages and positions the errors have always given

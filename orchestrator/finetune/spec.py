@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Literal
 
 from orchestrator.core.config import field, first_repeat, from_dict, merge, read_yaml
-from orchestrator.core.errors import ConfigError
+from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.registry import suggest
 from orchestrator.finetune.metrics import METRICS
 
@@ -205,6 +205,9 @@ def _task_path(name_or_path: str) -> Path:
             by_name.setdefault(_display_name(p), p)
     if name_or_path in by_name:
         return by_name[name_or_path]
+    if path.suffix in (".yaml", ".yml"):  # a task file named, not a task's name
+        raise InputError(path, "task file not found", expected="a task YAML (docs/CONTRIBUTING.md) or a shipped "
+                                                               "task's name")
     raise ConfigError(f"unknown task {name_or_path!r}{suggest(name_or_path, shipped_task_names())}")
 
 
@@ -225,7 +228,9 @@ def _resolve_includes(path: Path, seen: tuple[Path, ...] = ()) -> dict:
     if not parent_path.is_file():  # a user's task may build on a shipped task or template
         parent_path = TASK_DIR / parent
     if not parent_path.is_file():
-        raise ConfigError(f"{path}: include {parent!r} found neither beside it nor in {TASK_DIR}")
+        templates = [p.name for p in TASK_DIR.glob("*.yaml")] + [p.name for p in path.parent.glob("*.yaml")]
+        raise ConfigError(f"{path}: include {parent!r} found neither beside it nor in {TASK_DIR}"
+                          f"{suggest(str(parent), templates)}")
     return merge(_resolve_includes(parent_path, seen + (path,)), data)
 
 
