@@ -148,6 +148,9 @@ def test_weights_given_to_a_mixer_that_does_not_weigh_are_refused_as_upsample_fr
     with pytest.raises(ConfigError, match=r"^mixer.weights is a weighted setting; mixer 'simpt' sets each source's "):
         MixerConfig(name="simpt", weights={"pubmed": 1.0})
     assert MixerConfig(name="weighted", weights={"pubmed": 1.0}).weights == {"pubmed": 1.0}
+    with pytest.raises(ConfigError, match=r"^mixer.total_bytes is a weighted setting; mixer 'conventional' "):
+        MixerConfig(name="conventional", total_bytes=10_000)  # ignored without a word too
+    assert MixerConfig(name="weighted", weights={"pubmed": 1.0}, total_bytes=10_000).total_bytes == 10_000
 
 
 def test_mdapt_upsamples_english_from_domain_text_to_its_smoothed_target():

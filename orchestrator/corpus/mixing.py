@@ -87,6 +87,9 @@ class MixerConfig:
                               "wiki: 0.3}")
         if self.total_bytes < 0:
             raise ConfigError("mixer.total_bytes must be >= 0")
+        if self.total_bytes and self.name != "weighted":
+            raise ConfigError(f"mixer.total_bytes is a weighted setting; mixer {self.name!r} sizes the corpus itself "
+                              "(mixer.name weighted feeds total_bytes by the weights)")
         if self.weights and self.name != "weighted":
             raise ConfigError(f"mixer.weights is a weighted setting; mixer {self.name!r} sets each source's share "
                               "itself (mixer.name weighted mixes by the weights)")
