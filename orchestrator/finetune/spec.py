@@ -144,6 +144,11 @@ class TaskSpec:
         return ("all",) if self.cv_folds or self.resplit else ("train", "dev", "test")
 
     @property
+    def sentence_pairs(self) -> bool:
+        """Whether an example has a second text (``text_b``), which a BERT tokenizer gives token type id 1."""
+        return "text_b" in self.columns or "text_b" in self.positions
+
+    @property
     def positive_labels(self) -> tuple[str, ...]:
         return tuple(x for x in self.labels if x not in self.negative_labels)
 

@@ -209,7 +209,8 @@ def _check_init_from(cfg: PretrainConfig, vocab_size: int, tokenizer_dir: Path |
     if not cfg.model.init_from:
         return
     # weights there, not only a config; the tokenizer is tokenizer_dir's (the vocabularies are compared below)
-    hf = check_model("pretrain.model.init_from", cfg.model.init_from, tokenizer=False)
+    hf = check_model("pretrain.model.init_from", cfg.model.init_from, tokenizer=False,
+                     segment_b="pretraining's instances")
     check_init_positions(cfg)
     if hf["model_type"] != "bert":
         raise InputError(Path(cfg.model.init_from) / "config.json",

@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from orchestrator.augment.config import AugmentStageConfig
-from orchestrator.core.artifacts import SMALL_ROLES, check_model
+from orchestrator.core.artifacts import SMALL_ROLES, check_model, check_token_types
 from orchestrator.core.config import flatten
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.imports import resolve_transformers_names
@@ -451,14 +451,21 @@ def check_inputs(cfg: ChainConfig) -> None:
         check_similarity_inputs(cfg.augment.similarity)
         if cfg.augment.model_dir:
             check_mlm_dir(cfg.augment.model_dir, "augment.model_dir")
+    init = cfg.pretrain.model.init_from
+    if "pretrain" in cfg.stages and init and (Path(init) / "config.json").is_file():  # the rest: plan_pretrain's
+        check_token_types("pretrain.model.init_from", init, "pretraining's instances")
     if "sweep" in cfg.stages:
         # the models' positions fit the space's sequences: a longer input fails every trial, after the stages
         length = cfg.sweep.space.max_seq_length
+        tasks = space_tasks(cfg.sweep.space)
+        pairs = [spec.name for spec in tasks.values() if spec.sentence_pairs]
         for name, path in cfg.compare_models.items():
             check_positions(name, length, model_dir=path)
+            if pairs:
+                check_token_types(f"compare_models.{name}", path, f"the sentence-pair tasks ({', '.join(pairs)})")
         if "pretrain" in cfg.stages:
             check_positions(cfg.model_name, length, planned=planned_positions(cfg.pretrain))
-        for task, spec in space_tasks(cfg.sweep.space).items():
+        for task, spec in tasks.items():
             flat = dataclasses.replace(spec, dir="")
             for split in spec.file_splits:
                 path = flat.split_path(Path(task_data_dir(cfg.sweep, task, spec)), split)
