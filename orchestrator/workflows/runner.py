@@ -463,6 +463,11 @@ def check_inputs(cfg: ChainConfig) -> None:
             check_positions(name, length, model_dir=path)
             if pairs:
                 check_token_types(f"compare_models.{name}", path, f"the sentence-pair tasks ({', '.join(pairs)})")
+        if cfg.sweep.space.tune == "adapters" and cfg.compare_models:
+            from orchestrator.modeling.adapters import check_adaptable  # heavy: torch, transformers
+
+            for name, path in cfg.compare_models.items():
+                check_adaptable(f"compare_models.{name}", path)
         if "pretrain" in cfg.stages:
             check_positions(cfg.model_name, length, planned=planned_positions(cfg.pretrain))
         for task, spec in tasks.items():
