@@ -473,3 +473,22 @@ def test_adapters_for_a_model_without_a_bert_style_encoder_are_refused_before_ra
     assert code == 0, err
     with pytest.raises(ConfigError, match="adapters need a BERT-style encoder.layer"):  # not an AttributeError
         add_adapters(distil, 16)
+
+
+@pytest.mark.parametrize("dry", [True, False], ids=["dry-run", "run"])
+def test_a_model_config_without_model_type_is_refused_before_ray(dry, tmp_path, capsys):
+    """A probe's config.json without model_type passed the dry run; every trial then failed on transformers'
+    ValueError: Unrecognized model (transformers 5 loads a model by its model_type alone)."""
+    model = tmp_path / "mine"
+    _tiny_model(model)
+    capsys.readouterr()  # transformers' progress bar
+    config = json.loads((model / "config.json").read_text())
+    del config["model_type"]
+    (model / "config.json").write_text(json.dumps(config))
+    runs = tmp_path / "runs"
+    argv = ["arms={}", "stages=[sweep,report]", "sweep.tasks=[bc5cdr_chemical]", f"compare_models.m={model}",
+            f"runs_root={runs}"]
+    code, err = _job("blue_sweep", argv + (["--dry-run"] if dry else []), capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"error: {model / 'config.json'}: model compare_models.m: no model_type"), err
+    assert not runs.exists()

@@ -288,13 +288,18 @@ def check_model(name: str, model_dir: str | Path, *, tokenizer: bool = True, seg
     if not (model_dir / "config.json").is_file():
         raise InputError(model_dir, f"model {name}: no config.json", expected=expected)
     config = read_json_object(model_dir / "config.json", "a Hugging Face model config, a JSON object")
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or not model_type:
+        said = "no model_type" if model_type is None else f"model_type is {model_type!r}"
+        raise InputError(model_dir / "config.json", f"model {name}: {said}",
+                         expected="the model's type, e.g. model_type 'bert' (transformers 5 loads a model by it)")
     if not any(any(model_dir.glob(p)) for p in WEIGHT_PATTERNS):  # a glob is a generator: always true
         raise InputError(model_dir, f"model {name}: no weights file", expected="model.safetensors")
     if tokenizer and not any((model_dir / f).is_file() for f in MODEL_TOKENIZER_FILES):
         raise InputError(model_dir, f"model {name}: no tokenizer (tokenizer.json or vocab.txt)", expected=expected)
     if segment_b:
         check_token_types(name, model_dir, segment_b)
-    return {"model_type": config.get("model_type", "?"), "layers": config.get("num_hidden_layers"),
+    return {"model_type": model_type, "layers": config.get("num_hidden_layers"),
             "hidden": config.get("hidden_size"), "max_position_embeddings": config.get("max_position_embeddings"),
             "vocab_size": config.get("vocab_size"), "architectures": config.get("architectures") or []}
 
