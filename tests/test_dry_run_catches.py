@@ -492,3 +492,29 @@ def test_a_model_config_without_model_type_is_refused_before_ray(dry, tmp_path, 
     assert code == 2 and err.count("\n") == 1, err
     assert err.startswith(f"error: {model / 'config.json'}: model compare_models.m: no model_type"), err
     assert not runs.exists()
+
+
+@pytest.mark.parametrize("dry", [True, False], ids=["dry-run", "run"])
+def test_a_checkpoint_with_relative_positions_is_refused_before_ray(dry, tmp_path, capsys):
+    """transformers 4 saved BERTs with position_embedding_type relative_key and distance_embedding weights;
+    transformers 5's BertModel has no relative position code and loaded such a checkpoint as an absolute-position
+    BERT, the dropped weights mentioned only in its load report. Refused, as other settings the code cannot run."""
+    from safetensors.torch import load_file, save_file
+
+    model = tmp_path / "relative"
+    _tiny_model(model)
+    capsys.readouterr()  # transformers' progress bar
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "position_embedding_type": "relative_key"}))
+    weights = load_file(str(model / "model.safetensors"))
+    distance = weights["embeddings.position_embeddings.weight"]  # (2 x positions - 1) rows in transformers 4
+    weights["encoder.layer.0.attention.self.distance_embedding.weight"] = distance
+    save_file({k: v.clone() for k, v in weights.items()}, str(model / "model.safetensors"), metadata={"format": "pt"})
+    runs = tmp_path / "runs"
+    argv = ["arms={}", "stages=[sweep,report]", "sweep.tasks=[bc5cdr_chemical]", f"compare_models.m={model}",
+            f"runs_root={runs}"]
+    code, err = _job("blue_sweep", argv + (["--dry-run"] if dry else []), capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"error: {model / 'config.json'}: model compare_models.m: position_embedding_type is "
+                          "'relative_key', which transformers 5 no longer implements"), err
+    assert not runs.exists()

@@ -293,6 +293,11 @@ def check_model(name: str, model_dir: str | Path, *, tokenizer: bool = True, seg
         said = "no model_type" if model_type is None else f"model_type is {model_type!r}"
         raise InputError(model_dir / "config.json", f"model {name}: {said}",
                          expected="the model's type, e.g. model_type 'bert' (transformers 5 loads a model by it)")
+    if config.get("position_embedding_type") in ("relative_key", "relative_key_query"):
+        raise InputError(model_dir / "config.json", f"model {name}: position_embedding_type is "
+                         f"{config['position_embedding_type']!r}, which transformers 5 no longer implements (the "
+                         "model would load with absolute positions, its distance_embedding weights dropped)",
+                         expected="position_embedding_type 'absolute'")
     if not any(any(model_dir.glob(p)) for p in WEIGHT_PATTERNS):  # a glob is a generator: always true
         raise InputError(model_dir, f"model {name}: no weights file", expected="model.safetensors")
     if tokenizer and not any((model_dir / f).is_file() for f in MODEL_TOKENIZER_FILES):
