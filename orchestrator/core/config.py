@@ -311,14 +311,15 @@ def public(data: Any) -> Any:
     return data
 
 
-def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
-    """{'a': {'b': 1}} -> {'a.b': 1} (lists kept as values)."""
+def flatten(data: Any, prefix: str = "", *, empty: bool = False) -> dict[str, Any]:
+    """{'a': {'b': 1}} -> {'a.b': 1} (lists kept as values); with ``empty``, an empty mapping below the top is a
+    value ({'a': {}} -> {'a': {}}, as ``a={}`` on the command line), else it is dropped."""
     if dataclasses.is_dataclass(data):
         data = to_dict(data)
     out: dict[str, Any] = {}
-    if isinstance(data, dict):
+    if isinstance(data, dict) and (data or not (empty and prefix)):
         for key, value in data.items():
-            out.update(flatten(value, f"{prefix}{key}."))
+            out.update(flatten(value, f"{prefix}{key}.", empty=empty))
         return out
     out[prefix[:-1]] = data
     return out

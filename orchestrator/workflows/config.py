@@ -179,7 +179,7 @@ class ExperimentConfig(ChainConfig):
 
     def arm(self, name: str) -> ChainConfig:
         """The chain config of one arm: this config's chain fields with the arm's overrides."""
-        arm = _dotted(self.arms[name])
+        arm = flatten(self.arms[name], empty=True)  # corpus.mixer.weights: {} clears the base's weights
         if not name or not name.isascii() or safe_name(name) != name:  # ids keep ASCII: bäse and büse were one
             raise ConfigError(f"arms: {name!r} is not a usable arm name (ASCII letters, digits, . _ -; not starting "
                               "or ending with -)")
@@ -240,18 +240,6 @@ def corpus_section(path: str, where: str = ARM_CORPUS) -> dict:
         raise ConfigError(f"{where}: {path} has no corpus: section (a jobs/propose_mix.py corpus.yaml, or a "
                           "build_corpus / chain config)")
     return expand_package_paths(data["corpus"])
-
-
-def _dotted(arm: dict, prefix: str = "") -> dict[str, Any]:
-    """An arm's overrides as dotted keys; an empty mapping is a value, as on the command line
-    (``corpus.mixer.weights: {}`` clears the base config's weights, where ``flatten`` drops it)."""
-    out: dict[str, Any] = {}
-    for key, value in arm.items():
-        if isinstance(value, dict) and value:
-            out.update(_dotted(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def safe_name(text: str) -> str:
