@@ -186,3 +186,53 @@ def test_an_export_killed_midway_leaves_no_complete_looking_directory(tiny_bert,
     assert export_run(plan)["task_data"] == {"train.tsv": "a"}
     (edited,) = plan_exports(results, [{**record, "task_data": {"train.tsv": "b"}}], ["ChemProt"], out, "best_dev")
     assert edited.dst == plan.dst and finished(edited) is None and finished(plan)["task_data"] == {"train.tsv": "a"}
+
+
+@pytest.mark.parametrize("task", ["bc5cdr_chemical", "chemprot", "hoc", "biosses"])
+def test_an_export_loads_in_plain_transformers_as_it_predicts_or_says_how(tiny_bert, task, tmp_path):
+    """An outputs probe (session 48): every export's config said BertModel, its head in head.safetensors, so
+    AutoModelFor{Token,Sequence}Classification loaded it with a random classifier (BIOSSES Pearson -0.39 where the
+    sweep recorded 0.51), HoC without multi_label_classification, BIOSSES with 2 labels; its tokenizer had no
+    length limit (truncation=True cut nothing, a long text failed in the model) and no vocab.txt. An NER export is
+    now a BertForTokenClassification, equal to the sweep's model; the others say what they are and how to load
+    them (README.md)."""
+    import torch
+    from transformers import AutoModelForTokenClassification, AutoTokenizer, BertConfig
+
+    from orchestrator.core.manifest import write_manifest
+    from orchestrator.finetune.export import load_finetuned, save_finetuned
+    from orchestrator.finetune.model import TaskModel
+    from orchestrator.finetune.spec import load_task
+
+    spec = dataclasses.replace(load_task(task), dir="")
+    tok = AutoTokenizer.from_pretrained(str(tiny_bert))
+    torch.manual_seed(0)
+    model = TaskModel(tiny_bert, spec).eval()
+    with torch.no_grad():
+        model.head.weight.normal_(0, 1.0)
+    out = tmp_path / "export"
+    save_finetuned(model, spec, tok, out, max_seq_length=32)
+    write_manifest(out, stage="finetune_export", config={"test": True})
+    config = json.loads((out / "config.json").read_text())
+    positions = BertConfig.from_pretrained(str(tiny_bert)).max_position_embeddings
+    assert AutoTokenizer.from_pretrained(str(out)).model_max_length == positions
+    assert (out / "vocab.txt").is_file() and "is_local" not in (out / "tokenizer_config.json").read_text()
+    batch = tok(["Naloxone reverses the effect of clonidine .", "Aspirin"], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        ours = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+        loaded = load_finetuned(out).model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+    assert torch.allclose(loaded, ours, atol=1e-6)  # the project's loader, as before
+    card = (out / "README.md").read_text()
+    if spec.family == "ner":
+        assert config["architectures"] == ["BertForTokenClassification"]
+        plain, info = AutoModelForTokenClassification.from_pretrained(str(out), output_loading_info=True)
+        assert not info["missing_keys"] and plain.config.id2label[1] == spec.labels[1]
+        with torch.no_grad():
+            assert torch.allclose(plain.eval()(**batch).logits, ours, atol=1e-6)
+        assert "loads it whole" in card
+    else:
+        assert config["problem_type"] == {"sts": "regression", "multilabel": "multi_label_classification"}.get(
+            spec.family, "single_label_classification")
+        assert config.get("num_labels", len(config.get("id2label", {}))) == (1 if spec.family == "sts"
+                                                                              else len(spec.labels))
+        assert "do not use them" in card and "[:, 0]" in card

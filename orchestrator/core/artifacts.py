@@ -23,6 +23,7 @@ from orchestrator.core.errors import InputError
 from orchestrator.core.manifest import (
     atomic_write_json,
     atomic_write_json_list,
+    atomic_write_text,
     iter_json_list,
     read_json_object,
     read_manifest,
@@ -274,6 +275,32 @@ def read_instance_info(path: Path) -> InstanceInfo:
 #: What a Hugging Face BERT directory must hold to load: weights, and a tokenizer vocabulary.
 WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model.bin", "*.index.json")
 MODEL_TOKENIZER_FILES = ("tokenizer.json", "vocab.txt")
+
+
+#: Options transformers' tokenizer save writes into tokenizer_config.json that say how it was loaded, not what it is
+LOAD_OPTIONS = ("is_local", "local_files_only")
+
+
+def write_vocab_txt(model_dir: str | Path, vocab: dict[str, int]) -> None:
+    """A WordPiece vocabulary (token -> id) as ``model_dir``'s vocab.txt, one token a line in id order: what
+    tools that read BERT's vocabulary file need where transformers 5 saved tokenizer.json alone."""
+    atomic_write_text(Path(model_dir) / "vocab.txt",
+                      "".join(f"{token}\n" for token, _ in sorted(vocab.items(), key=lambda item: item[1])))
+
+
+def limit_tokenizer(model_dir: str | Path, positions: int) -> None:
+    """Set the tokenizer's ``model_max_length`` in ``model_dir``'s tokenizer_config.json to the model's
+    ``positions`` (it was transformers' "no limit", 1e30: ``truncation=True`` in plain transformers then cut
+    nothing, and a long text failed in the model), and drop the loading options saved with it."""
+    path = Path(model_dir) / "tokenizer_config.json"
+    if not path.is_file():
+        return
+    config = json.loads(path.read_text(encoding="utf-8"))
+    limit = config.get("model_max_length")
+    config = {k: v for k, v in config.items() if k not in LOAD_OPTIONS}
+    if not isinstance(limit, int) or limit > positions:
+        config["model_max_length"] = positions
+    atomic_write_text(path, json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 def check_model(name: str, model_dir: str | Path, *, tokenizer: bool = True, segment_b: str = "") -> dict:

@@ -22,8 +22,9 @@ from typing import Any
 
 import torch
 
+from orchestrator.core.artifacts import limit_tokenizer, write_vocab_txt
 from orchestrator.core.config import from_dict, to_dict
-from orchestrator.core.manifest import is_complete
+from orchestrator.core.manifest import atomic_write_text, is_complete
 from orchestrator.finetune.model import TaskModel
 from orchestrator.finetune.readers import Example
 from orchestrator.finetune.spec import TaskSpec
@@ -44,16 +45,65 @@ def save_finetuned(model: TaskModel, spec: TaskSpec, tokenizer, out_dir: Path, m
     if spec.labels and spec.family != "sts":
         encoder.config.id2label = dict(enumerate(spec.labels))
         encoder.config.label2id = {label: i for i, label in enumerate(spec.labels)}
+    else:
+        encoder.config.num_labels = 1
+    if spec.family != "ner":  # what the labels are, for a reader of the config (the head is head.safetensors')
+        encoder.config.problem_type = PROBLEM_TYPES.get(spec.family, "single_label_classification")
     encoder.config.finetuning_task = spec.name
     state = {k: v.detach().cpu().contiguous() for k, v in encoder.state_dict().items() if ".adapter." not in k}
+    head = {k: v.detach().cpu().contiguous() for k, v in model.head.state_dict().items()}
+    whole = spec.family == "ner" and not has_adapters(encoder)  # BertForTokenClassification computes this model
+    if whole:
+        state = {**{f"bert.{k}": v for k, v in state.items()}, **{f"classifier.{k}": v for k, v in head.items()}}
     encoder.save_pretrained(str(out_dir), state_dict=state, safe_serialization=True)
+    if whole:  # save_pretrained names the class it was called on
+        config = json.loads((out_dir / "config.json").read_text(encoding="utf-8"))
+        atomic_write_text(out_dir / "config.json", json.dumps({**config, "architectures": [TOKEN_CLASSIFIER]},
+                                                              indent=2, sort_keys=True) + "\n")
     if has_adapters(encoder):
         save_adapters(encoder, out_dir)
     tokenizer.save_pretrained(str(out_dir))
-    save_file({k: v.detach().cpu().contiguous() for k, v in model.head.state_dict().items()},
-              str(out_dir / HEAD_WEIGHTS))
+    backend = getattr(tokenizer, "backend_tokenizer", None)  # transformers 5 saves a WordPiece's tokenizer.json alone
+    if not (out_dir / "vocab.txt").is_file() and backend is not None and \
+            json.loads(backend.to_str()).get("model", {}).get("type") == "WordPiece":
+        write_vocab_txt(out_dir, tokenizer.get_vocab())
+    limit_tokenizer(out_dir, encoder.config.max_position_embeddings)
+    save_file(head, str(out_dir / HEAD_WEIGHTS))
+    atomic_write_text(out_dir / "README.md", model_card(spec, whole))
     (out_dir / TASK_FILE).write_text(json.dumps({"task": to_dict(spec), "max_seq_length": max_seq_length},
                                                 indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+#: A task family's transformers ``problem_type`` (NER's model is a BertForTokenClassification, which needs none)
+PROBLEM_TYPES = {"sts": "regression", "multilabel": "multi_label_classification"}
+TOKEN_CLASSIFIER = "BertForTokenClassification"
+
+
+def model_card(spec: TaskSpec, whole: bool) -> str:
+    """The export's README.md: how to load it, in this project and in plain transformers."""
+    decode = {"sts": "the score is the logit", "multilabel": "a label is on where sigmoid(logit) > 0.5",
+              "ner": "a word's tag is its first sub-token's argmax"}.get(spec.family, "the label is the argmax")
+    plain = (f"`AutoModelForTokenClassification.from_pretrained(dir)` loads it whole ({TOKEN_CLASSIFIER}: the encoder "
+             "and its classifier); config.json's id2label names the tags." if whole else
+             "The task head reads the [CLS] token's last hidden state (no pooler), so "
+             "`AutoModelForSequenceClassification` / `AutoModelForTokenClassification` would put a new, randomly "
+             "initialised classifier on top: do not use them. In plain PyTorch:\n\n"
+             "```python\nimport torch\nfrom safetensors.torch import load_file\n"
+             "from transformers import AutoModel, AutoTokenizer\n\n"
+             "tokenizer, encoder = AutoTokenizer.from_pretrained(d), AutoModel.from_pretrained(d).eval()\n"
+             "head = load_file(f\"{d}/head.safetensors\")  # weight [outputs, hidden], bias [outputs]\n"
+             "with torch.no_grad():\n"
+             "    states = encoder(**tokenizer(texts, padding=True, truncation=True, return_tensors=\"pt\"))"
+             ".last_hidden_state\n"
+             "logits = torch.nn.functional.linear(states" + ("" if spec.family == "ner" else "[:, 0]")
+             + ", head[\"weight\"], head[\"bias\"])\n```\n\n"
+             "(a model with adapters: load it with the project's loader, which adds them)")
+    return (f"# {spec.name}: a fine-tuned model exported by the sweep\n\n"
+            f"Task family {spec.family}, metric {spec.metric}; {decode}. Inputs were cut to the length in "
+            "task.json.\n\n"
+            "With this project: `from orchestrator.finetune.export import load_finetuned; "
+            "load_finetuned(dir).predict(examples)` (the sweep's own decoding).\n\n"
+            f"With plain transformers: {plain}\n")
 
 
 @dataclasses.dataclass

@@ -18,7 +18,7 @@ import logging
 import shutil
 from pathlib import Path
 
-from orchestrator.core.artifacts import ShardInfo, load_plan, shard_sentences
+from orchestrator.core.artifacts import ShardInfo, load_plan, shard_sentences, write_vocab_txt
 from orchestrator.core.errors import InputError
 from orchestrator.core.manifest import atomic_write_json, atomic_write_text, file_sha256, write_manifest
 from orchestrator.core.pretokenize import pretokenize_of
@@ -76,8 +76,7 @@ def copy_model_tokenizer(model_dir: str | Path, out_dir: Path, pretokenize: str 
     for path in files:
         shutil.copyfile(path, out_dir / path.name)
     if not (out_dir / "vocab.txt").is_file():  # a tokenizer.json alone: its vocabulary in id order
-        vocab = sorted(_wordpiece_json(out_dir)["vocab"].items(), key=lambda item: item[1])
-        atomic_write_text(out_dir / "vocab.txt", "".join(f"{token}\n" for token, _ in vocab))
+        write_vocab_txt(out_dir, _wordpiece_json(out_dir)["vocab"])
     tokenizer = AutoTokenizer.from_pretrained(str(out_dir))
     if not (out_dir / "tokenizer.json").is_file() and model_pretokenize == "none":
         tokenizer.backend_tokenizer.save(str(out_dir / "tokenizer.json"))
