@@ -110,6 +110,14 @@ def test_a_missing_tokenizer_file_is_an_error_naming_it(tmp_path):
                                        intermediate_size=8))
     with pytest.raises(InputError, match=r"tok/tokenizer_config.json: tokenizer file not found on "):
         save_hf(model, tok, tmp_path / "out")
+    # with it: the saved tokenizer's limit is the model's positions (an outputs probe, session 48: it was 1e30,
+    # so plain transformers' truncation=True cut nothing and a long text failed in the model)
+    (tok / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True, "is_local": True,
+                                                           "model_max_length": int(1e30)}))
+    save_hf(model, tok, tmp_path / "out")
+    saved = json.loads((tmp_path / "out" / "tokenizer_config.json").read_text())
+    assert saved == {"do_lower_case": True, "model_max_length": 512}
+    assert json.loads((tok / "tokenizer_config.json").read_text())["model_max_length"] == int(1e30)  # its own kept
 
 
 # ------------------------------------------------------------------------------------ two real nodes
