@@ -281,6 +281,19 @@ MODEL_TOKENIZER_FILES = ("tokenizer.json", "vocab.txt")
 LOAD_OPTIONS = ("is_local", "local_files_only")
 
 
+#: Model types whose position ids start after the padding index (``create_position_ids_from_input_ids``)
+ROBERTA_STYLE = frozenset({"roberta", "xlm-roberta", "camembert", "roberta-prelayernorm", "xlm-roberta-xl"})
+
+
+def usable_positions(config: dict) -> int | None:
+    """The longest input a model with this ``config.json`` embeds: ``max_position_embeddings``, less the padding
+    index + 1 for a RoBERTa-style model (RoBERTa's 514 hold 512 tokens); None when the config does not say."""
+    positions, pad = config.get("max_position_embeddings"), config.get("pad_token_id")
+    if not isinstance(positions, int):
+        return None
+    return positions - pad - 1 if config.get("model_type") in ROBERTA_STYLE and isinstance(pad, int) else positions
+
+
 def write_vocab_txt(model_dir: str | Path, vocab: dict[str, int]) -> None:
     """A WordPiece vocabulary (token -> id) as ``model_dir``'s vocab.txt, one token a line in id order: what
     tools that read BERT's vocabulary file need where transformers 5 saved tokenizer.json alone."""

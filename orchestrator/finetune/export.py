@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from orchestrator.core.artifacts import limit_tokenizer, write_vocab_txt
+from orchestrator.core.artifacts import limit_tokenizer, usable_positions, write_vocab_txt
 from orchestrator.core.config import from_dict, to_dict
 from orchestrator.core.manifest import atomic_write_text, is_complete
 from orchestrator.finetune.model import TaskModel
@@ -67,7 +67,7 @@ def save_finetuned(model: TaskModel, spec: TaskSpec, tokenizer, out_dir: Path, m
     if not (out_dir / "vocab.txt").is_file() and backend is not None and \
             json.loads(backend.to_str()).get("model", {}).get("type") == "WordPiece":
         write_vocab_txt(out_dir, tokenizer.get_vocab())
-    limit_tokenizer(out_dir, encoder.config.max_position_embeddings)
+    limit_tokenizer(out_dir, usable_positions(encoder.config.to_dict()) or encoder.config.max_position_embeddings)
     save_file(head, str(out_dir / HEAD_WEIGHTS))
     atomic_write_text(out_dir / "README.md", model_card(spec, whole))
     (out_dir / TASK_FILE).write_text(json.dumps({"task": to_dict(spec), "max_seq_length": max_seq_length},

@@ -24,7 +24,7 @@ import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.core.artifacts import limit_tokenizer
+from orchestrator.core.artifacts import limit_tokenizer, usable_positions
 from orchestrator.core.errors import InputError
 from orchestrator.core.reuse import TOKENIZER_FILES
 
@@ -61,7 +61,7 @@ def save_hf(model: PreTrainedModel, tokenizer_dir: Path, out_dir: Path) -> None:
         src = Path(tokenizer_dir) / name
         if src.is_file():
             shutil.copy2(src, out_dir / name)
-    limit_tokenizer(out_dir, model.config.max_position_embeddings)
+    limit_tokenizer(out_dir, usable_positions(model.config.to_dict()) or model.config.max_position_embeddings)
 
 
 def check_tokenizer_files(tokenizer_dir: Path) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from orchestrator.core.artifacts import usable_positions
 from orchestrator.core.errors import InputError, OrchestratorError
 from orchestrator.modeling.encoder import load_encoder
 
@@ -65,19 +66,6 @@ def windows_of(ids: Sequence[int], width: int, long_units: str) -> list[list[int
     return cuts[:1] if long_units == "truncate" else cuts
 
 
-def usable_positions(encoder) -> int | None:
-    """The longest input ``encoder`` embeds: its ``max_position_embeddings``, less the ``padding_idx + 1`` rows a
-    RoBERTa-style model's position ids start after (RoBERTa's 514 hold 512 tokens); None when it does not say."""
-    positions = getattr(encoder.config, "max_position_embeddings", None)
-    if not isinstance(positions, int):
-        return None
-    embeddings = getattr(encoder, "embeddings", None)
-    pad = getattr(embeddings, "padding_idx", None)
-    if hasattr(embeddings, "create_position_ids_from_input_ids") and isinstance(pad, int):
-        return positions - pad - 1
-    return positions
-
-
 def embed_texts(model_dir: str | Path, texts: Sequence[str], *, max_seq_length: int = 128, batch_size: int = 32,
                 special_tokens: str = "exclude", long_units: str = "window", device: str = "cpu", threads: int = 0,
                 label: str = "") -> tuple[np.ndarray, EmbedInfo]:
@@ -90,7 +78,7 @@ def embed_texts(model_dir: str | Path, texts: Sequence[str], *, max_seq_length: 
         torch.set_num_threads(threads)
     tokenizer, encoder = load_model(model_dir)
     encoder.to(device)
-    length = min(max_seq_length, usable_positions(encoder) or max_seq_length)
+    length = min(max_seq_length, usable_positions(encoder.config.to_dict()) or max_seq_length)
     width = length - 2
     ids = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
     windows: list[tuple[int, list[int]]] = []
@@ -137,4 +125,4 @@ def embed_texts(model_dir: str | Path, texts: Sequence[str], *, max_seq_length: 
     return vectors, info
 
 
-__all__ = ["EmbedInfo", "embed_texts", "load_model", "usable_positions", "windows_of"]
+__all__ = ["EmbedInfo", "embed_texts", "load_model", "windows_of"]

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import psutil
 
+from orchestrator.core.artifacts import usable_positions
 from orchestrator.core.config import is_number, to_dict
 from orchestrator.core.cost import COST_FIELD, duration, measured
 from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
@@ -87,10 +88,6 @@ class SweepResult:
         return "\n".join(lines)
 
 
-#: Model types whose position ids start after the padding index (``create_position_ids_from_input_ids``)
-ROBERTA_STYLE = frozenset({"roberta", "xlm-roberta", "camembert", "roberta-prelayernorm", "xlm-roberta-xl"})
-
-
 def check_positions(name: str, max_seq_length: int, *, model_dir: str | Path | None = None,
                     planned: int | None = None) -> None:
     """The space's ``max_seq_length`` fits the model's position embeddings (BERT's 512; a small model's
@@ -99,11 +96,7 @@ def check_positions(name: str, max_seq_length: int, *, model_dir: str | Path | N
     (``planned_positions``)."""
     if model_dir is not None and model_dir_ok(model_dir):
         source: str | Path = Path(model_dir) / "config.json"
-        config = read_hf_config(Path(model_dir))
-        positions = config.get("max_position_embeddings")
-        pad = config.get("pad_token_id")
-        if config.get("model_type") in ROBERTA_STYLE and isinstance(positions, int) and isinstance(pad, int):
-            positions -= pad + 1  # its position ids start after the padding index: RoBERTa's 514 hold 512 tokens
+        positions = usable_positions(read_hf_config(Path(model_dir)))  # RoBERTa's 514 hold 512 tokens
     else:
         positions, source = planned, "pretrain.model.max_position_embeddings"
     if isinstance(positions, int) and max_seq_length > positions:
