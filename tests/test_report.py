@@ -180,6 +180,13 @@ def test_a_task_name_with_a_pipe_keeps_every_markdown_table_whole():
         widths = {len(re.findall(r"(?<!\\)\|", line)) for line in table.splitlines()}
         assert len(widths) == 1, table
     assert md.count("Para\\|Pipe") >= 4  # the scores', selection's, differences' and p-values' heads
+    assert "With 2 pairs" not in md  # 3 seeds
+    for row in results["cells"].values():  # 2 seeds (an outputs probe, session 48): the interval is the 2 differences
+        for cell in row.values():
+            scores = cell["test_scores"][:2]
+            cell.update(test_scores=scores, n=2, mean=sum(scores) / 2)
+    two = comparison_markdown(build_table(results), paired_differences(results, "base"))
+    assert "With 2 pairs the interval is the two differences themselves: it may exclude 0 beside a large p" in two
 
 
 def test_no_clinical_task_means_no_clinical_column():

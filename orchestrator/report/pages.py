@@ -296,9 +296,12 @@ def _comparison_notes(table: BlueTable, comparison: dict) -> str:
     scale = "" if table.scale == 1 else f" in points (scores x {table.scale:g})"
     level = f"{comparison['ci_level'] * 100:g} %"
     partial = ""
+    if any(e.get("n") == 2 for row in comparison["rows"].values() for e in row.values()):
+        partial += (" With 2 pairs the interval is the two differences themselves: it may exclude 0 beside a large "
+                    "p (read the p-value).")
     if any(e.get("partial") for row in comparison["rows"].values() for e in row.values()):
-        partial = (f" {DAGGER} the column averages only the tasks both models have with per-seed scores "
-                   "(the same tasks on both sides); it is not the full column.")
+        partial += (f" {DAGGER} the column averages only the tasks both models have with per-seed scores "
+                    "(the same tasks on both sides); it is not the full column.")
     return (f"Each cell is the mean over seeds of (model \u2212 {comparison['baseline']}){scale}, paired by seed "
             f"(by fold for cross-validated tasks), with the {level} percentile bootstrap interval of that mean "
             f"({comparison['n_boot']} resamples of the pairs). {SIGNIFICANT} marks p < {comparison['alpha']:g} in a "
