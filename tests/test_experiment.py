@@ -114,6 +114,12 @@ def test_three_arm_experiment_shares_the_corpus_pairs_the_sweep_and_nests_mlflow
     pretrains = [r for r in runs if r.data.tags.get(S.KIND) == S.KIND_PRETRAIN]
     assert sorted(r.data.tags[S.ARM] for r in pretrains) == ["conventional", "simpt"]
     assert all(r.data.tags[S.PARENT] == parent for r in pretrains)
+    # their inputs' settings as params, so the arms differ in the MLflow UI where they differ (an outputs probe,
+    # session 48: the pretraining runs held the pretraining settings only)
+    assert {r.data.tags[S.ARM]: r.data.params["input.corpus.mixer.name"] for r in pretrains} == {
+        "conventional": "conventional", "simpt": "simpt"}
+    assert all(r.data.params["input.vocab.ampv"] == "True" and r.data.params["input.instances.masking"]
+               and r.data.params["phase1.steps"] == "10" for r in pretrains)
     sweeps = [r for r in runs if r.data.tags.get(S.KIND) == S.KIND_SWEEP]
     assert len(sweeps) == 1 and sweeps[0].data.tags[S.PARENT] == parent
     cells = [r for r in runs if r.data.tags.get(S.KIND) == S.KIND_MODEL_TASK]

@@ -377,6 +377,30 @@ def input_keys(instances: dict[int, Path], tokenizer_dir: Path) -> tuple[dict[in
     return {int(n): output_key(p) for n, p in instances.items()}, vocab_key
 
 
+def input_settings(instances: list[Path]) -> dict:
+    """The settings of what pretraining reads, for its MLflow run's params (``input.corpus.*``, ``input.vocab.*``,
+    ``input.instances.*``): the corpus, vocabulary and instances stages' configs as their manifests record them,
+    so runs that differ only there (an experiment's mixing or AmpV arms) are told apart. A stage whose manifest
+    is not there (inputs made elsewhere) is left out."""
+    settings: dict = {}
+    for path in [Path(p) for p in instances[:1]]:  # the lengths share one corpus and vocabulary
+        try:
+            manifest = read_json_object(path / "manifest.json", "a stage manifest")
+            settings["instances"] = manifest.get("config") or {}
+            for upstream in manifest.get("inputs") or []:
+                found = read_json_object(Path(upstream) / "manifest.json", "a stage manifest")
+                if found.get("stage") in ("corpus", "vocab"):
+                    settings[found["stage"]] = found.get("config") or {}
+        except (InputError, OSError, TypeError):
+            continue
+    return settings
+
+
+def run_params(cfg: PretrainConfig, instances: list[Path]) -> dict:
+    """A pretraining run's MLflow params: its config, and its inputs' settings under ``input`` (``input_settings``)."""
+    return {**to_dict(cfg), "input": input_settings(instances)}
+
+
 @dataclasses.dataclass(frozen=True)
 class BatchPlan:
     """How one global batch is produced: ``workers x device_batch x accumulation == global_batch``."""

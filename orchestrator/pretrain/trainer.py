@@ -17,9 +17,8 @@ A run is its training settings plus its inputs (``pretrain_key``). Re-running th
 from its latest complete checkpoint, or reuses a finished output; checkpoints of another run (a
 changed learning rate, seed, corpus ...) are refused with what changed, or discarded with
 ``on_mismatch: restart``. A worker that dies mid-run is restarted from the latest checkpoint
-(``max_failures``).
-Everything that can be checked before workers start (vocabulary, architecture, batch
-arithmetic, data size) is checked here, in the driver, so a mistake fails in seconds.
+(``max_failures``). Everything that can be checked before workers start (vocabulary, architecture,
+batch arithmetic, data size) is checked here, in the driver, so a mistake fails in seconds.
 """
 from __future__ import annotations
 
@@ -72,6 +71,7 @@ from orchestrator.pretrain.config import (
     input_keys,
     pretrain_key,
     read_hf_config,
+    run_params,
 )
 from orchestrator.pretrain.data import (
     check_vocab_matches,
@@ -430,8 +430,8 @@ def _train(cfg: PretrainConfig, infos: dict[str, InstanceInfo], tokenizer_dir: P
         resume_dir = _check_existing_checkpoint(cfg, ckpt_dir, special.vocab_size, special.pad)
     if resume_dir:
         log.info("pretrain: found %s; training resumes from it", resume_dir.name)
-    tracking_info = start_stage_run(tracking, run_dir, stage=S.KIND_PRETRAIN, params=cfg, out_dir=out_dir,
-                                    tags=run_tags)
+    tracking_info = start_stage_run(tracking, run_dir, stage=S.KIND_PRETRAIN, out_dir=out_dir, tags=run_tags,
+                                    params=run_params(cfg, [info.path for info in infos.values()]))
     worker_tracking = tracking_info
     if multi_node and tracking_info and tracking_problem(tracking_info["uri"], alive_nodes()):
         # the configured server did not answer and the driver fell back to its own file
