@@ -14,7 +14,7 @@ from __future__ import annotations
 
 #: Every name ``orchestrator`` imports from transformers (tests/test_imports.py keeps it complete).
 TRANSFORMERS_NAMES = (
-    "AutoModel", "AutoModelForPreTraining", "AutoModelForTokenClassification", "AutoTokenizer",
+    "AutoConfig", "AutoModel", "AutoModelForPreTraining", "AutoModelForTokenClassification", "AutoTokenizer",
     "BertConfig", "BertForMaskedLM", "BertForPreTraining", "BertJapaneseTokenizer", "BertTokenizer",
     "PreTrainedModel", "get_linear_schedule_with_warmup",
 )
