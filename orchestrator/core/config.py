@@ -237,8 +237,9 @@ def load_config(cls: type[C], path: str | Path | None = None, overrides: list[st
     try:
         return from_dict(cls, expand_package_paths(data))
     except ConfigError as exc:  # a key the config file holds: the file and its line
+        # None unless the file holds the key's top (not only a preset's or an override's)
         line = key_line(path, _key_path(exc.key)) if path is not None and getattr(exc, "key", None) else None
-        if line is None or not _in_yaml(path, exc.key):
+        if line is None:
             raise
         raise ConfigError(f"{path}:{line}: {exc}") from None
 
@@ -382,12 +383,6 @@ def _in_file(where: str) -> tuple[str, str]:
         return "", where
     line = key_line(match[1], _key_path(match[2]))
     return f"{match[1]}{f':{line}' if line else ''}: ", match[2]
-
-
-def _in_yaml(path: str | Path, dotted: str) -> bool:
-    """Whether the config file ``path`` holds the top of the key ``dotted`` (not a preset's or an override's)."""
-    first = _key_path(dotted)[0]
-    return key_line(path, [first]) is not None
 
 
 def _at(where: str) -> str:

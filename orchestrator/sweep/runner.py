@@ -110,7 +110,7 @@ def planned_positions(pretrain: PretrainConfig) -> int | None:
     if not pretrain.model.init_from:
         return pretrain.model.max_position_embeddings
     init = Path(pretrain.model.init_from)
-    return read_hf_config(init).get("max_position_embeddings") if model_dir_ok(init) else None
+    return usable_positions(read_hf_config(init)) if model_dir_ok(init) else None
 
 
 def plan_sweep(cfg: SweepConfig, models: dict[str, Path], planned: dict[str, int] | None = None) -> str:

@@ -80,12 +80,12 @@ def copy_model_tokenizer(model_dir: str | Path, out_dir: Path, pretokenize: str 
     tokenizer = AutoTokenizer.from_pretrained(str(out_dir))
     if not (out_dir / "tokenizer.json").is_file() and model_pretokenize == "none":
         tokenizer.backend_tokenizer.save(str(out_dir / "tokenizer.json"))
-    elif model_pretokenize == "none" and _normalizer(out_dir) != _normalizer(tokenizer):
+    elif model_pretokenize == "none" and (saved := _normalizer(out_dir)) != (loaded := _normalizer(tokenizer)):
         # tokenizer_config.json's do_lower_case / strip_accents win over tokenizer.json's normalizer as the model
         # loads (fine-tuning, pretrain/final); the instances read tokenizer.json: it is written as the model loads
         log.warning("vocab.from_model: %s's normalizer (%s) is not what its tokenizer_config.json makes of it (%s), "
                     "as transformers loads the model; the instances are tokenised as the model loads",
-                    Path(model_dir) / "tokenizer.json", _normalizer(out_dir), _normalizer(tokenizer))
+                    Path(model_dir) / "tokenizer.json", saved, loaded)
         tokenizer.backend_tokenizer.save(str(out_dir / "tokenizer.json"))
     if not (out_dir / "special_tokens_map.json").is_file():
         atomic_write_json(out_dir / "special_tokens_map.json", SPECIAL_TOKENS_MAP)
