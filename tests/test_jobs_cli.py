@@ -85,9 +85,10 @@ def test_presets_belong_to_their_job():
 
 
 
-def test_an_unexpected_error_is_one_line_and_a_traceback_file(capsys):
+def test_an_unexpected_error_is_one_line_and_a_traceback_file(capsys, tmp_path, monkeypatch):
     """A bug inside a job: one line on stderr naming the file that holds the traceback, exit 1."""
     import re
+    import tempfile
     from dataclasses import dataclass
 
     from orchestrator.core.cli import JobSpec, run_job
@@ -99,11 +100,12 @@ def test_an_unexpected_error_is_one_line_and_a_traceback_file(capsys):
     def broken(cfg):
         raise ZeroDivisionError("division by zero deep inside")
 
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the suite leaves no traceback file in /tmp
     code = run_job(JobSpec(name="demo", description="demo", config_cls=Empty, run=broken, dry_run=str), [])
     err = capsys.readouterr().err
     assert code == 1 and err.count("\n") == 2 and "unexpected ZeroDivisionError: division by zero deep inside" in err
     path = Path(re.search(r"traceback is in (\S+)\)", err).group(1))
-    assert "in broken" in path.read_text() and "ZeroDivisionError" in path.read_text()
+    assert path.parent == tmp_path and "in broken" in path.read_text() and "ZeroDivisionError" in path.read_text()
 
 
 def test_bad_input_found_in_a_ray_task_is_one_line_and_exit_2(capsys, ray_local):
