@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -132,6 +133,7 @@ def measure(seeds: list[int], grid: list[int], lr: float, chemprot_sizes: tuple[
     # what one evaluation example cost here relative to one training example (the count assumes 1/3)
     eval_weight = (loop["eval_seconds"] / loop["eval_examples"]) / (loop["train_seconds"] / loop["train_examples"])
     at_measured = counted_cost(sizes, {t: grid for t in sizes}, eval_weight)
+    shutil.rmtree(tmp, ignore_errors=True)
     return {"wall_shared_s": round(wall["shared"], 2), "wall_naive_s": round(wall["naive"], 2),
             "wall_ratio": wall["shared"] / wall["naive"], "counted_ratio_small": counted["ratio"],
             "same_selection": same, "small_sizes": sizes,
