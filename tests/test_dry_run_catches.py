@@ -419,6 +419,13 @@ def test_a_bert_with_one_token_type_is_refused_where_it_would_be_given_segment_b
     assert code == 2 and err.count("\n") == 1, err
     assert err.startswith(f"error: {model}/config.json: model pretrain.model.init_from: type_vocab_size is 1"), err
     assert not runs.exists()
+    # the pretraining job's own run says it before Ray too (it started Ray and its log first: session 48)
+    job = ["pretrain.model.init_from=" + model, f"instances_dir={_fake_instances(tmp_path)}", f"tokenizer_dir={model}",
+           f"out_dir={runs / 'pretrain'}"]
+    code, err = _job("pretrain", job + (["--dry-run"] if dry else []), capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"error: {model}/config.json: model pretrain.model.init_from: type_vocab_size is 1"), err
+    assert not runs.exists()  # no logs/job.log
     code, err = _job("blue_sweep", sweep + ["sweep.tasks=[bc5cdr_chemical]", "--dry-run"], capsys)
     assert code == 0, err  # one sentence a row: segment A alone
     from orchestrator.core.artifacts import check_model, check_token_types

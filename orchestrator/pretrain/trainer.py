@@ -203,7 +203,7 @@ def _check_existing_checkpoint(cfg: PretrainConfig, ckpt_dir: Path, vocab_size: 
     return latest
 
 
-def _check_init_from(cfg: PretrainConfig, vocab_size: int, tokenizer_dir: Path | None = None) -> None:
+def check_init_from(cfg: PretrainConfig, vocab_size: int, tokenizer_dir: Path | None = None) -> None:
     """A model to continue must be a BERT with this tokenizer's vocabulary (size, and the very tokens
     when both directories have a vocab.txt), unless ``allow_vocab_resize``."""
     if not cfg.model.init_from:
@@ -359,7 +359,7 @@ def pretrain(cfg: PretrainConfig, instances: dict[int, Path], tokenizer_dir: Pat
     infos = _phase_inputs(cfg, instances)
     for info in infos.values():
         check_vocab_matches(info, tokenizer_dir, special.vocab_size)
-    _check_init_from(cfg, special.vocab_size, tokenizer_dir)
+    check_init_from(cfg, special.vocab_size, tokenizer_dir)
     key = pretrain_key(cfg, *input_keys(instances, tokenizer_dir))  # the key the runner names its folder by
     _adopt_earlier_key(out_dir, key, cfg, infos, tokenizer_dir)
     if reusable(out_dir, key) and (out_dir / "final" / "config.json").is_file():
@@ -581,7 +581,7 @@ def plan_pretrain(cfg: PretrainConfig, instances: dict[int, Path] | None, tokeni
                      f"{' or '.join(rules)} (the LR schedule stays over the steps)")
     if tokenizer_dir is not None:
         special = special_ids(Path(tokenizer_dir))
-        _check_init_from(cfg, special.vocab_size, Path(tokenizer_dir))
+        check_init_from(cfg, special.vocab_size, Path(tokenizer_dir))
         if not cfg.model.init_from:
             import torch  # heavy: torch
 

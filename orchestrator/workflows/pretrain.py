@@ -13,7 +13,7 @@ from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.runtime import alive_nodes, cluster_address, ray_session
 from orchestrator.pretrain.config import PretrainConfig
 from orchestrator.pretrain.nodes import driver_resources
-from orchestrator.pretrain.trainer import check_output, configured_uri, plan_pretrain, special_ids
+from orchestrator.pretrain.trainer import check_init_from, check_output, configured_uri, plan_pretrain, special_ids
 from orchestrator.track import TrackingConfig
 from orchestrator.track.caller import mlflow_state_kept
 from orchestrator.workflows.runner import pretrain_stage
@@ -63,8 +63,11 @@ def run(cfg: PretrainJobConfig):
     out_dir = Path(cfg.out_dir).resolve()
     run_dir = Path(cfg.run_dir).resolve() if cfg.run_dir else out_dir.parent
     check_output(out_dir)  # a folder the project did not write: refused before Ray, and before logs/job.log
-    instances = find_instances(Path(cfg.instances_dir))  # the inputs too: a missing one is found before Ray,
-    special_ids(Path(cfg.tokenizer_dir))  # a tokenizer that does not load as well (pretrain reads it again)
+    # the inputs too, before Ray: a missing one, a tokenizer that does not load (pretraining reads it again),
+    # a model to continue that the instances do not fit (a vocabulary, positions, segment B's token type)
+    instances = find_instances(Path(cfg.instances_dir))
+    special = special_ids(Path(cfg.tokenizer_dir))
+    check_init_from(cfg.pretrain, special.vocab_size, Path(cfg.tokenizer_dir))
     # Ray's, Train's and the workers' own lines go to the run's log file, the terminal keeping the job's
     # progress (as jobs/blue_sweep.py does); --verbose keeps everything on the terminal
     with ray_session(address=cfg.ray_address or None, log_file=run_dir / LOG_PATH) as info:
