@@ -373,6 +373,7 @@ def test_report_job_rebuilds_from_mlflow_alone(tmp_path):
     run_dir.mkdir(parents=True)
     results = make_results()
     results["summary"] = summarize(results["tasks"], results["cells"])
+    results["cells"]["base"]["MedNLI"]["dev_tied"] = True  # every setting scored alike on dev
     uri = local_uri(run_dir)
     pid = log_sweep(run_dir, results)
     loaded = load_results(uri)
@@ -386,6 +387,7 @@ def test_report_job_rebuilds_from_mlflow_alone(tmp_path):
             got = rebuilt["cells"][model][task]
             assert got["mean"] == pytest.approx(want["mean"]) and got["sd"] == pytest.approx(want["sd"])
             assert got["selected"] == want["selected"] and got["n"] == want["n"]
+            assert got.get("dev_tied") == want.get("dev_tied")
             assert [(p["epoch"], p["dev"]) for p in got["curve"]] == [(p["epoch"], p["dev"]) for p in want["curve"]]
         for key in ("total", "clinical", "biomedical"):
             assert rebuilt["summary"][model][key] == pytest.approx(results["summary"][model][key])
@@ -396,6 +398,9 @@ def test_report_job_rebuilds_from_mlflow_alone(tmp_path):
     assert job.returncode == 0, job.stderr[-3000:]
     md = (run_dir / "report" / "blue_table.md").read_text()
     assert "**90.0**" in md and "<u>85.0</u>" in md
+    tied = [line for line in md.splitlines() if "(a tie: every setting)" in line]
+    assert len(tied) == 1 and tied[0].startswith("| base |") and "\nA tie: every setting scored the same on dev" in md
+    assert "A tie: every setting" in (run_dir / "report" / "blue_table.html").read_text()
     assert (run_dir / "report" / "curves.png").is_file()
 
 

@@ -49,6 +49,20 @@ def test_a_setting_with_a_nan_dev_or_a_missing_seed_never_wins_whatever_the_reco
     assert cell["selected"]["learning_rate"] == 2e-5 and cell["n"] == 3
 
 
+def test_a_selection_every_setting_tied_on_dev_is_marked_as_the_tie_breaks():
+    """A dev split whose gold scores are all equal scores Pearson 0 for every setting (session 48's "not
+    changed"): the cell says the tie-break chose (fewest epochs, smallest learning rate), and the report says so."""
+    tied = [record(lr, s, [(1, 0.0, t), (2, 0.0, t + 0.1)]) for lr in (2e-5, 1e-5) for s, t in ((1, 0.3), (2, 0.5))]
+    cell = select_cell(tied, higher_is_better=True)
+    assert cell["dev_tied"] is True and cell["selected"] == {"learning_rate": 1e-5, "epochs": 1}
+    assert cell["mean"] == pytest.approx(0.4)
+    nan = [record(lr, 1, [(1, float("nan"), 0.2)]) for lr in (1e-5, 2e-5)]
+    assert select_cell(nan, higher_is_better=True)["dev_tied"] is True
+    apart = tied + [record(3e-5, s, [(1, 1e-9, 0.1), (2, 0.0, 0.1)]) for s in (1, 2)]  # one setting above the rest
+    assert "dev_tied" not in select_cell(apart, higher_is_better=True)
+    assert "dev_tied" not in select_cell([record(1e-5, 1, [(1, 0.0, 0.1)])], higher_is_better=True)  # one setting
+
+
 def test_blues_own_release_layout_is_found_under_data_dir(tmp_path, caplog):
     """BLUE's bert_data release names four folders otherwise than the task YAMLs (hoc, ddi2013-type,
     BC5CDR/chem, BC5CDR/disease): sweep.data_dir pointed at it failed with 'file not found' (a probe,

@@ -188,6 +188,7 @@ def results_from_children(client, parent) -> dict:
             "selected": {k[len(S.SELECTED_PREFIX):]: _number(v) for k, v in params.items()
                          if k.startswith(S.SELECTED_PREFIX)},
             "curve": _curve(client, child.info.run_id),
+            **({"dev_tied": True} if metrics.get(S.DEV_TIED) else {}),
         }
     if not cells:
         raise InputError(where, "no results.json artifact and no (model, task) child run with a test_mean metric",

@@ -57,6 +57,8 @@ def render_markdown(table: BlueTable, title: str = "BLUE results", curves: str |
         for model in table.models:
             lines.append(f"| {_md_escape(model)} | " + " | ".join(_selection_text(table, table.cell(model, c.key))
                                                                for c in tasks) + " |")
+        if _tie_note(table):
+            lines += ["", _tie_note(table)]
     lines += [text for section in sections for text in ("", section.rstrip("\n"))]
     if curves:
         lines += ["", "## Learning curves", "", f"![learning curves per task]({curves})"]
@@ -145,7 +147,18 @@ def selection_html(table: BlueTable) -> str:
         out.append(f'<tr><td class="model">{esc(model)}</td>' + "".join(
             f"<td>{esc(_selection_text(table, table.cell(model, c.key)))}</td>" for c in tasks) + "</tr>")
     out.append("</tbody></table>")
+    if _tie_note(table):
+        out.append(f'<p class="notes">{esc(_tie_note(table))}</p>')
     return "\n".join(out)
+
+
+def _tie_note(table: BlueTable) -> str:
+    """What "a tie" in the selection table means, where a cell has one."""
+    if not any(cell.dev_tied for cell in table.cells.values()):
+        return ""
+    return ("A tie: every setting scored the same on dev (a dev split whose gold scores are all equal, or a model "
+            "that predicts one value), so dev chose nothing and the tie-break did (the fewest epochs, then the "
+            "smallest learning rate).")
 
 
 def _selection_text(table: BlueTable, cell: Cell) -> str:
@@ -153,7 +166,9 @@ def _selection_text(table: BlueTable, cell: Cell) -> str:
     if not cell.selected:
         return "\u2013"
     text = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in cell.selected)
-    return text if cell.dev_mean is None else f"{text}; dev {table.text(cell.dev_mean)}"
+    text = text if cell.dev_mean is None else f"{text}; dev {table.text(cell.dev_mean)}"
+    # every setting scored alike on dev: the tie-break chose (fewest epochs, smallest learning rate)
+    return f"{text} (a tie: every setting)" if cell.dev_tied else text
 
 
 def _notes(table: BlueTable) -> str:

@@ -50,6 +50,7 @@ class Cell:
     selected: tuple[tuple[str, Any], ...] = ()
     dev_mean: float | None = None
     partial: bool = False  # a summary over fewer tasks than its column's: shown with a dagger, never ranked
+    dev_tied: bool = False  # every setting scored the same on dev: the selection is the tie-break's
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,8 @@ def build_table(results: dict, scale: float = 100.0, digits: int = 1,
             # one seed has no spread: its cell shows the mean alone, as a summary score does (it showed "(0.0)")
             sd = None if cell.get("n") == 1 else _clean(cell.get("sd"))
             raw[(model, name)] = (_clean(cell.get("mean")), sd, cell.get("n"))
-            chosen[(model, name)] = (tuple((cell.get("selected") or {}).items()), _clean(cell.get("dev_mean")))
+            chosen[(model, name)] = (tuple((cell.get("selected") or {}).items()), _clean(cell.get("dev_mean")),
+                                     bool(cell.get("dev_tied")))
 
     cells: dict[tuple[str, str], Cell] = {}
     for col in columns:
@@ -152,9 +154,9 @@ def build_table(results: dict, scale: float = 100.0, digits: int = 1,
         ranks = rank_top2(ranked, col.higher_is_better)
         for model, rank in zip(models, ranks):
             mean, sd, n = raw[(model, col.key)]
-            selected, dev_mean = chosen.get((model, col.key), ((), None))
+            selected, dev_mean, tied = chosen.get((model, col.key), ((), None, False))
             cells[(model, col.key)] = Cell(mean=mean, sd=sd, n=n, rank=rank, selected=selected, dev_mean=dev_mean,
-                                           partial=(model, col.key) in partial)
+                                           partial=(model, col.key) in partial, dev_tied=tied)
     return BlueTable(models=models, columns=tuple(columns), cells=cells, scale=scale, digits=digits)
 
 

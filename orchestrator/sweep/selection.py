@@ -97,6 +97,10 @@ def select_cell(records: Iterable[dict], higher_is_better: bool) -> dict:
         return (len(by_setting[key]) < most, nan, 0.0 if nan else -sign * dev_mean, epochs, lr, batch)
 
     best_lr, best_batch, best_epochs = min(by_setting, key=rank)
+    complete = [float(np.mean([d for d, _ in runs.values()])) for runs in by_setting.values() if len(runs) == most]
+    # every setting scored the same on dev (a constant dev gold, a model that predicts one value): the
+    # selection is the tie-break's (fewest epochs, then the smallest learning rate), which the report says
+    tied = len(complete) > 1 and (all(map(math.isnan, complete)) or max(complete) - min(complete) <= 1e-12)
     runs = by_setting[(best_lr, best_batch, best_epochs)]
     batch_filter = best_batch if batch_axis else None
     seeds = sorted({s for s, _ in runs})
@@ -121,6 +125,8 @@ def select_cell(records: Iterable[dict], higher_is_better: bool) -> dict:
             "dev_mean": float(np.mean(devs)), "test_scores": tests, "seeds": seeds, "curve": curve}
     if folds:
         cell["folds"] = len(folds)
+    if tied:
+        cell["dev_tied"] = True
     if stopped:
         stops = [r["early_stopping"] for r in sorted(stopped, key=lambda r: (r["trial"]["seed"],
                                                                               r["trial"].get("fold", -1)))]
