@@ -386,7 +386,7 @@ def test_report_job_rebuilds_from_mlflow_alone(tmp_path):
         for task, want in results["cells"][model].items():
             got = rebuilt["cells"][model][task]
             assert got["mean"] == pytest.approx(want["mean"]) and got["sd"] == pytest.approx(want["sd"])
-            assert got["selected"] == want["selected"] and got["n"] == want["n"]
+            assert list(got["selected"].items()) == list(want["selected"].items()) and got["n"] == want["n"]
             assert got.get("dev_tied") == want.get("dev_tied")
             assert [(p["epoch"], p["dev"]) for p in got["curve"]] == [(p["epoch"], p["dev"]) for p in want["curve"]]
         for key in ("total", "clinical", "biomedical"):
@@ -402,6 +402,16 @@ def test_report_job_rebuilds_from_mlflow_alone(tmp_path):
     assert len(tied) == 1 and tied[0].startswith("| base |") and "\nA tie: every setting scored the same on dev" in md
     assert "A tie: every setting" in (run_dir / "report" / "blue_table.html").read_text()
     assert (run_dir / "report" / "curves.png").is_file()
+
+
+def test_a_rebuilt_selection_lists_its_keys_as_the_sweep_does_whatever_order_the_store_returns():
+    """Session 47's probe: a report rebuilt from MLflow read "epochs=1, learning_rate=0.003" where the job's
+    said "learning_rate=0.003, epochs=1": the params came back in the store's order (by name)."""
+    from orchestrator.report.mlflow_results import _selected
+
+    params = {"selected.epochs": "1", "metric": "pearson", "selected.batch_size": "16",
+              "selected.learning_rate": "0.003"}
+    assert list(_selected(params).items()) == [("learning_rate", 0.003), ("epochs", 1), ("batch_size", 16)]
 
 
 def test_metric_fallback_refuses_runs_without_group_and_direction(tmp_path):
