@@ -374,6 +374,8 @@ def test_report_job_rebuilds_from_mlflow_alone(tmp_path):
     results = make_results()
     results["summary"] = summarize(results["tasks"], results["cells"])
     results["cells"]["base"]["MedNLI"]["dev_tied"] = True  # every setting scored alike on dev
+    for model in results["models"]:  # a test split cut by sweep.max_eval_examples
+        results["cells"][model]["BIOSSES"]["test_sample"] = 300
     uri = local_uri(run_dir)
     pid = log_sweep(run_dir, results)
     loaded = load_results(uri)
@@ -387,7 +389,7 @@ def test_report_job_rebuilds_from_mlflow_alone(tmp_path):
             got = rebuilt["cells"][model][task]
             assert got["mean"] == pytest.approx(want["mean"]) and got["sd"] == pytest.approx(want["sd"])
             assert list(got["selected"].items()) == list(want["selected"].items()) and got["n"] == want["n"]
-            assert got.get("dev_tied") == want.get("dev_tied")
+            assert got.get("dev_tied") == want.get("dev_tied") and got.get("test_sample") == want.get("test_sample")
             assert [(p["epoch"], p["dev"]) for p in got["curve"]] == [(p["epoch"], p["dev"]) for p in want["curve"]]
         for key in ("total", "clinical", "biomedical"):
             assert rebuilt["summary"][model][key] == pytest.approx(results["summary"][model][key])
@@ -401,6 +403,9 @@ def test_report_job_rebuilds_from_mlflow_alone(tmp_path):
     tied = [line for line in md.splitlines() if "(a tie: every setting)" in line]
     assert len(tied) == 1 and tied[0].startswith("| base |") and "\nA tie: every setting scored the same on dev" in md
     assert "A tie: every setting" in (run_dir / "report" / "blue_table.html").read_text()
+    said = "BIOSSES: the test scores are on a seeded sample of 300 test examples, not on the whole test set"
+    assert said in md and said in (run_dir / "report" / "blue_table.html").read_text()
+    assert "MedNLI: the test scores" not in md
     assert (run_dir / "report" / "curves.png").is_file()
 
 

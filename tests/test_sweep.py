@@ -63,6 +63,21 @@ def test_a_selection_every_setting_tied_on_dev_is_marked_as_the_tie_breaks():
     assert "dev_tied" not in select_cell([record(1e-5, 1, [(1, 0.0, 0.1)])], higher_is_better=True)  # one setting
 
 
+def test_a_test_split_cut_by_max_eval_examples_is_marked_with_its_sample_size():
+    """Session 48's "not changed": with sweep.max_eval_examples below a test split's size the scores are a
+    sample's, and the report did not say so (the shipped experiments cap at 300)."""
+    def capped(cap: int, test_size: int) -> list[dict]:
+        recs = [record(1e-5, s, [(1, 0.5, 0.4)]) for s in (1, 2)]
+        for rec in recs:
+            rec["trial"]["max_eval_examples"], rec["counts"] = cap, {"test_size": test_size, "dev_size": 10}
+        return recs
+
+    assert select_cell(capped(300, 300), higher_is_better=True)["test_sample"] == 300
+    assert "test_sample" not in select_cell(capped(300, 120), higher_is_better=True)  # the whole split: 120 < 300
+    assert "test_sample" not in select_cell(capped(0, 5000), higher_is_better=True)  # no cap
+    assert "test_sample" not in select_cell([record(1e-5, 1, [(1, 0.5, 0.4)])], higher_is_better=True)  # old records
+
+
 def test_blues_own_release_layout_is_found_under_data_dir(tmp_path, caplog):
     """BLUE's bert_data release names four folders otherwise than the task YAMLs (hoc, ddi2013-type,
     BC5CDR/chem, BC5CDR/disease): sweep.data_dir pointed at it failed with 'file not found' (a probe,

@@ -188,6 +188,7 @@ def results_from_children(client, parent) -> dict:
             "selected": _selected(params),
             "curve": _curve(client, child.info.run_id),
             **({"dev_tied": True} if metrics.get(S.DEV_TIED) else {}),
+            **({"test_sample": int(metrics[S.TEST_SAMPLE])} if metrics.get(S.TEST_SAMPLE) else {}),
         }
     if not cells:
         raise InputError(where, "no results.json artifact and no (model, task) child run with a test_mean metric",

@@ -192,7 +192,19 @@ def _notes(table: BlueTable) -> str:
             "the best score per column is bold and the second best underlined (ranked on unrounded means; "
             "for a metric where lower is better the lowest ranks first). Total is the macro average over "
             f"{averaged}; each group's score ({named}) averages the tasks of that group{among}.{scale}"
-            f"{partial}")
+            f"{partial}{_sample_note(table)}")
+
+
+def _sample_note(table: BlueTable) -> str:
+    """The tasks whose test scores are on a sample of the test split (``sweep.max_eval_examples``)."""
+    sampled: dict[int, list[str]] = {}
+    for col in table.columns:
+        sizes = {table.cell(m, col.key).test_sample for m in table.models} - {None}
+        if col.kind == "task" and sizes:
+            sampled.setdefault(max(sizes), []).append(col.label)
+    return "".join(f" {', '.join(names)}: the test scores are on a seeded sample of {size:,} test examples, not on "
+                   "the whole test set (sweep.max_eval_examples caps dev and test)."
+                   for size, names in sorted(sampled.items()))
 
 
 

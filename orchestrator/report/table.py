@@ -51,6 +51,7 @@ class Cell:
     dev_mean: float | None = None
     partial: bool = False  # a summary over fewer tasks than its column's: shown with a dagger, never ranked
     dev_tied: bool = False  # every setting scored the same on dev: the selection is the tie-break's
+    test_sample: int | None = None  # the test scores are on a seeded sample of this many examples
 
 
 @dataclass(frozen=True)
@@ -146,7 +147,7 @@ def build_table(results: dict, scale: float = 100.0, digits: int = 1,
             sd = None if cell.get("n") == 1 else _clean(cell.get("sd"))
             raw[(model, name)] = (_clean(cell.get("mean")), sd, cell.get("n"))
             chosen[(model, name)] = (tuple((cell.get("selected") or {}).items()), _clean(cell.get("dev_mean")),
-                                     bool(cell.get("dev_tied")))
+                                     bool(cell.get("dev_tied")), cell.get("test_sample"))
 
     cells: dict[tuple[str, str], Cell] = {}
     for col in columns:
@@ -154,9 +155,9 @@ def build_table(results: dict, scale: float = 100.0, digits: int = 1,
         ranks = rank_top2(ranked, col.higher_is_better)
         for model, rank in zip(models, ranks):
             mean, sd, n = raw[(model, col.key)]
-            selected, dev_mean, tied = chosen.get((model, col.key), ((), None, False))
+            selected, dev_mean, tied, sample = chosen.get((model, col.key), ((), None, False, None))
             cells[(model, col.key)] = Cell(mean=mean, sd=sd, n=n, rank=rank, selected=selected, dev_mean=dev_mean,
-                                           partial=(model, col.key) in partial, dev_tied=tied)
+                                           partial=(model, col.key) in partial, dev_tied=tied, test_sample=sample)
     return BlueTable(models=models, columns=tuple(columns), cells=cells, scale=scale, digits=digits)
 
 

@@ -127,6 +127,9 @@ def select_cell(records: Iterable[dict], higher_is_better: bool) -> dict:
         cell["folds"] = len(folds)
     if tied:
         cell["dev_tied"] = True
+    cap = max((rec["trial"].get("max_eval_examples") or 0 for rec in records), default=0)
+    if cap and any(rec.get("counts", {}).get("test_size", 0) >= cap for rec in records):
+        cell["test_sample"] = cap  # a seeded sample of the test split (sweep.max_eval_examples), which the report says
     if stopped:
         stops = [r["early_stopping"] for r in sorted(stopped, key=lambda r: (r["trial"]["seed"],
                                                                               r["trial"].get("fold", -1)))]

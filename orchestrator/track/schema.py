@@ -80,6 +80,7 @@ MODEL_DIR, MODEL_IDENTITY = "model_dir", "model_identity"
 SELECTED_PREFIX = "selected."
 TEST_MEAN, TEST_SD, DEV_MEAN, N = "test_mean", "test_sd", "dev_mean", "n"
 DEV_TIED = "dev_tied"  # 1 where every setting scored the same on dev: the selection is the tie-break's
+TEST_SAMPLE = "test_sample"  # the test scores' sample size, where max_eval_examples cut the test split
 CURVE_DEV, CURVE_TEST = "curve.dev", "curve.test"
 BEST_EPOCH, STOPPED_EPOCH = "best_epoch", "stopped_epoch"
 EXPORT_DIR, EXPORT_TRIAL = "orchestrator.export_dir", "orchestrator.export_trial"

@@ -153,7 +153,8 @@ def _log_cell(model: str, task: str, cell: dict | None, recs: list[dict], metric
             mlflow.log_params({S.SELECTED_PREFIX + k: v for k, v in cell["selected"].items()})
             mlflow.log_metrics({k: v for k, v in ((S.TEST_MEAN, cell["mean"]), (S.TEST_SD, cell["sd"]),
                                                   (S.DEV_MEAN, cell.get("dev_mean")), (S.N, cell.get("n")),
-                                                  (S.DEV_TIED, 1.0 if cell.get("dev_tied") else None))
+                                                  (S.DEV_TIED, 1.0 if cell.get("dev_tied") else None),
+                                                  (S.TEST_SAMPLE, cell.get("test_sample")))
                                 if v is not None})
             for point in cell["curve"]:  # an early-stopped cell's curve has dev only
                 mlflow.log_metrics({name: point[split] for split, name in (("dev", S.CURVE_DEV), ("test", S.CURVE_TEST))
