@@ -42,6 +42,18 @@ def test_yaml_then_overrides_win(tmp_path):
         cfg.seed = 5  # frozen
 
 
+def test_an_override_addresses_a_section_whose_name_holds_dots_by_its_parts():
+    """Session 47's "not changed": an arm named ``v1.0`` in a YAML file could not be set on the command line
+    (``arms.v1.0.init=x`` read as arm ``v1``). The longest name the mapping has wins; a new key is made by parts."""
+    from orchestrator.core.config import apply_overrides
+
+    data = {"arms": {"v1.0": {"init": "pretrained"}, "v1": {}}}
+    out = apply_overrides(data, ["arms.v1.0.init=random", "arms.v1.init=x", "arms.v2.a.b=1", "tags.k=v"])
+    assert out == {"arms": {"v1.0": {"init": "random"}, "v1": {"init": "x"}, "v2": {"a": {"b": 1}}},
+                   "tags": {"k": "v"}}
+    assert data["arms"]["v1.0"] == {"init": "pretrained"}  # the caller's mapping is left as it was
+
+
 def test_unknown_key_suggests_closest(tmp_path):
     with pytest.raises(ConfigError, match=r"optim\.learning_rat.*did you mean 'learning_rate'"):
         load_config(Job, None, ["optim.learning_rat=0.1"])

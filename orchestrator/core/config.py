@@ -154,9 +154,14 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
 
 
 def set_dotted(data: dict, path: list[str], value: Any) -> None:
-    """Set ``value`` at ``path`` (['a', 'b', 'c'] for a.b.c) of a nested mapping, making sections on the way."""
-    node = data
-    for depth, part in enumerate(path[:-1], 1):
+    """Set ``value`` at ``path`` (['a', 'b', 'c'] for a.b.c) of a nested mapping, making sections on the way.
+    A section whose name holds dots (an arm named ``v1.0``) is addressed by its parts, the longest name there
+    first: ``arms.v1.0.init=x`` sets arm ``v1.0``'s ``init``, as the YAML file's ``arms: {v1.0: ...}`` names it."""
+    node, depth = data, 0
+    while depth < len(path) - 1:
+        end = next((end for end in range(len(path) - 1, depth + 1, -1)
+                    if isinstance(node.get(".".join(path[depth:end])), dict)), depth + 1)
+        part, depth = ".".join(path[depth:end]), end
         child = node.get(part)
         if child is not None and not isinstance(child, dict):
             raise ConfigError(f"override {'.'.join(path)}: {'.'.join(path[:depth])} is the value {child!r}, "
@@ -165,7 +170,7 @@ def set_dotted(data: dict, path: list[str], value: Any) -> None:
             child = {}
             node[part] = child
         node = child
-    node[path[-1]] = value
+    node[".".join(path[depth:])] = value
 
 
 def merge(base: dict, top: dict) -> dict:
