@@ -390,11 +390,17 @@ def test_report_job_rebuilds_from_mlflow_alone(tmp_path):
             assert got["mean"] == pytest.approx(want["mean"]) and got["sd"] == pytest.approx(want["sd"])
             assert list(got["selected"].items()) == list(want["selected"].items()) and got["n"] == want["n"]
             assert got.get("dev_tied") == want.get("dev_tied") and got.get("test_sample") == want.get("test_sample")
+            # per seed too, so a rebuilt report has its paired differences (they read "- (n=0)": session 47)
+            assert got["test_scores"] == pytest.approx(want["test_scores"]) and got["seeds"] == want.get("seeds", [])
             assert [(p["epoch"], p["dev"]) for p in got["curve"]] == [(p["epoch"], p["dev"]) for p in want["curve"]]
         for key in ("total", "clinical", "biomedical"):
             assert rebuilt["summary"][model][key] == pytest.approx(results["summary"][model][key])
     assert {t["name"]: (t["group"], t["higher_is_better"]) for t in rebuilt["tasks"]} == {
         t["name"]: (t["group"], t["higher_is_better"]) for t in results["tasks"]}
+    from orchestrator.report.compare import paired_differences
+
+    rows = paired_differences(rebuilt, "base")["rows"]
+    assert rows["ampv"]["BIOSSES"]["n"] == 3 and rows["ampv"]["total"]["n"] == 3
 
     job = report_job("--run-dir", str(run_dir))
     assert job.returncode == 0, job.stderr[-3000:]

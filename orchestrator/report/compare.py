@@ -162,8 +162,8 @@ def _task_entry(base: dict, cell: dict, higher_is_better: bool, rng: np.random.G
     if b is None or m is None:
         entry = _stats([], [], higher_is_better, rng, n_boot=n_boot, alpha=alpha)
         entry.update(pairs_by="seed", paired=[], dropped={"baseline": [], "model": []},
-                     note="no per-seed test scores in a cell (results rebuilt from MLflow metrics keep only "
-                          "the mean)")
+                     note="no per-seed test scores in a cell (results rebuilt from the MLflow metrics of a sweep "
+                          "an older version of this tool logged keep only the mean)")
         return entry
     labels = [s for s in b if s in m]
     entry = _stats([b[s] for s in labels], [m[s] for s in labels], higher_is_better, rng, n_boot=n_boot, alpha=alpha)

@@ -82,6 +82,9 @@ TEST_MEAN, TEST_SD, DEV_MEAN, N = "test_mean", "test_sd", "dev_mean", "n"
 DEV_TIED = "dev_tied"  # 1 where every setting scored the same on dev: the selection is the tie-break's
 TEST_SAMPLE = "test_sample"  # the test scores' sample size, where max_eval_examples cut the test split
 CURVE_DEV, CURVE_TEST = "curve.dev", "curve.test"
+# a cell's test score per seed (per fold where FOLDS is logged): metric TEST_SCORE at step i is test_scores[i],
+# param SEEDS the JSON list of seeds; what the paired differences of a report rebuilt from metrics pair
+TEST_SCORE, SEEDS, FOLDS = "test_score", "seeds", "folds"
 BEST_EPOCH, STOPPED_EPOCH = "best_epoch", "stopped_epoch"
 EXPORT_DIR, EXPORT_TRIAL = "orchestrator.export_dir", "orchestrator.export_trial"
 EXPORTS_ARTIFACT = "exports.json"

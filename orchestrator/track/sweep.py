@@ -1,7 +1,9 @@
 """A finished sweep into MLflow: a parent run, a child per (model, task), a nested run per trial."""
 from __future__ import annotations
 
+import json
 import logging
+import time
 from pathlib import Path
 
 from orchestrator.core.config import is_number
@@ -156,6 +158,7 @@ def _log_cell(model: str, task: str, cell: dict | None, recs: list[dict], metric
                                                   (S.DEV_TIED, 1.0 if cell.get("dev_tied") else None),
                                                   (S.TEST_SAMPLE, cell.get("test_sample")))
                                 if v is not None})
+            _log_per_seed(run.info.run_id, cell)
             for point in cell["curve"]:  # an early-stopped cell's curve has dev only
                 mlflow.log_metrics({name: point[split] for split, name in (("dev", S.CURVE_DEV), ("test", S.CURVE_TEST))
                                     if split in point}, step=point["epoch"])
@@ -168,6 +171,21 @@ def _log_cell(model: str, task: str, cell: dict | None, recs: list[dict], metric
             _log_trial(rec, tags, log_predictions)
     MlflowClient().set_tag(run.info.run_id, S.CELL_DIGEST, digest)
     return run.info.run_id
+
+
+def _log_per_seed(run_id: str, cell: dict) -> None:
+    """A cell's test score per seed (per fold), in one batch, for a report rebuilt from metrics alone (its
+    paired differences need them: ``report.mlflow_results``)."""
+    from mlflow.entities import Metric, Param  # heavy: mlflow
+    from mlflow.tracking import MlflowClient  # heavy: mlflow
+
+    scores, seeds = cell.get("test_scores") or [], json.dumps(cell.get("seeds") or [])
+    if not scores or None in scores or len(seeds) > 500:  # 500: the longest param value this project logs
+        return
+    now = int(time.time() * 1000)
+    metrics = [Metric(S.TEST_SCORE, float(score), now, step) for step, score in enumerate(scores)]
+    metrics += [Metric(S.FOLDS, float(cell["folds"]), now, 0)] if cell.get("folds") else []
+    MlflowClient().log_batch(run_id, metrics=metrics, params=[Param(S.SEEDS, seeds)])
 
 
 def _log_trial(rec: dict, tags: dict[str, str], log_predictions: bool) -> None:
