@@ -415,14 +415,16 @@ def test_report_job_rebuilds_from_mlflow_alone(tmp_path):
     assert (run_dir / "report" / "curves.png").is_file()
 
 
-def test_a_rebuilt_selection_lists_its_keys_as_the_sweep_does_whatever_order_the_store_returns():
-    """Session 47's probe: a report rebuilt from MLflow read "epochs=1, learning_rate=0.003" where the job's
-    said "learning_rate=0.003, epochs=1": the params came back in the store's order (by name)."""
-    from orchestrator.report.mlflow_results import _selected
-
-    params = {"selected.epochs": "1", "metric": "pearson", "selected.batch_size": "16",
-              "selected.learning_rate": "0.003"}
-    assert list(_selected(params).items()) == [("learning_rate", 0.003), ("epochs", 1), ("batch_size", 16)]
+def test_a_selection_lists_its_keys_in_one_order_whatever_order_its_document_has():
+    """Session 47's and 49's probes: a report rebuilt by jobs/report.py read "epochs=20, learning_rate=0.003"
+    where the job's said "learning_rate=0.003, epochs=20" (results.json keeps its keys sorted by name)."""
+    results = make_results()
+    for row in results["cells"].values():
+        for cell in row.values():
+            cell["selected"] = {"epochs": 2, "batch_size": 16, "learning_rate": 5e-5}
+    cell = build_table(results).cell("base", "BIOSSES")
+    assert cell.selected == (("learning_rate", 5e-5), ("epochs", 2), ("batch_size", 16))
+    assert "| learning_rate=5e-05, epochs=2, batch_size=16; dev " in render_markdown(build_table(results))
 
 
 def test_metric_fallback_refuses_runs_without_group_and_direction(tmp_path):

@@ -185,7 +185,8 @@ def results_from_children(client, parent) -> dict:
         cells.setdefault(model, {})[task] = {
             "mean": metrics[S.TEST_MEAN], "sd": metrics.get(S.TEST_SD),
             "n": int(metrics[S.N]) if S.N in metrics else None, "dev_mean": metrics.get(S.DEV_MEAN),
-            "selected": _selected(params),
+            "selected": {k[len(S.SELECTED_PREFIX):]: _number(v) for k, v in params.items()
+                         if k.startswith(S.SELECTED_PREFIX)},
             "curve": _curve(client, child.info.run_id),
             **({"dev_tied": True} if metrics.get(S.DEV_TIED) else {}),
             **({"test_sample": int(metrics[S.TEST_SAMPLE])} if metrics.get(S.TEST_SAMPLE) else {}),
@@ -198,17 +199,6 @@ def results_from_children(client, parent) -> dict:
     results = {"tasks": task_list, "models": models, "cells": cells, "summary": summarize(task_list, cells)}
     validate_results(results, where)
     return results
-
-
-SELECTED_ORDER = ("learning_rate", "epochs", "batch_size")  # as the sweep's selection writes a cell's keys
-
-
-def _selected(params: dict) -> dict:
-    """A cell's selected setting from its ``selected.*`` params, in the order the sweep's results.json has
-    them (MLflow returns params sorted by name: the rebuilt report read ``epochs=1, learning_rate=0.003``)."""
-    chosen = {k[len(S.SELECTED_PREFIX):]: _number(v) for k, v in params.items() if k.startswith(S.SELECTED_PREFIX)}
-    rank = {key: i for i, key in enumerate(SELECTED_ORDER)}
-    return dict(sorted(chosen.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0])))
 
 
 def retrieval_results(client, run, notes: list[str]) -> dict | None:

@@ -146,7 +146,7 @@ def build_table(results: dict, scale: float = 100.0, digits: int = 1,
             # one seed has no spread: its cell shows the mean alone, as a summary score does (it showed "(0.0)")
             sd = None if cell.get("n") == 1 else _clean(cell.get("sd"))
             raw[(model, name)] = (_clean(cell.get("mean")), sd, cell.get("n"))
-            chosen[(model, name)] = (tuple((cell.get("selected") or {}).items()), _clean(cell.get("dev_mean")),
+            chosen[(model, name)] = (_in_order(cell.get("selected") or {}), _clean(cell.get("dev_mean")),
                                      bool(cell.get("dev_tied")), cell.get("test_sample"))
 
     cells: dict[tuple[str, str], Cell] = {}
@@ -159,6 +159,17 @@ def build_table(results: dict, scale: float = 100.0, digits: int = 1,
             cells[(model, col.key)] = Cell(mean=mean, sd=sd, n=n, rank=rank, selected=selected, dev_mean=dev_mean,
                                            partial=(model, col.key) in partial, dev_tied=tied, test_sample=sample)
     return BlueTable(models=models, columns=tuple(columns), cells=cells, scale=scale, digits=digits)
+
+
+SELECTED_ORDER = ("learning_rate", "epochs", "batch_size")  # as the sweep's selection makes a cell's keys
+
+
+def _in_order(selected: dict) -> tuple[tuple[str, Any], ...]:
+    """A selected setting's keys in the sweep's order: results.json keeps them sorted by name, MLflow in its
+    store's order, and the job renders its own document (a rebuilt report read ``epochs=20, learning_rate=...``
+    where the job's said ``learning_rate=..., epochs=20``)."""
+    rank = {key: i for i, key in enumerate(SELECTED_ORDER)}
+    return tuple(sorted(selected.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0])))
 
 
 def _clean(value: Any) -> float | None:
