@@ -546,7 +546,8 @@ def test_vocab_from_a_model_continues_it_on_its_own_tokens(ray_local, samples, t
     from orchestrator.core.manifest import file_sha256, read_manifest
     from orchestrator.pretrain.config import ModelConfig, PretrainConfig
     from orchestrator.pretrain.model import PretrainingModule, build_model
-    from orchestrator.pretrain.trainer import _check_init_from, plan_pretrain, special_ids
+    from orchestrator.pretrain.plan import plan_pretrain
+    from orchestrator.pretrain.trainer import check_init_from, special_ids
     from orchestrator.vocab.wordpiece import VocabConfig
 
     minilm = get_model_path()
@@ -584,7 +585,7 @@ def test_vocab_from_a_model_continues_it_on_its_own_tokens(ray_local, samples, t
     tokens = (minilm / "vocab.txt").read_text(encoding="utf-8").splitlines()
     (other / "vocab.txt").write_text("\n".join(tokens[:1000] + sorted(tokens[1000:])) + "\n", encoding="utf-8")
     with pytest.raises(ConfigError, match="another vocabulary"):
-        _check_init_from(PretrainConfig(model=ModelConfig(init_from=str(minilm))), 30522, other)
+        check_init_from(PretrainConfig(model=ModelConfig(init_from=str(minilm))), 30522, other)
     assert "continue from" in plan_pretrain(PretrainConfig(model=ModelConfig(init_from=str(minilm))), None,
                                             result.vocab_dir)
 

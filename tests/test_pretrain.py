@@ -250,7 +250,7 @@ def test_ranks_that_decide_differently_fail_on_every_rank_instead_of_hanging(tmp
 
 def test_the_run_key_changes_with_a_stopping_rule_only_when_one_is_set():
     from orchestrator.core.reuse import content_key
-    from orchestrator.pretrain.trainer import plan_pretrain
+    from orchestrator.pretrain.plan import plan_pretrain
 
     def key(cfg):
         return content_key("pretrain", cfg.training_fields())
@@ -590,6 +590,16 @@ def test_checkpoints_of_another_run_are_refused_or_discarded(corpus, tmp_path):
     key = pretrain_key(changed, *input_keys(inputs, corpus["tokenizer"]))
     with pytest.raises(ConfigError, match=r"another run \(phase1.learning_rate 0.05 -> 0.001, seed 42 -> 7\)"):
         _check_run(changed, key, out / "checkpoints")
+    # the dry run says what the run will do there (it said "valid", and the run refused after Ray: docs probe D6)
+    from orchestrator.pretrain.plan import plan_pretrain
+
+    with pytest.raises(ConfigError, match=r"another run \(phase1.learning_rate 0.05 -> 0.001, seed 42 -> 7\)"):
+        plan_pretrain(changed, inputs, corpus["tokenizer"], out_dir=out)
+    assert f"checkpoints: resumes from {out / 'checkpoints' / 'ckpt-0000005'}" in \
+        plan_pretrain(_cfg(), inputs, corpus["tokenizer"], out_dir=out)
+    restart = _cfg(**{"phase1.learning_rate": 1e-3, "on_mismatch": "restart"})
+    assert "(phase1.learning_rate 0.05 -> 0.001): discarded (on_mismatch=restart)" in \
+        plan_pretrain(restart, inputs, corpus["tokenizer"], out_dir=out)
     assert (out / "checkpoints" / "ckpt-0000005").is_dir()
     _check_run(_cfg(**{"phase1.learning_rate": 1e-3, "on_mismatch": "restart"}), key, out / "checkpoints")
     assert not (out / "checkpoints" / "ckpt-0000005").exists()
@@ -600,9 +610,9 @@ def test_checkpoints_of_another_run_are_refused_or_discarded(corpus, tmp_path):
     # a run recorded with the key pretraining computed before issue 32 (vocab.txt's hash) is this run: restamped once
     from orchestrator.core.manifest import file_sha256
     from orchestrator.core.reuse import content_key, output_key
-    from orchestrator.pretrain.trainer import _adopt_earlier_key, _phase_inputs
+    from orchestrator.pretrain.trainer import _adopt_earlier_key, phase_inputs
 
-    infos = _phase_inputs(_cfg(), inputs)
+    infos = phase_inputs(_cfg(), inputs)
     earlier = content_key("pretrain", _cfg().training_fields(), {str(n): output_key(p) for n, p in inputs.items()},
                           file_sha256(corpus["tokenizer"] / "vocab.txt"))
     atomic_write_json(out / "checkpoints" / "run.json", {"key": earlier, "config": _cfg().training_fields()})

@@ -77,7 +77,7 @@ def test_a_loopback_server_is_reachable_when_every_node_is_this_machine():
 
 
 def test_the_dry_run_refuses_a_declared_multi_node_run_on_local_storage_and_says_what_it_needs(tmp_path):
-    from orchestrator.pretrain.trainer import plan_pretrain
+    from orchestrator.pretrain.plan import plan_pretrain
 
     with pytest.raises(ConfigError) as refused:
         plan_pretrain(_cfg(multi_node=True), None, None, tracking_uri="sqlite:////tmp/run/mlflow.db")
@@ -185,7 +185,8 @@ def test_two_nodes_refuse_local_storage_then_train_one_worker_per_node_on_shared
     from transformers import AutoModelForPreTraining, AutoTokenizer
 
     from orchestrator.core.runtime import alive_nodes
-    from orchestrator.pretrain.trainer import plan_pretrain, pretrain
+    from orchestrator.pretrain.plan import plan_pretrain
+    from orchestrator.pretrain.trainer import pretrain
 
     nodes = alive_nodes()
     assert len(nodes) == 2 and all(n["Resources"].get(SLOT) == 1.0 for n in nodes)

@@ -25,13 +25,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.core.artifacts import limit_tokenizer, usable_positions
-from orchestrator.core.errors import InputError
+from orchestrator.core.config import flatten
+from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.reuse import TOKENIZER_FILES
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
 STATE_FILE = "training_state.pt"
+RUN_RECORD = "run.json"  # in out_dir/checkpoints: the key and settings of the run the checkpoints belong to
 TRAINER_STATE = "trainer_state.json"
 COMPLETE = "checkpoint.json"
 #: Without these a checkpoint's (and final/'s) tokenizer does not load as the one trained with.
@@ -144,3 +146,24 @@ def latest_checkpoint(root: Path) -> Path | None:
         return None
     found = sorted(p for p in root.glob("ckpt-*") if p.is_dir() and is_checkpoint(p))
     return found[-1] if found else None
+
+
+def other_run(ckpt_dir: Path, key: str, fields: dict, same: tuple[str, ...] = ()) -> str | None:
+    """What makes the checkpoints in ``ckpt_dir`` another run's than the one keyed ``key`` (whose settings are
+    ``fields``; ``same``: other keys of this very run); None when there are none, or they are this run's."""
+    record = Path(ckpt_dir) / RUN_RECORD
+    old = json.loads(record.read_text()) if record.is_file() else None
+    if latest_checkpoint(ckpt_dir) is None or (old is not None and old.get("key") in (key, *same)):
+        return None
+    if old is None:
+        return "they carry no run record (an older version of this project)"
+    a, b = flatten(old["config"]), flatten(fields)
+    keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+    changes = [f"{k} {a.get(k)!r} -> {b.get(k)!r}" for k in keys[:6]] + (["..."] if len(keys) > 6 else [])
+    return ", ".join(changes) if changes else "the instances or the vocabulary it was trained on"
+
+
+def other_run_error(ckpt_dir: Path, what: str) -> ConfigError:
+    return ConfigError(f"pretrain: {ckpt_dir} holds checkpoints of another run ({what}); resuming them would "
+                       "continue that run. Use a fresh output directory, or set pretrain.on_mismatch=restart to "
+                       "discard them and train from scratch")

@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.core.artifacts import INSTANCE_COLUMNS, InstanceInfo, check_model, read_instance_info
-from orchestrator.core.config import flatten
 from orchestrator.core.cost import COST_FIELD, device_text, duration, measured
 from orchestrator.core.errors import ConfigError, InputError, OrchestratorError, keep_sigint_handler, worker_failure
 from orchestrator.core.manifest import (
@@ -58,13 +57,15 @@ from orchestrator.core.runtime import alive_nodes, check_fits, ray_session
 from orchestrator.instances.config import Specials
 from orchestrator.pretrain.checkpoint import (
     HF_FILES,
+    RUN_RECORD,
     TOKENIZER_FILES,
     check_tokenizer_files,
     latest_checkpoint,
+    other_run,
+    other_run_error,
     save_hf,
 )
 from orchestrator.pretrain.config import (
-    SIZE_PRESETS,
     PretrainConfig,
     batch_plan,
     check_init_positions,
@@ -167,7 +168,7 @@ def worker_cpus(cfg: PretrainConfig, cluster_cpus: float, data_reads: bool = Tru
     return round(share, 2)
 
 
-def _phase_inputs(cfg: PretrainConfig, instances: dict[int, Path]) -> dict[str, InstanceInfo]:
+def phase_inputs(cfg: PretrainConfig, instances: dict[int, Path]) -> dict[str, InstanceInfo]:
     out = {}
     for name, phase in cfg.active_phases():
         path = instances.get(phase.max_seq_length)
@@ -234,7 +235,6 @@ def check_init_from(cfg: PretrainConfig, vocab_size: int, tokenizer_dir: Path | 
                           "tokenizer, or model.allow_vocab_resize=true to accept the mismatch")
 
 
-RUN_RECORD = "run.json"  # in out_dir/checkpoints: the key and settings of the run the checkpoints belong to
 STORAGE_RECORD = "storage.json"  # in out_dir, with pretrain.storage_path: where its checkpoints are
 
 
@@ -251,28 +251,14 @@ def check_output(out_dir: Path) -> None:
 def _check_run(cfg: PretrainConfig, key: str, ckpt_dir: Path) -> None:
     """Checkpoints in ``ckpt_dir`` must come from this very run (same key); else refuse, saying what
     changed, or (``on_mismatch: restart``) discard them. Records the run before training starts."""
-    record = ckpt_dir / RUN_RECORD
-    found = latest_checkpoint(ckpt_dir)
-    old = json.loads(record.read_text()) if record.is_file() else None
-    if found is not None and (old is None or old.get("key") != key):
-        changes = _changes(old["config"], cfg.training_fields()) if old else []
-        what = (", ".join(changes) if changes else "the instances or the vocabulary it was trained on") if old else \
-            "they carry no run record (an older version of this project)"
+    if what := other_run(ckpt_dir, key, cfg.training_fields()):
         if cfg.on_mismatch == "refuse":
-            raise ConfigError(f"pretrain: {ckpt_dir} holds checkpoints of another run ({what}); resuming them would "
-                              "continue that run. Use a fresh output directory, or set "
-                              "pretrain.on_mismatch=restart to discard them and train from scratch")
+            raise other_run_error(ckpt_dir, what)
         log.warning("pretrain: discarding the checkpoints of another run in %s (%s)", ckpt_dir, what)
         shutil.rmtree(ckpt_dir)
-    if old is None or old.get("key") != key:
+    record = ckpt_dir / RUN_RECORD
+    if not record.is_file() or json.loads(record.read_text()).get("key") != key:
         atomic_write_json(record, {"key": key, "config": cfg.training_fields()})
-
-
-def _changes(old: dict, new: dict, limit: int = 6) -> list[str]:
-    """'phase1.learning_rate 0.001 -> 0.002' for each setting that differs."""
-    a, b = flatten(old), flatten(new)
-    keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
-    return [f"{k} {a.get(k)!r} -> {b.get(k)!r}" for k in keys[:limit]] + (["..."] if len(keys) > limit else [])
 
 
 def _reused(out_dir: Path) -> PretrainResult:
@@ -325,16 +311,21 @@ def _export_final(checkpoint, tokenizer_dir: Path, final: Path, cfg: PretrainCon
                        extra={MODEL_FILES_FIELD: model_file_record(tmp), "pretrain_key": key})
 
 
+def earlier_key(cfg: PretrainConfig, infos: dict[str, InstanceInfo], tokenizer_dir: Path) -> str | None:
+    """The key pretraining computed before issue 32 (its phases' instances and vocab.txt's hash)."""
+    vocab = Path(tokenizer_dir) / "vocab.txt"
+    return content_key("pretrain", cfg.training_fields(), {str(i.max_seq_length): output_key(i.path)
+                                                          for i in infos.values()}, file_sha256(vocab)) \
+        if vocab.is_file() else None
+
+
 def _adopt_earlier_key(out_dir: Path, key: str, cfg: PretrainConfig, infos: dict[str, InstanceInfo],
                        tokenizer_dir: Path) -> None:
     """An output made before issue 32 records the key pretraining computed then (its phases' instances and
     vocab.txt's hash, not the stages' keys): when it records that key of these very inputs, it is this run,
     and its manifest and checkpoints' run record are stamped with ``key`` once, so it is reused or resumed."""
-    vocab = Path(tokenizer_dir) / "vocab.txt"
-    if not vocab.is_file():
+    if not (earlier := earlier_key(cfg, infos, tokenizer_dir)):
         return
-    earlier = content_key("pretrain", cfg.training_fields(),
-                          {str(i.max_seq_length): output_key(i.path) for i in infos.values()}, file_sha256(vocab))
     for record in (out_dir / MANIFEST, out_dir / CHECKPOINTS / RUN_RECORD):
         data = json.loads(record.read_text(encoding="utf-8")) if record.is_file() else {}
         if data.get(KEY_FIELD if record.name == MANIFEST else "key") == earlier:
@@ -356,7 +347,7 @@ def pretrain(cfg: PretrainConfig, instances: dict[int, Path], tokenizer_dir: Pat
     instances = {int(k): Path(v) for k, v in instances.items()}
     special = special_ids(tokenizer_dir)
     check_tokenizer_files(tokenizer_dir)
-    infos = _phase_inputs(cfg, instances)
+    infos = phase_inputs(cfg, instances)
     for info in infos.values():
         check_vocab_matches(info, tokenizer_dir, special.vocab_size)
     check_init_from(cfg, special.vocab_size, tokenizer_dir)
@@ -535,66 +526,3 @@ def random_init(cfg: PretrainConfig, tokenizer_dir: Path, out_dir: Path, *, dest
     log.info("random initialisation: %s (%d parameters, seed %d, no training)", Path(dest or out_dir) / "final",
              params, cfg.seed)
     return final
-
-
-def plan_pretrain(cfg: PretrainConfig, instances: dict[int, Path] | None, tokenizer_dir: Path | None, *,
-                  tracking_uri: str | None = None, nodes: list[dict] | None = None,
-                  driver_node: dict[str, float] | None = None, out_dir: Path | None = None) -> str:
-    """Dry run: the model, batch arithmetic per phase, what a multi-node run needs and, when given,
-    checked inputs. Trains nothing. ``tracking_uri``: the configured MLflow store (None when off);
-    ``nodes`` / ``driver_node``: an attached cluster's alive nodes and the driver node's resources
-    (None: not attached; ``pretrain.multi_node`` alone then says whether the run spans nodes). Imports
-    torch and transformers only to count a new model's parameters (with ``tokenizer_dir``): a dry run
-    before the corpus stage has run answers without them."""
-    lines = []
-    paths = [Path(p) for _, p in sorted((instances or {}).items())]
-    multi_node = check_multi_node(cfg, tracking_uri, nodes=nodes, driver_resources=driver_node, out_dir=out_dir,
-                                  instances=paths, tokenizer_dir=tokenizer_dir)
-    if multi_node:
-        where = cfg.storage_path or (Path(out_dir) / CHECKPOINTS if out_dir else "<out_dir>/checkpoints")
-        lines.append(f"nodes: several ({multi_node}); shared storage declared, checkpoints in {where}, "
-                     f"MLflow {tracking_uri or 'off'}")
-    if cfg.model.init_from:
-        hf = check_model("pretrain.model.init_from", cfg.model.init_from, tokenizer=False)
-        lines.append(f"model: continue from {cfg.model.init_from} (hidden {hf['hidden']}, {hf['layers']} layers), "
-                     f"objective {cfg.model.objective}")
-    else:
-        hidden, layers, heads, inter = SIZE_PRESETS[cfg.model.size]
-        lines.append(f"model: {cfg.model.size} BERT (hidden {hidden}, {layers} layers, {heads} heads, "
-                     f"FFN {inter}), objective {cfg.model.objective}")
-    if cfg.adapters.enabled:
-        lines.append(f"adapters: bottleneck hidden/{cfg.adapters.reduction_factor} after each FFN, base frozen")
-    lines.append(f"optimizer: {cfg.optim.name}, precision {cfg.precision}, workers {cfg.num_workers} "
-                 f"({'GPU, NCCL' if cfg.use_gpu else 'CPU, gloo'})")
-    for name, phase in cfg.active_phases():
-        plan = batch_plan(phase.global_batch_size, cfg.num_workers, phase.device_batch_size, where=name)
-        lines.append(f"{name}: len {phase.max_seq_length}, {phase.steps} steps, global batch {plan.global_batch} = "
-                     f"{plan.workers} x {plan.device_batch} x {plan.accumulation} accumulation, "
-                     f"lr {phase.learning_rate:g}, warm-up {int(phase.warmup_proportion * phase.steps)} steps")
-    if cfg.stop.enabled:
-        stop = cfg.stop
-        rules = [f"MLM accuracy >= {stop.mlm_accuracy:g}"] if stop.mlm_accuracy else []
-        if stop.plateau_patience:
-            rules.append(f"MLM loss not {stop.plateau_min_delta:.1%} below the phase's best for "
-                         f"{stop.plateau_patience} windows")
-        lines.append(f"stop: a phase ends at its steps, or earlier at the end of a {stop.window}-step window with "
-                     f"{' or '.join(rules)} (the LR schedule stays over the steps)")
-    if tokenizer_dir is not None:
-        special = special_ids(Path(tokenizer_dir))
-        check_init_from(cfg, special.vocab_size, Path(tokenizer_dir))
-        if not cfg.model.init_from:
-            import torch  # heavy: torch
-
-            from orchestrator.pretrain.model import bert_config, model_class  # heavy: torch, transformers
-
-            with torch.device("meta"):
-                model = model_class(cfg.model.objective)(bert_config(cfg.model, special.vocab_size, special.pad))
-            lines.append(f"parameters: {sum(p.numel() for p in model.parameters()):,} "
-                         f"(vocabulary {special.vocab_size})")
-        if instances is not None:
-            for name, info in _phase_inputs(cfg, {int(k): Path(v) for k, v in instances.items()}).items():
-                check_vocab_matches(info, Path(tokenizer_dir), special.vocab_size)
-                lines.append(f"{name} input: {info.path} ({info.instances} instances, {info.masking} masking)")
-    else:
-        lines.append("inputs: produced by the corpus stage (checked when it has run)")
-    return "\n".join(lines)

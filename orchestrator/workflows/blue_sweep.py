@@ -216,7 +216,8 @@ def plan_tracking(cfg: ChainConfig) -> str:
 
 def plan_chain(cfg: ChainConfig) -> str:
     """Dry run: validate every stage's config and inputs, and say what would run."""
-    from orchestrator.pretrain.trainer import configured_uri, plan_pretrain  # heavy: the stage's implementation
+    from orchestrator.pretrain.plan import plan_pretrain  # heavy: the stage's implementation
+    from orchestrator.pretrain.trainer import configured_uri  # heavy: the stage's implementation
     from orchestrator.sweep.runner import plan_sweep, planned_positions
 
     stages = cfg.active_stages
@@ -246,7 +247,8 @@ def plan_chain(cfg: ChainConfig) -> str:
 def plan_experiment(cfg: ExperimentConfig) -> str:
     """Every arm's config and inputs checked, and the stage graph: which outputs are built, which arms
     share them, which are reused from disk."""
-    from orchestrator.pretrain.trainer import configured_uri, plan_pretrain  # heavy: the stages' implementations
+    from orchestrator.pretrain.plan import plan_pretrain  # heavy: the stages' implementations
+    from orchestrator.pretrain.trainer import configured_uri  # heavy: the stages' implementations
     from orchestrator.sweep.runner import plan_sweep, planned_positions
 
     plans = arm_plans(cfg)

@@ -273,7 +273,8 @@ def run_cycle(cfg: CycleConfig, c: int, previous: dict | None) -> dict:
 
 def plan(cfg: CycleConfig) -> str:
     """Dry run: every stage's config checked; what each cycle would do."""
-    from orchestrator.pretrain.trainer import configured_uri, plan_pretrain  # heavy: the stage's implementation
+    from orchestrator.pretrain.plan import plan_pretrain  # heavy: the stage's implementation
+    from orchestrator.pretrain.trainer import configured_uri  # heavy: the stage's implementation
     from orchestrator.sweep.runner import plan_sweep
 
     lines = [f"run directory: {cfg.run_dir}", f"cycles: {cfg.cycles} (cycle 0: random masking)", "",

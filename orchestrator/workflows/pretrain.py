@@ -13,7 +13,8 @@ from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.runtime import alive_nodes, cluster_address, ray_session
 from orchestrator.pretrain.config import PretrainConfig
 from orchestrator.pretrain.nodes import driver_resources
-from orchestrator.pretrain.trainer import check_init_from, check_output, configured_uri, plan_pretrain, special_ids
+from orchestrator.pretrain.plan import plan_pretrain
+from orchestrator.pretrain.trainer import check_init_from, check_output, configured_uri, special_ids
 from orchestrator.track import TrackingConfig
 from orchestrator.track.caller import mlflow_state_kept
 from orchestrator.workflows.runner import pretrain_stage
