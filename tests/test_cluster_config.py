@@ -48,3 +48,20 @@ def test_installs_project_and_keeps_secrets_out(cluster):
     assert "ssh_private_key" not in cluster["auth"]
     # The dashboard / Jobs API is never exposed on a public interface.
     assert not any("0.0.0.0" in c for c in cluster["head_start_ray_commands"])
+
+
+@pytest.mark.parametrize("name", ["cluster.yaml", "real_data.yaml"])
+def test_a_shipped_scale_config_takes_nothing_from_the_laptop_preset_under_it(name):
+    """Docs probe D1: configs/cluster.yaml ("seed 000's recipe") left mixer.units and vocab.target_paths to the
+    laptop preset a --config file goes over: its SimPT corpus was capped at the preset's 20 units."""
+    import importlib.util
+
+    from orchestrator.core.cli import build_parser, resolve_config
+
+    spec = importlib.util.spec_from_file_location("blue_sweep_job", ROOT / "jobs" / "blue_sweep.py")
+    job = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(job)
+    path = str(ROOT / "configs" / name)
+    over_preset = resolve_config(job.SPEC, build_parser(job.SPEC).parse_args(["--config", path]))
+    alone = resolve_config(job.SPEC, build_parser(job.SPEC).parse_args(["--preset", "none", "--config", path]))
+    assert over_preset == alone

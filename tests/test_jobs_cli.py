@@ -431,3 +431,19 @@ def test_every_job_runs_with_docstrings_stripped():
     res = subprocess.run([sys.executable, "-OO", "-c", script, *[str(ROOT / "jobs" / j) for j in JOBS]],
                          capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert res.returncode == 0 and res.stdout.strip() == f"OK {len(JOBS)}", res.stderr[-3000:]
+
+
+def test_a_config_file_without_arms_says_it_runs_no_preset_arms(tmp_path):
+    """Docs probe D2: a one-key --config file turned the main job's pretrained-vs-floor experiment into one
+    chain without a word (the preset's arms and baseline are not a file's); --help and the run now say so."""
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(f"run_name: x\nruns_root: {tmp_path / 'runs'}\n")
+    res = run_job("blue_sweep.py", "--config", str(plain), "--dry-run", timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert f"--config {plain}: no arms or baseline from preset 'default'" in res.stderr
+    assert "stages: corpus -> vocab" in res.stdout  # one chain, as said
+    own = tmp_path / "own.yaml"
+    own.write_text(f"runs_root: {tmp_path / 'runs'}\narms: {{a: {{}}, b: {{init: random}}}}\nbaseline: a\n")
+    res = run_job("blue_sweep.py", "--config", str(own), "--dry-run", timeout=300)
+    assert res.returncode == 0 and "preset 'default'" not in res.stderr, res.stderr[-2000:]
+    assert "the preset's arms and baseline are not taken" in " ".join(run_job("blue_sweep.py", "--help").stdout.split())

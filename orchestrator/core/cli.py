@@ -120,7 +120,10 @@ def build_parser(spec: JobSpec) -> argparse.ArgumentParser:
               + "\n".join(describe(spec.config_cls, values=values)))
     p = argparse.ArgumentParser(prog=f"python jobs/{spec.name}.py", description=spec.description, epilog=epilog,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", type=Path, help="YAML config file (applied over the preset)")
+    kept = (f"; the preset's {' and '.join(spec.preset_only)} are not taken: the file's own, if any"
+            if spec.preset_only else "")
+    p.add_argument("--config", type=Path, help="YAML config file, applied over the preset: a key it does not set "
+                                                f"keeps the preset's value (--preset none: the defaults){kept}")
     names = preset_names(spec.name)
     p.add_argument("--preset", default=spec.default_preset,
                    help=f"named preset under orchestrator/presets/{spec.name} ({', '.join(names) or 'none'}); "
@@ -141,6 +144,12 @@ def build_parser(spec: JobSpec) -> argparse.ArgumentParser:
 def resolve_config(spec: JobSpec, args: argparse.Namespace):
     base = load_preset(spec.name, args.preset) if args.preset and args.preset != "none" else {}
     if args.config is not None:
+        own = read_yaml(args.config) if any(k in base for k in spec.preset_only) and args.config.is_file() else {}
+        if dropped := [k for k in spec.preset_only if k in base and k not in (own or {})]:  # said, not silent
+            logging.getLogger(spec.name).info(
+                "--config %s: no %s from preset %r (a file's %s are its own); the preset's other keys apply where "
+                "the file does not set them (--preset none: the defaults)", args.config, " or ".join(dropped),
+                args.preset, " and ".join(spec.preset_only))
         base = {k: v for k, v in base.items() if k not in spec.preset_only}
     return load_config(spec.config_cls, args.config, args.overrides, base=base)
 
