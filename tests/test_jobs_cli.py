@@ -447,3 +447,47 @@ def test_a_config_file_without_arms_says_it_runs_no_preset_arms(tmp_path):
     res = run_job("blue_sweep.py", "--config", str(own), "--dry-run", timeout=300)
     assert res.returncode == 0 and "preset 'default'" not in res.stderr, res.stderr[-2000:]
     assert "the preset's arms and baseline are not taken" in " ".join(run_job("blue_sweep.py", "--help").stdout.split())
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["summary", "error"])
+def test_the_run_log_holds_the_closing_lines_the_terminal_showed(tmp_path, capsys, caplog, fails):
+    """Docs probe D13: logs/job.log ended at the report's line; the experiment page's line, "finished in", the
+    summary (its cost table, the MLflow command) and a closing error reached the terminal only."""
+    import logging
+    from dataclasses import dataclass
+
+    from orchestrator.core.cli import JobSpec, run_job
+    from orchestrator.core.console import run_log
+    from orchestrator.core.errors import InputError
+
+    @dataclass(frozen=True)
+    class Empty:
+        pass
+
+    @dataclass
+    class Result:
+        def summary(self) -> str:
+            return "run directory : here\n  this run took 1 s"
+
+    log_path = tmp_path / "logs" / "job.log"
+    caplog.set_level(logging.INFO)  # as the job's own logging.basicConfig sets it
+
+    def job(cfg):
+        with run_log(log_path):
+            logging.getLogger("demo").info("inside the run")
+        logging.getLogger("dashboards.experiment_page").info("experiment page written: page.html")
+        if fails:
+            raise InputError(tmp_path / "x.tsv", "bad row", expected="3 columns")
+        return Result()
+
+    code = run_job(JobSpec(name="demo", description="demo", config_cls=Empty, run=job, dry_run=str), [])
+    shown = capsys.readouterr()
+    text = log_path.read_text()
+    assert "INFO dashboards.experiment_page: experiment page written: page.html" in text
+    if fails:
+        assert code == 2 and "error: " in shown.err and f"error: {tmp_path / 'x.tsv'}: bad row" in text
+    else:
+        assert code == 0 and "demo: finished in" in text
+        assert text.endswith("run directory : here\n  this run took 1 s\n")
+    logging.getLogger("demo").info("after the job")  # the copying ended with the job
+    assert "after the job" not in log_path.read_text()

@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 
 from orchestrator.core.config import describe, load_config, public, read_yaml, redacted, to_dict
-from orchestrator.core.console import redact_log_records, set_verbose
+from orchestrator.core.console import end_trail, keep_closing_lines, redact_log_records, set_verbose
 from orchestrator.core.errors import (
     OrchestratorError,
     Terminated,
@@ -161,7 +161,13 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     raise_on_sigterm()
-    cfg = None
+    cfg, closing = None, []  # the lines said after the run's log file is let go: copied to it (end_trail)
+    keep_closing_lines()
+
+    def say(text: str, *, err: bool = False) -> None:
+        print(text, file=sys.stderr if err else sys.stdout)
+        closing.append(text)
+
     try:
         cfg = resolve_config(spec, args)
         if args.print_config:
@@ -177,7 +183,7 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
         result = spec.run(cfg)
         logging.getLogger(spec.name).info("finished in %.1f s", time.monotonic() - start)
         if result is not None and hasattr(result, "summary"):
-            print(redacted(result.summary()))
+            say(redacted(result.summary()))
         return getattr(result, "exit_code", 0)
     except BrokenPipeError:  # the reader went first (`--dry-run | head`): what a tool killed by SIGPIPE returns
         with contextlib.suppress(OSError):
@@ -186,27 +192,28 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
     except Exception as exc:
         user_error = raised_by_user_input(exc)
         if user_error is not None:
-            print(redacted(f"error: {user_error}"), file=sys.stderr)
+            say(redacted(f"error: {user_error}"), err=True)
             return 2
         lacking = raised_by_environment(exc)
         if lacking is not None:  # a full disk, a limit, a permission: the machine's, not a bug
             code, short = lacking
             if code in (errno.ENOSPC, errno.EDQUOT) and cfg is not None:
                 short += free_space(spec, cfg)
-            print(redacted(f"error: {short}; re-run the same command once it is fixed: finished work is kept"),
-                  file=sys.stderr)
+            say(redacted(f"error: {short}; re-run the same command once it is fixed: finished work is kept"), err=True)
             return 1
         # a bug, not bad input: one line here, the traceback in a file
         path = _keep_traceback(spec.name)
-        print(redacted(f"error: unexpected {type(exc).__name__}: {exc}\n       (a bug: the traceback is in {path})"),
-              file=sys.stderr)
+        say(redacted(f"error: unexpected {type(exc).__name__}: {exc}\n       (a bug: the traceback is in {path})"),
+            err=True)
         return 1
     except (KeyboardInterrupt, SystemExit) as exc:  # Ctrl-C, SIGTERM (Terminated), or a library's handler of
         # either ending the run with sys.exit (Ray Train's on Ctrl-C; Ray's on SIGTERM, with status 15)
         term = isinstance(exc, Terminated) or sigterm_seen() or (isinstance(exc, SystemExit) and exc.code == 15)
-        print(f"{'terminated (SIGTERM)' if term else 'interrupted'}: finished work is kept; re-run the same command "
-              "to resume", file=sys.stderr)
+        say(f"{'terminated (SIGTERM)' if term else 'interrupted'}: finished work is kept; re-run the same command "
+            "to resume", err=True)
         return 143 if term else 130
+    finally:
+        end_trail("\n".join(closing))
 
 
 def free_space(spec: JobSpec, cfg: Any) -> str:

@@ -56,6 +56,7 @@ _verbose = False
 _terminal: TextIO | None = None  # the terminal while a run's output goes to its log file
 _open_line = False  # a progress line is on the terminal without its newline (a TTY)
 _log_file: TextIO | None = None
+_trailing: logging.Handler | bool = False  # a job's (run_job's): after a run_log ends, its closing lines too
 
 
 def redact_log_records() -> None:
@@ -273,3 +274,39 @@ def run_log(path: str | Path) -> Iterator[Path | None]:
         log_file.close()
         for fd in saved:
             os.close(fd)
+        if _trailing is not False:
+            with contextlib.suppress(OSError, ConfigError):  # the closing lines are a copy: never a failure
+                _trail(path)
+
+
+def keep_closing_lines() -> None:
+    """For a job (``run_job``): once its run's log file is let go, the job's closing lines (the experiment
+    page, "finished in", the summary: ``end_trail``) still go to it, so it holds every line the terminal showed."""
+    global _trailing
+    _trailing = True
+
+
+def _trail(path: Path) -> None:
+    global _trailing
+    if isinstance(_trailing, logging.Handler):
+        logging.getLogger().removeHandler(_trailing)
+        _trailing.close()
+    handler = logging.StreamHandler(_open_log(path))
+    handler.setLevel(logging.INFO)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
+    logging.getLogger().addHandler(handler)
+    _trailing = handler
+
+
+def end_trail(text: str = "") -> None:
+    """Append ``text`` (the job's summary or error) to the log file of the job's run that ended last, and stop
+    copying the job's lines there."""
+    global _trailing
+    handler, _trailing = _trailing, False
+    if not isinstance(handler, logging.StreamHandler):
+        return
+    logging.getLogger().removeHandler(handler)
+    if text:
+        handler.stream.write(text.rstrip("\n") + "\n")
+    handler.stream.close()
+    handler.close()
