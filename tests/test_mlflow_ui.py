@@ -103,3 +103,47 @@ def test_the_summary_opens_mlflow_ui_on_the_runs_table(finished_store, tmp_path)
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait(timeout=30)
+
+
+def test_a_tracking_server_is_opened_at_its_own_address_and_its_password_is_printed_nowhere(finished_store,
+                                                                                             tmp_path):
+    """A probe (session 49): on a server the summary said `mlflow ui --backend-store-uri http://...`, which fails,
+    and MLflow's own "View run <name> at: <URI>" lines put the URI's password into logs/job.log (44 times)."""
+    uri, experiment_id = finished_store
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", "127.0.0.1",
+                               "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True, cwd=tmp_path)
+    secret = f"http://alice:s3cr3t@127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            assert server.poll() is None, server.stderr.read()[-3000:]
+            assert time.monotonic() < deadline, "mlflow ui did not answer within 180 s"
+            time.sleep(1)
+        summary = ChainResult(run_dir=tmp_path, report={}, results={}, tracking_uri=secret,
+                              experiment_id=experiment_id).summary()
+        assert f"MLflow UI     : the server's own UI, at http://127.0.0.1:{port}\n" in summary
+        assert f"then open http://127.0.0.1:{port}/#/experiments/{experiment_id}/runs?" in summary
+        assert "s3cr3t" not in summary
+        script = ("import mlflow\nfrom orchestrator.track import TrackingConfig, start_tracking\n"
+                  f"start_tracking(TrackingConfig(tracking_uri={secret!r}), {str(tmp_path / 'run')!r})\n"
+                  "with mlflow.start_run(run_name='x'):\n    mlflow.log_metric('m', 1.0)\nprint('logged')\n")
+        env = {k: v for k, v in os.environ.items() if k != "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"}
+        res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                             env={**env, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+        assert res.returncode == 0 and "logged" in res.stdout, res.stderr[-3000:]
+        assert "s3cr3t" not in res.stdout + res.stderr
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(timeout=30)

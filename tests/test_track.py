@@ -62,6 +62,23 @@ def test_an_unreachable_server_falls_back_to_the_run_directory_store_with_one_wa
     assert len(warnings) == 1 and "mlflow ui --backend-store-uri" in warnings[0].getMessage()
 
 
+@pytest.mark.parametrize("uri", ["file:///{tmp}/store", "{tmp}/mlruns"], ids=["file URI", "a bare path"])
+def test_a_file_store_falls_back_to_the_run_directory_store_as_mlflow_3_refuses_it(uri, tmp_path, caplog,
+                                                                                     monkeypatch):
+    """A probe (session 49): tracking_uri=file:///... was taken; MLflow 3 refuses file stores, so the run logged
+    nowhere, exited 0, and its summary named the empty store. It now falls back, as a server that does not answer."""
+    from orchestrator.track import TrackingConfig, effective_uri, local_uri, probe
+
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    uri = uri.format(tmp=tmp_path)
+    assert "MLFLOW_ALLOW_FILE_STORE=true" in probe(uri)
+    with caplog.at_level(logging.WARNING, logger="orchestrator.track"):
+        assert effective_uri(TrackingConfig(tracking_uri=uri), tmp_path / "run") == local_uri(tmp_path / "run")
+    assert "file store" in caplog.text and "sqlite:///" in caplog.text
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    assert probe(uri) is None  # the user's choice, which MLflow then honours
+
+
 def test_user_mlflow_tracking_uri_is_honoured(tmp_path):
     """$MLFLOW_TRACKING_URI set by the user (read once when the job starts) is the store when the
     config names none (issue 12: it was ignored)."""

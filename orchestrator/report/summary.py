@@ -6,8 +6,8 @@ import dataclasses
 from pathlib import Path
 
 from orchestrator.core.cost import StageCost, cost_lines
-from orchestrator.track import ui_command
-from orchestrator.track.experiments import UI_ADDRESS, ui_url
+from orchestrator.track import ui_address, ui_command
+from orchestrator.track.experiments import ui_url
 
 #: ChainResult.report's key for an experiment's comparison page (dashboards/, written by jobs/blue_sweep.py).
 PAGE = "page"
@@ -51,7 +51,8 @@ class ChainResult:
             lines.append(f"full log      : {self.log_file} (Ray, Tune and worker output; --verbose shows it here)")
         if self.tracking_uri:
             lines.append("MLflow UI     : " + self.mlflow_ui_command())
-            url = ui_url(self.experiment_id) if self.experiment_id else UI_ADDRESS
+            address = ui_address(self.tracking_uri)
+            url = ui_url(self.experiment_id, address) if self.experiment_id else address
             lines.append(f"                then open {url}")
         else:
             lines.append("MLflow        : off (tracking.enabled=false)")

@@ -25,7 +25,7 @@ from pathlib import Path
 from orchestrator.core.config import field, flatten, redacted
 from orchestrator.core.errors import ConfigError
 from orchestrator.track.caller import user_tracking_uri
-from orchestrator.track.experiments import ensure_experiment
+from orchestrator.track.experiments import UI_ADDRESS, ensure_experiment
 from orchestrator.track.local_store import (
     path_problem,
     relocate_artifacts,
@@ -81,13 +81,38 @@ def probe(uri: str, timeout: float = PROBE_TIMEOUT_S) -> str | None:
         while not parent.exists() and parent != parent.parent:
             parent = parent.parent
         return None if os.access(parent, os.W_OK) else f"{parent} is not writable"
+    if urllib.parse.urlsplit(uri).scheme in ("", "file") and \
+            os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() not in ("true", "1"):
+        # MLflow 3 refuses a file store: the run logged nowhere, exit 0, its summary naming the empty store
+        return ("it is a file store, which MLflow 3 keeps in maintenance mode and refuses unless "
+                "MLFLOW_ALLOW_FILE_STORE=true; sqlite:///<folder>/mlflow.db is its successor")
     return None
+
+
+def quiet_run_links(uri: str) -> None:
+    """For a store whose URI holds a password: MLflow prints "View run <name> at: <the URI>/..." as each run
+    on a server ends, the password with it (44 times into a sweep's logs/job.log: a probe, session 49). The
+    job's summary says where the runs are."""
+    if redacted(uri) != uri:
+        os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
 
 
 def ui_command(uri: str) -> str:
     """The shell command that opens the store at ``uri`` in MLflow's UI, on loopback (quoted: a run directory
-    may hold spaces or ``#``)."""
+    may hold spaces or ``#``). A tracking server serves its own UI: its address is said instead (``mlflow ui``
+    on an http store fails: a probe, session 49)."""
+    if uri.startswith(("http://", "https://")):
+        return f"the server's own UI, at {ui_address(uri)}"
     return f"mlflow ui --backend-store-uri {shlex.quote(uri)} --host 127.0.0.1 --port 5000"
+
+
+def ui_address(uri: str) -> str:
+    """Where a browser opens the UI of the store at ``uri``: a server's own address (without its credentials),
+    else the address ``ui_command``'s local UI listens on."""
+    if not uri.startswith(("http://", "https://")):
+        return UI_ADDRESS
+    parts = urllib.parse.urlsplit(uri)
+    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl().rstrip("/")
 
 
 def check_local_store(uri: str) -> None:
@@ -102,6 +127,7 @@ def effective_uri(tracking: TrackingConfig, run_dir) -> str:
     short timeout), else the run directory's SQLite store, with one warning. A SQLite store that
     does not exist yet is made from a kept empty one (``local_store``: milliseconds, not seconds)."""
     configured = tracking.resolve_uri(run_dir)
+    quiet_run_links(configured)
     if configured not in _EFFECTIVE:
         problem = probe(configured)
         _EFFECTIVE[configured] = configured

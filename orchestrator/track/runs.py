@@ -25,7 +25,7 @@ from typing import Any
 
 from orchestrator.core.config import flatten, redacted, to_dict
 from orchestrator.core.manifest import atomic_write_json, git_state
-from orchestrator.track import TrackingConfig, effective_uri, sqlite_file
+from orchestrator.track import TrackingConfig, effective_uri, quiet_run_links, sqlite_file
 from orchestrator.track import schema as S
 from orchestrator.track.experiments import ensure_experiment
 
@@ -204,6 +204,7 @@ class RankZeroLogger:
             return
         import mlflow  # heavy: mlflow
 
+        quiet_run_links(info["uri"])  # a worker's MLflow prints the URI as a run ends
         self.client = mlflow.MlflowClient(info["uri"])
         self.run_id = info["run_id"]
         self.pending = Path(info["pending"]) if info.get("pending") else None
