@@ -427,6 +427,31 @@ def test_a_selection_lists_its_keys_in_one_order_whatever_order_its_document_has
     assert "| learning_rate=5e-05, epochs=2, batch_size=16; dev " in render_markdown(build_table(results))
 
 
+def test_a_report_of_a_run_directory_reads_the_store_mlflow_tracking_uri_names(tmp_path, monkeypatch):
+    """A probe (session 49): the job logged to the server $MLFLOW_TRACKING_URI named, and jobs/report.py --run-dir
+    in the same shell read the run directory's own SQLite file, whose older sweep had the opposite conclusion."""
+    from orchestrator.report.mlflow_results import load_results
+    from orchestrator.track import local_uri
+    from orchestrator.workflows.report import ReportConfig
+
+    run_dir = tmp_path / "runs" / "demo"
+    run_dir.mkdir(parents=True)
+    older = make_results()
+    older["summary"] = summarize(older["tasks"], older["cells"])
+    log_sweep(run_dir, older)  # an earlier run, into the run directory's own store
+    newer = make_results()
+    del newer["cells"]["simpt"]
+    newer["models"], newer["summary"] = ["base", "ampv"], summarize(newer["tasks"], newer["cells"])
+    server = f"sqlite:///{tmp_path / 'server.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", server)
+    log_sweep(run_dir, newer)  # the job reads the variable: the newer sweep is in that store
+    cfg = ReportConfig(run_dir=str(run_dir))
+    assert cfg.resolved_uri() == server and cfg.sweep_of() == str(run_dir)
+    assert load_results(cfg.resolved_uri(), run_dir=cfg.sweep_of()).results["models"] == ["base", "ampv"]
+    own = ReportConfig(run_dir=str(run_dir), tracking_uri=local_uri(run_dir))  # the run directory's store, named
+    assert load_results(own.resolved_uri(), run_dir=own.sweep_of()).results["models"] == ["base", "ampv", "simpt"]
+
+
 def test_metric_fallback_refuses_runs_without_group_and_direction(tmp_path):
     """A (model, task) run without the group / higher_is_better tags is refused by name, not guessed."""
     from mlflow import MlflowClient

@@ -19,14 +19,15 @@ from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.manifest import check_replaceable
 from orchestrator.core.results import validate_results
 from orchestrator.track import TrackingConfig, local_uri
-from orchestrator.track.caller import mlflow_state_kept
+from orchestrator.track.caller import mlflow_state_kept, user_tracking_uri
 
 
 @dataclass(frozen=True)
 class ReportConfig:
     run_dir: str = field("", help="run directory of a blue_sweep run: its mlflow.db is the default store and "
                                   "<run_dir>/report the default output")
-    tracking_uri: str = field("", help="MLflow tracking URI; empty = sqlite:///<run_dir>/mlflow.db")
+    tracking_uri: str = field("", help="MLflow tracking URI; empty = $MLFLOW_TRACKING_URI if set (as the job that "
+                                       "logged the run read it), else sqlite:///<run_dir>/mlflow.db")
     experiment: str = field("bioptorch", help="MLflow experiment holding the sweep")
     run_id: str = field("", help="the sweep's parent run id; empty = newest run tagged orchestrator.kind=sweep")
     results_json: str = field("", help="read this results.json file instead of MLflow")
@@ -44,7 +45,7 @@ class ReportConfig:
                                         "Needs baseline")
 
     def __post_init__(self) -> None:
-        if not (self.run_dir or self.tracking_uri or self.results_json):
+        if not (self.run_dir or self.tracking_uri or self.results_json or user_tracking_uri()):
             raise ConfigError("give run_dir (--run-dir), tracking_uri (--tracking-uri) or results_json")
         if self.source_scores and not self.baseline:
             raise ConfigError("source_scores correlates the gains over a baseline: give baseline (--baseline)")
@@ -52,7 +53,11 @@ class ReportConfig:
             raise ConfigError("out_dir is required when run_dir is not given")
 
     def resolved_uri(self) -> str:
-        return self.tracking_uri or local_uri(self.run_dir)
+        """The store the job logged to, as it chose it: ``tracking_uri``, else $MLFLOW_TRACKING_URI, else the run
+        directory's SQLite file (the variable was ignored: a probe, session 49, got the run directory's older
+        sweep, with the opposite conclusion, where the job had logged to the server the variable named)."""
+        return TrackingConfig(tracking_uri=self.tracking_uri).resolve_uri(self.run_dir) if self.run_dir \
+            else self.tracking_uri or user_tracking_uri()
 
     def resolved_out(self) -> Path:
         return Path(self.out_dir) if self.out_dir else Path(self.run_dir) / "report"
@@ -61,8 +66,7 @@ class ReportConfig:
         """The run directory whose sweep to report, where the store is not its own (``tracking_uri`` and
         ``run_dir`` both given: a store several runs share; a probe, session 46, got another job's newest
         sweep); None: the newest sweep of the store (a run directory's own store holds its sweeps only)."""
-        return self.run_dir if self.run_dir and self.tracking_uri and self.tracking_uri != local_uri(self.run_dir) \
-            else None
+        return self.run_dir if self.run_dir and self.resolved_uri() != local_uri(self.run_dir) else None
 
 
 def read_results(path: str | Path) -> dict:
