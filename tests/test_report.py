@@ -564,7 +564,7 @@ def test_report_never_replaces_a_folder_it_did_not_write(tmp_path):
     assert report_job(f"results_json={good}", f"out_dir={tmp_path / 'report'}").returncode == 0  # its own: replaced
 
 
-def test_a_report_of_one_run_directory_finds_its_own_sweep_in_a_store_runs_share(tmp_path):
+def test_a_report_of_one_run_directory_finds_its_own_sweep_in_a_store_runs_share(tmp_path, monkeypatch):
     """A concurrency probe (session 46): two jobs logging to one MLflow store (tracking.tracking_uri), then
     `jobs/report.py --run-dir x --tracking-uri <store>` reported y's newer sweep under x's name (Total 21.6 against
     x's own 17.9), exit 0. A sweep run now carries its run directories (one sweep logged the same from two shares
@@ -593,6 +593,7 @@ def test_a_report_of_one_run_directory_finds_its_own_sweep_in_a_store_runs_share
     assert load_results(shared, run_dir=tmp_path / "runs" / "z").run_id == x
     with pytest.raises(OrchestratorError, match=r"has no sweep of the run directory .*/runs/w; its sweeps are of"):
         load_results(shared, run_dir=tmp_path / "runs" / "w")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # which the logging above exports (MLflow's own)
     assert ReportConfig(run_dir=str(tmp_path / "runs" / "x"), tracking_uri=shared).sweep_of() == \
         str(tmp_path / "runs" / "x")
     assert ReportConfig(run_dir=str(tmp_path / "runs" / "x")).sweep_of() is None  # its own store: its sweeps
