@@ -48,10 +48,11 @@ def test_every_job_has_a_small_cpu_preset(job):
     assert {"tiny", "default", "smoke"} & set(preset_names(job.removesuffix(".py"))), job
 
 
-@pytest.mark.parametrize("job", [j for j in JOBS if j != "report.py"])
+@pytest.mark.parametrize("job", JOBS)
 def test_every_preset_of_every_job_prints_its_config(job, capsys):
     """``--print-config`` shows a preset even when it leaves inputs to the user: `pretrain --preset seed000
-    --print-config` exited 2 asking for instances_dir (probe G); a run and a dry run still ask for them."""
+    --print-config` exited 2 asking for instances_dir (probe G), and `report --print-config` asking for
+    --run-dir (docs probe D7); a run and a dry run still ask for them."""
     import importlib.util
 
     import yaml
@@ -61,12 +62,16 @@ def test_every_preset_of_every_job_prints_its_config(job, capsys):
     spec = importlib.util.spec_from_file_location(f"job_{job[:-3]}", ROOT / "jobs" / job)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    for preset in preset_names(job.removesuffix(".py")):
-        assert module.main(["--preset", preset, "--print-config"]) == 0, (preset, capsys.readouterr().err)
+    for preset in [None, *preset_names(job.removesuffix(".py"))]:  # None: the job's default, with no --preset
+        argv = ["--print-config"] if preset is None else ["--preset", preset, "--print-config"]
+        assert module.main(argv) == 0, (preset, capsys.readouterr().err)
         assert isinstance(yaml.safe_load(capsys.readouterr().out), dict), preset
     if job == "pretrain.py":
         assert run_job(module.SPEC, ["--preset", "seed000", "--dry-run"]) == 2
         assert "instances_dir and tokenizer_dir are required" in capsys.readouterr().err
+    if job == "report.py":
+        assert run_job(module.SPEC, ["--dry-run"]) == 2
+        assert "give run_dir (--run-dir)" in capsys.readouterr().err
 
 
 def test_the_scoring_jobs_tiny_preset_reads_the_bundled_sample():
