@@ -358,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python dashboards/experiment_page.py",
         description="Write one static HTML page comparing an experiment's arms, read from MLflow alone: arms and "
-                    "their status, the seed 000 table, paired differences vs the baseline arm (95 %% bootstrap "
+                    "their status, the seed 000 table, paired differences vs the baseline arm (95 % bootstrap "
                     "intervals, p-values), pretraining loss curves and fine-tuning curves. No network needed to "
                     "build or open it.",
         epilog="examples:\n  python dashboards/experiment_page.py --tracking-uri sqlite:///runs/exp/mlflow.db "
