@@ -7,7 +7,9 @@ import json
 import math
 import random
 import re
+import shlex
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -114,9 +116,32 @@ def test_the_proposal_is_a_corpus_config_that_dry_runs(proposal):
     record = json.loads((result.out_dir / "proposal.json").read_text())
     assert record["method"] == "scores" and record["rule"]["name"] == "softmax" and record["corpus"] == "corpus.yaml"
     assert set(json.loads((result.out_dir / "scores_by_task.json").read_text())) == {"BC5CDR-chem", "HoC"}
-    res = run_job("build_corpus.py", "--config", str(result.corpus_file), "--dry-run", timeout=300)
+    # the summary's own build command, as printed: it builds into a run directory of its own
+    res = run_job("build_corpus.py", *build_command(result.summary())[2:], "--dry-run", timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     assert re.search(r"weighted: ~\d+ bytes to instance creation \(file sizes\): in_domain 6\d\.\d%", res.stdout)
+    assert f"run directory: {result.out_dir.parent / 'out_corpus'}\n" in res.stdout
+
+
+def build_command(summary: str) -> list[str]:
+    """The command a proposer's summary prints after 'build it:'."""
+    return shlex.split(next(line for line in summary.splitlines() if "build it:" in line).split("build it:")[1])
+
+
+def test_the_printed_build_command_names_a_fresh_run_directory():
+    """The 'build it' line gave no out_dir, so jobs/build_corpus.py's tiny preset built the proposal into
+    runs/corpus_tiny, replacing the corpus a pretraining there was trained on (docs probe D12)."""
+    from orchestrator.workflows.propose_mix import ProposalResult
+    from orchestrator.workflows.proxy_search import ProxySearchResult
+
+    scores = {"a": {"ppl": 9.0, "jsd": 0.1, "tvc": 0.5, "ttr": 0.2}}
+    proposal = ProposalResult(out_dir=Path("runs/proposal_tiny"), weights={"a": 1.0}, scores=scores, rule="softmax")
+    proxy = ProxySearchResult(out_dir=Path("runs/proxy tiny"), weights={"a": 1.0}, predicted_loss=1.0, proxies=[],
+                              cv={"spearman": 1.0, "folds": 3, "pearson": 1.0, "mae": 0.0})
+    assert build_command(proposal.summary()) == ["python", "jobs/build_corpus.py", "--config",
+                                                 "runs/proposal_tiny/corpus.yaml", "out_dir=runs/proposal_tiny_corpus"]
+    assert build_command(proxy.summary()) == ["python", "jobs/build_corpus.py", "--config",
+                                              "runs/proxy tiny/corpus.yaml", "out_dir=runs/proxy tiny_corpus"]
 
 
 def test_a_new_rule_reuses_the_scores_and_a_score_sources_output_serves_too(proposal, tmp_path, caplog):

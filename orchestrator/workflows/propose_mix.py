@@ -2,7 +2,7 @@
 against the target, weighted.
 
     python jobs/propose_mix.py --config candidates.yaml --target BC5CDR=bc5cdr/train.tsv HoC=hoc/train.tsv
-    python jobs/build_corpus.py --config runs/proposal/corpus.yaml          # the proposal, built
+    python jobs/build_corpus.py --config runs/proposal/corpus.yaml out_dir=runs/proposal_corpus   # built
     python jobs/blue_sweep.py ... arms.proposal.corpus_from=runs/proposal/corpus.yaml   # an experiment arm
 
 The candidates are a corpus config's sources (names, files, formats: the same section
@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import shlex
 from pathlib import Path
 
 import yaml
@@ -103,10 +104,24 @@ class ProposalResult:
             s = self.scores[name]
             lines.append(f"  {name:<{width}}  {w:>7.3f}  {s['ppl']:>9.1f}  {s['jsd']:>6.3f}  {s['tvc']:>6.3f}  "
                          f"{s['ttr']:>6.3f}")
-        lines += [f"corpus config: {self.corpus_file}",
-                  f"  build it:  python jobs/build_corpus.py --config {self.corpus_file}",
-                  f"  as an experiment arm:  arms.<name>.corpus_from={self.corpus_file}"]
-        return "\n".join(lines)
+        return "\n".join(lines + next_steps(self.out_dir))
+
+
+def build_dir(out_dir: str | Path) -> Path:
+    """Where the printed build command puts a proposal's corpus: a run directory of its own beside the proposal
+    (``runs/proposal_biomed`` -> ``runs/proposal_biomed_corpus``). Without ``out_dir=``, jobs/build_corpus.py's
+    tiny preset builds into runs/corpus_tiny and replaces the corpus a pretraining there was trained on."""
+    out = Path(out_dir)
+    return out.parent / f"{out.name}_corpus"
+
+
+def next_steps(out_dir: Path) -> list[str]:
+    """The summary's last lines, a proposer's (this job's and jobs/proxy_search.py's): the corpus config, the
+    command that builds it into a fresh run directory, and how an experiment arm takes it."""
+    corpus_file, build = shlex.quote(str(out_dir / CORPUS_FILE)), shlex.quote(str(build_dir(out_dir)))
+    return [f"corpus config: {out_dir / CORPUS_FILE}",
+            f"  build it:  python jobs/build_corpus.py --config {corpus_file} out_dir={build}",
+            f"  as an experiment arm:  arms.<name>.corpus_from={corpus_file}"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -290,4 +305,4 @@ def plan(cfg: ProposalConfig) -> str:
 
 
 __all__ = ["ProposalConfig", "ProposalResult", "run", "plan", "write_proposal", "proposal_corpus", "candidate_files",
-           "candidates_key", "CORPUS_FILE", "PROPOSAL_FILE"]
+           "candidates_key", "next_steps", "build_dir", "CORPUS_FILE", "PROPOSAL_FILE"]

@@ -2,7 +2,7 @@
 mixtures, a regression, the best mixture.
 
     python jobs/proxy_search.py --config configs/proxy_biomed.yaml     # -> runs/proxy_biomed/corpus.yaml
-    python jobs/build_corpus.py --config runs/proxy_biomed/corpus.yaml # the proposal, built
+    python jobs/build_corpus.py --config runs/proxy_biomed/corpus.yaml out_dir=runs/proxy_biomed_corpus
     python jobs/blue_sweep.py ... arms.proxy.corpus_from=runs/proxy_biomed/corpus.yaml
 
 RegMix (Liu et al., ICLR 2025) in four steps, each reused when its inputs are unchanged:
@@ -62,7 +62,7 @@ from orchestrator.selection.regmix import (
 from orchestrator.track import TrackingConfig, effective_uri, ui_command
 from orchestrator.track.caller import mlflow_state_kept
 from orchestrator.workflows.config import RayConfig, sample_corpus
-from orchestrator.workflows.propose_mix import CORPUS_FILE, PROPOSAL_FILE, proposal_corpus, write_proposal
+from orchestrator.workflows.propose_mix import CORPUS_FILE, PROPOSAL_FILE, next_steps, proposal_corpus, write_proposal
 
 log = logging.getLogger("proxy_search")
 
@@ -159,9 +159,7 @@ class ProxySearchResult:
                   f"{self.cv['pearson']:.3f}, MAE {self.cv['mae']:.4f})",
                   "proposal: " + ", ".join(f"{n} {self.weights[n]:.3f}" for n in names)
                   + f" (predicted loss {self.predicted_loss:.4f})" + (" [reused]" if self.reused else ""),
-                  f"corpus config: {self.corpus_file}",
-                  f"  build it:  python jobs/build_corpus.py --config {self.corpus_file}",
-                  f"  as an experiment arm:  arms.<name>.corpus_from={self.corpus_file}"]
+                  *next_steps(self.out_dir)]
         if self.tracking_uri:
             lines.append(f"MLflow: {ui_command(self.tracking_uri)}")
         return "\n".join(lines)
