@@ -135,6 +135,28 @@ def instance_files(directory: Path) -> list[Path]:
     return sorted(Path(directory).glob("*.parquet"))
 
 
+def check_instance_files(info: InstanceInfo) -> None:
+    """An instances directory's parquet parts hold the instances its manifest counts, each part readable (its
+    footer): a part missing or cut short (a copy interrupted) is refused naming it, by the dry run and before
+    Ray. A probe (session 49) trained on 95 % of a directory with one part gone, exit 0; after the part was put
+    back the model was reused, its key being the manifest's. Read from the footers: milliseconds a part."""
+    if info.instances is None:  # a manifest without the count (an older one): nothing to compare with
+        return
+    import pyarrow.parquet as pq  # heavy: pyarrow
+
+    files, rows = instance_files(info.path), 0
+    for file in files:
+        try:
+            rows += pq.read_metadata(file).num_rows
+        except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+            raise InputError(file, f"not a readable parquet part ({exc})",
+                             expected="the part the instances stage wrote: copy the directory again") from None
+    if rows != info.instances:
+        raise InputError(info.path, f"its {len(files)} parquet part(s) hold {rows:,} instances where its "
+                                    f"manifest.json counts {info.instances:,}: a part is missing or is another's",
+                         expected="the instances stage's whole output: copy the directory again")
+
+
 def resolve_ingest(setting: str, files: Sequence[Path]) -> str:
     """``pretrain.ingest`` for one phase: ``local`` or ``ray_data`` (``auto``: local up to
     ``LOCAL_INGEST_MAX_BYTES`` of files)."""

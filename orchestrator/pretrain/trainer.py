@@ -75,6 +75,7 @@ from orchestrator.pretrain.config import (
     run_params,
 )
 from orchestrator.pretrain.data import (
+    check_instance_files,
     check_vocab_matches,
     instance_files,
     masking_rule,
@@ -176,6 +177,7 @@ def phase_inputs(cfg: PretrainConfig, instances: dict[int, Path]) -> dict[str, I
             raise ConfigError(f"{name}.max_seq_length is {phase.max_seq_length} but instances exist only for "
                               f"lengths {sorted(instances)}")
         info = read_instance_info(Path(path))
+        check_instance_files(info)
         if info.max_seq_length != phase.max_seq_length:
             raise InputError(Path(path) / "manifest.json", f"max_seq_length is {info.max_seq_length}",
                              expected=f"{phase.max_seq_length} for {name}")
