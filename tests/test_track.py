@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 
 import mlflow
@@ -483,3 +484,25 @@ def test_a_stage_run_started_in_another_thread_is_a_child_of_the_open_parent(tmp
     run = mlflow.MlflowClient(tool.tracking_uri).get_run(started["run_id"])
     assert run.data.tags[S.PARENT] == parent
     mlflow.set_tracking_uri(None)
+
+
+def test_a_deleted_mlflow_experiment_is_said_before_any_work_with_how_to_restore_it(tmp_path):
+    """A probe (session 49): with the experiment deleted in the store, the job warned twice, logged nothing,
+    exited 0 and its summary linked the deleted experiment. The run's parent refuses it first, saying the fix."""
+    import mlflow
+
+    from orchestrator.core.errors import ConfigError
+    from orchestrator.track import TrackingConfig, local_uri
+    from orchestrator.track.experiments import ensure_experiment
+    from orchestrator.track.runs import parent_run
+
+    uri = local_uri(tmp_path)
+    experiment_id = ensure_experiment(uri, "bioptorch", tmp_path)
+    mlflow.MlflowClient(uri).delete_experiment(experiment_id)
+    with pytest.raises(ConfigError, match=rf"MLflow experiment 'bioptorch' at {re.escape(uri)} is deleted: restore it "
+                                          rf"\(mlflow experiments restore --experiment-id {experiment_id}"):
+        with parent_run(TrackingConfig(), tmp_path, kind="experiment", key="k", name="x"):
+            pass
+    mlflow.MlflowClient(uri).restore_experiment(experiment_id)
+    with parent_run(TrackingConfig(), tmp_path, kind="experiment", key="k", name="x") as run_id:
+        assert run_id is not None

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from orchestrator.core.config import redacted
+from orchestrator.core.errors import ConfigError
 from orchestrator.track import schema as S
 from orchestrator.track.local_store import sqlite_file
 
@@ -41,6 +43,10 @@ def ensure_experiment(uri: str, name: str, run_dir: str | Path | None) -> str:
         except mlflow.exceptions.MlflowException:
             pass  # another process created it between our lookup and create
         experiment = client.get_experiment_by_name(name)
+    if experiment.lifecycle_stage == "deleted":  # MLflow refuses every run in it: the job logged nothing, exit 0
+        raise ConfigError(f"MLflow experiment {name!r} at {redacted(uri)} is deleted: restore it (mlflow experiments "
+                          f"restore --experiment-id {experiment.experiment_id}, with MLFLOW_TRACKING_URI set to that "
+                          "store) or log into another (tracking.experiment=NAME)")
     if experiment.tags.get(S.EXPERIMENT_KIND) != S.MODEL_TRAINING:
         client.set_experiment_tag(experiment.experiment_id, S.EXPERIMENT_KIND, S.MODEL_TRAINING)
     return experiment.experiment_id

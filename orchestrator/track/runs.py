@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.core.config import flatten, redacted, to_dict
+from orchestrator.core.errors import ConfigError
 from orchestrator.core.manifest import atomic_write_json, git_state
 from orchestrator.track import TrackingConfig, effective_uri, quiet_run_links, sqlite_file
 from orchestrator.track import schema as S
@@ -277,6 +278,8 @@ def parent_run(tracking: TrackingConfig | None, run_dir: Path, *, kind: str, key
         add_run_dir(run, run_dir)  # a page of one run directory finds its experiment in a store several share
         if not existing and params:
             mlflow.log_params({k[:250]: redacted(str(v))[:500] for k, v in params.items()})
+    except ConfigError:  # the store's state the user must change (a deleted experiment): said before any work
+        raise
     except Exception as exc:  # MLflow raises many types (HTTP, SQL, its own): none may stop the work
         log.warning("MLflow: cannot start the %s run at %s (%s); the work goes on without it", kind, uri, exc)
         yield None
