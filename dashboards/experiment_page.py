@@ -138,7 +138,7 @@ def _arms_html(exp: Experiment, colours: dict[str, str]) -> str:
     for arm in exp.arms.values():
         badge = '<span class="baseline">baseline</span>' if arm.name == exp.baseline else ""
         status = arm.status or "unknown"
-        where = f" in {arm.stage}" if arm.status == "failed" and arm.stage else ""
+        where = f" in {arm.stage}" if arm.status in ("failed", "interrupted") and arm.stage else ""
         if arm.pretrain_run:
             loss = (f"; loss {arm.loss[0][1]:.3f} \u2192 {arm.loss[-1][1]:.3f} over {arm.loss[-1][0]} steps"
                     if arm.loss else "; no loss logged")

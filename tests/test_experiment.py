@@ -506,3 +506,30 @@ def test_automatic_arm_concurrency_counts_a_workers_share_of_a_gpu(tmp_path, mon
     monkeypatch.setenv(runtime.CLUSTER_GPUS_ENV, "2")
     assert arm_workers(whole, arm_plans(whole)) == 2
     assert arm_workers(half, arm_plans(half)) == 3  # four jobs fit; the experiment has three arms
+
+
+def test_an_interrupted_arm_says_so_and_the_experiment_run_ends_killed(tmp_path, monkeypatch):
+    """Probe M4: a Ctrl-C while an arm was built left its status "pending" (experiment.json and the parent run's
+    tags) and the experiment run FAILED; now the arm reads "interrupted" with the stage it stopped in, and the
+    run is KILLED (MLflow's status for a stop by the user)."""
+    import time
+
+    import mlflow
+
+    from orchestrator.track import local_uri
+    from orchestrator.workflows import blue_sweep, runner
+
+    def interrupted(*a, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "build_arm", interrupted)
+    cfg = smoke(tmp_path, arms={"a": {"corpus.mixer.name": "simpt"}}, baseline="a")
+    with pytest.raises(KeyboardInterrupt):
+        blue_sweep._run_arms(cfg, arm_plans(cfg), cfg.run_dir, time.time())
+    arm = json.loads((cfg.run_dir / blue_sweep.STATUS_FILE).read_text())["arms"]["a"]
+    assert arm["status"] == "interrupted" and arm["stage"]
+    client = mlflow.MlflowClient(local_uri(cfg.run_dir))
+    [run] = client.search_runs([client.get_experiment_by_name(cfg.tracking.experiment).experiment_id],
+                               filter_string=f"tags.`{S.KIND}` = '{S.KIND_EXPERIMENT}'")
+    assert run.info.status == "KILLED" and run.data.tags[S.arm_tag("a", "status")] == "interrupted"
+    mlflow.set_tracking_uri(None)

@@ -543,3 +543,46 @@ def test_a_trial_run_is_logged_in_one_batch_with_every_epoch_at_its_step(tmp_pat
                 [(row["epoch"], row[key]) for row in rec["epochs"] if key in row]
         assert run.data.metrics["seconds"] == 1.5
     mlflow.set_tracking_uri(None)
+
+
+def test_an_interrupt_ends_runs_killed_an_error_failed_and_a_reopened_run_is_running(tmp_path, monkeypatch):
+    """Probe M4: Ctrl-C, SIGTERM (``Terminated``) and Ray's ``SystemExit`` ended the experiment, stage and sweep
+    runs FAILED, like a real error, and a resumed stage run stayed FAILED while it trained again."""
+    from orchestrator.core.errors import Terminated
+    from orchestrator.track import TrackingConfig
+    from orchestrator.track import schema as S
+    from orchestrator.track.runs import end_stage_run, ended_status, parent_run, start_stage_run
+    from orchestrator.track.sweep import log_sweep
+
+    tool = TrackingConfig(tracking_uri=f"sqlite:///{tmp_path / 'tool.db'}")
+    client = mlflow.MlflowClient(tool.tracking_uri)
+    ended, stage_runs = {}, {}
+    for name, exc in [("ctrl_c", KeyboardInterrupt()), ("sigterm", Terminated()), ("ray", SystemExit(15)),
+                      ("bug", RuntimeError("a bug"))]:
+        with pytest.raises(type(exc)), parent_run(tool, tmp_path, kind="experiment", key=name, name=name) as run_id:
+            info = start_stage_run(tool, tmp_path, stage="pretrain", params={}, out_dir=tmp_path / name)
+            try:
+                raise exc
+            except BaseException as stopped:
+                end_stage_run(info, ended_status(stopped))
+                raise
+        ended[name] = (client.get_run(run_id).info.status, client.get_run(info["run_id"]).info.status)
+        stage_runs[name] = info["run_id"]
+    assert ended == {"ctrl_c": ("KILLED", "KILLED"), "sigterm": ("KILLED", "KILLED"), "ray": ("KILLED", "KILLED"),
+                     "bug": ("FAILED", "FAILED")}
+    # the stage trains again: its run is reopened RUNNING
+    again = start_stage_run(tool, tmp_path, stage="pretrain", params={}, out_dir=tmp_path / "ctrl_c")
+    assert again["run_id"] == stage_runs["ctrl_c"] and client.get_run(again["run_id"]).info.status == "RUNNING"
+
+    # a Ctrl-C while the sweep is logged: its runs end KILLED
+    def stop(*a, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("orchestrator.track.sweep._log_trial", stop)
+    with pytest.raises(KeyboardInterrupt):
+        log_sweep(tool, **_sweep_to_log(tmp_path))
+    runs = client.search_runs([client.get_experiment_by_name("bioptorch").experiment_id],
+                              filter_string=f"tags.`{S.KIND}` != 'pretrain' and tags.`{S.KIND}` != 'experiment'")
+    assert sorted((r.data.tags[S.KIND], r.info.status) for r in runs) == [("model_task", "KILLED"),
+                                                                          ("sweep", "KILLED")]
+    mlflow.set_tracking_uri(None)

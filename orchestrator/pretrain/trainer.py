@@ -94,6 +94,7 @@ from orchestrator.track.runs import (
     PENDING,
     RankZeroLogger,
     end_stage_run,
+    ended_status,
     recorded_run_unfinished,
     set_run_tags,
     start_stage_run,
@@ -477,8 +478,8 @@ def _train(cfg: PretrainConfig, infos: dict[str, InstanceInfo], tokenizer_dir: P
         phases = returned.get("phases", [])
         final = out_dir / "final"
         _export_final(result.checkpoint, tokenizer_dir, final, cfg, key)
-    except BaseException:
-        end_stage_run(tracking_info, "FAILED")
+    except BaseException as exc:  # KILLED on an interrupt, FAILED on an error
+        end_stage_run(tracking_info, ended_status(exc))
         raise
     atomic_write_json(out_dir / "history.json", history)
     losses = [h["loss"] for h in history]

@@ -4,7 +4,7 @@
     logger = RankZeroLogger(info if rank == 0 else None)      # in every Ray Train worker
     logger.log({"loss": 2.1}, step=10)
     logger.close()
-    end_stage_run(info)                                        # FINISHED, or "FAILED"
+    end_stage_run(info)                                        # FINISHED, or ended_status(exc)
 
 The run id is kept in ``out_dir/mlflow_run.json``, so a resumed stage keeps logging into the run it
 started. Other ranks get a logger that does nothing. MLflow trouble never stops training: a logger
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.core.config import flatten, redacted, to_dict
-from orchestrator.core.errors import ConfigError
+from orchestrator.core.errors import ConfigError, sigterm_seen
 from orchestrator.core.manifest import atomic_write_json, git_state
 from orchestrator.track import TrackingConfig, effective_uri, quiet_run_links, sqlite_file
 from orchestrator.track import schema as S
@@ -66,6 +66,8 @@ def start_stage_run(tracking: TrackingConfig | None, run_dir: Path, *, stage: st
         if marker.is_file():
             recorded = json.loads(marker.read_text())
             if recorded.get("uri") in (uri, redacted(uri)) and _exists(client, recorded["run_id"]):
+                if client.get_run(recorded["run_id"]).info.status != "RUNNING":  # it trains (or ends) again: an
+                    client.update_run(recorded["run_id"], "RUNNING")  # interrupted attempt left it KILLED
                 info = {"uri": uri, "run_id": recorded["run_id"], "pending": str(pending)}
                 replay_pending(info)
                 return info
@@ -130,6 +132,13 @@ def _param_list(params: Any) -> list:
     return [Param(key[:250], redacted(str(value))[:500]) for key, value in flatten(to_dict(params)).items()]
 
 
+def ended_status(exc: BaseException) -> str:
+    """How a run that ``exc`` stopped ends in MLflow: KILLED when the user stopped it (Ctrl-C, SIGTERM's
+    ``Terminated``, or the ``SystemExit`` Ray's handlers raise for either), FAILED for an error, so that MLflow's
+    "Failed" filter finds real failures only (probe M4)."""
+    return "KILLED" if isinstance(exc, (KeyboardInterrupt, SystemExit)) or sigterm_seen() else "FAILED"
+
+
 def end_stage_run(info: dict | None, status: str = "FINISHED") -> None:
     if not info:
         return
@@ -165,9 +174,8 @@ def recorded_run_unfinished(out_dir: Path, uri: str = "") -> bool:
 def _exists(client, run_id: str) -> bool:
     from mlflow.exceptions import MlflowException  # heavy: mlflow
 
-    try:
-        client.get_run(run_id)
-        return True
+    try:  # a run the user deleted is not written to (MLflow refuses): the stage starts a new one
+        return client.get_run(run_id).info.lifecycle_stage == "active"
     except MlflowException:
         return False
 
@@ -260,7 +268,8 @@ def parent_run(tracking: TrackingConfig | None, run_dir: Path, *, kind: str, key
     """An active parent run for everything started inside the block (stage runs and the sweep
     become its children); the same ``key`` reopens the run an earlier attempt created, so a re-run
     never leaves a second parent. Yields the run id, or None when tracking is off or the store
-    fails (said once: the work goes on without it). Ends FINISHED, or FAILED on an exception."""
+    fails (said once: the work goes on without it). Ends FINISHED, else as ``ended_status`` says (KILLED
+    on an interrupt, FAILED on an error)."""
     if tracking is None or not tracking.enabled:
         yield None
         return
@@ -287,12 +296,26 @@ def parent_run(tracking: TrackingConfig | None, run_dir: Path, *, kind: str, key
     _OPEN_PARENTS.append((uri, run.info.run_id))
     try:
         yield run.info.run_id
-    except BaseException:
-        _end_active("FAILED")
+    except BaseException as exc:
+        _end_active(ended_status(exc))
         raise
     finally:
         _OPEN_PARENTS.remove((uri, run.info.run_id))
     _end_active("FINISHED")
+
+
+@contextlib.contextmanager
+def started_run(**kwargs) -> Iterator:
+    """``mlflow.start_run(**kwargs)``, ended as ``ended_status`` says when the block raises: MLflow's own ends
+    a run FAILED on an interrupt too."""
+    import mlflow  # heavy: mlflow
+
+    with mlflow.start_run(**kwargs) as run:
+        try:
+            yield run
+        except BaseException as exc:
+            _end_active(ended_status(exc))  # (MLflow's exit then leaves the ended run alone)
+            raise
 
 
 def run_dirs(run) -> set[str]:

@@ -10,7 +10,7 @@ from orchestrator.core.config import is_number
 from orchestrator.core.reuse import content_key
 from orchestrator.track import MAX_PARAMS_PER_BATCH, TrackingConfig, flat_params, log_params, start_tracking
 from orchestrator.track import schema as S
-from orchestrator.track.runs import MAX_METRICS_PER_BATCH, add_run_dir, code_tags
+from orchestrator.track.runs import MAX_METRICS_PER_BATCH, add_run_dir, code_tags, started_run
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ def log_sweep(tracking: TrackingConfig, run_dir, *, name: str, config, results: 
     tags = {**code_tags(), S.KIND: S.KIND_SWEEP, S.SWEEP_FINGERPRINT: fingerprint, S.RUN_DIR: here}
     # under an experiment's run (active in this process) the sweep parent is its child
     nested = mlflow.active_run() is not None
-    with mlflow.start_run(run_id=existing, run_name=None if existing else f"sweep:{name}", tags=tags,
+    with started_run(run_id=existing, run_name=None if existing else f"sweep:{name}", tags=tags,
                           nested=nested) as parent:
         if not existing:
             log_params(flat_params(config))
@@ -148,7 +148,7 @@ def _log_cell(model: str, task: str, cell: dict | None, recs: list[dict], metric
     import mlflow  # heavy: mlflow
     from mlflow.tracking import MlflowClient  # heavy: mlflow
 
-    with mlflow.start_run(run_name=f"{model}/{task}", nested=True, tags=tags) as run:
+    with started_run(run_name=f"{model}/{task}", nested=True, tags=tags) as run:
         params, metrics = {S.MODEL: model, S.TASK: task, S.METRIC: metric}, []
         if cell:
             params.update({S.SELECTED_PREFIX + k: v for k, v in cell["selected"].items()})
@@ -207,7 +207,7 @@ def _log_trial(rec: dict, tags: dict[str, str], log_predictions: bool) -> None:
     import mlflow  # heavy: mlflow
 
     trial = rec["trial"]
-    with mlflow.start_run(run_name=rec["trial_id"], nested=True, tags={**tags, S.KIND: S.KIND_TRIAL}) as run:
+    with started_run(run_name=rec["trial_id"], nested=True, tags={**tags, S.KIND: S.KIND_TRIAL}) as run:
         metrics = [(k, v, row["epoch"]) for row in rec["epochs"] for k, v in row.items() if k != "epoch"]
         metrics.append(("seconds", rec["seconds"], 0))
         if "early_stopping" in rec:  # its test metric sits at the step of the best dev epoch

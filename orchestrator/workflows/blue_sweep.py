@@ -366,7 +366,15 @@ def _run_arms(cfg: ExperimentConfig, plans: dict[str, ArmPlan], run_dir: Path, s
             set_run_tags(tracking_uri, parent_id, _status_tags(cfg, status))
 
         record_status()
-        variants = build_arms(cfg, plans, run_dir, status, record_status)
+        try:
+            variants = build_arms(cfg, plans, run_dir, status, record_status)
+        except (KeyboardInterrupt, SystemExit):  # Ctrl-C or SIGTERM: the arm being built says so (it said
+            for name, arm in status.items():  # "pending": probe M4), with the stage it stopped in
+                if arm["status"] == "running":
+                    stage = next((o.name for o in plans[name].outputs if not o.done()), None)
+                    status[name] = {"status": "interrupted", "kind": arm["kind"], "stage": stage}
+            record_status()
+            raise
         ok = [a for a in plans.values() if status[a.name]["status"] == "ok"]
         scores, scoring_notes = score_arms(cfg, ok) if cfg.selection.enabled else ({}, [])
         retrieval, retrieval_notes = retrieve_arms(cfg, ok) if cfg.retrieval.enabled else (None, [])
