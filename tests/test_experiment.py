@@ -533,3 +533,37 @@ def test_an_interrupted_arm_says_so_and_the_experiment_run_ends_killed(tmp_path,
                                filter_string=f"tags.`{S.KIND}` = '{S.KIND_EXPERIMENT}'")
     assert run.info.status == "KILLED" and run.data.tags[S.arm_tag("a", "status")] == "interrupted"
     mlflow.set_tracking_uri(None)
+
+
+def test_the_experiment_run_holds_the_resolved_config_and_long_params_say_they_were_cut(tmp_path, monkeypatch):
+    """Probe M7: the experiment's MLflow run had no config artifact, and a param longer than 500 characters (a
+    corpus's sources) was cut without a mark, so MLflow alone could not reproduce the run; now the run holds
+    ``chain_config.json`` (the file itself: redacted) and a cut param ends "..."."""
+    import time
+
+    import mlflow
+
+    from orchestrator.core.config import public, to_dict
+    from orchestrator.core.manifest import atomic_write_json
+    from orchestrator.track import local_uri
+    from orchestrator.track.runs import start_stage_run
+    from orchestrator.workflows import blue_sweep, runner
+
+    def failed(*a, **kw):
+        raise RuntimeError("no corpus here")
+
+    monkeypatch.setattr(runner, "build_arm", failed)
+    cfg = smoke(tmp_path, arms={"a": {"corpus.mixer.name": "simpt"}}, baseline="a")
+    cfg.run_dir.mkdir(parents=True)
+    atomic_write_json(cfg.run_dir / blue_sweep.CONFIG_FILE, public(to_dict(cfg)))  # as _in_ray_session writes it
+    result = blue_sweep._run_arms(cfg, arm_plans(cfg), cfg.run_dir, time.time())
+    client = mlflow.MlflowClient(local_uri(cfg.run_dir))
+    assert [a.path for a in client.list_artifacts(result.mlflow_run_id)] == [blue_sweep.CONFIG_FILE]
+    logged = client.download_artifacts(result.mlflow_run_id, blue_sweep.CONFIG_FILE, str(tmp_path))
+    assert json.loads(open(logged).read()) == json.loads((cfg.run_dir / blue_sweep.CONFIG_FILE).read_text())
+
+    info = start_stage_run(cfg.tracking, cfg.run_dir, stage="pretrain", params={"sources": "x" * 800, "seed": 1},
+                           out_dir=tmp_path / "pt")
+    params = client.get_run(info["run_id"]).data.params
+    assert params["sources"] == "x" * 497 + "..." and params["seed"] == "1"
+    mlflow.set_tracking_uri(None)

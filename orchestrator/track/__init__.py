@@ -149,13 +149,16 @@ MAX_PARAM_VALUE = 500  # MLflow 3 allows 6000 chars; shorter keeps the UI readab
 MAX_PARAMS_PER_BATCH = 100  # MLflow's log_batch limit
 
 
+def param_value(value) -> str:
+    """A param's value as MLflow gets it: redacted, and cut to ``MAX_PARAM_VALUE`` with "..." saying it was cut
+    (the whole config is the run's ``chain_config.json``)."""
+    text = redacted(str(value))
+    return text if len(text) <= MAX_PARAM_VALUE else text[:MAX_PARAM_VALUE - 3] + "..."
+
+
 def flat_params(data, prefix: str = "") -> dict[str, str]:
     """Nested config -> {'a.b': 'value'} within MLflow's key and value limits."""
-    out = {}
-    for key, value in flatten(data, prefix).items():
-        text = redacted(str(value))
-        out[key[:250]] = text if len(text) <= MAX_PARAM_VALUE else text[:MAX_PARAM_VALUE - 3] + "..."
-    return out
+    return {key[:250]: param_value(value) for key, value in flatten(data, prefix).items()}
 
 
 def log_params(params: dict[str, str]) -> None:

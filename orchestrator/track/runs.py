@@ -26,7 +26,7 @@ from typing import Any
 from orchestrator.core.config import flatten, redacted, to_dict
 from orchestrator.core.errors import ConfigError, sigterm_seen
 from orchestrator.core.manifest import atomic_write_json, git_state
-from orchestrator.track import TrackingConfig, effective_uri, quiet_run_links, sqlite_file
+from orchestrator.track import TrackingConfig, effective_uri, param_value, quiet_run_links, sqlite_file
 from orchestrator.track import schema as S
 from orchestrator.track.experiments import ensure_experiment
 
@@ -126,10 +126,10 @@ def log_stage_result(tracking: TrackingConfig | None, run_dir: Path, *, stage: s
 
 
 def _param_list(params: Any) -> list:
-    """A config as MLflow params, within MLflow's key and value limits."""
+    """A config as MLflow params, within MLflow's key and value limits (a cut value ends "...": probe M7)."""
     from mlflow.entities import Param  # heavy: mlflow
 
-    return [Param(key[:250], redacted(str(value))[:500]) for key, value in flatten(to_dict(params)).items()]
+    return [Param(key[:250], param_value(value)) for key, value in flatten(to_dict(params)).items()]
 
 
 def ended_status(exc: BaseException) -> str:
@@ -286,7 +286,7 @@ def parent_run(tracking: TrackingConfig | None, run_dir: Path, *, kind: str, key
                                tags={S.KIND: kind, S.EXPERIMENT_KEY: key})
         add_run_dir(run, run_dir)  # a page of one run directory finds its experiment in a store several share
         if not existing and params:
-            mlflow.log_params({k[:250]: redacted(str(v))[:500] for k, v in params.items()})
+            mlflow.log_params({k[:250]: param_value(v) for k, v in params.items()})
     except ConfigError:  # the store's state the user must change (a deleted experiment): said before any work
         raise
     except Exception as exc:  # MLflow raises many types (HTTP, SQL, its own): none may stop the work
@@ -355,6 +355,22 @@ def active_parent(uri: str) -> str | None:
     if (run := mlflow.active_run()) is not None:
         return run.info.run_id
     return next((run_id for store, run_id in reversed(_OPEN_PARENTS) if store == uri), None)
+
+
+def attach_files(uri: str, run_id: str | None, paths: Sequence[Path], folder: str | None = None) -> None:
+    """Files (a run's resolved config, its report) as artifacts of a run, under ``folder``, so that MLflow alone
+    holds what reproduces and shows the run; does nothing without a run, and MLflow trouble is only said."""
+    if not (uri and run_id):
+        return
+    import mlflow  # heavy: mlflow
+
+    try:
+        client = mlflow.MlflowClient(uri)
+        for path in paths:
+            if Path(path).is_file():
+                client.log_artifact(run_id, str(path), folder)
+    except Exception as exc:  # see start_stage_run
+        log.warning("MLflow: could not attach files to run %s (%s)", run_id, exc)
 
 
 def set_run_tags(uri: str, run_id: str | None, tags: dict[str, str]) -> None:

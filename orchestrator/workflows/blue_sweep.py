@@ -78,6 +78,7 @@ from orchestrator.workflows.runner import (
 log = logging.getLogger("experiment")
 
 STATUS_FILE = "experiment.json"
+CONFIG_FILE = "chain_config.json"  # the run's resolved config (redacted): an artifact of its top MLflow run too
 SWEEP_COSTS = "the sweep, all arms"  # the costs' entry of the whole sweep, after the arms'
 MAX_TAG_TEXT = 4000  # an arm's error on the experiment's MLflow run (MLflow allows 8000 characters)
 
@@ -102,9 +103,12 @@ def plan(cfg: ExperimentConfig) -> str:
 def write_page(result: ChainResult) -> None:
     """``<run_dir>/report/experiment.html`` from the experiment's MLflow runs. The page is a view: when
     it cannot be built the job still succeeds, and says why (it can be built later by hand)."""
+    from orchestrator.track.runs import attach_files  # heavy: mlflow
+
     out = result.run_dir / PAGE_PATH
     try:
         result.report[PAGE] = build_page(result.tracking_uri, out, result.mlflow_run_id or None)
+        attach_files(result.tracking_uri, result.mlflow_run_id, [out], "report")
     except Exception as exc:  # MLflow raises many types; the experiment itself has finished
         log.warning("the experiment page was not written (%s: %s); build it with: python "
                     "dashboards/experiment_page.py --tracking-uri %s --out %s", type(exc).__name__, exc,
@@ -142,7 +146,7 @@ def _in_ray_session(cfg: ExperimentConfig, body) -> ChainResult:
     flushed before the summary."""
     run_dir = cfg.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(run_dir / "chain_config.json", public(to_dict(cfg)))
+    atomic_write_json(run_dir / CONFIG_FILE, public(to_dict(cfg)))
     started, tick = time.time(), time.monotonic()  # a timestamp (costs since it); the wall time's clock
     with seeded(cfg.seed), ray_session(address=cfg.ray.address or None, num_cpus=cfg.ray.num_cpus or None,
                                        log_file=run_dir / LOG_PATH) as info:
@@ -161,6 +165,8 @@ def chain_costs(cfg: ChainConfig, run_dir: Path, *, since: float) -> list[StageC
 
 
 def _chain_stages(cfg: ExperimentConfig, arm: ArmPlan, run_dir: Path) -> ChainResult:
+    from orchestrator.track.runs import attach_files  # heavy: mlflow
+
     tracking_uri = effective_uri(cfg.tracking, run_dir) if cfg.tracking.enabled else ""
     stages = cfg.active_stages
     total = len(stages)
@@ -170,7 +176,7 @@ def _chain_stages(cfg: ExperimentConfig, arm: ArmPlan, run_dir: Path) -> ChainRe
         log.info("[%d/%d] %s: %s", stages.index(stage) + 1, total, stage, text)
 
     models = {name: Path(path) for name, path in cfg.compare_models.items()}
-    pretrain_loss = None
+    pretrain_loss, top_run = None, None
     if "corpus" in stages:
         banner("corpus", "sources -> mixed shards (Ray Data)")
         if "vocab" in stages:
@@ -188,7 +194,11 @@ def _chain_stages(cfg: ExperimentConfig, arm: ArmPlan, run_dir: Path) -> ChainRe
     results: dict = {}
     if "sweep" in stages:
         banner("sweep", f"BLUE fine-tuning on Ray Tune over {len(models) + len(variants)} model(s)")
-        results = sweep(cfg.sweep, models, run_dir / "sweep", cfg.tracking, run_dir, variants).results
+        swept = sweep(cfg.sweep, models, run_dir / "sweep", cfg.tracking, run_dir, variants)
+        results = swept.results
+        # a chain has no run above its sweep's: the config (and the report, below) go on that one
+        top_run = swept.parent_run_id
+        attach_files(tracking_uri, top_run, [run_dir / CONFIG_FILE])
     elif (run_dir / "sweep" / "results.json").is_file():
         results = json.loads((run_dir / "sweep" / "results.json").read_text())
     report: dict[str, Path] = {}
@@ -197,6 +207,7 @@ def _chain_stages(cfg: ExperimentConfig, arm: ArmPlan, run_dir: Path) -> ChainRe
 
         banner("report", "BLUE table (HTML, Markdown, PNG)")
         report = write_report(results, run_dir / "report")
+        attach_files(tracking_uri, top_run, list(report.values()), "report")
     return ChainResult(run_dir=run_dir, report=report, results=results, tracking_uri=tracking_uri,
                        pretrain_loss=pretrain_loss,
                        experiment_id=experiment_id_of(tracking_uri, cfg.tracking.experiment))
@@ -351,7 +362,7 @@ def _cost_tags(costs: dict[str, list[StageCost]]) -> dict[str, str]:
 
 
 def _run_arms(cfg: ExperimentConfig, plans: dict[str, ArmPlan], run_dir: Path, started: float) -> ChainResult:
-    from orchestrator.track.runs import parent_run, set_run_tags  # heavy: mlflow
+    from orchestrator.track.runs import attach_files, parent_run, set_run_tags  # heavy: mlflow
 
     tracking_uri = effective_uri(cfg.tracking, run_dir) if cfg.tracking.enabled else ""
     status: dict[str, dict] = {name: {"status": "pending", "kind": p.kind} for name, p in plans.items()}
@@ -366,6 +377,7 @@ def _run_arms(cfg: ExperimentConfig, plans: dict[str, ArmPlan], run_dir: Path, s
             set_run_tags(tracking_uri, parent_id, _status_tags(cfg, status))
 
         record_status()
+        attach_files(tracking_uri, parent_id, [run_dir / CONFIG_FILE])  # MLflow alone reproduces the run (M7)
         try:
             variants = build_arms(cfg, plans, run_dir, status, record_status)
         except (KeyboardInterrupt, SystemExit):  # Ctrl-C or SIGTERM: the arm being built says so (it said
@@ -415,6 +427,7 @@ def _run_arms(cfg: ExperimentConfig, plans: dict[str, ArmPlan], run_dir: Path, s
                         run_dir)
         if retrieval:
             report[RETRIEVAL] = retrieval[0] / "table.html"
+        attach_files(tracking_uri, parent_id, list(report.values()), "report")  # experiment.html: write_page
         costs = arm_costs(cfg, plans, run_dir, since=started)
         record_status()
         set_run_tags(tracking_uri, parent_id, _cost_tags(costs))
