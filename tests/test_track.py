@@ -536,7 +536,7 @@ def test_a_trial_run_is_logged_in_one_batch_with_every_epoch_at_its_step(tmp_pat
     assert len(trials) == 6 and all(calls[r.info.run_id] == 1 for r in trials)
     for run in trials:
         rec = next(r for r in args["records"] if r["trial_id"] == run.info.run_name)
-        assert run.data.params == {k: str(v) for k, v in rec["trial"].items()}
+        assert run.data.params == {**{k: str(v) for k, v in rec["trial"].items()}, "model": "floor", "task": "BIOSSES"}
         for key in ("train_loss", "dev", "test"):
             assert [(m.step, m.value) for m in sorted(client.get_metric_history(run.info.run_id, key),
                                                       key=lambda m: m.step)] == \
@@ -585,4 +585,24 @@ def test_an_interrupt_ends_runs_killed_an_error_failed_and_a_reopened_run_is_run
                               filter_string=f"tags.`{S.KIND}` != 'pretrain' and tags.`{S.KIND}` != 'experiment'")
     assert sorted((r.data.tags[S.KIND], r.info.status) for r in runs) == [("model_task", "KILLED"),
                                                                           ("sweep", "KILLED")]
+    mlflow.set_tracking_uri(None)
+
+
+def test_one_filter_finds_a_model_task_run_and_its_trial_runs(tmp_path):
+    """Probe M8: a (model, task) run had params model and task (the display name, HoC) and its trials model_name
+    and task (the file stem, hoc_prior), so no one filter found both; now a trial has model and task as its cell
+    has them, and its file stem as task_stem."""
+    from orchestrator.track import TrackingConfig, local_uri
+    from orchestrator.track import schema as S
+    from orchestrator.track.sweep import log_sweep
+
+    args = _sweep_to_log(tmp_path)
+    for rec in args["records"]:
+        rec["trial"]["task"] = "biosses"
+    log_sweep(TrackingConfig(), **args)
+    client = mlflow.MlflowClient(local_uri(tmp_path))
+    exp = client.get_experiment_by_name("bioptorch").experiment_id
+    found = client.search_runs([exp], filter_string="params.task = 'BIOSSES' and params.model = 'floor'")
+    assert sorted(r.data.tags[S.KIND] for r in found) == ["model_task"] + ["trial"] * 6
+    assert {r.data.params[S.TASK_STEM] for r in found if r.data.tags[S.KIND] == S.KIND_TRIAL} == {"biosses"}
     mlflow.set_tracking_uri(None)

@@ -10,7 +10,8 @@ Run tree of a sweep:
                         directory) and EXPORT_TRIAL (the trial it re-trained)
                         params MODEL, TASK, METRIC, selected.<key>; metrics TEST_MEAN, TEST_SD, DEV_MEAN, N,
                         CURVE_DEV / CURVE_TEST per epoch (step = epoch), per_tag.<tag>.<measure>
-        trial           tags KIND=trial; params the trial's settings; per-epoch train_loss, dev, test;
+        trial           tags KIND=trial; params the trial's settings, MODEL and TASK as on its (model, task) run
+                        (one filter finds both) with TASK_STEM the task file's stem; per-epoch train_loss, dev, test;
                         early stopping (param patience > 0): dev every epoch, test at the best dev
                         epoch only, and metrics BEST_EPOCH, STOPPED_EPOCH
 
@@ -76,6 +77,7 @@ GIT_COMMIT, GIT_DIRTY, GIT_DIFF = "git_commit", "git_dirty", "git_diff_sha256"  
 PARENT = "mlflow.parentRunId"
 
 MODEL, TASK, GROUP, HIGHER_IS_BETTER, METRIC = "model", "task", "group", "higher_is_better", "metric"
+TASK_STEM = "task_stem"  # a trial's task file stem (hoc_prior); TASK is the display name (HoC) on every run
 MODEL_DIR, MODEL_IDENTITY = "model_dir", "model_identity"
 SELECTED_PREFIX = "selected."
 TEST_MEAN, TEST_SD, DEV_MEAN, N = "test_mean", "test_sd", "dev_mean", "n"

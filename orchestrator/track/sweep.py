@@ -203,17 +203,21 @@ def _log_batch(run_id: str, params: dict | None = None, metrics: list[tuple] = (
 
 
 def _log_trial(rec: dict, tags: dict[str, str], log_predictions: bool) -> None:
-    """One trial's run: its params and every metric in one ``log_batch`` (two past 100 params), its predictions."""
+    """One trial's run: its params and every metric in one ``log_batch`` (two past 100 params), its predictions.
+    Its params ``model`` and ``task`` are those of its (model, task) run, so one ``search_runs`` filter finds both
+    (the trial's own ``task``, the file stem, is ``task_stem``; probe M8)."""
     import mlflow  # heavy: mlflow
 
-    trial = rec["trial"]
+    params = {k: v for k, v in rec["trial"].items() if k not in ("model_dir", "data_dir", "task")}
+    params.update({S.MODEL: rec["trial"]["model_name"], S.TASK: rec["task"]})
+    if "task" in rec["trial"]:
+        params[S.TASK_STEM] = rec["trial"]["task"]
     with started_run(run_name=rec["trial_id"], nested=True, tags={**tags, S.KIND: S.KIND_TRIAL}) as run:
         metrics = [(k, v, row["epoch"]) for row in rec["epochs"] for k, v in row.items() if k != "epoch"]
         metrics.append(("seconds", rec["seconds"], 0))
         if "early_stopping" in rec:  # its test metric sits at the step of the best dev epoch
             metrics += [(S.BEST_EPOCH, rec["early_stopping"]["best_epoch"], 0),
                         (S.STOPPED_EPOCH, rec["early_stopping"]["stopped_epoch"], 0)]
-        _log_batch(run.info.run_id, flat_params({k: v for k, v in trial.items() if k not in ("model_dir", "data_dir")}),
-                   metrics)
+        _log_batch(run.info.run_id, flat_params(params), metrics)
         if log_predictions and rec.get("predictions"):
             mlflow.log_dict(rec["predictions"], "predictions.json")
