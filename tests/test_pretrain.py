@@ -706,6 +706,18 @@ def test_two_workers_two_phases_loss_falls_checkpoints_and_mlflow(corpus, ray_lo
     mended = client.get_run(run.info.run_id)
     assert mended.info.status == "FINISHED" and mended.data.tags[S.stopped_by_tag("phase2")] == "steps"
     assert len(client.get_metric_history(run.info.run_id, "mlm_loss")) == 34  # nothing logged twice
+    # the output reused by a job logging to another store (probe M3: it got no pretraining run, its page no loss
+    # curve): that store gets one from what the output recorded, tagged reused; store A gets nothing new
+    other = TrackingConfig(tracking_uri=f"sqlite:///{tmp_path / 'other.db'}", experiment="pretrain-test")
+    pretrain(_cfg(ingest="ray_data"), {32: corpus[32], 64: corpus[64]}, corpus["tokenizer"], out, other, tmp_path)
+    b = mlflow.MlflowClient(other.tracking_uri)
+    [copy] = b.search_runs([b.get_experiment_by_name("pretrain-test").experiment_id])
+    assert copy.info.status == "FINISHED" and copy.data.tags[S.REUSED] == "true"
+    assert copy.data.tags[S.stopped_by_tag("phase2")] == "steps"
+    assert copy.data.metrics[S.stop_step_metric("phase2")] == 34
+    assert sorted((m.step, m.value) for m in b.get_metric_history(copy.info.run_id, "loss")) == \
+        [(h["step"], h["loss"]) for h in result.history]
+    assert len(client.search_runs([run.info.experiment_id])) == 1
 
 
 def test_an_accuracy_target_ends_phase1_early_on_both_workers_and_phase2_still_runs(corpus, ray_local, tmp_path):

@@ -606,3 +606,43 @@ def test_one_filter_finds_a_model_task_run_and_its_trial_runs(tmp_path):
     assert sorted(r.data.tags[S.KIND] for r in found) == ["model_task"] + ["trial"] * 6
     assert {r.data.params[S.TASK_STEM] for r in found if r.data.tags[S.KIND] == S.KIND_TRIAL} == {"biosses"}
     mlflow.set_tracking_uri(None)
+
+
+def test_a_reused_output_is_logged_into_a_store_that_has_no_run_of_it(tmp_path):
+    """Probe M3: an output trained with store A, then reused by a job logging to store B (or after the user deleted
+    its run in A), was never logged there: the experiment showed no pretraining and no loss curve. Now the store
+    gets a run from what the output recorded, with the loss at its steps, tagged reused; once only."""
+    from orchestrator.track import TrackingConfig
+    from orchestrator.track import schema as S
+    from orchestrator.track.runs import RankZeroLogger, end_stage_run, log_recorded_run, start_stage_run
+
+    store_a, store_b = (TrackingConfig(tracking_uri=f"sqlite:///{tmp_path / name}") for name in ("a.db", "b.db"))
+    out = tmp_path / "pretrain"
+    history = [{"step": step, "loss": 9.0 - step, "phase": 1, "mfu": None} for step in (1, 2, 3)]
+    info = start_stage_run(store_a, tmp_path, stage="pretrain", params={"steps": 3}, out_dir=out)
+    logger = RankZeroLogger(info)
+    for row in history:
+        logger.log({k: v for k, v in row.items() if k != "step"}, row["step"])
+    logger.close()
+    end_stage_run(info)
+
+    def reuse(store: TrackingConfig) -> str | None:
+        return log_recorded_run(store, tmp_path, stage="pretrain", out_dir=out, params={"steps": 3},
+                                history=history, tags={S.ARM: "pretrained", S.OUTPUT_KEY: "k1"})
+
+    assert reuse(store_a) is None  # its own run is there
+    logged = reuse(store_b)
+    client = mlflow.MlflowClient(store_b.tracking_uri)
+    [run] = client.search_runs([client.get_experiment_by_name("bioptorch").experiment_id])
+    assert run.info.run_id == logged and run.info.status == "FINISHED" and run.data.params == {"steps": "3"}
+    assert run.data.tags[S.KIND] == "pretrain" and run.data.tags[S.REUSED] == "true" and run.data.tags[S.ARM] == \
+        "pretrained"
+    assert [(m.step, m.value) for m in client.get_metric_history(logged, S.PRETRAIN_LOSS)] == [(1, 8.0), (2, 7.0),
+                                                                                               (3, 6.0)]
+    assert reuse(store_b) == logged and len(client.search_runs([run.info.experiment_id])) == 1  # once only
+    # the user deleted the run in store A: the next reuse logs it there again
+    mlflow.MlflowClient(store_a.tracking_uri).delete_run(info["run_id"])
+    again = reuse(store_a)
+    assert again not in (None, info["run_id"])
+    assert len(mlflow.MlflowClient(store_a.tracking_uri).get_metric_history(again, S.PRETRAIN_LOSS)) == 3
+    mlflow.set_tracking_uri(None)

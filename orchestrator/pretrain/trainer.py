@@ -95,6 +95,7 @@ from orchestrator.track.runs import (
     RankZeroLogger,
     end_stage_run,
     ended_status,
+    log_recorded_run,
     recorded_run_unfinished,
     set_run_tags,
     start_stage_run,
@@ -362,7 +363,16 @@ def pretrain(cfg: PretrainConfig, instances: dict[int, Path], tokenizer_dir: Pat
         if (out_dir / PENDING).is_file() or recorded_run_unfinished(out_dir, configured_uri(tracking, run_dir) or ""):
             _finish_run(start_stage_run(tracking, run_dir, stage=S.KIND_PRETRAIN, params=cfg, out_dir=out_dir),
                         read_manifest(out_dir).get("phases", []))
-        return _reused(out_dir)
+        reused = _reused(out_dir)
+        # a store with no run of this output (another store, or the run deleted): logged there from the output,
+        # with what _finish_run gives a trained one (each phase's stop tag and step)
+        log_recorded_run(tracking, run_dir, stage=S.KIND_PRETRAIN, out_dir=out_dir,
+                         params=run_params(cfg, [info.path for info in infos.values()]),
+                         history=reused.history + [{"step": p["step"], S.stop_step_metric(p["phase"]): p["step"]}
+                                                   for p in reused.phases],
+                         tags={**(run_tags or {}), S.OUTPUT_KEY: key,
+                               **{S.stopped_by_tag(p["phase"]): p["stopped_by"] for p in reused.phases}})
+        return reused
     with output_lock(out_dir), ray_session():  # a second job on this output waits here, then reuses it
         if reusable(out_dir, key) and (out_dir / "final" / "config.json").is_file():  # finished meanwhile
             return _reused(out_dir)

@@ -86,11 +86,13 @@ def start_stage_run(tracking: TrackingConfig | None, run_dir: Path, *, stage: st
 
 
 def log_stage_result(tracking: TrackingConfig | None, run_dir: Path, *, stage: str, params: Any,
-                     metrics: dict[str, float], tags: dict[str, str], artifacts: Sequence[Path] = ()) -> str | None:
+                     metrics: dict[str, float], tags: dict[str, str], artifacts: Sequence[Path] = (),
+                     series: Sequence[tuple[str, float, int]] = ()) -> str | None:
     """A finished stage's result as its own finished run, a child of the active run, with ``artifacts``
-    (files) attached. A run with the same parent, stage and ``tags`` is looked up first, so a re-run
-    that reuses the output logs nothing again; one left unfinished (its process stopped between
-    creating and ending it) is deleted and logged anew. Returns the run id, or None when tracking is
+    (files) attached and ``series`` ((key, value, step): a loss curve) among its metrics. A run with the
+    same parent, stage and ``tags`` is looked up first, so a re-run that reuses the output logs nothing
+    again; one left unfinished (its process stopped between creating and ending it) is deleted and
+    logged anew. Returns the run id, or None when tracking is
     off or the store fails (said: the work goes on)."""
     if tracking is None or not tracking.enabled:
         return None
@@ -116,6 +118,9 @@ def log_stage_result(tracking: TrackingConfig | None, run_dir: Path, *, stage: s
         scores = [Metric(k, float(v), now, 0) for k, v in metrics.items() if math.isfinite(float(v))]
         for start in range(0, max(len(values), len(scores)), 100):
             client.log_batch(run.info.run_id, params=values[start:start + 100], metrics=scores[start:start + 100])
+        steps = [Metric(k, float(v), now, step) for k, v, step in series]
+        for start in range(0, len(steps), MAX_METRICS_PER_BATCH):
+            client.log_batch(run.info.run_id, metrics=steps[start:start + MAX_METRICS_PER_BATCH])
         for path in artifacts:
             client.log_artifact(run.info.run_id, str(path))
         client.set_terminated(run.info.run_id, "FINISHED")
@@ -123,6 +128,38 @@ def log_stage_result(tracking: TrackingConfig | None, run_dir: Path, *, stage: s
         log.warning("MLflow: could not log the %s run at %s (%s)", stage, uri, exc)
         return None
     return run.info.run_id
+
+
+def log_recorded_run(tracking: TrackingConfig | None, run_dir: Path, *, stage: str, out_dir: Path, params: Any,
+                     history: Sequence[dict], tags: dict[str, str]) -> str | None:
+    """A reused stage output's run, logged from what the output recorded (``params``; ``history``, its per-step
+    rows, as metrics at their steps), tagged ``S.REUSED``, into this job's store when that holds no live FINISHED
+    run of it: neither the run its ``RUN_MARKER`` names nor one an earlier reuse logged there (found by ``tags``,
+    as ``log_stage_result`` finds a result). A re-run into another store, or after the user deleted the run,
+    showed no run of the stage, and the experiment page no loss curve (probe M3). Returns the run id (None:
+    nothing to log, tracking off, or the store failed)."""
+    if tracking is None or not tracking.enabled or _recorded_here(out_dir, effective_uri(tracking, run_dir)):
+        return None
+    series = [(k, float(v), row["step"]) for row in history for k, v in row.items()  # as RankZeroLogger logs
+              if k != "step" and v is not None and math.isfinite(float(v))]
+    return log_stage_result(tracking, run_dir, stage=stage, params=params, metrics={},
+                            tags={**tags, S.REUSED: "true"}, series=series)
+
+
+def _recorded_here(out_dir: Path, uri: str) -> bool:
+    """Whether the run ``out_dir``'s ``RUN_MARKER`` names is in the store at ``uri``, live and FINISHED."""
+    marker = Path(out_dir) / RUN_MARKER
+    try:
+        recorded = json.loads(marker.read_text(encoding="utf-8")) if marker.is_file() else {}
+        if recorded.get("uri") not in (uri, redacted(uri)):
+            return False
+        import mlflow  # heavy: mlflow
+
+        run = mlflow.MlflowClient(uri).get_run(recorded["run_id"])
+        return run.info.lifecycle_stage == "active" and run.info.status == "FINISHED"
+    except Exception as exc:  # a bad marker, a run not in this store: there is none here
+        log.debug("MLflow: the run recorded in %s is not in %s (%s)", marker, redacted(uri), exc)
+        return False
 
 
 def _param_list(params: Any) -> list:

@@ -57,6 +57,9 @@ SOURCE_PREFIX = "source."
 SOURCE_GAIN_PREFIX = "source_gain."
 EXPERIMENT_KEY = "orchestrator.experiment_key"
 OUTPUT_KEY = "orchestrator.output_key"  # the content key of the stage output a run reports
+#: "true" on a stage's run logged from what its reused output recorded (``runs.log_recorded_run``), in a store that
+#: held no run of it (a re-run into another store, or after the user deleted it); tagged OUTPUT_KEY too
+REUSED = "orchestrator.reused"
 ARM = "arm"
 ARMS, BASELINE_TAG = "orchestrator.arms", "orchestrator.baseline"
 SWEEP_RUN = "orchestrator.sweep_run"  # an experiment's tag: the sweep run its last run logged (its page shows it)
