@@ -775,7 +775,7 @@ def test_a_large_file_read_by_several_ray_tasks_gives_the_shards_of_one(ray_loca
         many, dropped_many = _write_shards(src, tmp_path / "many", 16 << 10, block_bytes=8 << 10)
     tasks = len(read_items(src, 8 << 10))  # the read's progress line, ending with every task done
     said = [r.getMessage() for r in caplog.records if r.name == "progress"]
-    assert said and said[-1].startswith(f"corpus: s: {tasks}/{tasks} read tasks ("), said
+    assert said and said[-1].startswith(f"corpus: s: {tasks}/{tasks} read tasks done ("), said
     assert len(one) > 3 and dropped_one == dropped_many
     assert [dataclasses.replace(s, path="") for s in one] == [dataclasses.replace(s, path="") for s in many]
     for a, b in zip(one, many):  # the same documents, ids, pages and sentences, shard by shard
@@ -786,3 +786,35 @@ def test_a_large_file_read_by_several_ray_tasks_gives_the_shards_of_one(ray_loca
     with pytest.raises(InputError, match="holds no document") as info:
         _write_shards(_src(blank, document_split=split), tmp_path / "blank", 16 << 10, block_bytes=1 << 10)
     assert info.value.path == str(blank)
+
+
+def test_the_read_of_parallel_tasks_says_it_goes_on_and_gives_no_time_left_it_cannot_know(ray_local, tmp_path,
+                                                                                          monkeypatch, caplog):
+    """Scale probe S1: the rows of parallel read tasks reach the driver in the tasks' order, so nothing was said
+    for most of the read, then a time left several times too long, then "n/n" a second later. Now a line says the
+    read goes on while no rows come (every ``HEARTBEAT_S``, here 20 ms), no line gives a time left,
+    the last says every task is done, and the shards are those of one task."""
+    import logging
+    import threading
+
+    import pyarrow.parquet as pq
+
+    from orchestrator.corpus.sources import read_items
+    from orchestrator.corpus.stage import _ReadProgress, _write_shards
+
+    f = tmp_path / "big.txt"
+    docs = (f"Document {i} says IL-{i % 9} binds the receptor. It was seen in mice." for i in range(900))
+    f.write_text("\n".join(docs), encoding="utf-8")
+    src = _src(f)
+    tasks = len(read_items(src, 8 << 10))
+    assert tasks > 4
+    one, _ = _write_shards(src, tmp_path / "one", 16 << 10)
+    monkeypatch.setattr(_ReadProgress, "HEARTBEAT_S", 0.02, raising=False)
+    with caplog.at_level(logging.INFO, logger="progress"):
+        many, _ = _write_shards(src, tmp_path / "many", 16 << 10, block_bytes=8 << 10)
+    said = [r.getMessage() for r in caplog.records if r.name == "progress"]
+    assert any(", reading on" in line and " elapsed" in line for line in said[:-1]), said
+    assert said[-1].startswith(f"corpus: s: {tasks}/{tasks} read tasks done ("), said
+    assert not any("left" in line for line in said), said
+    assert [pq.read_table(s.path).to_pylist() for s in one] == [pq.read_table(s.path).to_pylist() for s in many]
+    assert not [t for t in threading.enumerate() if t.name.startswith("corpus-read-")]  # the heartbeat ended

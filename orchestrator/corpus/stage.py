@@ -18,6 +18,7 @@ import dataclasses
 import logging
 import math
 import random
+import threading
 import time
 from pathlib import Path
 
@@ -196,6 +197,7 @@ def _write_shards(src: SourceConfig, out: Path, shard_bytes: int, drop_letterles
     unseen = {item["file_index"]: item["path"] for item in items if item["span"]}  # a span may hold no document
     dataset = read_source(src, drop_letterless=drop_letterless, items=items)
     said = _ReadProgress(src.name, items)
+    said.start()
     try:
         # batches of 1,024 documents: a whole block (up to Ray Data's 128 MB) as Python rows was the driver's peak
         for batch in dataset.iter_batches(batch_size=1024, batch_format="pyarrow"):
@@ -223,6 +225,7 @@ def _write_shards(src: SourceConfig, out: Path, shard_bytes: int, drop_letterles
         raise
     finally:
         options.preserve_order = keep_order
+        said.stop()
     said.finished()
     if unseen:  # a file read in spans none of which held a document
         raise no_document(src, next(iter(unseen.values())))
@@ -235,14 +238,34 @@ def _write_shards(src: SourceConfig, out: Path, shard_bytes: int, drop_letterles
 
 
 class _ReadProgress:
-    """The read's progress line (read tasks done / total, megabytes, time left), for a source read by more than
-    one task: the rows come in the tasks' order, so a document of task ``j`` says the tasks before it are done."""
+    """The read's progress lines. The read tasks run in parallel, but their rows reach the driver in the tasks'
+    order (``preserve_order``): a document of task ``j`` says the tasks up to ``j`` are done, and nothing of the
+    later ones, most of which may be done too (their rows follow within a second). So a line counts the tasks done
+    as far as the driver knows, and gives no time left: one extrapolated from them took the parallel tasks for tasks
+    run one after another (7 minutes left where 1m49s were), and Ray Data has no public hook that says when a task
+    ends. While no rows come, a line every ``HEARTBEAT_S`` seconds says the read goes on and for how long (a source
+    of one task too)."""
+
+    #: Seconds without a line after which a line says the read goes on
+    HEARTBEAT_S = 30.0
 
     def __init__(self, name: str, items: list[dict]):
         self.name, self.items = name, items
         self.starts = [(item["file_index"], item["first_line"]) for item in items]  # where each task's rows start
+        self.total_bytes = sum(item["bytes"] for item in items) or 1
         self.done = self.last_done = 0
         self.started = self.last = time.monotonic()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._beat = threading.Thread(target=self._heartbeat, name=f"corpus-read-{name}", daemon=True)
+
+    def start(self) -> None:
+        """The heartbeat starts (``stop`` ends it: in a ``finally``)."""
+        self._beat.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._beat.join()
 
     def reached(self, file_index: int, line: int) -> None:
         """A document of file ``file_index`` at ``line`` arrived."""
@@ -254,16 +277,27 @@ class _ReadProgress:
     def _said(self, done: int) -> None:
         if done <= self.done or len(self.items) < 2:
             return
-        self.done, now, total_tasks = done, time.monotonic(), len(self.items)
-        if done < total_tasks and not updating() and not due(now - self.last, done - self.last_done, total_tasks):
-            return
-        self.last, self.last_done = now, done
-        read = sum(item["bytes"] for item in self.items[:done])
-        total = sum(item["bytes"] for item in self.items) or 1
-        elapsed = now - self.started
-        left = f", about {duration(elapsed * (total - read) / max(read, 1))} left" if done < total_tasks else ""
-        progress(f"corpus: {self.name}: {done}/{total_tasks} read tasks ({read / 1e6:.0f}/{total / 1e6:.0f} MB), "
-                 f"{duration(elapsed)} elapsed{left}")
+        with self._lock:
+            self.done, now, total_tasks = done, time.monotonic(), len(self.items)
+            if done < total_tasks and not updating() and not due(now - self.last, done - self.last_done,
+                                                                 total_tasks):
+                return
+            self.last, self.last_done = now, done
+            progress(self._line(now))
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(self.HEARTBEAT_S / 4):
+            with self._lock:
+                now = time.monotonic()
+                if now - self.last >= self.HEARTBEAT_S and not self._stop.is_set():
+                    self.last = now
+                    why = " (the tasks run in parallel; their rows come in the tasks' order)" if self.done else ""
+                    progress(self._line(now) + ", reading on" + (why if len(self.items) > 1 else ""))
+
+    def _line(self, now: float) -> str:
+        read = sum(item["bytes"] for item in self.items[:self.done])
+        return (f"corpus: {self.name}: {self.done}/{len(self.items)} read tasks done ({read / 1e6:.0f}/"
+                f"{self.total_bytes / 1e6:.0f} MB), {duration(now - self.started)} elapsed")
 
 
 def plan_corpus(cfg: CorpusConfig) -> str:
