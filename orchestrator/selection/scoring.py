@@ -15,7 +15,7 @@ import re
 import time
 import zlib
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -137,6 +137,19 @@ def score_source(name: str, path: str | Path | Sequence[InputFile], targets: Map
     ``path`` is a file or a directory read with ``cfg.input_format``, or a list of
     (file, format, text field) for a source whose files differ in format (an experiment arm's corpus).
     """
+    steps = scoring_steps(name, path, targets, cfg)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as end:
+            return end.value
+
+
+def scoring_steps(name: str, path: str | Path | Sequence[InputFile], targets: Mapping[str, TargetProfile],
+                  cfg: SelectionConfig) -> Generator[tuple[int, int], None, SourceScore]:
+    """``score_source`` step by step: yields (sub-samples measured, sub-samples) once the source is tokenized and
+    sampled, then after each sub-sample, and returns the score. A Ray task yields them to the driver, whose
+    progress line counts them (``orchestrator.workflows.score_sources``): its workers' log lines stay in the log."""
     if isinstance(path, (str, Path)):
         files = [(f, cfg.input_format, cfg.text_field) for f in input_files(path)]
     else:
@@ -162,6 +175,7 @@ def score_source(name: str, path: str | Path | Sequence[InputFile], targets: Map
         plans = plan_samples(unit_tokens, size, cfg.num_samples, rng)
         sample_files = [work / f"sample-{i}.txt" for i in range(len(plans))]
         _write_samples(work / "tokens.txt", unit_tokens, plans, sample_files)
+        yield 0, len(sample_files)
         samples = []
         for i, sample in enumerate(sample_files):
             start = time.perf_counter()
@@ -169,6 +183,7 @@ def score_source(name: str, path: str | Path | Sequence[InputFile], targets: Map
             samples[-1]["seconds"] = round(time.perf_counter() - start, 3)
             log.info("%s sample %d/%d: %s", name, i + 1, len(sample_files),
                      {k: samples[-1][k] for k in (*MEASURES, "seconds")})
+            yield i + 1, len(sample_files)
     mean = {m: float(np.mean([s[m] for s in samples])) for m in MEASURES}
     by_task = {task: {m: float(np.mean([s["by_task"][task][m] for s in samples])) for m in MEASURES}
                for task in targets}
@@ -237,4 +252,4 @@ def load_targets(cfg: SelectionConfig) -> dict[str, TargetProfile]:
     return profiles
 
 
-__all__ = ["SelectionConfig", "SourceScore", "InputFile", "score_source", "load_targets"]
+__all__ = ["SelectionConfig", "SourceScore", "InputFile", "score_source", "scoring_steps", "load_targets"]

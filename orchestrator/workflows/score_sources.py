@@ -11,10 +11,13 @@ correlations with the downstream gains when given, and ``manifest.json``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.core.console import due, progress, updating
+from orchestrator.core.cost import duration
 from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
 from orchestrator.core.manifest import (
     atomic_dir,
@@ -35,7 +38,7 @@ from orchestrator.selection.measures import (
     task_correlations,
     tokenize,
 )
-from orchestrator.selection.scoring import SelectionConfig, SourceScore, load_targets, score_source
+from orchestrator.selection.scoring import SelectionConfig, SourceScore, load_targets, score_source, scoring_steps
 from orchestrator.track.caller import mlflow_state_kept
 
 log = logging.getLogger(__name__)
@@ -145,14 +148,15 @@ class _Failed:
 
 
 def _score_source_task(name: str, path: str, targets: Mapping[str, TargetProfile],
-                       cfg: SelectionConfig) -> SourceScore | _Failed:
-    """Ray task body. A user-facing error comes back as its message: InputError's constructor
-    signature keeps Ray from rebuilding it on the driver (it would arrive as an opaque
-    UnserializableException instead of naming the bad file)."""
+                       cfg: SelectionConfig) -> Iterator[tuple[int, int] | SourceScore | _Failed]:
+    """Ray task body, a generator: (sub-samples measured, sub-samples) as ``scoring_steps`` goes, then the score.
+    A user-facing error comes back as its message: InputError's constructor signature keeps Ray from rebuilding
+    it on the driver (it would arrive as an opaque UnserializableException instead of naming the bad file)."""
     try:
-        return score_source(name, path, targets, cfg)
+        score = yield from scoring_steps(name, path, targets, cfg)
     except OrchestratorError as exc:
-        return _Failed(str(exc))
+        score = _Failed(str(exc))
+    yield score
 
 
 def largest_first(sources: Mapping[str, str]) -> list[str]:
@@ -166,15 +170,96 @@ def largest_first(sources: Mapping[str, str]) -> list[str]:
 
 def _score_on_ray(targets: dict[str, TargetProfile], cfg: SelectionConfig) -> list[SourceScore]:
     """One Ray task per source (each runs its own lmplz), the largest submitted first; the first failure
-    is raised with its message. Results come back in name order."""
+    is raised with its message. Results come back in name order. The driver's progress line counts the
+    sub-samples measured as the tasks yield them (``_ScoringProgress``)."""
     import ray  # heavy: ray
 
     with ray_session(num_cpus=cfg.num_cpus or None):
         task = ray.remote(num_cpus=1)(_score_source_task)
         ref = ray.put(targets)
-        refs = {n: task.remote(n, cfg.sources[n], ref, cfg) for n in largest_first(cfg.sources)}
-        results = ray.get([refs[n] for n in sorted(cfg.sources)])
+        running = {task.remote(n, cfg.sources[n], ref, cfg): n for n in largest_first(cfg.sources)}
+        said = _ScoringProgress(list(running.values()), cfg.num_samples)
+        scored = {}
+        while running:
+            ready, _ = ray.wait(list(running), num_returns=1, timeout=said.wait_s())
+            for steps in ready:
+                try:
+                    step = ray.get(next(steps))
+                except StopIteration:
+                    del running[steps]
+                    continue
+                if isinstance(step, tuple):
+                    said.measured(running[steps], *step)
+                else:
+                    scored[running[steps]] = step
+            said.beat()
+    results = [scored[n] for n in sorted(cfg.sources)]
     for result in results:
         if isinstance(result, _Failed):
             raise OrchestratorError(result.message)
     return results
+
+
+class _ScoringProgress:
+    """The parallel scoring's progress line: sub-samples measured of all the sources' (sources x num_samples),
+    the source of the last one, elapsed, and the time left. A source's first step (tokenizing it, then writing its
+    sub-samples) takes a time the driver cannot foresee, so the line names the sources without a measured sub-sample
+    and gives no time left until every source has one; then the time left is the longest of the sources' (they
+    run at once), each at its own pace so far (its sub-samples are of one size). A line when one is due
+    (``console.due``; at every sub-sample on a terminal), at the last one, and at least every ``HEARTBEAT_S``
+    seconds while none comes."""
+
+    #: Seconds without a line after which one says the scoring goes on
+    HEARTBEAT_S = 30.0
+
+    def __init__(self, names: list[str], samples: int):
+        self.total, self.last_done = len(names) * samples, 0
+        self.steps: dict[str, list] = {n: [] for n in names}  # per source: (done, samples, when) as they came
+        self.started = self.last = time.monotonic()
+
+    def wait_s(self) -> float:
+        """How long the driver may wait for a sub-sample before the next heartbeat is due."""
+        return max(0.0, self.last + self.HEARTBEAT_S - time.monotonic())
+
+    def measured(self, name: str, done: int, samples: int) -> None:
+        """Source ``name`` has ``done`` of its ``samples`` sub-samples measured."""
+        now = time.monotonic()
+        self.steps[name].append((done, samples, now))
+        count = self._count()
+        if not done or (count < self.total and not updating()
+                        and not due(now - self.last, count - self.last_done, self.total)):
+            return
+        self._say(now, detail=f" ({name} {done}/{samples})")
+
+    def beat(self) -> None:
+        now = time.monotonic()
+        if now - self.last >= self.HEARTBEAT_S:
+            self._say(now)
+
+    def _count(self) -> int:
+        return sum(steps[-1][0] for steps in self.steps.values() if steps)
+
+    def _left(self, now: float) -> float | None:
+        """Seconds left, the longest of the unfinished sources' at their pace; None before each has one."""
+        left = 0.0
+        for steps in self.steps.values():
+            if not steps or steps[-1][0] < steps[-1][1]:
+                if len(steps) < 2:
+                    return None
+                (_, _, first), (done, samples, last) = steps[0], steps[-1]
+                left = max(left, (last - first) / done * (samples - done) - (now - last))
+        return max(left, 0.0)
+
+    def _say(self, now: float, detail: str = "") -> None:
+        count = self._count()
+        self.last, self.last_done = now, count
+        text = f"score_sources: {count}/{self.total} sub-samples measured{detail}, {duration(now - self.started)}"
+        left = self._left(now)
+        if count < self.total and left is not None:
+            text += f" elapsed, about {duration(left)} left"
+        elif count < self.total:  # a source still tokenized or sampled, or waiting for a CPU
+            text += " elapsed, no sub-sample yet from " + ", ".join(n for n, steps in self.steps.items()
+                                                                     if len(steps) < 2)
+        else:
+            text += " elapsed"
+        progress(text)
