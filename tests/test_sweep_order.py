@@ -155,8 +155,9 @@ def test_ray_tune_starts_the_longest_trial_first_and_the_grid_order_on_request(t
         result = run_sweep(cfg, {"tiny": tiny_bert}, out, None, tmp_path)
         rows = [row for path in out.glob("tune/*/*/result.json")
                 for row in map(json.loads, path.read_text().splitlines()) if "trial_started" in row]
-        return [rec["task"] for row in sorted(rows, key=lambda r: r["trial_started"])
-                for rec in json.loads(row["records"])], result.results
+        kept = {rec["trial_id"]: rec for rec in (json.loads(p.read_text()) for p in (out / "trials").glob("*.json"))}
+        return [kept[trial_id]["task"] for row in sorted(rows, key=lambda r: r["trial_started"])
+                for trial_id in row["trial_ids"]], result.results
 
     first, results = started("longest_first")
     grid, grid_results = started("grid")
