@@ -7,6 +7,7 @@ UI is a JavaScript app) and read back as its DOM.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from html import unescape
 from pathlib import Path
 
@@ -46,6 +48,34 @@ def page_text(url: str, profile: Path) -> str:
     return unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", body)))
 
 
+@contextlib.contextmanager
+def serving(args: list[str], port: int, cwd: Path) -> Iterator[subprocess.Popen]:
+    """``python -m mlflow <args>`` serving on ``port`` (waited for: seconds to minutes on a loaded machine), stopped
+    with its process group after the block."""
+    server = subprocess.Popen([sys.executable, "-m", "mlflow", *args], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True, start_new_session=True, cwd=cwd)
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            assert server.poll() is None, server.stderr.read()[-3000:]
+            assert time.monotonic() < deadline, "mlflow ui did not answer within 180 s"
+            time.sleep(1)
+        yield server
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(timeout=30)
+
+
 @pytest.fixture()
 def finished_store(tmp_path) -> tuple[str, str]:
     """A run directory's SQLite store holding two finished stage runs, as the job leaves it."""
@@ -70,21 +100,7 @@ def test_the_summary_opens_mlflow_ui_on_the_runs_table(finished_store, tmp_path)
     port = free_port()  # 5000 may be taken on this machine: the same command on a free port
     command[command.index("--port") + 1] = str(port)
     url = url.replace(":5000/", f":{port}/")
-    server = subprocess.Popen([sys.executable, "-m", "mlflow", *command[1:]], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True, start_new_session=True, cwd=tmp_path)
-    try:
-        deadline = time.monotonic() + 180  # MLflow's server takes seconds to minutes on a loaded machine
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            assert server.poll() is None, server.stderr.read()[-3000:]
-            assert time.monotonic() < deadline, "mlflow ui did not answer within 180 s"
-            time.sleep(1)
-
+    with serving(command[1:], port, tmp_path):
         text = page_text(url, tmp_path / "profile1")
         assert "Run Name" in text and "2 matching runs" in text, text[:2000]  # the runs table, with both runs
         assert all(re.search(rf"\b{name}\b", text) for name in RUNS), text[:2000]
@@ -96,13 +112,6 @@ def test_the_summary_opens_mlflow_ui_on_the_runs_table(finished_store, tmp_path)
         bare = url.split("/runs?", 1)[0]
         text = page_text(bare, tmp_path / "profile2")
         assert "Detect Issues" in text and "2 matching runs" not in text, text[:2000]
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait(timeout=30)
 
 
 def test_a_tracking_server_is_opened_at_its_own_address_and_its_password_is_printed_nowhere(finished_store,
@@ -111,22 +120,8 @@ def test_a_tracking_server_is_opened_at_its_own_address_and_its_password_is_prin
     and MLflow's own "View run <name> at: <URI>" lines put the URI's password into logs/job.log (44 times)."""
     uri, experiment_id = finished_store
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", "127.0.0.1",
-                               "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                              start_new_session=True, cwd=tmp_path)
     secret = f"http://alice:s3cr3t@127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            assert server.poll() is None, server.stderr.read()[-3000:]
-            assert time.monotonic() < deadline, "mlflow ui did not answer within 180 s"
-            time.sleep(1)
+    with serving(["ui", "--backend-store-uri", uri, "--host", "127.0.0.1", "--port", str(port)], port, tmp_path):
         summary = ChainResult(run_dir=tmp_path, report={}, results={}, tracking_uri=secret,
                               experiment_id=experiment_id).summary()
         assert f"MLflow UI     : the server's own UI, at http://127.0.0.1:{port}\n" in summary
@@ -140,10 +135,3 @@ def test_a_tracking_server_is_opened_at_its_own_address_and_its_password_is_prin
                              env={**env, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
         assert res.returncode == 0 and "logged" in res.stdout, res.stderr[-3000:]
         assert "s3cr3t" not in res.stdout + res.stderr
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait(timeout=30)
