@@ -59,15 +59,28 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 
 
 @pytest.fixture(autouse=True)
-def _no_inherited_ray_address_or_mlflow_store(monkeypatch):
+def _no_inherited_ray_address_or_mlflow_store():
     """Each test starts without RAY_ADDRESS, so an embedded Ray never tries to reach a cluster
     that an earlier test (or the developer's shell) pointed at and that is gone; and without
     MLFLOW_TRACKING_URI, which mlflow.set_tracking_uri() exports: the jobs honour a user's
-    MLFLOW_TRACKING_URI, and one left by an earlier test would send a job to that test's store."""
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    yield
+    MLFLOW_TRACKING_URI, and one left by an earlier test would send a job to that test's store.
+
+    After the test none is left for the next: set_tracking_uri and set_experiment export MLFLOW_TRACKING_URI
+    and MLFLOW_EXPERIMENT_ID and keep both in MLflow's module state. This fixture uses no monkeypatch, so it
+    ends after a test's own monkeypatch is undone: a test that logged (exporting the variable) and then set the
+    variable with monkeypatch had it restored to its store, where the next module's jobs logged (session 49)."""
+    ray_address = os.environ.pop("RAY_ADDRESS", None)
     os.environ.pop("MLFLOW_TRACKING_URI", None)
+    yield
+    for name in ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_ID", "MLFLOW_EXPERIMENT_NAME", "RAY_ADDRESS"):
+        os.environ.pop(name, None)
+    if ray_address is not None:
+        os.environ["RAY_ADDRESS"] = ray_address
+    if "mlflow" in sys.modules:
+        from mlflow.tracking import fluent
+        from mlflow.tracking._tracking_service import utils
+
+        utils._tracking_uri, fluent._active_experiment_id = None, None
 
 
 @contextlib.contextmanager
