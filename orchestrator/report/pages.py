@@ -156,9 +156,9 @@ def _tie_note(table: BlueTable) -> str:
     """What "a tie" in the selection table means, where a cell has one."""
     if not any(cell.dev_tied for cell in table.cells.values()):
         return ""
-    return ("A tie: every setting scored the same on dev (a dev split whose gold scores are all equal, or a model "
-            "that predicts one value), so dev chose nothing and the tie-break did (the fewest epochs, then the "
-            "smallest learning rate).")
+    return ("A tie: every setting scored the same on dev (every one perfect on a small dev split, a dev split whose "
+            "gold scores are all equal, a model that predicts one value), so dev chose nothing and the tie-break did "
+            "(the fewest epochs, then the smallest learning rate).")
 
 
 def _selection_text(table: BlueTable, cell: Cell) -> str:
