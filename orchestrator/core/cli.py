@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 
 from orchestrator.core.config import describe, load_config, public, read_yaml, redacted, to_dict
-from orchestrator.core.console import end_trail, keep_closing_lines, redact_log_records, set_verbose
+from orchestrator.core.console import LOG_LINE, LOG_TIME, end_trail, keep_closing_lines, redact_log_records, set_verbose
 from orchestrator.core.errors import (
     OrchestratorError,
     Terminated,
@@ -159,7 +159,7 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
     set_verbose(args.verbose)
     redact_log_records()
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+                        format=LOG_LINE, datefmt=LOG_TIME)
     raise_on_sigterm()
     cfg, closing = None, []  # the lines said after the run's log file is let go: copied to it (end_trail)
     keep_closing_lines()

@@ -56,6 +56,8 @@ _verbose = False
 _terminal: TextIO | None = None  # the terminal while a run's output goes to its log file
 _open_line = False  # a progress line is on the terminal without its newline (a TTY)
 _log_file: TextIO | None = None
+#: A job's log line (``run_job``'s logging.basicConfig, and the closing lines copied to its log file)
+LOG_LINE, LOG_TIME = "%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"
 _trailing: logging.Handler | bool = False  # a job's (run_job's): after a run_log ends, its closing lines too
 
 
@@ -293,7 +295,7 @@ def _trail(path: Path) -> None:
         _trailing.close()
     handler = logging.StreamHandler(_open_log(path))
     handler.setLevel(logging.INFO)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
+    handler.setFormatter(logging.Formatter(LOG_LINE, LOG_TIME))
     logging.getLogger().addHandler(handler)
     _trailing = handler
 

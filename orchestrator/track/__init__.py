@@ -63,8 +63,7 @@ def probe(uri: str, timeout: float = PROBE_TIMEOUT_S) -> str | None:
     SQLite file needs a directory it can be created in; other schemes are left to MLflow."""
     if uri.startswith(("http://", "https://")):
         parts = urllib.parse.urlsplit(uri)
-        request = urllib.request.Request(parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl().rstrip("/")
-                                         + "/health")
+        request = urllib.request.Request(ui_address(uri) + "/health")  # the server's address, credentials apart
         if parts.username is not None:  # http://user:password@host: as MLflow sends it (urllib would take
             # "user" for the host's name)
             user = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
