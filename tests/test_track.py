@@ -646,3 +646,70 @@ def test_a_reused_output_is_logged_into_a_store_that_has_no_run_of_it(tmp_path):
     assert again not in (None, info["run_id"])
     assert len(mlflow.MlflowClient(store_a.tracking_uri).get_metric_history(again, S.PRETRAIN_LOSS)) == 3
     mlflow.set_tracking_uri(None)
+
+
+def test_trial_runs_behind_the_selection_carry_the_scores_it_used_and_a_re_run_logs_nothing_twice(tmp_path):
+    """Probe M9: a trial run's dev and test are its last epoch's (MLflow's latest step), so ranking trials by
+    ``metrics.dev`` was not the sweep's selection; the runs behind the selected setting are now tagged and carry
+    the epoch, dev and test the selection used. Probe M13: a re-run of the same sweep appended another point to
+    the parent's summary metrics."""
+    from orchestrator.sweep.selection import selected_answers
+    from orchestrator.track import TrackingConfig, local_uri
+    from orchestrator.track import schema as S
+    from orchestrator.track.sweep import log_sweep
+
+    args = _sweep_to_log(tmp_path)
+    args["results"]["cells"]["floor"]["BIOSSES"]["selected"] = {"learning_rate": 3e-5, "epochs": 1}
+    args["selected"] = selected_answers(args["results"], args["records"])
+    parent = log_sweep(TrackingConfig(), **args)
+    client = mlflow.MlflowClient(local_uri(tmp_path))
+    exp = client.get_experiment_by_name("bioptorch").experiment_id
+    trials = client.search_runs([exp], filter_string=f"tags.`{S.KIND}` = 'trial'")
+    chosen = client.search_runs([exp], filter_string=f"tags.`{S.SELECTED_TRIAL}` = 'true'")
+    assert sorted(r.info.run_name for r in chosen) == [f"floor-BIOSSES-lr3e-05-s{s}" for s in (1, 2, 3)]
+    for run in trials:
+        picked = run.info.run_id in {r.info.run_id for r in chosen}
+        assert run.data.tags[S.SELECTED_TRIAL] == S.bool_tag(picked)
+        assert run.data.metrics["dev"] == pytest.approx(0.7)  # the last epoch's
+        assert (run.data.metrics.get(S.SELECTED_EPOCH), run.data.metrics.get(S.SELECTED_DEV),
+                run.data.metrics.get(S.SELECTED_TEST)) == ((1, pytest.approx(0.6), pytest.approx(0.5)) if picked
+                                                           else (None, None, None))
+    assert log_sweep(TrackingConfig(), **args) == parent
+    assert [m.value for m in client.get_metric_history(parent, S.summary_metric("floor", "total"))] == [0.6]
+    mlflow.set_tracking_uri(None)
+
+
+def test_runs_under_a_deleted_experiment_run_move_to_the_new_one_and_a_resume_logs_each_step_once(tmp_path):
+    """Probe M10: the user deleted an experiment's run; the re-run made a new one, but the reused sweep and
+    pretraining runs stayed children of the deleted run, so the new one showed none. Probe M13/S6: a resumed
+    pretraining logged the steps between its checkpoint and the interrupt twice. And each pretraining run is named
+    after its arm (they were all "pretrain")."""
+    from orchestrator.track import TrackingConfig, local_uri
+    from orchestrator.track import schema as S
+    from orchestrator.track.runs import RankZeroLogger, end_stage_run, log_recorded_run, parent_run, start_stage_run
+    from orchestrator.track.sweep import log_sweep
+
+    tool, client = TrackingConfig(), mlflow.MlflowClient(local_uri(tmp_path))
+    args, tags = _sweep_to_log(tmp_path), {S.ARM: "pretrained", S.OUTPUT_KEY: "k1"}
+    history = [{"step": step, "loss": 9.0 - step} for step in range(1, 6)]
+
+    def experiment(steps: range) -> tuple[str, str, str]:
+        with parent_run(tool, tmp_path, kind=S.KIND_EXPERIMENT, key="k", name="experiment:x") as run_id:
+            info = start_stage_run(tool, tmp_path, stage="pretrain", params={}, out_dir=tmp_path / "pt", tags=tags)
+            logger = RankZeroLogger(info)
+            for row in history[steps.start - 1:steps.stop - 1]:
+                logger.log({"loss": row["loss"]}, row["step"])
+            logger.close()
+            end_stage_run(info)
+            log_recorded_run(tool, tmp_path, stage="pretrain", out_dir=tmp_path / "pt", params={}, history=history,
+                             tags=tags)
+            return run_id, info["run_id"], log_sweep(tool, **args)
+
+    first, pretrain, sweep = experiment(range(1, 4))  # steps 1-3, then "interrupted"
+    assert client.get_run(pretrain).info.run_name == "pretrain:pretrained"
+    client.delete_run(first)
+    second, pretrain_again, sweep_again = experiment(range(2, 6))  # resumed from the checkpoint at step 1
+    assert second != first and (pretrain_again, sweep_again) == (pretrain, sweep)
+    assert {client.get_run(r).data.tags[S.PARENT] for r in (pretrain, sweep)} == {second}
+    assert [m.step for m in client.get_metric_history(pretrain, "loss")] == [1, 2, 3, 4, 5]
+    mlflow.set_tracking_uri(None)

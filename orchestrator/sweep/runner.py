@@ -44,7 +44,7 @@ from orchestrator.pretrain.config import PretrainConfig, read_hf_config
 from orchestrator.sweep.config import SweepConfig
 from orchestrator.sweep.export import export_entry, export_run, export_tasks, finished, plan_exports
 from orchestrator.sweep.order import estimated_work, longest_first, split_reader
-from orchestrator.sweep.selection import build_results
+from orchestrator.sweep.selection import build_results, selected_answers
 from orchestrator.sweep.space import (
     LOCATION_FIELDS,
     TASK_DATA,
@@ -582,7 +582,7 @@ def _run_sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, trackin
         try:
             parent = log_sweep(tracking, run_dir, name=out_dir.parent.name or "sweep",
                                config=tracked_config(cfg, space), results=results,
-                               records=records, model_tags=model_tags,
+                               records=records, model_tags=model_tags, selected=selected_answers(results, records),
                                artifacts=artifacts, log_predictions=cfg.log_predictions, exports=exports)
         except Exception as exc:  # MLflow raises many types; the results are on disk whatever it does
             log.warning("MLflow: logging the sweep failed (%s); the results are in %s, and re-running the same "

@@ -71,6 +71,20 @@ def selected_runs(records: Iterable[dict], selected: dict) -> list[tuple[dict, i
     return out
 
 
+def selected_answers(results: dict, records: Iterable[dict]) -> dict[str, dict]:
+    """Per trial id of the runs behind each cell's selected setting, the epoch, dev and test score the selection
+    used (``selected_runs``): what its MLflow trial run shows beside its last epoch's scores (probe M9)."""
+    by_cell: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for rec in records:
+        by_cell[(rec["trial"]["model_name"], rec["task"])].append(rec)
+    out = {}
+    for (model, task), recs in by_cell.items():
+        if cell := results["cells"].get(model, {}).get(task):
+            out.update({rec["trial_id"]: {"epoch": epoch, "dev": dev, "test": test}
+                        for rec, epoch, dev, test in selected_runs(recs, cell["selected"])})
+    return out
+
+
 def select_cell(records: Iterable[dict], higher_is_better: bool) -> dict:
     """One results.json cell from the trial records of one (model, task)."""
     records = list(records)

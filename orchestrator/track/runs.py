@@ -21,6 +21,7 @@ import math
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from orchestrator.core.config import flatten, redacted, to_dict
@@ -66,15 +67,20 @@ def start_stage_run(tracking: TrackingConfig | None, run_dir: Path, *, stage: st
         if marker.is_file():
             recorded = json.loads(marker.read_text())
             if recorded.get("uri") in (uri, redacted(uri)) and _exists(client, recorded["run_id"]):
-                if client.get_run(recorded["run_id"]).info.status != "RUNNING":  # it trains (or ends) again: an
-                    client.update_run(recorded["run_id"], "RUNNING")  # interrupted attempt left it KILLED
-                info = {"uri": uri, "run_id": recorded["run_id"], "pending": str(pending)}
+                run = client.get_run(recorded["run_id"])
+                if run.info.status != "RUNNING":  # it trains (or ends) again: an interrupted attempt left it KILLED
+                    client.update_run(recorded["run_id"], "RUNNING")
+                if (parent := active_parent(uri)) and orphaned(client, run):
+                    client.set_tag(recorded["run_id"], S.PARENT, parent)
+                # a resumed stage repeats the steps after its last checkpoint: those it logged are not logged again
+                logged = {m.key: m.step for m in run.data.to_proto().metrics}
+                info = {"uri": uri, "run_id": recorded["run_id"], "pending": str(pending), "logged": logged}
                 replay_pending(info)
                 return info
         tags = {**code_tags(), **(tags or {}), S.KIND: stage}
         if parent := active_parent(uri):
             tags[S.PARENT] = parent
-        run = client.create_run(experiment_id, run_name=stage, tags=tags)
+        run = client.create_run(experiment_id, run_name=run_name(stage, tags), tags=tags)
         values = _param_list(params)
         for start in range(0, len(values), 100):
             client.log_batch(run.info.run_id, params=values[start:start + 100])
@@ -112,7 +118,7 @@ def log_stage_result(tracking: TrackingConfig | None, run_dir: Path, *, stage: s
             return done[0].info.run_id
         for half_logged in found:
             client.delete_run(half_logged.info.run_id)
-        run = client.create_run(experiment_id, run_name=stage, tags=tags)
+        run = client.create_run(experiment_id, run_name=run_name(stage, tags), tags=tags)
         now = int(time.time() * 1000)
         values = _param_list(params)
         scores = [Metric(k, float(v), now, 0) for k, v in metrics.items() if math.isfinite(float(v))]
@@ -138,7 +144,12 @@ def log_recorded_run(tracking: TrackingConfig | None, run_dir: Path, *, stage: s
     as ``log_stage_result`` finds a result). A re-run into another store, or after the user deleted the run,
     showed no run of the stage, and the experiment page no loss curve (probe M3). Returns the run id (None:
     nothing to log, tracking off, or the store failed)."""
-    if tracking is None or not tracking.enabled or _recorded_here(out_dir, effective_uri(tracking, run_dir)):
+    if tracking is None or not tracking.enabled:
+        return None
+    uri = effective_uri(tracking, run_dir)
+    if (run := _recorded_here(out_dir, uri)) is not None:
+        if (parent := active_parent(uri)) and orphaned(run.client, run.run):  # its experiment run was deleted
+            set_run_tags(uri, run.run.info.run_id, {S.PARENT: parent})
         return None
     series = [(k, float(v), row["step"]) for row in history for k, v in row.items()  # as RankZeroLogger logs
               if k != "step" and v is not None and math.isfinite(float(v))]
@@ -146,20 +157,35 @@ def log_recorded_run(tracking: TrackingConfig | None, run_dir: Path, *, stage: s
                             tags={**tags, S.REUSED: "true"}, series=series)
 
 
-def _recorded_here(out_dir: Path, uri: str) -> bool:
-    """Whether the run ``out_dir``'s ``RUN_MARKER`` names is in the store at ``uri``, live and FINISHED."""
+def _recorded_here(out_dir: Path, uri: str) -> SimpleNamespace | None:
+    """The run ``out_dir``'s ``RUN_MARKER`` names (``.run``, with ``.client``), if it is in the store at ``uri``,
+    live and FINISHED."""
     marker = Path(out_dir) / RUN_MARKER
     try:
         recorded = json.loads(marker.read_text(encoding="utf-8")) if marker.is_file() else {}
         if recorded.get("uri") not in (uri, redacted(uri)):
-            return False
+            return None
         import mlflow  # heavy: mlflow
 
-        run = mlflow.MlflowClient(uri).get_run(recorded["run_id"])
-        return run.info.lifecycle_stage == "active" and run.info.status == "FINISHED"
+        client = mlflow.MlflowClient(uri)
+        run = client.get_run(recorded["run_id"])
+        live = run.info.lifecycle_stage == "active" and run.info.status == "FINISHED"
+        return SimpleNamespace(run=run, client=client) if live else None
     except Exception as exc:  # a bad marker, a run not in this store: there is none here
         log.debug("MLflow: the run recorded in %s is not in %s (%s)", marker, redacted(uri), exc)
-        return False
+        return None
+
+
+def run_name(stage: str, tags: dict[str, str]) -> str:
+    """A stage run's name: the stage, and the arm it belongs to (every pretraining run was named "pretrain": M13)."""
+    return f"{stage}:{tags[S.ARM]}" if tags.get(S.ARM) else stage
+
+
+def orphaned(client, run) -> bool:
+    """Whether the parent ``run`` names was deleted (or is gone): a re-run of its experiment made a new experiment
+    run, which then showed no children while the reused runs stayed under the deleted one (probe M10)."""
+    parent = run.data.tags.get(S.PARENT)
+    return bool(parent) and not _exists(client, parent)
 
 
 def _param_list(params: Any) -> list:
@@ -246,6 +272,7 @@ class RankZeroLogger:
         self.retry_s = retry_s
         self.down_since: float | None = None
         self.warned = False
+        self.logged: dict[str, int] = (info or {}).get("logged") or {}  # the last step of each metric already logged
         if not info:
             return
         import mlflow  # heavy: mlflow
@@ -262,7 +289,7 @@ class RankZeroLogger:
 
         now = int(time.time() * 1000)
         self.queue += [Metric(k, float(v), now, step) for k, v in metrics.items()
-                       if v is not None and math.isfinite(float(v))]
+                       if v is not None and math.isfinite(float(v)) and step > self.logged.get(k, -1)]
         self.flush()
 
     def flush(self, force: bool = False) -> bool:

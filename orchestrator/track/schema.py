@@ -12,11 +12,13 @@ Run tree of a sweep:
                         CURVE_DEV / CURVE_TEST per epoch (step = epoch), per_tag.<tag>.<measure>
         trial           tags KIND=trial; params the trial's settings, MODEL and TASK as on its (model, task) run
                         (one filter finds both) with TASK_STEM the task file's stem; per-epoch train_loss, dev, test;
+                        tag SELECTED_TRIAL, and on the runs behind the selected setting SELECTED_EPOCH, _DEV, _TEST;
                         early stopping (param patience > 0): dev every epoch, test at the best dev
                         epoch only, and metrics BEST_EPOCH, STOPPED_EPOCH
 
-A pretraining run carries KIND=pretrain and is a child of the run active when it started; its
-metrics are per optimizer step (step = global step), PRETRAIN_LOSS the training loss among them;
+A pretraining run carries KIND=pretrain (named ``pretrain:<arm>`` in an experiment) and is a child of the run
+active when it started; its metrics are per optimizer step (step = global step, each logged once: a resumed run
+does not log again the steps it repeats), PRETRAIN_LOSS the training loss among them;
 with a stopping rule (``pretrain.stop``) also WINDOW_MLM_LOSS and WINDOW_MLM_ACCURACY at each window's
 end. Once it has finished, each phase's ``stopped_by_tag(phase)`` says what ended it (steps, plateau,
 mlm_accuracy) and ``stop_step_metric(phase)`` holds the global step it ended at.
@@ -91,6 +93,10 @@ CURVE_DEV, CURVE_TEST = "curve.dev", "curve.test"
 # param SEEDS the JSON list of seeds; what the paired differences of a report rebuilt from metrics pair
 TEST_SCORE, SEEDS, FOLDS = "test_score", "seeds", "folds"
 BEST_EPOCH, STOPPED_EPOCH = "best_epoch", "stopped_epoch"
+#: a trial run's tag, "true" when it is one of the runs behind its cell's selected setting, and those runs' metrics:
+#: the epoch, dev and test score the selection used (its dev and test are the last epoch's: probe M9)
+SELECTED_TRIAL = "orchestrator.selected"
+SELECTED_EPOCH, SELECTED_DEV, SELECTED_TEST = "selected_epoch", "selected_dev", "selected_test"
 EXPORT_DIR, EXPORT_TRIAL = "orchestrator.export_dir", "orchestrator.export_trial"
 EXPORTS_ARTIFACT = "exports.json"
 RESULTS_ARTIFACT = "results.json"

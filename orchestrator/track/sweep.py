@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from pathlib import Path
 
@@ -10,7 +11,7 @@ from orchestrator.core.config import is_number
 from orchestrator.core.reuse import content_key
 from orchestrator.track import MAX_PARAMS_PER_BATCH, TrackingConfig, flat_params, log_params, start_tracking
 from orchestrator.track import schema as S
-from orchestrator.track.runs import MAX_METRICS_PER_BATCH, add_run_dir, code_tags, started_run
+from orchestrator.track.runs import MAX_METRICS_PER_BATCH, add_run_dir, code_tags, orphaned, started_run
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ def _complete(run, digest: str) -> bool:
 
 def log_sweep(tracking: TrackingConfig, run_dir, *, name: str, config, results: dict, records: list[dict],
               model_tags: dict[str, dict[str, str]], artifacts: list, log_predictions: bool = True,
-              exports: dict[str, dict[str, dict]] | None = None) -> str | None:
+              exports: dict[str, dict[str, dict]] | None = None, selected: dict[str, dict] | None = None) -> str | None:
     """Driver-side MLflow logging of a finished sweep: a parent run, a child run per
     (model, task) with the selected setting, test mean/sd and (NER) per-tag scores, and a
     nested run per trial with per-epoch train loss and dev/test metrics (and its test
@@ -71,10 +72,16 @@ def log_sweep(tracking: TrackingConfig, run_dir, *, name: str, config, results: 
     trial runs are ended KILLED if still RUNNING, and soft-deleted), so the parent never holds
     duplicates and every kept trial run is FINISHED with its metrics.
     ``exports`` (model -> task -> exports.json entry) tags each exported cell's run with where its
-    fine-tuned model is (``S.EXPORT_DIR``, ``S.EXPORT_TRIAL``), kept children included."""
+    fine-tuned model is (``S.EXPORT_DIR``, ``S.EXPORT_TRIAL``), kept children included. ``selected`` (trial id ->
+    epoch, dev, test: ``sweep.selection.selected_answers``) marks the trials behind each cell's selected setting
+    (``S.SELECTED_TRIAL``) with the scores the selection used (``S.SELECTED_EPOCH``, ``S.SELECTED_DEV``,
+    ``S.SELECTED_TEST``); their ``dev`` and ``test`` are the last epoch's, MLflow's latest step (probe M9).
+    A reopened parent gets a summary metric again only where its value changed (probe M13), and, when the run
+    that was its parent is deleted, the active run as its parent (probe M10)."""
     if start_tracking(tracking, run_dir) is None:
         return None
     import mlflow  # heavy: mlflow
+    from mlflow.tracking import MlflowClient  # heavy: mlflow
 
     by_cell: dict[tuple[str, str], list[dict]] = {}
     for rec in records:
@@ -88,15 +95,21 @@ def log_sweep(tracking: TrackingConfig, run_dir, *, name: str, config, results: 
     tags = {**code_tags(), S.KIND: S.KIND_SWEEP, S.SWEEP_FINGERPRINT: fingerprint, S.RUN_DIR: here}
     # under an experiment's run (active in this process) the sweep parent is its child
     nested = mlflow.active_run() is not None
+    before = {}
+    if existing:
+        run = MlflowClient().get_run(existing)
+        before = run.data.metrics
+        if nested and orphaned(MlflowClient(), run):
+            tags[S.PARENT] = mlflow.active_run().info.run_id
     with started_run(run_id=existing, run_name=None if existing else f"sweep:{name}", tags=tags,
                           nested=nested) as parent:
         if not existing:
             log_params(flat_params(config))
         if existing:  # the same sweep logged from another run directory: both find it
             add_run_dir(parent, here)
-        _log_batch(parent.info.run_id, metrics=[(S.summary_metric(model, key), value, 0)
-                                                for model, summary in results["summary"].items()
-                                                for key, value in summary.items() if is_number(value, finite=False)])
+        summary = {S.summary_metric(model, key): value for model, row in results["summary"].items()
+                   for key, value in row.items() if is_number(value, finite=False)}
+        _log_batch(parent.info.run_id, metrics=[(k, v, 0) for k, v in summary.items() if not _same(before.get(k), v)])
         for path in artifacts:
             mlflow.log_artifact(str(path))
         old: dict[tuple[str, str], list] = {}
@@ -120,7 +133,7 @@ def log_sweep(tracking: TrackingConfig, run_dir, *, name: str, config, results: 
                 model, task, cell, recs, info["metric"], digest,
                 {S.KIND: S.KIND_MODEL_TASK, S.MODEL: model, S.TASK: task, S.GROUP: info["group"],
                  S.HIGHER_IS_BETTER: S.bool_tag(info["higher_is_better"]), **model_tags.get(model, {})},
-                log_predictions)
+                log_predictions, selected or {})
         _tag_exports(cell_runs, exports or {})
         return parent.info.run_id
 
@@ -141,8 +154,12 @@ def _cell_digest(cell: dict | None, recs: list[dict]) -> str:
     return content_key({"cell": cell, "trials": sorted(r.get("fingerprint", r["trial_id"]) for r in recs)})
 
 
+def _same(old: float | None, new: float) -> bool:
+    return old is not None and (old == new or (math.isnan(old) and math.isnan(new)))
+
+
 def _log_cell(model: str, task: str, cell: dict | None, recs: list[dict], metric: str, digest: str,
-              tags: dict[str, str], log_predictions: bool) -> str:
+              tags: dict[str, str], log_predictions: bool, selected: dict[str, dict]) -> str:
     """Log one (model, task) run and its trial runs; its ``S.CELL_DIGEST`` is set last, once all of
     them have ended FINISHED: a run without it (the logging process died) is replaced by a re-run."""
     import mlflow  # heavy: mlflow
@@ -169,7 +186,7 @@ def _log_cell(model: str, task: str, cell: dict | None, recs: list[dict], metric
                 mlflow.log_dict(cell["per_tag"], "per_tag.json")
             mlflow.log_dict(cell, "selection.json")
         for rec in sorted(recs, key=lambda r: r["trial_id"]):
-            _log_trial(rec, tags, log_predictions)
+            _log_trial(rec, tags, log_predictions, selected.get(rec["trial_id"]) if cell else None)
     MlflowClient().set_tag(run.info.run_id, S.CELL_DIGEST, digest)
     return run.info.run_id
 
@@ -202,7 +219,7 @@ def _log_batch(run_id: str, params: dict | None = None, metrics: list[tuple] = (
         todo_metrics = todo_metrics[room:]
 
 
-def _log_trial(rec: dict, tags: dict[str, str], log_predictions: bool) -> None:
+def _log_trial(rec: dict, tags: dict[str, str], log_predictions: bool, selected: dict | None) -> None:
     """One trial's run: its params and every metric in one ``log_batch`` (two past 100 params), its predictions.
     Its params ``model`` and ``task`` are those of its (model, task) run, so one ``search_runs`` filter finds both
     (the trial's own ``task``, the file stem, is ``task_stem``; probe M8)."""
@@ -212,8 +229,12 @@ def _log_trial(rec: dict, tags: dict[str, str], log_predictions: bool) -> None:
     params.update({S.MODEL: rec["trial"]["model_name"], S.TASK: rec["task"]})
     if "task" in rec["trial"]:
         params[S.TASK_STEM] = rec["trial"]["task"]
-    with started_run(run_name=rec["trial_id"], nested=True, tags={**tags, S.KIND: S.KIND_TRIAL}) as run:
+    tags = {**tags, S.KIND: S.KIND_TRIAL, S.SELECTED_TRIAL: S.bool_tag(selected is not None)}
+    with started_run(run_name=rec["trial_id"], nested=True, tags=tags) as run:
         metrics = [(k, v, row["epoch"]) for row in rec["epochs"] for k, v in row.items() if k != "epoch"]
+        if selected is not None:
+            metrics += [(S.SELECTED_EPOCH, selected["epoch"], 0), (S.SELECTED_DEV, selected["dev"], 0),
+                        (S.SELECTED_TEST, selected["test"], 0)]
         metrics.append(("seconds", rec["seconds"], 0))
         if "early_stopping" in rec:  # its test metric sits at the step of the best dev epoch
             metrics += [(S.BEST_EPOCH, rec["early_stopping"]["best_epoch"], 0),
