@@ -64,7 +64,6 @@ def published_bert() -> str:
 #: example path in the docs -> (what stands in for it, how to get it)
 PLACEHOLDERS = {
     "/models/biobert": published_bert,
-    "/path/to/a/hf/bert": published_bert,
     "/data/bert_data": lambda: str(SAMPLE / "blue"),  # a BLUE bert_data layout (synthetic sample)
 }
 #: file named in the docs -> the bundled file copied under that name into the command's directory

@@ -610,3 +610,23 @@ def test_names_are_drawn_and_written_as_typed():
     assert Text()._preprocess_math(plain_text("pub$x$|y")) == ("pub$x$|y", False)  # drawn as typed, not math
     assert Text()._preprocess_math("pub$x$|y")[1] is True  # what it was
     assert _md_escape("<b>&|") == "&lt;b&gt;&amp;\\|"
+
+
+def test_the_dry_run_of_a_moved_run_directory_reads_its_artifacts_where_the_run_does(tmp_path):
+    """A helper noticed (session 49): ``jobs/report.py --run-dir <moved> --dry-run`` said "(from its metrics)": it
+    read the store's old artifact location, gone, where the report itself reads the artifacts beside the store."""
+    import os
+    import shutil
+
+    old, new = tmp_path / "runs" / "demo", tmp_path / "elsewhere" / "demo"
+    old.mkdir(parents=True)
+    results = make_results()
+    results["summary"] = summarize(results["tasks"], results["cells"])
+    log_sweep(old, results)
+    new.parent.mkdir()
+    shutil.move(old, new)
+    before = (new / "mlflow.db").read_bytes()
+    os.environ.pop("MLFLOW_TRACKING_URI", None)  # (logging exported the old store's URI to the job we start)
+    plan = report_job("--run-dir", str(new), "--dry-run")
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    assert "(from its artifact)" in plan.stdout and (new / "mlflow.db").read_bytes() == before and not old.exists()

@@ -190,7 +190,7 @@ def results_from_children(client, parent) -> dict:
             "curve": _curve(client, child.info.run_id),
             **({"dev_tied": True} if metrics.get(S.DEV_TIED) else {}),
             **({"test_sample": int(metrics[S.TEST_SAMPLE])} if metrics.get(S.TEST_SAMPLE) else {}),
-            **_per_seed(client, child.info.run_id, params, metrics),
+            **_seed_scores(client, child.info.run_id, params, metrics),
         }
     if not cells:
         raise InputError(where, "no results.json artifact and no (model, task) child run with a test_mean metric",
@@ -277,7 +277,7 @@ def _experiment_of(client, sweep):
     return run if run.data.tags.get(S.KIND) == S.KIND_EXPERIMENT else None
 
 
-def _per_seed(client, run_id: str, params: dict, metrics: dict) -> dict[str, Any]:
+def _seed_scores(client, run_id: str, params: dict, metrics: dict) -> dict[str, Any]:
     """A cell's ``test_scores`` and ``seeds`` (and ``folds``) from its per-seed metric, when the sweep logged
     one score for each of its n (a report rebuilt without them has no paired differences)."""
     if S.TEST_SCORE not in metrics or S.SEEDS not in params:

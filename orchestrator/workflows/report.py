@@ -130,9 +130,11 @@ def plan(cfg: ReportConfig) -> str:
         source = f"results file {cfg.results_json}"
     else:
         from orchestrator.report.mlflow_results import load_results  # heavy: numpy
+        from orchestrator.track.local_store import readable_store
 
         uri = cfg.resolved_uri()
-        found = load_results(uri, cfg.experiment, cfg.run_id or None, cfg.sweep_of())  # SQLite: checked read-only first
+        with readable_store(uri) as readable:  # a moved run directory: its artifacts where they are now, as the run
+            found = load_results(readable, cfg.experiment, cfg.run_id or None, cfg.sweep_of())  # SQLite: read-only
         results = found.results
         source = f"MLflow {uri}, experiment {cfg.experiment!r}, run {found.run_id} (from its {found.source})"
     files = "blue_table.md, .html, .png, curves.png"
