@@ -51,6 +51,10 @@ def test_sample_task_is_learned_by_a_tiny_random_bert(random_tiny_bert, task, ep
     final = rec["epochs"][-1]
     assert final["test"] > _majority_baseline(task) + 0.3, (task, final)
     assert rec["epochs"][-1]["train_loss"] < rec["epochs"][0]["train_loss"]
+    # each prediction says which test example it is of (a record had the predictions alone: session 47)
+    test = read_split(dataclasses.replace(spec, dir=""), SAMPLE_DIR / spec.dir, "test")
+    assert rec["test_ids"] == [ex.id for ex in test] and len(set(rec["test_ids"])) == len(test)
+    assert len(rec["predictions"][str(epochs)]["test"]) == len(test)
 
 
 def _hoc_document_majority_baseline(spec) -> float:

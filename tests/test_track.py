@@ -661,6 +661,8 @@ def test_trial_runs_behind_the_selection_carry_the_scores_it_used_and_a_re_run_l
     args = _sweep_to_log(tmp_path)
     args["results"]["cells"]["floor"]["BIOSSES"]["selected"] = {"learning_rate": 3e-5, "epochs": 1}
     args["selected"] = selected_answers(args["results"], args["records"])
+    first = args["records"][0]
+    first.update(predictions={"1": {"test": [0.1, 0.2]}, "2": {"test": [0.3, 0.4]}}, test_ids=["a", "b"])
     parent = log_sweep(TrackingConfig(), **args)
     client = mlflow.MlflowClient(local_uri(tmp_path))
     exp = client.get_experiment_by_name("bioptorch").experiment_id
@@ -674,6 +676,9 @@ def test_trial_runs_behind_the_selection_carry_the_scores_it_used_and_a_re_run_l
         assert (run.data.metrics.get(S.SELECTED_EPOCH), run.data.metrics.get(S.SELECTED_DEV),
                 run.data.metrics.get(S.SELECTED_TEST)) == ((1, pytest.approx(0.6), pytest.approx(0.5)) if picked
                                                            else (None, None, None))
+    [run] = [r for r in trials if r.info.run_name == first["trial_id"]]  # its predictions say what they are of
+    assert mlflow.artifacts.load_dict(f"{run.info.artifact_uri}/predictions.json") == {
+        "test_ids": ["a", "b"], "by_epoch": first["predictions"]}
     assert log_sweep(TrackingConfig(), **args) == parent
     assert [m.value for m in client.get_metric_history(parent, S.summary_metric("floor", "total"))] == [0.6]
     mlflow.set_tracking_uri(None)

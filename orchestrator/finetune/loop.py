@@ -485,6 +485,7 @@ class TrialLog:
         split_sizes = {f"{name}_size": len(self.splits[name]) for name in ("train", "dev", "test")}
         return {"trial_id": self.trial.trial_id, "trial": dataclasses.asdict(self.trial), "task": self.spec.name,
                 "metric": self.spec.metric, "epochs": self.epochs, "predictions": self.predictions,
+                "test_ids": [ex.id for ex in self.splits["test"]],  # what each prediction is of, in their order
                 "per_tag": self.per_tag, **self.stopping, "counts": {**self.counts, **split_sizes},
                 "seconds": round(seconds, 3)}
 

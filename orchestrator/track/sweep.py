@@ -241,4 +241,4 @@ def _log_trial(rec: dict, tags: dict[str, str], log_predictions: bool, selected:
                         (S.STOPPED_EPOCH, rec["early_stopping"]["stopped_epoch"], 0)]
         _log_batch(run.info.run_id, flat_params(params), metrics)
         if log_predictions and rec.get("predictions"):
-            mlflow.log_dict(rec["predictions"], "predictions.json")
+            mlflow.log_dict({"test_ids": rec.get("test_ids"), "by_epoch": rec["predictions"]}, "predictions.json")
