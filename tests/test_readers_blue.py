@@ -124,6 +124,50 @@ def test_hoc_blue_rows_group_into_documents():
     assert labelled == docs  # every BLUE HoC test abstract has at least one hallmark
 
 
+def test_a_sample_by_document_takes_whole_documents_in_file_order():
+    """``fixed_subset(..., by_document=True)`` on the bundled HoC test split (the real split's test is below)."""
+    from orchestrator.finetune.readers import fixed_subset
+
+    test = read_split(flat("hoc"), SAMPLE_DIR / "HoC", "test")
+    sample = fixed_subset(test, 10, by_document=True)
+    docs = {ex.doc for ex in sample}
+    assert [ex.id for ex in sample] == [ex.id for ex in test if ex.doc in docs] and 10 <= len(sample) < len(test)
+    assert fixed_subset(test, 10, by_document=True) == sample and len(fixed_subset(test, 10)) == 10
+
+
+@needs_data
+@pytest.mark.parametrize("task", ["hoc", "hoc_prior"])
+def test_a_capped_hoc_split_holds_whole_documents_and_a_perfect_model_scores_100(task, monkeypatch):
+    """Probe B1: ``sweep.max_eval_examples`` sampled HoC's sentences, so its document-level F1 scored fragments of
+    abstracts (93 of 142 with an empty gold set) and a perfect model scored 34.5-37.8 on test; five shipped
+    experiments cap at 300. The cap now takes whole documents, at least that many sentences."""
+    from orchestrator.finetune.loop import load_splits
+    from orchestrator.finetune.metrics import METRICS
+    from orchestrator.finetune.trial import TrialSpec
+    from orchestrator.sweep.space import trial_fingerprint
+
+    spec = flat(task)
+    full = {split: read_split(spec, DATA / "hoc", split) for split in ("dev", "test")}
+    for cap in (200, 300):
+        trial = TrialSpec(trial_id="t", model_name="m", model_dir="/nonexistent", task=task, data_dir=str(DATA / "hoc"),
+                          learning_rate=1e-3, seed=1, eval_epochs=(1,), max_eval_examples=cap, max_train_examples=100)
+        splits = load_splits(spec, trial)
+        assert len(splits["train"]) == 100  # training keeps its sample of sentences
+        for split, examples in full.items():
+            sample = splits[split]
+            members = {ex.doc: [e.id for e in examples if e.doc == ex.doc] for ex in sample}
+            assert [ex.id for ex in sample] == [ex.id for ex in examples if ex.doc in members]  # whole, in order
+            assert cap <= len(sample) < cap + max(map(len, members.values()))
+            gold, docs = [ex.label for ex in sample], [ex.doc for ex in sample]
+            assert METRICS.get(spec.metric)(gold, gold, labels=spec.labels, docs=docs) == 1.0
+    # a record of the sentence sample is not reused: the capped trial's key changed, no other trial's did
+    others = [dataclasses.replace(trial, max_eval_examples=0), dataclasses.replace(trial, task="chemprot")]
+    now = [trial_fingerprint(t) for t in (trial, *others)]
+    get = METRICS.get
+    monkeypatch.setattr(METRICS, "get", lambda name: dataclasses.replace(get(name), per_document=False))
+    assert [trial_fingerprint(t) == key for t, key in zip((trial, *others), now)] == [False, True, True]
+
+
 @needs_data
 def test_chemprot_quote_none_and_chem_gene_marker():
     rows = read_file(flat("chemprot"), DATA / "chemprot/dev.tsv")

@@ -114,16 +114,21 @@ def load_splits(spec: TaskSpec, trial: TrialSpec) -> dict[str, list[Example]]:
     """train / dev / test examples of one trial. Fixed splits are read from their files (capped);
     a cross-validated task reads its one file, holds out fold ``trial.fold`` as test and carves a
     stratified dev share from the remaining folds (seed 000's DocClsJp: 5-fold stratified CV), its
-    splits capped as fixed ones are (``max_eval_examples`` was once ignored there)."""
+    splits capped as fixed ones are (``max_eval_examples`` was once ignored there). A task scored per
+    document has its dev and test capped by whole documents (``fixed_subset``)."""
+    by_document = METRICS.get(spec.metric).per_document
+
+    def cap(split: str, examples: list[Example]) -> list[Example]:
+        if split == "train":
+            return fixed_subset(examples, trial.max_train_examples)
+        return fixed_subset(examples, trial.max_eval_examples, by_document)
+
     if spec.resplit:
         splits = document_split(read_split(spec, trial.data_dir, "all"), spec.resplit, spec.group_separator,
                                 CV_SPLIT_SEED)
-        return {split: fixed_subset(splits[split], trial.max_train_examples if split == "train"
-                                    else trial.max_eval_examples) for split in ("train", "dev", "test")}
+        return {split: cap(split, splits[split]) for split in ("train", "dev", "test")}
     if not spec.cv_folds:
-        return {split: fixed_subset(read_split(spec, trial.data_dir, split),
-                                    trial.max_train_examples if split == "train" else trial.max_eval_examples)
-                for split in spec.file_splits}
+        return {split: cap(split, read_split(spec, trial.data_dir, split)) for split in spec.file_splits}
     from sklearn.model_selection import train_test_split  # heavy: sklearn
 
     examples = read_split(spec, trial.data_dir, "all")
@@ -135,9 +140,7 @@ def load_splits(spec: TaskSpec, trial: TrialSpec) -> dict[str, list[Example]]:
     stratify = labels if min(collections.Counter(labels).values()) >= 2 else None  # a singleton class cannot be split
     train, dev = train_test_split(rest, test_size=CV_DEV_SHARE, random_state=CV_SPLIT_SEED, stratify=stratify)
     pick = lambda idx: [examples[i] for i in sorted(idx)]  # noqa: E731
-    return {"train": fixed_subset(pick(train), trial.max_train_examples),
-            "dev": fixed_subset(pick(dev), trial.max_eval_examples),
-            "test": fixed_subset(pick(test), trial.max_eval_examples)}
+    return {"train": cap("train", pick(train)), "dev": cap("dev", pick(dev)), "test": cap("test", pick(test))}
 
 
 def _encoding_key(spec: TaskSpec, trial: TrialSpec, split: str, examples: list[Example], tokenizer) -> str:

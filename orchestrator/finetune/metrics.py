@@ -32,11 +32,13 @@ log = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True)
 class Metric:
-    """A scoring function and its direction; Tune's ``mode`` is derived from ``higher_is_better``."""
+    """A scoring function and its direction; Tune's ``mode`` is derived from ``higher_is_better``;
+    ``per_document``: it scores documents (``Example.doc``), so a sample of its split takes whole documents."""
 
     name: str
     higher_is_better: bool
     fn: Callable[..., float]
+    per_document: bool = False
 
     @property
     def mode(self) -> str:
@@ -49,9 +51,9 @@ class Metric:
 METRICS: Registry[Metric] = Registry("metric")
 
 
-def _register(name: str, higher_is_better: bool = True):
+def _register(name: str, higher_is_better: bool = True, per_document: bool = False):
     def add(fn: Callable[..., float]) -> Callable[..., float]:
-        METRICS.add(name, Metric(name, higher_is_better, fn))
+        METRICS.add(name, Metric(name, higher_is_better, fn, per_document))
         return fn
 
     return add
@@ -188,7 +190,7 @@ def example_based_prf(gold: np.ndarray, pred: np.ndarray) -> ExampleBasedPRF:
     return ExampleBasedPRF(precision=p, recall=r, f1=f)
 
 
-@_register("hoc_example_f1")
+@_register("hoc_example_f1", per_document=True)
 def hoc_example_f1(gold: Sequence[Sequence[int]], pred: Sequence[Sequence[int]], *, labels: Sequence[str] = (),
                    docs: Sequence[str] | None = None, **_: Any) -> float:
     """HoC F1 at document level: sentence label sets are OR-ed per document (``docs``), gold and

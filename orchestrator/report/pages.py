@@ -203,7 +203,8 @@ def _sample_note(table: BlueTable) -> str:
         if col.kind == "task" and sizes:
             sampled.setdefault(max(sizes), []).append(col.label)
     return "".join(f" {', '.join(names)}: the test scores are on a seeded sample of {size:,} test examples, not on "
-                   "the whole test set (sweep.max_eval_examples caps dev and test)."
+                   "the whole test set (sweep.max_eval_examples caps dev and test; a task scored per document, as "
+                   "HoC, by whole documents, at least that many examples)."
                    for size, names in sorted(sampled.items()))
 
 

@@ -20,6 +20,7 @@ from orchestrator.core.config import check_number, check_seeds, field, first_rep
 from orchestrator.core.errors import ConfigError
 from orchestrator.core.registry import suggest
 from orchestrator.core.reuse import content_key, file_digests, model_identity
+from orchestrator.finetune.metrics import METRICS
 from orchestrator.finetune.spec import SAMPLE_DIR, TaskSpec, is_task_path, load_task, shipped_task_names, task_stem
 from orchestrator.finetune.trial import TrialSpec
 from orchestrator.sweep.config import EarlyStopping, Precision, SweepConfig, Tune
@@ -336,6 +337,8 @@ def trial_fingerprint(trial: TrialSpec, located_at: dict | None = None) -> str:
     data["task_spec"] = {k: v for k, v in to_dict(load_task(trial.task)).items()  # where it is read from: data_dir
                          if k not in ("dir", "release_dir") and not (k in LATER_TASK_KEYS and v == LATER_TASK_KEYS[k])}
     data["model_identity"] = model_identity(trial.model_dir)
+    if trial.max_eval_examples and METRICS.get(load_task(trial.task).metric).per_document:
+        data["eval_sample"] = "documents"  # its capped dev and test were samples of sentences before (probe B1)
     if located_at:
         data.update({name: located_at[name] for name in LOCATION_FIELDS})
     return content_key(data)
