@@ -56,7 +56,9 @@ class SpaceOverrides:
                                           help="override the space's early stopping when patience > 0 (it then "
                                                "replaces the space's epoch grids; not together with sweep.epochs)")
     max_train_examples: int | None = field(None, help="override: cap training examples per task (0 = all)")
-    max_eval_examples: int | None = field(None, help="override: cap dev/test examples per task (0 = all)")
+    max_eval_examples: int | None = field(None, help="override: cap dev/test examples per task (0 = all; a task "
+                                                     "scored per document, as HoC, by whole documents, at least "
+                                                     "that many examples)")
     precision: str = field("", help="override the space's fine-tuning precision: fp32, bf16 or fp16 (with a loss "
                                     "scaler)")
     tune: str = field("", help="override the space's tune: full (every weight) or adapters (adapters and head "
