@@ -9,13 +9,13 @@ from __future__ import annotations
 import sys
 
 from orchestrator.core.cli import JobSpec, run_job
-from orchestrator.workflows.build_corpus import CorpusBuildConfig, build_corpus, plan
+from orchestrator.workflows.build_corpus import CorpusBuildConfig, plan, run
 
 SPEC = JobSpec(
     name="build_corpus",
     description=(__doc__ or "").split("\n\n")[0],
     config_cls=CorpusBuildConfig,
-    run=build_corpus,
+    run=run,
     dry_run=plan,
     default_preset="tiny",
     outputs=("out_dir",),

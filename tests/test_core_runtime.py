@@ -4,9 +4,11 @@ from __future__ import annotations
 import copy
 import os
 import random
+import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 import ray
 import torch
@@ -136,12 +138,31 @@ def test_a_ray_session_gives_the_caller_back_its_sigterm_handler_environment_and
         pass
 
     previous = signal.signal(signal.SIGTERM, mine)
+    before = dict(os.environ)
     try:
         with runtime.ray_session(num_cpus=1):
             assert os.environ["TUNE_DISABLE_SIGINT_HANDLER"] == "1"
             assert signal.getsignal(signal.SIGTERM) is not mine  # the tool's, while it works
         assert signal.getsignal(signal.SIGTERM) is mine
         assert [k for k in runtime.RAY_ENV_SET if k in os.environ] == []
+        # and all that ray.init exports (probe L7: PYTHONBREAKPOINT sent the caller's breakpoint() to Ray's debugger)
+        assert dict(os.environ) == before
+
+        # Ctrl-C while Ray starts, its first processes up (probe L3: they stayed, with Ray's SIGTERM handler)
+        real_init = ray.init
+
+        def interrupted(*args, **kwargs):
+            real_init(*args, **kwargs)
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(ray, "init", interrupted)
+        with pytest.raises(KeyboardInterrupt), runtime.ray_session(num_cpus=1):
+            pass
+        assert not ray.is_initialized() and signal.getsignal(signal.SIGTERM) is mine and dict(os.environ) == before
+        deadline = time.monotonic() + 30
+        while any("gcs_server" in p.name() for p in psutil.Process().children(recursive=True)):
+            assert time.monotonic() < deadline, "Ray's processes outlived the interrupted start"
+            time.sleep(0.5)
     finally:
         signal.signal(signal.SIGTERM, previous)
 
@@ -317,3 +338,35 @@ def test_a_temp_directory_ray_cannot_start_with_is_said_as_such(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert res.returncode != 0 and "ConfigError: the temp directory" in res.stderr and "(TMPDIR)" in res.stderr
     assert "UnicodeEncodeError" not in res.stderr
+
+
+def test_a_stage_called_with_no_ray_running_runs_the_projects_own_for_the_call(tmp_path):
+    """Probe L2: ``corpus_stages`` called from a notebook as the docs show it, no Ray running: Ray Data started Ray's
+    default (every interface, the dashboard, none of the project's worker settings) and left it up. Now the call
+    runs the project's embedded Ray, on 127.0.0.1, and stops it after."""
+    from orchestrator.core.cli import load_preset
+    from orchestrator.core.config import load_config
+    from orchestrator.workflows.build_corpus import CorpusBuildConfig
+    from orchestrator.workflows.runner import corpus_stages
+
+    if ray.is_initialized():
+        ray.shutdown()
+    cfg = load_config(CorpusBuildConfig, base=load_preset("build_corpus", "tiny"))
+    built = corpus_stages(cfg.corpus, cfg.vocab, cfg.instances, tmp_path, stages=("corpus",))
+    assert list((built.corpus_dir / "shards").glob("*/*.parquet")) and not ray.is_initialized()
+
+
+def test_a_ctrl_c_that_ray_trains_handler_ends_with_sys_exit_reaches_the_caller_as_an_interrupt():
+    """Probe L6: Ray Train's SIGINT handler ends a Ctrl-C'd ``fit`` with ``sys.exit``; called from Python,
+    ``pretrain`` raised ``SystemExit(1)``, which ended ``python -i`` and which ``except KeyboardInterrupt`` missed.
+    Ray's SIGTERM handler's ``sys.exit(15)`` stays a termination; the caller's SIGINT handler is back either way."""
+    import signal
+
+    from orchestrator.core.errors import keep_sigint_handler
+
+    before = signal.getsignal(signal.SIGINT)
+    for code, seen in [(0, KeyboardInterrupt), (1, KeyboardInterrupt), (15, SystemExit)]:
+        with pytest.raises(seen), keep_sigint_handler():
+            signal.signal(signal.SIGINT, lambda *a: None)  # as fit() installs its own
+            raise SystemExit(code)
+        assert signal.getsignal(signal.SIGINT) is before

@@ -567,3 +567,29 @@ def test_the_experiment_run_holds_the_resolved_config_and_long_params_say_they_w
     params = client.get_run(info["run_id"]).data.params
     assert params["sources"] == "x" * 497 + "..." and params["seed"] == "1"
     mlflow.set_tracking_uri(None)
+
+
+def test_checkpoints_of_another_run_are_refused_before_the_stages_before_pretraining_are_rebuilt(tmp_path):
+    """Probe L5: the chain re-run with a changed vocabulary size rebuilt ``vocab/`` and ``instances/`` (placed by
+    name), then pretraining refused its checkpoints (another run's), the run directory left pairing the new
+    vocabulary with the old model; the dry run said nothing. Both now refuse before anything is written."""
+    import json
+
+    from orchestrator.pretrain.checkpoint import COMPLETE, RUN_RECORD, STATE_FILE
+    from orchestrator.workflows.blue_sweep import plan
+    from orchestrator.workflows.runner import check_inputs
+
+    cfg = smoke(tmp_path)
+    ckpt = cfg.run_dir / "pretrain" / "checkpoints"
+    (ckpt / "ckpt-0000005").mkdir(parents=True)
+    for name in (STATE_FILE, "config.json"):
+        (ckpt / "ckpt-0000005" / name).write_text("{}")
+    (ckpt / "ckpt-0000005" / COMPLETE).write_text(json.dumps({"files": {STATE_FILE: 2, "config.json": 2}}))
+    record = {"key": "an-earlier-vocabulary", "config": cfg.pretrain.training_fields()}
+    (ckpt / RUN_RECORD).write_text(json.dumps(record))
+    for call in (check_inputs, plan):
+        with pytest.raises(ConfigError, match="holds checkpoints of another run"):
+            call(cfg)
+    assert sorted(p.name for p in cfg.run_dir.iterdir()) == ["pretrain"]  # nothing written
+    restart = smoke(tmp_path, pretrain={"on_mismatch": "restart"})
+    check_inputs(restart)  # (pretraining discards them, as it says)

@@ -589,7 +589,7 @@ def test_checkpoints_of_another_run_are_refused_or_discarded(corpus, tmp_path):
     changed = _cfg(**{"phase1.learning_rate": 1e-3, "seed": 7})
     key = pretrain_key(changed, *input_keys(inputs, corpus["tokenizer"]))
     with pytest.raises(ConfigError, match=r"another run \(phase1.learning_rate 0.05 -> 0.001, seed 42 -> 7\)"):
-        _check_run(changed, key, out / "checkpoints")
+        _check_run(changed, key, out / "checkpoints", out)
     # the dry run says what the run will do there (it said "valid", and the run refused after Ray: docs probe D6)
     from orchestrator.pretrain.plan import plan_pretrain
 
@@ -601,8 +601,16 @@ def test_checkpoints_of_another_run_are_refused_or_discarded(corpus, tmp_path):
     assert "(phase1.learning_rate 0.05 -> 0.001): discarded (on_mismatch=restart)" in \
         plan_pretrain(restart, inputs, corpus["tokenizer"], out_dir=out)
     assert (out / "checkpoints" / "ckpt-0000005").is_dir()
-    _check_run(_cfg(**{"phase1.learning_rate": 1e-3, "on_mismatch": "restart"}), key, out / "checkpoints")
+    from orchestrator.track import TrackingConfig
+    from orchestrator.track.runs import start_stage_run
+
+    logged = start_stage_run(TrackingConfig(), tmp_path, stage="pretrain", params={}, out_dir=out)  # that run's
+    _check_run(_cfg(**{"phase1.learning_rate": 1e-3, "on_mismatch": "restart"}), key, out / "checkpoints", out)
     assert not (out / "checkpoints" / "ckpt-0000005").exists()
+    # and its MLflow run: the new training got a run of its own (it went on in the old one, at the same steps and
+    # under the old params: probe L4)
+    again = start_stage_run(TrackingConfig(), tmp_path, stage="pretrain", params={}, out_dir=out)
+    assert again["run_id"] != logged["run_id"]
     assert json.loads((out / "checkpoints" / "run.json").read_text())["key"] == key
     # the operational settings are not the run: changing them resumes
     assert pretrain_key(_cfg(keep_checkpoints=5, log_every=3), *input_keys(inputs, corpus["tokenizer"])) == \

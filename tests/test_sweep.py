@@ -4,7 +4,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import pickle
+import random
 import re
 from pathlib import Path
 
@@ -520,8 +522,13 @@ def test_sweep_on_ray_tune_with_mlflow_nesting_and_restore(tiny_bert, ray_local,
     assert "4 trial(s)" in plan_sweep(cfg, models)
     out = tmp_path / "sweep"
     tracking = TrackingConfig(experiment="test-sweep")
+    uri, generator = mlflow.get_tracking_uri(), random.getstate()
     first = run_sweep(cfg, models, out, tracking, tmp_path)
     assert (first.ran, first.skipped) == (4, 0)
+    # a library call leaves the caller's MLflow session and generators as they were (probe L1: the URI it exported
+    # read as the user's own choice, and the next sweep, of another run directory, logged into this one's store)
+    assert "MLFLOW_TRACKING_URI" not in os.environ and mlflow.get_tracking_uri() == uri
+    assert random.getstate() == generator
 
     results = json.loads((out / "results.json").read_text())
     assert results["models"] == ["tiny"]

@@ -63,6 +63,13 @@ def keep_sigint_handler() -> Iterator[None]:
     previous = signal.getsignal(signal.SIGINT)
     try:
         yield
+    except SystemExit as exc:
+        # Ray Train's handler ends a Ctrl-C'd ``fit`` with sys.exit(0) (1 in practice): to a caller from Python that
+        # is an interrupt, which its ``except KeyboardInterrupt`` sees (it ended ``python -i``: probe L6). Ray's
+        # SIGTERM handler exits with 15: a termination, left as it is
+        if exc.code == 15 or sigterm_seen():
+            raise
+        raise KeyboardInterrupt from exc
     finally:
         signal.signal(signal.SIGINT, previous)
 

@@ -14,6 +14,7 @@ import resource
 import signal
 import socket
 import stat
+import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -273,14 +274,15 @@ def ray_session(address: str | None = None, num_cpus: int | None = None,
     with contextlib.ExitStack() as stack:
         written = stack.enter_context(run_log(log_file)) if log_file is not None else None
         started = not ray.is_initialized()
-        # what init_ray sets for the block and the caller gets back (a library call from a notebook: its own
-        # Tune runs, its SIGTERM handler); the loopback switch must not leak into processes started later
-        saved = {k: os.environ.get(k) for k in (*RAY_ENV_SET, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")}
+        # the environment as the caller gets it back (a library call from a notebook: its own Tune runs, pdb for its
+        # breakpoint(), which ray.init pointed at Ray's debugger, the loopback switch kept from processes started
+        # later: probe L7); MLflow's variables are orchestrator.track.caller's to give back
+        saved = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
         sigterm = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
-        info = init_ray(address=address, num_cpus=num_cpus, log_to_driver=log_to_driver)
-        if started and info["mode"] == "cluster":
-            stack.enter_context(_said_if_cluster_lost())
-        try:
+        try:  # Ray starting counts: a Ctrl-C then left its first processes and Ray's SIGTERM handler (probe L3)
+            info = init_ray(address=address, num_cpus=num_cpus, log_to_driver=log_to_driver)
+            if started and info["mode"] == "cluster":
+                stack.enter_context(_said_if_cluster_lost())
             yield {**info, "log_file": written}
         finally:
             if started:
@@ -291,11 +293,16 @@ def ray_session(address: str | None = None, num_cpus: int | None = None,
                     signal.signal(signal.SIGTERM, sigterm)
                 else:
                     raise_on_sigterm()
-                for key, value in saved.items():
-                    if value is None:
-                        os.environ.pop(key, None)
-                    else:
-                        os.environ[key] = value
+                _environment_back(saved)
+
+
+def _environment_back(saved: dict[str, str]) -> None:
+    """``os.environ`` as ``saved`` holds it, MLflow's variables left as they are."""
+    for key in [k for k in os.environ if k not in saved and not k.startswith("MLFLOW_")]:
+        del os.environ[key]
+    for key, value in saved.items():
+        if os.environ.get(key) != value:
+            os.environ[key] = value
 
 
 #: How often an attached cluster is checked, and after how many checks without an answer its loss is said
@@ -335,6 +342,22 @@ def seed_everything(seed: int) -> None:
         torch.manual_seed(seed)
     except ImportError:  # pragma: no cover - torch is a hard dependency
         pass
+
+
+@contextlib.contextmanager
+def generators_kept() -> Iterator[None]:
+    """Python's, NumPy's and (imported already) torch's CPU generators as the caller had them after the block: a
+    stage called from a notebook (``pretrain``, ``run_sweep``) moved them (Ray's start and Tune draw from
+    ``random``: probe L8), which a workflow's ``seeded`` gives back."""
+    torch = sys.modules.get("torch")
+    state = random.getstate(), np.random.get_state(), torch.random.get_rng_state() if torch is not None else None
+    try:
+        yield
+    finally:
+        random.setstate(state[0])
+        np.random.set_state(state[1])
+        if torch is not None:
+            torch.random.set_rng_state(state[2])
 
 
 @contextlib.contextmanager

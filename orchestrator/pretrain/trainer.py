@@ -53,7 +53,7 @@ from orchestrator.core.reuse import (
     output_lock,
     reusable,
 )
-from orchestrator.core.runtime import alive_nodes, check_fits, ray_session
+from orchestrator.core.runtime import alive_nodes, check_fits, generators_kept, ray_session
 from orchestrator.instances.config import Specials
 from orchestrator.pretrain.checkpoint import (
     HF_FILES,
@@ -90,8 +90,10 @@ from orchestrator.pretrain.nodes import (
 )
 from orchestrator.pretrain.stopping import STEPS
 from orchestrator.track import schema as S
+from orchestrator.track.caller import stage_call
 from orchestrator.track.runs import (
     PENDING,
+    RUN_MARKER,
     RankZeroLogger,
     end_stage_run,
     ended_status,
@@ -252,14 +254,18 @@ def check_output(out_dir: Path) -> None:
         check_replaceable(out_dir, "pretrain")
 
 
-def _check_run(cfg: PretrainConfig, key: str, ckpt_dir: Path) -> None:
+def _check_run(cfg: PretrainConfig, key: str, ckpt_dir: Path, out_dir: Path) -> None:
     """Checkpoints in ``ckpt_dir`` must come from this very run (same key); else refuse, saying what
-    changed, or (``on_mismatch: restart``) discard them. Records the run before training starts."""
+    changed, or (``on_mismatch: restart``) discard them, and the record of that run's MLflow run: the new
+    training was logged into the old run, at the same steps, under the old params (probe L4). Records the run
+    before training starts."""
     if what := other_run(ckpt_dir, key, cfg.training_fields()):
         if cfg.on_mismatch == "refuse":
             raise other_run_error(ckpt_dir, what)
         log.warning("pretrain: discarding the checkpoints of another run in %s (%s)", ckpt_dir, what)
         shutil.rmtree(ckpt_dir)
+        for name in (RUN_MARKER, PENDING):
+            (out_dir / name).unlink(missing_ok=True)
     record = ckpt_dir / RUN_RECORD
     if not record.is_file() or json.loads(record.read_text()).get("key") != key:
         atomic_write_json(record, {"key": key, "config": cfg.training_fields()})
@@ -338,6 +344,8 @@ def _adopt_earlier_key(out_dir: Path, key: str, cfg: PretrainConfig, infos: dict
             log.info("pretrain: %s recorded this run's earlier key; stamped with its key now", record)
 
 
+@stage_call()  # called from a notebook: the caller's MLflow session and generators as they were (probes L1, L8)
+@generators_kept()
 def pretrain(cfg: PretrainConfig, instances: dict[int, Path], tokenizer_dir: Path, out_dir: Path,
              tracking=None, run_dir: Path | None = None, *, fail_at: dict | None = None,
              run_tags: dict[str, str] | None = None) -> PretrainResult:
@@ -430,7 +438,7 @@ def _train(cfg: PretrainConfig, infos: dict[str, InstanceInfo], tokenizer_dir: P
     # on a filesystem: check and resume what is there; in an object store the run's name is its key, and
     # Ray Train resumes the run of that name from its own record there
     if ckpt_dir is not None:
-        _check_run(cfg, key, ckpt_dir)
+        _check_run(cfg, key, ckpt_dir, out_dir)
         resume_dir = _check_existing_checkpoint(cfg, ckpt_dir, special.vocab_size, special.pad)
     if resume_dir:
         log.info("pretrain: found %s; training resumes from it", resume_dir.name)

@@ -11,6 +11,7 @@ once more and written to ``out_dir/exports/`` (``orchestrator.sweep.export``), l
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -29,7 +30,7 @@ from orchestrator.core.cost import COST_FIELD, duration, measured
 from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
 from orchestrator.core.manifest import atomic_write_json, read_manifest, write_manifest
 from orchestrator.core.reuse import model_identity, output_lock
-from orchestrator.core.runtime import check_fits, init_ray, possible_gpus, tune_loggers
+from orchestrator.core.runtime import check_fits, generators_kept, possible_gpus, ray_session, tune_loggers
 from orchestrator.finetune.readers import CV_SPLIT_SEED, document_split, read_split
 from orchestrator.finetune.spec import load_task
 from orchestrator.finetune.trial import (
@@ -60,6 +61,7 @@ from orchestrator.sweep.space import (
 )
 from orchestrator.track import TrackingConfig
 from orchestrator.track import schema as S
+from orchestrator.track.caller import stage_call
 from orchestrator.track.sweep import log_sweep
 
 log = logging.getLogger(__name__)
@@ -476,7 +478,7 @@ def _slots(resources: dict[str, float]) -> int:
 
 
 def _export_best(cfg: SweepConfig, results: dict, records: list[dict], tasks: list[str],
-                 out_dir: Path) -> tuple[dict[str, dict[str, dict]], int]:
+                 out_dir: Path, ray_up: contextlib.ExitStack) -> tuple[dict[str, dict[str, dict]], int]:
     """Export each selected model not exported yet, one Ray task per model with a trial's resources."""
     plans = plan_exports(results, records, tasks, out_dir, cfg.export_seed)
     manifests = {p.dst: finished(p) for p in plans}
@@ -487,7 +489,7 @@ def _export_best(cfg: SweepConfig, results: dict, records: list[dict], tasks: li
     if todo:
         import ray  # heavy: ray
 
-        init_ray()
+        ray_up.enter_context(ray_session())
         resources = _resources(cfg)
         device = "cuda" if resources["gpu"] > 0 else "auto"
         todo = [dataclasses.replace(p, record={**p.record, "trial": {**p.record["trial"], "device": device}})
@@ -506,6 +508,8 @@ def _export_best(cfg: SweepConfig, results: dict, records: list[dict], tasks: li
     return exports, len(todo)
 
 
+@stage_call()  # called from a notebook: the caller's MLflow session and generators as they were (probes L1, L8)
+@generators_kept()
 def run_sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, tracking: TrackingConfig | None,
               run_dir: Path, variants: Sequence[Variant] = (), *,
               row_tags: dict[str, dict[str, str]] | None = None) -> SweepResult:
@@ -521,12 +525,14 @@ def run_sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, tracking
     for name, path in models.items():  # before any trial: each would fail on a too long input
         check_positions(name, cfg.space.max_seq_length, model_dir=path)
     out_dir = Path(out_dir).resolve()
-    with output_lock(out_dir):  # a second job on this sweep waits here, then reuses its trials
-        return _run_sweep(cfg, models, out_dir, tracking, run_dir, variants, row_tags)
+    # a second job on this sweep waits at the lock, then reuses its trials; Ray runs for the block if none did
+    with output_lock(out_dir), contextlib.ExitStack() as ray_up:  # (a call from a notebook left it up: probe L2)
+        return _run_sweep(cfg, models, out_dir, tracking, run_dir, variants, row_tags, ray_up)
 
 
 def _run_sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, tracking: TrackingConfig | None,
-               run_dir: Path, variants: Sequence[Variant], row_tags: dict[str, dict[str, str]] | None) -> SweepResult:
+               run_dir: Path, variants: Sequence[Variant], row_tags: dict[str, dict[str, str]] | None,
+               ray_up: contextlib.ExitStack) -> SweepResult:
     trials_dir = out_dir / "trials"
     trials_dir.mkdir(parents=True, exist_ok=True)
     space = cfg.space
@@ -543,7 +549,7 @@ def _run_sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, trackin
     print(msg, flush=True)
     started = time.monotonic()
     if todo:
-        init_ray()
+        ray_up.enter_context(ray_session())
         ray_trials = _run_tune(cfg, todo, out_dir, trials_dir)
     records = [_finished(trials_dir, t) for t in trials]
     missing = [t.trial_id for t, r in zip(trials, records) if r is None]
@@ -567,7 +573,7 @@ def _run_sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, trackin
                  mine, cost["device"], len(todo), cost["units"], cost["device"],
                  f"; {cost['device_h']:.3f} {cost['device']}-h with the {skipped} trial(s) of earlier runs"
                  if skipped and "earlier_device_h" in cost else "")
-    exports, exported = _export_best(cfg, results, records, export, out_dir) if export else ({}, 0)
+    exports, exported = _export_best(cfg, results, records, export, out_dir, ray_up) if export else ({}, 0)
     pruned, pruned_bytes = prune_encoded(Path(cache_dir), cache_run) if todo else (0, 0)  # only a run adds
     if pruned:
         log.info("sweep: deleted %d tokenised split(s) this run did not use (%.1f MB) from %s", pruned,

@@ -39,6 +39,19 @@ def user_tracking_uri() -> str:
 
 
 @contextlib.contextmanager
+def stage_call() -> Iterator[None]:
+    """``mlflow_state_kept`` for a stage API (``pretrain``, ``run_sweep``) a caller calls on its own; inside a
+    workflow's call (one is open) nothing, so the stage's runs are children of the workflow's. Called twice from a
+    notebook, the second experiment logged into the first one's store: MLflow had exported its URI, which then read
+    as the user's own choice (probe L1)."""
+    if _CALLER_URIS:
+        yield
+        return
+    with mlflow_state_kept():
+        yield
+
+
+@contextlib.contextmanager
 def mlflow_state_kept() -> Iterator[None]:
     """The block runs with none of the caller's MLflow runs active; after it, the caller's tracking URI,
     experiment, MLflow environment variables and active runs are as they were (see the module)."""

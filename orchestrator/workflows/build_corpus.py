@@ -33,8 +33,14 @@ class CorpusBuildConfig:
         check_set(out_dir=self.out_dir)
 
 
+def run(cfg: CorpusBuildConfig) -> CorpusResult:
+    """``python jobs/build_corpus.py``: the first three stages of the chain (``orchestrator.workflows.<job>.run``, as
+    every job's workflow is named: probe L10)."""
+    return build_corpus(cfg)
+
+
 def build_corpus(cfg: CorpusBuildConfig) -> CorpusResult:
-    """``python jobs/build_corpus.py``: the first three stages of the chain."""
+    """The first three stages of the chain, as ``run``."""
     input_stats(cfg.corpus)  # fail fast, before Ray starts, on missing or empty source files
     check_corpus_outputs(Path(cfg.out_dir), cfg.instances)
     quality = cfg.vocab.quality

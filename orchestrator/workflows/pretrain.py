@@ -14,7 +14,7 @@ from orchestrator.core.runtime import alive_nodes, cluster_address, ray_session
 from orchestrator.pretrain.config import PretrainConfig
 from orchestrator.pretrain.nodes import driver_resources
 from orchestrator.pretrain.plan import plan_pretrain
-from orchestrator.pretrain.trainer import check_init_from, check_output, configured_uri, special_ids
+from orchestrator.pretrain.trainer import PretrainResult, check_init_from, check_output, configured_uri, special_ids
 from orchestrator.track import TrackingConfig
 from orchestrator.track.caller import mlflow_state_kept
 from orchestrator.workflows.runner import pretrain_stage
@@ -59,7 +59,9 @@ def find_instances(instances_dir: Path) -> dict[int, Path]:
 
 
 @mlflow_state_kept()  # a library call leaves the caller's MLflow session as it was
-def run(cfg: PretrainJobConfig):
+def run(cfg: PretrainJobConfig) -> PretrainResult:
+    """``python jobs/pretrain.py``: pretrain (or resume, or reuse) into ``out_dir`` on the instances and tokenizer
+    given; returns the ``PretrainResult`` (the exported model's directory, the loss history, how each phase ended)."""
     cfg.check_named()
     out_dir = Path(cfg.out_dir).resolve()
     run_dir = Path(cfg.run_dir).resolve() if cfg.run_dir else out_dir.parent

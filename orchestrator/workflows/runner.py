@@ -37,10 +37,12 @@ from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.imports import resolve_transformers_names
 from orchestrator.core.manifest import check_replaceable, check_writable_dir, hash_inputs, read_manifest
 from orchestrator.core.reuse import content_key, output_lock, reusable, run_stage
-from orchestrator.core.runtime import possible_gpus
+from orchestrator.core.runtime import possible_gpus, ray_session
 from orchestrator.corpus.stage import CorpusConfig, input_stats, source_sizes
 from orchestrator.instances.config import InstanceConfig
+from orchestrator.pretrain.checkpoint import other_run, other_run_error
 from orchestrator.pretrain.config import PretrainConfig, check_init_positions, pretrain_key
+from orchestrator.pretrain.trainer import CHECKPOINTS
 from orchestrator.sweep.config import SweepConfig
 from orchestrator.sweep.runner import check_positions, planned_positions
 from orchestrator.sweep.space import Variant, space_tasks, task_data_dir, task_key
@@ -135,13 +137,20 @@ def corpus_outputs(instances: InstanceConfig, stages: tuple[str, ...]) -> list[t
 def corpus_stages(corpus: CorpusConfig, vocab: VocabConfig, instances: InstanceConfig, run_dir: Path,
                   stages: tuple[str, ...] = ("corpus", "vocab", "instances"), place: Place | None = None,
                   keys: dict[str, str] | None = None) -> CorpusResult:
-    """corpus -> vocab -> instances/len<L> (Ray must be running), each reused by key; by default under
-    ``run_dir`` by name, or wherever ``place`` puts each output (an experiment: by key)."""
+    """corpus -> vocab -> instances/len<L>, each reused by key; by default under ``run_dir`` by name, or wherever
+    ``place`` puts each output (an experiment: by key). With no Ray running, one runs for the call
+    (``ray_session``): Ray Data started Ray's default, on every interface with its dashboard, and left it (probe L2)."""
+    check_pretokenize(vocab, instances)
+    with ray_session():
+        return _corpus_stages(corpus, vocab, instances, Path(run_dir), stages, place, keys)
+
+
+def _corpus_stages(corpus: CorpusConfig, vocab: VocabConfig, instances: InstanceConfig, run_dir: Path,
+                   stages: tuple[str, ...], place: Place | None, keys: dict[str, str] | None) -> CorpusResult:
     from orchestrator.corpus.stage import build_corpus  # heavy: Ray Data, pyarrow, tokenizers behind these
     from orchestrator.instances.stage import build_instances
     from orchestrator.vocab.stage import build_vocab
 
-    check_pretokenize(vocab, instances)
     run_dir = Path(run_dir)
     place = place or (lambda name, key: run_dir / name)
     keys = keys or corpus_keys(corpus, vocab, instances, stages)
@@ -429,6 +438,22 @@ def sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, tracking, ru
 # ---------------------------------------------------------------------------------------------
 # Checks before anything is written
 
+def check_checkpoints_fit(cfg: ChainConfig) -> None:
+    """Refuse, before any stage runs, the checkpoints in the chain's ``pretrain/`` of another run, when stages before
+    it would be rebuilt first: a changed vocabulary rebuilt ``vocab/`` and ``instances/`` (placed by name, the old
+    ones gone), then pretraining refused the checkpoints, the run directory left pairing the new vocabulary with the
+    old model (probe L5). With those stages unchanged, pretraining's own check decides (it knows the key a run
+    recorded before issue 32)."""
+    if "pretrain" not in cfg.stages or cfg.pretrain.on_mismatch != "refuse" or cfg.pretrain.storage_path:
+        return
+    *inputs, planned = chain_arm(cfg).outputs or [None]
+    if planned is None or planned.stage != "pretrain" or all(reusable(o.path, o.key) for o in inputs):
+        return
+    ckpt_dir = planned.path / CHECKPOINTS
+    if what := other_run(ckpt_dir, planned.key, cfg.pretrain.training_fields()):
+        raise other_run_error(ckpt_dir, what)
+
+
 def check_inputs(cfg: ChainConfig) -> None:
     """The checks that cost no pass over the data, made before anything is written or started:
     source files exist and are not empty, model directories hold a config, task files exist."""
@@ -451,6 +476,7 @@ def check_inputs(cfg: ChainConfig) -> None:
         check_similarity_inputs(cfg.augment.similarity)
         if cfg.augment.model_dir:
             check_mlm_dir(cfg.augment.model_dir, "augment.model_dir")
+    check_checkpoints_fit(cfg)
     init = cfg.pretrain.model.init_from
     if "pretrain" in cfg.stages and init and (Path(init) / "config.json").is_file():  # the rest: plan_pretrain's
         check_token_types("pretrain.model.init_from", init, "pretraining's instances")
