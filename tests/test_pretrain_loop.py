@@ -317,6 +317,10 @@ def test_a_local_shard_is_the_workers_equal_share_shuffled_per_epoch_and_a_strea
     assert [s.rows for s in shards] == [22, 22]
     firsts = [tuple(r) for s in shards for r in s.columns["input_ids"]]
     assert firsts == [tuple(r["input_ids"]) for r in rows[:44]]  # rank 0 rows 0-21, rank 1 rows 22-43
+    # a share is held as one flat array of its tokens (probe G3: an array a row, of every file, took a worker ~12x
+    # its share of the files)
+    assert [s.columns["input_ids"].values.nbytes for s in shards] == [
+        4 * sum(len(r["input_ids"]) for r in part) for part in (rows[:22], rows[22:44])]
 
     def epoch(shard, seed):
         return [tuple(map(tuple, b["input_ids"])) for b in shard.iter_batches(
