@@ -316,7 +316,7 @@ def test_a_job_stopped_by_sigterm_says_so_cleans_up_and_exits_143(tmp_path):
     job.send_signal(signal.SIGTERM)
     _, err = job.communicate(timeout=120)
     assert job.returncode == 143, err[-2000:]
-    assert "terminated (SIGTERM): finished work is kept; re-run the same command to resume" in err
+    assert "terminated (SIGTERM): finished work is kept; re-run the same command to resume (finished stages" in err
     assert not list(work.iterdir())  # the working copy went with the scoring
     assert not (tmp_path / "out" / "manifest.json").exists()
 
@@ -329,7 +329,7 @@ def test_a_library_ending_the_run_with_sys_exit_is_reported_as_the_stop_it_was(c
     sys.exit(0), and Ray's SIGTERM handler with sys.exit(15), neither of which run_job caught."""
     from dataclasses import dataclass
 
-    from orchestrator.core.cli import JobSpec, run_job
+    from orchestrator.core.cli import RESUMES, JobSpec, run_job
 
     @dataclass(frozen=True)
     class Empty:
@@ -339,7 +339,8 @@ def test_a_library_ending_the_run_with_sys_exit_is_reported_as_the_stop_it_was(c
         raise stop
 
     assert run_job(JobSpec(name="demo", description="demo", config_cls=Empty, run=stopped, dry_run=str), []) == code
-    assert capsys.readouterr().err == f"{said}: finished work is kept; re-run the same command to resume\n"
+    whole = f"{said}: finished work is kept; re-run the same command to resume ({RESUMES})\n"
+    assert capsys.readouterr().err == whole
 
 
 def test_after_ray_stops_sigterm_still_raises_and_ctrl_c_is_not_ray_tunes(tmp_path):

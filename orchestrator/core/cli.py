@@ -78,6 +78,12 @@ def shorthand_overrides(argv: Sequence[str], named: Sequence[tuple[str, str, str
     at = next((i for i, a in enumerate(rest) if "=" in a and not a.startswith("-")), len(rest))
     return rest[:at] + overrides + rest[at:]
 
+#: What a re-run goes on from, said when a job is stopped: the stages that finished, pretraining's checkpoints and the
+#: sweep's trials; a stage cut short starts over (a corpus read stopped at 336 of 1,521 MB began again at 0: probe G2)
+RESUMES = ("finished stages, pretraining checkpoints and sweep trials; a corpus, vocabulary or instances stage "
+           "cut short starts over")
+
+
 @dataclasses.dataclass(frozen=True)
 class JobSpec:
     name: str
@@ -210,7 +216,7 @@ def run_job(spec: JobSpec, argv: list[str] | None = None) -> int:
         # either ending the run with sys.exit (Ray Train's on Ctrl-C; Ray's on SIGTERM, with status 15)
         term = isinstance(exc, Terminated) or sigterm_seen() or (isinstance(exc, SystemExit) and exc.code == 15)
         say(f"{'terminated (SIGTERM)' if term else 'interrupted'}: finished work is kept; re-run the same command "
-            "to resume", err=True)
+            f"to resume ({RESUMES})", err=True)
         return 143 if term else 130
     finally:
         end_trail("\n".join(closing))
