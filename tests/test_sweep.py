@@ -104,6 +104,48 @@ def test_blues_own_release_layout_is_found_under_data_dir(tmp_path, caplog):
     assert "hoc_prior" in caplog.text  # the tiny space's HoC task, the key the user meant
 
 
+
+def test_blues_names_for_the_data_use_tasks_a_missing_data_dir_and_a_folder_of_another_case_are_said(tmp_path):
+    """Probe B2: BLUE's scripts write MedNLI to ``mednli`` (blue/create_bert.sh) and keep ShARe/CLEFE in
+    ``ShAReCLEFEHealthCorpus`` (blue/create_gs.sh): both were "file not found" under the YAMLs' MedNLI and
+    ShAReCLEFE. A data_dir that does not exist was "MedSTS/train.tsv: file not found", and a task folder
+    differing only in case went unnamed."""
+    from orchestrator.core.errors import InputError
+    from orchestrator.finetune.readers import read_split
+    from orchestrator.finetune.spec import load_task
+    from orchestrator.sweep.space import task_data_dir
+
+    (tmp_path / "mednli").mkdir()
+    for split in ("train", "dev", "test"):  # as create_mednli_bert.py writes them (csv.writer, a header)
+        (tmp_path / "mednli" / f"{split}.tsv").write_text(
+            f'index\tsentence1\tsentence2\tlabel\n{split}1\t"He has ""no"" fever."\tHe is afebrile.\tentailment\n')
+    (tmp_path / "ShAReCLEFEHealthCorpus").mkdir()
+    for name in ("Training", "Development", "Test"):  # as create_clefe_bert.py writes them
+        (tmp_path / "ShAReCLEFEHealthCorpus" / f"{name}.tsv").write_text(f"{name}\t00098\t0\tB\npain\t-\t9\tI\n")
+    cfg = SweepConfig(data_dir=str(tmp_path))
+    found = {task: task_data_dir(cfg, task, load_task(task)) for task in ("mednli", "shareclefe")}
+    assert found == {"mednli": str(tmp_path / "mednli"), "shareclefe": str(tmp_path / "ShAReCLEFEHealthCorpus")}
+    flat = {task: dataclasses.replace(load_task(task), dir="") for task in found}
+    assert [read_split(flat["mednli"], found["mednli"], s)[0].id for s in ("train", "dev", "test")] == \
+        ["train1", "dev1", "test1"]
+    assert read_split(flat["mednli"], found["mednli"], "test")[0].text_a == 'He has "no" fever.'
+    assert [read_split(flat["shareclefe"], found["shareclefe"], s)[0].text_a[0] for s in ("train", "dev", "test")] \
+        == ["Training", "Development", "Test"]
+
+    (tmp_path / "biosses").mkdir()  # the YAML's BIOSSES in another case
+    with pytest.raises(InputError, match=r"no folder for task BIOSSES, but .*/biosses differs from .*/BIOSSES only "
+                                         r"in case .*sweep.task_dirs.biosses"):
+        task_data_dir(cfg, "biosses", load_task("biosses"))
+    (tmp_path / "bc5cdr" / "chem").mkdir(parents=True)  # BLUE's BC5CDR/chem, its first part in another case
+    with pytest.raises(InputError, match=r"/bc5cdr/chem differs from .*/BC5CDR/chem only in case"):
+        task_data_dir(cfg, "bc5cdr_chemical", load_task("bc5cdr_chemical"))
+    assert task_data_dir(cfg, "chemprot", load_task("chemprot")) == str(tmp_path / "ChemProt")  # none: as before
+
+    for missing in (tmp_path / "nonexistent", tmp_path / "mednli" / "train.tsv"):
+        with pytest.raises(ConfigError, match=f"sweep.data_dir '{re.escape(str(missing))}' "
+                                              f"{'does not exist' if not missing.exists() else 'is not a directory'}"):
+            task_data_dir(SweepConfig(data_dir=str(missing)), "medsts", load_task("medsts"))
+
 def test_blue_space_is_seed_000_table_4():
     space = resolve_space(SweepConfig())
     assert space.learning_rates == (3e-5, 4e-5, 5e-5) and space.seeds == (1, 2, 3, 4, 5)

@@ -46,8 +46,9 @@ class TaskSpec:
         "other", help="score group: seed 000's clinical / biomedical, or any other name (e.g. 'japanese'); the "
                       "report averages each group's tasks in a column of its own beside Total")
     dir: str = field("", help="directory of this task's files under the sweep's data root")
-    release_dir: str = field("", help="the task's folder in BLUE's bert_data release, where it differs from dir "
-                                      "(hoc, ddi2013-type, BC5CDR/chem): used when <data root>/<dir> does not exist")
+    release_dir: str = field("", help="the task's folder in BLUE's bert_data release or as BLUE's scripts name it, "
+                                      "where it differs from dir (hoc, ddi2013-type, BC5CDR/chem, mednli, "
+                                      "ShAReCLEFEHealthCorpus): used when <data root>/<dir> does not exist")
     format: FileFormat = field("tsv", help="tsv (header by name) | blue_ner (4 columns) | iob | conll | jsonl | "
                                            "i2b2_deid (i2b2 2014 de-identification XML: a split is a directory "
                                            "of notes, one .xml file each)")

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Literal
 
 from orchestrator.core.config import check_number, check_seeds, field, first_repeat, from_dict, read_yaml, to_dict
-from orchestrator.core.errors import ConfigError
+from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.registry import suggest
 from orchestrator.core.reuse import content_key, file_digests, model_identity
 from orchestrator.finetune.metrics import METRICS
@@ -196,14 +196,47 @@ def epoch_grid(space: SearchSpace, task: str, spec: TaskSpec) -> tuple[int, ...]
 def task_data_dir(cfg: SweepConfig, task: str, spec: TaskSpec) -> str:
     """The directory holding a task's split files: a per-task override, else <data root>/<spec.dir>
     (or, when that is not there, the task's folder in BLUE's bert_data release, ``spec.release_dir``)
-    with the shipped synthetic sample as the default root."""
+    with the shipped synthetic sample as the default root.
+
+    A ``data_dir`` that does not exist is said as such: every task's first file was "not found" in it, the
+    first task's named as if that task alone were missing (probe B2). A task folder there only in another case
+    (``biosses/`` for ``BIOSSES``, on a case-sensitive file system) is named in the error: the file-not-found
+    that followed named the expected path only."""
     for key in task_aliases(task, spec):
         if key in cfg.task_dirs:
             return str(Path(cfg.task_dirs[key]).resolve())
     root = Path(cfg.data_dir).resolve() if cfg.data_dir else SAMPLE_DIR
-    if spec.release_dir and not (root / spec.dir).exists() and (root / spec.release_dir).is_dir():
+    if cfg.data_dir and not root.is_dir():
+        what = "is not a directory" if root.exists() else "does not exist"
+        typed = repr(cfg.data_dir) if cfg.data_dir == str(root) else f"{cfg.data_dir!r} ({root})"
+        raise ConfigError(f"{cfg.KEY}.data_dir {typed} {what}: give the folder holding one folder per task "
+                          "(BLUE's bert_data, or the task YAMLs' dir names)")
+    if (root / spec.dir).exists():
+        return str(root / spec.dir)
+    if spec.release_dir and (root / spec.release_dir).is_dir():
         return str(root / spec.release_dir)
+    for name in filter(None, (spec.dir, spec.release_dir)):
+        if (other := _case_variant(root, name)) is not None:
+            expected = " or ".join(repr(n) for n in filter(None, (spec.dir, spec.release_dir)))
+            raise InputError(root / spec.dir, f"no folder for task {spec.name}, but {other} differs from "
+                             f"{root / name} only in case", expected=f"its folder named {expected}: rename it, or "
+                             f"give it as {cfg.KEY}.task_dirs.{task_key(task)}")
     return str(root / spec.dir)
+
+
+def _case_variant(root: Path, name: str) -> Path | None:
+    """The folder ``root/name`` spelt in another case, where only that one exists (``mednli/`` for ``MedNLI``;
+    ``bc5cdr/Chem`` for ``BC5CDR/chem``); None when there is none."""
+    here = root
+    for part in Path(name).parts:
+        if (here / part).is_dir():
+            here = here / part
+            continue
+        found = sorted(p for p in here.iterdir() if p.is_dir() and p.name.lower() == part.lower())
+        if not found:
+            return None
+        here = found[0]
+    return None if here == root / name else here
 
 
 def _safe(text: str) -> str:
