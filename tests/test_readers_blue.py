@@ -177,6 +177,43 @@ def test_chemprot_quote_none_and_chem_gene_marker():
     assert {ex.label for ex in rows} <= {"CPR:3", "CPR:4", "CPR:5", "CPR:6", "CPR:9", "false"}
 
 
+@needs_data
+def test_csv_quoting_as_blues_converters_write_it_is_undone_and_bare_quotes_stay_text(tmp_path):
+    """Probe B3: create_chemprot_bert.py and write_bert_ner_file write with csv.writer (QUOTE_MINIMAL), so a cell
+    holding '"' comes quoted, its quotes doubled: ChemProt's reader (QUOTE_NONE, for the shared copy's stray
+    quotes) kept '"To probe into the ""logic"" of ..."', and a '"' token read as '""""'."""
+    import csv
+
+    sentences = ['To probe into the "logic" of this enigma, we looked for @CHEMICAL$ effects on @GENE$.',
+                 '"Reactive" @CHEMICAL$ binds @GENE$ .', '@CHEMICAL$ inhibits @GENE$ (a "bare quote).',
+                 'Plain @CHEMICAL$ and @GENE$.']
+    path = tmp_path / "test.tsv"
+    with open(path, "w", encoding="utf-8", newline="") as fp:  # as create_chemprot_bert.py writes it
+        writer = csv.writer(fp, delimiter="\t", lineterminator="\n")
+        writer.writerow(["index", "sentence", "label"])
+        writer.writerows([f"1635.T{i}.T9", text, "false"] for i, text in enumerate(sentences))
+    assert '""logic""' in path.read_text()
+    assert [ex.text_a for ex in read_file(flat("chemprot"), path)] == sentences
+    # the shared copy (KeBioLM), whose 59 quoted rows are bare text: every row's text as QUOTE_NONE reads it
+    shared = DATA / "chemprot/dev.tsv"
+    now, bare = (read_file(flat("chemprot", **q), shared) for q in ({}, {"quoting": "none"}))
+    assert [ex.text_a for ex in now] == [ex.text_a for ex in bare]
+    assert sum('"' in ex.text_a for ex in now) == 59
+
+    ner = tmp_path / "ner.tsv"
+    tokens = [("The", "O"), ('"', "O"), ("aspirin", "B"), ('"', "O"), ('""', "O"), (".", "O")]
+    with open(ner, "w", encoding="utf-8", newline="") as fp:  # as write_bert_ner_file writes a sentence
+        writer = csv.writer(fp, delimiter="\t", lineterminator="\n")
+        writer.writerows([token, "doc1" if i == 0 else "-", i, tag] for i, (token, tag) in enumerate(tokens))
+        fp.write("\n")
+    minimal = flat("bc5cdr_chemical", quoting="minimal")
+    assert read_file(minimal, ner)[0].text_a == [t for t, _ in tokens]
+    assert read_file(flat("bc5cdr_chemical"), ner)[0].text_a == ["The", '""""', "aspirin", '""""', '""""""', "."]
+    iob = DATA / "ner/BC5CDR-chem-IOB/test.tsv"  # 54 bare '"' tokens: read as written either way
+    words = [ex.text_a for ex in read_file(flat("bc5cdr_chem_iob", quoting="minimal"), iob)]
+    assert words == [ex.text_a for ex in read_file(flat("bc5cdr_chem_iob"), iob)]
+    assert sum(w.count('"') for w in words) == 54
+
 def write(path: Path, text: str) -> Path:
     path.write_text(text, encoding="utf-8")
     return path

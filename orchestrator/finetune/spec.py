@@ -60,7 +60,11 @@ class TaskSpec:
                                       help="role -> column index, used when a TSV has no header line (negative: "
                                            "from the end); such a file must have exactly the columns the "
                                            "positions name: max(positive)+1 plus max(|negative|)")
-    quoting: Literal["csv", "none"] = field("csv", help="csv: a real CSV parser (quoted TABs); none: QUOTE_NONE")
+    quoting: Literal["csv", "none", "minimal"] = field(
+        "csv", help="csv: a real CSV parser (quoted TABs); none: QUOTE_NONE, a quote is text; minimal: a quote is "
+                    "text except in a cell a CSV writer quoted (wrapped in quotes, its inner quotes doubled, as "
+                    "BLUE's converters write a cell holding one), which is unquoted. Token formats (ner) read a "
+                    "token as written unless minimal, which unquotes such a token (BLUE's '\"' token, '\"\"\"\"')")
     labels: tuple[str, ...] = field((), help="the closed label set (order is significant for HoC's k_v cells)")
     score_range: tuple[float, float] | None = field(
         None, help="sts: the [low, high] every gold score must lie in (BIOSSES 0-4, MedSTS 0-5); null = any "

@@ -45,7 +45,7 @@ class Layout:
     columns: Mapping[str, str] = dataclasses.field(default_factory=dict)  # role -> TSV header name / JSON key
     positions: Mapping[str, int] = dataclasses.field(default_factory=dict)  # role -> column index (no header)
     index_role: str = ""  # blue_tsv: role that may lack a header name and then takes pandas' unnamed index
-    quoting: Literal["auto", "csv", "none"] = "auto"  # blue_tsv: see orchestrator.formats.tsv
+    quoting: Literal["auto", "csv", "none", "minimal"] = "auto"  # blue_tsv and token files: see formats.tsv
     span: Span | None = None  # SPAN_FORMATS: read this part of the file only (its lines or row groups); None = all
 
 
@@ -92,6 +92,19 @@ class Sentence:
     tags: tuple[str, ...]
     lines: tuple[int, ...]
     doc: str = ""
+
+
+def unquote_cell(cell: str) -> str:
+    """``cell`` as it was before a CSV writer quoted it (``csv.writer``'s QUOTE_MINIMAL, as BLUE's converters
+    write): wrapped in ``"`` with every inner quote doubled, at least one (``"To probe the ""logic"" of"``; the
+    token ``"`` as four quotes). Any other cell is returned as it is: a bare or unbalanced quote is text (the
+    shared ChemProt copy's 59 rows), and so are ``"abc"`` and two quotes alone, which that writer never writes
+    for a cell of a one-line, TAB-split row (it quotes such a cell only for a quote it holds)."""
+    text = cell.strip()
+    inner = text[1:-1]
+    if len(text) >= 4 and text[0] == text[-1] == '"' and '""' in inner and '"' not in inner.replace('""', ""):
+        return inner.replace('""', '"')
+    return cell
 
 
 Record = Passage | Row | Sentence

@@ -8,7 +8,9 @@ sentences; each sentence a ``Sentence`` record.
 
 The token and tag columns are ``layout.positions["token"]`` (default 0) and
 ``layout.positions["label"]`` (default -1, the last). Tags are read as written: which tags a
-task accepts is the task's business.
+task accepts is the task's business. A token is read as written too, a quote being text, unless
+``layout.quoting`` is ``minimal``: then a token a CSV writer quoted is unquoted (``base.unquote_cell``:
+BLUE's ``write_bert_ner_file`` writes the token ``"`` as four quotes; probe B3), a bare ``"`` kept.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from orchestrator.core.errors import InputError
-from orchestrator.formats.base import READERS, Layout, Sentence, lines
+from orchestrator.formats.base import READERS, Layout, Sentence, lines, unquote_cell
 
 #: A tag of an IOB/IOBES scheme: O, a bare B/I/E/S (BLUE's 4-column files) or one with a type.
 TAG = re.compile(r"^(O|[BIES](-\S+)?)$")
@@ -78,6 +80,8 @@ def _sentences(path: Path, layout: Layout, cells_of: Callable[[int, str], list[s
             raise InputError(path, f"{len(cells)} columns", line=number,
                              expected=f"a token at column {token_at} and a tag at column {tag_at}")
         token = cells[token_at].strip()
+        if layout.quoting == "minimal":
+            token = unquote_cell(token)
         if not token:
             raise InputError(path, "empty token", line=number, expected="a non-empty token")
         if not tokens and doc_column is not None and cells[doc_column].strip() != "-":

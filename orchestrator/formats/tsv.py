@@ -7,7 +7,11 @@ Quoting (``layout.quoting``):
   holds a TAB (BIOSSES ``dev.tsv``), and a quoted cell may span lines; a cell that does both is
   refused, naming the line its quote opened: that is an unbalanced quote that swallowed the
   columns of the next rows (the merged row can still have the right number of columns);
-- ``none``: QUOTE_NONE, a quote is text (ChemProt: 59 rows hold a stray ``"``);
+- ``none``: QUOTE_NONE, a quote is text (HoC: ``" Reactive " or activated stroma``);
+- ``minimal``: QUOTE_NONE, and a cell a CSV writer quoted (``base.unquote_cell``: wrapped in ``"``, its inner
+  quotes doubled, at least one) is unquoted; any other quote is text. ChemProt: BLUE's converter writes
+  ``"To probe into the ""logic"" of ..."`` with ``csv.writer`` while the shared copy's 59 rows hold a stray ``"``,
+  and both read as their text (probe B3);
 - ``auto``: QUOTE_NONE, and a line with more cells than its file has columns is parsed again with
   CSV quoting, and a cell quoted as a CSV writer quotes it (``"..."`` whole, its inner quotes doubled)
   is unquoted: the text view, which reads both kinds without a task to say which (BLUE's MedNLI, DDI and
@@ -42,7 +46,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from orchestrator.core.errors import InputError
-from orchestrator.formats.base import READERS, Layout, Row, lines
+from orchestrator.formats.base import READERS, Layout, Row, lines, unquote_cell
 
 #: BLUE/BLURB header names of columns that hold sentences (the text view of a TSV file).
 SENTENCE_COLUMNS = ("sentence", "sentence1", "sentence2", "sent1", "sent2", "text")
@@ -78,6 +82,8 @@ def read_blue_tsv(path: Path, layout: Layout) -> Iterator[Row]:
         if layout.quoting == "auto":
             cells = next(csv.reader(["\t".join(cells)], delimiter="\t")) if len(cells) > width else \
                 [_unquoted(c) for c in cells]
+        elif layout.quoting == "minimal":
+            cells = [unquote_cell(c) for c in cells]
         if len(cells) != width:
             raise InputError(path, f"{len(cells)} TAB-separated columns", line=line,
                              expected=f"{width} columns {shape}")
@@ -86,7 +92,8 @@ def read_blue_tsv(path: Path, layout: Layout) -> Iterator[Row]:
 
 def _unquoted(cell: str) -> str:
     """``cell`` as a CSV reader reads it when a CSV writer quoted it whole (``"..."``, every inner quote
-    doubled); any other cell as it is."""
+    doubled); any other cell as it is. Looser than ``unquote_cell`` (``"abc"`` loses its quotes, as a CSV reader
+    takes them): the text view of a file whose task reads it with a CSV parser."""
     text = cell.strip()
     inner = text[1:-1]
     if len(text) >= 2 and text[0] == text[-1] == '"' and '"' not in inner.replace('""', ""):
