@@ -118,6 +118,40 @@ def test_a_lower_is_better_task_is_in_no_summary_score():
     assert "Total is the macro average over all tasks but Err, Loss (lower is better" in note
 
 
+def blue_results(stems: list[str]) -> dict:
+    """A results document of the shipped tasks ``stems`` (in that order), as the sweep writes it: each task's
+    name, metric, direction and group from its YAML; one model, two seeds, task k scoring 0.1 + k / 100."""
+    from orchestrator.finetune.metrics import METRICS
+    from orchestrator.finetune.spec import load_task
+
+    specs = [load_task(stem) for stem in stems]
+    tasks = [{"name": s.name, "metric": s.metric, "higher_is_better": METRICS.get(s.metric).higher_is_better,
+              "group": s.group} for s in specs]
+    cells = {"m": {s.name: {"mean": 0.1 + k / 100, "sd": 0.0, "n": 2, "test_scores": [0.1 + k / 100] * 2,
+                            "seeds": [1, 2]} for k, s in enumerate(specs)}}
+    return {"tasks": tasks, "models": ["m"], "cells": cells, "summary": summarize(tasks, cells)}
+
+
+def test_each_metric_is_named_as_blues_tables_name_it_in_html_and_markdown(tmp_path):
+    """Probe B4: the HTML header showed the registry's ids (ner_f1, micro_f1_positive, hoc_example_f1), the
+    Markdown no metric at all. BLUE's README names them Pearson, F1, micro F1, example-based F1 and accuracy."""
+    paths = write_report(blue_results(["medsts", "bc5cdr_disease", "ddi", "i2b2_2010", "hoc", "mednli"]),
+                         tmp_path / "report")
+    heads = dict(re.findall(r'<th class="task" data-column="([^"]+)"[^>]*>[^<]*<br><span class="metric">([^<]*)</span>',
+                            paths["html"].read_text()))
+    assert heads == {"MedSTS": "Pearson", "BC5CDR-disease": "F1", "DDI": "micro F1", "i2b2-2010": "micro F1",
+                     "HoC": "example-based F1", "MedNLI": "accuracy"}
+    assert ("Metrics: Pearson (MedSTS), F1 (BC5CDR-disease), micro F1 (DDI, i2b2-2010), example-based F1 (HoC), "
+            "accuracy (MedNLI).") in paths["md"].read_text().splitlines()
+    lower = make_results()  # a user's metric the project does not name: its id, and its direction
+    assert "Metrics: Pearson (BIOSSES), accuracy (MedNLI), mae, lower is better (ErrTask)." in \
+        render_markdown(build_table(lower))
+
+    from orchestrator.core.results import METRIC_NAMES
+    from orchestrator.finetune.metrics import METRICS
+
+    assert set(METRIC_NAMES) == set(METRICS.names())  # a metric added to the registry gets its display name
+
 def test_markdown_cells():
     md = render_markdown(build_table(make_results()), curves="curves.png")
     scores, selection = md.split("## Settings selected on dev")

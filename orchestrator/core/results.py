@@ -26,6 +26,18 @@ from orchestrator.core.errors import InputError
 #: Seed 000's score groups, shown in this order before any other declared group.
 SEED_GROUPS = ("clinical", "biomedical")
 PARTIAL = "partial"
+#: Each metric of ``orchestrator.finetune.metrics.METRICS`` as BLUE's tables name it (its README's "Tasks" table
+#: and its HoC text: "example-based F1-score on the abstract level"), as the report's headers show it: the
+#: registry's names (``ner_f1``, ``micro_f1_positive``) are code's, not a reader's (probe B4). Here, not beside
+#: the metrics, because the report and the dashboards read results documents without the training stages.
+METRIC_NAMES = {"pearson": "Pearson", "ner_f1": "F1", "micro_f1_positive": "micro F1",
+                "hoc_example_f1": "example-based F1", "accuracy": "accuracy", "macro_f1": "macro F1"}
+
+
+def metric_name(metric: str) -> str:
+    """A results document's metric as BLUE's tables name it; a metric without a name here (a user's, logged by
+    another version) as the document names it."""
+    return METRIC_NAMES.get(metric, metric)
 
 
 def groups_of(tasks: list[dict]) -> list[str]:

@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 
 from orchestrator.core.config import is_number
+from orchestrator.core.results import metric_name
 from orchestrator.report.sources import GAIN, POOLED, SOURCE_MEASURES
 from orchestrator.report.table import DAGGER, BlueTable
 
@@ -35,7 +36,9 @@ def render_table_png(table: BlueTable, path: Path, title: str = "BLUE results") 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # heavy: matplotlib
 
-    header = ["Model"] + [c.label for c in table.columns]
+    # each task's metric as BLUE's tables name it under its name, as the HTML header has it (probe B4)
+    header = ["Model"] + [plain_text(c.label) + (f"\n{plain_text(metric_name(c.metric))}" if c.metric else "")
+                          for c in table.columns]
     rows, ranks = [], []
     for model in table.models:
         row, rrow = [plain_text(model)], [None]
@@ -49,7 +52,7 @@ def render_table_png(table: BlueTable, path: Path, title: str = "BLUE results") 
         rows.append(row)
         ranks.append(rrow)
     width = max(6.0, 1.1 * len(header) + 1.5)
-    fig, ax = plt.subplots(figsize=(width, 0.3 * (len(rows) + 1)))
+    fig, ax = plt.subplots(figsize=(width, 0.3 * (len(rows) + 2)))
     ax.axis("off")
     ax.set_title(title, fontsize=11)
     tab = ax.table(cellText=rows, colLabels=header, cellLoc="center", bbox=[0, 0, 1, 1])
@@ -59,6 +62,7 @@ def render_table_png(table: BlueTable, path: Path, title: str = "BLUE results") 
     for (r, c), cell in tab.get_celld().items():
         if r == 0:
             cell.set_text_props(weight="bold")
+            cell.set_height(2 * cell.get_height())  # two lines: the name and the metric
         elif ranks[r - 1][c] == 1:
             cell.set_text_props(weight="bold")
     fig.savefig(path, dpi=150, bbox_inches="tight", pad_inches=0.2)

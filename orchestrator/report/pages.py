@@ -15,7 +15,7 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
-from orchestrator.core.results import SEED_GROUPS
+from orchestrator.core.results import SEED_GROUPS, metric_name
 from orchestrator.report.compare import p_text
 from orchestrator.report.figures import SOURCE_FIGURES
 from orchestrator.report.table import DAGGER, BlueTable, Cell
@@ -47,7 +47,7 @@ def render_markdown(table: BlueTable, title: str = "BLUE results", curves: str |
                 mean = f"<u>{mean}</u>"
             row.append(mean if cell.sd is None else f"{mean} ({table.text(cell.sd)})")
         lines.append("| " + " | ".join(row) + " |")
-    lines += ["", _notes(table)] + [f"\n**{_md_escape(note)}**" for note in notes]
+    lines += ["", _metrics_line(table), "", _notes(table)] + [f"\n**{_md_escape(note)}**" for note in notes]
     if comparison:
         lines += ["", comparison_markdown(table, comparison).rstrip("\n")]
     tasks = [c for c in table.columns if c.kind == "task"]
@@ -111,7 +111,7 @@ def table_html(table: BlueTable, notes: Sequence[str] = ()) -> str:
     out = ['<table class="blue" id="blue-table"><thead><tr><th class="model">Model</th>']
     for col in table.columns:
         arrow = "" if col.higher_is_better else " (lower is better)"
-        metric = f'<br><span class="metric">{esc(col.metric)}{arrow}</span>' if col.metric else ""
+        metric = f'<br><span class="metric">{esc(metric_name(col.metric))}{arrow}</span>' if col.metric else ""
         group = f' data-group="{esc(col.group)}"' if col.group else ""
         out.append(f'<th class="{col.kind}" data-column="{esc(col.key)}"{group}>{esc(col.label)}{metric}</th>')
     out.append("</tr></thead><tbody>")
@@ -169,6 +169,20 @@ def _selection_text(table: BlueTable, cell: Cell) -> str:
     text = text if cell.dev_mean is None else f"{text}; dev {table.text(cell.dev_mean)}"
     # every setting scored alike on dev: the tie-break chose (fewest epochs, smallest learning rate)
     return f"{text} (a tie: every setting)" if cell.dev_tied else text
+
+
+def _metrics_line(table: BlueTable) -> str:
+    """Markdown's line of each task's metric as BLUE's tables name it ("Metrics: Pearson (MedSTS, BIOSSES), F1
+    (...)"): its one header row holds the task names, where HTML puts the metric under each."""
+    tasks: dict[str, list[str]] = {}
+    for col in table.columns:
+        if col.kind == "task" and col.metric:
+            name = metric_name(col.metric) + ("" if col.higher_is_better else ", lower is better")
+            tasks.setdefault(name, []).append(col.label)
+    if not tasks:
+        return ""
+    return "Metrics: " + ", ".join(f"{_md_escape(name)} ({', '.join(map(_md_escape, labels))})"
+                                   for name, labels in tasks.items()) + "."
 
 
 def _notes(table: BlueTable) -> str:
@@ -245,7 +259,7 @@ def comparison_html(table: BlueTable, comparison: dict, source_figures: dict[str
            '<table class="blue" id="paired-differences"><thead><tr><th class="model">Model</th>']
     for c in columns:
         arrow = "" if c["higher_is_better"] else " (lower is better)"
-        metric = f'<br><span class="metric">{esc(c["metric"])}{arrow}</span>' if c["metric"] else ""
+        metric = f'<br><span class="metric">{esc(metric_name(c["metric"]))}{arrow}</span>' if c["metric"] else ""
         out.append(f'<th class="{c["kind"]}" data-column="{esc(c["key"])}">{esc(c["label"])}{metric}</th>')
     out.append("</tr></thead><tbody>")
     for model, row in comparison["rows"].items():
