@@ -35,6 +35,7 @@ from orchestrator.core.config import is_number, redacted
 from orchestrator.core.cost import duration
 from orchestrator.core.errors import OrchestratorError
 from orchestrator.core.manifest import atomic_write_text
+from orchestrator.core.results import in_blue_order
 from orchestrator.report.compare import p_text
 from orchestrator.report.table import DAGGER
 from orchestrator.retrieval.table import CSS as RETRIEVAL_CSS
@@ -330,7 +331,7 @@ def _curves_section(exp: Experiment, colours: dict[str, str]) -> str:
                "</p>")
     out.append('<div class="panels" id="finetune-curves">')
     found = False
-    for task in results["tasks"]:
+    for task in in_blue_order(results["tasks"]):  # the report's order
         series = []
         for model in results["models"]:
             cell = (results["cells"].get(model) or {}).get(task["name"]) or {}

@@ -115,21 +115,23 @@ def test_a_lower_is_better_task_is_in_no_summary_score():
     diff = paired_differences(results, "good")["rows"]["bad"]
     assert diff["total"]["better"] is False and diff["total"]["tasks"] == ["Sim"]
     note = render_markdown(table)
-    assert "Total is the macro average over all tasks but Err, Loss (lower is better" in note
+    assert "Total is the macro average over the 3 tasks shown but Err, Loss (lower is better" in note
 
 
 def blue_results(stems: list[str]) -> dict:
     """A results document of the shipped tasks ``stems`` (in that order), as the sweep writes it: each task's
-    name, metric, direction and group from its YAML; one model, two seeds, task k scoring 0.1 + k / 100."""
+    name, metric, direction and group from its YAML; models m and n, two seeds, task k scoring 0.1 + k / 100
+    (m) and 0.1 + k / 200 (n)."""
     from orchestrator.finetune.metrics import METRICS
     from orchestrator.finetune.spec import load_task
 
     specs = [load_task(stem) for stem in stems]
     tasks = [{"name": s.name, "metric": s.metric, "higher_is_better": METRICS.get(s.metric).higher_is_better,
               "group": s.group} for s in specs]
-    cells = {"m": {s.name: {"mean": 0.1 + k / 100, "sd": 0.0, "n": 2, "test_scores": [0.1 + k / 100] * 2,
-                            "seeds": [1, 2]} for k, s in enumerate(specs)}}
-    return {"tasks": tasks, "models": ["m"], "cells": cells, "summary": summarize(tasks, cells)}
+    cells = {model: {s.name: {"mean": 0.1 + k / scale, "sd": 0.0, "n": 2, "test_scores": [0.1 + k / scale] * 2,
+                              "seeds": [1, 2]} for k, s in enumerate(specs)}
+             for model, scale in (("m", 100), ("n", 200))}
+    return {"tasks": tasks, "models": ["m", "n"], "cells": cells, "summary": summarize(tasks, cells)}
 
 
 def test_each_metric_is_named_as_blues_tables_name_it_in_html_and_markdown(tmp_path):
@@ -151,6 +153,40 @@ def test_each_metric_is_named_as_blues_tables_name_it_in_html_and_markdown(tmp_p
     from orchestrator.finetune.metrics import METRICS
 
     assert set(METRIC_NAMES) == set(METRICS.names())  # a metric added to the registry gets its display name
+
+def test_blues_tasks_keep_blues_order_and_a_total_over_fewer_says_so(tmp_path):
+    """Probe B5: with ``sweep.tasks`` in another order the table followed it (ShARe/CLEFE after MedNLI), and a
+    6-task mean under BLUE's column names read "Total is the macro average over all tasks"."""
+    from orchestrator.core.config import read_yaml
+    from orchestrator.finetune.spec import load_task
+
+    stems = read_yaml(ROOT / "search_spaces" / "blue.yaml")["tasks"]
+    blue = [load_task(stem).name for stem in stems]  # BLUE's order, as its search space lists the tasks
+    given = ["jsts", "biosses", "chemprot_resplit", "bc5cdr_chemical", "ddi", "hoc", "mednli", "shareclefe"]
+    results = blue_results(given)
+    paths = write_report(results, tmp_path / "report", baseline="n")
+    md = paths["md"].read_text()
+    order = ["BIOSSES", "BC5CDR-chemical", "ShARe/CLEFE", "DDI", "HoC", "MedNLI", "JSTS", "ChemProt-resplit"]
+    header = next(line for line in md.splitlines() if line.startswith("| Model"))
+    assert header == "| Model | Total | Clinical | Biomedical | Other | " + " | ".join(order) + " |"
+    html_columns = re.findall(r'<th class="task" data-column="([^"]+)"', paths["html"].read_text())
+    assert html_columns == order + order  # the table and the paired differences
+    assert [c["key"] for c in json.loads(paths["comparison"].read_text())["columns"] if c["kind"] == "task"] == order
+    assert ("Total is the macro average over the 8 tasks shown; each group's score (clinical, biomedical, other) "
+            "averages the tasks of that group. BLUE's Total averages its ten tasks; MedSTS, BC5CDR-disease, "
+            "ChemProt, i2b2-2010 are not in this table, so its summary scores are not BLUE's.") in md
+    table = build_table(results)  # the numbers are the document's
+    assert table.cell("m", "total").mean == pytest.approx(sum(0.1 + k / 100 for k in range(8)) / 8)
+    assert table.cell("m", "total").mean == results["summary"]["m"]["total"]
+
+    full = write_report(blue_results(stems[::-1]), tmp_path / "full")["md"].read_text()
+    assert next(line for line in full.splitlines() if line.startswith("| Model")) == \
+        "| Model | Total | Clinical | Biomedical | " + " | ".join(blue) + " |"
+    assert "Total is the macro average over all tasks;" in full and "not BLUE's" not in full
+
+    from orchestrator.core.results import BLUE_TASKS
+
+    assert list(BLUE_TASKS) == blue  # the report's order is the blue search space's
 
 def test_markdown_cells():
     md = render_markdown(build_table(make_results()), curves="curves.png")

@@ -26,6 +26,9 @@ from orchestrator.core.errors import InputError
 #: Seed 000's score groups, shown in this order before any other declared group.
 SEED_GROUPS = ("clinical", "biomedical")
 PARTIAL = "partial"
+#: BLUE's ten tasks by display name, in the order of BLUE's tables (``search_spaces/blue.yaml`` lists them so).
+BLUE_TASKS = ("MedSTS", "BIOSSES", "BC5CDR-disease", "BC5CDR-chemical", "ShARe/CLEFE", "DDI", "ChemProt", "i2b2-2010",
+              "HoC", "MedNLI")
 #: Each metric of ``orchestrator.finetune.metrics.METRICS`` as BLUE's tables name it (its README's "Tasks" table
 #: and its HoC text: "example-based F1-score on the abstract level"), as the report's headers show it: the
 #: registry's names (``ner_f1``, ``micro_f1_positive``) are code's, not a reader's (probe B4). Here, not beside
@@ -45,6 +48,14 @@ def groups_of(tasks: list[dict]) -> list[str]:
     in order of appearance."""
     seen = [t["group"] for t in tasks]
     return [g for g in SEED_GROUPS if g in seen] + [g for g in dict.fromkeys(seen) if g not in SEED_GROUPS]
+
+
+def in_blue_order(tasks: list[dict]) -> list[dict]:
+    """A document's tasks in the order its tables show them: BLUE's in BLUE's order wherever the document lists
+    them (a sweep's ``sweep.tasks`` given in another order put ShARe/CLEFE after MedNLI: probe B5), then the others
+    in the document's order."""
+    rank = {name: i for i, name in enumerate(BLUE_TASKS)}
+    return sorted(tasks, key=lambda task: rank.get(task["name"], len(rank)))
 
 
 def summary_members(tasks: list[dict]) -> dict[str, list[str]]:

@@ -30,7 +30,7 @@ import numpy as np
 
 from orchestrator.core.config import is_number
 from orchestrator.core.errors import InputError
-from orchestrator.core.results import summary_members, validate_results
+from orchestrator.core.results import in_blue_order, summary_members, validate_results
 
 #: Per-tag keys of a NER cell's ``per_tag`` rows (orchestrator.finetune.metrics.ner_per_tag).
 PRF = ("precision", "recall", "f1")
@@ -79,7 +79,7 @@ def paired_differences(results: dict, baseline: str, models: list[str] | None = 
     wanted = [m for m in (results["models"] if models is None else models) if m != baseline]
     for model in wanted:
         check_baseline(results, model, source)
-    tasks = results["tasks"]
+    tasks = in_blue_order(results["tasks"])  # the columns in the table's order
     direction = {t["name"]: t.get("higher_is_better", True) for t in tasks}
     members = {key: names for key, names in summary_members(tasks).items() if names}
     columns = [{"key": key, "label": key.capitalize(), "kind": "summary", "metric": "macro average",
@@ -137,7 +137,7 @@ def ner_before_after(results: dict, baseline: str, model: str) -> dict[str, dict
     check_baseline(results, baseline)
     check_baseline(results, model)
     out: dict[str, dict] = {}
-    for task in results["tasks"]:
+    for task in in_blue_order(results["tasks"]):
         name = task["name"]
         before = (results["cells"].get(baseline) or {}).get(name) or {}
         after = (results["cells"].get(model) or {}).get(name) or {}

@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 
 from orchestrator.core.config import is_number
-from orchestrator.core.results import metric_name
+from orchestrator.core.results import in_blue_order, metric_name
 from orchestrator.report.sources import GAIN, POOLED, SOURCE_MEASURES
 from orchestrator.report.table import DAGGER, BlueTable
 
@@ -75,7 +75,7 @@ def render_curves_png(results: dict, path: Path) -> Path | None:
 
     The epoch chosen on dev (``selected.epochs``) is marked. Returns None when no cell has a curve.
     """
-    tasks = [t for t in results["tasks"]
+    tasks = [t for t in in_blue_order(results["tasks"])
              if any((results["cells"].get(m, {}).get(t["name"]) or {}).get("curve") for m in results["models"])]
     if not tasks:
         return None

@@ -15,7 +15,7 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
-from orchestrator.core.results import SEED_GROUPS, metric_name
+from orchestrator.core.results import BLUE_TASKS, SEED_GROUPS, metric_name
 from orchestrator.report.compare import p_text
 from orchestrator.report.figures import SOURCE_FIGURES
 from orchestrator.report.table import DAGGER, BlueTable, Cell
@@ -194,9 +194,16 @@ def _notes(table: BlueTable) -> str:
     groups = [c.key for c in table.columns if c.kind == "summary" and c.key != "total"]
     tasks = {c.key for c in table.columns if c.kind == "task"}
     lower = [c.label for c in table.columns if c.kind == "task" and not c.higher_is_better]
-    averaged = (f"all tasks but {', '.join(lower)} (lower is better: averaged with the others it would rank the worse "
-                "model first)" if lower else "all tasks")
+    # over other tasks than BLUE's ten the Total is not BLUE's: the caption counts them (probe B5: a 6-task
+    # mean read "the macro average over all tasks" under BLUE's column names)
+    shown = "all tasks" if tasks == set(BLUE_TASKS) else f"the {len(tasks)} task{'s' * (len(tasks) > 1)} shown"
+    averaged = (f"{shown} but {', '.join(lower)} (lower is better: averaged with the others it would rank the worse "
+                "model first)" if lower else shown)
     among = " among those" if lower else ""
+    missing = [name for name in BLUE_TASKS if name not in tasks]
+    not_blue = (f" BLUE's Total averages its ten tasks; {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} "
+                "not in this table, so its summary scores are not BLUE's."
+                if missing and tasks & set(BLUE_TASKS) else "")
     # BLUE's groups: the text the report has always had, even when a group has no task here
     named = ", ".join(SEED_GROUPS if set(groups) <= set(SEED_GROUPS) else groups)
     task_ns = {c.n for (_, key), c in table.cells.items() if c.n is not None and key in tasks}
@@ -205,7 +212,7 @@ def _notes(table: BlueTable) -> str:
     return (f"{what} at the setting selected on dev; "
             "the best score per column is bold and the second best underlined (ranked on unrounded means; "
             "for a metric where lower is better the lowest ranks first). Total is the macro average over "
-            f"{averaged}; each group's score ({named}) averages the tasks of that group{among}.{scale}"
+            f"{averaged}; each group's score ({named}) averages the tasks of that group{among}.{not_blue}{scale}"
             f"{partial}{_sample_note(table)}")
 
 

@@ -5,7 +5,8 @@
     table.text(0.8114)                      # "81.1"
 
 One row per model; columns Total, then one per group (Clinical, Biomedical, ...), then one per
-task. Cells read "mean (sd)" in points (scores x 100, one decimal, as in the seed); per column the
+task: BLUE's in BLUE's order, then the others in the document's (``core.results.in_blue_order``).
+Cells read "mean (sd)" in points (scores x 100, one decimal, as in the seed); per column the
 best mean ranks 1 (bold) and the second best 2 (underlined), ranked on the unrounded means so that
 "83.9" can be bold above an underlined "83.9", exactly as Table 7 shows. A task whose metric has
 ``higher_is_better: false`` ranks the lowest value best. A summary over fewer tasks than its
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.core.config import is_number
-from orchestrator.core.results import PARTIAL, summary_members, validate_results
+from orchestrator.core.results import PARTIAL, in_blue_order, summary_members, validate_results
 
 #: The mark of a partial cell (a summary over fewer tasks than its column's), in every rendering.
 DAGGER = "\u2020"
@@ -114,7 +115,7 @@ def build_table(results: dict, scale: float = 100.0, digits: int = 1,
                 source: str | Path = "results.json") -> BlueTable:
     """The ranked table for ``results`` (validated first)."""
     validate_results(results, source)
-    tasks = results["tasks"]
+    tasks = in_blue_order(results["tasks"])
     models = tuple(results["models"])
     summary = results.get("summary") or {}
     members = summary_members(tasks)
