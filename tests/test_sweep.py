@@ -753,6 +753,24 @@ def test_a_task_file_edited_in_place_retrains_its_trials(tiny_bert, ray_local, t
         name: hashlib.sha256((data / name).read_bytes()).hexdigest() for name in ("train.tsv", "dev.tsv", "test.tsv")}
 
 
+def test_the_sweep_manifest_names_the_data_it_read_by_absolute_path(tiny_bert, ray_local, tmp_path, monkeypatch):
+    """Probe B6: sweep/manifest.json kept data_dir as typed ('../var/real mix'), which names other data from any
+    other working directory; it records the folder the sweep read, as the trials and the inputs do."""
+    import shutil
+
+    from orchestrator.finetune.spec import SAMPLE_DIR
+    from orchestrator.sweep.runner import run_sweep
+
+    shutil.copytree(SAMPLE_DIR / "BIOSSES", tmp_path / "real mix" / "BIOSSES")
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    cfg = SweepConfig(search_space="tiny", tasks=("biosses",), learning_rates=(5e-4,), seeds=(1,),
+                      epochs={"biosses": (1,)}, max_train_examples=8, data_dir="../real mix")
+    assert run_sweep(cfg, {"tiny": tiny_bert}, tmp_path / "sweep", None, tmp_path).ran == 1
+    manifest = json.loads((tmp_path / "sweep" / "manifest.json").read_text())
+    assert manifest["config"]["data_dir"] == str(tmp_path / "real mix")
+    assert str(tmp_path / "real mix" / "BIOSSES" / "train.tsv") in manifest["inputs"]
+
 def test_a_trial_whose_worker_is_killed_is_run_again_and_recorded_once(tiny_bert, ray_local, tmp_path):
     """Issue 12: no FailureConfig, although cluster.yaml says trials recover when a node goes away.
     A Ray worker process running a trial is killed (SIGKILL) mid-trial; the sweep still finishes."""
