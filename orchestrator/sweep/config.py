@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from pathlib import Path
 from typing import ClassVar, Literal, get_args
 
 from orchestrator.core.config import check_number, check_seeds, field, first_repeat, to_dict
@@ -166,6 +167,13 @@ class SweepConfig(SpaceOverrides):
         if self.gpus_per_trial != -1:
             check_number(f"{self.KEY}.gpus_per_trial (-1 = auto)", self.gpus_per_trial, low=0)
         super().__post_init__()
+
+    def as_read(self) -> dict:
+        """The config as its manifest records it: ``data_dir`` and ``task_dirs`` as the absolute paths the sweep read
+        (``task_data_dir``); one typed relative ("../var/real mix") named other data from any other working
+        directory (probe B6)."""
+        return {**to_dict(self), "data_dir": str(Path(self.data_dir).resolve()) if self.data_dir else "",
+                "task_dirs": {task: str(Path(path).resolve()) for task, path in self.task_dirs.items()}}
 
     @functools.cached_property
     def space(self):  # -> orchestrator.sweep.space.SearchSpace

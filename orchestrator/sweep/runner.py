@@ -563,11 +563,7 @@ def _run_sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, trackin
     cost = sweep_cost(cfg, records, time.monotonic() - started if todo else 0.0, len(todo), skipped, out_dir,
                       ray_trials if todo else None)
     data_files = sorted({str(f) for t in trials for f in task_files(t)})  # what the scores were read from
-    # the data's paths as the sweep read them (task_data_dir): one typed relative ("../var/real mix") named other
-    # data from any other working directory (probe B6)
-    config = {**to_dict(cfg), "data_dir": str(Path(cfg.data_dir).resolve()) if cfg.data_dir else "",
-              "task_dirs": {task: str(Path(path).resolve()) for task, path in cfg.task_dirs.items()}}
-    write_manifest(out_dir, stage="sweep", config=config, inputs=[Path(p) for p in models.values()] + data_files,
+    write_manifest(out_dir, stage="sweep", config=cfg.as_read(), inputs=[Path(p) for p in models.values()] + data_files,
                    counts={"trials": len(trials), "ran": len(todo), "skipped": skipped},
                    extra={"search_space": to_dict(space), "models": {k: str(v) for k, v in models.items()},
                           COST_FIELD: cost})
