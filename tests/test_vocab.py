@@ -329,3 +329,18 @@ def test_a_model_tokenizer_is_taken_as_the_model_loads_it(tmp_path):
     empty.mkdir()
     with pytest.raises(InputError, match="no vocab.txt here, nor a tokenizer.json of a WordPiece model"):
         model_tokenizer_files(empty)
+
+
+def test_the_time_left_counts_the_domain_terms_pass_at_its_own_cost(caplog):
+    """Probe G5: after the third pass the stage said "about 2m02s left" where 25 s were: the domain terms pass reads
+    the corpus at 5-7x a training pass's rate, and was counted as one more training pass."""
+    import time
+
+    from orchestrator.vocab.wordpiece import TERMS_PASS_COST, _PassProgress
+
+    step = _PassProgress([("the vocabulary", 1000, 1.0), ("the report's domain terms", 1000, TERMS_PASS_COST)])
+    with caplog.at_level("INFO", logger="orchestrator.vocab.wordpiece"):
+        step(lambda: time.sleep(1.0))
+    [said] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("vocab: pass 1/2")]
+    left = float(said.split("about ")[1].split("s left")[0])
+    assert 0.15 <= left <= 0.35  # a fifth of the pass done, not all of it again
