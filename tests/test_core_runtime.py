@@ -376,3 +376,19 @@ def test_the_corpus_job_logs_rays_output_and_starts_no_ray_when_every_stage_is_r
     assert "Dataset" in logged and "Dataset" not in shown  # Ray Data's own lines: in the log, not on the terminal
     again = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and "reused" in again.stderr and "ray local" not in again.stdout + again.stderr
+
+
+def test_a_ctrl_c_that_ray_trains_handler_ends_with_sys_exit_reaches_the_caller_as_an_interrupt():
+    """Probe L6: Ray Train's SIGINT handler ends a Ctrl-C'd ``fit`` with ``sys.exit``; called from Python,
+    ``pretrain`` raised ``SystemExit(1)``, which ended ``python -i`` and which ``except KeyboardInterrupt`` missed.
+    Ray's SIGTERM handler's ``sys.exit(15)`` stays a termination; the caller's SIGINT handler is back either way."""
+    import signal
+
+    from orchestrator.core.errors import keep_sigint_handler
+
+    before = signal.getsignal(signal.SIGINT)
+    for code, seen in [(0, KeyboardInterrupt), (1, KeyboardInterrupt), (15, SystemExit)]:
+        with pytest.raises(seen), keep_sigint_handler():
+            signal.signal(signal.SIGINT, lambda *a: None)  # as fit() installs its own
+            raise SystemExit(code)
+        assert signal.getsignal(signal.SIGINT) is before
