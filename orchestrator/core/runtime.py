@@ -365,16 +365,11 @@ def seeded(seed: int) -> Iterator[None]:
     """``seed_everything(seed)`` for the block; after it, Python's, NumPy's and torch's (CPU) generators as the
     caller had them. A job seeds its driver; a library call (a workflow's ``run`` from a notebook) must not
     change the draws its caller makes next."""
-    import torch  # heavy: torch
+    import torch  # noqa: F401  (heavy: torch; imported first, so that generators_kept keeps its generator too)
 
-    state = random.getstate(), np.random.get_state(), torch.random.get_rng_state()
-    seed_everything(seed)
-    try:
+    with generators_kept():
+        seed_everything(seed)
         yield
-    finally:
-        random.setstate(state[0])
-        np.random.set_state(state[1])
-        torch.random.set_rng_state(state[2])
 
 
 def choose_device(prefer: str = "auto"):

@@ -21,7 +21,6 @@ import math
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from orchestrator.core.config import flatten, redacted, to_dict
@@ -148,8 +147,10 @@ def log_recorded_run(tracking: TrackingConfig | None, run_dir: Path, *, stage: s
         return None
     uri = effective_uri(tracking, run_dir)
     if (run := _recorded_here(out_dir, uri)) is not None:
-        if (parent := active_parent(uri)) and orphaned(run.client, run.run):  # its experiment run was deleted
-            set_run_tags(uri, run.run.info.run_id, {S.PARENT: parent})
+        import mlflow  # heavy: mlflow
+
+        if (parent := active_parent(uri)) and orphaned(mlflow.MlflowClient(uri), run):  # its experiment run was deleted
+            set_run_tags(uri, run.info.run_id, {S.PARENT: parent})
         return None
     series = [(k, float(v), row["step"]) for row in history for k, v in row.items()  # as RankZeroLogger logs
               if k != "step" and v is not None and math.isfinite(float(v))]
@@ -157,9 +158,8 @@ def log_recorded_run(tracking: TrackingConfig | None, run_dir: Path, *, stage: s
                             tags={**tags, S.REUSED: "true"}, series=series)
 
 
-def _recorded_here(out_dir: Path, uri: str) -> SimpleNamespace | None:
-    """The run ``out_dir``'s ``RUN_MARKER`` names (``.run``, with ``.client``), if it is in the store at ``uri``,
-    live and FINISHED."""
+def _recorded_here(out_dir: Path, uri: str):
+    """The run ``out_dir``'s ``RUN_MARKER`` names, if it is in the store at ``uri``, live and FINISHED; else None."""
     marker = Path(out_dir) / RUN_MARKER
     try:
         recorded = json.loads(marker.read_text(encoding="utf-8")) if marker.is_file() else {}
@@ -167,10 +167,8 @@ def _recorded_here(out_dir: Path, uri: str) -> SimpleNamespace | None:
             return None
         import mlflow  # heavy: mlflow
 
-        client = mlflow.MlflowClient(uri)
-        run = client.get_run(recorded["run_id"])
-        live = run.info.lifecycle_stage == "active" and run.info.status == "FINISHED"
-        return SimpleNamespace(run=run, client=client) if live else None
+        run = mlflow.MlflowClient(uri).get_run(recorded["run_id"])
+        return run if run.info.lifecycle_stage == "active" and run.info.status == "FINISHED" else None
     except Exception as exc:  # a bad marker, a run not in this store: there is none here
         log.debug("MLflow: the run recorded in %s is not in %s (%s)", marker, redacted(uri), exc)
         return None

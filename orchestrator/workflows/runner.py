@@ -141,6 +141,7 @@ def corpus_stages(corpus: CorpusConfig, vocab: VocabConfig, instances: InstanceC
     ``place`` puts each output (an experiment: by key). With no Ray running, one runs for the call
     (``ray_session``): Ray Data started Ray's default, on every interface with its dashboard, and left it (probe L2)."""
     check_pretokenize(vocab, instances)
+    keys = keys or corpus_keys(corpus, vocab, instances, stages)  # (once: each is read from the inputs' files)
     if corpus_reused(corpus, vocab, instances, run_dir, stages, place, keys):  # no Ray to start (probe G7: 18-22 s)
         return _corpus_stages(corpus, vocab, instances, Path(run_dir), stages, place, keys)
     with ray_session():
@@ -157,14 +158,12 @@ def corpus_reused(corpus: CorpusConfig, vocab: VocabConfig, instances: InstanceC
 
 
 def _corpus_stages(corpus: CorpusConfig, vocab: VocabConfig, instances: InstanceConfig, run_dir: Path,
-                   stages: tuple[str, ...], place: Place | None, keys: dict[str, str] | None) -> CorpusResult:
+                   stages: tuple[str, ...], place: Place | None, keys: dict[str, str]) -> CorpusResult:
     from orchestrator.corpus.stage import build_corpus  # heavy: Ray Data, pyarrow, tokenizers behind these
     from orchestrator.instances.stage import build_instances
     from orchestrator.vocab.stage import build_vocab
 
-    run_dir = Path(run_dir)
     place = place or (lambda name, key: run_dir / name)
-    keys = keys or corpus_keys(corpus, vocab, instances, stages)
     corpus_dir = run_stage("corpus", place("corpus", keys["corpus"]), keys["corpus"],
                            lambda tmp: build_corpus(corpus, tmp))
     vocab_dir = place("vocab", keys["vocab"]) if "vocab" in stages else run_dir / "vocab"
