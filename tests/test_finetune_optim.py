@@ -65,6 +65,44 @@ def test_weights_and_learning_rates_equal_torch_optim_and_transformers_schedule_
     assert torch.equal(ours_model.unused.weight, theirs_model.unused.weight)
 
 
+def test_a_step_with_non_finite_gradients_is_skipped_on_the_device_and_a_finite_one_is_unchanged():
+    """``optimizer_update(read=False)`` (fine-tuning's step): no value read back, the norm and the skip as tensors.
+    A finite step's weights equal the step that reads the norm, bit for bit; a step whose gradients hold an inf
+    leaves every weight, moment and step count as they were (the kernel's ``found_inf``), as the reading step did."""
+    from orchestrator.modeling.precision import make_scaler, optimizer_update
+
+    torch.manual_seed(0)
+    models = [_Tiny(), _Tiny()]
+    models[1].load_state_dict(models[0].state_dict())
+    trial = _trial()
+    runs = []
+    for model in models:
+        optim = make_optimizer(list(model.named_parameters()), trial)
+        runs.append((model, optim, linear_schedule(optim.param_groups, trial, train_size=13)))
+    scaler = make_scaler("fp32", torch.device("cpu"), init_scale=1.0)
+    for step in range(4):
+        x = torch.randn(4, 6)
+        if step == 2:
+            x[0, 0] = float("inf")
+        results = []
+        for (model, optim, sched), read in zip(runs, (True, False)):
+            before = {n: p.detach().clone() for n, p in model.named_parameters()}
+            moments = {id(p): {k: v.clone() for k, v in st.items()} for p, st in optim.state.items()}
+            model(x).pow(2).sum().backward()
+            norm, skipped = optimizer_update([p for p in model.parameters()], optim, sched, scaler, 1.0, read=read)
+            results.append((norm, skipped))
+            if step == 2:  # skipped: nothing moved, the schedule did
+                assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())
+                assert all(torch.equal(v, moments[id(p)][k]) for p, st in optim.state.items() for k, v in st.items())
+        (norm_read, skipped_read), (norm_dev, skipped_dev) = results
+        assert isinstance(norm_read, float) and isinstance(skipped_read, bool)
+        assert torch.is_tensor(norm_dev) and torch.is_tensor(skipped_dev)
+        assert bool(skipped_dev) == skipped_read == (step == 2)
+        for (name, a), b in zip(models[0].named_parameters(), models[1].parameters()):
+            assert torch.equal(a, b), (step, name)
+    assert {float(st["step"]) for st in runs[1][1].state.values()} == {3.0}  # 4 steps, one skipped
+
+
 def test_fp16_and_unfused_devices_keep_torch_optim():
     """A loss scaler steps a torch.optim optimizer (GradScaler.step wants one): fp16 trials keep AdamW(fused)."""
     params = [("dense.weight", torch.nn.Parameter(torch.ones(2)))]

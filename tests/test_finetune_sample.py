@@ -161,6 +161,49 @@ def test_mixed_precision_fine_tuning_learns_with_fp32_weights(random_tiny_bert, 
         assert "loss_scale" not in final
 
 
+def test_a_training_step_reads_nothing_back_from_the_device(random_tiny_bert, monkeypatch):
+    """On a GPU each read of a value back to the host (``.item()``, ``float()``, ``bool()``, ``nonzero``) waits
+    for the device, so the host cannot queue the next step while one runs (issue 31: a small model's step is a
+    few milliseconds of kernels). Counted on the CPU with the attention mask's padding check treated as a GPU's:
+    two more epochs add their two loss reads, not a read a step (the padding check and the gradient norm did)."""
+    import math
+
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from orchestrator.modeling import bert
+
+    monkeypatch.setattr(bert, "MASK_READ_DEVICES", frozenset())  # read as on a GPU: never
+
+    class HostReads(TorchDispatchMode):
+        READS = (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.nonzero.default)
+
+        def __init__(self):
+            super().__init__()
+            self.count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.count += func in self.READS
+            return func(*args, **(kwargs or {}))
+
+    spec = load_task("bc5cdr_chemical")
+
+    def trial(epochs: int) -> TrialSpec:
+        return TrialSpec(trial_id=f"e{epochs}", model_name="tiny", model_dir=str(random_tiny_bert),
+                         task="bc5cdr_chemical", data_dir=str(SAMPLE_DIR / spec.dir), learning_rate=5e-3, seed=1,
+                         eval_epochs=(epochs,), batch_size=16, max_seq_length=64)
+
+    record = run_trial(trial(1))  # the process's first trial loads and tokenises what the next ones reuse
+    counts = []
+    for epochs in (1, 3):
+        with HostReads() as reads:
+            run_trial(trial(epochs))
+        counts.append(reads.count)
+    steps = math.ceil(record["counts"]["train_size"] / 16)
+    assert steps >= 5 and counts[0] > 0  # the counter counts (evaluation reads its decoded batches)
+    assert counts[1] - counts[0] == 2, (counts, steps)
+
+
 def test_evaluation_batches_cover_every_example_longest_first_within_the_old_largest_batch():
     from orchestrator.finetune.loop import eval_groups
 

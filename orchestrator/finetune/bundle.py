@@ -455,8 +455,10 @@ def _batched_loss(model: TaskModel, stack: StackedWeights, row_seed: torch.Tenso
         rows = {k: v.index_select(0, row_seed) for k, v in batch.items()}
         # each row's padding mask, as the 4-D boolean mask transformers builds for sdpa from it (True: attend),
         # broadcast over the queries: given a 2-D mask, transformers branches on its values (to skip a mask
-        # without padding), which vmap refuses on a batched input; a 4-D mask it takes as it is
-        rows["attention_mask"] = rows["attention_mask"].bool()[:, :, None, None, :]
+        # without padding), which vmap refuses on a batched input; a 4-D mask it takes as it is. A batch
+        # without padding has none (loop._groups).
+        if "attention_mask" in rows:
+            rows["attention_mask"] = rows["attention_mask"].bool()[:, :, None, None, :]
         return different(stack.params, rows, labels.index_select(0, row_seed))
     return per_row
 

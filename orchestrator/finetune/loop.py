@@ -285,15 +285,19 @@ def _batches(enc: Encoded, order: list[int], batch_size: int, pad_id: int, devic
 
 
 def _groups(enc: Encoded, groups: list[list[int]], pad_id: int, device: torch.device) -> Any:
-    """``_batches`` for batches given as lists of example indices."""
+    """``_batches`` for batches given as lists of example indices. A batch without padding comes without its
+    attention mask: the encoder then runs as it does for an all-ones mask, without reading one back from a GPU
+    to find that out (``modeling.bert.sdpa_padding_mask``)."""
     inputs, labels, lengths = _on_device(enc, pad_id, device)
     where = torch.as_tensor([i for idx in groups for i in idx], dtype=torch.long).to(device)
     start = 0
     for idx in groups:
         width = max(lengths[i] for i in idx)
+        padded = min(lengths[i] for i in idx) < width
         rows = where[start:start + len(idx)]
         start += len(idx)
-        batch = {k: v.index_select(0, rows)[:, :width].contiguous() for k, v in inputs.items()}
+        batch = {k: v.index_select(0, rows)[:, :width].contiguous() for k, v in inputs.items()
+                 if padded or k != "attention_mask"}
         picked = labels.index_select(0, rows)
         if enc.word_index is not None:
             picked = picked[:, :width].contiguous()
@@ -537,15 +541,15 @@ def run_trial(trial: TrialSpec, report: Callable[[dict], None] | None = None,
                 logits = model(**batch)
                 loss = model.loss(logits.float(), labels)
             scaler.scale(loss).backward()
-            _, skipped = optimizer_update(params, optim, sched, scaler, grad_clip=1.0)
-            skipped_steps += skipped
+            _, skipped = optimizer_update(params, optim, sched, scaler, grad_clip=1.0, read=False)
+            skipped_steps = skipped_steps + skipped  # a device tensor where the skip is taken there
             loss_sum += loss.detach().float()
             n_batches += 1
         counts["train_examples"] += len(train)
         counts["train_seconds"] += time.perf_counter() - tick
         row: dict[str, Any] = {"epoch": epoch, "train_loss": float(loss_sum / max(n_batches, 1))}
         if trial.precision == "fp16":
-            row["loss_scale"], row["skipped_steps"] = float(scaler.get_scale()), skipped_steps
+            row["loss_scale"], row["skipped_steps"] = float(scaler.get_scale()), int(skipped_steps)
         if stopper is not None:
             evaluate(row, ("dev",))
             if stopper.update(epoch, row["dev"]):  # a CPU copy of the weights that train (frozen ones stay as loaded)

@@ -75,7 +75,7 @@ class TaskModel(nn.Module):
             else:
                 self.head.bias.copy_(prior_log_odds(targets))
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         out = self.encoder(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
         states = out.last_hidden_state

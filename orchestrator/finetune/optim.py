@@ -32,14 +32,21 @@ class FusedAdam:
     ``decoupled`` AdamW's decay (``torch._fused_adamw_``), else Adam's L2 (``torch._fused_adam_``). A parameter
     without a gradient is not stepped, as torch.optim leaves it."""
 
+    #: ``step`` takes ``found_inf``: ``precision.optimizer_update(read=False)`` skips a step on the device
+    skips_on_device = True
+
     def __init__(self, param_groups: list[dict[str, Any]], decoupled: bool):
         self.param_groups = [{**g, "params": list(g["params"])} for g in param_groups]
         self.decoupled = decoupled
         self.state: dict[torch.Tensor, dict[str, torch.Tensor]] = {}
 
     @torch.no_grad()
-    def step(self) -> None:
+    def step(self, found_inf: torch.Tensor | None = None) -> None:
+        """One update of every parameter with a gradient. ``found_inf`` (a 0-d tensor on the parameters' device,
+        true where the gradients are not finite): the kernel then leaves the weights and moments as they are and
+        the step counts are put back, decided on the device (as torch.optim's fused step under a GradScaler)."""
         kernel = torch._fused_adamw_ if self.decoupled else torch._fused_adam_
+        flag = None if found_inf is None else found_inf.to(torch.float32)
         for group in self.param_groups:
             params = [p for p in group["params"] if p.grad is not None]
             if not params:
@@ -50,7 +57,9 @@ class FusedAdam:
             kernel(params, [p.grad for p in params], [s["exp_avg"] for s in states],
                    [s["exp_avg_sq"] for s in states], [], steps, amsgrad=False, lr=group["lr"], beta1=ADAM_BETAS[0],
                    beta2=ADAM_BETAS[1], weight_decay=group["weight_decay"], eps=ADAM_EPS, maximize=False,
-                   grad_scale=None, found_inf=None)
+                   grad_scale=None, found_inf=flag)
+            if flag is not None:
+                torch._foreach_sub_(steps, [flag] * len(steps))
 
     def _state(self, p: torch.Tensor) -> dict[str, torch.Tensor]:
         """A parameter's moments and step count, made at its first step as torch.optim makes them (fused)."""

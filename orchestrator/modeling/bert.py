@@ -193,14 +193,23 @@ class NativeBertModel(nn.Module):
                   metadata={"format": "pt"})
 
 
+#: devices where a mask's values are read here for free; elsewhere reading them waits for the device (a host sync)
+MASK_READ_DEVICES = frozenset({"cpu"})
+
+
 def sdpa_padding_mask(attention_mask: torch.Tensor | None, length: int) -> torch.Tensor | None:
     """The mask transformers gives ``scaled_dot_product_attention`` for a 2-D padding mask: none when nothing
     is padded (its kernels without a mask), else a boolean [batch, 1, length, length] (True: attend). A 4-D
-    mask is taken as it is (a bundle's rows)."""
+    mask is taken as it is (a bundle's rows).
+
+    Whether anything is padded is read from the mask on the CPU only (``MASK_READ_DEVICES``). On a GPU that read
+    would wait for the device at every forward, so there a mask given is used, and a caller whose batch has no
+    padding gives none (fine-tuning's batches, which know their lengths on the host: ``finetune.loop._groups``);
+    an all-ones mask given on a GPU computes the same attention with a masked kernel."""
     if attention_mask is None or attention_mask.dim() == 4:
         return attention_mask
     keep = attention_mask.bool()
-    if keep.all():
+    if keep.device.type in MASK_READ_DEVICES and keep.all():
         return None
     every_query = torch.arange(length, device=keep.device)[None, None, :, None] >= 0
     return every_query & keep[:, None, None, :]
@@ -262,4 +271,5 @@ def native_encoder(model_dir: str | Path, use_safetensors: bool | None = None) -
     return model.eval()  # as transformers' from_pretrained gives it
 
 
-__all__ = ["EncoderOutput", "NativeBertModel", "SWITCH", "native_encoder", "sdpa_padding_mask", "supported"]
+__all__ = ["EncoderOutput", "MASK_READ_DEVICES", "NativeBertModel", "SWITCH", "native_encoder", "sdpa_padding_mask",
+           "supported"]

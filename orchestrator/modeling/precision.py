@@ -45,7 +45,8 @@ def make_scaler(precision: str, device: torch.device, init_scale: float) -> torc
 
 
 def optimizer_update(params: list[torch.nn.Parameter], optimizer, scheduler, scaler: torch.amp.GradScaler,
-                     grad_clip: float, keep_grads: bool = False) -> tuple[float, bool]:
+                     grad_clip: float, keep_grads: bool = False, read: bool = True
+                     ) -> tuple[float | torch.Tensor, bool | torch.Tensor]:
     """Unscale, clip, step (or skip), update the scale. Returns (gradient norm, skipped). The gradients
     are then freed, or with ``keep_grads`` zeroed in place (``train_step``'s CUDA graphs).
 
@@ -53,12 +54,23 @@ def optimizer_update(params: list[torch.nn.Parameter], optimizer, scheduler, sca
     under fp32/bf16 the weights are left untouched. The LR schedule advances on every step, skipped
     or not: a skipped step counts toward the phase's steps, so a schedule that waited for real
     steps would be cut short (the last skipped-step count of it never reached).
+
+    ``read=False``: where the optimizer can skip on the device (its ``step`` takes ``found_inf``, as
+    fine-tuning's ``FusedAdam``) and no fp16 scaler steps it, nothing is read back to the host: the norm
+    and the skip come back as device tensors, and on a GPU the host queues the next step's work while this
+    one runs. Elsewhere, and with ``read=True``, both are read (one host sync a step).
     """
     scaler.unscale_(optimizer)
     if grad_clip > 0:
         norm = torch.nn.utils.clip_grad_norm_(params, grad_clip)
     else:
         norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+    if not read and not scaler.is_enabled() and getattr(optimizer, "skips_on_device", False):
+        skipped = ~torch.isfinite(norm)
+        optimizer.step(found_inf=skipped)
+        _schedule_step(scheduler)
+        optimizer.zero_grad(set_to_none=not keep_grads)
+        return norm, skipped
     norm_value = float(norm)
     if scaler.is_enabled():
         before = scaler.get_scale()
@@ -69,8 +81,12 @@ def optimizer_update(params: list[torch.nn.Parameter], optimizer, scheduler, sca
         skipped = not math.isfinite(norm_value)
         if not skipped:
             optimizer.step()
+    _schedule_step(scheduler)
+    optimizer.zero_grad(set_to_none=not keep_grads)
+    return norm_value, skipped
+
+
+def _schedule_step(scheduler) -> None:
     with warnings.catch_warnings():  # torch warns when the schedule moves before a first real step: meant here
         warnings.filterwarnings("ignore", message=SCHEDULE_BEFORE_STEP)
         scheduler.step()
-    optimizer.zero_grad(set_to_none=not keep_grads)
-    return norm_value, skipped
