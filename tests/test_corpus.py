@@ -788,19 +788,39 @@ def test_a_large_file_read_by_several_ray_tasks_gives_the_shards_of_one(ray_loca
     assert info.value.path == str(blank)
 
 
-def test_the_read_of_parallel_tasks_says_it_goes_on_and_gives_no_time_left_it_cannot_know(ray_local, tmp_path,
-                                                                                          monkeypatch, caplog):
+def test_the_read_of_parallel_tasks_says_how_many_ended_and_the_time_left_from_them(ray_local, tmp_path,
+                                                                                   monkeypatch, caplog):
     """Scale probe S1: the rows of parallel read tasks reach the driver in the tasks' order, so nothing was said
-    for most of the read, then a time left several times too long, then "n/n" a second later. Now a line says the
-    read goes on while no rows come (every ``HEARTBEAT_S``, here 20 ms), no line gives a time left,
-    the last says every task is done, and the shards are those of one task."""
+    for most of the read, then a time left several times too long, then "n/n" a second later. Each task now tells
+    a tally as it ends: a line counts the tasks ended in any order, with the time left at their rate (here two
+    of four 10 MB tasks, the later two, ended in 10 s: 10 s left), a line says the read goes on while nothing
+    ends, the last says every task is done, and the shards are those of one task."""
     import logging
     import threading
 
     import pyarrow.parquet as pq
+    import ray
 
-    from orchestrator.corpus.sources import read_items
+    from orchestrator.corpus.sources import ReadTally, read_items
     from orchestrator.corpus.stage import _ReadProgress, _write_shards
+
+    items = [{"file_index": 0, "start": i * 10 ** 7, "first_line": i * 1000, "bytes": 10 ** 7} for i in range(4)]
+    tally = ray.remote(num_cpus=0)(ReadTally).remote()
+    said = _ReadProgress("s", items, tally)
+    said.started -= 10.0
+    ray.get([tally.end.remote(0, 2 * 10 ** 7), tally.end.remote(0, 3 * 10 ** 7)])
+    with caplog.at_level(logging.INFO, logger="progress"):
+        for news in (said._ask, lambda: said.reached(0, 1500), said.finished):  # the tally; task 1's rows; the end
+            said.last -= 60.0  # a line is due (every 30 s at most on a terminal that is not one)
+            news()
+    lines = [r.getMessage() for r in caplog.records if r.name == "progress"]
+    elapsed = re.fullmatch(r"corpus: s: 2/4 read tasks done \(20/40 MB\), ([\d.]+s) elapsed, about ([\d.]+s) left",
+                           lines[0])  # the rows have said nothing yet: only the tally knows
+    assert elapsed and elapsed[1] == elapsed[2], lines  # half the bytes in that time: as long again
+    assert lines[1].startswith("corpus: s: 3/4 read tasks done (30/40 MB)") and "left" in lines[1], lines
+    assert lines[-1].startswith("corpus: s: 4/4 read tasks done (40/40 MB)") and "left" not in lines[-1], lines
+    ray.kill(tally)
+    caplog.clear()
 
     f = tmp_path / "big.txt"
     docs = (f"Document {i} says IL-{i % 9} binds the receptor. It was seen in mice." for i in range(900))
@@ -809,12 +829,12 @@ def test_the_read_of_parallel_tasks_says_it_goes_on_and_gives_no_time_left_it_ca
     tasks = len(read_items(src, 8 << 10))
     assert tasks > 4
     one, _ = _write_shards(src, tmp_path / "one", 16 << 10)
-    monkeypatch.setattr(_ReadProgress, "HEARTBEAT_S", 0.02, raising=False)
+    monkeypatch.setattr(_ReadProgress, "HEARTBEAT_S", 0.02)
+    monkeypatch.setattr(_ReadProgress, "POLL_S", 0.01)
     with caplog.at_level(logging.INFO, logger="progress"):
         many, _ = _write_shards(src, tmp_path / "many", 16 << 10, block_bytes=8 << 10)
     said = [r.getMessage() for r in caplog.records if r.name == "progress"]
     assert any(", reading on" in line and " elapsed" in line for line in said[:-1]), said
     assert said[-1].startswith(f"corpus: s: {tasks}/{tasks} read tasks done ("), said
-    assert not any("left" in line for line in said), said
     assert [pq.read_table(s.path).to_pylist() for s in one] == [pq.read_table(s.path).to_pylist() for s in many]
     assert not [t for t in threading.enumerate() if t.name.startswith("corpus-read-")]  # the heartbeat ended

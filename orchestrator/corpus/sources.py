@@ -276,7 +276,22 @@ def read_items(src: SourceConfig, block_bytes: int = READ_BLOCK_BYTES) -> list[d
     return items
 
 
-def _read_file_batches(batch: dict[str, Any], source: dict, drop_letterless: bool = False
+class ReadTally:
+    """The read tasks that have ended, each told by the task itself as it ends (a Ray actor the driver asks):
+    their rows reach the driver in the tasks' order, which says nothing of the later tasks, most of which run in
+    parallel with the first."""
+
+    def __init__(self):
+        self.ended: set[tuple[int, int]] = set()
+
+    def end(self, file_index: int, start: int) -> None:
+        self.ended.add((file_index, start))  # a set: a task Ray retries tells it once
+
+    def tasks(self) -> list[tuple[int, int]]:
+        return sorted(self.ended)
+
+
+def _read_file_batches(batch: dict[str, Any], source: dict, drop_letterless: bool = False, tally: Any = None
                        ) -> Iterator[dict[str, list]]:
     src = from_dict(SourceConfig, source)
     try:
@@ -286,21 +301,23 @@ def _read_file_batches(batch: dict[str, Any], source: dict, drop_letterless: boo
                 span = Span(int(batch["start"][i]), int(batch["end"][i]), int(batch["first_line"][i]))
             yield from document_rows(src, Path(path), int(batch["file_index"][i]), drop_letterless=drop_letterless,
                                      span=span)
+            if tally is not None:
+                tally.end.remote(int(batch["file_index"][i]), int(batch["start"][i]))
     except InputError as exc:
         raise RemoteInputError.wrap(exc) from None
 
 
 def read_source(src: SourceConfig, num_cpus: float = 1.0, drop_letterless: bool = False,
-                items: list[dict] | None = None):
+                items: list[dict] | None = None, tally: Any = None):
     """A ray.data.Dataset of sentence-split documents of ``src``: one streamed read task per item of
     ``items`` (default ``read_items(src)``). A file read in spans is not checked for holding a document:
-    the caller checks it."""
+    the caller checks it. ``tally``: a ``ReadTally`` actor each task tells when it ends."""
     import ray.data  # heavy: ray
 
     items = read_items(src) if items is None else items
     ds = ray.data.from_items(items, override_num_blocks=len(items))
     ds = ds.map_batches(_read_file_batches, batch_size=1,
-                        fn_kwargs={"source": to_dict(src), "drop_letterless": drop_letterless},
+                        fn_kwargs={"source": to_dict(src), "drop_letterless": drop_letterless, "tally": tally},
                         num_cpus=num_cpus, batch_format="default")
     # Ray Data's per-operator reservation gives this read about half the CPUs (one task at a time on 2):
     # every CPU may read, as ``num_cpus`` says (the instances stage lifts it so too)

@@ -32,6 +32,7 @@ from orchestrator.corpus.mixing import MIXERS, MixerConfig, planned_bytes, weigh
 from orchestrator.corpus.sources import (
     FILTER_COUNTS,
     READ_BLOCK_BYTES,
+    ReadTally,
     SourceConfig,
     find_input_error,
     iter_source,
@@ -169,6 +170,7 @@ def _write_shards(src: SourceConfig, out: Path, shard_bytes: int, drop_letterles
     per language, in order of first appearance); also returns what the filters dropped (``FILTER_COUNTS``)."""
     import pyarrow as pa  # heavy: pyarrow, ray
     import pyarrow.parquet as pq
+    import ray
     import ray.data
 
     out.mkdir(parents=True, exist_ok=True)
@@ -195,8 +197,10 @@ def _write_shards(src: SourceConfig, out: Path, shard_bytes: int, drop_letterles
     options.preserve_order = True  # file order -> shard contents -> mixing plan: reproducible
     items = read_items(src, block_bytes)
     unseen = {item["file_index"]: item["path"] for item in items if item["span"]}  # a span may hold no document
-    dataset = read_source(src, drop_letterless=drop_letterless, items=items)
-    said = _ReadProgress(src.name, items)
+    # several tasks: each tells a tally as it ends, so the progress lines know what the rows in order do not
+    tally = ray.remote(num_cpus=0)(ReadTally).remote() if len(items) > 1 else None
+    dataset = read_source(src, drop_letterless=drop_letterless, items=items, tally=tally)
+    said = _ReadProgress(src.name, items, tally)
     said.start()
     try:
         # batches of 1,024 documents: a whole block (up to Ray Data's 128 MB) as Python rows was the driver's peak
@@ -226,6 +230,8 @@ def _write_shards(src: SourceConfig, out: Path, shard_bytes: int, drop_letterles
     finally:
         options.preserve_order = keep_order
         said.stop()
+        if tally is not None:
+            ray.kill(tally)
     said.finished()
     if unseen:  # a file read in spans none of which held a document
         raise no_document(src, next(iter(unseen.values())))
@@ -238,21 +244,27 @@ def _write_shards(src: SourceConfig, out: Path, shard_bytes: int, drop_letterles
 
 
 class _ReadProgress:
-    """The read's progress lines. The read tasks run in parallel, but their rows reach the driver in the tasks'
-    order (``preserve_order``): a document of task ``j`` says the tasks up to ``j`` are done, and nothing of the
-    later ones, most of which may be done too (their rows follow within a second). So a line counts the tasks done
-    as far as the driver knows, and gives no time left: one extrapolated from them took the parallel tasks for tasks
-    run one after another (7 minutes left where 1m49s were), and Ray Data has no public hook that says when a task
-    ends. While no rows come, a line every ``HEARTBEAT_S`` seconds says the read goes on and for how long (a source
-    of one task too)."""
+    """The read's progress lines: read tasks done of the total, megabytes, time elapsed and left. The tasks run
+    in parallel, but their rows reach the driver in the tasks' order (``preserve_order``): the rows of task ``j``
+    say the tasks up to ``j`` are done and nothing of the later ones, most of which may be done too. Counted from
+    the rows alone, a line said 7m12s left where 1m49s were, then 13/13 a second after 9/13 (scale probe S1). So
+    each task tells a ``ReadTally`` actor as it ends (``tally``; a read of several tasks has one), which the
+    heartbeat thread asks every ``POLL_S`` seconds; the time left is the bytes of the tasks not ended at the rate
+    the ended ones were read. Without a tally a line gives no time left. While nothing ends, a line every
+    ``HEARTBEAT_S`` seconds says the read goes on (a source of one task too)."""
 
     #: Seconds without a line after which a line says the read goes on
     HEARTBEAT_S = 30.0
+    #: Seconds between two questions to the tally
+    POLL_S = 2.0
 
-    def __init__(self, name: str, items: list[dict]):
-        self.name, self.items = name, items
+    def __init__(self, name: str, items: list[dict], tally=None):
+        self.name, self.items, self.tally = name, items, tally
         self.starts = [(item["file_index"], item["first_line"]) for item in items]  # where each task's rows start
+        self.index = {(item["file_index"], item["start"]): i for i, item in enumerate(items)}  # the tally's keys
         self.total_bytes = sum(item["bytes"] for item in items) or 1
+        self.in_order = 0  # tasks before the one whose rows are arriving: ended
+        self.ended: set[int] = set()  # tasks the tally says ended
         self.done = self.last_done = 0
         self.started = self.last = time.monotonic()
         self._lock = threading.Lock()
@@ -268,17 +280,23 @@ class _ReadProgress:
         self._beat.join()
 
     def reached(self, file_index: int, line: int) -> None:
-        """A document of file ``file_index`` at ``line`` arrived."""
-        self._said(bisect.bisect_right(self.starts, (file_index, line)) - 1)
+        """A document of file ``file_index`` at ``line`` arrived (each row: cheap unless it says more)."""
+        task = bisect.bisect_right(self.starts, (file_index, line)) - 1
+        if task > self.in_order:
+            self.said(in_order=task)
 
     def finished(self) -> None:
-        self._said(len(self.items))
+        self.said(in_order=len(self.items))
 
-    def _said(self, done: int) -> None:
-        if done <= self.done or len(self.items) < 2:
-            return
+    def said(self, in_order: int = 0, ended: tuple[int, ...] = ()) -> None:
+        """What the rows (``in_order``: the tasks before it ended) or the tally (``ended``) say; a line when due."""
         with self._lock:
-            self.done, now, total_tasks = done, time.monotonic(), len(self.items)
+            self.in_order = max(self.in_order, in_order)
+            self.ended.update(ended)
+            done, now, total_tasks = len(self.ended | set(range(self.in_order))), time.monotonic(), len(self.items)
+            if done <= self.done or total_tasks < 2:
+                return
+            self.done = done
             if done < total_tasks and not updating() and not due(now - self.last, done - self.last_done,
                                                                  total_tasks):
                 return
@@ -286,18 +304,36 @@ class _ReadProgress:
             progress(self._line(now))
 
     def _heartbeat(self) -> None:
-        while not self._stop.wait(self.HEARTBEAT_S / 4):
+        asked = time.monotonic()
+        while not self._stop.wait(min(self.POLL_S, self.HEARTBEAT_S / 4)):
+            if self.tally is not None and time.monotonic() - asked >= self.POLL_S:
+                asked = time.monotonic()
+                self._ask()
             with self._lock:
                 now = time.monotonic()
                 if now - self.last >= self.HEARTBEAT_S and not self._stop.is_set():
                     self.last = now
-                    why = " (the tasks run in parallel; their rows come in the tasks' order)" if self.done else ""
-                    progress(self._line(now) + ", reading on" + (why if len(self.items) > 1 else ""))
+                    progress(self._line(now) + ", reading on")
+
+    def _ask(self) -> None:
+        import ray  # heavy: ray (running: the read is on it)
+
+        try:
+            ended = ray.get(self.tally.tasks.remote(), timeout=self.POLL_S * 5)
+        except Exception as exc:  # progress must not stop the read: without the tally, lines from the rows
+            log.debug("corpus: %s: the read tally did not answer (%s); progress from the rows", self.name, exc)
+            self.tally = None
+            return
+        self.said(ended=tuple(self.index[key] for key in map(tuple, ended) if key in self.index))
 
     def _line(self, now: float) -> str:
-        read = sum(item["bytes"] for item in self.items[:self.done])
-        return (f"corpus: {self.name}: {self.done}/{len(self.items)} read tasks done ({read / 1e6:.0f}/"
-                f"{self.total_bytes / 1e6:.0f} MB), {duration(now - self.started)} elapsed")
+        tasks = self.ended | set(range(self.in_order))
+        read, elapsed = sum(self.items[i]["bytes"] for i in tasks), now - self.started
+        left = ""
+        if self.tally is not None and 0 < read < self.total_bytes and len(tasks) < len(self.items):
+            left = f", about {duration(elapsed * (self.total_bytes - read) / read)} left"
+        return (f"corpus: {self.name}: {len(tasks)}/{len(self.items)} read tasks done ({read / 1e6:.0f}/"
+                f"{self.total_bytes / 1e6:.0f} MB), {duration(elapsed)} elapsed{left}")
 
 
 def plan_corpus(cfg: CorpusConfig) -> str:
