@@ -446,7 +446,9 @@ def test_run_trial_is_deterministic_per_seed(tiny_bert):
     assert {key[0]: value for key, value in loop._PROCESS_CACHE.items()} == cached  # reused, not reloaded
     assert a["epochs"] == b["epochs"] and a["predictions"] == b["predictions"]
     assert a["counts"]["train_examples"] == 120 and a["counts"]["eval_examples"] == 80
-    assert 0 < b["counts"]["setup_seconds"] < a["counts"]["setup_seconds"]
+    # reuse is the cache's identity above; the two set-ups' times are not compared: at this model's size both
+    # are under 0.1 s, and on a loaded host the second was 5 ms longer (session 51's mid-session suite)
+    assert b["counts"]["setup_seconds"] > 0
 
 
 def test_the_encoding_cache_key_is_the_content_key_of_the_vocabulary_and_the_examples(tiny_bert):
