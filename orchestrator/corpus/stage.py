@@ -14,6 +14,7 @@ on storage every node mounts.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
 import logging
 import math
@@ -231,7 +232,8 @@ def _write_shards(src: SourceConfig, out: Path, shard_bytes: int, drop_letterles
         options.preserve_order = keep_order
         said.stop()
         if tally is not None:
-            ray.kill(tally)
+            with contextlib.suppress(Exception):  # Ray may be going down (Ctrl-C): the read's own error goes on
+                ray.kill(tally)
     said.finished()
     if unseen:  # a file read in spans none of which held a document
         raise no_document(src, next(iter(unseen.values())))
@@ -293,7 +295,7 @@ class _ReadProgress:
         with self._lock:
             self.in_order = max(self.in_order, in_order)
             self.ended.update(ended)
-            done, now, total_tasks = len(self.ended | set(range(self.in_order))), time.monotonic(), len(self.items)
+            done, now, total_tasks = len(self._ended()), time.monotonic(), len(self.items)
             if done <= self.done or total_tasks < 2:
                 return
             self.done = done
@@ -326,8 +328,11 @@ class _ReadProgress:
             return
         self.said(ended=tuple(self.index[key] for key in map(tuple, ended) if key in self.index))
 
+    def _ended(self) -> set[int]:
+        return self.ended | set(range(self.in_order))
+
     def _line(self, now: float) -> str:
-        tasks = self.ended | set(range(self.in_order))
+        tasks = self._ended()
         read, elapsed = sum(self.items[i]["bytes"] for i in tasks), now - self.started
         left = ""
         if self.tally is not None and 0 < read < self.total_bytes and len(tasks) < len(self.items):
