@@ -542,14 +542,15 @@ def run_trial(trial: TrialSpec, report: Callable[[dict], None] | None = None,
                 loss = model.loss(logits.float(), labels)
             scaler.scale(loss).backward()
             _, skipped = optimizer_update(params, optim, sched, scaler, grad_clip=1.0, read=False)
-            skipped_steps = skipped_steps + skipped  # a device tensor where the skip is taken there
+            if scaler.is_enabled():  # fp16's rows count them (elsewhere the skip stays on the device, unread)
+                skipped_steps += skipped
             loss_sum += loss.detach().float()
             n_batches += 1
         counts["train_examples"] += len(train)
         counts["train_seconds"] += time.perf_counter() - tick
         row: dict[str, Any] = {"epoch": epoch, "train_loss": float(loss_sum / max(n_batches, 1))}
         if trial.precision == "fp16":
-            row["loss_scale"], row["skipped_steps"] = float(scaler.get_scale()), int(skipped_steps)
+            row["loss_scale"], row["skipped_steps"] = float(scaler.get_scale()), skipped_steps
         if stopper is not None:
             evaluate(row, ("dev",))
             if stopper.update(epoch, row["dev"]):  # a CPU copy of the weights that train (frozen ones stay as loaded)
