@@ -27,7 +27,11 @@ it is reported apart from the steady state), the share of the timed steps spent 
 data thread, and the peak device memory. The ablation (``--ablate each``) measures every
 ``pretrain.speed`` technique switched off in turn against all of them on, and all off; with
 ``--repeats`` the configurations run in turn that many times (a load that comes and goes falls on
-all of them) and each figure is the median.
+all of them) and each figure is the median. The ``+ no_host_reads`` row is all on with a step that reads
+nothing back to the host: the loop reads the gradient norm (LAMB's skip of a non-finite step is decided on
+the host) and the step's all-reduced statistics once a step; the row steps without the skip and reads the
+statistics once, after the timed steps, so the host may queue steps ahead of the device. Its gain over all on
+is the most that deferring those reads could give (bf16 and fp32: fp16's loss scaler reads its scale).
 
 MFU is ``loop.MFU_FORMULA`` (printed): the training FLOPs (``loop.training_flops_per_token``) per
 second over the peak of the device, looked up by its exact name (``orchestrator.pretrain.peaks``); a
@@ -129,6 +133,26 @@ def device_name(device: torch.device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
 
 
+#: A row's pseudo-setting (not a ``pretrain.speed`` field): the timed steps read nothing back (``measure``).
+NO_HOST_READS = "no_host_reads"
+
+
+class _StepsWithoutSkip:
+    """The optimizer as ``optimizer_update(read=False)`` takes one that skips on the device, stepping always:
+    a step with non-finite gradients is not skipped (the benchmark's are finite). LAMB skips on the host, so
+    the loop reads the gradient norm; this wrapper measures the step without that read."""
+    skips_on_device = True
+
+    def __init__(self, optimizer):
+        self.optimizer = optimizer
+
+    def step(self, found_inf=None):
+        self.optimizer.step()
+
+    def __getattr__(self, name):
+        return getattr(self.optimizer, name)
+
+
 def speed_configs(ablate: str, compile_on: bool, optim: str, precision: str = "bf16") -> list[tuple[str, dict]]:
     """(label, pretrain.speed overrides): all on, then each technique off in turn, then all off. With
     compile on, "all on" compiles the unpadded encoder (dynamic shapes) and "- compile" is the engine's
@@ -138,7 +162,9 @@ def speed_configs(ablate: str, compile_on: bool, optim: str, precision: str = "b
     the graphs a host-bound step would only get slower)."""
     on = {"masked_only_head": True, "attention": "sdpa", "fused_optimizer": True, "compile": compile_on,
           "unpad": True}
-    configs = [("all on", on)]
+    # the step reading nothing back to the host (no grad-norm read for the skip, no per-step statistics read):
+    # what deferring the loop's one host sync a step would gain at most
+    configs = [("all on", on), ("+ no_host_reads", {**on, NO_HOST_READS: True})]
     if compile_on:  # not yet on by default: measured beside all on until they are
         extras = ["compile_head", *(["compile_optimizer"] if optim == "lamb" else []), "cuda_graphs"]
         configs += [(f"+ {key}", {**on, key: True}) for key in extras]
@@ -183,6 +209,7 @@ def measure(size: str, precision: str, speed: dict, batch: int, accumulation: in
     from orchestrator.pretrain.config import PretrainConfig
     from orchestrator.pretrain.data import Prefetcher, micro_batches
     from orchestrator.pretrain.loop import (
+        STAT_FIELDS,
         _all_reduce,
         _batch_to_torch,
         _to_device,
@@ -199,6 +226,8 @@ def measure(size: str, precision: str, speed: dict, batch: int, accumulation: in
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
     torch._dynamo.reset()  # each configuration compiles afresh (its first step holds the compile)
+    read = not speed.get(NO_HOST_READS, False)
+    speed = {k: v for k, v in speed.items() if k != NO_HOST_READS}
     cfg = from_dict(PretrainConfig, {
         "model": {"size": size, "max_position_embeddings": max(512, length)}, "precision": precision,
         "phase1": {"max_seq_length": length, "steps": warmup + steps, "global_batch_size": batch * accumulation,
@@ -215,6 +244,8 @@ def measure(size: str, precision: str, speed: dict, batch: int, accumulation: in
     model, module, optimizer, params = engine(cfg, device, wrap=ddp_wrap if ddp else None)
     scheduler = build_scheduler(optimizer, 0, cfg.phase1.steps, cfg.optim.decay_power)
     scaler = make_scaler(precision, device, cfg.init_loss_scale)
+    if not read:  # fp16's scaler still reads its scale: the row is for bf16 and fp32
+        optimizer = _StepsWithoutSkip(optimizer)
     shard = ray.data.read_parquet(str(instances)).select_columns(list(INSTANCE_COLUMNS)).iterator()
     rule = MaskingRule() if masking == "dynamic" else None
     # the loop's data path: read, collate, mask and pin on a background thread, ahead of the steps
@@ -234,7 +265,9 @@ def measure(size: str, precision: str, speed: dict, batch: int, accumulation: in
     shapes: dict[str, set] = {"warm-up": set(), "timed": set()}
     phase = "warm-up"
 
-    def step() -> tuple[float, float, float, float]:
+    timed_totals = []  # the timed steps' statistics, on the device: read once, after the steps
+
+    def step() -> tuple[float, float]:
         waited = 0.0
         micro = []
         for _ in range(accumulation):
@@ -245,14 +278,18 @@ def measure(size: str, precision: str, speed: dict, batch: int, accumulation: in
             micro.append(_to_device(batch_, device))
         module.train()
         stats = train_step(module, micro, optimizer, scheduler, scaler, precision=precision, device=device,
-                           grad_clip=cfg.optim.grad_clip, params=params, cuda_graphs=cfg.speed.cuda_graphs)
-        _, _, _, _, count, toks = _all_reduce(stats.totals, device)  # the loop's one host sync per step
-        return float(stats.sequences), toks, count, waited
+                           grad_clip=cfg.optim.grad_clip, params=params, cuda_graphs=cfg.speed.cuda_graphs,
+                           read=read)
+        if read:
+            _all_reduce(stats.totals, device)  # the loop's host sync a step (it reads the all-reduced values)
+        if phase == "timed":
+            timed_totals.append(stats.totals)
+        return float(stats.sequences), waited
 
     with stream:  # the data thread stops with the measurement
         sync()
         t0 = time.perf_counter()
-        first_wait = step()[3]
+        first_wait = step()[1]
         sync()
         first_step_s = time.perf_counter() - t0 - first_wait  # compute only: Ray Data's start-up is not in it
         for _ in range(warmup - 1):
@@ -260,12 +297,14 @@ def measure(size: str, precision: str, speed: dict, batch: int, accumulation: in
         sync()
         phase = "timed"
         start = time.perf_counter()
-        seqs = toks = masked = waited = 0.0
+        seqs = waited = 0.0
         for _ in range(steps):
-            s, t, m, w = step()
-            seqs, toks, masked, waited = seqs + s, toks + t, masked + m, waited + w
+            s, w = step()
+            seqs, waited = seqs + s, waited + w
         sync()
         elapsed = time.perf_counter() - start
+    sums = dict(zip(STAT_FIELDS, torch.stack(timed_totals).sum(0).tolist()))
+    toks, masked = sums["tokens"], sums["mlm_count"]
     name = device_name(device)
     per_token = training_flops_per_token(model, toks / seqs, masked / toks)
     mfu = estimate_mfu(per_token, toks / elapsed, 1, name, precision)
@@ -273,7 +312,8 @@ def measure(size: str, precision: str, speed: dict, batch: int, accumulation: in
     return {"size": size, "precision": precision, "speed": speed, "seq_per_s": seqs / elapsed,
             "tokens_per_s": toks / elapsed, "mfu": mfu, "first_step_s": first_step_s, "step_s": elapsed / steps,
             "data_wait_share": waited / elapsed, "peak_memory_gib": peak_mem,
-            "shapes_warmup": len(shapes["warm-up"]), "shapes_new_timed": len(shapes["timed"] - shapes["warm-up"])}
+            "shapes_warmup": len(shapes["warm-up"]), "shapes_new_timed": len(shapes["timed"] - shapes["warm-up"]),
+            "loss": sums["loss"] / steps}  # the timed steps' mean loss: the row trained
 
 
 def synthetic_batches(batch: int, length: int, lengths: str, count: int, device: torch.device,

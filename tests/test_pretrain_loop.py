@@ -154,6 +154,63 @@ def test_step_statistics_stay_on_the_device_and_sum_to_what_the_host_summed():
     assert stats.sequences == 12 and not stats.skipped
 
 
+def test_the_step_reads_back_only_the_gradient_norm_and_nothing_with_an_optimizer_that_skips_on_the_device():
+    """On a GPU a read back to the host waits for the device. The engine's step (unpadded encoder, the data
+    thread's indices of the real and masked tokens) reads one value, the gradient norm LAMB's skip needs;
+    ``read=False`` with an optimizer that skips on the device reads none, and trains the same
+    (``benchmarks/pretrain_gpu.py``'s ``+ no_host_reads`` row measures what that would gain)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from orchestrator.modeling.precision import make_scaler
+    from orchestrator.pretrain.loop import train_step
+    from orchestrator.pretrain.optim import build_optimizer, build_scheduler
+
+    class HostReads(TorchDispatchMode):
+        READS = (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.nonzero.default)
+        count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.count += func in self.READS
+            return func(*args, **(kwargs or {}))
+
+    class SkipsOnDevice:  # steps always (these gradients are finite), as the benchmark's row does
+        skips_on_device = True
+
+        def __init__(self, optimizer):
+            self.optimizer = optimizer
+
+        def step(self, found_inf=None):
+            self.optimizer.step()
+
+        def __getattr__(self, name):
+            return getattr(self.optimizer, name)
+
+    rng = np.random.default_rng(1)
+    micro = []
+    for _ in range(4):  # rows of 10-19 tokens: every micro-batch has padding, so the encoder runs unpadded
+        rows = {"input_ids": [np.array([2, *rng.integers(5, 100, int(k)), 3]) for k in rng.integers(8, 18, 4)],
+                "next_sentence_label": rng.integers(0, 2, 4)}
+        rows["token_type_ids"] = [np.zeros(len(r), np.int64) for r in rows["input_ids"]]
+        micro.append({k: torch.from_numpy(v) for k, v in collate(rows, SPECIAL, rule=RULE, gen=rng,
+                                                                  indices=True).items()})
+    cpu = torch.device("cpu")
+    runs = {}
+    for read in (True, False):
+        model, module = _tiny()
+        module.unpad = True
+        opt = build_optimizer(model, OptimConfig(), 1e-3)
+        sched = build_scheduler(opt, 0, 10, 1.0)
+        with HostReads() as reads:
+            for step in range(2):
+                stats = train_step(module, micro[2 * step:2 * step + 2], opt if read else SkipsOnDevice(opt), sched,
+                                   make_scaler("fp32", cpu, 1), precision="fp32", device=cpu, grad_clip=1.0,
+                                   params=[p for p in model.parameters() if p.requires_grad], read=read)
+        assert reads.count == (2 if read else 0), (read, reads.count)  # the norm, once a step; or nothing
+        assert isinstance(stats.grad_norm, float if read else torch.Tensor)
+        runs[read] = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    _assert_same_weights(runs[True], runs[False])
+
+
 def test_with_cuda_graphs_the_gradients_are_kept_and_added_into_in_place_with_the_same_steps():
     """``speed.cuda_graphs``: each parameter's gradient is one tensor for the whole run, zeroed after each
     step and added into by every micro-batch's backward (a gradient a backward creates would be the CUDA

@@ -57,8 +57,8 @@ class StepStats:
     is what the loop all-reduces, read back once per step; the named values read it on first use."""
     totals: torch.Tensor
     sequences: int
-    grad_norm: float
-    skipped: bool
+    grad_norm: float | torch.Tensor  # tensors from train_step(read=False)
+    skipped: bool | torch.Tensor
     loss_scale: float
     _values: list[float] | None = dataclasses.field(default=None, repr=False)
 
@@ -77,7 +77,7 @@ class StepStats:
 
 def train_step(module: torch.nn.Module, micro_batches: list[dict[str, torch.Tensor]], optimizer, scheduler,
                scaler: torch.amp.GradScaler, *, precision: str, device: torch.device, grad_clip: float,
-               params: list[torch.nn.Parameter], cuda_graphs: bool = False) -> StepStats:
+               params: list[torch.nn.Parameter], cuda_graphs: bool = False, read: bool = True) -> StepStats:
     """One optimizer step over ``len(micro_batches)`` accumulated micro-batches.
 
     Gradients are synchronised across DDP workers only on the last micro-batch (``no_sync``). The
@@ -89,6 +89,10 @@ def train_step(module: torch.nn.Module, micro_batches: list[dict[str, torch.Tens
     compiled backward's output itself, which lives in the CUDA graph's memory: the next micro-batch's
     replay overwrites it, and accumulation loses all but the last micro-batch (pytorch/pytorch#96693,
     #169545).
+
+    ``read=False`` passes on to ``optimizer_update``: with an optimizer that skips on the device, the step
+    reads nothing back (``grad_norm`` and ``skipped`` are then device tensors). The loop reads (LAMB skips on
+    the host); ``benchmarks/pretrain_gpu.py``'s ``+ no_host_reads`` row measures what not reading would gain.
     """
     if cuda_graphs:
         for p in params:
@@ -113,7 +117,8 @@ def train_step(module: torch.nn.Module, micro_batches: list[dict[str, torch.Tens
         totals += torch.cat([losses, counts])
         sequences += int(batch["input_ids"].shape[0])
     scale = scaler.get_scale() if scaler.is_enabled() else 1.0
-    grad_norm, skipped = optimizer_update(params, optimizer, scheduler, scaler, grad_clip, keep_grads=cuda_graphs)
+    grad_norm, skipped = optimizer_update(params, optimizer, scheduler, scaler, grad_clip, keep_grads=cuda_graphs,
+                                          read=read)
     return StepStats(totals, sequences=sequences, grad_norm=grad_norm, skipped=skipped, loss_scale=scale)
 
 
