@@ -159,6 +159,9 @@ def test_the_step_reads_back_only_the_gradient_norm_and_nothing_with_an_optimize
     thread's indices of the real and masked tokens) reads one value, the gradient norm LAMB's skip needs;
     ``read=False`` with an optimizer that skips on the device reads none, and trains the same
     (``benchmarks/pretrain_gpu.py``'s ``+ no_host_reads`` row measures what that would gain)."""
+    import importlib.util
+    from pathlib import Path
+
     from torch.utils._python_dispatch import TorchDispatchMode
 
     from orchestrator.modeling.precision import make_scaler
@@ -173,17 +176,11 @@ def test_the_step_reads_back_only_the_gradient_norm_and_nothing_with_an_optimize
             self.count += func in self.READS
             return func(*args, **(kwargs or {}))
 
-    class SkipsOnDevice:  # steps always (these gradients are finite), as the benchmark's row does
-        skips_on_device = True
-
-        def __init__(self, optimizer):
-            self.optimizer = optimizer
-
-        def step(self, found_inf=None):
-            self.optimizer.step()
-
-        def __getattr__(self, name):
-            return getattr(self.optimizer, name)
+    # the benchmark row's optimizer: taken as skipping on the device, it steps always (these gradients are finite)
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("pretrain_gpu", root / "benchmarks" / "pretrain_gpu.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
 
     rng = np.random.default_rng(1)
     micro = []
@@ -200,9 +197,10 @@ def test_the_step_reads_back_only_the_gradient_norm_and_nothing_with_an_optimize
         module.unpad = True
         opt = build_optimizer(model, OptimConfig(), 1e-3)
         sched = build_scheduler(opt, 0, 10, 1.0)
+        stepped = opt if read else bench._StepsWithoutSkip(opt)
         with HostReads() as reads:
             for step in range(2):
-                stats = train_step(module, micro[2 * step:2 * step + 2], opt if read else SkipsOnDevice(opt), sched,
+                stats = train_step(module, micro[2 * step:2 * step + 2], stepped, sched,
                                    make_scaler("fp32", cpu, 1), precision="fp32", device=cpu, grad_clip=1.0,
                                    params=[p for p in model.parameters() if p.requires_grad], read=read)
         assert reads.count == (2 if read else 0), (read, reads.count)  # the norm, once a step; or nothing
