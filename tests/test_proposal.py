@@ -75,16 +75,43 @@ def test_the_weighted_mixer_feeds_each_source_its_share():
     assert planned_bytes(plan, shards) == {"a": 4500, "b": 1500}
     full = [u for u in plan.units if u.dupe_factor == 2]
     assert sorted(u.members[0].path for u in full) == ["a/shard-0.parquet", "a/shard-1.parquet"]
+    # every unit its own id, so its own part file: a source's full passes had one id between them, and the
+    # instances stage wrote them all to one part, keeping the last (choose_data's arms lost 54-69 % of their
+    # instances; session 52)
+    assert [u.unit_id for u in plan.units] == list(range(len(plan.units)))
     assert all(u.members[0].rows is None for u in full)
     assert plan.notes["passes"] == {"a": 2.25, "b": 0.375} and plan.notes["weights"] == {"a": 0.75, "b": 0.25}
     # default budget: the sources' size x dupe_factor; a weight of 0 feeds nothing
     default = MIXERS.get("weighted")(shards, MixerConfig(name="weighted", weights={"a": 1, "b": 0}, dupe_factor=2),
                                      random.Random(0))
     assert planned_bytes(default, shards) == {"a": 12000}
+    assert [u.unit_id for u in default.units] == [0, 1]
     with pytest.raises(ConfigError, match="no weight for source 'b'"):
         MIXERS.get("weighted")(shards, MixerConfig(name="weighted", weights={"a": 1}), random.Random(0))
     with pytest.raises(ConfigError, match="mixer.weights.a: -1"):
         MixerConfig(name="weighted", weights={"a": -1})
+
+
+def test_a_plan_whose_unit_ids_repeat_is_refused_where_it_is_made_and_where_it_is_read(tmp_path):
+    """A corpus the weighted mixer built before its fix holds units with one id: reading its plan says so and
+    how to rebuild, where the instances stage wrote a part over another's and the pretraining read found parts
+    missing (choose_data, session 52)."""
+    import json
+
+    from orchestrator.core.artifacts import Member, MixPlan, Unit, load_plan
+    from orchestrator.core.errors import InputError
+
+    units = (Unit(0, (Member("a/shard-0.parquet"),), 2), Unit(0, (Member("a/shard-1.parquet"),), 2),
+             Unit(2, (Member("b/shard-0.parquet", (1,)),), 1))
+    with pytest.raises(ValueError, match=r"unit ids repeat: unit id 0 x 2"):
+        MixPlan(units, {})
+    (tmp_path / "shards.json").write_text("[]")
+    (tmp_path / "plan.json").write_text(json.dumps({"notes": {}, "units": [
+        {"unit_id": u.unit_id, "dupe_factor": u.dupe_factor,
+         "members": [{"path": m.path, "rows": list(m.rows) if m.rows else None} for m in u.members]} for u in units]}))
+    with pytest.raises(InputError, match=r"plan.json: units with the same id \(unit id 0 x 2\).*remove this corpus "
+                                         r"stage's folder and the instances built from it"):
+        load_plan(tmp_path)
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ The results document of a sweep is ``orchestrator.core.results``.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 from array import array
@@ -169,8 +170,19 @@ class Unit:
 
 @dataclasses.dataclass(frozen=True)
 class MixPlan:
+    """A mixer's units. Each unit's instances go to ``part-<unit_id>.parquet``: the ids must differ, or one
+    unit's part replaces another's."""
     units: tuple[Unit, ...]
     notes: dict
+
+    def __post_init__(self):
+        if len({u.unit_id for u in self.units}) != len(self.units):
+            raise ValueError(f"a mix plan's unit ids repeat: {_repeated_ids(self.units)}")
+
+
+def _repeated_ids(units: Sequence[Unit]) -> str:
+    counts = collections.Counter(u.unit_id for u in units)
+    return ", ".join(f"unit id {i} x {n}" for i, n in sorted(counts.items()) if n > 1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -196,6 +208,12 @@ def load_plan(corpus_dir: Path, documents: bool = True) -> tuple[list[ShardInfo]
     units = tuple(Unit(u["unit_id"], tuple(Member(str(corpus_dir / m["path"]),
                                                   tuple(m["rows"]) if m["rows"] is not None else None)
                                            for m in u["members"]), u["dupe_factor"]) for u in raw["units"])
+    if len({u.unit_id for u in units}) != len(units):  # the weighted mixer before session 52
+        raise InputError(corpus_dir / "plan.json", f"units with the same id ({_repeated_ids(units)}): each unit's "
+                         "instances would replace another's, as the weighted mixer's full passes did before its "
+                         "fix (their instances were lost)",
+                         expected="a corpus built by this version: remove this corpus stage's folder and the "
+                                  "instances built from it, and run again to rebuild them")
     return shards, MixPlan(units, raw["notes"])
 
 
