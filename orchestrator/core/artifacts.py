@@ -176,11 +176,12 @@ class MixPlan:
     notes: dict
 
     def __post_init__(self):
-        if len({u.unit_id for u in self.units}) != len(self.units):
-            raise ValueError(f"a mix plan's unit ids repeat: {_repeated_ids(self.units)}")
+        if repeated := _repeated_ids(self.units):
+            raise ValueError(f"a mix plan's unit ids repeat: {repeated}")
 
 
 def _repeated_ids(units: Sequence[Unit]) -> str:
+    """The ids given to more than one unit, as ``unit id 0 x 6, ...``; empty when every id is its own."""
     counts = collections.Counter(u.unit_id for u in units)
     return ", ".join(f"unit id {i} x {n}" for i, n in sorted(counts.items()) if n > 1)
 
@@ -208,8 +209,8 @@ def load_plan(corpus_dir: Path, documents: bool = True) -> tuple[list[ShardInfo]
     units = tuple(Unit(u["unit_id"], tuple(Member(str(corpus_dir / m["path"]),
                                                   tuple(m["rows"]) if m["rows"] is not None else None)
                                            for m in u["members"]), u["dupe_factor"]) for u in raw["units"])
-    if len({u.unit_id for u in units}) != len(units):  # the weighted mixer before session 52
-        raise InputError(corpus_dir / "plan.json", f"units with the same id ({_repeated_ids(units)}): each unit's "
+    if repeated := _repeated_ids(units):  # the weighted mixer before session 52
+        raise InputError(corpus_dir / "plan.json", f"units with the same id ({repeated}): each unit's "
                          "instances would replace another's, as the weighted mixer's full passes did before its "
                          "fix (their instances were lost)",
                          expected="a corpus built by this version: remove this corpus stage's folder and the "
