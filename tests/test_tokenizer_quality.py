@@ -81,3 +81,20 @@ def test_max_lines_below_one_is_refused_under_the_jobs_own_key(tmp_path, capsys,
     assert _job().main([*(["--dry-run"] if dry else []), "max_lines=0", f"out_dir={out}"]) == 2
     assert capsys.readouterr().err == "error: max_lines must be >= 1, got 0\n"
     assert not out.exists()
+
+
+@pytest.mark.parametrize("dry", [True, False], ids=["dry-run", "run"])
+def test_two_texts_of_one_language_and_kind_are_refused(tmp_path, capsys, dry):
+    """`--text en=a --text en:text=b` made two text sets both (en, text): the printed JSON kept b's numbers
+    alone under "en:text", and the difference column measured a's rows against b's first tokenizer (MiniLM
+    against itself showed +3.8 points)."""
+    for name, content in (("a", "The protein binds the receptor.\n"), ("b", "The river runs to the sea.\n")):
+        (tmp_path / f"{name}.txt").write_text(content, encoding="utf-8")
+    out = tmp_path / "tq"
+    assert _job().main([*(["--dry-run"] if dry else []), "--text", f"en={tmp_path / 'a.txt'}", "--text",
+                        f"en:text={tmp_path / 'b.txt'}", f"out_dir={out}"]) == 2
+    assert capsys.readouterr().err == ("error: texts: 'en' and 'en:text' are both en:text; give each file its own "
+                                       "kind (e.g. de:general, de:specific)\n")
+    assert not out.exists()
+    assert _job().main(["--dry-run", "--text", f"en={tmp_path / 'a.txt'}", "--text",
+                        f"en:general={tmp_path / 'b.txt'}"]) == 0  # two kinds: two text sets

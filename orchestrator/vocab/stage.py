@@ -24,6 +24,8 @@ from orchestrator.core.manifest import atomic_write_json, atomic_write_text, fil
 from orchestrator.core.pretokenize import pretokenize_of
 from orchestrator.core.reuse import TOKENIZER_FILES
 from orchestrator.vocab.quality import (
+    CORPUS_KIND,
+    OWN_TOKENIZER,
     QualityConfig,
     TextSet,
     load_tokenizer,
@@ -149,7 +151,7 @@ def corpus_text_sets(shards: list[ShardInfo], lines: int) -> list[TextSet]:
     by_language: dict[str, list[str]] = {}
     for s in shards:
         by_language.setdefault(s.language, []).append(s.path)
-    return [TextSet(lang, "corpus", tuple(sentence for _, sentence in zip(range(lines), shard_sentences(paths))))
+    return [TextSet(lang, CORPUS_KIND, tuple(sentence for _, sentence in zip(range(lines), shard_sentences(paths))))
             for lang, paths in sorted(by_language.items())]
 
 
@@ -162,7 +164,7 @@ def write_quality(cfg: QualityConfig, out_dir: Path, shards: list[ShardInfo]) ->
     texts = read_text_sets(cfg.texts, cfg.max_lines)
     if cfg.corpus_lines:
         texts += corpus_text_sets(shards, cfg.corpus_lines)
-    tokenizers = {"vocab": load_tokenizer(out_dir), **load_tokenizers(cfg.tokenizers)}
+    tokenizers = {OWN_TOKENIZER: load_tokenizer(out_dir), **load_tokenizers(cfg.tokenizers)}
     rows = quality_table(tokenizers, texts)
     atomic_write_json(out_dir / "tokenizer_quality.json", rows)
     atomic_write_text(out_dir / "tokenizer_quality.md", render_markdown(rows))
@@ -175,7 +177,7 @@ def plan_vocab(cfg: VocabConfig, small_bytes: int, large_bytes: int) -> str:
     quality = ""
     if cfg.quality.active:  # the texts and tokenizers load as the stage will load them
         texts = read_text_sets(cfg.quality.texts, cfg.quality.max_lines)
-        names = ["vocab", *load_tokenizers(cfg.quality.tokenizers)]
+        names = [OWN_TOKENIZER, *load_tokenizers(cfg.quality.tokenizers)]
         quality = (f"; tokenizer quality of {', '.join(names)} on "
                    + ", ".join([f"{t.language}:{t.kind} ({len(t.lines)} units)" for t in texts]
                                + ([f"up to {cfg.quality.corpus_lines} corpus sentences per language"]

@@ -160,8 +160,14 @@ class ExperimentConfig(ChainConfig):
         super().__post_init__()
         if self.arms and self.baseline and self.baseline not in self.arms:  # without arms it has no use
             raise ConfigError(f"baseline {self.baseline!r} is not an arm (arms: {list(self.arms)})")
-        for name in self.arms:
-            self.arm(name)  # every arm's config is checked when the experiment's config is read
+        built = {name: self.arm(name) for name in self.arms}  # every arm's config is checked when it is read
+        own = {name for name in self.arms if self.arm_kind(name) != "model"}  # arms whose vocabulary is measured
+        for name in sorted(own):
+            if clash := sorted(set(built[name].vocab.quality.tokenizers) & own):  # the report names an arm's own
+                # vocabulary's row by the arm: the other tokenizer's row of that name was dropped as the same one
+                raise ConfigError(f"arms.{name}: vocab.quality.tokenizers.{clash[0]}: {clash[0]} is an arm, whose "
+                                  "own vocabulary the tokenizer-quality table names so; give the tokenizer another "
+                                  "name")
         if self.selection.enabled and not self.arms:
             raise ConfigError("selection.enabled scores an experiment's arms: it needs arms: (docs/EXPERIMENTS.md)")
         if self.retrieval.enabled and not self.arms:
