@@ -35,7 +35,13 @@ from orchestrator.augment.filtered import (
     repeat_rows,
     same_length_batches,
 )
-from orchestrator.augment.pipeline import augment_key, augment_task, format_token_file, training_sentences
+from orchestrator.augment.pipeline import (
+    augment_key,
+    augment_task,
+    earlier_key,
+    format_token_file,
+    training_sentences,
+)
 from orchestrator.augment.similarity import (
     NAN_ATTEMPTS,
     WordVectors,
@@ -48,7 +54,7 @@ from orchestrator.augment.similarity import (
 from orchestrator.core.config import from_dict, load_config
 from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
 from orchestrator.core.manifest import read_manifest
-from orchestrator.core.reuse import reusable
+from orchestrator.core.reuse import reusable, stamp
 from orchestrator.finetune.readers import read_file, read_split
 from orchestrator.finetune.spec import SAMPLE_DIR, load_task
 from orchestrator.workflows.augment import AugmentJobConfig
@@ -608,6 +614,56 @@ def test_augment_stage_gives_one_variant_per_model_over_the_ner_tasks(ray_local,
                    for a in (cfg.augment, dataclasses.replace(cfg.augment, words_per_sentence=3)))
     assert reusable(out, same) and not reusable(out, other)
 
+
+
+def test_an_edited_similarity_corpus_or_vectors_file_augments_the_task_again(ray_local, tiny_mlm, vectors, tmp_path):
+    """A probe (session 53): the augment key held the paths of ``similarity.corpus`` and ``similarity.vectors``, not
+    their contents, so after the corpus was edited (or other vectors were put at the path) the task augmented with
+    the old vectors was reused, and the sweep's augmented row trained on it. Their contents are in the key now; an
+    output of the key before, filtered with these very vectors, is kept (stamped with the new key) and one of other
+    vectors is not."""
+    from orchestrator.augment.config import AugmentStageConfig
+    from orchestrator.sweep.config import SweepConfig
+    from orchestrator.workflows.runner import augment_stage
+
+    corpus = tmp_path / "corpus.txt"
+    shutil.copy(IN_DOMAIN, corpus)
+    sweep = from_dict(SweepConfig, {"search_space": "tiny", "tasks": ["bc5cdr_chemical"], "seeds": [1],
+                                    "learning_rates": [5e-5], "max_train_examples": 6,
+                                    "epochs": {"bc5cdr_chemical": [1]}})
+    # the fixture's settings and cache: its vectors are these, not trained again
+    sim = {"corpus": [str(corpus)], "dim": 16, "epochs": 2, "bucket": 5000, "cache_dir": str(vectors.parent.parent)}
+    cfg = from_dict(AugmentStageConfig, {"enabled": True, "similarity": sim,
+                                         "augment": {"words_per_sentence": 2, "candidates": 3}})
+    spec = load_task("bc5cdr_chemical")
+    args = (dataclasses.replace(spec, dir=""), SAMPLE_DIR / spec.dir, tiny_mlm, cfg.augment, cfg.similarity, 6)
+    key = augment_key(*args)
+    assert earlier_key(*args) != key
+    augment_stage(cfg, sweep, {"tiny": tiny_mlm}, tmp_path)
+    out = tmp_path / "augment" / "tiny" / "bc5cdr_chemical"
+    train = out / spec.files["train"]
+    made = train.stat().st_mtime_ns
+    assert reusable(out, key)
+    stamp(out, earlier_key(*args))  # as the code before made it: kept, its vectors being these
+    augment_stage(cfg, sweep, {"tiny": tiny_mlm}, tmp_path)
+    assert reusable(out, key) and train.stat().st_mtime_ns == made
+    stamp(out, earlier_key(*args))
+    corpus.write_text(corpus.read_text(encoding="utf-8") + "Cisplatin caused renal damage.\n", encoding="utf-8")
+    edited = augment_key(*args, out_dir=out)
+    assert edited != key and earlier_key(*args) == read_manifest(out)["stage_key"]  # not adopted: made again
+    # a vectors file given by path: the same, by its contents
+    given = tmp_path / "vectors.bin"
+    shutil.copy(vectors, given)
+    by_file = dataclasses.replace(cfg, similarity=dataclasses.replace(cfg.similarity, vectors=str(given)))
+    args = (*args[:4], by_file.similarity, 6)
+    augment_stage(by_file, sweep, {"tiny": tiny_mlm}, tmp_path)
+    made = train.stat().st_mtime_ns
+    stamp(out, earlier_key(*args))
+    augment_stage(by_file, sweep, {"tiny": tiny_mlm}, tmp_path)
+    assert reusable(out, augment_key(*args)) and train.stat().st_mtime_ns == made
+    stamp(out, earlier_key(*args))
+    given.write_bytes(given.read_bytes() + b"\0")  # other vectors at the same path
+    assert not reusable(out, augment_key(*args, out_dir=out))
 
 # ------------------------------------------------------------------------------- through the sweep
 CHEMICALS = ["aspirin", "cisplatin", "doxorubicin", "lithium", "heparin", "caffeine"]

@@ -33,17 +33,19 @@ from orchestrator.augment.filtered import (
     plan_rows,
     repeat_rows,
 )
-from orchestrator.augment.similarity import WordVectors, check_vectors, train_vectors
+from orchestrator.augment.similarity import WordVectors, check_vectors, train_vectors, vectors_key
 from orchestrator.core.config import from_dict, to_dict
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.manifest import (
     atomic_write_text,
+    file_sha256,
     hash_inputs,
     make_private,
     private_dir,
+    read_manifest,
     write_manifest,
 )
-from orchestrator.core.reuse import content_key, model_identity
+from orchestrator.core.reuse import KEY_FIELD, content_key, model_identity, stamp
 from orchestrator.core.runtime import check_fits, possible_gpus, ray_session
 from orchestrator.finetune.readers import Example, fixed_subset, read_split
 from orchestrator.finetune.spec import TaskSpec
@@ -305,9 +307,26 @@ def augment_task(spec: TaskSpec, data_dir: str | Path, out_dir: str | Path, mode
 
 
 def augment_key(spec: TaskSpec, data_dir: str | Path, model_dir: str | Path, cfg: AugmentConfig,
+                sim: SimilarityConfig, max_train_sentences: int, out_dir: str | Path | None = None) -> str:
+    """What an augmented task directory depends on: the task's files, the MLM, the settings and the contents of
+    the vectors file or corpus ``sim`` names (method ``repeat`` reads neither the MLM nor the vectors, so they are
+    not part of its key). With ``out_dir``, an output there made before those contents entered the key is
+    stamped with it when it was filtered with these very vectors (``_adopt_earlier_key``)."""
+    key = _augment_key(spec, data_dir, model_dir, cfg, sim, max_train_sentences, similarity_inputs(sim))
+    if out_dir is not None and cfg.method != "repeat" and similarity_inputs(sim):
+        _adopt_earlier_key(Path(out_dir), key, earlier_key(spec, data_dir, model_dir, cfg, sim, max_train_sentences),
+                           sim)
+    return key
+
+
+def earlier_key(spec: TaskSpec, data_dir: str | Path, model_dir: str | Path, cfg: AugmentConfig,
                 sim: SimilarityConfig, max_train_sentences: int) -> str:
-    """What an augmented task directory depends on: the task's files, the MLM, the settings (method
-    ``repeat`` reads neither the MLM nor the vectors, so they are not part of its key)."""
+    """The key before the similarity inputs' contents were in it (session 53): their paths alone."""
+    return _augment_key(spec, data_dir, model_dir, cfg, sim, max_train_sentences, {})
+
+
+def _augment_key(spec: TaskSpec, data_dir: str | Path, model_dir: str | Path, cfg: AugmentConfig,
+                 sim: SimilarityConfig, max_train_sentences: int, inputs: dict) -> str:
     files = [spec.split_path(Path(data_dir), split) for split in ("train", "dev", "test")]
     # the task as it was keyed before ``release_dir`` (where BLUE's release keeps the files, whose hashes are
     # here) existed: with it, every augmented task was made again after an upgrade
@@ -315,7 +334,38 @@ def augment_key(spec: TaskSpec, data_dir: str | Path, model_dir: str | Path, cfg
     if cfg.method == "repeat":
         return content_key("augment", task, hash_inputs([f for f in files if f.is_file()]), cfg, max_train_sentences)
     return content_key("augment", task, hash_inputs([f for f in files if f.is_file()]), model_identity(model_dir),
-                       cfg, sim, max_train_sentences)
+                       cfg, sim, max_train_sentences, *([inputs] if inputs else []))  # none: the key it always had
+
+
+def similarity_inputs(sim: SimilarityConfig) -> dict:
+    """The contents of what the filter's vectors come from, where ``sim`` names it: the vectors file, or the
+    corpus files they are trained on ({} for the task's own training sentences, already in the key). Their paths
+    alone were in the key: an edited corpus or a vectors file replaced in place kept the old augmented task."""
+    if sim.vectors:
+        return {"vectors_sha256": file_sha256(sim.vectors)}
+    if sim.corpus:
+        return {"corpus_sha256": [file_sha256(path) for path in sim.corpus]}
+    return {}
+
+
+def _adopt_earlier_key(out_dir: Path, key: str, earlier: str, sim: SimilarityConfig) -> None:
+    """An output recording ``earlier`` (its key before the similarity inputs' contents were in it) whose manifest
+    shows it was filtered with the vectors ``sim`` gives now (the vectors file's recorded hash; trained vectors'
+    cache folder, named by the corpus's contents and the settings) is stamped with ``key`` once, and reused."""
+    try:
+        manifest = read_manifest(out_dir)
+    except (FileNotFoundError, InputError):  # none, or not readable: built anew
+        return
+    if manifest.get(KEY_FIELD) != earlier:
+        return
+    used = str((manifest.get("config") or {}).get("vectors") or "")  # what augment_task filtered with
+    if sim.vectors:
+        same = (manifest.get("inputs") or {}).get(used) == file_sha256(sim.vectors)
+    else:
+        same = Path(used).parent.name == vectors_key(sim, sim.corpus)
+    if same:
+        stamp(out_dir, key)
+        log.info("augment: %s recorded this task's earlier key; stamped with its key now", out_dir)
 
 
 def from_format(spec: TaskSpec, fmt: str) -> TaskSpec:

@@ -101,7 +101,8 @@ def run(cfg: AugmentJobConfig) -> AugmentResult:
     spec, data_dir = job_spec(cfg)
     check_inputs(cfg)
     spec = dataclasses.replace(spec, dir="")
-    key = augment_key(spec, data_dir, cfg.model_dir, cfg.augment, cfg.similarity, cfg.max_train_sentences)
+    key = augment_key(spec, data_dir, cfg.model_dir, cfg.augment, cfg.similarity, cfg.max_train_sentences,
+                      cfg.out_dir)
     # Ray's and the actors' own lines go to a log file beside the output (a task directory, which holds the
     # task's files alone), as pretraining's go to <out_dir>/../logs/job.log; --verbose keeps them on the terminal
     with run_log(Path(cfg.out_dir).resolve().parent / LOG_PATH) as written:

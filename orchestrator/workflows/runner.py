@@ -541,9 +541,9 @@ def augment_stage(cfg: AugmentStageConfig, sweep: SweepConfig, models: dict[str,
                 augment_task(flat, data_dir, tmp, mlm, cfg.augment, cfg.similarity, cfg.ray,
                              max_train_sentences=space.max_train_examples)
 
-            key = augment_key(flat, data_dir, mlm, cfg.augment, cfg.similarity, space.max_train_examples)
-            out = run_stage("augment", run_dir / "augment" / safe_name(name) / task_key(task), key, build,
-                            f"augment {name}/{spec.name}")
+            place = run_dir / "augment" / safe_name(name) / task_key(task)
+            key = augment_key(flat, data_dir, mlm, cfg.augment, cfg.similarity, space.max_train_examples, place)
+            out = run_stage("augment", place, key, build, f"augment {name}/{spec.name}")
             task_dirs[task] = str(out)
         suffix = REPEATED_SUFFIX if cfg.augment.method == "repeat" else AUGMENTED_SUFFIX
         variants.append(Variant(name + suffix, str(model_dir), task_dirs))
