@@ -615,7 +615,6 @@ def test_augment_stage_gives_one_variant_per_model_over_the_ner_tasks(ray_local,
     assert reusable(out, same) and not reusable(out, other)
 
 
-
 def test_an_edited_similarity_corpus_or_vectors_file_augments_the_task_again(ray_local, tiny_mlm, vectors, tmp_path):
     """A probe (session 53): the augment key held the paths of ``similarity.corpus`` and ``similarity.vectors``, not
     their contents, so after the corpus was edited (or other vectors were put at the path) the task augmented with

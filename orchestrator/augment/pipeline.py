@@ -342,10 +342,23 @@ def similarity_inputs(sim: SimilarityConfig) -> dict:
     corpus files they are trained on ({} for the task's own training sentences, already in the key). Their paths
     alone were in the key: an edited corpus or a vectors file replaced in place kept the old augmented task."""
     if sim.vectors:
-        return {"vectors_sha256": file_sha256(sim.vectors)}
+        return {"vectors_sha256": _sha256(sim.vectors)}
     if sim.corpus:
-        return {"corpus_sha256": [file_sha256(path) for path in sim.corpus]}
+        return {"corpus_sha256": [_sha256(path) for path in sim.corpus]}
     return {}
+
+
+#: a file's sha256 by (path, size, modification time): a key is made for every (model, task), and a vectors
+#: file or corpus can be gigabytes
+_HASHED: dict[tuple[str, int, int], str] = {}
+
+
+def _sha256(path: str | Path) -> str:
+    stat = Path(path).stat()
+    where = (str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns)
+    if where not in _HASHED:
+        _HASHED[where] = file_sha256(path)
+    return _HASHED[where]
 
 
 def _adopt_earlier_key(out_dir: Path, key: str, earlier: str, sim: SimilarityConfig) -> None:
@@ -360,7 +373,7 @@ def _adopt_earlier_key(out_dir: Path, key: str, earlier: str, sim: SimilarityCon
         return
     used = str((manifest.get("config") or {}).get("vectors") or "")  # what augment_task filtered with
     if sim.vectors:
-        same = (manifest.get("inputs") or {}).get(used) == file_sha256(sim.vectors)
+        same = (manifest.get("inputs") or {}).get(used) == _sha256(sim.vectors)
     else:
         same = Path(used).parent.name == vectors_key(sim, sim.corpus)
     if same:
