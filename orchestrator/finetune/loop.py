@@ -23,16 +23,13 @@ the host. The results are those of loading everything afresh (``tests/test_sweep
 from __future__ import annotations
 
 import collections
-import contextlib
 import copy
 import dataclasses
-import hashlib
 import json
 import logging
 import math
 import os
 import time
-import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -40,9 +37,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from orchestrator.core.config import to_dict
-from orchestrator.core.manifest import atomic_write_json, private_dir
 from orchestrator.core.runtime import choose_device, seed_everything
+from orchestrator.finetune.encoding import (  # noqa: F401 (the names tests and callers import from here)
+    _TOKENIZER_HASHES,
+    Encoded,
+    _encode_ner,
+    _encoding_key,
+    encode,
+    encode_cached,
+    tokenizer_settings,
+)
 from orchestrator.finetune.metrics import METRICS, ner_per_tag
 from orchestrator.finetune.model import TaskModel
 from orchestrator.finetune.optim import linear_schedule, make_optimizer
@@ -64,19 +68,6 @@ from orchestrator.modeling.precision import (
 )
 
 log = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass
-class Encoded:
-    """A tokenised split: features per example, plus what scoring needs."""
-
-    features: list[dict[str, list[int]]]
-    targets: list[Any]
-    examples: list[Example]
-    word_index: list[list[int]] | None = None  # NER: token position of each word's first piece
-    # device -> the split padded into tensors on it (``_on_device``): built once, sliced by every batch
-    tensors: dict[str, tuple[dict[str, torch.Tensor], torch.Tensor, list[int]]] = dataclasses.field(
-        default_factory=dict, repr=False, compare=False)
 
 
 CV_DEV_SHARE = 0.1  # share of the training folds held out as dev for selecting lr / epochs
@@ -141,121 +132,6 @@ def load_splits(spec: TaskSpec, trial: TrialSpec) -> dict[str, list[Example]]:
     train, dev = train_test_split(rest, test_size=CV_DEV_SHARE, random_state=CV_SPLIT_SEED, stratify=stratify)
     pick = lambda idx: [examples[i] for i in sorted(idx)]  # noqa: E731
     return {"train": cap("train", pick(train)), "dev": cap("dev", pick(dev)), "test": cap("test", pick(test))}
-
-
-def _encoding_key(spec: TaskSpec, trial: TrialSpec, split: str, examples: list[Example], tokenizer) -> str:
-    """Everything the tokenised tensors depend on: the examples' text, the tokenizer's vocabulary
-    and settings, the length limit, the task's label order (targets are label indices).
-
-    The key is ``content_key([type, lower-casing, sorted vocabulary, settings (``tokenizer_settings``),
-    length, family, labels, split (, sub-word labelling)], examples)``; the tokenizer's part (a 30k-entry
-    vocabulary: about a second to list, sort and serialise) is hashed once per tokenizer object (``_tokenizer_hash``)
-    and the rest added to a copy of that hash, which gives the same key."""
-    labelling = [spec.subword_labels] if spec.subword_labels != "first" else []  # the default keeps its keys
-    rest = [trial.max_seq_length, spec.family, list(spec.labels), split, *labelling]
-    digest = _tokenizer_hash(tokenizer).copy()
-    digest.update("".join(", " + _canonical(p) for p in rest).encode())
-    digest.update(("], " + _canonical([[ex.text_a, ex.text_b, ex.label] for ex in examples]) + "]").encode())
-    return digest.hexdigest()[:24]
-
-
-def _canonical(value: Any) -> str:
-    """``value``'s JSON as ``content_key`` writes it (one item of its list)."""
-    return json.dumps(to_dict(value), sort_keys=True, default=str)
-
-
-_TOKENIZER_HASHES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _tokenizer_hash(tokenizer) -> Any:
-    """sha256 fed with the start of ``_encoding_key``'s JSON text up to the tokenizer's vocabulary, once
-    per tokenizer object (a process keeps its tokenizers: ``_process_cached``)."""
-    if tokenizer not in _TOKENIZER_HASHES:
-        head = [type(tokenizer).__name__, getattr(tokenizer, "do_lower_case", None),
-                sorted(tokenizer.get_vocab().items()), tokenizer_settings(tokenizer)]
-        # json.dumps as content_key's _canonical writes these plain lists and dicts, without its to_dict walk
-        # of a 30k-entry vocabulary (about 0.2 s a tokenizer)
-        text = ", ".join(json.dumps(part, sort_keys=True) for part in head)
-        _TOKENIZER_HASHES[tokenizer] = hashlib.sha256(("[[" + text).encode())
-    return _TOKENIZER_HASHES[tokenizer]
-
-
-def tokenizer_settings(tokenizer) -> dict:
-    """What turns text into ids besides the vocabulary: a fast tokenizer's normalizer (lower-casing, accent
-    stripping), pre-tokenizer, post-processor, special tokens and WordPiece settings. Two models with one
-    vocabulary and other settings shared their cached token ids."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is None:  # a slow tokenizer: its settings are its init arguments
-        return {k: v for k, v in sorted(tokenizer.init_kwargs.items())
-                if isinstance(v, bool | int | float | str) and k not in ("name_or_path", "vocab_file")}
-    state = json.loads(backend.to_str())
-    model = {k: v for k, v in state.get("model", {}).items() if k != "vocab"}
-    return {"model": model, **{k: state.get(k) for k in ("normalizer", "pre_tokenizer", "post_processor",
-                                                         "added_tokens")}}
-
-
-def encode_cached(spec: TaskSpec, trial: TrialSpec, split: str, examples: list[Example], tokenizer) -> Encoded:
-    """``encode`` through a JSON cache in ``trial.cache_dir``: every trial of a (task, tokenizer)
-    after the first reads the tokenised split instead of tokenising it again."""
-    if not trial.cache_dir:
-        return encode(spec, examples, tokenizer, trial.max_seq_length)
-    # a task under a data-use agreement keeps its token ids (its text, reversibly) in an owner-only folder
-    cache_dir = private_dir(Path(trial.cache_dir) / "restricted") if spec.restricted else Path(trial.cache_dir)
-    path = cache_dir / f"{_encoding_key(spec, trial, split, examples, tokenizer)}.json"
-    if path.is_file():
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            with contextlib.suppress(OSError):  # read now: kept by prune_encoded (a read-only folder keeps all)
-                os.utime(path)
-            return Encoded(data["features"], data["targets"], examples, data["word_index"])
-        except (json.JSONDecodeError, KeyError):
-            log.warning("unreadable encoding cache %s: tokenising again", path)
-    enc = encode(spec, examples, tokenizer, trial.max_seq_length)
-    atomic_write_json(path, {"features": enc.features, "targets": enc.targets, "word_index": enc.word_index},
-                      private=spec.restricted)
-    return enc
-
-
-def encode(spec: TaskSpec, examples: list[Example], tokenizer, max_len: int) -> Encoded:
-    if spec.family == "ner":
-        return _encode_ner(spec, examples, tokenizer, max_len)
-    feats, targets = [], []
-    for ex in examples:
-        enc = tokenizer(ex.text_a, ex.text_b, truncation=True, max_length=max_len)
-        feats.append({k: enc[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc})
-        if spec.family == "sts":
-            targets.append(float(ex.label))
-        elif spec.family == "multilabel":
-            row = [0.0] * len(spec.labels)
-            for i in ex.label:
-                row[i] = 1.0
-            targets.append(row)
-        else:
-            targets.append(spec.labels.index(ex.label))
-    return Encoded(feats, targets, examples)
-
-
-def _encode_ner(spec: TaskSpec, examples: list[Example], tokenizer, max_len: int) -> Encoded:
-    """Word tags onto sub-word positions: each word's first sub-word carries its tag, and with
-    ``spec.subword_labels == "all"`` (seed 001) every further sub-word carries it too; the rest, and
-    [CLS]/[SEP], are ignored by the loss (-100). A word is predicted from its first sub-word."""
-    every = spec.subword_labels == "all"
-    feats, targets, word_index = [], [], []
-    for ex in examples:
-        enc = tokenizer(list(ex.text_a), is_split_into_words=True, truncation=True, max_length=max_len)
-        labels, firsts, seen = [], [], set()
-        for pos, w in enumerate(enc.word_ids()):
-            if w is None or (w in seen and not every):
-                labels.append(-100)
-                continue
-            if w not in seen:
-                seen.add(w)
-                firsts.append(pos)
-            labels.append(spec.labels.index(ex.label[w]))
-        feats.append({k: enc[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc})
-        targets.append(labels)
-        word_index.append(firsts)
-    return Encoded(feats, targets, examples, word_index)
 
 
 def _on_device(enc: Encoded, pad_id: int, device: torch.device) -> tuple[dict[str, torch.Tensor], torch.Tensor,
@@ -375,7 +251,7 @@ def _prediction(spec: TaskSpec, decoded: Any, enc: Encoded, i: int) -> Any:
         return tuple(j for j, over in enumerate(decoded) if over)
     if spec.family == "ner":
         n_words = len(enc.examples[i].text_a)
-        tags = [spec.labels[decoded[pos]] for pos in enc.word_index[i]]
+        tags = [spec.labels[decoded[pos]] if pos >= 0 else "O" for pos in enc.word_index[i]]
         return tags + ["O"] * (n_words - len(tags))  # words cut off by max_seq_length
     return spec.labels[decoded]
 
@@ -441,7 +317,12 @@ def prepare(trial: TrialSpec, task_spec: TaskSpec | None = None) -> Prepared:
 
     def read_and_encode() -> tuple[dict[str, list[Example]], dict[str, Encoded]]:
         splits = load_splits(spec, trial)
-        return splits, {name: encode_cached(spec, trial, name, exs, tokenizer) for name, exs in splits.items()}
+        enc = {name: encode_cached(spec, trial, name, exs, tokenizer) for name, exs in splits.items()}
+        if any(e.cut for e in enc.values()):  # said once a process and model: the words past the cut go unread
+            log.warning("%s: inputs longer than max_seq_length %d word pieces of %s are cut to it: %s", spec.name,
+                        trial.max_seq_length, trial.model_name, ", ".join(
+                            f"{name} {e.cut:,} of {len(e.examples):,}" for name, e in enc.items()))
+        return splits, enc
 
     splits, enc = _process_cached(data_key, read_and_encode)
     for split in enc.values():  # padded onto the device once (kept with the cached split for later trials)
@@ -466,6 +347,7 @@ class TrialLog:
 
     def __init__(self, trial: TrialSpec, prep: Prepared):
         self.trial, self.spec, self.splits = trial, prep.spec, prep.splits
+        self.cut = {f"{name}_cut": enc.cut for name, enc in prep.enc.items()}  # inputs cut to max_seq_length
         self.epochs: list[dict] = []
         self.predictions: dict[str, dict[str, list]] = {}
         self.per_tag: dict[str, dict[str, dict[str, float]]] = {}  # NER: epoch -> entity type -> P/R/F1/support
@@ -493,7 +375,7 @@ class TrialLog:
         return {"trial_id": self.trial.trial_id, "trial": dataclasses.asdict(self.trial), "task": self.spec.name,
                 "metric": self.spec.metric, "epochs": self.epochs, "predictions": self.predictions,
                 "test_ids": [ex.id for ex in self.splits["test"]],  # what each prediction is of, in their order
-                "per_tag": self.per_tag, **self.stopping, "counts": {**self.counts, **split_sizes},
+                "per_tag": self.per_tag, **self.stopping, "counts": {**self.counts, **split_sizes, **self.cut},
                 "seconds": round(seconds, 3)}
 
 
