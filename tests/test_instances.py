@@ -176,6 +176,30 @@ def test_config_checks():
     assert InstanceConfig().max_predictions(128) == 20 and InstanceConfig().max_predictions(512) == 80
 
 
+def test_a_masked_lm_prob_the_cap_takes_from_is_said_by_the_dry_run(vocab):
+    """BERT masks min(max_predictions_per_seq, round(length x masked_lm_prob)) tokens: masked_lm_prob 0.3 under
+    the default cap (20 per 128) masks 15.6 % of a full instance, which the dry run and the stage said nowhere
+    (the manifest recorded 0.3). BERT's own settings, and entity masking (no cap), say nothing."""
+    from orchestrator.instances.entity_masking import EntityMaskingConfig
+    from orchestrator.instances.stage import plan_instances
+
+    sp = Specials.from_vocab({t: i for i, t in enumerate(vocab)})
+    cfg = InstanceConfig(max_seq_lengths=(64, 128), masked_lm_prob=0.3)
+    ids = np.array([[sp.cls] + [sp.vocab_size - 150 + i % 100 for i in range(126)] + [sp.sep]])
+    rule = MaskingRule(cfg.masked_lm_prob, cfg.max_predictions(128), False)
+    chosen, _ = mask_batch(ids, np.array([128]), rule, sp, sp.continuation_mask(), np.random.default_rng(0))
+    assert chosen.sum() == 20  # not the 38 asked
+    said = plan_instances(cfg).split("\n")
+    assert said[2] == ("instances.masked_lm_prob 0.3 asks 38 masked tokens of a 128-token instance; "
+                       "max_predictions_per_seq caps them at 20 (15.6%, its default of 20 per 128): raise "
+                       "instances.max_predictions_per_seq to 38 to mask what masked_lm_prob says")
+    assert len(said) == 3 and "asks 19 masked tokens of a 64-token instance" in said[1]
+    assert "caps them at 40 (31.2%)" in InstanceConfig(max_predictions_per_seq=40, masked_lm_prob=0.5
+                                                         ).masking_capped(128)
+    assert not any(InstanceConfig().masking_capped(n) for n in (8, 64, 128, 512))
+    assert not InstanceConfig(masked_lm_prob=0.3, entity_masking=EntityMaskingConfig()).masking_capped(128)
+
+
 def test_entity_masker_hook_chooses_targets():
     from orchestrator.instances.entity_masking import EntityMasker, EntityMaskingConfig
 

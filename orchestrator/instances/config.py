@@ -69,6 +69,18 @@ class InstanceConfig:
     def max_predictions(self, max_seq_length: int) -> int:
         return self.max_predictions_per_seq or max(1, round(max_seq_length * 20 / 128))
 
+    def masking_capped(self, max_seq_length: int) -> str:
+        """What the cap takes from ``masked_lm_prob`` in an instance of ``max_seq_length`` tokens ("" when
+        nothing): BERT's rule masks ``min(cap, round(length x prob))`` tokens, so ``masked_lm_prob: 0.3`` under
+        the default cap (20 per 128) masks 15.6 %. Entity masking has no cap."""
+        cap, asked = self.max_predictions(max_seq_length), round(max_seq_length * self.masked_lm_prob)
+        if self.entity_masking is not None or asked <= cap:
+            return ""
+        return (f"instances.masked_lm_prob {self.masked_lm_prob:g} asks {asked} masked tokens of a {max_seq_length}-"
+                f"token instance; max_predictions_per_seq caps them at {cap} ({cap / max_seq_length:.1%}"
+                f"{'' if self.max_predictions_per_seq else ', its default of 20 per 128'}): raise "
+                f"instances.max_predictions_per_seq to {asked} to mask what masked_lm_prob says")
+
     def output_fields(self) -> dict:
         """The settings one length's instances depend on: not where or how many at once they are built.
 

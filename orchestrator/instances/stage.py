@@ -40,6 +40,8 @@ def build_instances(cfg: InstanceConfig, corpus_dir: Path, vocab_dir: Path, out_
     if cfg.pretokenize not in ("auto", pretokenize):
         raise ConfigError(f"instances.pretokenize is {cfg.pretokenize} but the vocabulary {vocab_dir} splits words "
                           f"with {pretokenize}: set vocab.pretokenize={cfg.pretokenize}, or instances.pretokenize=auto")
+    if capped := cfg.masking_capped(max_seq_length):
+        log.warning("%s", capped)
     shards, plan = load_plan(corpus_dir, documents=False)
     by_path = {s.path: s for s in shards}
     workers = cfg.resolved_workers(len(plan.units))
@@ -153,8 +155,9 @@ def plan_instances(cfg: InstanceConfig) -> str:
     em = cfg.entity_masking
     if em is not None and not em.ner_model:  # loads and checks the dictionaries and the association table
         EntityMasker(em, association=AssociationTable({}, 0.0) if em.association_method != "table" else None)
-    return (f"instances: max_seq_lengths={list(cfg.max_seq_lengths)}, masking={cfg.masking}, "
+    line = (f"instances: max_seq_lengths={list(cfg.max_seq_lengths)}, masking={cfg.masking}, "
             f"whole_word_mask={cfg.whole_word_mask}, "
             f"entity_masking={'on' if cfg.entity_masking else 'off'}"
             f"{f' (same_type_grouping={em.same_type_grouping}, association={em.association_method})' if em else ''}, "
             f"seed={cfg.seed}")
+    return "\n".join([line, *(said for n in cfg.max_seq_lengths if (said := cfg.masking_capped(n)))])

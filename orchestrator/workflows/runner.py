@@ -197,7 +197,7 @@ def plan_corpus_stages(corpus: CorpusConfig, vocab: VocabConfig, instances: Inst
         small = sum(sizes[s.name] for s in corpus.sources if s.role in SMALL_ROLES)
         lines.append("  " + plan_vocab(vocab, small, sum(sizes.values()) - small))
     if "instances" in stages:
-        lines.append("  " + plan_instances(instances))
+        lines += ["  " + line for line in plan_instances(instances).split("\n")]
     return "\n".join(lines)
 
 
