@@ -195,7 +195,8 @@ def _model_flops(model_dir: Path, records: list[dict], cfg) -> float:
 
     from transformers import AutoModel, AutoTokenizer
 
-    from orchestrator.finetune.loop import encode, load_splits
+    from orchestrator.finetune.encoding import encode
+    from orchestrator.finetune.loop import load_splits
     from orchestrator.finetune.spec import load_task
     from orchestrator.finetune.trial import TrialSpec
 

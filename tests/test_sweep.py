@@ -457,7 +457,7 @@ def test_the_encoding_cache_key_is_the_content_key_of_the_vocabulary_and_the_exa
     from transformers import AutoTokenizer
 
     from orchestrator.core.reuse import content_key
-    from orchestrator.finetune import loop
+    from orchestrator.finetune import encoding, loop
     from orchestrator.finetune.spec import SAMPLE_DIR, load_task
     from orchestrator.finetune.trial import TrialSpec
 
@@ -469,22 +469,21 @@ def test_the_encoding_cache_key_is_the_content_key_of_the_vocabulary_and_the_exa
                           data_dir=str(SAMPLE_DIR / folder), learning_rate=1e-3, seed=1, eval_epochs=(1,))
         examples = loop.load_splits(spec, trial)["dev"]
         expected = content_key([type(tok).__name__, getattr(tok, "do_lower_case", None), vocab,
-                                loop.tokenizer_settings(tok), trial.max_seq_length, spec.family, list(spec.labels),
+                                encoding.tokenizer_settings(tok), trial.max_seq_length, spec.family, list(spec.labels),
                                 "dev", *([labelling] if labelling != "first" else [])],
                                [[ex.text_a, ex.text_b, ex.label] for ex in examples], length=24)
-        assert loop._encoding_key(spec, trial, "dev", examples, tok) == expected
-    assert tok in loop._TOKENIZER_HASHES  # its vocabulary hashed once, kept while the tokenizer lives
+        assert encoding._encoding_key(spec, trial, "dev", examples, tok) == expected
+    assert tok in encoding._TOKENIZER_HASHES  # its vocabulary hashed once, kept while the tokenizer lives
     # a model probe (session 48): the same vocabulary with accents kept shared its cached ids with the default's
-    settings = loop.tokenizer_settings(tok)
+    settings = encoding.tokenizer_settings(tok)
     assert settings["normalizer"]["strip_accents"] is None and settings["model"]["unk_token"] == "[UNK]"
     kept = AutoTokenizer.from_pretrained(str(tiny_bert), strip_accents=False)
     assert "Caf\u00e9" not in str(kept("Caf\u00e9")["input_ids"])  # tokenised otherwise: ids differ
     assert kept("na\u00efve caf\u00e9")["input_ids"] != tok("na\u00efve caf\u00e9")["input_ids"]
-    assert loop._encoding_key(spec, trial, "dev", examples, kept) != loop._encoding_key(spec, trial, "dev", examples,
-                                                                                        tok)
+    key = encoding._encoding_key
+    assert key(spec, trial, "dev", examples, kept) != key(spec, trial, "dev", examples, tok)
     again = AutoTokenizer.from_pretrained(str(tiny_bert))  # another object of the same files: the same key
-    assert loop._encoding_key(spec, trial, "dev", examples, again) == loop._encoding_key(spec, trial, "dev",
-                                                                                         examples, tok)
+    assert key(spec, trial, "dev", examples, again) == key(spec, trial, "dev", examples, tok)
 
 
 def test_the_overhead_benchmark_splits_a_sweep_into_its_fixed_start_up_and_its_per_trial_part(tmp_path):
@@ -533,7 +532,8 @@ def test_batches_are_the_host_built_padded_batches(ner):
     the batch built from the example lists and padded to its own longest example (the former way)."""
     import torch
 
-    from orchestrator.finetune.loop import Encoded, _batches
+    from orchestrator.finetune.encoding import Encoded
+    from orchestrator.finetune.loop import _batches
 
     rng = torch.Generator().manual_seed(0)
     lengths = [int(n) for n in torch.randint(2, 12, (11,), generator=rng)]

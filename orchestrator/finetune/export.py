@@ -122,7 +122,8 @@ class FineTuned:
 
     def predict(self, examples: Sequence[Example], batch_size: int = 32) -> list[Any]:
         """Predictions in the task's label space, decoded as the sweep decodes them (``loop.predict``)."""
-        from orchestrator.finetune.loop import encode, predict  # heavy: transformers (through loop)
+        from orchestrator.finetune.encoding import encode  # heavy: torch
+        from orchestrator.finetune.loop import predict  # heavy: transformers (through loop)
 
         enc = encode(self.spec, list(examples), self.tokenizer, self.max_seq_length)
         return predict(self.model, self.spec, enc, batch_size, self.tokenizer.pad_token_id or 0, self.device)

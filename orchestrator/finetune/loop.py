@@ -38,15 +38,7 @@ import numpy as np
 import torch
 
 from orchestrator.core.runtime import choose_device, seed_everything
-from orchestrator.finetune.encoding import (  # noqa: F401 (the names tests and callers import from here)
-    _TOKENIZER_HASHES,
-    Encoded,
-    _encode_ner,
-    _encoding_key,
-    encode,
-    encode_cached,
-    tokenizer_settings,
-)
+from orchestrator.finetune.encoding import Encoded, encode_cached
 from orchestrator.finetune.metrics import METRICS, ner_per_tag
 from orchestrator.finetune.model import TaskModel
 from orchestrator.finetune.optim import linear_schedule, make_optimizer
