@@ -38,14 +38,13 @@ from orchestrator.core.config import from_dict, to_dict
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.manifest import (
     atomic_write_text,
-    file_sha256,
     hash_inputs,
     make_private,
     private_dir,
     read_manifest,
     write_manifest,
 )
-from orchestrator.core.reuse import KEY_FIELD, content_key, model_identity, stamp
+from orchestrator.core.reuse import KEY_FIELD, content_key, file_digests, model_identity, stamp
 from orchestrator.core.runtime import check_fits, possible_gpus, ray_session
 from orchestrator.finetune.readers import Example, fixed_subset, read_split
 from orchestrator.finetune.spec import TaskSpec
@@ -348,17 +347,10 @@ def similarity_inputs(sim: SimilarityConfig) -> dict:
     return {}
 
 
-#: a file's sha256 by (path, size, modification time): a key is made for every (model, task), and a vectors
-#: file or corpus can be gigabytes
-_HASHED: dict[tuple[str, int, int], str] = {}
-
-
 def _sha256(path: str | Path) -> str:
-    stat = Path(path).stat()
-    where = (str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns)
-    if where not in _HASHED:
-        _HASHED[where] = file_sha256(path)
-    return _HASHED[where]
+    """A file's sha256 through the per-user hash cache (``file_digests``: once while its size and modification
+    time hold): a key is made for every (model, task), and a vectors file or corpus can be gigabytes."""
+    return file_digests([Path(path)])[Path(path).name]
 
 
 def _adopt_earlier_key(out_dir: Path, key: str, earlier: str, sim: SimilarityConfig) -> None:

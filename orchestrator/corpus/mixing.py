@@ -390,8 +390,9 @@ def weighted(shards: Sequence[ShardInfo], cfg: MixerConfig, rng: random.Random) 
             continue
         full, rest = divmod(target[name], sizes[name])
         passes[name] = round(target[name] / sizes[name], 4)
-        for s in mine if full else ():  # one unit a shard, each its own id (a comprehension gave them one)
-            units.append(Unit(len(units), (Member(s.path),), full))
+        if full:
+            for s in mine:  # one unit a shard, each its own id (a comprehension gave them one)
+                units.append(Unit(len(units), (Member(s.path),), full))
         docs = [(s, row) for s in mine for row in range(s.n_docs)]
         rng.shuffle(docs)
         picked: dict[str, list[int]] = defaultdict(list)
