@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import os
 import re
 from pathlib import Path
 
@@ -838,3 +839,50 @@ def test_the_read_of_parallel_tasks_says_how_many_ended_and_the_time_left_from_t
     assert said[-1].startswith(f"corpus: s: {tasks}/{tasks} read tasks done ("), said
     assert [pq.read_table(s.path).to_pylist() for s in one] == [pq.read_table(s.path).to_pylist() for s in many]
     assert not [t for t in threading.enumerate() if t.name.startswith("corpus-read-")]  # the heartbeat ended
+
+
+def test_sources_with_new_modification_times_but_the_same_contents_reuse_the_corpus(tmp_path, caplog):
+    """A rerun the next day of an experiment whose data had been copied again (session 54): the corpus key holds
+    the sources' sizes and modification times, so every stage was to be built again. An earlier output that this
+    config built from sources of the same contents now answers, in an experiment's layout (by key) and a chain's
+    (by name); other contents, another config or a source of no output build anew, and nothing is hashed then."""
+    from orchestrator.core.manifest import write_manifest
+    from orchestrator.core.reuse import stamp
+    from orchestrator.corpus.mixing import MixerConfig
+    from orchestrator.corpus.stage import CorpusConfig
+    from orchestrator.instances.config import InstanceConfig
+    from orchestrator.vocab.wordpiece import VocabConfig
+    from orchestrator.workflows.runner import by_key, by_name, corpus_keys
+
+    text = tmp_path / "pubmed.txt"
+    text.write_text("Aspirin inhibits platelets.\nCisplatin causes nephrotoxicity.\n", encoding="utf-8")
+    cfg = CorpusConfig(sources=(_src(text, role="small"),), mixer=from_dict(MixerConfig, {"name": "conventional"}))
+    vocab, instances = VocabConfig(), InstanceConfig()
+
+    def keys(place=None) -> dict[str, str]:
+        return corpus_keys(cfg, vocab, instances, ("corpus", "vocab", "instances"), place)
+
+    def built(out: Path) -> str:  # a finished corpus output as the stage writes its manifest (the shards aside)
+        key = keys()["corpus"]
+        write_manifest(out, stage="corpus", config=cfg, inputs=[text])
+        stamp(out, key)
+        return key
+
+    experiment, chain = by_key(tmp_path / "stages"), by_name(tmp_path / "chain")
+    old = built(experiment("corpus", keys()["corpus"]))
+    assert built(chain("corpus", "")) == old and keys(experiment) == keys(chain) == keys()
+    stat = text.stat()
+    os.utime(text, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # copied again: another time, the same bytes
+    moved = keys()
+    assert moved["corpus"] != old
+    with caplog.at_level("INFO", logger="orchestrator.corpus.stage"):
+        for place in (experiment, chain, experiment):
+            again = keys(place)
+            assert again["corpus"] == old and again["vocab"] != moved["vocab"]  # the stages after it answer too
+    said = [r.getMessage() for r in caplog.records if "modification times changed" in r.getMessage()]
+    assert len(said) == 2 and str(tmp_path / "stages" / "corpus" / old) in said[0]  # once an output a process
+    assert keys(by_key(tmp_path / "other")) == moved  # no output there: built anew
+    text.write_text("Aspirin inhibits platelets!\nCisplatin causes nephrotoxicity!\n", encoding="utf-8")
+    os.utime(text, ns=(stat.st_atime_ns, stat.st_mtime_ns + 2 * 10**9))  # other bytes of the same size
+    assert keys(experiment)["corpus"] == keys()["corpus"] not in (old, moved["corpus"])
+    assert keys(chain)["corpus"] != old

@@ -152,11 +152,12 @@ def model_identity(model_dir: str | Path) -> str:
     return content_key(digests)
 
 
-def file_digests(paths: Iterable[Path]) -> dict[str, str]:
-    """{file name: sha256} of ``paths``, each hashed once a user while its size and modification time
-    hold (the per-user cache ``model_identity`` uses): a sweep's task files, read for every trial."""
+def file_digests(paths: Iterable[Path], by_path: bool = False) -> dict[str, str]:
+    """{file name (``by_path``: the path as given): sha256} of ``paths``, each hashed once a user while its
+    size and modification time hold (the per-user cache ``model_identity`` uses): a sweep's task files, read for
+    every trial; a corpus's sources, when their modification times changed (``corpus.stage.earlier_corpus_key``)."""
     cache = _HashCache()
-    digests = {Path(p).name: cache.sha256(Path(p)) for p in paths}
+    digests = {(str(p) if by_path else Path(p).name): cache.sha256(Path(p)) for p in paths}
     cache.save()
     return digests
 

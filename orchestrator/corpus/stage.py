@@ -16,6 +16,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import dataclasses
+import json
 import logging
 import math
 import random
@@ -24,11 +25,12 @@ import time
 from pathlib import Path
 
 from orchestrator.core.artifacts import SHARD_COLUMNS, SMALL_ROLES, ShardInfo, shard_info, write_plan
-from orchestrator.core.config import field, to_dict
+from orchestrator.core.config import field, public, to_dict
 from orchestrator.core.console import due, progress, updating
 from orchestrator.core.cost import duration
 from orchestrator.core.errors import ConfigError, InputError
-from orchestrator.core.manifest import write_manifest
+from orchestrator.core.manifest import read_manifest, write_manifest
+from orchestrator.core.reuse import KEY_FIELD, file_digests, reusable
 from orchestrator.corpus.mixing import MIXERS, MixerConfig, planned_bytes, weighted_bytes
 from orchestrator.corpus.sources import (
     FILTER_COUNTS,
@@ -122,6 +124,43 @@ def input_stats(cfg: CorpusConfig) -> dict[str, tuple[int, int]]:
                                  expected="NLM's MeSH descriptor file, desc<year>.xml")
             stats[str(path)] = (path.stat().st_size, path.stat().st_mtime_ns)
     return stats
+
+
+def earlier_corpus_key(cfg: CorpusConfig, key: str, out_dir: Path) -> str:
+    """``key`` (from the sources' sizes and modification times, ``input_stats``), or the key of a finished
+    corpus output at ``out_dir`` or beside it that this very config built from sources of these very contents.
+    Sources copied, restored, checked out or downloaded again get new modification times, and the key alone then
+    built every stage again (the corpus, its vocabulary, instances, pretraining: a day's rerun of an experiment,
+    session 54). The sources are hashed (through the per-user hash cache) only when such an output exists and
+    ``key`` has none. A Chinese source (its sentence split changed the key once) or MeSH descriptors (not among a
+    manifest's inputs) keep ``key``."""
+    out_dir = Path(out_dir)
+    if reusable(out_dir, key) or any(s.language == "zh" or s.mesh.descriptors for s in cfg.sources):
+        return key
+    config = json.loads(json.dumps(public(to_dict(cfg)), default=str))  # as a manifest holds it
+    siblings = sorted(out_dir.parent.iterdir()) if out_dir.parent.is_dir() else []
+    candidates = []
+    for path in dict.fromkeys([out_dir, *siblings]):
+        try:
+            manifest = read_manifest(path)
+        except (FileNotFoundError, NotADirectoryError, InputError):  # not a stage output
+            continue
+        if manifest.get("stage") == "corpus" and manifest.get(KEY_FIELD) and manifest.get("config") == config:
+            candidates.append((path, manifest))
+    if not candidates:
+        return key
+    digests = file_digests([p for s in cfg.sources for p in source_files(s)], by_path=True)
+    for path, manifest in candidates:
+        if manifest.get("inputs") == digests:
+            if _ADOPTED.get(str(path)) != key:  # said once a process (each arm of an experiment asks)
+                _ADOPTED[str(path)] = key
+                log.info("corpus: the sources' modification times changed since %s was built, not their contents: "
+                         "it is reused, with the outputs made from it", path)
+            return str(manifest[KEY_FIELD])
+    return key
+
+
+_ADOPTED: dict[str, str] = {}  # corpus outputs earlier_corpus_key has said it reuses -> the key they answered
 
 
 def source_sizes(cfg: CorpusConfig) -> dict[str, int]:

@@ -38,7 +38,7 @@ from orchestrator.core.imports import resolve_transformers_names
 from orchestrator.core.manifest import check_replaceable, check_writable_dir, hash_inputs, read_manifest
 from orchestrator.core.reuse import content_key, output_lock, reusable, run_stage
 from orchestrator.core.runtime import possible_gpus, ray_session
-from orchestrator.corpus.stage import CorpusConfig, input_stats, source_sizes
+from orchestrator.corpus.stage import CorpusConfig, earlier_corpus_key, input_stats, source_sizes
 from orchestrator.instances.config import InstanceConfig
 from orchestrator.pretrain.checkpoint import other_run, other_run_error
 from orchestrator.pretrain.config import PretrainConfig, check_init_positions, pretrain_key
@@ -85,13 +85,18 @@ Place = Callable[[str, str], Path]
 
 
 def corpus_keys(corpus: CorpusConfig, vocab: VocabConfig, instances: InstanceConfig,
-                stages: tuple[str, ...] = ("corpus", "vocab", "instances")) -> dict[str, str]:
+                stages: tuple[str, ...] = ("corpus", "vocab", "instances"), place: Place | None = None
+                ) -> dict[str, str]:
     """The key of every output of the first three stages, from configs and input files alone (a
     finished stage records its key, so a downstream key never needs the upstream output itself).
-    Reads the sources' sizes and the vocabulary's target files; builds nothing."""
+    Reads the sources' sizes and the vocabulary's target files; builds nothing. With ``place``, the
+    corpus key is that of an earlier output there built from sources of the same contents whose
+    modification times changed since (``earlier_corpus_key``)."""
     # a Chinese source's corpus made before its sentences were split at 。！？ (session 42) is not reused
     splits = [{"zh": "split at full stops"}] if any(s.language == "zh" for s in corpus.sources) else []
     keys = {"corpus": content_key("corpus", corpus.identity(), input_stats(corpus), *splits)}
+    if place is not None:
+        keys["corpus"] = earlier_corpus_key(corpus, keys["corpus"], place("corpus", keys["corpus"]))
     if "vocab" not in stages:
         return keys
     # the tokenizer-quality table's inputs only when it has any (default keys stay what they were)
@@ -141,7 +146,8 @@ def corpus_stages(corpus: CorpusConfig, vocab: VocabConfig, instances: InstanceC
     ``place`` puts each output (an experiment: by key). With no Ray running, one runs for the call
     (``ray_session``): Ray Data started Ray's default, on every interface with its dashboard, and left it (probe L2)."""
     check_pretokenize(vocab, instances)
-    keys = keys or corpus_keys(corpus, vocab, instances, stages)  # (once: each is read from the inputs' files)
+    keys = keys or corpus_keys(corpus, vocab, instances, stages,  # (once: each is read from the inputs' files)
+                               place or by_name(run_dir))
     if corpus_reused(corpus, vocab, instances, run_dir, stages, place, keys):  # no Ray to start (probe G7: 18-22 s)
         return _corpus_stages(corpus, vocab, instances, Path(run_dir), stages, place, keys)
     with ray_session():
@@ -152,8 +158,8 @@ def corpus_reused(corpus: CorpusConfig, vocab: VocabConfig, instances: InstanceC
                   stages: tuple[str, ...] = ("corpus", "vocab", "instances"), place: Place | None = None,
                   keys: dict[str, str] | None = None) -> bool:
     """Whether every output of ``corpus_stages`` is there, complete, for these configs: nothing to build."""
-    place = place or (lambda name, key: Path(run_dir) / name)
-    keys = keys or corpus_keys(corpus, vocab, instances, stages)
+    place = place or by_name(run_dir)
+    keys = keys or corpus_keys(corpus, vocab, instances, stages, place)
     return all(reusable(place(name, key), key) for name, key in keys.items())
 
 
@@ -256,7 +262,7 @@ def arm_outputs(arm: ChainConfig, kind: str, place: Place) -> list[Output]:
     stages = ("corpus", "vocab") if kind == "random" else tuple(s for s in CORPUS_STAGES if s in arm.stages)
     if not stages:
         return []
-    keys = corpus_keys(arm.corpus, arm.vocab, arm.instances, stages)
+    keys = corpus_keys(arm.corpus, arm.vocab, arm.instances, stages, place)
     outputs = [Output(n.split("/")[0], n, k, place(n, k)) for n, k in keys.items()]
     if kind == "random":
         key = content_key("random-init", arm.pretrain.model, arm.pretrain.seed, keys["vocab"])
