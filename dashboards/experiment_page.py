@@ -32,7 +32,7 @@ from pathlib import Path
 from dashboards.experiment_data import Experiment, load_experiment
 from dashboards.svg import Series, interval_panel, line_plot, signed, thin
 from orchestrator.core.config import is_number, redacted
-from orchestrator.core.cost import duration
+from orchestrator.core.cost import cost_note, duration
 from orchestrator.core.errors import OrchestratorError
 from orchestrator.core.manifest import atomic_write_text
 from orchestrator.core.results import in_blue_order
@@ -187,8 +187,7 @@ def _cost_section(exp: Experiment, colours: dict[str, str]) -> str:
             device = str(row.get("device", "CPU"))
             totals[device] = totals.get(device, 0.0) + float(row.get("device_h", 0.0))
             wall = float(row.get("wall_s", 0.0))
-            note = ", ".join(n for n in ("reused" if row.get("reused") else "",
-                                         f"shared with {row['shared']}" if row.get("shared") else "") if n)
+            note = cost_note(row)  # the summary's words
             head = (f'<td class="model" rowspan="{len(rows) + 1}">{swatch}{esc(owner)}</td>' if i == 0 else "")
             out.append(f'<tr data-owner="{esc(owner)}" data-stage="{esc(str(row.get("stage", "")))}">{head}'
                        f"<td>{esc(str(row.get('stage', '')))}</td><td>{'-' if wall < 0 else esc(duration(wall))}</td>"

@@ -459,8 +459,14 @@ def test_a_sweep_bundles_the_trials_of_two_models_of_one_family_into_one_ray_tri
     assert sorted(r["trial"]["model_name"] for r in records) == ["floor", "floor", "tiny", "tiny"]
     assert all(r["bundle"]["size"] == 4 for r in records)
     assert set(result.results["cells"]) == {"tiny", "floor"}
-    shares = json.loads((out / "manifest.json").read_text())["cost"]["by_model"]
-    assert set(shares) == {"tiny", "floor"}
+    cost = json.loads((out / "manifest.json").read_text())["cost"]
+    assert set(cost["by_model"]) == {"tiny", "floor"}
+    assert sum(cost["by_model"].values()) == pytest.approx(cost["device_h"], abs=1e-5)
+    # each trial's record holds its share of the one Ray trial's slot: a quarter of its CPU for the Ray trial's time
+    assert len({r["cost"]["wall_s"] for r in records}) == 1
+    assert all(r["cost"]["units"] == pytest.approx(cfg.cpus_per_trial / 4) for r in records)
+    assert cost["trials"]["device_h"] == pytest.approx(records[0]["cost"]["wall_s"] * cfg.cpus_per_trial / 3600,
+                                                       abs=1e-5)
 
 
 def _seeds(trials: list[TrialSpec], seeds: tuple[int, ...], **settings) -> list[TrialSpec]:

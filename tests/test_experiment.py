@@ -356,6 +356,33 @@ def test_retrieval_needs_arms_and_its_own_model_names(tmp_path):
     assert "report: no table (stages has no sweep)" in no_sweep
 
 
+def test_a_compare_models_entry_has_its_share_of_the_sweep_in_a_cost_block_of_its_own(tmp_path):
+    """Session 47's "not changed": an experiment's compare_models entry's trials were in the sweep's cost, but in no
+    block of their own (the arms' shares did not add up to the sweep's). Each trial's recorded cost is its model's."""
+    from orchestrator.core.cost import cost_lines
+    from orchestrator.core.manifest import write_manifest
+    from orchestrator.sweep.cost import sweep_cost
+    from orchestrator.workflows.blue_sweep import SWEEP_COSTS, arm_costs
+
+    for name in ("a", "ext"):  # model directories, as far as planning reads them
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text("{}")
+    cfg = smoke(tmp_path, arms={"a": {"model": str(tmp_path / "a")}}, compare_models={"ext": str(tmp_path / "ext")})
+    records = [{"trial_id": f"{m}-{s}", "trial": {"model_name": m}, "seconds": 1.0,
+                "cost": {"wall_s": 36.0 * h, "device": "CPU", "units": 1.0, "device_h": 0.01 * h}}
+               for m, h in (("a", 1), ("ext", 3)) for s in (1, 2)]
+    sweep_dir = cfg.run_dir / "sweep"
+    sweep_dir.mkdir(parents=True)
+    write_manifest(sweep_dir, stage="sweep", config={}, extra={"cost": sweep_cost(records, set(), 0.0, (0, 0),
+                                                                                  sweep_dir)})
+    costs = arm_costs(cfg, arm_plans(cfg), cfg.run_dir, since=0.0)
+    assert list(costs) == ["a", "ext", SWEEP_COSTS]
+    assert [(c.stage, round(c.device_h, 6)) for c in costs["ext"]] == [("sweep (its trials)", 0.06)]
+    assert [round(c.device_h, 6) for c in costs["a"]] == [0.02]
+    assert costs[SWEEP_COSTS][0].device_h == pytest.approx(0.08)
+    assert "  ext" in cost_lines(costs)
+
+
 def test_selection_needs_arms(tmp_path):
     with pytest.raises(ConfigError, match="selection.enabled scores an experiment's arms"):
         smoke(tmp_path, selection={"enabled": True})

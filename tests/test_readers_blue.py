@@ -151,8 +151,10 @@ def test_a_capped_hoc_split_holds_whole_documents_and_a_perfect_model_scores_100
     for cap in (200, 300):
         trial = TrialSpec(trial_id="t", model_name="m", model_dir="/nonexistent", task=task, data_dir=str(DATA / "hoc"),
                           learning_rate=1e-3, seed=1, eval_epochs=(1,), max_eval_examples=cap, max_train_examples=100)
-        splits = load_splits(spec, trial)
+        read: dict[str, int] = {}
+        splits = load_splits(spec, trial, read)
         assert len(splits["train"]) == 100  # training keeps its sample of sentences
+        assert read == {"train": len(read_split(spec, DATA / "hoc", "train")), **{s: len(x) for s, x in full.items()}}
         for split, examples in full.items():
             sample = splits[split]
             members = {ex.doc: [e.id for e in examples if e.doc == ex.doc] for ex in sample}
@@ -542,6 +544,7 @@ def test_a_phi_trial_reads_xml_notes_in_pieces_and_records_entity_counts(tiny_be
     assert rec["counts"]["test_size"] == 2 * 3  # each note's 26 words in pieces of 12, 12 and 2 (no span cut)
     assert [len(p) for p in rec["predictions"]["1"]["test"][:3]] == [12, 12, 2]
     assert {k: rec["counts"][f"{k}_cut"] for k in ("train", "dev", "test")} == {"train": 0, "dev": 0, "test": 0}
+    assert rec["counts"]["test_read"] == rec["counts"]["test_size"]  # read whole: no sample (session 54)
     gold_counts = {"DATE": 2, "DOCTOR": 2, "PATIENT": 2, "HOSPITAL": 2, "AGE": 2}
     per_tag = rec["per_tag"]["1"]
     assert {t: row["support"] for t, row in per_tag.items() if row["support"]} == gold_counts

@@ -227,8 +227,10 @@ def test_markdown_shows_a_model_or_task_name_as_typed_never_as_html():
     results["tasks"][0]["name"] = "BIOSSES & <b>"
     for row in results["cells"].values():
         row["BIOSSES & <b>"] = row.pop("BIOSSES")
+    results["cells"]["<script>x</script>|b"]["BIOSSES & <b>"]["cut"] = {"test": {"cut": 1, "of": 2}}  # in a note too
     md = render_markdown(build_table(results))
     assert "<script>" not in md and "<b>" not in md
+    assert "BIOSSES &amp; &lt;b&gt; (&lt;script&gt;x&lt;/script&gt;\\|b: test 1 of 2)" in md
     assert "| &lt;script&gt;x&lt;/script&gt;\\|b |" in md and "BIOSSES &amp; &lt;b&gt;" in md
 
 
@@ -446,6 +448,9 @@ def test_report_job_rebuilds_from_mlflow_alone(tmp_path):
     results["cells"]["base"]["MedNLI"]["dev_tied"] = True  # every setting scored alike on dev
     for model in results["models"]:  # a test split cut by sweep.max_eval_examples
         results["cells"][model]["BIOSSES"]["test_sample"] = 300
+    # inputs cut at max_seq_length (session 54: counted since session 53, said nowhere)
+    results["cells"]["ampv"]["MedNLI"]["cut"] = {"train": {"cut": 1200, "of": 11232}, "test": {"cut": 3, "of": 1422}}
+    results["cells"]["base"]["MedNLI"]["cut"] = {"dev": {"cut": 2, "of": 1395}}
     uri = local_uri(run_dir)
     pid = log_sweep(run_dir, results)
     loaded = load_results(uri)
@@ -460,6 +465,7 @@ def test_report_job_rebuilds_from_mlflow_alone(tmp_path):
             assert got["mean"] == pytest.approx(want["mean"]) and got["sd"] == pytest.approx(want["sd"])
             assert list(got["selected"].items()) == list(want["selected"].items()) and got["n"] == want["n"]
             assert got.get("dev_tied") == want.get("dev_tied") and got.get("test_sample") == want.get("test_sample")
+            assert got.get("cut") == want.get("cut")
             # per seed too, so a rebuilt report has its paired differences (they read "- (n=0)": session 47)
             assert got["test_scores"] == pytest.approx(want["test_scores"]) and got["seeds"] == want.get("seeds", [])
             assert [(p["epoch"], p["dev"]) for p in got["curve"]] == [(p["epoch"], p["dev"]) for p in want["curve"]]
@@ -482,6 +488,10 @@ def test_report_job_rebuilds_from_mlflow_alone(tmp_path):
     said = "BIOSSES: the test scores are on a seeded sample of 300 test examples, not on the whole test set"
     assert said in md and said in (run_dir / "report" / "blue_table.html").read_text()
     assert "MedNLI: the test scores" not in md
+    said = ("Inputs longer than max_seq_length word pieces were cut to it (the words past the cut unread; an NER word "
+            "there predicted O): MedNLI (base: dev 2 of 1,395; ampv: train 1,200 of 11,232, test 3 of 1,422).")
+    assert said in md and said in (run_dir / "report" / "blue_table.html").read_text()
+    assert md.count("of 1,395") == 1 and "simpt:" not in md  # a model and a task with no cut input: nothing
     assert (run_dir / "report" / "curves.png").is_file()
 
 

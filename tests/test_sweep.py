@@ -8,6 +8,7 @@ import os
 import pickle
 import random
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -78,6 +79,36 @@ def test_a_test_split_cut_by_max_eval_examples_is_marked_with_its_sample_size():
     assert "test_sample" not in select_cell(capped(300, 120), higher_is_better=True)  # the whole split: 120 < 300
     assert "test_sample" not in select_cell(capped(0, 5000), higher_is_better=True)  # no cap
     assert "test_sample" not in select_cell([record(1e-5, 1, [(1, 0.5, 0.4)])], higher_is_better=True)  # old records
+    # session 54: a record says the split's size as read (test_read); a split of exactly the cap was evaluated whole
+    def read(cap: int, size: int, was: int) -> list[dict]:
+        recs = capped(cap, size)
+        for rec in recs:
+            rec["counts"]["test_read"] = was
+        return recs
+
+    assert "test_sample" not in select_cell(read(300, 300, 300), higher_is_better=True)
+    assert select_cell(read(300, 300, 5000), higher_is_better=True)["test_sample"] == 300
+    assert select_cell(read(300, 320, 900), higher_is_better=True)["test_sample"] == 300  # whole documents: >= cap
+
+
+def test_the_inputs_cut_at_max_seq_length_are_counted_per_split_in_the_cell():
+    """Session 53 counted the inputs cut at max_seq_length in each trial record (counts.<split>_cut); the report said
+    nothing. A cell now carries them per split where any was cut (summed over a cross-validation's folds), none where
+    none was or the records are older than the count."""
+    def counted(fold: int, cut: dict[str, int], seeds=(1, 2)) -> list[dict]:
+        recs = [record(1e-5, s, [(1, 0.5, 0.4)]) for s in seeds]
+        for rec in recs:
+            rec["trial"]["fold"] = fold
+            rec["counts"] = {**{f"{k}_size": 100 for k in ("train", "dev", "test")},
+                             **{f"{k}_cut": cut.get(k, 0) for k in ("train", "dev", "test")}}
+        return recs
+
+    assert select_cell(counted(-1, {"test": 10, "train": 3}), True)["cut"] == {"train": {"cut": 3, "of": 100},
+                                                                               "test": {"cut": 10, "of": 100}}
+    assert "cut" not in select_cell(counted(-1, {}), True)
+    assert "cut" not in select_cell([record(1e-5, 1, [(1, 0.5, 0.4)])], True)  # a record kept before the count
+    folds = counted(0, {"test": 2}) + counted(1, {"test": 5})
+    assert select_cell(folds, True)["cut"] == {"test": {"cut": 7, "of": 200}}
 
 
 def test_blues_own_release_layout_is_found_under_data_dir(tmp_path, caplog):
@@ -629,19 +660,37 @@ def test_sweep_on_ray_tune_with_mlflow_nesting_and_restore(tiny_bert, ray_local,
         history = mlflow.tracking.MlflowClient().get_metric_history(trials[0].info.run_id, "dev")
         assert [m.step for m in history] == [1, 2]
 
-    # what it cost: the trial slots it held x its wall time, shared out per model (one here)
+    # what it cost: the trial slots it held x its wall time, shared out per model (one here); each trial's record
+    # holds its own: its Ray trial's slot (a CPU) for the time it held it, and the sweep's is their sum, with the
+    # slot time no trial held (Ray's start-up, a slot idle at the end)
     cost = json.loads((out / "manifest.json").read_text())["cost"]
     assert cost["wall_s"] > 0 and cost["device"] == "CPU" and cost["units"] == 2 * cfg.cpus_per_trial  # 2 CPUs
     assert cost["device_h"] == pytest.approx(cost["wall_s"] * cost["units"] / 3600, abs=1e-5)
     assert cost["by_model"] == {"tiny": pytest.approx(cost["device_h"], abs=1e-5)}
+    for rec in kept.values():
+        own = rec["cost"]
+        assert (own["device"], own["units"]) == ("CPU", cfg.cpus_per_trial) and own["wall_s"] >= rec["seconds"] > 0
+        assert own["device_h"] == pytest.approx(own["wall_s"] * own["units"] / 3600, abs=1e-6)
+    assert cost["trials"]["count"] == 4 and cost["trials"]["reused"] == cost["trials"]["unknown"] == 0
+    assert cost["device_h"] == pytest.approx(sum(r["cost"]["device_h"] for r in kept.values())
+                                             + cost["idle_device_h"], abs=1e-5)
+
+    def trial_costs(seeds=(1, 2)) -> float:
+        recs = [json.loads(p.read_text()) for p in (out / "trials").glob("*.json")]
+        return sum(r.get("cost", {}).get("device_h", 0.0) for r in recs if r["trial"]["seed"] in seeds)
 
     # restore: a lost record is re-run, the finished ones are skipped
     next((out / "trials").glob("tiny__bc5cdr_chemical__*s2.json")).unlink()
     second = run_sweep(cfg, models, out, TrackingConfig(enabled=False), tmp_path)
     assert (second.ran, second.skipped) == (1, 3)
     assert second.results["cells"]["tiny"]["BIOSSES"] == results["cells"]["tiny"]["BIOSSES"]
-    again = json.loads((out / "manifest.json").read_text())["cost"]  # the earlier call's cost, plus this one's
-    assert again["wall_s"] > cost["wall_s"] and again["device_h"] > cost["device_h"]
+    again = json.loads((out / "manifest.json").read_text())["cost"]  # the 3 reused trials' costs, plus this call's
+    assert again["trials"]["count"] == 4 and again["trials"]["reused"] == 3
+    assert again["trials"]["reused_device_h"] == pytest.approx(trial_costs() - json.loads(next(
+        (out / "trials").glob("tiny__bc5cdr_chemical__*s2.json")).read_text())["cost"]["device_h"], abs=1e-5)
+    assert again["device_h"] == pytest.approx(trial_costs() + again["idle_device_h"], abs=1e-5)
+    assert again["wall_s"] > again["earlier_wall_s"] > 0
+    assert again["earlier_device_h"] >= again["trials"]["reused_device_h"]
 
     # the same sweep again logs into the same MLflow parent run, without duplicate children
     third = run_sweep(cfg, models, out, tracking, tmp_path)
@@ -652,6 +701,32 @@ def test_sweep_on_ray_tune_with_mlflow_nesting_and_restore(tiny_bert, ray_local,
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == first.parent_run_id]
     assert sorted(r.data.tags["task"] for r in children) == ["BC5CDR-chemical", "BIOSSES"]
     assert len([r for r in runs if r.data.tags.get("orchestrator.kind") == "trial"]) == 4
+
+    # session 54: a run over some of its trials (one seed of two), all reused, costs those trials, not what the last
+    # run recorded (a 60-trial run after a 90-trial one showed the 90-trial cost); a record kept before trials were
+    # costed is counted unknown and said, never trained again; a crash before the manifest loses no trial's cost
+    from orchestrator.core.cost import cost_lines, from_record
+
+    one = SweepConfig(search_space="tiny", tasks=("biosses", "bc5cdr_chemical"), learning_rates=(5e-4,), seeds=(1,),
+                      epochs={"biosses": (1, 2), "bc5cdr_chemical": (1, 2)})
+    assert run_sweep(one, models, out, None, tmp_path).ran == 0
+    part = json.loads((out / "manifest.json").read_text())["cost"]
+    assert (part["trials"]["count"], part["trials"]["reused"], part["trials"]["unknown"]) == (2, 2, 0)
+    assert part["trials"]["device_h"] == pytest.approx(trial_costs((1,)), abs=1e-5)
+    assert trial_costs((1,)) <= part["device_h"] < again["device_h"]
+    assert "(reused)" in cost_lines({"the sweep": [from_record("sweep", part, since=time.time() + 2)]})[2]
+    old = next((out / "trials").glob("tiny__biosses__*s1.json"))
+    rec = json.loads(old.read_text())
+    rec.pop("cost")
+    old.write_text(json.dumps(rec))
+    (out / "manifest.json").unlink()  # a crash before the manifest: the trials' records keep their costs
+    assert run_sweep(one, models, out, None, tmp_path).ran == 0  # the old record answers its trial
+    lost = json.loads((out / "manifest.json").read_text())["cost"]
+    assert (lost["trials"]["count"], lost["trials"]["unknown"], lost["wall_s"]) == (2, 1, -1.0)
+    assert lost["device_h"] == pytest.approx(trial_costs((1,)), abs=1e-6) and lost["device_h"] > 0
+    line = cost_lines({"the sweep": [from_record("sweep", lost, since=time.time())]})[2]
+    assert re.search(r"sweep +- +[\d.]+ CPU-h  \(reused, 1 of 2 trials of unknown cost, kept before trials were "
+                     r"costed and not in it\)", line), line
 
 
 def test_a_re_pretrained_model_retrains_every_trial(tiny_bert, ray_local, tmp_path):

@@ -10,10 +10,12 @@ later run that reuses the output still reports what it cost then (``reused``):
 this one waited for it (two jobs at once on shared stages) is reused by this one too, though made after
 this one started.
 
-``units`` is what the stage held: a pretraining run its Train workers' CPUs (or GPUs); a sweep's
-``device_h`` is the sum over its trials of each trial's time x the trial's CPUs (or GPUs); a data
+``units`` is what the stage held: a pretraining run its Train workers' CPUs (or GPUs); a data
 stage (corpus, vocabulary, instances, which spread over Ray Data tasks) the CPUs of the Ray
-cluster it ran on, an upper bound of what it used.
+cluster it ran on, an upper bound of what it used. A sweep records each trial's cost in its trial
+record, and its ``device_h`` is the sum over the trials it reports, trained now or reused, plus the
+slot time no trial held (``orchestrator.sweep.cost``); its ``trials`` say how many were reused and
+how many of unknown cost (records kept before trials were costed), which the summary says.
 """
 from __future__ import annotations
 
@@ -44,6 +46,11 @@ class StageCost:
     reused: bool = False  # made by an earlier run, reused by this one
     shared: str = ""  # the other arms this output is shared with (an experiment)
     earlier_wall_s: float = 0.0  # of ``wall_s``, what earlier runs spent on it (a sweep some of whose trials they ran)
+    trials: int = 0  # a sweep (or a model's share of it): the trials it sums,
+    reused_trials: int = 0  # those trained by earlier runs,
+    reused_device_h: float = 0.0  # their part of ``device_h``,
+    unknown_trials: int = 0  # and those of unknown cost (records kept before trials were costed): in no sum
+    elsewhere: dict[str, float] = dataclasses.field(default_factory=dict)  # trials on another device: {device: h}
 
     def record(self) -> dict:
         """The manifest's ``cost`` entry."""
@@ -79,7 +86,16 @@ def from_record(stage: str, record: dict | None, *, since: float | None = None) 
         reused = reused or record.get("by", this_process()) != this_process()
     return StageCost(stage, float(record["wall_s"]), str(record.get("device", "CPU")), float(record.get("units", 1.0)),
                      float(record.get("device_h", 0.0)), reused,
-                     earlier_wall_s=float(record.get("earlier_wall_s", 0.0)))
+                     earlier_wall_s=float(record.get("earlier_wall_s", 0.0)), **_trials(record.get("trials")),
+                     elsewhere=dict(record.get("elsewhere") or {}))
+
+
+def _trials(counts: dict | None) -> dict:
+    """A sweep cost record's trial counts (``orchestrator.sweep.cost``) as StageCost fields; none in other records."""
+    counts = counts if isinstance(counts, dict) else {}
+    return {"trials": int(counts.get("count", 0)), "reused_trials": int(counts.get("reused", 0)),
+            "reused_device_h": float(counts.get("reused_device_h", 0.0)),
+            "unknown_trials": int(counts.get("unknown", 0))}
 
 
 def read_record(stage_dir: str | Path) -> dict | None:
@@ -102,8 +118,9 @@ def sweep_share(sweep_dir: str | Path, model: str, *, since: float | None = None
     whole = from_record("sweep", record, since=since)
     if whole is None or model not in (record or {}).get("by_model", {}):
         return None
-    return dataclasses.replace(whole, stage="sweep (its trials)", wall_s=-1.0,
-                               device_h=float(record["by_model"][model]))
+    return dataclasses.replace(whole, stage="sweep (its trials)", wall_s=-1.0, earlier_wall_s=0.0, elsewhere={},
+                               device_h=float(record["by_model"][model]),
+                               **_trials((record.get("trials_by_model") or {}).get(model)))
 
 
 def cluster_units() -> tuple[float, float]:
@@ -131,6 +148,25 @@ def device_text(cost: StageCost) -> str:
     return f"{cost.device_h:.3f} {cost.device}-h"
 
 
+def cost_note(row: dict) -> str:
+    """A cost row's note (``StageCost`` fields, as the summary has them and the experiment page reads them from
+    its tags): reused; this run's part of a sweep some of whose trials earlier runs trained; its trials of
+    unknown cost or on another device, in no sum; the arms it is shared with."""
+    wall, earlier, reused = float(row.get("wall_s", 0.0)), float(row.get("earlier_wall_s", 0.0)), row.get("reused")
+    n, done, unknown = (int(row.get(k) or 0) for k in ("trials", "reused_trials", "unknown_trials"))
+    device = row.get("device", "CPU")
+    notes = ["reused" if reused else "",
+             f"{duration(wall - earlier)} this run, the rest an earlier run's" if earlier > 0 and not reused
+             and wall >= 0 else "",
+             f"{done} of {n} trials reused, {float(row.get('reused_device_h') or 0.0):.3f} {device}-h of it"
+             if done and not reused else "",
+             f"{unknown} of {n} trials of unknown cost, kept before trials were costed and not in it"
+             if unknown else "",
+             *(f"{h:.3f} {d}-h of trials on {d}s, not in it" for d, h in (row.get("elsewhere") or {}).items()),
+             f"shared with {row['shared']}" if row.get("shared") else ""]
+    return ", ".join(n for n in notes if n)
+
+
 def cost_lines(costs: dict[str, list[StageCost]], total_wall_s: float | None = None) -> list[str]:
     """The summary's block: per arm (or model), each stage's wall and device time, and the arm's total."""
     if not any(costs.values()):
@@ -143,10 +179,7 @@ def cost_lines(costs: dict[str, list[StageCost]], total_wall_s: float | None = N
         lines.append(f"  {owner}")
         for c in stages:
             wall = "-" if c.wall_s < 0 else duration(c.wall_s)
-            partly = (f"{duration(c.wall_s - c.earlier_wall_s)} this run, the rest an earlier run's"
-                      if c.earlier_wall_s > 0 and not c.reused and c.wall_s >= 0 else "")
-            note = ", ".join(n for n in ("reused" if c.reused else "", partly,
-                                         f"shared with {c.shared}" if c.shared else "") if n)
+            note = cost_note(dataclasses.asdict(c))
             lines.append(f"    {c.stage:<{width}}  {wall:>8}  {device_text(c):>14}" + (f"  ({note})" if note else ""))
         by_device: dict[str, float] = {}
         for c in stages:

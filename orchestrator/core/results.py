@@ -213,6 +213,9 @@ CELL_FIELDS = (
     ("per_tag", lambda v: isinstance(v, dict), '{"<entity type>": {"precision": .., "recall": .., "f1": .., '
                                                '"support": ..}}'),
     ("curve", lambda v: isinstance(v, list), '[{"epoch": int, "dev": float, "test": float}, ...]'),
+    ("cut", lambda v: isinstance(v, dict) and all(isinstance(c, dict) and _is_int(c.get("cut")) and _is_int(c.get("of"))
+                                                  for c in v.values()),
+     '{"<split>": {"cut": int, "of": int}} (inputs cut at max_seq_length)'),
 )
 PER_TAG_FIELDS = ("precision", "recall", "f1", "support")
 

@@ -93,15 +93,18 @@ def _dir_state(path: str | Path) -> tuple:
         return ()
 
 
-def load_splits(spec: TaskSpec, trial: TrialSpec) -> dict[str, list[Example]]:
+def load_splits(spec: TaskSpec, trial: TrialSpec, read: dict[str, int] | None = None) -> dict[str, list[Example]]:
     """train / dev / test examples of one trial. Fixed splits are read from their files (capped);
     a cross-validated task reads its one file, holds out fold ``trial.fold`` as test and carves a
     stratified dev share from the remaining folds (seed 000's DocClsJp: 5-fold stratified CV), its
     splits capped as fixed ones are (``max_eval_examples`` was once ignored there). A task scored per
-    document has its dev and test capped by whole documents (``fixed_subset``)."""
+    document has its dev and test capped by whole documents (``fixed_subset``). ``read`` is given each
+    split's size before the cap (a split the cap sampled is smaller: what the report says of its scores)."""
     by_document = METRICS.get(spec.metric).per_document
 
     def cap(split: str, examples: list[Example]) -> list[Example]:
+        if read is not None:
+            read[split] = len(examples)
         if split == "train":
             return fixed_subset(examples, trial.max_train_examples)
         return fixed_subset(examples, trial.max_eval_examples, by_document)
@@ -288,6 +291,7 @@ class Prepared:
     splits: dict[str, list[Example]]
     enc: dict[str, Encoded]
     model_state: tuple
+    read: dict[str, int] = dataclasses.field(default_factory=dict)  # each split's size before the caps
 
 
 def prepare(trial: TrialSpec, task_spec: TaskSpec | None = None) -> Prepared:
@@ -307,19 +311,20 @@ def prepare(trial: TrialSpec, task_spec: TaskSpec | None = None) -> Prepared:
                 _dir_state(trial.data_dir), trial.fold, trial.max_train_examples, trial.max_eval_examples,
                 trial.max_seq_length, trial.model_dir, model_state, trial.cache_dir)
 
-    def read_and_encode() -> tuple[dict[str, list[Example]], dict[str, Encoded]]:
-        splits = load_splits(spec, trial)
+    def read_and_encode() -> tuple[dict[str, list[Example]], dict[str, Encoded], dict[str, int]]:
+        read: dict[str, int] = {}
+        splits = load_splits(spec, trial, read)
         enc = {name: encode_cached(spec, trial, name, exs, tokenizer) for name, exs in splits.items()}
         if any(e.cut for e in enc.values()):  # said once a process and model: the words past the cut go unread
             log.warning("%s: inputs longer than max_seq_length %d word pieces of %s are cut to it: %s", spec.name,
                         trial.max_seq_length, trial.model_name, ", ".join(
                             f"{name} {e.cut:,} of {len(e.examples):,}" for name, e in enc.items()))
-        return splits, enc
+        return splits, enc, read
 
-    splits, enc = _process_cached(data_key, read_and_encode)
+    splits, enc, read = _process_cached(data_key, read_and_encode)
     for split in enc.values():  # padded onto the device once (kept with the cached split for later trials)
         _on_device(split, pad_id, device)
-    return Prepared(spec, device, pad_id, splits, enc, model_state)
+    return Prepared(spec, device, pad_id, splits, enc, model_state, read)
 
 
 def build_model(trial: TrialSpec, prep: Prepared) -> TaskModel:
@@ -340,6 +345,7 @@ class TrialLog:
     def __init__(self, trial: TrialSpec, prep: Prepared):
         self.trial, self.spec, self.splits = trial, prep.spec, prep.splits
         self.cut = {f"{name}_cut": enc.cut for name, enc in prep.enc.items()}  # inputs cut to max_seq_length
+        self.read = {f"{name}_read": n for name, n in prep.read.items()}  # a split's size before the caps
         self.epochs: list[dict] = []
         self.predictions: dict[str, dict[str, list]] = {}
         self.per_tag: dict[str, dict[str, dict[str, float]]] = {}  # NER: epoch -> entity type -> P/R/F1/support
@@ -367,7 +373,8 @@ class TrialLog:
         return {"trial_id": self.trial.trial_id, "trial": dataclasses.asdict(self.trial), "task": self.spec.name,
                 "metric": self.spec.metric, "epochs": self.epochs, "predictions": self.predictions,
                 "test_ids": [ex.id for ex in self.splits["test"]],  # what each prediction is of, in their order
-                "per_tag": self.per_tag, **self.stopping, "counts": {**self.counts, **split_sizes, **self.cut},
+                "per_tag": self.per_tag, **self.stopping,
+                "counts": {**self.counts, **split_sizes, **self.cut, **self.read},
                 "seconds": round(seconds, 3)}
 
 

@@ -159,6 +159,13 @@ def check_sqlite_store(database: Path) -> None:
                          expected=expected)
 
 
+def _cut(metrics: dict[str, float]) -> dict:
+    """A cell's ``cut`` (inputs cut at max_seq_length per split) from its run's ``cut.<split>`` metrics."""
+    cut = {k[len(S.CUT_PREFIX):]: {"cut": int(v), "of": int(metrics.get(k + S.CUT_OF, 0))} for k, v in metrics.items()
+           if k.startswith(S.CUT_PREFIX) and not k.endswith(S.CUT_OF)}
+    return {"cut": cut} if cut else {}
+
+
 def results_from_children(client, parent) -> dict:
     """Rebuild the results document from the (model, task) child runs of ``parent``."""
     pid = parent.info.run_id
@@ -190,6 +197,7 @@ def results_from_children(client, parent) -> dict:
             "curve": _curve(client, child.info.run_id),
             **({"dev_tied": True} if metrics.get(S.DEV_TIED) else {}),
             **({"test_sample": int(metrics[S.TEST_SAMPLE])} if metrics.get(S.TEST_SAMPLE) else {}),
+            **_cut(metrics),
             **_seed_scores(client, child.info.run_id, params, metrics),
         }
     if not cells:

@@ -13,7 +13,7 @@ tests can find them. ``orchestrator.report.blue_table.write_report`` writes the 
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from orchestrator.core.results import BLUE_TASKS, SEED_GROUPS, metric_name
 from orchestrator.report.compare import p_text
@@ -47,7 +47,7 @@ def render_markdown(table: BlueTable, title: str = "BLUE results", curves: str |
                 mean = f"<u>{mean}</u>"
             row.append(mean if cell.sd is None else f"{mean} ({table.text(cell.sd)})")
         lines.append("| " + " | ".join(row) + " |")
-    lines += ["", _metrics_line(table), "", _notes(table)] + [f"\n**{_md_escape(note)}**" for note in notes]
+    lines += ["", _metrics_line(table), "", _notes(table, _md_escape)] + [f"\n**{_md_escape(note)}**" for note in notes]
     if comparison:
         lines += ["", comparison_markdown(table, comparison).rstrip("\n")]
     tasks = [c for c in table.columns if c.kind == "task"]
@@ -185,7 +185,8 @@ def _metrics_line(table: BlueTable) -> str:
                                    for name, labels in tasks.items()) + "."
 
 
-def _notes(table: BlueTable) -> str:
+def _notes(table: BlueTable, name: Callable[[str], str] = str) -> str:
+    """The table's notes; ``name`` writes a model's or task's name in them (Markdown: escaped, as typed)."""
     scale = "" if table.scale == 1 else f" Scores x {table.scale:g}."
     partial = ""
     if any(c.partial for c in table.cells.values()):
@@ -213,21 +214,35 @@ def _notes(table: BlueTable) -> str:
             "the best score per column is bold and the second best underlined (ranked on unrounded means; "
             "for a metric where lower is better the lowest ranks first). Total is the macro average over "
             f"{averaged}; each group's score ({named}) averages the tasks of that group{among}.{not_blue}{scale}"
-            f"{partial}{_sample_note(table)}")
+            f"{partial}{_sample_note(table, name)}{_cut_note(table, name)}")
 
 
-def _sample_note(table: BlueTable) -> str:
+def _sample_note(table: BlueTable, name: Callable[[str], str] = str) -> str:
     """The tasks whose test scores are on a sample of the test split (``sweep.max_eval_examples``)."""
     sampled: dict[int, list[str]] = {}
     for col in table.columns:
         sizes = {table.cell(m, col.key).test_sample for m in table.models} - {None}
         if col.kind == "task" and sizes:
-            sampled.setdefault(max(sizes), []).append(col.label)
+            sampled.setdefault(max(sizes), []).append(name(col.label))
     return "".join(f" {', '.join(names)}: the test scores are on a seeded sample of {size:,} test examples, not on "
                    "the whole test set (sweep.max_eval_examples caps dev and test; a task scored per document, as "
                    "HoC, by whole documents, at least that many examples)."
                    for size, names in sorted(sampled.items()))
 
+
+
+def _cut_note(table: BlueTable, name: Callable[[str], str] = str) -> str:
+    """The tasks and models whose fine-tuning cut inputs longer than max_seq_length word pieces, how many of how
+    many per split (nothing where none was)."""
+    said = []
+    for col in table.columns:
+        rows = [f"{name(model)}: " + ", ".join(f"{split} {n:,} of {of:,}" for split, n, of in
+                                              table.cell(model, col.key).cut)
+                for model in table.models if col.kind == "task" and table.cell(model, col.key).cut]
+        if rows:
+            said.append(f"{name(col.label)} ({'; '.join(rows)})")
+    return (" Inputs longer than max_seq_length word pieces were cut to it (the words past the cut unread; an NER "
+            f"word there predicted O): {', '.join(said)}." if said else "")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -53,6 +53,7 @@ class Cell:
     partial: bool = False  # a summary over fewer tasks than its column's: shown with a dagger, never ranked
     dev_tied: bool = False  # every setting scored the same on dev: the selection is the tie-break's
     test_sample: int | None = None  # the test scores are on a seeded sample of this many examples
+    cut: tuple[tuple[str, int, int], ...] = ()  # (split, inputs cut at max_seq_length, of how many) where any was
 
 
 @dataclass(frozen=True)
@@ -148,7 +149,7 @@ def build_table(results: dict, scale: float = 100.0, digits: int = 1,
             sd = None if cell.get("n") == 1 else _clean(cell.get("sd"))
             raw[(model, name)] = (_clean(cell.get("mean")), sd, cell.get("n"))
             chosen[(model, name)] = (_in_order(cell.get("selected") or {}), _clean(cell.get("dev_mean")),
-                                     bool(cell.get("dev_tied")), cell.get("test_sample"))
+                                     bool(cell.get("dev_tied")), cell.get("test_sample"), _cut(cell.get("cut")))
 
     cells: dict[tuple[str, str], Cell] = {}
     for col in columns:
@@ -156,9 +157,10 @@ def build_table(results: dict, scale: float = 100.0, digits: int = 1,
         ranks = rank_top2(ranked, col.higher_is_better)
         for model, rank in zip(models, ranks):
             mean, sd, n = raw[(model, col.key)]
-            selected, dev_mean, tied, sample = chosen.get((model, col.key), ((), None, False, None))
+            selected, dev_mean, tied, sample, cut = chosen.get((model, col.key), ((), None, False, None, ()))
             cells[(model, col.key)] = Cell(mean=mean, sd=sd, n=n, rank=rank, selected=selected, dev_mean=dev_mean,
-                                           partial=(model, col.key) in partial, dev_tied=tied, test_sample=sample)
+                                           partial=(model, col.key) in partial, dev_tied=tied, test_sample=sample,
+                                           cut=cut)
     return BlueTable(models=models, columns=tuple(columns), cells=cells, scale=scale, digits=digits)
 
 
@@ -171,6 +173,13 @@ def _in_order(selected: dict) -> tuple[tuple[str, Any], ...]:
     where the job's said ``learning_rate=..., epochs=20``)."""
     rank = {key: i for i, key in enumerate(SELECTED_ORDER)}
     return tuple(sorted(selected.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0])))
+
+
+def _cut(cut: dict | None) -> tuple[tuple[str, int, int], ...]:
+    """A cell's ``cut`` (inputs cut at max_seq_length per split) in split order, the splits with none left out."""
+    order = {split: i for i, split in enumerate(("train", "dev", "test"))}
+    rows = [(split, int(c["cut"]), int(c["of"])) for split, c in (cut or {}).items() if c.get("cut")]
+    return tuple(sorted(rows, key=lambda row: (order.get(row[0], len(order)), row[0])))
 
 
 def _clean(value: Any) -> float | None:

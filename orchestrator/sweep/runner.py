@@ -3,8 +3,9 @@
     result = run_sweep(cfg, {"ours": Path("runs/x/pretrain/final")}, out_dir, tracking, run_dir)
 
 Restore: each finished trial leaves ``out_dir/trials/<trial_id>.json`` (written atomically by
-the driver when the trial's last result arrives). Re-running the same sweep skips every trial
-whose record exists with the same settings fingerprint and runs only the rest.
+the driver when the trial's last result arrives, with what the trial cost: ``orchestrator.sweep.cost``).
+Re-running the same sweep skips every trial whose record exists with the same settings fingerprint and
+runs only the rest; the sweep's cost sums its trials' recorded costs.
 
 With ``sweep.export_best`` the selected model of each (model, task) of those tasks is then trained
 once more and written to ``out_dir/exports/`` (``orchestrator.sweep.export``), listed in exports.json.
@@ -26,9 +27,9 @@ import psutil
 
 from orchestrator.core.artifacts import usable_positions
 from orchestrator.core.config import is_number, to_dict
-from orchestrator.core.cost import COST_FIELD, duration, measured
+from orchestrator.core.cost import COST_FIELD, duration
 from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
-from orchestrator.core.manifest import atomic_write_json, read_manifest, write_manifest
+from orchestrator.core.manifest import atomic_write_json, write_manifest
 from orchestrator.core.reuse import model_identity, output_lock
 from orchestrator.core.runtime import check_fits, generators_kept, possible_gpus, ray_session, tune_loggers
 from orchestrator.finetune.readers import CV_SPLIT_SEED, document_split, read_split
@@ -43,6 +44,7 @@ from orchestrator.finetune.trial import (
 )
 from orchestrator.pretrain.config import PretrainConfig, read_hf_config
 from orchestrator.sweep.config import SweepConfig
+from orchestrator.sweep.cost import shares, slots_held, sweep_cost, trial_cost
 from orchestrator.sweep.export import export_entry, export_run, export_tasks, finished, plan_exports
 from orchestrator.sweep.order import estimated_work, longest_first, split_reader
 from orchestrator.sweep.selection import build_results, selected_answers
@@ -316,16 +318,19 @@ class SweepProgress:
         return line
 
 
-def _record_writer(trials_dir: Path, total: int, work: dict[str, float] | None = None):
+def _record_writer(trials_dir: Path, total: int, work: dict[str, float] | None, resources: dict[str, float]):
     from ray import tune  # heavy: ray
 
     class RecordWriter(tune.Callback):
-        """Driver side: persist each trial's record as soon as it arrives (restore unit); the progress line."""
+        """Driver side: persist each trial's record as soon as it arrives (restore unit), with what the trial
+        cost (its Ray trial's slot from its start to its result, ``orchestrator.sweep.cost``); the progress line."""
 
         def __init__(self):
             self.progress = SweepProgress(total, work=work)
+            self.started: dict[str, float] = {}  # Ray trial -> when Tune started it (time.monotonic)
 
         def on_trial_start(self, iteration, trials, trial, **info):
+            self.started[trial.trial_id] = time.monotonic()
             self.progress.start(trial.trial_id, [t["trial_id"] for t in trial.config["bundle"]["trials"]])
 
         def on_trial_result(self, iteration, trials, trial, result, **info):
@@ -333,11 +338,17 @@ def _record_writer(trials_dir: Path, total: int, work: dict[str, float] | None =
             # as trials end: a BC5CDR trial's predictions were 1.8 MB there, 11.5 MB for 12 trials): a callback
             # may change the result in place, and this one comes before Tune's loggers
             records = result.pop("records", None)
-            if records is not None:  # the last report: the Ray trial has ended
-                self.progress.finish(trial.trial_id)
-            for rec in json.loads(records or "[]"):  # the Ray trial's trials (a bundle: several)
+            if records is None:
+                return
+            self.progress.finish(trial.trial_id)  # the last report: the Ray trial has ended
+            began = self.started.pop(trial.trial_id, None)
+            span = (time.monotonic() - began if began is not None  # else the worker's own span
+                    else float(result.get("trial_ended", 0.0)) - float(result.get("trial_started", 0.0)))
+            recs = json.loads(records)  # the Ray trial's trials (a bundle: several)
+            for rec, share in zip(recs, shares(recs) if recs else []):
                 spec = TrialSpec(**{**rec["trial"], "eval_epochs": tuple(rec["trial"]["eval_epochs"])})
                 rec["fingerprint"], rec[TASK_DATA] = trial_fingerprint(spec), task_data_identity(spec)
+                rec[COST_FIELD] = trial_cost(max(span, 0.0), resources, share)
                 atomic_write_json(_record_path(trials_dir, rec["trial_id"]), rec)
                 self.progress.add(rec)
 
@@ -413,7 +424,8 @@ def _run_tune(cfg: SweepConfig, todo: list[TrialSpec], out_dir: Path, trials_dir
         tune_config=tune.TuneConfig(max_concurrent_trials=cfg.max_concurrent_trials or None, reuse_actors=True),
         run_config=tune.RunConfig(name=f"sweep-{time.strftime('%Y%m%d-%H%M%S')}",
                                   storage_path=str((out_dir / "tune").resolve()),
-                                  callbacks=[_record_writer(trials_dir, len(todo), work), *tune_loggers()], verbose=1,
+                                  callbacks=[_record_writer(trials_dir, len(todo), work, resources), *tune_loggers()],
+                                  verbose=1,
                                   failure_config=tune.FailureConfig(max_failures=cfg.max_failures)))
     grid = tuner.fit()
     failed = [r for r in grid if r.error is not None]
@@ -431,50 +443,6 @@ def _failure_line(result) -> str:
     trace = Path(result.path) / "error.txt" if result.path else None
     return (f"{', '.join(ids) or 'a trial'}: {last}"
             + (f" (traceback: {trace})" if trace is not None and trace.is_file() else ""))
-
-
-def sweep_cost(cfg: SweepConfig, records: list[dict], wall_s: float, ran: int, skipped: int, out_dir: Path,
-               ray_trials: int | None = None) -> dict:
-    """The manifest's ``cost`` of a sweep: its wall time (this call's, plus the earlier calls' when some
-    trials had finished before) and its device time, the trial slots it held (as many trials as ran at
-    once, each with its CPUs or GPUs) x that wall time; ``by_model`` shares the device time out by each
-    model's trial time. A call that ran no trial keeps the earlier calls' record."""
-    earlier: dict = {}
-    if skipped:
-        try:
-            earlier = read_manifest(out_dir).get(COST_FIELD) or {}
-        except (FileNotFoundError, InputError):  # none, or not readable: as if none
-            pass
-    if not ran and earlier:
-        return earlier
-    resources = _resources(cfg) if ran else {"cpu": cfg.cpus_per_trial, "gpu": max(cfg.gpus_per_trial, 0.0)}
-    per_trial = resources["gpu"] or resources["cpu"]
-    ray_trials = ran if ray_trials is None else ray_trials  # a bundle of learning rates holds one trial's slot
-    slots = min(ray_trials, cfg.max_concurrent_trials or ray_trials, _slots(resources)) if ran else 0
-    held = measured("sweep", wall_s, slots * resources["cpu"], slots * resources["gpu"])
-    record = measured("sweep", wall_s + float(earlier.get("wall_s", 0.0)), held.units).record()
-    record.update(device=held.device, units=slots * per_trial,
-                  device_h=round(held.device_h + float(earlier.get("device_h", 0.0)), 6))
-    if earlier:  # the part earlier calls spent, which this call's summary and log line tell apart
-        record.update(earlier_wall_s=round(float(earlier.get("wall_s", 0.0)), 3),
-                      earlier_device_h=round(float(earlier.get("device_h", 0.0)), 6))
-    seconds: dict[str, float] = {}
-    for rec in records:
-        model = rec.get("trial", {}).get("model_name", "?")
-        seconds[model] = seconds.get(model, 0.0) + float(rec.get("seconds", 0.0))
-    whole = sum(seconds.values()) or 1.0
-    record["by_model"] = {m: round(record["device_h"] * t / whole, 6) for m, t in seconds.items()}
-    return record
-
-
-def _slots(resources: dict[str, float]) -> int:
-    """How many trials with ``resources`` the Ray cluster runs at once."""
-    import ray  # heavy: ray
-
-    cluster = ray.cluster_resources()
-    fits = [cluster.get("CPU", 0.0) / resources["cpu"]] if resources["cpu"] > 0 else []
-    fits += [cluster.get("GPU", 0.0) / resources["gpu"]] if resources["gpu"] > 0 else []
-    return max(1, int(min(fits))) if fits else 1
 
 
 def _export_best(cfg: SweepConfig, results: dict, records: list[dict], tasks: list[str],
@@ -560,8 +528,8 @@ def _run_sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, trackin
     atomic_write_json(out_dir / "results.json", results)
     selection = {m: {t: c["selected"] for t, c in cells.items()} for m, cells in results["cells"].items()}
     atomic_write_json(out_dir / "selection.json", selection)
-    cost = sweep_cost(cfg, records, time.monotonic() - started if todo else 0.0, len(todo), skipped, out_dir,
-                      ray_trials if todo else None)
+    held = slots_held(_resources(cfg), ray_trials, cfg.max_concurrent_trials) if todo else (0.0, 0.0)
+    cost = sweep_cost(records, {t.trial_id for t in todo}, time.monotonic() - started, held, out_dir)
     data_files = sorted({str(f) for t in trials for f in task_files(t)})  # what the scores were read from
     write_manifest(out_dir, stage="sweep", config=cfg.as_read(), inputs=[Path(p) for p in models.values()] + data_files,
                    counts={"trials": len(trials), "ran": len(todo), "skipped": skipped},
@@ -573,6 +541,9 @@ def _run_sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, trackin
                  mine, cost["device"], len(todo), cost["units"], cost["device"],
                  f"; {cost['device_h']:.3f} {cost['device']}-h with the {skipped} trial(s) of earlier runs"
                  if skipped and "earlier_device_h" in cost else "")
+    if (cost.get("trials") or {}).get("unknown"):
+        log.info("sweep: %d of %d trial record(s) were kept before trials were costed: their cost is unknown, in no "
+                 "sum", cost["trials"]["unknown"], len(trials))
     exports, exported = _export_best(cfg, results, records, export, out_dir, ray_up) if export else ({}, 0)
     pruned, pruned_bytes = prune_encoded(Path(cache_dir), cache_run) if todo else (0, 0)  # only a run adds
     if pruned:

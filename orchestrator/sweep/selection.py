@@ -142,8 +142,11 @@ def select_cell(records: Iterable[dict], higher_is_better: bool) -> dict:
     if tied:
         cell["dev_tied"] = True
     cap = max((rec["trial"].get("max_eval_examples") or 0 for rec in records), default=0)
-    if cap and any(rec.get("counts", {}).get("test_size", 0) >= cap for rec in records):
+    if cap and any(_sampled(rec.get("counts") or {}, cap) for rec in records):
         cell["test_sample"] = cap  # a seeded sample of the test split (sweep.max_eval_examples), which the report says
+    cut = _cut_counts(records)
+    if cut:
+        cell["cut"] = cut  # inputs cut at max_seq_length, per split, which the report says
     if stopped:
         stops = [r["early_stopping"] for r in sorted(stopped, key=lambda r: (r["trial"]["seed"],
                                                                               r["trial"].get("fold", -1)))]
@@ -153,6 +156,32 @@ def select_cell(records: Iterable[dict], higher_is_better: bool) -> dict:
     if per_tag:
         cell["per_tag"] = per_tag
     return cell
+
+
+def _sampled(counts: dict, cap: int) -> bool:
+    """The test split was sampled to ``cap``: it was longer when read (``test_read``); a record kept before the
+    size read was, when it holds ``cap`` examples or more (a split of exactly ``cap`` said so too)."""
+    if "test_read" in counts:
+        return counts["test_read"] > counts.get("test_size", 0)
+    return counts.get("test_size", 0) >= cap
+
+
+def _cut_counts(records: list[dict]) -> dict[str, dict[str, int]]:
+    """Per split, the inputs cut at max_seq_length (``counts.<split>_cut``) of the split's examples, where any
+    was: one record per fold (every seed and setting reads the same split), the folds' counts summed. Records
+    kept before cuts were counted give none."""
+    by_fold: dict[int, dict] = {}
+    for rec in records:
+        by_fold.setdefault(rec["trial"].get("fold", -1), rec.get("counts") or {})
+    out: dict[str, dict[str, int]] = {}
+    for counts in by_fold.values():
+        for key, n in counts.items():
+            split = key[:-len("_cut")]
+            if key.endswith("_cut") and f"{split}_size" in counts:
+                row = out.setdefault(split, {"cut": 0, "of": 0})
+                row["cut"] += int(n)
+                row["of"] += int(counts[f"{split}_size"])
+    return {split: row for split, row in out.items() if row["cut"]}
 
 
 def _dev_curve(records: list[dict]) -> list[dict]:

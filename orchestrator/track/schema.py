@@ -88,6 +88,7 @@ SELECTED_PREFIX = "selected."
 TEST_MEAN, TEST_SD, DEV_MEAN, N = "test_mean", "test_sd", "dev_mean", "n"
 DEV_TIED = "dev_tied"  # 1 where every setting scored the same on dev: the selection is the tie-break's
 TEST_SAMPLE = "test_sample"  # the test scores' sample size, where max_eval_examples cut the test split
+CUT_PREFIX, CUT_OF = "cut.", ".of"  # cut.<split>: inputs cut at max_seq_length; cut.<split>.of: the split's size
 CURVE_DEV, CURVE_TEST = "curve.dev", "curve.test"
 # a cell's test score per seed (per fold where FOLDS is logged): metric TEST_SCORE at step i is test_scores[i],
 # param SEEDS the JSON list of seeds; what the paired differences of a report rebuilt from metrics pair

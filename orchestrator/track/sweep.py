@@ -175,6 +175,8 @@ def _log_cell(model: str, task: str, cell: dict | None, recs: list[dict], metric
                                                (S.TEST_SAMPLE, cell.get("test_sample")))
                         if v is not None]
             params.update(_per_seed(cell, metrics))
+            metrics += [(f"{S.CUT_PREFIX}{split}{suffix}", c[key], 0) for split, c in (cell.get("cut") or {}).items()
+                        for key, suffix in (("cut", ""), ("of", S.CUT_OF))]
             # an early-stopped cell's curve has dev only
             metrics += [(name, point[split], point["epoch"]) for point in cell["curve"]
                         for split, name in (("dev", S.CURVE_DEV), ("test", S.CURVE_TEST)) if split in point]

@@ -331,9 +331,10 @@ def run_experiment(cfg: ExperimentConfig) -> ChainResult:
 def arm_costs(cfg: ExperimentConfig, plans: dict[str, ArmPlan], run_dir: Path, *, since: float
               ) -> dict[str, list[StageCost]]:
     """Each arm's stage outputs (a shared one in every arm that uses it, saying with whom), its augmented
-    tasks, and its share of the sweep (its trials' device time); then the sweep as a whole. What each
-    cost when it was made, from its manifest (``orchestrator.core.cost``); ``reused`` when made before
-    ``since``. A published model's arm has only its share of the sweep."""
+    tasks, and its share of the sweep (its trials' device time); each ``compare_models`` entry's share, in a
+    block of its own; then the sweep as a whole. What each cost when it was made, from its manifest
+    (``orchestrator.core.cost``); ``reused`` when made before ``since``. A published model's arm has only its
+    share of the sweep."""
     graph = shared_outputs(plans)
     costs: dict[str, list[StageCost]] = {}
     for arm in plans.values():
@@ -350,6 +351,10 @@ def arm_costs(cfg: ExperimentConfig, plans: dict[str, ArmPlan], run_dir: Path, *
         share = sweep_share(run_dir / "sweep", arm.name, since=since) if "sweep" in cfg.stages else None
         rows += [share] if share is not None else []
         costs[arm.name] = rows  # every arm, even without rows: the parent run's cost tags keep one count
+    for name in cfg.compare_models if "sweep" in cfg.stages else ():  # a published model's share: its own block
+        share = sweep_share(run_dir / "sweep", name, since=since)
+        if share is not None:
+            costs[name] = [share]
     whole = read_cost(run_dir / "sweep", "sweep", since=since) if "sweep" in cfg.stages else None
     if whole is not None:
         costs[SWEEP_COSTS] = [whole]
