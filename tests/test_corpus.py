@@ -174,6 +174,7 @@ def test_build_writes_every_stage_with_manifests(simpt_build):
     import pyarrow.parquet as pq
     from transformers import AutoTokenizer
 
+    from orchestrator.core.artifacts import pair_cut_share
     from orchestrator.core.manifest import file_sha256, read_manifest
 
     result, out = simpt_build
@@ -203,6 +204,14 @@ def test_build_writes_every_stage_with_manifests(simpt_build):
         masked = sum(len(r["masked_lm_positions"]) for r in rows) / sum(len(r["input_ids"]) for r in rows)
         assert 0.1 < masked < 0.16
         assert {r["source"] for r in rows} <= {"pubmed", "wiki"}
+        # what BERT's truncate_seq_pair cut to fit the length: counted (the tokens kept were, alone: session 54)
+        c = m["counts"]
+        assert 0 < c["pairs_cut"] <= c["instances"] and c["pair_tokens_cut"] >= c["pairs_cut"]
+        assert c["pairs_cut"] <= sum(len(r) == length for r in table.column("input_ids").to_pylist())
+    shares = {n: pair_cut_share(read_manifest(p)["counts"]) for n, p in result.instances.items()}
+    assert 0 < shares[128] < shares[64] < 1, shares
+    assert f"{shares[64]:.1%} of those packed" in result.summary()  # the chain's summary says it too
+    assert pair_cut_share({"instances": 10, "tokens": 500}) is None  # a manifest from before the count: unknown
 
 
 def test_the_plan_read_without_its_documents_has_the_same_shards_counts_and_provenance(tmp_path):

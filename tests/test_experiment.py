@@ -80,6 +80,10 @@ def test_dry_run_prints_the_stage_graph_and_builds_nothing(tmp_path):
     assert "11 output(s) for 3 arm(s) (13 if each arm ran as its own chain)" in res.stdout
     assert re.search(r"corpus\s+[0-9a-f]{12}\s+build\s+conventional, floor", res.stdout)
     assert not (tmp_path / "exp" / "stages").exists()
+    # the two pretraining arms share a pretraining config: one section names both; before their instances are made
+    # the passes over them are not known, and the dry run says so (it said nothing of passes: session 54)
+    section = res.stdout.split("== pretrain (conventional, simpt) ==\n", 1)[1].split("\n\n", 1)[0]
+    assert section.count("; passes over its instances: known once the instances stage has run") == 2
 
 
 @pytest.mark.slow
@@ -165,6 +169,18 @@ def test_three_arm_experiment_shares_the_corpus_pairs_the_sweep_and_nests_mlflow
     # session 47)
     rebuilt_md = (tmp_path / "rebuilt" / "blue_table.md").read_text()
     assert "Paired differences vs conventional" in rebuilt_md and "Experiment " in rebuilt_md.splitlines()[0]
+    # What each pretraining arm trained on: the counts of the instances each arm's phases read, the floor's row
+    # saying it has none; the rebuilt report has the same table, from the experiment run's report (session 54)
+    rows = json.loads((run_dir / "report" / "training_data.json").read_text())
+    manifests = {p.parent.name: json.loads(p.read_text())["counts"]
+                 for p in (run_dir / "stages" / "instances").glob("len*/*/manifest.json")}
+    assert [(r["arm"], r.get("phase")) for r in rows] == [("conventional", "phase1"), ("simpt", "phase1"),
+                                                         ("floor", None)]  # phase2.steps=0
+    assert sorted((r["instances"], r["pair_tokens_cut"]) for r in rows[:2]) == sorted(
+        (c["instances"], c["pair_tokens_cut"]) for c in manifests.values())
+    assert all(r["passes"] == pytest.approx(10 * 32 / r["instances"]) for r in rows[:2])
+    trained = report.split("## What each pretraining arm trained on", 1)[1].split("\n## ", 1)[0]
+    assert "| floor | random initialisation: no pretraining data |" in trained and trained in rebuilt_md
     # The arms' tokenizer quality: the floor shares the conventional arm's vocabulary, simpt has its own;
     # each row is what that vocabulary stage measured.
     quality = report.split("Tokenizer quality per language", 1)[1]
@@ -632,3 +648,69 @@ def test_a_measured_tokenizer_named_as_a_pretraining_arm_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="arms.a: vocab.quality.tokenizers.a: a is an arm, whose own vocabulary"):
         smoke(tmp_path, arms={"a": {}, "b": {}}, **quality)
     smoke(tmp_path, arms={"a": {"model": get_model_path()}, "b": {}}, **quality)
+
+
+def test_the_report_says_what_each_arm_trained_on_and_so_does_a_rebuild_from_mlflow(tmp_path):
+    """Session 54: what each arm trained on was in its instances manifests only (RESULTS.md's entity_masking
+    section counted the random-next share by hand; the tokens truncation cut were counted nowhere, a phase's
+    passes over its instances said nowhere). The experiment's report has the table, from the arms' manifests (one
+    from before the cut was counted: "unknown", no error); the random initialisation and a given model say
+    they have none; the report rebuilt from MLflow alone has it from the experiment run's report, and says it is
+    not available where that run holds none."""
+    from test_report import log_sweep, make_results
+
+    from orchestrator.core.manifest import write_manifest
+    from orchestrator.report.blue_table import write_report
+    from orchestrator.report.mlflow_results import regenerate_report, training_data
+    from orchestrator.report.training_data import FILE, render_section
+    from orchestrator.track import TrackingConfig, local_uri
+    from orchestrator.track.runs import attach_files, parent_run
+    from orchestrator.workflows.analyses import training_rows
+
+    plans = arm_plans(smoke(tmp_path, arms={**ARMS, "pub": {"model": str(tmp_path / "m"), "made_by": "a job"}}))
+    outputs = {(arm, o.name): o.path for arm, p in plans.items() for o in p.outputs}
+    counts = {  # the smoke preset: phase1 len 64, 30 steps x 32; phase2 len 128, 4 steps x 16
+        ("conventional", 64): {"instances": 600, "tokens": 30_000, "masked_tokens": 4_500, "random_next": 300,
+                               "pair_tokens_cut": 6_000, "pairs_cut": 450},
+        ("conventional", 128): {"instances": 200, "tokens": 20_000, "masked_tokens": 3_000, "random_next": 90,
+                                "pair_tokens_cut": 0, "pairs_cut": 0},
+        # made before the cut was counted
+        ("simpt", 64): {"instances": 1_920, "tokens": 90_000, "masked_tokens": 13_000, "random_next": 1_000},
+        ("simpt", 128): {"instances": 640, "tokens": 60_000, "masked_tokens": 9_000, "random_next": 300}}
+    for (arm, length), c in counts.items():
+        write_manifest(outputs[arm, f"instances/len{length}"], stage="instances", config={},
+                       counts={"max_seq_length": length, "masking": "static", **c})
+    rows = training_rows(plans.values())
+    by = {(r["arm"], r.get("phase")): r for r in rows}
+    assert [r["arm"] for r in rows] == ["conventional", "conventional", "simpt", "simpt", "floor", "pub"]
+    conventional = by["conventional", "phase1"]
+    assert conventional["pair_cut_share"] == pytest.approx(6_000 / (30_000 - 3 * 600 + 6_000))  # of A + B packed
+    assert conventional["passes"] == pytest.approx(30 * 32 / 600) and by["simpt", "phase1"]["passes"] == 0.5
+    assert by["conventional", "phase2"]["passes"] == pytest.approx(4 * 16 / 200)
+    assert by["simpt", "phase1"]["pair_cut_share"] is None and "random initialisation" in by["floor", None]["note"]
+    assert by["pub", None]["note"] == f"given model {tmp_path / 'm'} (made by a job): not pretrained by this experiment"
+    md, html = render_section(rows)
+    assert "| conventional | phase1 | 64 | 600 | 30,000 | 4,500 (15.0%) | 300 (50.0%) | 17.5% (in 75% of instances) " \
+           "| 1.60 (static masks) |" in md
+    assert "| simpt | phase1 | 64 | 1,920 | 90,000 | 13,000 (14.4%) | 1,000 (52.1%) | unknown | 0.50 (static masks) |" \
+        in md
+    assert "the passes after the first see the same masks" in md and 'data-arm="floor"' in html
+
+    run_dir = tmp_path / "exp"
+    results = make_results()
+    with parent_run(TrackingConfig(), run_dir, kind=S.KIND_EXPERIMENT, key="k", name="experiment:x") as parent:
+        sweep = log_sweep(run_dir, results)
+        paths = write_report(results, run_dir / "report", sections=[(md, html)], documents={FILE: rows})
+        attach_files(local_uri(run_dir), parent, list(paths.values()), "report")
+    assert json.loads(paths["training_data"].read_text()) == rows
+    rebuilt = regenerate_report(tmp_path / "rebuilt", local_uri(run_dir), run_id=sweep)
+    assert md.strip() in rebuilt["md"].read_text() and 'class="training-data"' in rebuilt["html"].read_text()
+    # an experiment run that holds no table (one from before it, or its artifacts gone): said, not failed
+    attached, = [p for p in run_dir.rglob(f"report/{FILE}") if p != paths["training_data"]]
+    attached.unlink()
+    notes: list[str] = []
+    client = MlflowClient(local_uri(run_dir))
+    assert training_data(client, client.get_run(parent), notes) is None
+    assert notes == [f"What each pretraining arm trained on: not available (the experiment run {parent[:8]} holds "
+                     f"no readable report/{FILE} (MlflowException), and the arms' instances manifests are not read "
+                     "from MLflow)."]

@@ -66,11 +66,26 @@ def _build(corpus, vocab, seed=1, length=64, dupe=2, wwm=False, static=True):
 @pytest.mark.parametrize("wwm", [False, True])
 def test_identical_to_reference_port(corpus, vocab, wwm):
     """Same token lists, same seed: the id-based port yields the reference's instances exactly."""
+    from orchestrator.instances.parquet import summarize
+
     ref = _load_reference()
     ours, _ = _build(corpus, vocab, seed=12345, length=64, dupe=3, wwm=wwm)
+    cuts, truncate = [], ref.truncate_seq_pair
+
+    def counted(tokens_a, tokens_b, max_num_tokens, rng):  # BERT's own truncation, its cuts counted
+        packed = len(tokens_a) + len(tokens_b)
+        truncate(tokens_a, tokens_b, max_num_tokens, rng)
+        cuts.append(packed - len(tokens_a) - len(tokens_b))
+
+    ref.truncate_seq_pair = counted
     theirs = ref.instances_from_documents([list(map(list, d)) for d in corpus], vocab, 64, 3, 0.1, 0.15, 10,
                                           random.Random(12345), wwm)
-    assert len(ours) == len(theirs) > 100
+    assert len(ours) == len(theirs) == len(cuts) > 100
+    # the tokens truncation cut, and the instances it cut, as the manifest counts them (issue: it counted the
+    # tokens kept only; at length 64 BERT's truncation cuts a share of the pairs it packs)
+    summary = summarize(ours)
+    assert summary["cut"] == sum(x.cut for x in ours) == sum(cuts) > 1000
+    assert summary["pairs_cut"] == sum(c > 0 for c in cuts) > 100
     for a, b in zip(ours, theirs):
         assert [vocab[i] for i in a.input_ids] == b.tokens
         assert list(a.token_type_ids) == b.segment_ids
@@ -244,7 +259,18 @@ def _originals(row):
 
 
 def test_fast_layout_lengths_segments_and_summary(corpus, vocab):
+    from orchestrator.instances.packing import TokenizedDocs, plan_spans
+
     rows, summary, sp = _fast(corpus, vocab, length=64, dupe=3)
+    # what truncation cut: every token of a packed pair past length - 3, counted again from the same packing
+    rng = random.Random(1)
+    rng.getrandbits(128)  # instance_batches seeds its numpy generator first
+    docs = TokenizedDocs.from_sentence_ids(_ids(corpus, vocab), [f"s{i % 2}" for i in range(len(corpus))])
+    spans = plan_spans(docs, 3, 64, 0.1, rng)
+    excess = np.maximum(spans.a_len + spans.b_len - 61, 0)
+    assert len(spans.a_len) == len(rows) and summary["cut"] == excess.sum() > 1000
+    assert summary["pairs_cut"] == (excess > 0).sum() and summary["tokens"] - 3 * len(rows) + summary["cut"] == \
+        (spans.a_len + spans.b_len).sum()
     assert summary["instances"] == len(rows) > 100
     assert summary["tokens"] == sum(len(r["input_ids"]) for r in rows)
     assert summary["masked"] == sum(len(r["masked_lm_positions"]) for r in rows)
@@ -318,22 +344,26 @@ def test_fast_nsp_is_half_random_with_multi_sentence_chunks(vocab):
 
 
 def test_fast_length_distribution_matches_the_reference_incl_short_sequences(corpus, vocab):
-    """Instance counts, mean length and the share of short instances (short_seq_prob) match the exact path."""
+    """Instance counts, mean length, the share of short instances (short_seq_prob) and of the tokens truncation
+    cut match the exact path."""
     def stats(lengths):
         return len(lengths), sum(lengths) / len(lengths), sum(n < 32 for n in lengths) / len(lengths)
 
     means = {}
     for short_seq_prob in (0.1, 0.5):
-        fast = [len(r["input_ids"]) for seed in range(4)
-                for r in _fast(corpus, vocab, seed=seed, length=128, dupe=5, static=False,
-                               short_seq_prob=short_seq_prob)[0]]
+        built = [_fast(corpus, vocab, seed=seed, length=128, dupe=5, static=False, short_seq_prob=short_seq_prob)
+                 for seed in range(4)]
+        fast = [len(r["input_ids"]) for rows, _, _ in built for r in rows]
         sp = Specials.from_vocab({t: i for i, t in enumerate(vocab)})
         p = Params(128, short_seq_prob, 0.15, 20, False, False)
-        exact = [len(x.input_ids) for seed in range(4) for x in create_training_instances(
+        instances = [x for seed in range(4) for x in create_training_instances(
             _ids(corpus, vocab), ["s"] * len(corpus), 5, p, sp, random.Random(seed))]
+        exact = [len(x.input_ids) for x in instances]
         (n_f, mean_f, short_f), (n_e, mean_e, short_e) = stats(fast), stats(exact)
         assert abs(n_f / n_e - 1) < 0.05 and abs(mean_f / mean_e - 1) < 0.05
         assert abs(short_f - short_e) < 0.03
+        cut_f, cut_e = sum(s["cut"] for _, s, _ in built) / sum(fast), sum(x.cut for x in instances) / sum(exact)
+        assert cut_e > 0.01 and abs(cut_f / cut_e - 1) < 0.15
         assert max(fast) <= 128
         means[short_seq_prob] = mean_f
     assert means[0.5] < 0.9 * means[0.1]  # the knob moves the distribution
@@ -508,6 +538,13 @@ def test_unit_worker_exact_form_follows_its_tokens_and_groups_when_asked(tmp_pat
         alone += holds(ids, cat)
     # associated (anatomy/lesion - disease): grouped unless washout is the target
     assert together > 5 and alone >= 20
+    assert summary["cut"] == summary["pairs_cut"] == 0  # short texts: nothing cut at 64
+    # at 8 (5 tokens for A and B) truncation cuts grouped pairs too, and the summary counts it
+    short = UnitWorker(str(tmp_path / "vocab"), str(tmp_path / "short"), 7, masking, 8)
+    (tmp_path / "short").mkdir()
+    cut = short.build_unit(0, [{"path": str(shard), "rows": None}], dupe_factor=20)
+    ids = pq.read_table(tmp_path / "short" / "part-000000.parquet").column("input_ids").to_pylist()
+    assert 0 < cut["pairs_cut"] <= sum(len(r) == 8 for r in ids) and cut["cut"] >= cut["pairs_cut"]
 
 
 def test_shard_tokens_reuses_a_shard_across_runs_and_rereads_a_rewritten_one(tmp_path):

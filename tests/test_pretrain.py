@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -825,11 +826,39 @@ def test_job_dry_run_checks_inputs_and_batch_arithmetic(corpus):
     args = [sys.executable, str(root / "jobs" / "pretrain.py"), "--dry-run",
             f"instances_dir={corpus['root'] / 'instances'}", f"tokenizer_dir={corpus['tokenizer']}",
             "pretrain.phase1.max_seq_length=32", "pretrain.phase2.max_seq_length=64", "pretrain.phase2.steps=2"]
-    ok = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    ok = subprocess.run(args + ["pretrain.phase2.steps=300"], capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0, ok.stderr
     assert "global batch 16 = 2 x 8 x 1 accumulation" in ok.stdout and "(vocabulary " in ok.stdout
+    # each phase's passes over its instances (steps x global batch / instances: said nowhere before session 54);
+    # with static masks and more than one, that the passes after the first repeat the masks of the first
+    from orchestrator.core.manifest import read_manifest
+
+    for phase, length, note in (("phase1", 32, False), ("phase2", 64, True)):
+        line, = [line for line in ok.stdout.splitlines() if line.startswith(f"{phase}: len {length}, ")]
+        steps, batch, drawn, passes, n = re.search(r"(\d+) steps, global batch (\d+) .*; ([\d,]+) sequences = "
+                                                   r"([\d.]+) passes over ([\d,]+) instances", line).groups()
+        assert int(n.replace(",", "")) == read_manifest(corpus[length])["counts"]["instances"]
+        assert int(drawn.replace(",", "")) == int(steps) * int(batch) and float(passes) == pytest.approx(
+            int(steps) * int(batch) / int(n.replace(",", "")), abs=0.005)
+        assert ("static masks: passes after the first see the same masks" in line) is note  # len32: dynamic
+    assert float(re.search(r"= ([\d.]+) passes", line).group(1)) > 1
     bad = subprocess.run(args + ["pretrain.phase1.global_batch_size=24"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "not divisible" in bad.stderr
+
+
+def test_each_phase_says_its_passes_over_its_instances_when_it_starts(corpus):
+    """The run's line at a phase's start (rank 0's, from ``phase_passes``) says the passes over its instances, and
+    with static masks over more than one pass that the later passes repeat the first one's masks (session 54)."""
+    from orchestrator.core.manifest import read_manifest
+    from orchestrator.pretrain.trainer import phase_inputs, phase_passes
+
+    cfg = _cfg(**{"phase2.steps": 300})
+    said = phase_passes(cfg, phase_inputs(cfg, {32: corpus[32], 64: corpus[64]}))
+    n32, n64 = (read_manifest(corpus[n])["counts"]["instances"] for n in (32, 64))
+    assert said["phase1"] == f"480 sequences = {480 / n32:.2f} passes over {n32:,} instances"  # dynamic masks
+    assert said["phase2"] == (f"2,400 sequences = {2400 / n64:.2f} passes over {n64:,} instances; static masks: passes "
+                              "after the first see the same masks (BERT's remedy: a larger corpus.mixer.dupe_factor, "
+                              "each copy masked anew; or instances.masking: dynamic, not with entity masking)")
 
 
 def test_pretraining_and_sweep_finish_with_mlflow_down_and_say_so_once(corpus, ray_local, tmp_path, caplog,

@@ -243,6 +243,27 @@ def instance_schema():
                       ("next_sentence_label", pa.int8()), ("source", pa.string()), ("language", pa.string())])
 
 
+def pair_cut_share(counts: dict) -> float | None:
+    """The share of the packed pair tokens (segments A and B as packed, before ``truncate_seq_pair``) that
+    truncation cut, from an instances manifest's ``counts``; None for a manifest from before the count
+    (``pair_tokens_cut`` absent), whose share is unknown."""
+    cut = counts.get("pair_tokens_cut")
+    if cut is None or not counts.get("instances"):
+        return None
+    packed = counts["tokens"] - 3 * counts["instances"] + cut  # [CLS] A [SEP] B [SEP]: three special tokens
+    return cut / packed if packed else 0.0
+
+
+def pair_cut_text(counts: dict) -> str:
+    """The cut in words (the stage's log line, a chain's summary): tokens, share, instances; unknown for a
+    manifest from before the count."""
+    share = pair_cut_share(counts)
+    if share is None:
+        return "truncation cut: unknown (instances made before the cut was counted)"
+    return (f"truncation cut {counts['pair_tokens_cut']:,} pair tokens ({share:.1%} of those packed) from "
+            f"{counts.get('pairs_cut', 0):,} instances ({counts.get('pairs_cut', 0) / counts['instances']:.1%})")
+
+
 @dataclasses.dataclass(frozen=True)
 class InstanceInfo:
     """What an instances directory promises, read from its manifest."""

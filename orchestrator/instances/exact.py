@@ -26,6 +26,7 @@ class Instance:
     masked_lm_ids: Sequence[int]
     source: str
     entity_stats: dict | None = None
+    cut: int = 0  # tokens of A and B that truncate_seq_pair removed to fit max_seq_length
 
 
 def truncate_seq_pair(tokens_a: list[int], tokens_b: list[int], max_num_tokens: int, rng: random.Random
@@ -90,6 +91,7 @@ def create_instances_from_document(all_documents: Sequence[Sequence[Sequence[int
                     is_random_next = False
                     for j in range(a_end, len(current_chunk)):
                         tokens_b.extend(current_chunk[j])
+                packed = len(tokens_a) + len(tokens_b)
                 truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
                 tokens = [sp.cls, *tokens_a, sp.sep, *tokens_b, sp.sep]
                 segment_ids = [0] * (len(tokens_a) + 2) + [1] * (len(tokens_b) + 1)
@@ -100,7 +102,8 @@ def create_instances_from_document(all_documents: Sequence[Sequence[Sequence[int
                     positions, labels, stats = [], [], None
                 # Compact arrays (4 or 1 bytes per token): a unit's instances are all held until the final shuffle.
                 instances.append(Instance(array("i", tokens), array("b", segment_ids), is_random_next,
-                                          array("i", positions), array("i", labels), source, stats))
+                                          array("i", positions), array("i", labels), source, stats,
+                                          packed - len(tokens_a) - len(tokens_b)))
             current_chunk = []
             current_length = 0
         i += 1

@@ -155,6 +155,7 @@ def _instance(docs, a_texts: list[tuple[int, int]], b_texts: list[tuple[int, int
     side = 0 if anchor in a_texts else 1  # the anchor's group is A, or A and B
     segment = b_texts if side else a_texts
     offset = sum(len(docs[d][i]) for d, i in segment[:segment.index(anchor)])
+    packed = len(tokens_a) + len(tokens_b)
     fronts = truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
     positions = None
     if target is not None:
@@ -170,4 +171,4 @@ def _instance(docs, a_texts: list[tuple[int, int]], b_texts: list[tuple[int, int
     tokens, masked, labels, stats = create_masked_lm_predictions(tokens, p, sp, rng, masker, id_to_token, positions,
                                                                  group)
     return Instance(array("i", tokens), array("b", segment_ids), is_random_next, array("i", masked),
-                    array("i", labels), source, stats)
+                    array("i", labels), source, stats, packed - len(tokens_a) - len(tokens_b))

@@ -209,17 +209,20 @@ def instance_batches(docs: TokenizedDocs, dupe_factor: int, p: Params, sp: Speci
     Documents are shuffled and packed ``dupe_factor`` times (``plan_spans``), truncated, and
     the instances shuffled, all as offset arrays; tokens are then gathered and masked a batch
     at a time, so memory holds the offsets of a unit plus one padded batch, not every token.
+    The summary counts the tokens truncation cut (``cut``) and the instances it cut (``pairs_cut``).
     """
     docs = docs.select(np.flatnonzero(np.diff(docs.doc_starts) > 0))  # BERT drops empty documents
     gen = np.random.default_rng(rng.getrandbits(128))
-    spans = plan_spans(docs, dupe_factor, p.max_seq_length, p.short_seq_prob, rng)
-    spans = truncate_spans(spans, p.max_seq_length - 3, gen)
-    spans = spans.take(gen.permutation(len(spans.a_len)))  # BERT's final rng.shuffle(instances)
+    packed = plan_spans(docs, dupe_factor, p.max_seq_length, p.short_seq_prob, rng)
+    spans = truncate_spans(packed, p.max_seq_length - 3, gen)
+    cut = packed.a_len + packed.b_len - spans.a_len - spans.b_len  # tokens truncation removed, per instance
+    order = gen.permutation(len(spans.a_len))  # BERT's final rng.shuffle(instances)
+    spans, cut = spans.take(order), cut[order]
     names = sorted(set(docs.sources))
     doc_source = np.asarray([names.index(s) for s in docs.sources] if names else [], dtype=np.int32)
     ids = np.concatenate([docs.ids, np.array([sp.cls, sp.sep], dtype=np.int32)])
     for lo in range(0, len(spans.a_len), batch_size):
-        part = spans.take(slice(lo, lo + batch_size))
+        part, part_cut = spans.take(slice(lo, lo + batch_size)), cut[lo:lo + batch_size]
         input_ids, valid, segments, lengths = assemble(ids, part, p.max_seq_length, sp)
         if p.static_masking:
             chosen, labels = mask_batch(input_ids, lengths, p.masking, sp, continuation, gen)
@@ -230,6 +233,7 @@ def instance_batches(docs: TokenizedDocs, dupe_factor: int, p: Params, sp: Speci
                             names), {
             "instances": len(lengths), "tokens": int(lengths.sum()), "masked": int(chosen.sum()),
             "random_next": int(part.is_random_next.sum()),
+            "cut": int(part_cut.sum()), "pairs_cut": int((part_cut > 0).sum()),
             "by_source": {names[k]: {"instances": int(n), "tokens": int(t)} for k, (n, t) in enumerate(zip(
                 np.bincount(source, minlength=len(names)),
                 np.bincount(source, weights=lengths, minlength=len(names)).astype(np.int64))) if n},

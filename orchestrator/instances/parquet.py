@@ -82,9 +82,14 @@ def write_instances(instances: Sequence[Instance], path: Path) -> None:
     os.replace(tmp, path)
 
 
+#: The summed counts of a summary (``summarize``, ``instance_batches``): ``cut`` is the tokens of A and B that
+#: truncation removed, ``pairs_cut`` the instances it removed any from.
+COUNTS = ("instances", "tokens", "masked", "random_next", "cut", "pairs_cut")
+
+
 def summarize(instances: Iterable[Instance]) -> dict:
-    """Counts for the manifest: per source instances/tokens, masked tokens, random-next share."""
-    out: dict[str, Any] = {"instances": 0, "tokens": 0, "masked": 0, "random_next": 0,
+    """Counts for the manifest: per source instances/tokens, masked tokens, random-next share, tokens cut."""
+    out: dict[str, Any] = {**dict.fromkeys(COUNTS, 0),
                            "by_source": defaultdict(lambda: {"instances": 0, "tokens": 0}),
                            "entity": {"entities": 0, "masked_entities": 0, "protected": 0}}
     for x in instances:
@@ -92,6 +97,8 @@ def summarize(instances: Iterable[Instance]) -> dict:
         out["tokens"] += len(x.input_ids)
         out["masked"] += len(x.masked_lm_positions)
         out["random_next"] += int(x.is_random_next)
+        out["cut"] += x.cut
+        out["pairs_cut"] += int(x.cut > 0)
         src = out["by_source"][x.source]
         src["instances"] += 1
         src["tokens"] += len(x.input_ids)
@@ -103,10 +110,10 @@ def summarize(instances: Iterable[Instance]) -> dict:
 
 
 def merge_summaries(parts: Iterable[dict]) -> dict:
-    total: dict[str, Any] = {"instances": 0, "tokens": 0, "masked": 0, "random_next": 0, "by_source": {},
+    total: dict[str, Any] = {**dict.fromkeys(COUNTS, 0), "by_source": {},
                              "entity": {"entities": 0, "masked_entities": 0, "protected": 0}}
     for part in parts:
-        for k in ("instances", "tokens", "masked", "random_next"):
+        for k in COUNTS:
             total[k] += part[k]
         for k in total["entity"]:
             total["entity"][k] += part["entity"][k]

@@ -5,7 +5,8 @@
 One run per ``max_seq_length`` (``instances/len<L>/``). The manifest records what the
 pretraining stage relies on: the length, the masking (static/dynamic) and its parameters, the
 vocabulary's size and sha256, counts per source and per language (the corpus shards' language
-column, carried into a ``language`` column of the instances).
+column, carried into a ``language`` column of the instances), and what BERT's ``truncate_seq_pair``
+cut to fit the length (``pair_tokens_cut``, ``pairs_cut``: counts, not in the stage's key).
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import dataclasses
 import logging
 from pathlib import Path
 
-from orchestrator.core.artifacts import MixPlan, ShardInfo, label_parts, load_plan
+from orchestrator.core.artifacts import MixPlan, ShardInfo, label_parts, load_plan, pair_cut_text
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.manifest import read_manifest, write_manifest
 from orchestrator.core.pretokenize import pretokenize_of
@@ -61,6 +62,7 @@ def build_instances(cfg: InstanceConfig, corpus_dir: Path, vocab_dir: Path, out_
               "max_predictions_per_seq": cfg.max_predictions(max_seq_length),
               "whole_word_mask": cfg.whole_word_mask,
               "masked_tokens": total["masked"], "random_next": total["random_next"],
+              "pair_tokens_cut": total["cut"], "pairs_cut": total["pairs_cut"],
               "units": len(plan.units), "document_uses": total["document_uses"], "pretokenize": pretokenize}
     if cfg.entity_masking is not None:
         counts["entity_masking"] = total["entity"]
@@ -71,7 +73,8 @@ def build_instances(cfg: InstanceConfig, corpus_dir: Path, vocab_dir: Path, out_
                                          "languages": _by_language(total),
                                          **{k: counts[k] for k in promised},
                                          **({"association": association} if association else {})})
-    log.info("instances len%d: %d instances, %d tokens", max_seq_length, total["instances"], total["tokens"])
+    log.info("instances len%d: %d instances, %d tokens; %s", max_seq_length, total["instances"], total["tokens"],
+             pair_cut_text(counts))
     return out_dir
 
 

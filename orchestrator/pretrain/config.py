@@ -423,3 +423,24 @@ def batch_plan(global_batch: int, workers: int, device_batch: int, where: str = 
         raise ConfigError(f"{where}: global_batch_size {global_batch} is not divisible by num_workers {workers} "
                           f"x device_batch_size {device_batch} = {per_step}")
     return BatchPlan(global_batch, workers, device_batch, global_batch // per_step)
+
+
+def data_passes(steps: int, global_batch: int, instances: int) -> float:
+    """The passes a phase makes over its instances: the sequences its steps draw (steps x global batch) over
+    the instance count (each worker's epoch drops its last part-batch, so a pass holds slightly fewer)."""
+    return steps * global_batch / max(1, instances)
+
+
+def passes_text(steps: int, global_batch: int, instances: int | None, masking: str | None) -> str:
+    """A phase's passes over its instances in words (the dry run's and the run's phase lines): unknown before
+    the instances stage has run; with static masks and more than one pass, that passes after the first see the
+    masks of the first (BERT's remedy: dupe_factor, more copies of the text, each masked anew)."""
+    if instances is None:
+        return "passes over its instances: known once the instances stage has run"
+    passes = data_passes(steps, global_batch, instances)
+    text = f"{steps * global_batch:,} sequences = {passes:.2f} passes over {instances:,} instances"
+    if masking == "static" and passes > 1:
+        text += ("; static masks: passes after the first see the same masks (BERT's remedy: a larger "
+                 "corpus.mixer.dupe_factor, each copy masked anew; or instances.masking: dynamic, not with "
+                 "entity masking)")
+    return text

@@ -428,7 +428,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> dict[str, Any]:
         position = start
         if rank == 0:
             worker_line(f"{phase_name}: {phase.steps} steps, global batch {plan.global_batch} = {world} workers x "
-                        f"{plan.device_batch} x {plan.accumulation} accumulation, lr {phase.learning_rate:g}")
+                        f"{plan.device_batch} x {plan.accumulation} accumulation, lr {phase.learning_rate:g}"
+                        + (f"; {said}" if (said := config.get("passes", {}).get(phase_name)) else ""))
         window = {"t": time.perf_counter(), "seq": 0, "tok": 0, "step": state["step"]}
         progress = Progress(phase_name, phase.steps, state["phase_step"])
         first_step_s = None

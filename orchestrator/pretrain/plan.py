@@ -5,11 +5,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator.core.artifacts import InstanceInfo, check_model
+from orchestrator.core.artifacts import InstanceInfo, check_model, read_instance_info
+from orchestrator.core.errors import InputError
 from orchestrator.core.manifest import read_manifest
 from orchestrator.core.reuse import KEY_FIELD
 from orchestrator.pretrain.checkpoint import latest_checkpoint, other_run, other_run_error
-from orchestrator.pretrain.config import SIZE_PRESETS, PretrainConfig, batch_plan, input_keys, pretrain_key
+from orchestrator.pretrain.config import (
+    SIZE_PRESETS,
+    PretrainConfig,
+    batch_plan,
+    input_keys,
+    passes_text,
+    pretrain_key,
+)
 from orchestrator.pretrain.data import check_vocab_matches
 from orchestrator.pretrain.nodes import check_multi_node
 from orchestrator.pretrain.trainer import CHECKPOINTS, check_init_from, earlier_key, phase_inputs, special_ids
@@ -17,14 +25,18 @@ from orchestrator.pretrain.trainer import CHECKPOINTS, check_init_from, earlier_
 
 def plan_pretrain(cfg: PretrainConfig, instances: dict[int, Path] | None, tokenizer_dir: Path | None, *,
                   tracking_uri: str | None = None, nodes: list[dict] | None = None,
-                  driver_node: dict[str, float] | None = None, out_dir: Path | None = None) -> str:
-    """Dry run: the model, batch arithmetic per phase, what a multi-node run needs and, when given,
-    checked inputs. Trains nothing. ``tracking_uri``: the configured MLflow store (None when off);
-    ``nodes`` / ``driver_node``: an attached cluster's alive nodes and the driver node's resources
-    (None: not attached; ``pretrain.multi_node`` alone then says whether the run spans nodes). Imports
-    torch and transformers only to count a new model's parameters (with ``tokenizer_dir``): a dry run
-    before the corpus stage has run answers without them."""
+                  driver_node: dict[str, float] | None = None, out_dir: Path | None = None,
+                  built: dict[int, Path] | None = None) -> str:
+    """Dry run: the model, batch arithmetic per phase and its passes over its instances, what a multi-node run
+    needs and, when given, checked inputs. Trains nothing. ``tracking_uri``: the configured MLflow store (None
+    when off); ``nodes`` / ``driver_node``: an attached cluster's alive nodes and the driver node's resources
+    (None: not attached; ``pretrain.multi_node`` alone then says whether the run spans nodes); ``built``: the
+    instances outputs the stage has already made, by length (a chain's or an arm's, before its run), whose
+    counts give the passes where ``instances`` is not given. Imports torch and transformers only to count a
+    new model's parameters (with ``tokenizer_dir``): a dry run before the corpus stage has run answers
+    without them."""
     lines = []
+    made = {int(n): Path(p) for n, p in {**(built or {}), **(instances or {})}.items()}
     paths = [Path(p) for _, p in sorted((instances or {}).items())]
     multi_node = check_multi_node(cfg, tracking_uri, nodes=nodes, driver_resources=driver_node, out_dir=out_dir,
                                   instances=paths, tokenizer_dir=tokenizer_dir)
@@ -48,7 +60,8 @@ def plan_pretrain(cfg: PretrainConfig, instances: dict[int, Path] | None, tokeni
         plan = batch_plan(phase.global_batch_size, cfg.num_workers, phase.device_batch_size, where=name)
         lines.append(f"{name}: len {phase.max_seq_length}, {phase.steps} steps, global batch {plan.global_batch} = "
                      f"{plan.workers} x {plan.device_batch} x {plan.accumulation} accumulation, "
-                     f"lr {phase.learning_rate:g}, warm-up {int(phase.warmup_proportion * phase.steps)} steps")
+                     f"lr {phase.learning_rate:g}, warm-up {int(phase.warmup_proportion * phase.steps)} steps; "
+                     + passes_text(phase.steps, plan.global_batch, *_count(made.get(phase.max_seq_length))))
     if cfg.stop.enabled:
         stop = cfg.stop
         rules = [f"MLM accuracy >= {stop.mlm_accuracy:g}"] if stop.mlm_accuracy else []
@@ -79,6 +92,16 @@ def plan_pretrain(cfg: PretrainConfig, instances: dict[int, Path] | None, tokeni
     else:
         lines.append("inputs: produced by the corpus stage (checked when it has run)")
     return "\n".join(lines)
+
+
+def _count(path: Path | None) -> tuple[int | None, str | None]:
+    """(instance count, masking) of an instances output; (None, None) when it is not made yet, or cannot be
+    read (the inputs' check that follows says why)."""
+    try:
+        info = read_instance_info(path) if path is not None else None
+    except InputError:
+        info = None
+    return (info.instances, info.masking) if info is not None else (None, None)
 
 
 def _resume_plan(cfg: PretrainConfig, instances: dict, infos: dict[str, InstanceInfo], tokenizer_dir: Path,

@@ -70,6 +70,7 @@ from orchestrator.pretrain.config import (
     batch_plan,
     check_init_positions,
     input_keys,
+    passes_text,
     pretrain_key,
     read_hf_config,
     run_params,
@@ -192,6 +193,12 @@ def phase_inputs(cfg: PretrainConfig, instances: dict[int, Path]) -> dict[str, I
                                       f"{plan.workers * plan.device_batch} for {name}")
         out[name] = info
     return out
+
+
+def phase_passes(cfg: PretrainConfig, infos: dict[str, InstanceInfo]) -> dict[str, str]:
+    """Each phase's passes over its instances in words (``passes_text``), for its line when it starts."""
+    return {name: passes_text(phase.steps, phase.global_batch_size, infos[name].instances, infos[name].masking)
+            for name, phase in cfg.active_phases()}
 
 
 def _check_existing_checkpoint(cfg: PretrainConfig, ckpt_dir: Path, vocab_size: int, pad: int) -> Path | None:
@@ -463,6 +470,7 @@ def _train(cfg: PretrainConfig, infos: dict[str, InstanceInfo], tokenizer_dir: P
                        "special": special, "tracking": worker_tracking,
                        "dynamic": {name: masking_rule(info) if info.masking == "dynamic"
                                    else None for name, info in infos.items()},
+                       "passes": phase_passes(cfg, infos),
                        "resume_dir": str(resume_dir) if resume_dir else None, "fail_at": fail_at,
                        "local_files": {name: [str(p.resolve()) for p in files[name]]
                                        for name in infos if ingest[name] == "local"}}

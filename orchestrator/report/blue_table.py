@@ -21,8 +21,9 @@ from __future__ import annotations
 import base64
 import logging
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from orchestrator.core.manifest import atomic_dir, atomic_write_json, atomic_write_text, write_manifest
 from orchestrator.core.reuse import output_lock
@@ -44,7 +45,8 @@ KEPT = ("experiment.html",)
 def write_report(results: dict, out_dir: Path, title: str = "BLUE results", scale: float = 100.0,
                  digits: int = 1, source: str | Path = "results.json", baseline: str | None = None,
                  notes: Sequence[str] = (), source_scores: dict[str, dict] | None = None,
-                 sections: Sequence[tuple[str, str]] = ()) -> dict[str, Path]:
+                 sections: Sequence[tuple[str, str]] = (), documents: Mapping[str, Any] | None = None
+                 ) -> dict[str, Path]:
     """Write Markdown, HTML, PNG table and learning curves atomically into ``out_dir``.
 
     ``out_dir`` appears complete (with a manifest.json and a copy of ``results``) or not at all.
@@ -60,6 +62,9 @@ def write_report(results: dict, out_dir: Path, title: str = "BLUE results", scal
     ``sources_scatter.png`` and ``sources_matrix.png``, returned as kinds sources_scatter and
     sources_matrix).
     ``sections`` are (Markdown, HTML) pairs added to both pages (an experiment's retrieval tables).
+    ``documents`` are JSON files written beside them, by file name (an experiment's ``training_data.json``, the
+    rows of its training-data section, which a report rebuilt from MLflow reads back), each returned as a kind
+    of its name without ``.json``.
     """
     out_dir = Path(out_dir)
     table = build_table(results, scale=scale, digits=digits, source=source)
@@ -93,6 +98,9 @@ def write_report(results: dict, out_dir: Path, title: str = "BLUE results", scal
                                                            sections=[h for _, h in sections]))
         render_table_png(table, tmp / FILES["png"], title)
         atomic_write_json(tmp / FILES["results"], results)
+        for name, document in (documents or {}).items():
+            atomic_write_json(tmp / name, document)
+            written[name.removesuffix(".json")] = name
         config = {"title": title, "scale": scale, "digits": digits, "source": str(source), "baseline": baseline}
         if comparison is not None:
             atomic_write_json(tmp / FILES["comparison"], comparison)

@@ -33,6 +33,9 @@ from orchestrator.core.config import redacted
 from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
 from orchestrator.core.results import summarize, validate_results
 from orchestrator.report.blue_table import write_report
+from orchestrator.report.training_data import FILE as TRAINING_DATA
+from orchestrator.report.training_data import UNAVAILABLE as TRAINING_UNAVAILABLE
+from orchestrator.report.training_data import render_section as training_section
 from orchestrator.retrieval.table import RESULTS as RETRIEVAL_RESULTS
 from orchestrator.retrieval.table import render_section
 from orchestrator.track import schema as S
@@ -250,7 +253,9 @@ def regenerate_report(out_dir: Path, tracking_uri: str, experiment: str = "biopt
     """Read a sweep back from MLflow and write the report (md, html, png, curves) into ``out_dir``;
     with ``baseline``, also the paired differences against that model (``write_report``), with
     ``source_scores`` seed 004's correlation of the source measures with the gains, and for a sweep
-    of an experiment with cross-lingual retrieval, its tables (as the experiment's own report has them)."""
+    of an experiment with cross-lingual retrieval, its tables, and its table of what each pretraining arm trained
+    on (as the experiment's own report has them; where the experiment run holds none, a note says it is not
+    available)."""
     from mlflow import MlflowClient  # heavy: mlflow
 
     with readable_store(tracking_uri) as readable:  # a run directory moved elsewhere: where its artifacts are now
@@ -261,6 +266,7 @@ def regenerate_report(out_dir: Path, tracking_uri: str, experiment: str = "biopt
         sweep = client.get_run(found.run_id)
         retrieval = experiment_retrieval(client, sweep, notes)
         experiment_run = _experiment_of(client, sweep)
+        trained_on = training_data(client, experiment_run, notes) if experiment_run is not None else None
     if experiment_run is not None:  # an experiment's sweep: its report's title and baseline, as the job wrote them
         title = title or f"Experiment {experiment_run.info.run_name.removeprefix(S.KIND_EXPERIMENT + ':')}"
         arm = experiment_run.data.tags.get(S.BASELINE_TAG) or experiment_run.data.params.get(S.BASELINE)
@@ -270,7 +276,30 @@ def regenerate_report(out_dir: Path, tracking_uri: str, experiment: str = "biopt
     return write_report(found.results, out_dir, title=title or f"BLUE results (MLflow run {found.run_id[:8]})",
                         source=f"{redacted(tracking_uri)} run {found.run_id}", baseline=baseline,
                         source_scores=source_scores,
-                        notes=notes, sections=[render_section(retrieval)] if retrieval else [])
+                        notes=notes, sections=([training_section(trained_on)] if trained_on else [])
+                        + ([render_section(retrieval)] if retrieval else []),
+                        documents={TRAINING_DATA: trained_on} if trained_on else None)
+
+
+def training_data(client, experiment_run, notes: list[str]) -> list[dict] | None:
+    """The rows of "what each pretraining arm trained on" the experiment's report carries (``report/`` +
+    ``training_data.json`` on its run, from the arms' instances manifests, which are not read from here); None,
+    with a line in ``notes`` saying the table is not available, where the run holds none (an experiment from
+    before the table, or a store whose artifacts are gone) or not a list of rows."""
+    run_id = experiment_run.info.run_id
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            rows = json.loads(Path(client.download_artifacts(run_id, f"report/{TRAINING_DATA}", tmp)).read_text())
+        except Exception as exc:  # no such artifact (MLflow raises its own types), or not JSON
+            notes.append(TRAINING_UNAVAILABLE.format(why=f"the experiment run {run_id[:8]} holds no readable "
+                                                         f"report/{TRAINING_DATA} ({type(exc).__name__}), and the "
+                                                         "arms' instances manifests are not read from MLflow"))
+            return None
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and "arm" in r for r in rows):
+        notes.append(TRAINING_UNAVAILABLE.format(why=f"the experiment run {run_id[:8]}'s report/{TRAINING_DATA} "
+                                                     "is not a list of rows"))
+        return None
+    return rows
 
 
 def _experiment_of(client, sweep):

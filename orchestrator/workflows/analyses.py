@@ -1,7 +1,8 @@
 """The analyses across an experiment's arms, beside its sweep: source scoring (seed 004), cross-lingual
-retrieval (seed 002, Table 6) and the arms' tokenizer quality (seed 002, Figure 3). Each reads the
-arms the runner built (``orchestrator.workflows.runner.ArmPlan``); a failing analysis is said in the
-report's notes and never stops the experiment.
+retrieval (seed 002, Table 6), the arms' tokenizer quality (seed 002, Figure 3) and what each arm trained
+on (its instances' counts, its phases' passes over them). Each reads the arms the runner built
+(``orchestrator.workflows.runner.ArmPlan``); a failing analysis is said in the report's notes and never stops
+the experiment.
 """
 from __future__ import annotations
 
@@ -10,11 +11,14 @@ import json
 import logging
 from pathlib import Path
 
+from orchestrator.core.artifacts import pair_cut_share
 from orchestrator.core.errors import InputError
+from orchestrator.core.manifest import read_manifest
 from orchestrator.core.reuse import reusable, run_stage
 from orchestrator.corpus.sources import source_files
 from orchestrator.corpus.stage import CorpusConfig
 from orchestrator.formats import READERS
+from orchestrator.pretrain.config import data_passes
 from orchestrator.retrieval.table import render_section
 from orchestrator.selection.arms import read_scores, score_arm
 from orchestrator.selection.settings import scoring_key
@@ -216,3 +220,39 @@ def quality_section(rows: list[dict]) -> tuple[str, str]:
     """The arms' tokenizer-quality table as a (Markdown, HTML) section of the experiment's report."""
     title = f"{QUALITY_TITLE} (seed 002, Figure 3)"
     return quality_markdown(rows, title), f"<style>{QUALITY_CSS}</style>\n" + quality_html(rows, title)
+
+
+# ---------------------------------------------------------------------------------------------
+# What each pretraining arm trained on: its instances' counts and its phases' passes over them
+
+def training_rows(arms) -> list[dict]:
+    """Per pretraining arm and phase, its instances (the instances stage's manifest ``counts``: instances,
+    tokens, masked tokens, random-next pairs, pair tokens cut) and the phase's passes over them at its steps;
+    a count the manifest lacks (made before it was counted) is None. An arm that did not pretrain here has one
+    row with a ``note`` (a given model, the random initialisation). Rendered by
+    ``orchestrator.report.training_data``."""
+    rows = []
+    for arm in arms:
+        if arm.kind != "pretrain":
+            made_by = f" (made by {arm.made_by})" if arm.made_by else ""
+            rows.append({"arm": arm.name, "note": "random initialisation: no pretraining data" if arm.kind == "random"
+                         else f"given model {arm.model_dir}{made_by}: not pretrained by this experiment"})
+            continue
+        outputs = {o.name: o.path for o in arm.outputs}
+        for phase_name, phase in arm.config.pretrain.active_phases():
+            path = outputs.get(f"instances/len{phase.max_seq_length}")
+            try:
+                manifest = read_manifest(path)
+                c = manifest["counts"]
+                instances, tokens = int(c["instances"]), int(c["tokens"])
+            except (OSError, TypeError, ValueError, KeyError) as exc:  # a row says so; the report is still written
+                rows.append({"arm": arm.name, "phase": phase_name, "note": f"{phase_name}: no instances manifest "
+                             f"of length {phase.max_seq_length} read ({type(exc).__name__})"})
+                continue
+            rows.append({"arm": arm.name, "phase": phase_name, "max_seq_length": phase.max_seq_length,
+                         "masking": c.get("masking") or manifest.get("masking"), "instances": instances,
+                         "tokens": tokens,
+                         **{k: c.get(k) for k in ("masked_tokens", "random_next", "pair_tokens_cut", "pairs_cut")},
+                         "pair_cut_share": pair_cut_share(c),
+                         "passes": data_passes(phase.steps, phase.global_batch_size, instances)})
+    return rows

@@ -45,6 +45,8 @@ from orchestrator.core.manifest import atomic_write_json
 from orchestrator.core.reuse import content_key, output_lock
 from orchestrator.core.runtime import ray_session, seeded
 from orchestrator.report.summary import PAGE, RETRIEVAL, ChainResult
+from orchestrator.report.training_data import FILE as TRAINING_DATA
+from orchestrator.report.training_data import render_section as training_section
 from orchestrator.track import check_local_store, effective_uri, local_uri, probe
 from orchestrator.track import schema as S
 from orchestrator.track.caller import mlflow_state_kept
@@ -58,6 +60,7 @@ from orchestrator.workflows.analyses import (
     retrieve_arms,
     score_arms,
     selection_plan,
+    training_rows,
 )
 from orchestrator.workflows.config import ARM_INIT, ARM_MADE_BY, ARM_MODEL, ChainConfig, ExperimentConfig
 from orchestrator.workflows.runner import (
@@ -67,6 +70,7 @@ from orchestrator.workflows.runner import (
     augment_stage,
     build_arm,
     build_arms,
+    chain_arm,
     check_corpus_outputs,
     check_inputs,
     corpus_outputs,
@@ -241,7 +245,8 @@ def plan_chain(cfg: ChainConfig) -> str:
                                      tuple(s for s in stages if s in ("corpus", "vocab", "instances")))]
     if "pretrain" in stages:
         lines += ["", "== pretrain ==", plan_pretrain(cfg.pretrain, None, None,
-                                                          tracking_uri=configured_uri(cfg.tracking, cfg.run_dir))]
+                                                          tracking_uri=configured_uri(cfg.tracking, cfg.run_dir),
+                                                          built=chain_arm(cfg).made_instances())]
     if "augment" in stages:
         lines += ["", "== augment ==", augment_plan(cfg.augment)]
     if "sweep" in stages:
@@ -283,13 +288,15 @@ def plan_experiment(cfg: ExperimentConfig) -> str:
     for out, arms in graph.values():
         state = "reused" if out.done() else "build"
         lines.append(f"  {out.name:<16} {out.key[:12]}  {state:<6}  {', '.join(arms)}")
-    seen = set()
+    pretraining: dict[tuple, list[ArmPlan]] = {}  # arms of one pretraining config and the same instances made
     for arm in plans.values():
-        key = content_key(arm.config.pretrain)
-        if arm.kind == "pretrain" and key not in seen:
-            seen.add(key)
-            lines += ["", f"== pretrain ({arm.name}) ==", plan_pretrain(
-                arm.config.pretrain, None, None, tracking_uri=configured_uri(arm.config.tracking, cfg.run_dir))]
+        if arm.kind == "pretrain":
+            made = tuple(sorted((n, str(p)) for n, p in arm.made_instances().items()))
+            pretraining.setdefault((content_key(arm.config.pretrain), made), []).append(arm)
+    for arms in pretraining.values():
+        lines += ["", f"== pretrain ({', '.join(a.name for a in arms)}) ==", plan_pretrain(
+            arms[0].config.pretrain, None, None, tracking_uri=configured_uri(arms[0].config.tracking, cfg.run_dir),
+            built=arms[0].made_instances())]
     if cfg.selection.enabled:
         lines += ["", selection_plan(cfg, plans)]
     if cfg.retrieval.enabled:
@@ -410,16 +417,17 @@ def _run_arms(cfg: ExperimentConfig, plans: dict[str, ArmPlan], run_dir: Path, s
         if "report" in cfg.stages and results:
             from orchestrator.report.blue_table import write_report  # heavy: the stage's implementation
 
-            quality = quality_rows(ok)
-            sections = ([retrieval_section(retrieval)] if retrieval else []) + \
+            quality, trained_on = quality_rows(ok), training_rows(ok)
+            sections = ([training_section(trained_on)] if trained_on else []) + \
+                ([retrieval_section(retrieval)] if retrieval else []) + \
                 ([quality_section(quality)] if quality else [])
             baseline = cfg.baseline_arm if cfg.baseline_arm in results["models"] else None
             if baseline is None:
                 log.warning("the baseline arm %s has no results (it failed): no paired differences", cfg.baseline_arm)
             report = write_report(results, run_dir / "report", title=f"Experiment {cfg.run_name}",
                                   baseline=baseline, notes=_failure_notes(status) + scoring_notes + retrieval_notes,
-                                  source_scores=scores or None,
-                                  sections=sections)
+                                  source_scores=scores or None, sections=sections,
+                                  documents={TRAINING_DATA: trained_on} if trained_on else None)
             if "sources_scatter" in report:  # seed 004's analysis: its numbers and figures on MLflow too
                 from orchestrator.report.sources import log_source_gains  # heavy: mlflow
 

@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from orchestrator.augment.config import AugmentStageConfig
-from orchestrator.core.artifacts import SMALL_ROLES, check_model, check_token_types
+from orchestrator.core.artifacts import SMALL_ROLES, check_model, check_token_types, pair_cut_text
 from orchestrator.core.config import flatten
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.imports import resolve_transformers_names
@@ -76,7 +76,7 @@ class CorpusResult:
         lines = [f"corpus:    {self.corpus_dir}", f"vocab:     {self.vocab_dir}"]
         for length, path in sorted(self.instances.items()):
             c = self.counts["instances"][length]
-            lines.append(f"instances: {path}  ({c['instances']} instances, {c['tokens']} tokens)")
+            lines.append(f"instances: {path}  ({c['instances']} instances, {c['tokens']} tokens; {pair_cut_text(c)})")
         return "\n".join(lines)
 
 
@@ -253,6 +253,11 @@ class ArmPlan:
     @property
     def augmented(self) -> bool:
         return self.kind != "model" and "augment" in self.config.stages and self.config.augment.enabled
+
+    def made_instances(self) -> dict[int, Path]:
+        """Its instances outputs already made (complete, of its key), by length: what its pretraining reads."""
+        return {int(o.name.removeprefix("instances/len")): o.path for o in self.outputs
+                if o.stage == "instances" and o.done()}
 
 
 def arm_outputs(arm: ChainConfig, kind: str, place: Place) -> list[Output]:
