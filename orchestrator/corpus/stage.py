@@ -127,13 +127,14 @@ def input_stats(cfg: CorpusConfig) -> dict[str, tuple[int, int]]:
 
 
 def earlier_corpus_key(cfg: CorpusConfig, key: str, out_dir: Path) -> str:
-    """``key`` (from the sources' sizes and modification times, ``input_stats``), or the key of a finished
-    corpus output at ``out_dir`` or beside it that this very config built from sources of these very contents.
-    Sources copied, restored, checked out or downloaded again get new modification times, and the key alone then
-    built every stage again (the corpus, its vocabulary, instances, pretraining: a day's rerun of an experiment,
-    session 54). The sources are hashed (through the per-user hash cache) only when such an output exists and
-    ``key`` has none. A Chinese source (its sentence split changed the key once) or MeSH descriptors (not among a
-    manifest's inputs) keep ``key``."""
+    """``key`` (from the sources' paths, sizes and modification times, ``input_stats``), or the key of a finished
+    corpus output at ``out_dir`` or beside it that this very config built from sources of these very contents, at
+    these paths or others. Sources copied, restored, checked out or downloaded again get new modification times,
+    and the key alone then built every stage again (the corpus, its vocabulary, instances, pretraining: a day's
+    rerun of an experiment, session 54); so did the bundled sample sources of a checkout cloned elsewhere, or data
+    copied to another disk (``_paths_at``: the configs differ in their sources' paths alone). The sources are
+    hashed (through the per-user hash cache) only when such an output exists and ``key`` has none. A Chinese source
+    (its sentence split changed the key once) or MeSH descriptors (not among a manifest's inputs) keep ``key``."""
     out_dir = Path(out_dir)
     if reusable(out_dir, key) or any(s.language == "zh" or s.mesh.descriptors for s in cfg.sources):
         return key
@@ -145,19 +146,40 @@ def earlier_corpus_key(cfg: CorpusConfig, key: str, out_dir: Path) -> str:
             manifest = read_manifest(path)
         except (FileNotFoundError, NotADirectoryError, InputError):  # not a stage output
             continue
-        if manifest.get("stage") == "corpus" and manifest.get(KEY_FIELD) and manifest.get("config") == config:
-            candidates.append((path, manifest))
+        at = _paths_at(config, manifest.get("config"))
+        if manifest.get("stage") == "corpus" and manifest.get(KEY_FIELD) and at is not None:
+            candidates.append((path, manifest, at))
     if not candidates:
         return key
-    digests = file_digests([p for s in cfg.sources for p in source_files(s)], by_path=True)
-    for path, manifest in candidates:
-        if manifest.get("inputs") == digests:
+    files = [(raw, p) for s in cfg.sources for raw in s.paths
+             for p in source_files(dataclasses.replace(s, paths=(raw,)))]
+    digests = file_digests([p for _, p in files], by_path=True)
+    for path, manifest, at in candidates:  # each file named as the output's build named it: at its paths
+        made = {str(Path(at[raw]) / p.relative_to(raw)) if p != Path(raw) else str(Path(at[raw])): digests[str(p)]
+                for raw, p in files}
+        if manifest.get("inputs") == made:
             if _ADOPTED.get(str(path)) != key:  # said once a process (each arm of an experiment asks)
                 _ADOPTED[str(path)] = key
-                log.info("corpus: the sources' modification times changed since %s was built, not their contents: "
-                         "it is reused, with the outputs made from it", path)
+                log.info("corpus: %s was built from sources of these contents (their paths or modification times "
+                         "changed since): it is reused, with the outputs made from it", path)
             return str(manifest[KEY_FIELD])
     return key
+
+
+def _paths_at(config: dict, made) -> dict[str, str] | None:
+    """{each source path of ``config``: the path in its place in ``made``, an earlier corpus output's config} when
+    the two differ in their sources' paths alone (as many paths a source), else None."""
+    if not isinstance(made, dict) or not isinstance(made.get("sources"), list) \
+            or len(made["sources"]) != len(config["sources"]):
+        return None
+    at, sources = {}, []
+    for ours, theirs in zip(config["sources"], made["sources"]):
+        if not isinstance(theirs, dict) or not isinstance(theirs.get("paths"), list) \
+                or len(theirs["paths"]) != len(ours["paths"]) or not all(isinstance(p, str) for p in theirs["paths"]):
+            return None
+        at.update(zip(ours["paths"], theirs["paths"]))
+        sources.append({**theirs, "paths": ours["paths"]})
+    return at if {**made, "sources": sources} == config else None
 
 
 _ADOPTED: dict[str, str] = {}  # corpus outputs earlier_corpus_key has said it reuses -> the key they answered

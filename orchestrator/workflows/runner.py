@@ -36,7 +36,7 @@ from orchestrator.core.config import flatten
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.imports import resolve_transformers_names
 from orchestrator.core.manifest import check_replaceable, check_writable_dir, hash_inputs, read_manifest
-from orchestrator.core.reuse import content_key, output_lock, reusable, run_stage
+from orchestrator.core.reuse import content_key, output_lock, relocated_key, reusable, run_stage
 from orchestrator.core.runtime import possible_gpus, ray_session
 from orchestrator.corpus.stage import CorpusConfig, earlier_corpus_key, input_stats, source_sizes
 from orchestrator.instances.config import InstanceConfig
@@ -101,16 +101,37 @@ def corpus_keys(corpus: CorpusConfig, vocab: VocabConfig, instances: InstanceCon
         return keys
     # the tokenizer-quality table's inputs only when it has any (default keys stay what they were)
     quality = [hash_inputs(quality_inputs(vocab.quality))] if vocab.quality.active else []
-    if vocab.from_model:  # the model's tokenizer files alone: arms on other corpora share it
-        keys["vocab"] = content_key("vocab", vocab.identity(), hash_inputs(model_tokenizer_files(vocab.from_model)),
-                                    *quality, *([keys["corpus"]] if vocab.quality.corpus_lines else []))
-    else:
-        keys["vocab"] = content_key("vocab", vocab.identity(), hash_inputs(vocab.target_paths), keys["corpus"],
-                                    *quality)
+    digests = hash_inputs(model_tokenizer_files(vocab.from_model) if vocab.from_model else vocab.target_paths)
+    keys["vocab"] = str(vocab_key(vocab, digests, keys["corpus"], quality))
+    if place is not None:  # the target files or the model at other paths (a checkout cloned elsewhere, another venv)
+        keys["vocab"] = relocated_key("vocab", keys["vocab"], place("vocab", keys["vocab"]),
+                                      lambda made: vocab_key(vocab, digests, keys["corpus"], quality, made["config"]))
     for length in instances.max_seq_lengths if "instances" in stages else ():
         keys[f"instances/len{length}"] = content_key("instances", instances.output_fields(), length, keys["corpus"],
                                                      keys["vocab"])
     return keys
+
+
+def vocab_key(vocab: VocabConfig, digests: dict[str, str], corpus_key: str, quality: list,
+              made_at: dict | None = None) -> str | None:
+    """The vocabulary stage's key: its config, the sha256 of its target files (``digests``: ``hash_inputs``) or,
+    with ``from_model``, of the model's tokenizer files alone (arms on other corpora share it), the corpus's key.
+    ``made_at``: an earlier output's config, whose ``target_paths`` and ``from_model`` are taken in place of these
+    (the files' contents still these), for ``relocated_key``; None when they are not comparable."""
+    targets, model = list(vocab.target_paths), vocab.from_model
+    if made_at is not None:
+        targets, model = made_at.get("target_paths"), made_at.get("from_model")
+        if not (isinstance(targets, list) and len(targets) == len(vocab.target_paths) and isinstance(model, str)
+                and bool(model) == bool(vocab.from_model)):
+            return None
+    at = dataclasses.replace(vocab, target_paths=tuple(targets), from_model=model)
+    if vocab.from_model:  # each file named under the model's path: {<model>/vocab.txt: sha256, ...}
+        files = {str(Path(model) / Path(name).name): sha for name, sha in digests.items()}
+        return content_key("vocab", at.identity(), files, *quality,
+                           *([corpus_key] if vocab.quality.corpus_lines else []))
+    files = {str(Path(old)): digests[str(Path(new))] for old, new in zip(targets, vocab.target_paths)
+             if str(Path(new)) in digests}
+    return content_key("vocab", at.identity(), files, corpus_key, *quality)
 
 
 def check_pretokenize(vocab: VocabConfig, instances: InstanceConfig) -> None:
