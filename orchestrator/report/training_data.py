@@ -6,7 +6,8 @@
 A row is one arm and phase (``orchestrator.workflows.analyses.training_rows`` reads them from the arms'
 instances manifests): ``arm``, ``phase``, ``max_seq_length``, ``masking``, ``instances``, ``tokens``,
 ``masked_tokens``, ``random_next``, ``pair_tokens_cut`` and ``pairs_cut`` (None: counted by none of the
-instances stages of the time), ``pair_cut_share``, ``passes``; or, for an arm that did not pretrain here,
+instances stages of the time), ``pair_cut_share``, ``passes``, ``nsp`` (False: pretrained on MLM alone, the
+pairs' labels unread; absent in rows written before it, as True); or, for an arm that did not pretrain here,
 ``arm`` and ``note`` alone. Arms that differ in these numbers differ in more than the setting they are named
 for: the table shows it without counting by hand.
 """
@@ -46,8 +47,9 @@ def cells(row: dict) -> list[str]:
     cut = "unknown" if share is None else f"{share:.1%} (in {row['pairs_cut'] / row['instances']:.0%} of instances)"
     passes = f"{row['passes']:.2f}" + (f" ({row['masking']} masks)" if row.get("masking") else "")
     return [row["arm"], row["phase"], str(row["max_seq_length"]), f"{row['instances']:,}", f"{row['tokens']:,}",
-            _share(row.get("masked_tokens"), row["tokens"]), _share(row.get("random_next"), row["instances"]), cut,
-            passes]
+            _share(row.get("masked_tokens"), row["tokens"]),
+            _share(row.get("random_next"), row["instances"]) + ("" if row.get("nsp", True) else " (no NSP: unread)"),
+            cut, passes]
 
 
 def _repeats(rows: Sequence[dict]) -> bool:

@@ -250,6 +250,7 @@ def training_rows(arms) -> list[dict]:
                              f"of length {phase.max_seq_length} read ({type(exc).__name__})"})
                 continue
             rows.append({"arm": arm.name, "phase": phase_name, "max_seq_length": phase.max_seq_length,
+                         "nsp": arm.config.pretrain.model.objective == "mlm_nsp",  # else the pairs' labels unread
                          "masking": c.get("masking") or manifest.get("masking"), "instances": instances,
                          "tokens": tokens,
                          **{k: c.get(k) for k in ("masked_tokens", "random_next", "pair_tokens_cut", "pairs_cut")},
