@@ -389,7 +389,7 @@ def test_a_killed_runs_temporary_directory_is_removed_by_the_next_run_and_no_one
 
 
 
-def test_a_stage_records_what_it_cost_and_a_later_run_reports_it_reused(tmp_path):
+def test_a_stage_records_what_it_cost_and_a_later_run_reports_it_reused(tmp_path, caplog):
     """run_stage times the build into the manifest (wall x the CPUs it held); a re-run that reuses the
     output reports that cost, marked reused; GPUs, when held, make it GPU-hours."""
     import time
@@ -407,6 +407,14 @@ def test_a_stage_records_what_it_cost_and_a_later_run_reports_it_reused(tmp_path
     assert made.wall_s >= 0.05 and (made.device, made.units, made.reused) == ("CPU", 4.0, False)
     assert made.device_h == pytest.approx(made.wall_s * 4 / 3600, abs=1e-6)
     assert run_stage("demo", tmp_path / "demo", "k1", lambda tmp: pytest.fail("rebuilt")) == out
+    # made under another tokenizers release (an upgrade probe, session 54): reused, and the reuse says so
+    manifest = json.loads((out / "manifest.json").read_text())
+    now = manifest["versions"]["tokenizers"]
+    manifest["versions"].update(tokenizers="0.1.0", numpy=manifest["versions"]["numpy"] + "+local")
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    with caplog.at_level("INFO", logger="orchestrator.core.reuse"):
+        assert run_stage("demo", tmp_path / "demo", "k1", lambda tmp: pytest.fail("rebuilt")) == out
+    assert caplog.messages[-1].endswith(f"reused ({out}); made under tokenizers 0.1.0, now {now}")  # numpy alike
     later = read_cost(out, "demo", since=time.time() + 2)  # a run that started after it was made
     assert later.reused and later.wall_s == made.wall_s
     gpu = measured("pretrain", 1800.0, cpus=8, gpus=2)

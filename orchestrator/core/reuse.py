@@ -27,7 +27,14 @@ from orchestrator.core.config import to_dict
 from orchestrator.core.cost import COST_FIELD, StageCost, cluster_units, device_text, duration, measured
 from orchestrator.core.errors import InputError, OrchestratorError
 from orchestrator.core.locks import hold
-from orchestrator.core.manifest import MANIFEST, atomic_dir, atomic_write_json, file_sha256, read_manifest
+from orchestrator.core.manifest import (
+    MANIFEST,
+    atomic_dir,
+    atomic_write_json,
+    file_sha256,
+    library_versions,
+    read_manifest,
+)
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +100,8 @@ def run_stage(stage: str, out_dir: str | Path, key: str, build: Callable[[Path],
     name = label or stage
     with output_lock(out_dir):
         if reusable(out_dir, key):
-            log.info("%s: output complete for this config and inputs, reused (%s)", name, out_dir)
+            log.info("%s: output complete for this config and inputs, reused (%s)%s", name, out_dir,
+                     made_under(read_manifest(out_dir)))
             return out_dir
         log.info("%s: started", name)
         started = time.monotonic()
@@ -132,6 +140,28 @@ def relocated_key(stage: str, key: str, out_dir: str | Path, key_at: Callable[[d
 
 
 _RELOCATED: dict[str, str] = {}  # outputs relocated_key has said it reuses -> the key they answered
+
+
+def made_under(manifest: dict) -> str:
+    """The libraries whose release (major.minor) the output's manifest records other than this process has, in
+    words ("; made under tokenizers 0.22.1, now 0.23.3"; "" when none differ or none are recorded). An output is
+    not rebuilt for an upgrade (a stage's key holds no library version: a patch release would rebuild hours of
+    work), but a reuse says it: the rerun's numbers may differ from a fresh build's (probe, session 54)."""
+    made = manifest.get("versions")
+    if not isinstance(made, dict):
+        return ""
+    global _NOW
+    _NOW = _NOW or library_versions()
+
+    def release(version: str) -> list[str]:
+        return version.split("+")[0].split(".")[:2]
+
+    differ = [f"{lib} {made[lib]}, now {_NOW[lib]}" for lib in sorted(made)
+              if isinstance(made[lib], str) and lib in _NOW and release(made[lib]) != release(_NOW[lib])]
+    return f"; made under {'; '.join(differ)}" if differ else ""
+
+
+_NOW: dict[str, str] = {}  # library_versions() of this process, read once
 
 
 #: The files of a Hugging Face tokenizer directory that decide how it tokenizes.
