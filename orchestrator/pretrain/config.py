@@ -16,7 +16,7 @@ from typing import Literal
 from orchestrator.core.config import check_number, field, to_dict
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.manifest import file_sha256, read_json_object
-from orchestrator.core.reuse import content_key, model_identity, output_key
+from orchestrator.core.reuse import content_key, model_identity, output_key, relocated_key
 
 # hidden, layers, heads, intermediate. bert-tiny, mini and small are the miniature BERTs of Turc et
 # al. 2019 ("Well-Read Students Learn Better"); tiny is half of bert-tiny, for tests.
@@ -361,8 +361,36 @@ def pretrain_key(cfg: PretrainConfig, instances: dict[int, str], vocab: str) -> 
     it from configs before anything is built (an experiment's folder is named by it); the trainer
     computes it from the keys its inputs record (``input_keys``) and records it. A resume must match
     it; a finished output is reused by it."""
-    return content_key("pretrain", cfg.training_fields(),
-                       {f"instances/len{n}": key for n, key in sorted(instances.items())}, vocab)
+    return _key(cfg.training_fields(), instances, vocab)
+
+
+def _key(fields: dict, instances: dict[int, str], vocab: str) -> str:
+    return content_key("pretrain", fields, {f"instances/len{n}": key for n, key in sorted(instances.items())}, vocab)
+
+
+def relocated_pretrain_key(cfg: PretrainConfig, instances: dict[int, str], vocab: str, out_dir: str | Path,
+                           beside: bool = True) -> str:
+    """``pretrain_key``, or the key of a finished pretraining output (its ``final/`` written) at ``out_dir`` (or,
+    ``beside``, next to it) that this config made continuing from a model of the same files at another path
+    (``model.init_from`` installed in another environment, a checkout cloned elsewhere): its key computed with the
+    ``init_from`` its manifest records, the model's identity read where it is now (``core.reuse.relocated_key``).
+    The runner places an output by it, the trainer and the dry run check ``out_dir`` alone. An output in progress
+    (checkpoints, no ``final/``) is not adopted: its resume check decides."""
+    fields = cfg.training_fields()
+    key = _key(fields, instances, vocab)
+    if not cfg.model.init_from:
+        return key
+
+    def key_at(made: dict) -> str | None:
+        config = made.get("config")
+        model = config.get("model") if isinstance(config, dict) else None
+        path = model.get("init_from") if isinstance(model, dict) else None
+        if not (isinstance(path, str) and path):
+            return None
+        return _key({**fields, "model": {**fields["model"], "init_from": path}}, instances, vocab)
+
+    return relocated_key("pretrain", key, out_dir, key_at, beside=beside,
+                         finished=lambda path: (path / "final" / "config.json").is_file())
 
 
 def input_keys(instances: dict[int, Path], tokenizer_dir: Path) -> tuple[dict[int, str], str]:

@@ -16,7 +16,7 @@ from orchestrator.pretrain.config import (
     batch_plan,
     input_keys,
     passes_text,
-    pretrain_key,
+    relocated_pretrain_key,
 )
 from orchestrator.pretrain.data import check_vocab_matches
 from orchestrator.pretrain.nodes import check_multi_node
@@ -108,7 +108,8 @@ def _resume_plan(cfg: PretrainConfig, instances: dict, infos: dict[str, Instance
                  out_dir: Path) -> list[str]:
     """The dry run's word on ``out_dir``: a finished output reused, checkpoints resumed, or another run's
     checkpoints refused (as the run refuses them: the dry run said "valid") or discarded."""
-    key = pretrain_key(cfg, *input_keys({int(k): Path(v) for k, v in instances.items()}, tokenizer_dir))
+    key = relocated_pretrain_key(cfg, *input_keys({int(k): Path(v) for k, v in instances.items()}, tokenizer_dir),
+                                 out_dir, beside=False)  # as the run computes it
     ckpt_dir, same = out_dir / CHECKPOINTS, (earlier_key(cfg, infos, tokenizer_dir) or "",)
     if (out_dir / "final" / "config.json").is_file() and read_manifest(out_dir).get(KEY_FIELD) in (key, *same):
         return [f"output: finished for this config and inputs, reused ({out_dir / 'final'})"]

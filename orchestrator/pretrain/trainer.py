@@ -71,8 +71,8 @@ from orchestrator.pretrain.config import (
     check_init_positions,
     input_keys,
     passes_text,
-    pretrain_key,
     read_hf_config,
+    relocated_pretrain_key,
     run_params,
 )
 from orchestrator.pretrain.data import (
@@ -370,7 +370,8 @@ def pretrain(cfg: PretrainConfig, instances: dict[int, Path], tokenizer_dir: Pat
     for info in infos.values():
         check_vocab_matches(info, tokenizer_dir, special.vocab_size)
     check_init_from(cfg, special.vocab_size, tokenizer_dir)
-    key = pretrain_key(cfg, *input_keys(instances, tokenizer_dir))  # the key the runner names its folder by
+    # the key the runner names its folder by (a finished output here made from init_from at another path: its key)
+    key = relocated_pretrain_key(cfg, *input_keys(instances, tokenizer_dir), out_dir, beside=False)
     _adopt_earlier_key(out_dir, key, cfg, infos, tokenizer_dir)
     if reusable(out_dir, key) and (out_dir / "final" / "config.json").is_file():
         # metrics an earlier attempt could not send, or its run left open (or FAILED) by a job stopped after the
