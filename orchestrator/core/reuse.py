@@ -125,26 +125,39 @@ def relocated_key(stage: str, key: str, out_dir: str | Path, key_at: Callable[[d
     out_dir = Path(out_dir)
     if reusable(out_dir, key):
         return key
+    for path, manifest in earlier_outputs(stage, out_dir, beside):
+        recorded = manifest[KEY_FIELD]
+        if recorded == key or key_at(manifest) != recorded or (finished is not None and not finished(path)):
+            continue
+        said_once(path, key, log, "%s: %s was made from inputs of the same contents at other paths: it is reused, with "
+                  "the outputs made from it", stage, path)
+        return str(recorded)
+    return key
+
+
+def earlier_outputs(stage: str, out_dir: Path, beside: bool = True) -> Iterator[tuple[Path, dict]]:
+    """(path, manifest) of each finished ``stage`` output (its manifest records a key) at ``out_dir``, then, with
+    ``beside``, in the folders next to it (an experiment's ``stages/<stage>/<key>``; a chain's run directory): the
+    outputs an earlier run of other inputs' paths or times may have left."""
     siblings = sorted(out_dir.parent.iterdir()) if beside and out_dir.parent.is_dir() else []
     for path in dict.fromkeys([out_dir, *siblings]):
         try:
             manifest = read_manifest(path)
         except (FileNotFoundError, NotADirectoryError, InputError):  # not a stage output
             continue
-        recorded = manifest.get(KEY_FIELD)
-        if manifest.get("stage") != stage or not recorded or recorded == key or key_at(manifest) != recorded:
-            continue
-        if finished is not None and not finished(path):
-            continue
-        if _RELOCATED.get(str(path)) != key:  # said once a process (each arm of an experiment asks)
-            _RELOCATED[str(path)] = key
-            log.info("%s: %s was made from inputs of the same contents at other paths: it is reused, with the "
-                     "outputs made from it", stage, path)
-        return str(recorded)
-    return key
+        if manifest.get("stage") == stage and manifest.get(KEY_FIELD):
+            yield path, manifest
 
 
-_RELOCATED: dict[str, str] = {}  # outputs relocated_key has said it reuses -> the key they answered
+def said_once(path: Path, key: str, logger: logging.Logger, message: str, *args: Any) -> None:
+    """Log ``message`` (that the output at ``path`` answers ``key``) on ``logger``, once a process (each arm of an
+    experiment asks)."""
+    if _SAID.get(str(path)) != key:
+        _SAID[str(path)] = key
+        logger.info(message, *args)
+
+
+_SAID: dict[str, str] = {}  # outputs an earlier run made that a key was found to answer -> that key
 
 
 def made_under(manifest: dict) -> str:

@@ -29,8 +29,8 @@ from orchestrator.core.config import field, public, to_dict
 from orchestrator.core.console import due, progress, updating
 from orchestrator.core.cost import duration
 from orchestrator.core.errors import ConfigError, InputError
-from orchestrator.core.manifest import read_manifest, write_manifest
-from orchestrator.core.reuse import KEY_FIELD, file_digests, reusable
+from orchestrator.core.manifest import write_manifest
+from orchestrator.core.reuse import KEY_FIELD, earlier_outputs, file_digests, reusable, said_once
 from orchestrator.corpus.mixing import MIXERS, MixerConfig, planned_bytes, weighted_bytes
 from orchestrator.corpus.sources import (
     FILTER_COUNTS,
@@ -139,16 +139,8 @@ def earlier_corpus_key(cfg: CorpusConfig, key: str, out_dir: Path) -> str:
     if reusable(out_dir, key) or any(s.language == "zh" or s.mesh.descriptors for s in cfg.sources):
         return key
     config = json.loads(json.dumps(public(to_dict(cfg)), default=str))  # as a manifest holds it
-    siblings = sorted(out_dir.parent.iterdir()) if out_dir.parent.is_dir() else []
-    candidates = []
-    for path in dict.fromkeys([out_dir, *siblings]):
-        try:
-            manifest = read_manifest(path)
-        except (FileNotFoundError, NotADirectoryError, InputError):  # not a stage output
-            continue
-        at = _paths_at(config, manifest.get("config"))
-        if manifest.get("stage") == "corpus" and manifest.get(KEY_FIELD) and at is not None:
-            candidates.append((path, manifest, at))
+    candidates = [(path, manifest, at) for path, manifest in earlier_outputs("corpus", out_dir)
+                  if (at := _paths_at(config, manifest.get("config"))) is not None]
     if not candidates:
         return key
     files = [(raw, p) for s in cfg.sources for raw in s.paths
@@ -158,10 +150,8 @@ def earlier_corpus_key(cfg: CorpusConfig, key: str, out_dir: Path) -> str:
         made = {str(Path(at[raw]) / p.relative_to(raw)) if p != Path(raw) else str(Path(at[raw])): digests[str(p)]
                 for raw, p in files}
         if manifest.get("inputs") == made:
-            if _ADOPTED.get(str(path)) != key:  # said once a process (each arm of an experiment asks)
-                _ADOPTED[str(path)] = key
-                log.info("corpus: %s was built from sources of these contents (their paths or modification times "
-                         "changed since): it is reused, with the outputs made from it", path)
+            said_once(path, key, log, "corpus: %s was built from sources of these contents (their paths or "
+                      "modification times changed since): it is reused, with the outputs made from it", path)
             return str(manifest[KEY_FIELD])
     return key
 
@@ -180,9 +170,6 @@ def _paths_at(config: dict, made) -> dict[str, str] | None:
         at.update(zip(ours["paths"], theirs["paths"]))
         sources.append({**theirs, "paths": ours["paths"]})
     return at if {**made, "sources": sources} == config else None
-
-
-_ADOPTED: dict[str, str] = {}  # corpus outputs earlier_corpus_key has said it reuses -> the key they answered
 
 
 def source_sizes(cfg: CorpusConfig) -> dict[str, int]:
