@@ -13,6 +13,7 @@ the user's, and writing there stops with an error before any work is done.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -341,6 +342,13 @@ def hash_inputs(paths: Iterable[str | Path]) -> dict[str, str]:
 
 
 def library_versions() -> dict[str, str]:
+    """The versions of Python and the tracked libraries this process runs (read once a process: every manifest
+    records them, and a reuse compares them, ``core.reuse.made_under``)."""
+    return dict(_library_versions())
+
+
+@functools.cache
+def _library_versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
     for name in _TRACKED_LIBS:
         try:

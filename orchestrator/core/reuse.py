@@ -168,18 +168,14 @@ def made_under(manifest: dict) -> str:
     made = manifest.get("versions")
     if not isinstance(made, dict):
         return ""
-    global _NOW
-    _NOW = _NOW or library_versions()
+    now = library_versions()
 
     def release(version: str) -> list[str]:
         return version.split("+")[0].split(".")[:2]
 
-    differ = [f"{lib} {made[lib]}, now {_NOW[lib]}" for lib in sorted(made)
-              if isinstance(made[lib], str) and lib in _NOW and release(made[lib]) != release(_NOW[lib])]
+    differ = [f"{lib} {made[lib]}, now {now[lib]}" for lib in sorted(made)
+              if isinstance(made[lib], str) and lib in now and release(made[lib]) != release(now[lib])]
     return f"; made under {'; '.join(differ)}" if differ else ""
-
-
-_NOW: dict[str, str] = {}  # library_versions() of this process, read once
 
 
 #: The files of a Hugging Face tokenizer directory that decide how it tokenizes.

@@ -133,7 +133,6 @@ def sweep_cost(records: list[dict], trained: set[str], wall_s: float, held: tupl
     return record
 
 
-
 def _trial_count(out_dir: str | Path) -> int | None:
     """How many trials the sweep's manifest counts (None without one)."""
     try:
