@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import calendar
 import json
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -200,6 +202,8 @@ def test_model_identity_is_the_content_not_the_shape(tmp_path, monkeypatch):
     for seed in (1, 2):
         torch.manual_seed(seed)
         BertModel(config).save_pretrained(str(tmp_path / f"m{seed}"))
+        for path in (tmp_path / f"m{seed}").iterdir():
+            _age(path)  # not written this moment: kept in the cache
         ids.append(model_identity(tmp_path / f"m{seed}"))
     assert ids[0] != ids[1]
     sizes = {(tmp_path / m / "model.safetensors").stat().st_size for m in ("m1", "m2")}
@@ -230,6 +234,40 @@ def test_a_write_that_fails_leaves_no_temporary_file(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["x.json"] and json.loads((tmp_path / "x.json").read_text())
 
 
+def _age(path, seconds=3600):
+    """``path``'s modification time an hour back: the hash cache keeps no file written in the last 2 s."""
+    then = time.time_ns() - seconds * 10**9
+    os.utime(path, ns=(then, then))
+
+
+def test_input_hashes_are_kept_a_user_but_a_file_rewritten_within_its_timestamp_is_read_again(tmp_path, monkeypatch):
+    """Stage keys and manifests hash their inputs (a vocabulary's target texts, a proxy search's sources, a corpus's
+    sources) through the per-user cache: a dry run, the next arm and the next run do not read gigabytes again. A
+    file is looked up by path, size and modification time; one modified in the last 2 s is read every time, since a
+    rewrite of the same size within the file system's clock tick keeps its time (a stale hash would reuse an output
+    built from other text)."""
+    import hashlib
+
+    from orchestrator.core.manifest import hash_inputs
+
+    monkeypatch.setenv("ORCH_CACHE_DIR", str(tmp_path / "cache"))
+    old = tmp_path / "target.txt"
+    old.write_text("abc\n")
+    _age(old)
+    assert hash_inputs([old]) == {str(old): hashlib.sha256(b"abc\n").hexdigest()}
+    kept = json.loads((tmp_path / "cache" / "file_sha256.json").read_text())
+    assert list(kept.values()) == [hashlib.sha256(b"abc\n").hexdigest()] and str(old.resolve()) in next(iter(kept))
+
+    fresh = tmp_path / "fresh.txt"
+    fresh.write_text("abc\n")
+    first = fresh.stat().st_mtime_ns
+    assert hash_inputs([fresh]) == {str(fresh): hashlib.sha256(b"abc\n").hexdigest()}
+    fresh.write_text("xyz\n")  # the same size, and the same timestamp (as within one clock tick)
+    os.utime(fresh, ns=(first, first))
+    assert hash_inputs([fresh]) == {str(fresh): hashlib.sha256(b"xyz\n").hexdigest()}
+    assert len(json.loads((tmp_path / "cache" / "file_sha256.json").read_text())) == 1  # the fresh file not kept
+
+
 @pytest.mark.parametrize("damaged", ["[]", "null", '{"a": 1}', "{"])
 def test_a_damaged_file_hash_cache_is_started_afresh(tmp_path, monkeypatch, caplog, damaged):
     """A probe (session 44): a cache file holding `[]` (or `null`) failed every sweep with "unexpected TypeError:
@@ -237,7 +275,7 @@ def test_a_damaged_file_hash_cache_is_started_afresh(tmp_path, monkeypatch, capl
     cache is where $XDG_CACHE_HOME says when $ORCH_CACHE_DIR is not set, as MLflow's kept empty store is."""
     import hashlib
 
-    from orchestrator.core.reuse import file_digests, user_cache_dir
+    from orchestrator.core.manifest import file_digests, user_cache_dir
 
     monkeypatch.delenv("ORCH_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
@@ -247,6 +285,7 @@ def test_a_damaged_file_hash_cache_is_started_afresh(tmp_path, monkeypatch, capl
     cache.write_text(damaged)
     data = tmp_path / "train.tsv"
     data.write_text("a\tb\n")
+    _age(data)
     assert file_digests([data]) == {"train.tsv": hashlib.sha256(b"a\tb\n").hexdigest()}
     assert isinstance(json.loads(cache.read_text()), dict)  # rewritten as a cache
     assert damaged == "{" or any(str(cache) in r.getMessage() for r in caplog.records)
@@ -257,7 +296,7 @@ def test_a_hash_cache_that_cannot_be_written_is_said_once(tmp_path, monkeypatch,
     could not keep the file hashes (once a trial record checked or written). Once a process now."""
     import logging
 
-    from orchestrator.core.reuse import file_digests
+    from orchestrator.core.manifest import file_digests
 
     monkeypatch.delenv("ORCH_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
@@ -265,6 +304,7 @@ def test_a_hash_cache_that_cannot_be_written_is_said_once(tmp_path, monkeypatch,
     (tmp_path / "xdg" / "bioptorch-orchestrator" / "file_sha256.json").mkdir()  # unwritable as a file, even by root
     data = tmp_path / "train.tsv"
     data.write_text("a\tb\n")
+    _age(data)
     with caplog.at_level(logging.WARNING):
         for _ in range(3):
             file_digests([data])

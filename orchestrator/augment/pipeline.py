@@ -38,13 +38,14 @@ from orchestrator.core.config import from_dict, to_dict
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.manifest import (
     atomic_write_text,
+    file_digests,
     hash_inputs,
     make_private,
     private_dir,
     read_manifest,
     write_manifest,
 )
-from orchestrator.core.reuse import KEY_FIELD, content_key, file_digests, model_identity, stamp
+from orchestrator.core.reuse import KEY_FIELD, content_key, model_identity, stamp
 from orchestrator.core.runtime import check_fits, possible_gpus, ray_session
 from orchestrator.finetune.readers import Example, fixed_subset, read_split
 from orchestrator.finetune.spec import TaskSpec

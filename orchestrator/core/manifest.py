@@ -324,21 +324,105 @@ def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:
 
 
 def hash_inputs(paths: Iterable[str | Path]) -> dict[str, str]:
-    """{path: sha256} for files; directories hash their manifest if they have one, else every file."""
+    """{path: sha256} for files; directories hash their manifest if they have one, else every file. A file is
+    read once a user while its size and modification time hold (``HashCache``): a stage's key and its manifest
+    hash the same sources, and a config's next arm or next run (a dry run included) hashes them again."""
     out: dict[str, str] = {}
+    cache = HashCache()
     for p in paths:
         p = Path(p)
         if p.is_file():
-            out[str(p)] = file_sha256(p)
+            out[str(p)] = cache.sha256(p)
         elif (p / MANIFEST).is_file():
             out[str(p)] = "manifest:" + file_sha256(p / MANIFEST)
         elif p.is_dir():
             h = hashlib.sha256()
             for f in sorted(q for q in p.rglob("*") if q.is_file()):
                 h.update(str(f.relative_to(p)).encode())
-                h.update(file_sha256(f).encode())
+                h.update(cache.sha256(f).encode())
             out[str(p)] = "tree:" + h.hexdigest()
+    cache.save()
     return out
+
+
+def file_digests(paths: Iterable[Path], by_path: bool = False) -> dict[str, str]:
+    """{file name (``by_path``: the path as given): sha256} of ``paths``, each hashed once a user while its
+    size and modification time hold (the per-user cache ``model_identity`` uses): a sweep's task files, read for
+    every trial; a corpus's sources, when their modification times changed (``corpus.stage.earlier_corpus_key``)."""
+    cache = HashCache()
+    digests = {(str(p) if by_path else Path(p).name): cache.sha256(Path(p)) for p in paths}
+    cache.save()
+    return digests
+
+
+def user_cache_dir() -> Path:
+    """The per-user cache: ``$ORCH_CACHE_DIR``, else ``$XDG_CACHE_HOME/bioptorch-orchestrator``, else
+    ``~/.cache/bioptorch-orchestrator`` (file hashes here, MLflow's empty store in ``track.local_store``)."""
+    if os.environ.get("ORCH_CACHE_DIR"):
+        return Path(os.environ["ORCH_CACHE_DIR"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "bioptorch-orchestrator"
+
+
+_UNSAVED_CACHES: set[str] = set()  # the hash caches this process could not write, and said so
+
+
+#: sha256 by (cache file, "path:size:mtime_ns") that this process read from or wrote to that cache: a sweep asks for
+#: its model's and task files' hashes for every trial's record, and parsing the per-user cache (which only grows)
+#: each time cost more than the rest of the record
+_KNOWN_DIGESTS: dict[tuple[str, str], str] = {}
+
+
+#: a file modified less than this long ago is hashed, not looked up or kept: a file system's timestamps are coarse
+#: (a clock tick, or seconds), so a rewrite of the same size within one tick keeps its modification time (git's
+#: "racily clean" files)
+RACY_NS = 2_000_000_000
+
+
+class HashCache:
+    """sha256 of files by (absolute path, size, mtime_ns), kept in ``user_cache_dir()`` so that external models
+    are hashed once, not per run. A file that is not such a mapping (damaged, edited) is started afresh. It is
+    read on the first file this process has not looked up in it before."""
+
+    def __init__(self):
+        self.path = user_cache_dir() / "file_sha256.json"
+        self._entries: dict[str, str] | None = None
+        self.changed = False
+
+    @property
+    def entries(self) -> dict[str, str]:
+        if self._entries is None:
+            try:
+                self._entries = json.loads(self.path.read_text(encoding="utf-8"))
+            except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+                self._entries = {}
+            if not isinstance(self._entries, dict) or not all(isinstance(v, str) for v in self._entries.values()):
+                log.warning("%s is not a file-hash cache: starting it afresh", self.path)
+                self._entries = {}
+        return self._entries
+
+    def sha256(self, path: Path) -> str:
+        stat = path.stat()
+        if time.time_ns() - stat.st_mtime_ns < RACY_NS:  # may be written again within the same timestamp: read it
+            return file_sha256(path)
+        key = f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
+        known = _KNOWN_DIGESTS.get((str(self.path), key))
+        if known is not None:
+            return known
+        if key not in self.entries:
+            self.entries[key] = file_sha256(path)
+            self.changed = True
+        _KNOWN_DIGESTS[(str(self.path), key)] = self.entries[key]
+        return self.entries[key]
+
+    def save(self) -> None:
+        if self.changed:
+            try:
+                atomic_write_json(self.path, self.entries)
+            except OSError as exc:  # a read-only home: hash again next time (said once: a sweep asks per trial)
+                said = str(self.path) in _UNSAVED_CACHES
+                _UNSAVED_CACHES.add(str(self.path))
+                log.log(logging.DEBUG if said else logging.WARNING, "could not keep file hashes in %s: %s",
+                        self.path, exc)
 
 
 def library_versions() -> dict[str, str]:

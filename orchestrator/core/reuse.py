@@ -16,10 +16,9 @@ import contextlib
 import hashlib
 import json
 import logging
-import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ from orchestrator.core.errors import InputError, OrchestratorError
 from orchestrator.core.locks import hold
 from orchestrator.core.manifest import (
     MANIFEST,
+    HashCache,
     atomic_dir,
     atomic_write_json,
     file_sha256,
@@ -212,7 +212,7 @@ def model_identity(model_dir: str | Path) -> str:
         recorded = read_manifest(model_dir).get(MODEL_FILES_FIELD) or {}
     except (FileNotFoundError, InputError):  # none, or not readable: as if none
         pass
-    cache = _HashCache()
+    cache = HashCache()
     digests = {}
     for path in files:
         stat = path.stat()
@@ -223,75 +223,3 @@ def model_identity(model_dir: str | Path) -> str:
             digests[path.name] = cache.sha256(path)
     cache.save()
     return content_key(digests)
-
-
-def file_digests(paths: Iterable[Path], by_path: bool = False) -> dict[str, str]:
-    """{file name (``by_path``: the path as given): sha256} of ``paths``, each hashed once a user while its
-    size and modification time hold (the per-user cache ``model_identity`` uses): a sweep's task files, read for
-    every trial; a corpus's sources, when their modification times changed (``corpus.stage.earlier_corpus_key``)."""
-    cache = _HashCache()
-    digests = {(str(p) if by_path else Path(p).name): cache.sha256(Path(p)) for p in paths}
-    cache.save()
-    return digests
-
-
-def user_cache_dir() -> Path:
-    """The per-user cache: ``$ORCH_CACHE_DIR``, else ``$XDG_CACHE_HOME/bioptorch-orchestrator``, else
-    ``~/.cache/bioptorch-orchestrator`` (file hashes here, MLflow's empty store in ``track.local_store``)."""
-    if os.environ.get("ORCH_CACHE_DIR"):
-        return Path(os.environ["ORCH_CACHE_DIR"])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "bioptorch-orchestrator"
-
-
-_UNSAVED_CACHES: set[str] = set()  # the hash caches this process could not write, and said so
-
-
-#: sha256 by (cache file, "path:size:mtime_ns") that this process read from or wrote to that cache: a sweep asks for
-#: its model's and task files' hashes for every trial's record, and parsing the per-user cache (which only grows)
-#: each time cost more than the rest of the record
-_KNOWN_DIGESTS: dict[tuple[str, str], str] = {}
-
-
-class _HashCache:
-    """sha256 of files by (absolute path, size, mtime_ns), kept in ``user_cache_dir()`` so that external models
-    are hashed once, not per run. A file that is not such a mapping (damaged, edited) is started afresh. It is
-    read on the first file this process has not looked up in it before."""
-
-    def __init__(self):
-        self.path = user_cache_dir() / "file_sha256.json"
-        self._entries: dict[str, str] | None = None
-        self.changed = False
-
-    @property
-    def entries(self) -> dict[str, str]:
-        if self._entries is None:
-            try:
-                self._entries = json.loads(self.path.read_text(encoding="utf-8"))
-            except (OSError, json.JSONDecodeError, UnicodeDecodeError):
-                self._entries = {}
-            if not isinstance(self._entries, dict) or not all(isinstance(v, str) for v in self._entries.values()):
-                log.warning("%s is not a file-hash cache: starting it afresh", self.path)
-                self._entries = {}
-        return self._entries
-
-    def sha256(self, path: Path) -> str:
-        stat = path.stat()
-        key = f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
-        known = _KNOWN_DIGESTS.get((str(self.path), key))
-        if known is not None:
-            return known
-        if key not in self.entries:
-            self.entries[key] = file_sha256(path)
-            self.changed = True
-        _KNOWN_DIGESTS[(str(self.path), key)] = self.entries[key]
-        return self.entries[key]
-
-    def save(self) -> None:
-        if self.changed:
-            try:
-                atomic_write_json(self.path, self.entries)
-            except OSError as exc:  # a read-only home: hash again next time (said once: a sweep asks per trial)
-                said = str(self.path) in _UNSAVED_CACHES
-                _UNSAVED_CACHES.add(str(self.path))
-                log.log(logging.DEBUG if said else logging.WARNING, "could not keep file hashes in %s: %s",
-                        self.path, exc)

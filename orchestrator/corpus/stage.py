@@ -29,8 +29,8 @@ from orchestrator.core.config import field, public, to_dict
 from orchestrator.core.console import due, progress, updating
 from orchestrator.core.cost import duration
 from orchestrator.core.errors import ConfigError, InputError
-from orchestrator.core.manifest import write_manifest
-from orchestrator.core.reuse import KEY_FIELD, earlier_outputs, file_digests, reusable, said_once
+from orchestrator.core.manifest import file_digests, write_manifest
+from orchestrator.core.reuse import KEY_FIELD, earlier_outputs, reusable, said_once
 from orchestrator.corpus.mixing import MIXERS, MixerConfig, planned_bytes, weighted_bytes
 from orchestrator.corpus.sources import (
     FILTER_COUNTS,

@@ -18,8 +18,9 @@ from typing import Literal
 
 from orchestrator.core.config import check_number, check_seeds, field, first_repeat, from_dict, read_yaml, to_dict
 from orchestrator.core.errors import ConfigError, InputError
+from orchestrator.core.manifest import file_digests
 from orchestrator.core.registry import suggest
-from orchestrator.core.reuse import content_key, file_digests, model_identity
+from orchestrator.core.reuse import content_key, model_identity
 from orchestrator.finetune.metrics import METRICS
 from orchestrator.finetune.spec import SAMPLE_DIR, TaskSpec, is_task_path, load_task, shipped_task_names, task_stem
 from orchestrator.finetune.trial import TrialSpec

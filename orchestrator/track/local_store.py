@@ -3,7 +3,7 @@
 MLflow makes a new SQLite file by creating its tables and then running every schema migration it
 has (about 60 in MLflow 3): 1.5 s on an idle laptop core, 4-5 s on a busy one, paid by every new
 run directory and by every test that starts one. The result is the same empty store each time, so
-the first new store this MLflow version makes is kept in the user's cache (``core.reuse.user_cache_dir``:
+the first new store this MLflow version makes is kept in the user's cache (``core.manifest.user_cache_dir``:
 ``$ORCH_CACHE_DIR``, else ``$XDG_CACHE_HOME/bioptorch-orchestrator``, else ``~/.cache/...``) and later new
 stores start as a copy of it. What in an empty store depends on where and when it was made, the artifact location
 of MLflow's "Default" experiment (``<working directory>/mlruns/0``) and its times, is set in the
@@ -23,7 +23,7 @@ import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
-from orchestrator.core.reuse import user_cache_dir
+from orchestrator.core.manifest import user_cache_dir
 
 log = logging.getLogger(__name__)
 
