@@ -86,29 +86,9 @@ def sweep_cost(records: list[dict], trained: set[str], wall_s: float, held: tupl
     now = measured("sweep", wall_s, *held) if trained else None
     device = now.device if now else max(by_device, key=by_device.get) if by_device else earlier.get("device", "CPU")
     main = {i: c for i, c in costs.items() if c is not None and c["device"] == device}
-    count = {"count": 0, "reused": 0, "unknown": 0, "reused_device_h": 0.0}
-    models: dict[str, dict] = {}
-    model_h: dict[str, float] = {}
-    seconds: dict[str, float] = {}
-    for rec in records:
-        model = rec.get("trial", {}).get("model_name", "?")
-        reused = rec["trial_id"] not in trained
-        h = float(main[rec["trial_id"]]["device_h"]) if rec["trial_id"] in main else 0.0
-        for c in (count, models.setdefault(model, {"count": 0, "reused": 0, "unknown": 0, "reused_device_h": 0.0})):
-            c["count"] += 1
-            c["reused"] += reused
-            c["unknown"] += costs[rec["trial_id"]] is None
-            c["reused_device_h"] += h if reused else 0.0
-        model_h[model] = model_h.get(model, 0.0) + h
-        seconds[model] = seconds.get(model, 0.0) + float(rec.get("seconds") or 0.0)
+    count, models, model_h, seconds = _counts(records, trained, costs, main)
     trials_h = sum(float(c["device_h"]) for c in main.values())
-    # an earlier run's slot time no trial held, carried in the share of its trials reused (its wall too)
-    before = earlier.get("trials") or {}
-    share = (min(1.0, count["reused_device_h"] / float(before["device_h"]))
-             if earlier.get("device") == device and is_number(before.get("device_h")) and before["device_h"] > 0
-             else 0.0)
-    carried_idle = float(earlier.get("idle_device_h", 0.0)) * share
-    carried_wall = max(float(earlier.get("wall_s", 0.0)), 0.0) * share
+    carried_idle, carried_wall = _carried(earlier, device, count["reused_device_h"])
     idle_now = max(0.0, now.device_h - sum(float(c["device_h"]) for i, c in main.items() if i in trained)) \
         if now else 0.0
     record = {"wall_s": round(wall_s + carried_wall, 3) if now else round(carried_wall, 3) if carried_wall else -1.0,
@@ -131,6 +111,39 @@ def sweep_cost(records: list[dict], trained: set[str], wall_s: float, held: tupl
     record["trials_by_model"] = {m: {**c, "reused_device_h": round(c["reused_device_h"], 6)}
                                  for m, c in models.items()}
     return record
+
+
+def _counts(records: list[dict], trained: set[str], costs: dict[str, dict | None],
+            main: dict[str, dict]) -> tuple[dict, dict[str, dict], dict[str, float], dict[str, float]]:
+    """Over ``records``: the trials counted (``count``, and per model), reused (not in ``trained``), of unknown
+    cost (``costs`` None) and the reused ones' device time; each model's device time on the sweep's device
+    (``main``) and its trials' seconds (the shares' weights when no trial's device time is known)."""
+    count = {"count": 0, "reused": 0, "unknown": 0, "reused_device_h": 0.0}
+    models: dict[str, dict] = {}
+    model_h: dict[str, float] = {}
+    seconds: dict[str, float] = {}
+    for rec in records:
+        model = rec.get("trial", {}).get("model_name", "?")
+        reused = rec["trial_id"] not in trained
+        h = float(main[rec["trial_id"]]["device_h"]) if rec["trial_id"] in main else 0.0
+        for c in (count, models.setdefault(model, {"count": 0, "reused": 0, "unknown": 0, "reused_device_h": 0.0})):
+            c["count"] += 1
+            c["reused"] += reused
+            c["unknown"] += costs[rec["trial_id"]] is None
+            c["reused_device_h"] += h if reused else 0.0
+        model_h[model] = model_h.get(model, 0.0) + h
+        seconds[model] = seconds.get(model, 0.0) + float(rec.get("seconds") or 0.0)
+    return count, models, model_h, seconds
+
+
+def _carried(earlier: dict, device: str, reused_h: float) -> tuple[float, float]:
+    """An earlier run's slot time no trial held, and its wall, carried in the share of its trials' device time
+    reused now (``reused_h``); none from a run on another device or of no known trial time."""
+    before = earlier.get("trials") or {}
+    share = (min(1.0, reused_h / float(before["device_h"]))
+             if earlier.get("device") == device and is_number(before.get("device_h")) and before["device_h"] > 0
+             else 0.0)
+    return float(earlier.get("idle_device_h", 0.0)) * share, max(float(earlier.get("wall_s", 0.0)), 0.0) * share
 
 
 def _trial_count(out_dir: str | Path) -> int | None:
