@@ -455,6 +455,14 @@ def test_a_stage_records_what_it_cost_and_a_later_run_reports_it_reused(tmp_path
     with caplog.at_level("INFO", logger="orchestrator.core.reuse"):
         assert run_stage("demo", tmp_path / "demo", "k1", lambda tmp: pytest.fail("rebuilt")) == out
     assert caplog.messages[-1].endswith(f"reused ({out}); made under tokenizers 0.1.0, now {now}")  # numpy alike
+    # many outputs reused at once (a sweep's trial records, session 55): said once, each release with how many of them
+    # were made under it; a record of no versions (kept before records kept them) is in the count, in no release's
+    from orchestrator.core.reuse import made_under_each
+
+    versions = manifest["versions"]
+    records = [{"versions": {**versions, "tokenizers": v}} for v in ("0.1.0", "0.2.1", "0.1.0")] + [{}]
+    assert made_under_each(records) == f"; made under tokenizers 0.1.0 (2 of 4), 0.2.1 (1 of 4), now {now}"
+    assert made_under_each([{"versions": {**versions, "tokenizers": now + "+local"}}, {}]) == made_under_each([]) == ""
     later = read_cost(out, "demo", since=time.time() + 2)  # a run that started after it was made
     assert later.reused and later.wall_s == made.wall_s
     gpu = measured("pretrain", 1800.0, cpus=8, gpus=2)

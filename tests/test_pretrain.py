@@ -576,6 +576,33 @@ def test_checkpoint_of_other_architecture_refused(corpus, tmp_path):
         pretrain(_cfg(), inputs, corpus["tokenizer"], tmp_path / "out")
 
 
+def test_a_reused_pretraining_names_the_library_releases_it_was_made_under(corpus, tmp_path, caplog):
+    """Session 55: an output made under other libraries is reused (no key holds a version: a patch release would
+    train again), and the stages run_stage reuses said so (session 54); a reused pretraining said nothing of it."""
+    from orchestrator.core.manifest import library_versions
+    from orchestrator.core.reuse import stamp
+    from orchestrator.pretrain.config import input_keys, pretrain_key
+    from orchestrator.pretrain.trainer import pretrain, random_init
+
+    inputs, out = {32: corpus[32], 64: corpus[64]}, tmp_path / "out"
+    random_init(_cfg(), corpus["tokenizer"], out)  # a finished output (final/ and a manifest): no Ray, no training
+    stamp(out, pretrain_key(_cfg(), *input_keys(inputs, corpus["tokenizer"])))
+    manifest = json.loads((out / "manifest.json").read_text())
+    now = library_versions()
+    assert manifest["versions"] == now
+    with caplog.at_level("INFO", logger="orchestrator.pretrain.trainer"):
+        assert pretrain(_cfg(), inputs, corpus["tokenizer"], out).model_dir == out / "final"
+    assert caplog.messages[-1].endswith(f"reused ({out / 'final'})")  # the same releases: nothing to say
+    made = {**now, "torch": "1.13.1", "transformers": "4.2.0", "numpy": now["numpy"] + "+local"}  # numpy: same
+    (out / "manifest.json").write_text(json.dumps({**manifest, "versions": made}))
+    caplog.clear()
+    with caplog.at_level("INFO", logger="orchestrator.pretrain.trainer"):
+        assert pretrain(_cfg(), inputs, corpus["tokenizer"], out).model_dir == out / "final"  # reused all the same
+    assert caplog.messages[-1].endswith(f"reused ({out / 'final'}); made under torch 1.13.1, now {now['torch']}; "
+                                        f"transformers 4.2.0, now {now['transformers']}"), caplog.messages[-1]
+    assert not (out / "checkpoints").exists()  # nothing trained
+
+
 def test_checkpoints_of_another_run_are_refused_or_discarded(corpus, tmp_path):
     """Issue 12: resume compared only the architecture, so a changed learning rate continued the old run."""
     from orchestrator.core.manifest import atomic_write_json

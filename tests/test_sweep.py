@@ -585,7 +585,7 @@ def test_batches_are_the_host_built_padded_batches(ner):
         assert torch.equal(labels, torch.tensor(expected))
 
 
-def test_sweep_on_ray_tune_with_mlflow_nesting_and_restore(tiny_bert, ray_local, tmp_path):
+def test_sweep_on_ray_tune_with_mlflow_nesting_and_restore(tiny_bert, ray_local, tmp_path, caplog):
     import mlflow
 
     from orchestrator.sweep.runner import plan_sweep, run_sweep
@@ -727,6 +727,27 @@ def test_sweep_on_ray_tune_with_mlflow_nesting_and_restore(tiny_bert, ray_local,
     line = cost_lines({"the sweep": [from_record("sweep", lost, since=time.time())]})[2]
     assert re.search(r"sweep +- +[\d.]+ CPU-h  \(reused, 1 of 2 trials of unknown cost, kept before trials were "
                      r"costed and not in it\)", line), line
+
+    # session 55: each record keeps the library versions its trial trained under, and a rerun that reuses trials made
+    # under another release (major.minor) says which, once, in its reuse line; a record kept before records kept
+    # them is of an unknown release, named in no release's count. What is reused and every score stay as they were.
+    from orchestrator.core.manifest import library_versions
+
+    now = library_versions()
+    made = sorted((out / "trials").glob("*s1.json"))  # the two trials of seed 1
+    recs = [json.loads(p.read_text()) for p in made]
+    assert [r["versions"] for r in recs] == [now, now]  # a worker's: the same environment here
+    cells = run_sweep(one, models, out, None, tmp_path).results["cells"]
+    made[0].write_text(json.dumps({**recs[0], "versions": {**now, "transformers": "4.2.0", "torch": "1.13.1",
+                                                           "numpy": now["numpy"] + "+local"}}))  # numpy: same
+    made[1].write_text(json.dumps({k: v for k, v in recs[1].items() if k != "versions"}))
+    caplog.clear()
+    with caplog.at_level("INFO", logger="orchestrator.sweep.runner"):
+        upgraded = run_sweep(one, models, out, None, tmp_path)
+    assert upgraded.ran == 0 and upgraded.results["cells"] == cells
+    said = [m for m in caplog.messages if m.startswith("sweep: 2 trial(s)")]
+    assert said == [f"sweep: 2 trial(s); skipping 2 finished, running 0; made under torch 1.13.1 (1 of 2), now "
+                    f"{now['torch']}; transformers 4.2.0 (1 of 2), now {now['transformers']}"], said
 
 
 def test_a_re_pretrained_model_retrains_every_trial(tiny_bert, ray_local, tmp_path):

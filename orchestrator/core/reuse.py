@@ -18,7 +18,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -165,17 +165,39 @@ def made_under(manifest: dict) -> str:
     words ("; made under tokenizers 0.22.1, now 0.23.3"; "" when none differ or none are recorded). An output is
     not rebuilt for an upgrade (a stage's key holds no library version: a patch release would rebuild hours of
     work), but a reuse says it: the rerun's numbers may differ from a fresh build's (probe, session 54)."""
+    now = library_versions()
+    differ = [f"{lib} {made}, now {now[lib]}" for lib, made in sorted(_other_releases(manifest).items())]
+    return f"; made under {'; '.join(differ)}" if differ else ""
+
+
+def made_under_each(records: Sequence[dict]) -> str:
+    """``made_under`` of many outputs reused at once (a sweep's trial records), said once: each library whose
+    release differs in any of them, with each release it was made under and how many of ``records`` were ("; made
+    under transformers 4.46.0 (3 of 4), now 4.57.1"). A record that records no ``versions`` (kept before trial
+    records did, session 55) is of an unknown release: in ``records``' count, in no release's."""
+    now = library_versions()
+    made: dict[str, dict[str, int]] = {}
+    for record in records:
+        for lib, version in _other_releases(record).items():
+            made.setdefault(lib, {}).setdefault(version, 0)
+            made[lib][version] += 1
+    differ = [f"{lib} " + ", ".join(f"{v} ({n} of {len(records)})" for v, n in sorted(made[lib].items()))
+              + f", now {now[lib]}" for lib in sorted(made)]
+    return f"; made under {'; '.join(differ)}" if differ else ""
+
+
+def _other_releases(manifest: dict) -> dict[str, str]:
+    """{library: the version ``manifest`` records} of the libraries whose major.minor differs from this process's."""
     made = manifest.get("versions")
     if not isinstance(made, dict):
-        return ""
+        return {}
     now = library_versions()
 
     def release(version: str) -> list[str]:
         return version.split("+")[0].split(".")[:2]
 
-    differ = [f"{lib} {made[lib]}, now {now[lib]}" for lib in sorted(made)
-              if isinstance(made[lib], str) and lib in now and release(made[lib]) != release(now[lib])]
-    return f"; made under {'; '.join(differ)}" if differ else ""
+    return {lib: made[lib] for lib in made
+            if isinstance(made[lib], str) and lib in now and release(made[lib]) != release(now[lib])}
 
 
 #: The files of a Hugging Face tokenizer directory that decide how it tokenizes.

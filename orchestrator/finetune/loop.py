@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from orchestrator.core.manifest import library_versions
 from orchestrator.core.runtime import choose_device, seed_everything
 from orchestrator.finetune.encoding import Encoded, encode_cached
 from orchestrator.finetune.metrics import METRICS, ner_per_tag
@@ -375,7 +376,8 @@ class TrialLog:
                 "test_ids": [ex.id for ex in self.splits["test"]],  # what each prediction is of, in their order
                 "per_tag": self.per_tag, **self.stopping,
                 "counts": {**self.counts, **split_sizes, **self.cut, **self.read},
-                "seconds": round(seconds, 3)}
+                "seconds": round(seconds, 3),
+                "versions": library_versions()}  # what it trained under: a sweep reusing it says an upgrade since
 
 
 def run_trial(trial: TrialSpec, report: Callable[[dict], None] | None = None,

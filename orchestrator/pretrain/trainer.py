@@ -48,6 +48,7 @@ from orchestrator.core.reuse import (
     KEY_FIELD,
     MODEL_FILES_FIELD,
     content_key,
+    made_under,
     model_file_record,
     output_key,
     output_lock,
@@ -285,7 +286,8 @@ def _reused(out_dir: Path) -> PretrainResult:
     record = out_dir / STORAGE_RECORD  # checkpoints under pretrain.storage_path
     storage = json.loads(record.read_text()) if record.is_file() else None
     checkpoints = Path(storage["storage_path"]) / storage["name"] if storage else out_dir / CHECKPOINTS
-    log.info("pretrain: output complete for this config and inputs, reused (%s)", out_dir / "final")
+    log.info("pretrain: output complete for this config and inputs, reused (%s)%s", out_dir / "final",
+             made_under(manifest))  # an upgrade keeps it (no key holds a version), said
     return PretrainResult(model_dir=out_dir / "final", history=history, first_loss=counts.get("first_loss", math.nan),
                           last_loss=counts.get("last_loss", math.nan), checkpoints_dir=checkpoints,
                           params={"trainable": counts.get("trainable_params"), "total": counts.get("total_params")},

@@ -30,7 +30,7 @@ from orchestrator.core.config import is_number, to_dict
 from orchestrator.core.cost import COST_FIELD, duration
 from orchestrator.core.errors import ConfigError, InputError, OrchestratorError
 from orchestrator.core.manifest import atomic_write_json, write_manifest
-from orchestrator.core.reuse import model_identity, output_lock
+from orchestrator.core.reuse import made_under_each, model_identity, output_lock
 from orchestrator.core.runtime import check_fits, generators_kept, possible_gpus, ray_session, tune_loggers
 from orchestrator.finetune.readers import CV_SPLIT_SEED, document_split, read_split
 from orchestrator.finetune.spec import load_task
@@ -510,9 +510,11 @@ def _run_sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, trackin
     cache_dir = str(out_dir / "cache" / "encoded")
     cache_run = mark_encoded(Path(cache_dir))  # what this run does not read is deleted at its end
     trials = [dataclasses.replace(t, cache_dir=cache_dir) for t in build_trials(cfg, space, models, variants)]
-    todo = [t for t in trials if _finished(trials_dir, t) is None]
+    found = [_finished(trials_dir, t) for t in trials]
+    todo = [t for t, rec in zip(trials, found) if rec is None]
     skipped = len(trials) - len(todo)
-    msg = f"sweep: {len(trials)} trial(s); skipping {skipped} finished, running {len(todo)}"
+    msg = (f"sweep: {len(trials)} trial(s); skipping {skipped} finished, running {len(todo)}"
+           + made_under_each([rec for rec in found if rec is not None]))  # their libraries' releases since
     log.info(msg)
     print(msg, flush=True)
     started = time.monotonic()
