@@ -962,3 +962,83 @@ def test_a_checkout_cloned_elsewhere_or_a_model_in_another_environment_reuses_wh
     assert edited["corpus"] == old["corpus"] and edited["vocab"] != old["vocab"]
     (tmp_path / "b" / "corpus" / "pubmed.txt").write_text("Aspirin inhibits platelets!\n", encoding="utf-8")
     assert keys(tmp_path / "b", experiment)["corpus"] != old["corpus"]
+
+
+def test_a_term_list_or_quality_texts_at_another_path_with_the_same_contents_reuse_the_vocabulary(tmp_path, caplog):
+    """``vocab.term_list`` (an absolute path) and the quality table's texts and tokenizers are named by path in the
+    vocabulary key, so a second clone holding them, or the files copied to another disk, built the vocabulary again
+    and everything after it (session 54 left it). An earlier output whose manifest records them at other paths
+    answers when they hold the same contents now: the texts' and tokenizers' by the key (their hashes are in it),
+    the term list's (in no key) by the hash the output's manifest records, or for an output made before it was
+    recorded, by the file still at its old path. Other contents build anew."""
+    import shutil
+
+    from orchestrator.core.manifest import write_manifest
+    from orchestrator.core.reuse import stamp
+    from orchestrator.corpus.mixing import MixerConfig
+    from orchestrator.corpus.stage import CorpusConfig
+    from orchestrator.instances.config import InstanceConfig
+    from orchestrator.vocab.quality import QualityConfig
+    from orchestrator.vocab.wordpiece import VocabConfig
+    from orchestrator.workflows.runner import by_key, by_name, corpus_keys
+
+    a = tmp_path / "a"
+    (a / "corpus").mkdir(parents=True)
+    (a / "corpus" / "pubmed.txt").write_text("Aspirin inhibits platelets.\nCisplatin harms kidneys.\n")
+    (a / "terms.txt").write_text("aspirin\ncisplatin\n", encoding="utf-8")
+    (a / "de.txt").write_text("Aspirin hemmt Blutplättchen.\n", encoding="utf-8")
+    (a / "tokenizer").mkdir()
+    (a / "tokenizer" / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\naspirin\n", encoding="utf-8")
+    shutil.copytree(a, tmp_path / "b", copy_function=shutil.copy)  # a clone: the same bytes, new modification times
+    instances = InstanceConfig()
+
+    def configs(root: Path) -> tuple[CorpusConfig, VocabConfig]:
+        corpus = CorpusConfig(sources=(_src(root / "corpus", role="small"),),
+                              mixer=from_dict(MixerConfig, {"name": "conventional"}))
+        quality = QualityConfig(texts={"de": str(root / "de.txt")}, tokenizers={"other": str(root / "tokenizer")})
+        return corpus, VocabConfig(term_list=str(root / "terms.txt"), quality=quality)
+
+    def keys(root: Path, place=None) -> dict[str, str]:
+        return corpus_keys(*configs(root), instances, place=place)
+
+    def built(place, recorded: bool = True) -> dict[str, str]:  # finished outputs as the stages write their manifests
+        corpus, vocab = configs(a)
+        made = keys(a)
+        write_manifest(place("corpus", made["corpus"]), stage="corpus", config=corpus,
+                       inputs=source_files(corpus.sources[0]))
+        stamp(place("corpus", made["corpus"]), made["corpus"])
+        write_manifest(place("vocab", made["vocab"]), stage="vocab", config=vocab,
+                       inputs=[place("corpus", made["corpus"]), *([vocab.term_list] if recorded else [])])
+        stamp(place("vocab", made["vocab"]), made["vocab"])
+        return made
+
+    experiment, chain = by_key(tmp_path / "stages"), by_name(tmp_path / "chain")
+    old = built(experiment)
+    assert built(chain) == old == keys(a, experiment) == keys(a, chain)  # where the paths hold: the keys they were
+    clone = keys(tmp_path / "b")
+    assert clone["corpus"] != old["corpus"] and clone["vocab"] != old["vocab"]  # the paths are in the keys
+    with caplog.at_level("INFO"):
+        for place in (experiment, chain, experiment):
+            assert keys(tmp_path / "b", place) == old  # the vocabulary and the instances after it reused
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("vocab: ")]
+    assert len(said) == 2 and "other paths" in said[0] and str(tmp_path / "stages" / "vocab" / old["vocab"]) in said[0]
+    assert keys(tmp_path / "b", by_key(tmp_path / "none")) == clone  # no output there: built anew
+
+    (tmp_path / "b" / "terms.txt").write_text("aspirin\nheparin\n", encoding="utf-8")  # other contents: built anew
+    assert keys(tmp_path / "b", experiment)["vocab"] != old["vocab"]
+    assert keys(tmp_path / "b", experiment)["corpus"] == old["corpus"]
+    shutil.copy(a / "terms.txt", tmp_path / "b" / "terms.txt")
+    for path, text in (("de.txt", "Heparin hemmt Gerinnung.\n"), ("tokenizer/vocab.txt", "[PAD]\n[UNK]\nheparin\n")):
+        (tmp_path / "b" / path).write_text(text, encoding="utf-8")
+        assert keys(tmp_path / "b", experiment)["vocab"] != old["vocab"]
+        shutil.copy(a / path, tmp_path / "b" / path)
+    assert keys(tmp_path / "b", experiment) == old
+
+    # an output made before the term list was among its inputs: the file still at its old path (a first clone)
+    before = by_key(tmp_path / "before")
+    assert built(before, recorded=False) == old and keys(tmp_path / "b", before) == old
+    (a / "terms.txt").write_text("heparin\n", encoding="utf-8")  # not what b's holds: built anew
+    assert keys(tmp_path / "b", before)["vocab"] != old["vocab"]
+    (a / "terms.txt").unlink()
+    assert keys(tmp_path / "b", before)["vocab"] != old["vocab"]
+    assert keys(tmp_path / "b", experiment) == old  # recorded: the old path is not read

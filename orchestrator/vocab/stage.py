@@ -9,6 +9,9 @@ only gets a plain vocabulary and no report.
 With ``vocab.quality`` set, the stage also measures its tokenizer and the given ones on each
 language's text (``orchestrator.vocab.quality``: continued words, fertility) and writes
 ``tokenizer_quality.json`` and ``tokenizer_quality.md`` (the table is also in vocab_report.json).
+
+The stage's key (``vocab_key``) holds its input files' paths and contents; an output made from files of the same
+contents at other paths is found by the paths its manifest records.
 """
 from __future__ import annotations
 
@@ -16,13 +19,20 @@ import dataclasses
 import json
 import logging
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from orchestrator.core.artifacts import ShardInfo, load_plan, shard_sentences, write_vocab_txt
 from orchestrator.core.errors import InputError
-from orchestrator.core.manifest import atomic_write_json, atomic_write_text, file_sha256, write_manifest
+from orchestrator.core.manifest import (
+    atomic_write_json,
+    atomic_write_text,
+    file_sha256,
+    hash_inputs,
+    write_manifest,
+)
 from orchestrator.core.pretokenize import pretokenize_of
-from orchestrator.core.reuse import TOKENIZER_FILES
+from orchestrator.core.reuse import TOKENIZER_FILES, content_key, file_digests, relocated_key
 from orchestrator.vocab.quality import (
     CORPUS_KIND,
     OWN_TOKENIZER,
@@ -30,6 +40,7 @@ from orchestrator.vocab.quality import (
     TextSet,
     load_tokenizer,
     load_tokenizers,
+    quality_inputs,
     quality_table,
     read_text_sets,
     render_markdown,
@@ -111,6 +122,96 @@ def _normalizer(source) -> dict | None:
     return json.loads(text).get("normalizer")
 
 
+def vocab_key(vocab: VocabConfig, corpus_key: str, place: Callable[[str], Path] | None = None) -> str:
+    """The vocabulary stage's key: its config, the sha256 of its target files or, with ``from_model``, of the
+    model's tokenizer files alone (arms on other corpora share it), those of the quality table's texts and
+    tokenizers when it measures any, and the corpus's key. With ``place`` (the folder an output of a key is in):
+    or the key of a finished vocabulary output there or beside it that this config made from files of these
+    contents at other paths (``core.reuse.relocated_key``): a checkout cloned elsewhere (its bundled target files),
+    a model in another environment, data copied to another disk (``_key_at``)."""
+    # the tokenizer-quality table's inputs only when it has any (default keys stay what they were)
+    quality = hash_inputs(quality_inputs(vocab.quality)) if vocab.quality.active else None
+    digests = hash_inputs(model_tokenizer_files(vocab.from_model) if vocab.from_model else vocab.target_paths)
+    key = _key(vocab, vocab, digests, corpus_key, quality, {})
+    if place is None:
+        return key
+    return relocated_key("vocab", key, place(key), lambda made: _key_at(vocab, digests, corpus_key, quality, made))
+
+
+def term_list(cfg: VocabConfig) -> list[str]:
+    """The term list, recorded among a vocabulary output's inputs: its contents are in no key, and
+    ``_same_term_list`` reads them there when the output is looked for from another path."""
+    return [cfg.term_list] if cfg.term_list else []
+
+
+def _key(vocab: VocabConfig, at: VocabConfig, digests: dict[str, str], corpus_key: str, quality: dict | None,
+         moved: dict[str, str]) -> str:
+    """``vocab_key`` with the paths of ``at`` (``vocab``'s, or an earlier output's); each file's sha256 is named by
+    its path in ``moved`` ({path now: path then}), a file not in ``moved`` by its path now."""
+    named = [{moved.get(path, path): sha for path, sha in quality.items()}] if quality is not None else []
+    if vocab.from_model:  # each file named under the model's path: {<model>/vocab.txt: sha256, ...}
+        files = {str(Path(at.from_model) / Path(name).name): sha for name, sha in digests.items()}
+        return content_key("vocab", at.identity(), files, *named, *([corpus_key] if vocab.quality.corpus_lines else []))
+    files = {moved.get(path, path): sha for path, sha in digests.items()}
+    return content_key("vocab", at.identity(), files, corpus_key, *named)
+
+
+def _key_at(vocab: VocabConfig, digests: dict[str, str], corpus_key: str, quality: dict | None,
+            made: dict) -> str | None:
+    """This config's key with the paths an earlier vocabulary output's manifest (``made``) records in place of its
+    own: the target files, ``from_model``, the term list, the quality table's texts and tokenizers; the files'
+    contents read where they are now. None when the two are not comparable, or the term list (whose contents are
+    in no key) has other contents now."""
+    at = _paths_at(vocab, made.get("config"))
+    if at is None or not _same_term_list(vocab.term_list, at.term_list, made.get("inputs")):
+        return None
+    pairs = [*zip(vocab.target_paths, at.target_paths),
+             *((vocab.quality.texts[name], at.quality.texts[name]) for name in vocab.quality.texts),
+             *((Path(vocab.quality.tokenizers[name]) / file, Path(at.quality.tokenizers[name]) / file)
+               for name in vocab.quality.tokenizers for file in TOKENIZER_FILES)]
+    return _key(vocab, at, digests, corpus_key, quality, {str(Path(now)): str(Path(then)) for now, then in pairs})
+
+
+def _paths_at(vocab: VocabConfig, made) -> VocabConfig | None:
+    """``vocab`` with the paths of ``made`` (an earlier output's config as its manifest holds it), or None when that
+    names other target files, model, term list, texts or tokenizers (by number, or by name) than this config."""
+    if not isinstance(made, dict):
+        return None
+    targets, model, terms = made.get("target_paths"), made.get("from_model"), made.get("term_list")
+    if not (isinstance(targets, list) and len(targets) == len(vocab.target_paths) and _strings(targets)
+            and isinstance(model, str) and bool(model) == bool(vocab.from_model)
+            and isinstance(terms, str) and bool(terms) == bool(vocab.term_list)):
+        return None
+    quality = vocab.quality
+    if quality.active:  # else its paths are in no key (``VocabConfig.identity``)
+        recorded = made.get("quality") if isinstance(made.get("quality"), dict) else {}
+        texts, tokenizers = recorded.get("texts"), recorded.get("tokenizers")
+        if not (isinstance(texts, dict) and texts.keys() == quality.texts.keys() and _strings(texts.values())
+                and isinstance(tokenizers, dict) and tokenizers.keys() == quality.tokenizers.keys()
+                and _strings(tokenizers.values())):
+            return None
+        quality = dataclasses.replace(quality, texts=dict(texts), tokenizers=dict(tokenizers))
+    return dataclasses.replace(vocab, target_paths=tuple(targets), from_model=model, term_list=terms, quality=quality)
+
+
+def _strings(values) -> bool:
+    return all(isinstance(v, str) for v in values)
+
+
+def _same_term_list(now: str, then: str, recorded) -> bool:
+    """Whether the term list at ``now`` holds what the earlier output's at ``then`` did: the same path (its key
+    holds it as before), or the sha256 its manifest records (``recorded``: its inputs) for it, or, for an output
+    made before the term list was recorded, that of the file still at ``then`` (a first clone beside a second)."""
+    if now == then:
+        return True
+    if not Path(now).is_file():
+        return False
+    sha = recorded.get(str(Path(then))) if isinstance(recorded, dict) else None
+    if sha is None and Path(then).is_file():
+        sha = file_digests([Path(then)], by_path=True)[str(Path(then))]
+    return sha == file_digests([Path(now)], by_path=True)[str(Path(now))]
+
+
 def build_vocab(cfg: VocabConfig, corpus_dir: Path, out_dir: Path) -> Path:
     """Train the vocabulary on the corpus stage's shards into ``out_dir`` (or, with
     ``cfg.from_model``, take that model's tokenizer as it is)."""
@@ -118,7 +219,8 @@ def build_vocab(cfg: VocabConfig, corpus_dir: Path, out_dir: Path) -> Path:
         counts = copy_model_tokenizer(cfg.from_model, out_dir, cfg.pretokenize)
         shards = load_plan(corpus_dir, documents=False)[0] if cfg.quality.corpus_lines else []
         quality = write_quality(cfg.quality, out_dir, shards)
-        write_manifest(out_dir, stage="vocab", config=cfg, inputs=model_tokenizer_files(cfg.from_model),
+        write_manifest(out_dir, stage="vocab", config=cfg, inputs=[*model_tokenizer_files(cfg.from_model),
+                                                                   *term_list(cfg)],
                        counts=counts, extra={"tokenizer_quality": quality} if quality else None)
         log.info("vocab: the tokenizer of %s as it is (%d tokens, %s)", cfg.from_model, counts["vocab_size"],
                  "uncased" if counts["lowercase"] else "cased")
@@ -141,7 +243,8 @@ def build_vocab(cfg: VocabConfig, corpus_dir: Path, out_dir: Path) -> Path:
         extra["tokenizer_quality"] = quality
         if (out_dir / "vocab_report.json").is_file():
             atomic_write_json(out_dir / "vocab_report.json", {**report, "tokenizer_quality": quality})
-    write_manifest(out_dir, stage="vocab", config=cfg, inputs=[corpus_dir], counts=counts, extra=extra)
+    write_manifest(out_dir, stage="vocab", config=cfg, inputs=[corpus_dir, *term_list(cfg)], counts=counts,
+                   extra=extra)
     log.info("vocab: %s", {k: v for k, v in report.items() if k != "example_terms"})
     return out_dir
 

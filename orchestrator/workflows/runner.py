@@ -35,8 +35,8 @@ from orchestrator.core.artifacts import SMALL_ROLES, check_model, check_token_ty
 from orchestrator.core.config import flatten
 from orchestrator.core.errors import ConfigError, InputError
 from orchestrator.core.imports import resolve_transformers_names
-from orchestrator.core.manifest import check_replaceable, check_writable_dir, hash_inputs, read_manifest
-from orchestrator.core.reuse import content_key, output_lock, relocated_key, reusable, run_stage
+from orchestrator.core.manifest import check_replaceable, check_writable_dir, read_manifest
+from orchestrator.core.reuse import content_key, output_lock, reusable, run_stage
 from orchestrator.core.runtime import possible_gpus, ray_session
 from orchestrator.corpus.stage import CorpusConfig, earlier_corpus_key, input_stats, source_sizes
 from orchestrator.instances.config import InstanceConfig
@@ -47,8 +47,7 @@ from orchestrator.sweep.config import SweepConfig
 from orchestrator.sweep.runner import check_positions, planned_positions
 from orchestrator.sweep.space import Variant, space_tasks, task_data_dir, task_key
 from orchestrator.track import schema as S
-from orchestrator.vocab.quality import quality_inputs
-from orchestrator.vocab.stage import model_tokenizer_files
+from orchestrator.vocab.stage import vocab_key
 from orchestrator.vocab.wordpiece import VocabConfig
 from orchestrator.workflows.config import ARM_MADE_BY, ARM_MODEL, ChainConfig, ExperimentConfig, safe_name
 
@@ -91,7 +90,8 @@ def corpus_keys(corpus: CorpusConfig, vocab: VocabConfig, instances: InstanceCon
     finished stage records its key, so a downstream key never needs the upstream output itself).
     Reads the sources' sizes and the vocabulary's target files; builds nothing. With ``place``, the
     corpus key is that of an earlier output there built from sources of the same contents whose
-    modification times changed since (``earlier_corpus_key``)."""
+    modification times or paths changed since (``earlier_corpus_key``), and the vocabulary's that of an
+    earlier output made from its files at other paths (``vocab.stage.vocab_key``)."""
     # a Chinese source's corpus made before its sentences were split at 。！？ (session 42) is not reused
     splits = [{"zh": "split at full stops"}] if any(s.language == "zh" for s in corpus.sources) else []
     keys = {"corpus": content_key("corpus", corpus.identity(), input_stats(corpus), *splits)}
@@ -99,39 +99,12 @@ def corpus_keys(corpus: CorpusConfig, vocab: VocabConfig, instances: InstanceCon
         keys["corpus"] = earlier_corpus_key(corpus, keys["corpus"], place("corpus", keys["corpus"]))
     if "vocab" not in stages:
         return keys
-    # the tokenizer-quality table's inputs only when it has any (default keys stay what they were)
-    quality = [hash_inputs(quality_inputs(vocab.quality))] if vocab.quality.active else []
-    digests = hash_inputs(model_tokenizer_files(vocab.from_model) if vocab.from_model else vocab.target_paths)
-    keys["vocab"] = str(vocab_key(vocab, digests, keys["corpus"], quality))
-    if place is not None:  # the target files or the model at other paths (a checkout cloned elsewhere, another venv)
-        keys["vocab"] = relocated_key("vocab", keys["vocab"], place("vocab", keys["vocab"]),
-                                      lambda made: vocab_key(vocab, digests, keys["corpus"], quality, made["config"]))
+    # the target files, the model, the term list or the quality texts at other paths (a checkout cloned elsewhere)
+    keys["vocab"] = vocab_key(vocab, keys["corpus"], (lambda key: place("vocab", key)) if place else None)
     for length in instances.max_seq_lengths if "instances" in stages else ():
         keys[f"instances/len{length}"] = content_key("instances", instances.output_fields(), length, keys["corpus"],
                                                      keys["vocab"])
     return keys
-
-
-def vocab_key(vocab: VocabConfig, digests: dict[str, str], corpus_key: str, quality: list,
-              made_at: dict | None = None) -> str | None:
-    """The vocabulary stage's key: its config, the sha256 of its target files (``digests``: ``hash_inputs``) or,
-    with ``from_model``, of the model's tokenizer files alone (arms on other corpora share it), the corpus's key.
-    ``made_at``: an earlier output's config, whose ``target_paths`` and ``from_model`` are taken in place of these
-    (the files' contents still these), for ``relocated_key``; None when they are not comparable."""
-    targets, model = list(vocab.target_paths), vocab.from_model
-    if made_at is not None:
-        targets, model = made_at.get("target_paths"), made_at.get("from_model")
-        if not (isinstance(targets, list) and len(targets) == len(vocab.target_paths) and isinstance(model, str)
-                and bool(model) == bool(vocab.from_model)):
-            return None
-    at = dataclasses.replace(vocab, target_paths=tuple(targets), from_model=model)
-    if vocab.from_model:  # each file named under the model's path: {<model>/vocab.txt: sha256, ...}
-        files = {str(Path(model) / Path(name).name): sha for name, sha in digests.items()}
-        return content_key("vocab", at.identity(), files, *quality,
-                           *([corpus_key] if vocab.quality.corpus_lines else []))
-    files = {str(Path(old)): digests[str(Path(new))] for old, new in zip(targets, vocab.target_paths)
-             if str(Path(new)) in digests}
-    return content_key("vocab", at.identity(), files, corpus_key, *quality)
 
 
 def check_pretokenize(vocab: VocabConfig, instances: InstanceConfig) -> None:
