@@ -664,6 +664,50 @@ def test_an_edited_similarity_corpus_or_vectors_file_augments_the_task_again(ray
     given.write_bytes(given.read_bytes() + b"\0")  # other vectors at the same path
     assert not reusable(out, augment_key(*args, out_dir=out))
 
+def test_an_augmented_task_made_from_the_same_files_in_another_folder_is_reused(tmp_path, caplog):
+    """The augment key names the task's files by their paths (the resolved task folder: the checkout's, for the
+    bundled sample tasks), so a checkout cloned elsewhere, or a task folder copied to another disk, augmented every
+    task again, and the sweep trained its augmented rows again (session 53 left it). An output made by this config
+    from task files of these contents in another folder answers with the key it records, said once; other contents
+    there are augmented anew. Method ``repeat``: no MLM is read, the key's task part is the one of every method."""
+    from orchestrator.augment.config import AugmentStageConfig
+    from orchestrator.sweep.config import SweepConfig
+    from orchestrator.workflows.runner import augment_stage
+
+    for root in ("a", "b"):  # a data root as the bundled sample's, in two clones: the same bytes, other times
+        shutil.copytree(SAMPLE_DIR / "BC5CDR-chem", tmp_path / root / "BC5CDR-chem", copy_function=shutil.copy)
+
+    def sweep(root: str) -> SweepConfig:
+        return from_dict(SweepConfig, {"search_space": "tiny", "tasks": ["bc5cdr_chemical"], "seeds": [1],
+                                       "learning_rates": [5e-5], "max_train_examples": 6,
+                                       "epochs": {"bc5cdr_chemical": [1]}, "data_dir": str(tmp_path / root)})
+
+    cfg = from_dict(AugmentStageConfig, {"enabled": True, "augment": {"method": "repeat"}})
+    models = {"tiny": tmp_path / "model"}  # method repeat reads no MLM
+    spec = dataclasses.replace(load_task("bc5cdr_chemical"), dir="")
+
+    def key(root: str, **kw) -> str:
+        return augment_key(spec, tmp_path / root / "BC5CDR-chem", "", cfg.augment, cfg.similarity, 6, **kw)
+
+    augment_stage(cfg, sweep("a"), models, tmp_path / "run")
+    out = tmp_path / "run" / "augment" / "tiny" / "bc5cdr_chemical"
+    train = out / spec.files["train"]
+    made = train.stat().st_mtime_ns
+    assert reusable(out, key("a")) and key("b") != key("a")  # the folder's path is in the key
+    assert key("a", out_dir=out) == key("a") and key("b", out_dir=tmp_path / "none") == key("b")
+    with caplog.at_level("INFO"):
+        for _ in range(2):
+            [variant] = augment_stage(cfg, sweep("b"), models, tmp_path / "run")
+            assert variant.task_dirs == {"bc5cdr_chemical": str(out)}
+    assert train.stat().st_mtime_ns == made and read_manifest(out)["stage_key"] == key("a")  # reused, not remade
+    said = [r.getMessage() for r in caplog.records if "other paths" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith(f"augment: {out} was made from inputs of the same contents")
+    with (tmp_path / "b" / "BC5CDR-chem" / "devel.tsv").open("a", encoding="utf-8") as f:
+        f.write("Heparin\t-\t0\tB\n\n")  # other contents there: augmented anew
+    augment_stage(cfg, sweep("b"), models, tmp_path / "run")
+    assert read_manifest(out)["stage_key"] == key("b") != key("a") and train.stat().st_mtime_ns != made
+
+
 # ------------------------------------------------------------------------------- through the sweep
 CHEMICALS = ["aspirin", "cisplatin", "doxorubicin", "lithium", "heparin", "caffeine"]
 FRAMES = [(["Patients", "receiving"], ["developed", "severe", "renal", "toxicity", "."]),

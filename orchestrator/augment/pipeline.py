@@ -45,7 +45,7 @@ from orchestrator.core.manifest import (
     read_manifest,
     write_manifest,
 )
-from orchestrator.core.reuse import KEY_FIELD, content_key, model_identity, stamp
+from orchestrator.core.reuse import KEY_FIELD, content_key, model_identity, relocated_key, stamp
 from orchestrator.core.runtime import check_fits, possible_gpus, ray_session
 from orchestrator.finetune.readers import Example, fixed_subset, read_split
 from orchestrator.finetune.spec import TaskSpec
@@ -311,30 +311,63 @@ def augment_key(spec: TaskSpec, data_dir: str | Path, model_dir: str | Path, cfg
     """What an augmented task directory depends on: the task's files, the MLM, the settings and the contents of
     the vectors file or corpus ``sim`` names (method ``repeat`` reads neither the MLM nor the vectors, so they are
     not part of its key). With ``out_dir``, an output there made before those contents entered the key is
-    stamped with it when it was filtered with these very vectors (``_adopt_earlier_key``)."""
-    key = _augment_key(spec, data_dir, model_dir, cfg, sim, max_train_sentences, similarity_inputs(sim))
-    if out_dir is not None and cfg.method != "repeat" and similarity_inputs(sim):
+    stamped with it when it was filtered with these very vectors (``_adopt_earlier_key``); and one this config
+    made from task files of these contents in another folder (a checkout cloned elsewhere: the bundled sample
+    tasks; a task folder copied to another disk) answers with the key it records (``core.reuse.relocated_key``:
+    the task files are named by their paths in the key)."""
+    files = _task_files(spec, data_dir)
+    key = _augment_key(spec, files, model_dir, cfg, sim, max_train_sentences, similarity_inputs(sim))
+    if out_dir is None:
+        return key
+    if cfg.method != "repeat" and similarity_inputs(sim):
         _adopt_earlier_key(Path(out_dir), key, earlier_key(spec, data_dir, model_dir, cfg, sim, max_train_sentences),
                            sim)
-    return key
+
+    def key_at(made: dict) -> str | None:
+        at = _folder_at(spec, data_dir, files, made.get("inputs"))
+        if at is None:
+            return None
+        moved = {str(at / Path(path).relative_to(data_dir)): sha for path, sha in files.items()}
+        return _augment_key(spec, moved, model_dir, cfg, sim, max_train_sentences, similarity_inputs(sim))
+
+    return relocated_key("augment", key, out_dir, key_at, beside=False)
 
 
 def earlier_key(spec: TaskSpec, data_dir: str | Path, model_dir: str | Path, cfg: AugmentConfig,
                 sim: SimilarityConfig, max_train_sentences: int) -> str:
     """The key before the similarity inputs' contents were in it (session 53): their paths alone."""
-    return _augment_key(spec, data_dir, model_dir, cfg, sim, max_train_sentences, {})
+    return _augment_key(spec, _task_files(spec, data_dir), model_dir, cfg, sim, max_train_sentences, {})
 
 
-def _augment_key(spec: TaskSpec, data_dir: str | Path, model_dir: str | Path, cfg: AugmentConfig,
-                 sim: SimilarityConfig, max_train_sentences: int, inputs: dict) -> str:
+def _task_files(spec: TaskSpec, data_dir: str | Path) -> dict[str, str]:
+    """{path: sha256} of the task's train, dev and test files in ``data_dir`` (those there)."""
     files = [spec.split_path(Path(data_dir), split) for split in ("train", "dev", "test")]
+    return hash_inputs([f for f in files if f.is_file()])
+
+
+def _augment_key(spec: TaskSpec, files: dict[str, str], model_dir: str | Path, cfg: AugmentConfig,
+                 sim: SimilarityConfig, max_train_sentences: int, inputs: dict) -> str:
     # the task as it was keyed before ``release_dir`` (where BLUE's release keeps the files, whose hashes are
     # here) existed: with it, every augmented task was made again after an upgrade
     task = {k: v for k, v in to_dict(spec).items() if k != "release_dir"}
     if cfg.method == "repeat":
-        return content_key("augment", task, hash_inputs([f for f in files if f.is_file()]), cfg, max_train_sentences)
-    return content_key("augment", task, hash_inputs([f for f in files if f.is_file()]), model_identity(model_dir),
-                       cfg, sim, max_train_sentences, *([inputs] if inputs else []))  # none: the key it always had
+        return content_key("augment", task, files, cfg, max_train_sentences)
+    return content_key("augment", task, files, model_identity(model_dir), cfg, sim, max_train_sentences,
+                       *([inputs] if inputs else []))  # none: the key it always had
+
+
+def _folder_at(spec: TaskSpec, data_dir: str | Path, files: dict[str, str], recorded) -> Path | None:
+    """The folder an earlier augment output was made from: where its manifest's inputs (``recorded``) name its
+    training file, when that held what the training file in ``data_dir`` holds now; else None."""
+    train = spec.split_path(Path(data_dir), "train")
+    name = train.relative_to(data_dir).parts
+    if str(train) not in files or not isinstance(recorded, dict):
+        return None
+    for path, sha in recorded.items():
+        parts = Path(path).parts
+        if sha == files[str(train)] and parts[-len(name):] == name:
+            return Path(*parts[:-len(name)])
+    return None
 
 
 def similarity_inputs(sim: SimilarityConfig) -> dict:
