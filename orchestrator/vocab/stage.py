@@ -27,12 +27,13 @@ from orchestrator.core.errors import InputError
 from orchestrator.core.manifest import (
     atomic_write_json,
     atomic_write_text,
+    file_digests,
     file_sha256,
     hash_inputs,
     write_manifest,
 )
 from orchestrator.core.pretokenize import pretokenize_of
-from orchestrator.core.reuse import TOKENIZER_FILES, content_key, file_digests, relocated_key
+from orchestrator.core.reuse import TOKENIZER_FILES, content_key, relocated_key
 from orchestrator.vocab.quality import (
     CORPUS_KIND,
     OWN_TOKENIZER,
