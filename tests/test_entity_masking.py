@@ -304,6 +304,48 @@ def test_grouped_inputs_keep_hcc_with_its_texts_and_never_with_the_kidney_text()
     assert hcc_masked >= 15 and 0 < random_next < hcc_masked
 
 
+def test_grouped_next_document_gives_a_lone_text_its_documents_next_texts_half_the_time():
+    """Under grouping a group of one text always got a random next segment (Embodiment 3), so NSP's share of
+    random pairs rose from BERT's 0.62 to 0.85 on the PubMed sample (session 54). ``grouped_next: document``
+    gives such a text its document's following texts as a real next segment on a fair coin: here every text
+    is of its own organ (every group is one text), so within_group makes every pair random and document about
+    half of those that have a next text; a real next's A is the text and its B starts with the text after it.
+    The default's key and its instances are what they were (the option is left out of the key)."""
+    from orchestrator.instances.config import InstanceConfig, Params, Specials
+    from orchestrator.instances.grouped import create_grouped_instances
+
+    texts = ["a nodule in liver s6 shows arterial enhancement .", "a cyst is seen in the left kidney .",
+             "a mass is seen in the right lung ."]
+    docs = [[t.split() for t in texts], [t.split() for t in reversed(texts)]]
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted({w for d in docs for t in d for w in t})
+    index = {t: i for i, t in enumerate(vocab)}
+    ids = [[[index[w] for w in t] for t in d] for d in docs]
+
+    def build(**kw):
+        return create_grouped_instances(ids, ["r"] * 2, 200, Params(64, 0.0, 0.15, 20, False),
+                                        Specials.from_vocab(index), random.Random(0),
+                                        masker(same_type_grouping="organ", **kw), vocab)
+
+    assert all(x.is_random_next for x in build())
+    paired = build(grouped_next="document")
+    real = [x for x in paired if not x.is_random_next]
+    assert 0.55 < 1 - len(real) / len(paired) < 0.78  # 1/3 of the texts are last (always random), 2/3 half
+    for x in real:
+        words = [vocab[t] for t in x.input_ids]
+        for pos, label in zip(x.masked_lm_positions, x.masked_lm_ids):
+            words[pos] = vocab[label]
+        a, b = " ".join(words[1:words.index("[SEP]")]), " ".join(words[words.index("[SEP]") + 1:-1])
+        assert any(b.startswith(d[d.index(a) + 1]) for d in (texts, texts[::-1]) if a in d[:-1]), (a, b)
+
+    def key(**kw):
+        return InstanceConfig(entity_masking=EntityMaskingConfig(same_type_grouping="organ", **kw)).output_fields()
+
+    assert "grouped_next" not in key()["entity_masking"] and key() == key(grouped_next="within_group")
+    assert key(grouped_next="document")["entity_masking"]["grouped_next"] == "document"
+    with pytest.raises(ConfigError, match="grouped_next is read only with same_type_grouping"):
+        EntityMaskingConfig(grouped_next="document")
+
+
 def test_custom_dictionary_and_association(tmp_path: Path):
     terms = tmp_path / "terms.yaml"
     terms.write_text("types:\n  chemical:\n    terms: [cisplatin, Doxorubicin]\n"

@@ -100,6 +100,8 @@ class InstanceConfig:
                     del out["entity_masking"][k]
             if self.entity_masking.association_level == "type":  # keys from before the option stay
                 del out["entity_masking"]["association_level"]
+            if self.entity_masking.grouped_next == "within_group":  # the same
+                del out["entity_masking"]["grouped_next"]
             else:
                 out["association_derivation_version"] = ASSOCIATION_DERIVATION_VERSION
         return out

@@ -57,6 +57,7 @@ SameTypeRule = Literal["none", "association", "organ"]
 AssociationMethod = Literal["table", "npmi"]
 AssociationWindow = Literal["sentence", "document"]
 AssociationLevel = Literal["type", "term"]
+GroupedNext = Literal["within_group", "document"]
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,13 @@ class EntityMaskingConfig:
                      "NSP pairs drawn inside that rule. association: texts holding an entity associated with "
                      "the target at >= threshold (3_1); organ: texts about the same organ by organ_rules (3_2); "
                      "none: BERT's packing of consecutive sentences")
+    grouped_next: GroupedNext = field(
+        "within_group", help="same_type_grouping's NSP pairs. within_group (Embodiment 3): a group of one text always "
+                             "gets a random next segment, so most pairs are random next (0.85 of them on the PubMed "
+                             "sample, where BERT's packing gives 0.62); document: a group of one text gets its "
+                             "document's following texts as a real next segment half the time, whatever their type "
+                             "(BERT's fair coin; those texts break the grouping's rule in that input: a check of "
+                             "what NSP's share does, not the patent's method; docs/METHODS.md)")
     organ_rules: str = field(
         "", help="YAML organ rule table for same_type_grouping: organ, in the term-list format with organs as "
                  "the types; a text naming no organ describes the organ of the text before it; empty = "
@@ -130,6 +138,9 @@ class EntityMaskingConfig:
                               f"table (it is {self.association_method!r}); give one or the other")
         if self.association and not Path(self.association).is_file():
             raise ConfigError(f"association table not found: {self.association}")
+        if self.grouped_next != "within_group" and self.same_type_grouping == "none":
+            raise ConfigError("grouped_next is read only with same_type_grouping association or organ (it is "
+                              "'none': BERT's packing draws its own next segments); leave grouped_next out")
         if self.organ_rules and self.same_type_grouping != "organ":
             raise ConfigError(f"organ_rules is read only with same_type_grouping: organ "
                               f"(it is {self.same_type_grouping!r})")

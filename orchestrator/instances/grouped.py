@@ -12,7 +12,9 @@ make it predictable, or beside a text about another organ. Here, per document an
 3. NSP is drawn inside the group: as in BERT, a group of one text, or a fair coin, gives a random
    next segment — A is then the whole group and B texts of the same kind from another document
    (else texts of no type, else nothing: an empty B, still labelled random); otherwise A and B
-   split the group at a random text (B is the group's next texts, label "real next");
+   split the group at a random text (B is the group's next texts, label "real next"). With
+   ``grouped_next: document`` (not the patent's: a check of NSP's share), a group of one text gets
+   the document's following texts as a real next segment on a fair coin, whatever their type;
 4. the masker takes the drawn entity as its first target, so conditions 1-3 hold in that input;
    the entities of a random next segment (texts whose group is elsewhere) are never masked.
 
@@ -132,24 +134,43 @@ def grouped_instances_from_document(docs: Sequence[Sequence[Sequence[int]]], inf
         target_length = rng.randint(2, max_num_tokens)
     instances = []
     for group, anchor, target in plan_groups(texts, [len(s) for s in document], masker, rng, max_num_tokens):
-        if len(group) == 1 or rng.random() < 0.5:
+        length = sum(len(document[i]) for i in group)
+        following = _following(document, group[-1], target_length - length) \
+            if len(group) == 1 and masker.cfg.grouped_next == "document" else []
+        if following and rng.random() < 0.5:  # grouped_next: document, a lone text's real next (BERT's coin)
+            a_texts, b_texts, is_random_next, b_grouped = [(d, anchor)], [(d, i) for i in following], False, False
+        elif len(group) == 1 or rng.random() < 0.5:
             a_texts = [(d, i) for i in group]
-            b_texts = partners.draw(masker.kind(texts[anchor], target), d, rng,
-                                    target_length - sum(len(document[i]) for i in group))
-            is_random_next = True
+            b_texts = partners.draw(masker.kind(texts[anchor], target), d, rng, target_length - length)
+            is_random_next, b_grouped = True, False
         else:
             a_end = rng.randint(1, len(group) - 1)
             a_texts, b_texts = [(d, i) for i in group[:a_end]], [(d, i) for i in group[a_end:]]
-            is_random_next = False
-        instances.append(_instance(docs, a_texts, b_texts, is_random_next, (d, anchor), target, max_num_tokens,
-                                   p, sp, rng, masker, id_to_token, source))
+            is_random_next, b_grouped = False, True
+        instances.append(_instance(docs, a_texts, b_texts, is_random_next, b_grouped, (d, anchor), target,
+                                   max_num_tokens, p, sp, rng, masker, id_to_token, source))
     return instances
 
 
+def _following(document: Sequence[Sequence[int]], last: int, target_length: int) -> list[int]:
+    """The texts after text ``last`` of ``document``, in order, while they are shorter than ``target_length``
+    together (at least one; none when ``last`` is the document's last text): a lone text's real next segment
+    under ``grouped_next: document``, whatever their type."""
+    out, length = [], 0
+    for i in range(last + 1, len(document)):
+        if out and length >= target_length:
+            break
+        out.append(i)
+        length += len(document[i])
+    return out
+
+
 def _instance(docs, a_texts: list[tuple[int, int]], b_texts: list[tuple[int, int]], is_random_next: bool,
-              anchor: tuple[int, int], target: Entity | None, max_num_tokens: int, p: Params, sp: Specials,
-              rng: random.Random, masker: EntityMasker, id_to_token: Sequence[str], source: str) -> Instance:
-    """``[CLS] A [SEP] B [SEP]`` truncated as BERT does, masked with ``target`` as the first target."""
+              b_grouped: bool, anchor: tuple[int, int], target: Entity | None, max_num_tokens: int, p: Params,
+              sp: Specials, rng: random.Random, masker: EntityMasker, id_to_token: Sequence[str],
+              source: str) -> Instance:
+    """``[CLS] A [SEP] B [SEP]`` truncated as BERT does, masked with ``target`` as the first target; B's entities
+    are masked too only when B is of A's group (``b_grouped``)."""
     tokens_a = [t for d, i in a_texts for t in docs[d][i]]
     tokens_b = [t for d, i in b_texts for t in docs[d][i]]
     side = 0 if anchor in a_texts else 1  # the anchor's group is A, or A and B
@@ -166,8 +187,9 @@ def _instance(docs, a_texts: list[tuple[int, int]], b_texts: list[tuple[int, int
             positions = [base + q for q in inside]
     tokens = [sp.cls, *tokens_a, sp.sep, *tokens_b, sp.sep]
     segment_ids = [0] * (len(tokens_a) + 2) + [1] * (len(tokens_b) + 1)
-    # a random next segment is another document's texts without their group: its entities stay visible
-    group = range(1, len(tokens_a) + 1) if is_random_next else None
+    # a random next segment is another document's texts without their group (a lone text's real next under
+    # grouped_next: document, texts of other groups): its entities stay visible
+    group = None if b_grouped else range(1, len(tokens_a) + 1)
     tokens, masked, labels, stats = create_masked_lm_predictions(tokens, p, sp, rng, masker, id_to_token, positions,
                                                                  group)
     return Instance(array("i", tokens), array("b", segment_ids), is_random_next, array("i", masked),
