@@ -708,6 +708,61 @@ def test_an_augmented_task_made_from_the_same_files_in_another_folder_is_reused(
     assert read_manifest(out)["stage_key"] == key("b") != key("a") and train.stat().st_mtime_ns != made
 
 
+def test_a_task_augmented_with_a_similarity_corpus_or_vectors_file_at_another_path_is_reused(
+        ray_local, tiny_mlm, vectors, tmp_path, caplog):
+    """The filtered augment key names ``similarity.corpus``, ``similarity.vectors`` and ``similarity.cache_dir`` by
+    path beside the corpus's or the vectors file's contents, so a second clone holding them (and the task) augmented
+    every task again with the MLM (session 55 left it). An output this config made from a corpus or a vectors file
+    of these contents at other paths, with its vectors cached anywhere, answers with the key it records, said once;
+    other contents there are augmented anew (the key says so; a second filtered run would show it slower)."""
+    from orchestrator.augment.config import AugmentStageConfig
+    from orchestrator.sweep.config import SweepConfig
+    from orchestrator.workflows.runner import augment_stage
+
+    for root in ("a", "b"):  # two clones, each with the task, the corpus, a vectors file and the vectors' cache
+        shutil.copytree(SAMPLE_DIR / "BC5CDR-chem", tmp_path / root / "BC5CDR-chem", copy_function=shutil.copy)
+        shutil.copy(IN_DOMAIN, tmp_path / root / "corpus.txt")
+        shutil.copy(vectors, tmp_path / root / "vectors.bin")
+        shutil.copytree(vectors.parent.parent, tmp_path / root / "cache")  # the fixture's: not trained again
+
+    def sweep(root: str) -> SweepConfig:
+        return from_dict(SweepConfig, {"search_space": "tiny", "tasks": ["bc5cdr_chemical"], "seeds": [1],
+                                       "learning_rates": [5e-5], "max_train_examples": 6,
+                                       "epochs": {"bc5cdr_chemical": [1]}, "data_dir": str(tmp_path / root)})
+
+    def cfg(root: str, by: str, cache: str = "") -> AugmentStageConfig:  # by: the corpus, or the vectors file
+        given = {"corpus": [str(tmp_path / root / "corpus.txt")]} if by == "corpus" else {
+            "vectors": str(tmp_path / root / "vectors.bin")}
+        sim = {**given, "dim": 16, "epochs": 2, "bucket": 5000, "cache_dir": str(tmp_path / (cache or root) / "cache")}
+        return from_dict(AugmentStageConfig, {"enabled": True, "similarity": sim,
+                                              "augment": {"words_per_sentence": 2, "candidates": 3}})
+
+    spec = dataclasses.replace(load_task("bc5cdr_chemical"), dir="")
+    out = tmp_path / "run" / "augment" / "tiny" / "bc5cdr_chemical"
+    train = out / spec.files["train"]
+
+    def key(root: str, by: str, cache: str = "", **kw) -> str:
+        c = cfg(root, by, cache)
+        return augment_key(spec, tmp_path / root / "BC5CDR-chem", tiny_mlm, c.augment, c.similarity, 6, **kw)
+
+    for by, edit in (("corpus", "corpus.txt"), ("vectors", "vectors.bin")):
+        augment_stage(cfg("a", by), sweep("a"), {"tiny": tiny_mlm}, tmp_path / "run")
+        made = train.stat().st_mtime_ns
+        assert reusable(out, key("a", by)) and key("b", by) != key("a", by) != key("a", by, cache="b")
+        assert key("a", by, cache="b", out_dir=out) == key("a", by)  # vectors cached elsewhere: the same output
+        caplog.clear()
+        with caplog.at_level("INFO"):
+            for _ in range(2):
+                [variant] = augment_stage(cfg("b", by), sweep("b"), {"tiny": tiny_mlm}, tmp_path / "run")
+                assert variant.task_dirs == {"bc5cdr_chemical": str(out)}
+        assert train.stat().st_mtime_ns == made and read_manifest(out)["stage_key"] == key("a", by)  # not remade
+        said = [r.getMessage() for r in caplog.records if "other paths" in r.getMessage()]
+        assert len(said) == 1 and said[0].startswith(f"augment: {out} was made from inputs of the same contents")
+        with (tmp_path / "b" / edit).open("ab") as f:
+            f.write(b"Cisplatin caused renal damage.\n" if by == "corpus" else b"\0")  # other contents there
+        assert key("b", by, out_dir=out) == key("b", by) != read_manifest(out)["stage_key"]
+
+
 # ------------------------------------------------------------------------------- through the sweep
 CHEMICALS = ["aspirin", "cisplatin", "doxorubicin", "lithium", "heparin", "caffeine"]
 FRAMES = [(["Patients", "receiving"], ["developed", "severe", "renal", "toxicity", "."]),

@@ -313,13 +313,15 @@ def augment_key(spec: TaskSpec, data_dir: str | Path, model_dir: str | Path, cfg
     not part of its key). With ``out_dir``, an output there made before those contents entered the key is
     stamped with it when it was filtered with these very vectors (``_adopt_earlier_key``); and one this config
     made from task files of these contents in another folder (a checkout cloned elsewhere: the bundled sample
-    tasks; a task folder copied to another disk) answers with the key it records (``core.reuse.relocated_key``:
-    the task files are named by their paths in the key)."""
+    tasks; a task folder copied to another disk), and from a vectors file or corpus of these contents at other
+    paths, answers with the key it records (``core.reuse.relocated_key``: the task files and ``sim``'s paths are
+    in the key; ``_sim_at``)."""
     files = _task_files(spec, data_dir)
-    key = _augment_key(spec, files, model_dir, cfg, sim, max_train_sentences, similarity_inputs(sim))
+    inputs = similarity_inputs(sim)
+    key = _augment_key(spec, files, model_dir, cfg, sim, max_train_sentences, inputs)
     if out_dir is None:
         return key
-    if cfg.method != "repeat" and similarity_inputs(sim):
+    if cfg.method != "repeat" and inputs:
         _adopt_earlier_key(Path(out_dir), key, earlier_key(spec, data_dir, model_dir, cfg, sim, max_train_sentences),
                            sim)
 
@@ -328,7 +330,7 @@ def augment_key(spec: TaskSpec, data_dir: str | Path, model_dir: str | Path, cfg
         if at is None:
             return None
         moved = {str(at / Path(path).relative_to(data_dir)): sha for path, sha in files.items()}
-        return _augment_key(spec, moved, model_dir, cfg, sim, max_train_sentences, similarity_inputs(sim))
+        return _augment_key(spec, moved, model_dir, cfg, _sim_at(sim, made), max_train_sentences, inputs)
 
     return relocated_key("augment", key, out_dir, key_at, beside=False)
 
@@ -368,6 +370,27 @@ def _folder_at(spec: TaskSpec, data_dir: str | Path, files: dict[str, str], reco
         if sha == files[str(train)] and parts[-len(name):] == name:
             return Path(*parts[:-len(name)])
     return None
+
+
+def _sim_at(sim: SimilarityConfig, made: dict) -> SimilarityConfig:
+    """``sim`` with the paths an earlier augment output's manifest (``made``) records for it: the vectors file and
+    the corpus files (where ``sim`` names them too, as many: their contents now, in the key, must then be the ones
+    recorded there) and ``cache_dir`` (where trained vectors are cached, named by their corpus's contents and the
+    settings: it says nothing of the output, so whatever it was). Every other setting stays this config's."""
+    config = made.get("config")
+    recorded = config.get("similarity") if isinstance(config, dict) else None
+    if not isinstance(recorded, dict):
+        return sim
+    paths: dict = {}
+    if isinstance(recorded.get("cache_dir"), str):
+        paths["cache_dir"] = recorded["cache_dir"]
+    if sim.vectors and isinstance(recorded.get("vectors"), str) and recorded["vectors"]:
+        paths["vectors"] = recorded["vectors"]
+    corpus = recorded.get("corpus")
+    if sim.corpus and isinstance(corpus, list) and len(corpus) == len(sim.corpus) and all(
+            isinstance(path, str) for path in corpus):
+        paths["corpus"] = tuple(corpus)
+    return dataclasses.replace(sim, **paths)
 
 
 def similarity_inputs(sim: SimilarityConfig) -> dict:
