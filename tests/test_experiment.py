@@ -86,6 +86,33 @@ def test_dry_run_prints_the_stage_graph_and_builds_nothing(tmp_path):
     assert section.count("; passes over its instances: known once the instances stage has run") == 2
 
 
+def test_the_dry_run_names_the_library_releases_a_reused_output_was_made_under(tmp_path):
+    """Session 55: an output made under another release is reused (no key holds a version); the run's reuse line
+    said so (``run_stage``), the stage graph's and the source scoring's "reused" said nothing of it."""
+    from orchestrator.core.manifest import library_versions, write_manifest
+    from orchestrator.core.reuse import stamp
+    from orchestrator.workflows.analyses import _scoring_outputs
+    from orchestrator.workflows.blue_sweep import plan_experiment
+
+    if not _kenlm_built():
+        pytest.skip("KenLM lmplz/build_binary not built: run scripts/setup.sh")
+    cfg = smoke(tmp_path, arms={"a": {}, "floor": {"init": "random"}},
+                selection={"enabled": True, "sample_tokens": 3000, "num_samples": 2, "short_source": "whole"})
+    now = library_versions()
+    corpus = arm_plans(cfg)["a"].outputs[0]
+    (scored, scores, _), = _scoring_outputs(cfg, [arm_plans(cfg)["a"]])[0].values()
+    for stage, out, key, torch in (("corpus", corpus.path, corpus.key, "1.13.1"),
+                                   ("selection", scores, scored, now["torch"])):  # finished, of another tokenizers
+        write_manifest(out, stage=stage, config={}, extra={"versions": {**now, "tokenizers": "0.1.0", "torch": torch}})
+        stamp(out, key)
+    text = plan_experiment(cfg)
+    assert re.search(rf"\n  corpus +{corpus.key[:12]}  reused  a, floor; made under tokenizers 0\.1\.0, now "
+                     rf"{re.escape(now['tokenizers'])}; torch 1\.13\.1, now {re.escape(now['torch'])}\n", text), text
+    assert re.search(r"\n  vocab +[0-9a-f]{12}  build   a, floor\n", text)  # not made: nothing to say
+    assert re.search(rf"\n  selection +{scored[:12]}  reused  a  \(.*\); made under tokenizers 0\.1\.0, now "
+                     rf"{re.escape(now['tokenizers'])}\n", text), text
+
+
 @pytest.mark.slow
 def test_three_arm_experiment_shares_the_corpus_pairs_the_sweep_and_nests_mlflow(experiment_run, tmp_path):
     res, run_dir = experiment_run.first, experiment_run.run_dir

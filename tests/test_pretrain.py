@@ -578,10 +578,12 @@ def test_checkpoint_of_other_architecture_refused(corpus, tmp_path):
 
 def test_a_reused_pretraining_names_the_library_releases_it_was_made_under(corpus, tmp_path, caplog):
     """Session 55: an output made under other libraries is reused (no key holds a version: a patch release would
-    train again), and the stages run_stage reuses said so (session 54); a reused pretraining said nothing of it."""
+    train again), and the stages run_stage reuses said so (session 54); a reused pretraining said nothing of it,
+    nor did the dry run's "reused" line."""
     from orchestrator.core.manifest import library_versions
     from orchestrator.core.reuse import stamp
     from orchestrator.pretrain.config import input_keys, pretrain_key
+    from orchestrator.pretrain.plan import plan_pretrain
     from orchestrator.pretrain.trainer import pretrain, random_init
 
     inputs, out = {32: corpus[32], 64: corpus[64]}, tmp_path / "out"
@@ -598,9 +600,12 @@ def test_a_reused_pretraining_names_the_library_releases_it_was_made_under(corpu
     caplog.clear()
     with caplog.at_level("INFO", logger="orchestrator.pretrain.trainer"):
         assert pretrain(_cfg(), inputs, corpus["tokenizer"], out).model_dir == out / "final"  # reused all the same
-    assert caplog.messages[-1].endswith(f"reused ({out / 'final'}); made under torch 1.13.1, now {now['torch']}; "
-                                        f"transformers 4.2.0, now {now['transformers']}"), caplog.messages[-1]
+    said = f"; made under torch 1.13.1, now {now['torch']}; transformers 4.2.0, now {now['transformers']}"
+    assert caplog.messages[-1].endswith(f"reused ({out / 'final'}){said}"), caplog.messages[-1]
     assert not (out / "checkpoints").exists()  # nothing trained
+    # the dry run, which reads the manifest for the key, says it too
+    assert f"\noutput: finished for this config and inputs, reused ({out / 'final'}){said}" in plan_pretrain(
+        _cfg(), inputs, corpus["tokenizer"], out_dir=out)
 
 
 def test_checkpoints_of_another_run_are_refused_or_discarded(corpus, tmp_path):

@@ -99,6 +99,8 @@ def test_a_real_proxy_search_writes_a_corpus_config_and_logs_a_run_per_proxy(sea
     assert -1 <= record["regression"]["cv_spearman"] <= 1 and record["regression"]["cv_folds"] == 3
     manifest = json.loads((result.out_dir / "manifest.json").read_text())
     assert manifest["stage"] == "proxy_search" and manifest["counts"]["proxies"] == 3
+    kept = [json.loads(p.read_text()) for p in (cfg.work / "proxies").glob("*.json")]
+    assert len(kept) == 3 and all(r["versions"] == manifest["versions"] for r in kept)  # what each trained under
     pools = next((cfg.work / "pools").iterdir())
     assert json.loads((pools / "manifest.json").read_text())["counts"]["target"]["sequences"] <= 64
     client = mlflow.MlflowClient(f"sqlite:///{cfg.work / 'mlflow.db'}")
@@ -124,6 +126,50 @@ def test_a_rerun_reuses_the_output_and_a_changed_search_reuses_the_trained_proxi
         other = run(replace(cfg, regression=R(features="quadratic", samples=2000, top_k=10)))
     assert "3 of 3 already trained" in caplog.text and not other.reused
     assert [p["target_mlm_loss"] for p in other.proxies] == [p["target_mlm_loss"] for p in first.proxies]
+
+
+def test_a_reused_search_and_reused_proxies_name_the_library_releases_they_were_made_under(tmp_path, caplog):
+    """Session 55: proxies and a search output made under another release are reused (no key holds a version);
+    the reuse lines, and the dry run's "would be reused", now say which libraries differ. A proxy record keeps the
+    versions it trained under; one kept before is of an unknown release (counted, in no release). No Ray starts."""
+    from orchestrator.core.manifest import library_versions
+    from orchestrator.workflows.proxy_search import (
+        ProxySearchConfig,
+        plan,
+        planned_proxies,
+        regress,
+        run,
+        run_proxies,
+        search_key,
+        write_output,
+    )
+
+    cfg = load_config(ProxySearchConfig, overrides=[f"out_dir={tmp_path / 'out'}", "proxies=3"],
+                      base=load_preset("proxy_search", "tiny"))
+    now = library_versions()
+    (cfg.work / "proxies").mkdir(parents=True)
+    for p, torch in zip(planned_proxies(cfg, "pools-key"), ("1.13.1", "1.13.1", None)):  # as a proxy trial records
+        record = {**p, "target_mlm_loss": 6.0 + p["weights"]["general"], "target_mlm_accuracy": 0.1, "train_loss": 6.5,
+                  "steps": 40, "train_tokens": 20480, "sequences": {"in_domain": 320, "general": 320}, "seconds": 1.0,
+                  **({"versions": {**now, "torch": torch}} if torch else {})}  # the last: kept before versions were
+        (cfg.work / "proxies" / f"{p['key']}.json").write_text(json.dumps(record))
+    with caplog.at_level("INFO", logger="proxy_search"):
+        proxies = run_proxies(cfg, tmp_path / "pools", "pools-key")
+    assert [p["index"] for p in proxies] == [0, 1, 2]  # all reused: nothing to train
+    assert caplog.messages[-1] == ("proxies: 3 of 3 already trained (same pools, settings and mixture), reused; made "
+                                   f"under torch 1.13.1 (2 of 3), now {now['torch']}")
+    write_output(cfg, search_key(cfg), proxies, regress(cfg, proxies))  # as the search leaves its output
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["versions"] == now
+    made = {**now, "transformers": "4.2.0", "numpy": now["numpy"] + "+local"}  # numpy: the same release
+    (tmp_path / "out" / "manifest.json").write_text(json.dumps({**manifest, "versions": made}))
+    caplog.clear()
+    with caplog.at_level("INFO", logger="proxy_search"):
+        assert run(cfg).reused
+    said = f"; made under transformers 4.2.0, now {now['transformers']}"
+    assert caplog.messages[-1] == ("proxy search: output complete for this config and inputs, reused "
+                                   f"({cfg.out_dir}){said}")
+    assert f"{cfg.out_dir}: complete for this config and inputs, would be reused{said}\n" in plan(cfg) + "\n"
 
 
 @pytest.mark.parametrize("overrides, message", [

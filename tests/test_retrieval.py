@@ -129,6 +129,26 @@ def test_the_tiny_preset_dry_run_reads_the_bundled_parallel_sample(tmp_path, cap
     assert "3 embedding task(s) on Ray" in out and not (tmp_path / "run").exists()
 
 
+def test_the_dry_run_names_the_library_releases_a_reused_output_was_made_under(tmp_path, capsys):
+    """Session 55: an output made under another release is reused (no key holds a version); the run's reuse line
+    said so (``run_stage``), the dry run's "reused" said nothing of it."""
+    from orchestrator.core.cli import load_preset
+    from orchestrator.core.config import load_config
+    from orchestrator.core.manifest import library_versions, write_manifest
+    from orchestrator.core.reuse import stamp
+    from orchestrator.retrieval.stage import STAGE, retrieval_key
+    from orchestrator.workflows.retrieval import RetrievalConfig
+
+    run_dir = tmp_path / "run"
+    cfg = load_config(RetrievalConfig, overrides=[f"run_dir={run_dir}"], base=load_preset("retrieval", "tiny"))
+    now = library_versions()
+    write_manifest(run_dir / STAGE, stage=STAGE, config=cfg, extra={"versions": {**now, "transformers": "4.2.0"}})
+    stamp(run_dir / STAGE, retrieval_key(cfg, cfg.models))  # finished for this config: the run would reuse it
+    assert main(["--preset", "tiny", "--dry-run", f"run_dir={run_dir}"]) == 0
+    assert (f"output: {run_dir / STAGE} (reused; made under transformers 4.2.0, now {now['transformers']}); 3 "
+            "embedding task(s) on Ray") in capsys.readouterr().out
+
+
 def test_a_resource_request_no_node_can_meet_is_refused_not_queued_for_good(tmp_path):
     """Probe: ``cpus_per_task=100`` (or ``use_gpu=true`` without a GPU) on the embedded 2-CPU Ray waited
     for good, the terminal showing only Ray's autoscaler lines; the same check guards pretraining's workers,

@@ -188,6 +188,35 @@ def test_an_export_killed_midway_leaves_no_complete_looking_directory(tiny_bert,
     assert edited.dst == plan.dst and finished(edited) is None and finished(plan)["task_data"] == {"train.tsv": "a"}
 
 
+def test_a_reused_export_names_the_library_releases_it_was_made_under(tmp_path, capsys):
+    """Session 55: an export made under another release is reused (no key holds a version), as the sweep's trials
+    are; their reuse line named the releases (``made_under_each``), the exports' said nothing of it."""
+    import contextlib
+
+    from orchestrator.core.manifest import library_versions, write_manifest
+    from orchestrator.sweep.export import EXPORT_STAGE, plan_exports
+    from orchestrator.sweep.runner import _export_best
+
+    results = {"tasks": [{"name": "ChemProt", "higher_is_better": True}],
+               "cells": {m: {"ChemProt": {"selected": {"learning_rate": 1e-3, "epochs": 2}}} for m in ("a", "b")}}
+    records = [{"trial_id": f"{m}__chemprot__lr0.001__s3", "task": "ChemProt", "fingerprint": m * 16,
+                "trial": {"trial_id": f"{m}__chemprot__lr0.001__s3", "model_name": m, "model_dir": str(tmp_path),
+                          "task": "chemprot", "data_dir": str(tmp_path), "learning_rate": 1e-3, "seed": 3,
+                          "eval_epochs": [2]},
+                "epochs": [{"epoch": 2, "dev": 0.5, "test": 0.4}]} for m in ("a", "b")]
+    out, now = tmp_path / "sweep", library_versions()
+    plans = plan_exports(results, records, ["ChemProt"], out, "best_dev")
+    for plan, torch in zip(plans, ("1.13.1", now["torch"])):  # as export_run leaves them, one of another torch
+        write_manifest(plan.dst, stage=EXPORT_STAGE, config=plan.trial, seed=3,
+                       extra={"learning_rate": 1e-3, "dev": 0.5, "test": 0.4, "reproduced": True,
+                              "versions": {**now, "torch": torch}})
+    exports, trained = _export_best(SweepConfig(), results, records, ["ChemProt"], out, contextlib.ExitStack())
+    assert trained == 0 and {m: e["ChemProt"]["dir"] for m, e in exports.items()} == {
+        p.model: str(p.dst) for p in plans}  # reused, as before: no Ray, nothing trained
+    assert (f"sweep: 2 selected model(s) to export; reusing 2, training 0; made under torch 1.13.1 (1 of 2), "
+            f"now {now['torch']}\n") in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("task", ["bc5cdr_chemical", "chemprot", "hoc", "biosses"])
 def test_an_export_loads_in_plain_transformers_as_it_predicts_or_says_how(tiny_bert, task, tmp_path):
     """An outputs probe (session 48): every export's config said BertModel, its head in head.safetensors, so

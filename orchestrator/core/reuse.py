@@ -170,6 +170,15 @@ def made_under(manifest: dict) -> str:
     return f"; made under {'; '.join(differ)}" if differ else ""
 
 
+def made_under_at(stage_dir: str | Path) -> str:
+    """``made_under`` of the finished output at ``stage_dir`` ("" where it has no readable manifest): what a dry
+    run's "reused" line adds, from the small manifest its reuse check (``reusable``) has just read."""
+    try:
+        return made_under(read_manifest(stage_dir))
+    except (FileNotFoundError, InputError):
+        return ""
+
+
 def made_under_each(records: Sequence[dict]) -> str:
     """``made_under`` of many outputs reused at once (a sweep's trial records), said once: each library whose
     release differs in any of them, with each release it was made under and how many of ``records`` were ("; made

@@ -8,7 +8,7 @@ from pathlib import Path
 from orchestrator.core.artifacts import InstanceInfo, check_model, read_instance_info
 from orchestrator.core.errors import InputError
 from orchestrator.core.manifest import read_manifest
-from orchestrator.core.reuse import KEY_FIELD
+from orchestrator.core.reuse import KEY_FIELD, made_under
 from orchestrator.pretrain.checkpoint import latest_checkpoint, other_run, other_run_error
 from orchestrator.pretrain.config import (
     SIZE_PRESETS,
@@ -111,8 +111,10 @@ def _resume_plan(cfg: PretrainConfig, instances: dict, infos: dict[str, Instance
     key = relocated_pretrain_key(cfg, *input_keys({int(k): Path(v) for k, v in instances.items()}, tokenizer_dir),
                                  out_dir, beside=False)  # as the run computes it
     ckpt_dir, same = out_dir / CHECKPOINTS, (earlier_key(cfg, infos, tokenizer_dir) or "",)
-    if (out_dir / "final" / "config.json").is_file() and read_manifest(out_dir).get(KEY_FIELD) in (key, *same):
-        return [f"output: finished for this config and inputs, reused ({out_dir / 'final'})"]
+    finished = (out_dir / "final" / "config.json").is_file()
+    manifest = read_manifest(out_dir) if finished else {}
+    if finished and manifest.get(KEY_FIELD) in (key, *same):
+        return [f"output: finished for this config and inputs, reused ({out_dir / 'final'}){made_under(manifest)}"]
     if (latest := latest_checkpoint(ckpt_dir)) is None:
         return []
     if not (what := other_run(ckpt_dir, key, cfg.training_fields(), same)):

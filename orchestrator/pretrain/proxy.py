@@ -33,7 +33,7 @@ import numpy as np
 
 from orchestrator.core.config import field, to_dict
 from orchestrator.core.errors import ConfigError, InputError
-from orchestrator.core.manifest import write_manifest
+from orchestrator.core.manifest import library_versions, write_manifest
 from orchestrator.corpus.sources import SourceConfig, document_rows, source_files
 from orchestrator.formats import text_units
 from orchestrator.instances.config import MaskingRule, Specials
@@ -272,7 +272,8 @@ def train_proxy(pools_dir: Path, weights: Mapping[str, float], cfg: ProxyModelCo
     return {"weights": dict(weights), "sequences": counts, "steps": steps,
             "train_tokens": steps * cfg.batch_size * length,
             "train_loss": float(np.mean(losses[-max(1, steps // 10):])), "target_mlm_loss": target_loss,
-            "target_mlm_accuracy": accuracy, "seconds": round(time.perf_counter() - started, 2)}
+            "target_mlm_accuracy": accuracy, "seconds": round(time.perf_counter() - started, 2),
+            "versions": library_versions()}  # what it trained under: a search reusing it says an upgrade since
 
 
 def evaluate_target(module, pools_dir: Path, batch: int = 64) -> tuple[float, float]:

@@ -451,7 +451,8 @@ def _export_best(cfg: SweepConfig, results: dict, records: list[dict], tasks: li
     plans = plan_exports(results, records, tasks, out_dir, cfg.export_seed)
     manifests = {p.dst: finished(p) for p in plans}
     todo = [p for p in plans if manifests[p.dst] is None]
-    msg = f"sweep: {len(plans)} selected model(s) to export; reusing {len(plans) - len(todo)}, training {len(todo)}"
+    msg = (f"sweep: {len(plans)} selected model(s) to export; reusing {len(plans) - len(todo)}, training {len(todo)}"
+           + made_under_each([m for m in manifests.values() if m is not None]))  # their libraries' releases since
     log.info(msg)
     print(msg, flush=True)
     if todo:

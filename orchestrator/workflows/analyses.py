@@ -14,7 +14,7 @@ from pathlib import Path
 from orchestrator.core.artifacts import pair_cut_share
 from orchestrator.core.errors import InputError
 from orchestrator.core.manifest import read_manifest
-from orchestrator.core.reuse import reusable, run_stage
+from orchestrator.core.reuse import made_under_at, reusable, run_stage
 from orchestrator.corpus.sources import source_files
 from orchestrator.corpus.stage import CorpusConfig
 from orchestrator.formats import READERS
@@ -85,7 +85,8 @@ def selection_plan(cfg: ExperimentConfig, plans: dict[str, ArmPlan]) -> str:
     for name, (key, _, _) in outputs.items():
         by_key.setdefault(key, []).append(name)
     for key, names in by_key.items():
-        state = "reused" if reusable(outputs[names[0]][1], key) else "build"
+        done = reusable(outputs[names[0]][1], key)
+        state = "reused" if done else "build"
         sources = outputs[names[0]][2]
         tokens = sum(len(tokenize(u)) for f, fmt, tf in sources for u in read_units(f, fmt, tf))  # every file parses
         if tokens < s.sample_tokens and s.short_source == "error":  # the run would stop there: say so now
@@ -96,7 +97,7 @@ def selection_plan(cfg: ExperimentConfig, plans: dict[str, ArmPlan]) -> str:
         short = "" if tokens >= s.sample_tokens else "; fewer than sample_tokens: scored whole"
         files = ", ".join(Path(f).name for f, _, _ in sources)
         lines.append(f"  {'selection':<16} {key[:12]}  {state:<6}  {', '.join(names)}  "
-                     f"({files}: {tokens} tokens{short})")
+                     f"({files}: {tokens} tokens{short})" + (made_under_at(outputs[names[0]][1]) if done else ""))
     arms, seeds = len(outputs) - (cfg.baseline_arm in outputs), len(cfg.sweep.space.seeds)
     lines.append(f"  the report correlates each measure with each arm's gain over {cfg.baseline_arm}, paired by "
                  f"seed ({arms} arm(s) x {seeds} seed(s) = {arms * seeds} point(s) per column, {arms} value(s) of "

@@ -42,7 +42,7 @@ from orchestrator.core.console import LOG_PATH
 from orchestrator.core.cost import StageCost, read_cost, sweep_share
 from orchestrator.core.errors import ConfigError
 from orchestrator.core.manifest import atomic_write_json
-from orchestrator.core.reuse import content_key, output_lock
+from orchestrator.core.reuse import content_key, made_under_at, output_lock
 from orchestrator.core.runtime import ray_session, seeded
 from orchestrator.report.summary import PAGE, RETRIEVAL, ChainResult
 from orchestrator.report.training_data import FILE as TRAINING_DATA
@@ -286,8 +286,9 @@ def plan_experiment(cfg: ExperimentConfig) -> str:
     lines += ["", f"== stage graph: {len(graph)} output(s) for {len(plans)} arm(s) "
                   f"({per_arm} if each arm ran as its own chain) =="]
     for out, arms in graph.values():
-        state = "reused" if out.done() else "build"
-        lines.append(f"  {out.name:<16} {out.key[:12]}  {state:<6}  {', '.join(arms)}")
+        done = out.done()
+        lines.append(f"  {out.name:<16} {out.key[:12]}  {'reused' if done else 'build':<6}  {', '.join(arms)}"
+                     + (made_under_at(out.path) if done else ""))  # an upgrade since it was made, said
     pretraining: dict[tuple, list[ArmPlan]] = {}  # arms of one pretraining config and the same instances made
     for arm in plans.values():
         if arm.kind == "pretrain":

@@ -45,7 +45,7 @@ from orchestrator.core.manifest import (
     read_manifest,
     write_manifest,
 )
-from orchestrator.core.reuse import KEY_FIELD, content_key, reusable, run_stage
+from orchestrator.core.reuse import KEY_FIELD, content_key, made_under, made_under_each, reusable, run_stage
 from orchestrator.corpus.sources import source_files
 from orchestrator.corpus.stage import CorpusConfig, input_stats, source_sizes
 from orchestrator.formats import text_units
@@ -243,6 +243,16 @@ def _finished(records_dir: Path, key: str) -> dict | None:
         return None
 
 
+def planned_proxies(cfg: ProxySearchConfig, key_of_pools: str) -> list[dict]:
+    """Each proxy's index, key (its record's name), mixture and seed."""
+    planned = []
+    for index, weights in enumerate(mixtures(cfg)):
+        seed = cfg.seed * 100_003 + index
+        planned.append({"index": index, "key": proxy_key(key_of_pools, cfg, weights, seed), "weights": weights,
+                        "seed": seed})
+    return planned
+
+
 def run_proxies(cfg: ProxySearchConfig, pools_dir: Path, key_of_pools: str) -> list[dict]:
     """Every proxy's record (weights, target loss, ...): the recorded ones reused, the rest as trials of one
     Ray Tune run (Ray must be running)."""
@@ -253,18 +263,15 @@ def run_proxies(cfg: ProxySearchConfig, pools_dir: Path, key_of_pools: str) -> l
     records_dir = cfg.work / "proxies"
     records_dir.mkdir(parents=True, exist_ok=True)
     todo, records = [], {}
-    for index, weights in enumerate(mixtures(cfg)):
-        seed = cfg.seed * 100_003 + index
-        key = proxy_key(key_of_pools, cfg, weights, seed)
-        found = _finished(records_dir, key)
+    for p in planned_proxies(cfg, key_of_pools):
+        found = _finished(records_dir, p["key"])
         if found is not None:
-            records[index] = found
+            records[p["index"]] = found
         else:
-            todo.append({"index": index, "key": key, "weights": weights, "seed": seed,
-                         "pools_dir": str(pools_dir.resolve()), "model": to_dict(cfg.proxy)})
+            todo.append({**p, "pools_dir": str(pools_dir.resolve()), "model": to_dict(cfg.proxy)})
     if records:
-        log.info("proxies: %d of %d already trained (same pools, settings and mixture), reused", len(records),
-                 cfg.proxies)
+        log.info("proxies: %d of %d already trained (same pools, settings and mixture), reused%s", len(records),
+                 cfg.proxies, made_under_each(list(records.values())))  # their libraries' releases since
     if todo:
         log.info("proxies: training %d as trials of one Ray Tune run (%d steps of %d x %d tokens each)", len(todo),
                  cfg.proxy.steps(cfg.pools.max_seq_length), cfg.proxy.batch_size, cfg.pools.max_seq_length)
@@ -315,7 +322,8 @@ def run(cfg: ProxySearchConfig) -> ProxySearchResult:
     out_dir, key = Path(cfg.out_dir), search_key(cfg)
     check_replaceable(out_dir, STAGE)  # a folder the project did not write: refused before any proxy trains
     if reusable(out_dir, key):
-        log.info("proxy search: output complete for this config and inputs, reused (%s)", out_dir)
+        log.info("proxy search: output complete for this config and inputs, reused (%s)%s", out_dir,
+                 made_under(read_manifest(out_dir)))  # an upgrade keeps it (no key holds a version), said
         return _read_result(out_dir, reused=True)
     work = cfg.work
     work.mkdir(parents=True, exist_ok=True)
@@ -412,9 +420,10 @@ def plan(cfg: ProxySearchConfig) -> str:
     lines.append(f"writes {Path(cfg.out_dir) / CORPUS_FILE} (loads with jobs/build_corpus.py --config) and "
                  f"{PROPOSAL_FILE}")
     if Path(cfg.out_dir).is_dir() and (Path(cfg.out_dir) / "manifest.json").is_file():
-        same = read_manifest(cfg.out_dir).get(KEY_FIELD) == search_key(cfg)
-        lines.append(f"{cfg.out_dir}: " + ("complete for this config and inputs, would be reused" if same
-                                           else "an earlier search, would be replaced"))
+        manifest = read_manifest(cfg.out_dir)
+        same = manifest.get(KEY_FIELD) == search_key(cfg)
+        lines.append(f"{cfg.out_dir}: " + ("complete for this config and inputs, would be reused" + made_under(manifest)
+                                           if same else "an earlier search, would be replaced"))
     return "\n".join(lines)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from orchestrator.core.config import field
 from orchestrator.core.console import LOG_PATH
 from orchestrator.core.errors import ConfigError
-from orchestrator.core.reuse import reusable
+from orchestrator.core.reuse import made_under_at, reusable
 from orchestrator.retrieval.config import RetrievalSpec
 from orchestrator.retrieval.stage import (
     STAGE,
@@ -91,7 +91,8 @@ def plan(cfg: RetrievalConfig) -> str:
     sets = load_sets(cfg)
     lines += plan_sets(cfg, sets)
     run_dir = Path(cfg.run_dir).resolve()
-    state = "reused" if reusable(run_dir / STAGE, retrieval_key(cfg, cfg.models)) else "build"
+    reused = reusable(run_dir / STAGE, retrieval_key(cfg, cfg.models))
+    state = "reused" + made_under_at(run_dir / STAGE) if reused else "build"
     sides = sum(len(s.languages) for s in sets)
     lines.append(f"output: {run_dir / STAGE} ({state}); {len(cfg.models) * sides} embedding task(s) on Ray")
     return "\n".join(lines)
