@@ -384,7 +384,8 @@ def test_a_model_continued_from_at_another_path_with_the_same_files_reuses_its_p
     the path beside the model's identity, so the continued pretraining ran again (session 54's probe). A finished
     output this config made from the model at the path its manifest records answers, by key and by name, where the
     runner places it and where the trainer and the dry run look (``out_dir`` alone); other weights, an output not
-    finished, or one beside a chain's ``pretrain/`` train anew, and the keys of outputs whose paths hold are kept."""
+    finished without checkpoints (one with them resumes: session 55's test below), or one beside a chain's
+    ``pretrain/`` train anew, and the keys of outputs whose paths hold are kept."""
     import shutil
 
     from orchestrator.core.manifest import write_manifest
@@ -433,7 +434,7 @@ def test_a_model_continued_from_at_another_path_with_the_same_files_reuses_its_p
     assert trainer_key(b, tmp_path / "stages" / "pretrain" / fresh.key) == fresh.key  # out_dir alone, not beside it
     shutil.copytree(tmp_path / "chain" / "pretrain", tmp_path / "chain2" / "pretrain-old")
     assert planned(b, by_name(tmp_path / "chain2")).key == fresh.key  # beside a chain's pretrain/: not its output
-    (old.path / "final" / "config.json").unlink()  # not finished (its checkpoints' resume check decides)
+    (old.path / "final" / "config.json").unlink()  # not finished, no checkpoints: nothing to reuse or resume
     assert planned(b, experiment).key == fresh.key and trainer_key(b, old.path) == fresh.key
     (b / "model.safetensors").write_bytes(b"other weights")  # another model at the new path
     assert planned(b, chain).key not in (old.key, fresh.key)
@@ -805,3 +806,89 @@ def test_the_report_says_what_each_arm_trained_on_and_so_does_a_rebuild_from_mlf
     assert notes == [f"What each pretraining arm trained on: not available (the experiment run {parent[:8]} holds "
                      f"no readable report/{FILE} (MlflowException), and the arms' instances manifests are not read "
                      "from MLflow)."]
+
+
+def test_an_unfinished_continued_pretraining_whose_starting_model_moved_resumes_from_its_checkpoints(
+        tmp_path, monkeypatch, caplog):
+    """A continued pretraining stopped before its end (checkpoints, no ``final/``), its ``model.init_from`` then
+    moved with the same files (a checkout or venv moved mid-run): the key held the path, so an experiment's arm
+    trained again from step 0 in a new key's folder, and jobs/pretrain.py (a chain's ``pretrain/``) refused the
+    checkpoints as another run's (session 54). Both now resume from the checkpoint of step 5, keyed as the run
+    started, and the dry run says so; other weights at the new path, or another setting, are another run as before."""
+    import shutil
+
+    import torch
+    from transformers import BertConfig, BertForPreTraining
+
+    from orchestrator.core.manifest import read_manifest
+    from orchestrator.core.runtime import ray_session
+    from orchestrator.pretrain.trainer import pretrain
+    from orchestrator.workflows.pretrain import PretrainJobConfig, plan, run
+    from orchestrator.workflows.runner import arm_outputs, build_arm, by_name, corpus_stages
+
+    monkeypatch.setenv("ORCH_CACHE_DIR", str(tmp_path / "cache"))
+    a, b, other = (tmp_path / venv / "model" for venv in ("venv-a", "venv-b", "venv-c"))
+    for seed, path in ((0, a), (1, other)):
+        torch.manual_seed(seed)
+        BertForPreTraining(BertConfig(vocab_size=200, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                      intermediate_size=64, max_position_embeddings=64)).save_pretrained(path)
+    shutil.copytree(a, b, copy_function=shutil.copy)  # the same files, new modification times
+
+    def experiment(model: Path, **pretrain) -> ExperimentConfig:
+        return smoke(tmp_path, arms={"a": {}}, stages=["corpus", "vocab", "instances", "pretrain"],
+                     instances={"max_seq_lengths": [64]}, tracking={"enabled": False},
+                     pretrain={"model": {"init_from": str(model), "allow_vocab_resize": True}, "phase1": {"steps": 8},
+                               "phase2": {"steps": 0}, "checkpoint_every": 5, "max_failures": 0, **pretrain})
+
+    started = arm_plans(experiment(a))["a"]
+    out = started.outputs[-1]
+    with ray_session(num_cpus=2, log_to_driver=False):
+        paths = {o.name: o.path for o in started.outputs}
+        made = corpus_stages(started.config.corpus, started.config.vocab, started.config.instances, tmp_path / "exp",
+                             ("corpus", "vocab", "instances"), place=lambda name, key: paths[name],
+                             keys={o.name: o.key for o in started.outputs})
+        with pytest.raises(Exception, match="pretraining"):  # a worker dies at step 7, no retries: stopped there
+            pretrain(started.config.pretrain, made.instances, made.vocab_dir, out.path,
+                     fail_at={"step": 7, "marker": str(tmp_path / "died")})
+        state = out.path / "checkpoints" / "ckpt-0000005" / "training_state.pt"
+        assert state.is_file() and not (out.path / "final").exists()
+        written = state.stat().st_mtime_ns
+        shutil.copytree(out.path, tmp_path / "job" / "pretrain")  # the same run stopped in jobs/pretrain.py's out_dir
+
+        # an experiment's arm: placed in the folder of the key the run started with, and resumed there
+        assert arm_plans(experiment(other))["a"].outputs[-1].key != out.key  # other weights: another run
+        assert arm_plans(experiment(b, seed=7))["a"].outputs[-1].key != out.key  # another setting: another run
+        with caplog.at_level("INFO"):
+            moved = arm_plans(experiment(b))["a"]
+            assert (moved.outputs[-1].key, moved.outputs[-1].path) == (out.key, out.path)
+            built = build_arm(moved, tmp_path / "exp")
+        assert "pretrain: found ckpt-0000005; training resumes from it" in caplog.text
+        assert len([r for r in caplog.records if "it resumes from its checkpoints" in r.getMessage()]) == 1
+        assert state.stat().st_mtime_ns == written  # steps 1-5 were not trained again
+        assert [h["step"] for h in built.pretrained.history] == list(range(1, 9))
+        assert sorted(p.name for p in out.path.parent.iterdir() if not p.name.startswith(".")) == [out.key]
+        manifest = read_manifest(out.path)  # keyed, and recorded, as the run was started (so it answers as such)
+        assert manifest["stage_key"] == out.key and manifest["config"]["model"]["init_from"] == str(a)
+        assert arm_plans(experiment(b))["a"].outputs[-1].done() and arm_plans(experiment(a))["a"].outputs[-1].done()
+
+        # jobs/pretrain.py into the same out_dir, a chain's pretrain/: its dry run and its run resume it too
+        def job(model: Path, **pretrain) -> PretrainJobConfig:
+            return PretrainJobConfig(instances_dir=str(made.instances[64].parent), tokenizer_dir=str(made.vocab_dir),
+                                     out_dir=str(tmp_path / "job" / "pretrain"), tracking=experiment(a).tracking,
+                                     pretrain=experiment(model, **pretrain).pretrain)
+
+        job_state = tmp_path / "job" / "pretrain" / "checkpoints" / "ckpt-0000005" / "training_state.pt"
+        assert arm_outputs(experiment(b).arm("a"), "pretrain", by_name(tmp_path / "job"))[-1].key == out.key
+        with pytest.raises(ConfigError, match=r"another run \(init_from_identity .*, model.init_from '.*venv-a/model' "
+                                              r"-> '.*venv-c/model'"):
+            plan(job(other))
+        with pytest.raises(ConfigError, match=r"another run \(.*seed 42 -> 7"):
+            plan(job(b, seed=7))
+        assert f"checkpoints: resumes from {job_state.parent}" in plan(job(b))
+        caplog.clear()
+        with caplog.at_level("INFO"):
+            result = run(job(b))
+        assert "pretrain: found ckpt-0000005; training resumes from it" in caplog.text
+        assert job_state.stat().st_mtime_ns == written and [h["step"] for h in result.history] == list(range(1, 9))
+        assert read_manifest(tmp_path / "job" / "pretrain")["stage_key"] == out.key
+        assert "output: finished for this config and inputs, reused" in plan(job(b))

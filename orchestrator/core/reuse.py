@@ -114,39 +114,46 @@ def run_stage(stage: str, out_dir: str | Path, key: str, build: Callable[[Path],
 
 
 def relocated_key(stage: str, key: str, out_dir: str | Path, key_at: Callable[[dict], str | None], *,
-                  beside: bool = True, finished: Callable[[Path], bool] | None = None) -> str:
-    """``key``, or the key of a finished ``stage`` output at ``out_dir`` or beside it that this very config made from
-    inputs of the same contents at other paths: a checkout cloned elsewhere (its bundled files), a model installed
-    in another environment, data copied to another disk. ``key_at(manifest)`` is this config's key with its input
-    paths as that output's manifest records them and their contents read where they are now (None: not comparable);
+                  beside: bool = True, record: Callable[[Path], dict] = read_manifest,
+                  said: str = "was made from inputs of the same contents at other paths: it is reused, with the "
+                              "outputs made from it") -> str:
+    """``key``, or the key of a finished ``stage`` output (or what ``record`` reads) at ``out_dir`` or beside it that
+    this very config made from inputs of the same contents at other paths: a checkout cloned elsewhere, a model
+    installed in another environment, data copied to another disk. ``key_at(record)`` is this config's key with its
+    input paths as that output's record holds them and their contents read where they are now (None: not comparable);
     the output answers when that is the key it records. No output's key changes: one whose paths hold is ``key``.
-    ``beside=False``: ``out_dir`` alone (a stage given its output directory); ``finished(path)``: what else a
-    finished output holds (pretraining's ``final/``)."""
+    ``beside=False``: ``out_dir`` alone (a stage given its output directory); ``record(path)``: what an output
+    records, as a manifest does (stage, key, config; default its manifest; FileNotFoundError: none there):
+    pretraining's finished output (``final/`` written) or its run in progress (its checkpoints' run record);
+    ``said``: the rest of the line that says an output answers."""
     out_dir = Path(out_dir)
     if reusable(out_dir, key):
         return key
-    for path, manifest in earlier_outputs(stage, out_dir, beside):
-        recorded = manifest[KEY_FIELD]
-        if recorded == key or key_at(manifest) != recorded or (finished is not None and not finished(path)):
+    for path, made in earlier_outputs(stage, out_dir, beside, record):
+        recorded = made[KEY_FIELD]
+        if recorded == key and path == out_dir:  # this very output (a record other than its manifest says so)
+            return key
+        if recorded == key or key_at(made) != recorded:
             continue
-        said_once(path, key, log, "%s: %s was made from inputs of the same contents at other paths: it is reused, with "
-                  "the outputs made from it", stage, path)
+        said_once(path, key, log, f"%s: %s {said}", stage, path)
         return str(recorded)
     return key
 
 
-def earlier_outputs(stage: str, out_dir: Path, beside: bool = True) -> Iterator[tuple[Path, dict]]:
+def earlier_outputs(stage: str, out_dir: Path, beside: bool = True,
+                    record: Callable[[Path], dict] = read_manifest) -> Iterator[tuple[Path, dict]]:
     """(path, manifest) of each finished ``stage`` output (its manifest records a key) at ``out_dir``, then, with
     ``beside``, in the folders next to it (an experiment's ``stages/<stage>/<key>``; a chain's run directory): the
-    outputs an earlier run of other inputs' paths or times may have left."""
+    outputs an earlier run of other inputs' paths or times may have left. ``record``: what is read of each
+    (``relocated_key``)."""
     siblings = sorted(out_dir.parent.iterdir()) if beside and out_dir.parent.is_dir() else []
     for path in dict.fromkeys([out_dir, *siblings]):
         try:
-            manifest = read_manifest(path)
+            made = record(path)
         except (FileNotFoundError, NotADirectoryError, InputError):  # not a stage output
             continue
-        if manifest.get("stage") == stage and manifest.get(KEY_FIELD):
-            yield path, manifest
+        if made.get("stage") == stage and made.get(KEY_FIELD):
+            yield path, made
 
 
 def said_once(path: Path, key: str, logger: logging.Logger, message: str, *args: Any) -> None:

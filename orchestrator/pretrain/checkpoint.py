@@ -27,11 +27,14 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.core.artifacts import limit_tokenizer, usable_positions
 from orchestrator.core.config import flatten
 from orchestrator.core.errors import ConfigError, InputError
-from orchestrator.core.reuse import TOKENIZER_FILES
+from orchestrator.core.manifest import read_json_object
+from orchestrator.core.reuse import KEY_FIELD, TOKENIZER_FILES
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
+CHECKPOINTS = "checkpoints"  # in a pretraining output: Ray Train's persisted checkpoints (the default place)
+STORAGE_RECORD = "storage.json"  # in a pretraining output, with pretrain.storage_path: where its checkpoints are
 STATE_FILE = "training_state.pt"
 RUN_RECORD = "run.json"  # in out_dir/checkpoints: the key and settings of the run the checkpoints belong to
 TRAINER_STATE = "trainer_state.json"
@@ -161,6 +164,29 @@ def other_run(ckpt_dir: Path, key: str, fields: dict, same: tuple[str, ...] = ()
     keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
     changes = [f"{k} {a.get(k)!r} -> {b.get(k)!r}" for k in keys[:6]] + (["..."] if len(keys) > 6 else [])
     return ", ".join(changes) if changes else "the instances or the vocabulary it was trained on"
+
+
+def checkpoints_dir(out_dir: Path) -> Path:
+    """Where the pretraining output at ``out_dir`` keeps its checkpoints: ``out_dir/checkpoints``, or with
+    ``pretrain.storage_path`` the run's folder there that its storage record names."""
+    record = Path(out_dir) / STORAGE_RECORD
+    if not record.is_file():
+        return Path(out_dir) / CHECKPOINTS
+    storage = read_json_object(record, "a pretraining output's storage record, a JSON object")
+    return Path(str(storage.get("storage_path"))) / str(storage.get("name"))
+
+
+def run_in_progress(out_dir: Path) -> dict:
+    """The run whose checkpoints the pretraining output at ``out_dir`` holds, recorded as a finished output's
+    manifest records itself (``stage``, its key, ``config``: the run record's training settings), for
+    ``core.reuse.relocated_key``: a run stopped before its ``final/`` that its resume check takes for the run it
+    records. Its checkpoints are in ``out_dir/checkpoints``, or with ``pretrain.storage_path`` where its storage
+    record says (an object store: none to read). FileNotFoundError: no complete checkpoint with a run record."""
+    ckpt_dir = checkpoints_dir(out_dir)
+    run = read_json_object(ckpt_dir / RUN_RECORD, "a pretraining run record, a JSON object")
+    if latest_checkpoint(ckpt_dir) is None:
+        raise FileNotFoundError(f"{ckpt_dir} holds no complete checkpoint")
+    return {"stage": "pretrain", KEY_FIELD: run.get("key"), "config": run.get("config")}
 
 
 def other_run_error(ckpt_dir: Path, what: str) -> ConfigError:

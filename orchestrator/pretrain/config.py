@@ -9,14 +9,16 @@ MLM accuracy) ends it earlier.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from orchestrator.core.config import check_number, field, to_dict
 from orchestrator.core.errors import ConfigError, InputError
-from orchestrator.core.manifest import file_sha256, read_json_object
-from orchestrator.core.reuse import content_key, model_identity, output_key, relocated_key
+from orchestrator.core.manifest import file_sha256, read_json_object, read_manifest
+from orchestrator.core.reuse import KEY_FIELD, content_key, model_identity, output_key, relocated_key
+from orchestrator.pretrain.checkpoint import RUN_RECORD, run_in_progress
 
 # hidden, layers, heads, intermediate. bert-tiny, mini and small are the miniature BERTs of Turc et
 # al. 2019 ("Well-Read Students Learn Better"); tiny is half of bert-tiny, for tests.
@@ -368,14 +370,16 @@ def _key(fields: dict, instances: dict[int, str], vocab: str) -> str:
     return content_key("pretrain", fields, {f"instances/len{n}": key for n, key in sorted(instances.items())}, vocab)
 
 
-def relocated_pretrain_key(cfg: PretrainConfig, instances: dict[int, str], vocab: str, out_dir: str | Path,
-                           beside: bool = True) -> str:
-    """``pretrain_key``, or the key of a finished pretraining output (its ``final/`` written) at ``out_dir`` (or,
-    ``beside``, next to it) that this config made continuing from a model of the same files at another path
-    (``model.init_from`` installed in another environment, a checkout cloned elsewhere): its key computed with the
-    ``init_from`` its manifest records, the model's identity read where it is now (``core.reuse.relocated_key``).
-    The runner places an output by it, the trainer and the dry run check ``out_dir`` alone. An output in progress
-    (checkpoints, no ``final/``) is not adopted: its resume check decides."""
+def relocated_pretrain_key(cfg: PretrainConfig, instances: dict[int, str], vocab: str, out_dir: str | Path = "",
+                           beside: bool = True, place: Callable[[str], Path] | None = None) -> str:
+    """``pretrain_key``, or the key of a pretraining output at ``out_dir`` (or, ``beside``, next to it) that this
+    config made continuing from a model of the same files at another path (``model.init_from`` installed in another
+    environment, a checkout cloned or moved): its key computed with the ``init_from`` it records, the model's
+    identity read where it is now (``core.reuse.relocated_key``). A finished output (its ``final/`` written: its
+    manifest) is reused; failing one, a run stopped before its end (its checkpoints' run record,
+    ``checkpoint.run_in_progress``) is resumed, its resume check finding the key it records. The trainer and the
+    dry run check ``out_dir`` alone; the runner gives ``place(key)``, its layout's folder of a key, and an output
+    answers there only (beside a chain's ``pretrain/`` is not its output)."""
     fields = cfg.training_fields()
     key = _key(fields, instances, vocab)
     if not cfg.model.init_from:
@@ -389,8 +393,43 @@ def relocated_pretrain_key(cfg: PretrainConfig, instances: dict[int, str], vocab
             return None
         return _key({**fields, "model": {**fields["model"], "init_from": path}}, instances, vocab)
 
-    return relocated_key("pretrain", key, out_dir, key_at, beside=beside,
-                         finished=lambda path: (path / "final" / "config.json").is_file())
+    here = place(key) if place is not None else Path(out_dir)
+    for record, said in ((_finished, "was made from inputs of the same contents at other paths: it is reused, "
+                                     "with the outputs made from it"),
+                         (run_in_progress, "was started from inputs of the same contents at other paths and stopped "
+                                           "before its end: it resumes from its checkpoints")):
+        found = relocated_key("pretrain", key, here, key_at, beside=beside, record=record, said=said)
+        if found != key and (place is None or _records(record, place(found)) == found):
+            return found
+    return key
+
+
+def _finished(out_dir: Path) -> dict:
+    """A finished pretraining output's manifest (its ``final/`` written); FileNotFoundError: none."""
+    if not (Path(out_dir) / "final" / "config.json").is_file():
+        raise FileNotFoundError(f"{out_dir} has no final/: not a finished pretraining output")
+    return read_manifest(out_dir)
+
+
+def _records(record: Callable[[Path], dict], out_dir: Path) -> str | None:
+    try:
+        return record(out_dir).get(KEY_FIELD)
+    except (FileNotFoundError, NotADirectoryError, InputError):
+        return None
+
+
+def started_as(cfg: PretrainConfig, ckpt_dir: Path) -> PretrainConfig:
+    """``cfg`` as the run whose record ``ckpt_dir`` holds was started: its ``model.init_from`` the path that record
+    names. A run resumed from the same files at another path (``relocated_pretrain_key``) keeps the key of the path
+    it started from; its output's manifest records that path, so that it answers as any output made there does."""
+    try:
+        model = read_json_object(Path(ckpt_dir) / RUN_RECORD, "a pretraining run record")["config"]["model"]
+    except (FileNotFoundError, InputError, KeyError, TypeError):
+        return cfg
+    path = model.get("init_from") if isinstance(model, dict) else None
+    if not (cfg.model.init_from and isinstance(path, str) and path) or path == cfg.model.init_from:
+        return cfg
+    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, init_from=path))
 
 
 def input_keys(instances: dict[int, Path], tokenizer_dir: Path) -> tuple[dict[int, str], str]:

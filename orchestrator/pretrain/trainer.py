@@ -14,7 +14,8 @@ Output (``out_dir``):
                                which step), also on the MLflow run (``schema.stopped_by_tag``)
 
 A run is its training settings plus its inputs (``pretrain_key``). Re-running the same run resumes
-from its latest complete checkpoint, or reuses a finished output; checkpoints of another run (a
+from its latest complete checkpoint, or reuses a finished output (also with ``model.init_from``'s files moved since:
+``relocated_pretrain_key``, the run keeping the key it started with); checkpoints of another run (a
 changed learning rate, seed, corpus ...) are refused with what changed, or discarded with
 ``on_mismatch: restart``. A worker that dies mid-run is restarted from the latest checkpoint
 (``max_failures``). Everything that can be checked before workers start (vocabulary, architecture,
@@ -57,10 +58,13 @@ from orchestrator.core.reuse import (
 from orchestrator.core.runtime import alive_nodes, check_fits, generators_kept, ray_session
 from orchestrator.instances.config import Specials
 from orchestrator.pretrain.checkpoint import (
+    CHECKPOINTS,
     HF_FILES,
     RUN_RECORD,
+    STORAGE_RECORD,
     TOKENIZER_FILES,
     check_tokenizer_files,
+    checkpoints_dir,
     latest_checkpoint,
     other_run,
     other_run_error,
@@ -75,6 +79,7 @@ from orchestrator.pretrain.config import (
     read_hf_config,
     relocated_pretrain_key,
     run_params,
+    started_as,
 )
 from orchestrator.pretrain.data import (
     check_instance_files,
@@ -112,7 +117,6 @@ log = logging.getLogger(__name__)
 #: pretraining's end (last step to fit() returning) from 4.7 s to 1.8 s on 2 cores. A user's own
 #: RAY_TRAIN_HEALTH_CHECK_INTERVAL_S wins.
 HEALTH_CHECK_ENV, HEALTH_CHECK_INTERVAL_S = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5"
-CHECKPOINTS = "checkpoints"
 
 
 @dataclasses.dataclass
@@ -249,9 +253,6 @@ def check_init_from(cfg: PretrainConfig, vocab_size: int, tokenizer_dir: Path | 
                           "tokenizer, or model.allow_vocab_resize=true to accept the mismatch")
 
 
-STORAGE_RECORD = "storage.json"  # in out_dir, with pretrain.storage_path: where its checkpoints are
-
-
 def check_output(out_dir: Path) -> None:
     """Raise unless ``out_dir`` may take this stage's output: absent, empty, an earlier pretraining
     output (``check_replaceable``), or a run of ours being resumed (its checkpoints' run record, or the
@@ -283,9 +284,7 @@ def _reused(out_dir: Path) -> PretrainResult:
     manifest = read_manifest(out_dir)
     history = json.loads((out_dir / "history.json").read_text()) if (out_dir / "history.json").is_file() else []
     counts = manifest.get("counts", {})
-    record = out_dir / STORAGE_RECORD  # checkpoints under pretrain.storage_path
-    storage = json.loads(record.read_text()) if record.is_file() else None
-    checkpoints = Path(storage["storage_path"]) / storage["name"] if storage else out_dir / CHECKPOINTS
+    checkpoints = checkpoints_dir(out_dir)  # with pretrain.storage_path: there
     log.info("pretrain: output complete for this config and inputs, reused (%s)%s", out_dir / "final",
              made_under(manifest))  # an upgrade keeps it (no key holds a version), said
     return PretrainResult(model_dir=out_dir / "final", history=history, first_loss=counts.get("first_loss", math.nan),
@@ -444,11 +443,12 @@ def _train(cfg: PretrainConfig, infos: dict[str, InstanceInfo], tokenizer_dir: P
     out_dir.mkdir(parents=True, exist_ok=True)
     if cfg.storage_path:  # where this output's checkpoints are
         atomic_write_json(out_dir / STORAGE_RECORD, {"storage_path": storage_path, "name": run_name, "key": key})
-    resume_dir = None
+    resume_dir, made = None, cfg  # made: the config its manifest records (a run resumed: as it was started)
     # on a filesystem: check and resume what is there; in an object store the run's name is its key, and
     # Ray Train resumes the run of that name from its own record there
     if ckpt_dir is not None:
         _check_run(cfg, key, ckpt_dir, out_dir)
+        made = started_as(cfg, ckpt_dir)  # continued from init_from's files moved since: the path it keys
         resume_dir = _check_existing_checkpoint(cfg, ckpt_dir, special.vocab_size, special.pad)
     if resume_dir:
         log.info("pretrain: found %s; training resumes from it", resume_dir.name)
@@ -506,7 +506,7 @@ def _train(cfg: PretrainConfig, infos: dict[str, InstanceInfo], tokenizer_dir: P
         history = returned.get("history", [])
         phases = returned.get("phases", [])
         final = out_dir / "final"
-        _export_final(result.checkpoint, tokenizer_dir, final, cfg, key)
+        _export_final(result.checkpoint, tokenizer_dir, final, made, key)
     except BaseException as exc:  # KILLED on an interrupt, FAILED on an error
         end_stage_run(tracking_info, ended_status(exc))
         raise
@@ -516,7 +516,7 @@ def _train(cfg: PretrainConfig, infos: dict[str, InstanceInfo], tokenizer_dir: P
     params = returned.get("params", {})
     cost = measured("pretrain", time.monotonic() - started, cpus=cfg.num_workers * resources["CPU"],
                     gpus=cfg.num_workers if cfg.use_gpu else 0.0)  # what the Train workers held
-    write_manifest(out_dir, stage="pretrain", config=cfg,
+    write_manifest(out_dir, stage="pretrain", config=made,
                    inputs=[info.path for info in infos.values()] + [tokenizer_dir], seed=cfg.seed,
                    counts={"steps": history[-1]["step"] if history else 0, "first_loss": first, "last_loss": last,
                            "trainable_params": params.get("trainable"), "total_params": params.get("total")},

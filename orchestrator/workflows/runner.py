@@ -41,7 +41,7 @@ from orchestrator.core.runtime import possible_gpus, ray_session
 from orchestrator.corpus.stage import CorpusConfig, earlier_corpus_key, input_stats, source_sizes
 from orchestrator.instances.config import InstanceConfig
 from orchestrator.pretrain.checkpoint import other_run, other_run_error
-from orchestrator.pretrain.config import PretrainConfig, check_init_positions, pretrain_key, relocated_pretrain_key
+from orchestrator.pretrain.config import PretrainConfig, check_init_positions, relocated_pretrain_key
 from orchestrator.pretrain.trainer import CHECKPOINTS
 from orchestrator.sweep.config import SweepConfig
 from orchestrator.sweep.runner import check_positions, planned_positions
@@ -256,8 +256,8 @@ class ArmPlan:
 
 def arm_outputs(arm: ChainConfig, kind: str, place: Place) -> list[Output]:
     """An arm's outputs in build order (the stages of ``arm.stages`` it has), keyed from configs and input
-    files alone (nothing is built); a pretraining output's key is ``pretrain_key`` (or a finished one's there made
-    from ``init_from`` at another path: ``relocated_pretrain_key``), the one its manifest records."""
+    files alone (nothing is built); a pretraining output's key is ``pretrain_key`` (or, made from ``init_from`` at
+    another path, a finished one's there or a stopped one's: ``relocated_pretrain_key``), the one it records."""
     stages = ("corpus", "vocab") if kind == "random" else tuple(s for s in CORPUS_STAGES if s in arm.stages)
     if not stages:
         return []
@@ -268,10 +268,9 @@ def arm_outputs(arm: ChainConfig, kind: str, place: Place) -> list[Output]:
         outputs.append(Output("pretrain", RANDOM_INIT, key, place(RANDOM_INIT, key)))
     elif "pretrain" in arm.stages:
         lengths = {n: keys[f"instances/len{n}"] for n in arm.instances.max_seq_lengths}
-        # init_from at another path with the same files (another venv, a clone): an earlier output's key answers
-        key = pretrain_key(arm.pretrain, lengths, keys["vocab"])
-        found = relocated_pretrain_key(arm.pretrain, lengths, keys["vocab"], place("pretrain", key))
-        key = found if reusable(place("pretrain", found), found) else key  # where this layout puts it
+        # init_from at another path with the same files (another venv, a clone): an earlier output's key answers,
+        # finished (reused) or stopped before its end (resumed), where this layout puts it
+        key = relocated_pretrain_key(arm.pretrain, lengths, keys["vocab"], place=lambda k: place("pretrain", k))
         outputs.append(Output("pretrain", "pretrain", key, place("pretrain", key)))
     return outputs
 
