@@ -9,7 +9,7 @@ from orchestrator.core.artifacts import InstanceInfo, check_model, read_instance
 from orchestrator.core.errors import InputError
 from orchestrator.core.manifest import read_manifest
 from orchestrator.core.reuse import KEY_FIELD, made_under
-from orchestrator.pretrain.checkpoint import latest_checkpoint, other_run, other_run_error
+from orchestrator.pretrain.checkpoint import CHECKPOINTS, latest_checkpoint, other_run, other_run_error
 from orchestrator.pretrain.config import (
     SIZE_PRESETS,
     PretrainConfig,
@@ -20,7 +20,7 @@ from orchestrator.pretrain.config import (
 )
 from orchestrator.pretrain.data import check_vocab_matches
 from orchestrator.pretrain.nodes import check_multi_node
-from orchestrator.pretrain.trainer import CHECKPOINTS, check_init_from, earlier_key, phase_inputs, special_ids
+from orchestrator.pretrain.trainer import check_init_from, earlier_key, phase_inputs, special_ids
 
 
 def plan_pretrain(cfg: PretrainConfig, instances: dict[int, Path] | None, tokenizer_dir: Path | None, *,

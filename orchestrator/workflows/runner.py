@@ -40,9 +40,8 @@ from orchestrator.core.reuse import content_key, output_lock, reusable, run_stag
 from orchestrator.core.runtime import possible_gpus, ray_session
 from orchestrator.corpus.stage import CorpusConfig, earlier_corpus_key, input_stats, source_sizes
 from orchestrator.instances.config import InstanceConfig
-from orchestrator.pretrain.checkpoint import other_run, other_run_error
+from orchestrator.pretrain.checkpoint import CHECKPOINTS, other_run, other_run_error
 from orchestrator.pretrain.config import PretrainConfig, check_init_positions, relocated_pretrain_key
-from orchestrator.pretrain.trainer import CHECKPOINTS
 from orchestrator.sweep.config import SweepConfig
 from orchestrator.sweep.runner import check_positions, planned_positions
 from orchestrator.sweep.space import Variant, space_tasks, task_data_dir, task_key
