@@ -608,6 +608,35 @@ def test_a_reused_pretraining_names_the_library_releases_it_was_made_under(corpu
         _cfg(), inputs, corpus["tokenizer"], out_dir=out)
 
 
+def test_the_dry_run_looks_for_checkpoints_where_a_storage_path_keeps_them(corpus, tmp_path):
+    """With ``pretrain.storage_path`` a run's checkpoints are in its key-named folder there: the dry run looked
+    in ``out_dir/checkpoints`` only, or not at all, so it said nothing of the run's resume (session 55's left
+    item). It looks where the run does; an object store it names without reading."""
+    from orchestrator.core.manifest import atomic_write_json
+    from orchestrator.pretrain.config import input_keys, pretrain_key
+    from orchestrator.pretrain.plan import plan_pretrain
+    from orchestrator.pretrain.trainer import run_storage
+
+    inputs = {32: corpus[32], 64: corpus[64]}
+    out, shared = tmp_path / "out", tmp_path / "shared"
+    cfg = _cfg(storage_path=str(shared))
+    key = pretrain_key(cfg, *input_keys(inputs, corpus["tokenizer"]))
+    _, name, ckpt_dir = run_storage(cfg, out, key)
+    assert ckpt_dir == shared.resolve() / name and name == f"out-{key[:16]}"
+    assert "checkpoints:" not in plan_pretrain(cfg, inputs, corpus["tokenizer"], out_dir=out)  # none yet
+    _fake_checkpoint(corpus, ckpt_dir / "ckpt-0000005")
+    atomic_write_json(ckpt_dir / "run.json", {"key": key, "config": cfg.training_fields()})
+    assert f"checkpoints: resumes from {ckpt_dir / 'ckpt-0000005'}" in \
+        plan_pretrain(cfg, inputs, corpus["tokenizer"], out_dir=out)
+    # the same storage path with another setting: another run's folder, which holds nothing yet
+    assert "checkpoints:" not in plan_pretrain(_cfg(storage_path=str(shared), seed=7), inputs, corpus["tokenizer"],
+                                               out_dir=out)
+    uri = _cfg(storage_path="s3://bucket/ckpt/")
+    name = run_storage(uri, out, pretrain_key(uri, *input_keys(inputs, corpus["tokenizer"])))[1]
+    assert f"checkpoints: s3://bucket/ckpt/{name} (an object store: Ray Train resumes the run of that name if it " \
+        "holds one)" in plan_pretrain(uri, inputs, corpus["tokenizer"], out_dir=out)
+
+
 def test_checkpoints_of_another_run_are_refused_or_discarded(corpus, tmp_path):
     """Issue 12: resume compared only the architecture, so a changed learning rate continued the old run."""
     from orchestrator.core.manifest import atomic_write_json

@@ -20,7 +20,7 @@ from orchestrator.pretrain.config import (
 )
 from orchestrator.pretrain.data import check_vocab_matches
 from orchestrator.pretrain.nodes import check_multi_node
-from orchestrator.pretrain.trainer import check_init_from, earlier_key, phase_inputs, special_ids
+from orchestrator.pretrain.trainer import check_init_from, earlier_key, phase_inputs, run_storage, special_ids
 
 
 def plan_pretrain(cfg: PretrainConfig, instances: dict[int, Path] | None, tokenizer_dir: Path | None, *,
@@ -87,7 +87,7 @@ def plan_pretrain(cfg: PretrainConfig, instances: dict[int, Path] | None, tokeni
             for name, info in infos.items():
                 check_vocab_matches(info, Path(tokenizer_dir), special.vocab_size)
                 lines.append(f"{name} input: {info.path} ({info.instances} instances, {info.masking} masking)")
-            if out_dir is not None and not cfg.storage_path:  # what the run does with the checkpoints there
+            if out_dir is not None:  # what the run does with the checkpoints it finds
                 lines += _resume_plan(cfg, instances, infos, Path(tokenizer_dir), Path(out_dir))
     else:
         lines.append("inputs: produced by the corpus stage (checked when it has run)")
@@ -107,14 +107,20 @@ def _count(path: Path | None) -> tuple[int | None, str | None]:
 def _resume_plan(cfg: PretrainConfig, instances: dict, infos: dict[str, InstanceInfo], tokenizer_dir: Path,
                  out_dir: Path) -> list[str]:
     """The dry run's word on ``out_dir``: a finished output reused, checkpoints resumed, or another run's
-    checkpoints refused (as the run refuses them: the dry run said "valid") or discarded."""
+    checkpoints refused (as the run refuses them: the dry run said "valid") or discarded. The checkpoints are
+    looked for where the run keeps them: ``out_dir/checkpoints``, or with ``pretrain.storage_path`` the run's
+    folder there (an object store is not read: Ray Train resumes a run of that name it holds)."""
     key = relocated_pretrain_key(cfg, *input_keys({int(k): Path(v) for k, v in instances.items()}, tokenizer_dir),
                                  out_dir, beside=False)  # as the run computes it
-    ckpt_dir, same = out_dir / CHECKPOINTS, (earlier_key(cfg, infos, tokenizer_dir) or "",)
+    same = (earlier_key(cfg, infos, tokenizer_dir) or "",)
     finished = (out_dir / "final" / "config.json").is_file()
     manifest = read_manifest(out_dir) if finished else {}
     if finished and manifest.get(KEY_FIELD) in (key, *same):
         return [f"output: finished for this config and inputs, reused ({out_dir / 'final'}){made_under(manifest)}"]
+    storage_path, name, ckpt_dir = run_storage(cfg, out_dir, key)
+    if ckpt_dir is None:
+        return [f"checkpoints: {storage_path.rstrip('/')}/{name} (an object store: Ray Train resumes the run of "
+                "that name if it holds one)"]
     if (latest := latest_checkpoint(ckpt_dir)) is None:
         return []
     if not (what := other_run(ckpt_dir, key, cfg.training_fields(), same)):

@@ -412,10 +412,11 @@ def configured_uri(tracking, run_dir: Path) -> str | None:
     return tracking.resolve_uri(run_dir) if tracking is not None and tracking.enabled else None
 
 
-def _storage(cfg: PretrainConfig, out_dir: Path, key: str) -> tuple[str, str, Path | None]:
+def run_storage(cfg: PretrainConfig, out_dir: Path, key: str) -> tuple[str, str, Path | None]:
     """Ray Train's (storage_path, run name) and the checkpoints' directory when it is a path (None
     for an object store). Default: ``out_dir/checkpoints``. With ``pretrain.storage_path`` the run is
-    named by its key, so runs with other settings or inputs never meet each other's checkpoints."""
+    named by its key, so runs with other settings or inputs never meet each other's checkpoints (the dry run
+    looks there too, ``plan._resume_plan``)."""
     if not cfg.storage_path:
         return str(out_dir), CHECKPOINTS, out_dir / CHECKPOINTS
     name = f"{out_dir.name}-{key[:16]}"
@@ -438,7 +439,7 @@ def _train(cfg: PretrainConfig, infos: dict[str, InstanceInfo], tokenizer_dir: P
 
     started = time.monotonic()
     log.info("pretrain: started (%d workers%s)", cfg.num_workers, ", GPUs" if cfg.use_gpu else "")
-    storage_path, run_name, ckpt_dir = _storage(cfg, out_dir, key)
+    storage_path, run_name, ckpt_dir = run_storage(cfg, out_dir, key)
     check_output(out_dir)  # (again, for the job: another process may have written there since)
     out_dir.mkdir(parents=True, exist_ok=True)
     if cfg.storage_path:  # where this output's checkpoints are
