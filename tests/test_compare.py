@@ -255,6 +255,10 @@ def test_report_with_a_baseline_has_the_section_and_comparison_json(tmp_path):
     paths = write_report(results, tmp_path / "report", baseline="base")
     md = paths["md"].read_text(encoding="utf-8")
     assert "## Paired differences vs base" in md and "### p-values" in md
+    # what the seeds are, and what the interval does not hold (session 56: another pretraining seed alone moved an
+    # arm's Total by 11 points)
+    assert "The seeds are fine-tuning seeds: each model is one pretraining, whose own variation the interval does " \
+        "not hold" in md
     doc = json.loads(paths["comparison"].read_text())
     assert doc == json.loads(json.dumps(comparison_document(results, "base")))
     bio = doc["rows"]["ampv"]["BIOSSES"]

@@ -371,7 +371,9 @@ def _comparison_notes(table: BlueTable, comparison: dict) -> str:
             f"({comparison['n_boot']} resamples of the pairs). {SIGNIFICANT} marks p < {comparison['alpha']:g} in a "
             "two-sided paired t-test over the pairs. For a metric where lower is better (\u2193) a negative "
             "difference is an improvement. Summary columns compare per-seed macro averages. An en dash: no "
-            f"pairs.{partial}")
+            f"pairs.{partial} The seeds are fine-tuning seeds: each model is one pretraining, whose own variation "
+            "the interval does not hold (on the entity-masking experiment another pretrain.seed alone moved an "
+            "arm's Total by 11 points): compare arms replicated at another pretrain.seed (docs/METHODS.md).")
 
 
 def _ner_rows(table: BlueTable, ner: dict) -> tuple[list[list[str]], list[list[str]]]:
