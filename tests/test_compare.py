@@ -19,6 +19,7 @@ from orchestrator.core.results import summarize
 from orchestrator.report.blue_table import write_report
 from orchestrator.report.compare import comparison_document, ner_before_after, paired_differences
 from orchestrator.report.pages import render_markdown
+from orchestrator.report.replicates import replicate_differences
 from orchestrator.report.table import build_table
 
 SEEDS = [1, 2, 3, 4]
@@ -357,3 +358,40 @@ def test_two_writers_of_one_report_take_turns_and_a_failed_replace_leaves_the_ea
         write_report(make_results(), out, title="a third")
     assert (out / "blue_table.md").read_text(encoding="utf-8") == before
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != "report") == []  # no temporary left
+
+
+def test_arms_replicated_at_another_pretraining_seed_are_compared_at_each_seed_and_what_recurs_is_marked(tmp_path):
+    """Session 56: another pretrain.seed alone moved an arm's Total by 11 points, so a difference at one pretraining
+    seed is no evidence. ``<arm>_s<seed>`` is ``<arm>``'s replicate: each arm is compared with the baseline at its
+    own seed and, at each replicate seed, its replicate with the baseline's replicate; what has p < alpha with
+    the same sign at every seed is bold (it recurs)."""
+    results = make_results()
+    # at seed 7, ampv's BIOSSES gain recurs (+0.05 each seed, p < 0.05) and its NER gain turns into a loss
+    shifted = {"BIOSSES": [0.70, 0.71, 0.69, 0.72], "ERR": [0.30, 0.31, 0.32, 0.29], "NER": [0.66, 0.65, 0.67, 0.66]}
+    gained = {"BIOSSES": [0.75, 0.77, 0.74, 0.76], "ERR": [0.31, 0.29, 0.30, 0.33], "NER": [0.60, 0.61, 0.59, 0.60]}
+    for model, row in (("base_s7", shifted), ("ampv_s7", gained)):
+        results["cells"][model] = {task: cell(values, per_tag=PER_TAG["base"]) if task == "NER" else cell(values)
+                                   for task, values in row.items()}
+        results["models"].append(model)
+    results["summary"] = summarize(results["tasks"], results["cells"])
+    doc = replicate_differences(results, "base", n_boot=2000)
+    assert doc["seeds"] == ["own", "s7"] and list(doc["rows"]) == ["ampv"]  # a replicate is no row of its own
+    bio, ner = doc["rows"]["ampv"]["BIOSSES"], doc["rows"]["ampv"]["NER"]
+    own = paired_differences(results, "base", n_boot=2000)["rows"]["ampv"]["BIOSSES"]
+    at7 = paired_differences(results, "base_s7", n_boot=2000)["rows"]["ampv_s7"]["BIOSSES"]
+    assert bio["entries"] == [own, at7] and bio["recurs"] is True
+    assert ner["entries"][0]["mean_diff"] > 0 > ner["entries"][1]["mean_diff"] and ner["recurs"] is False
+    paths = write_report(results, tmp_path / "report", baseline="base")
+    md = paths["md"].read_text(encoding="utf-8")
+    section = md.split("## Paired differences at each pretraining seed (own / s7)", 1)[1].split("\n## ", 1)[0]
+    row = next(line for line in section.splitlines() if line.startswith("| ampv"))
+    assert "**+5.5\\* / +5.0\\***" in row and "+9.5\\* / \u22126.0\\*" in row, row
+    assert "<arm>" not in section and "&lt;arm&gt;_s&lt;seed&gt;" in section  # escaped for Markdown viewers
+    page = paths["html"].read_text(encoding="utf-8")
+    assert 'id="replicates"' in page and 'data-column="BIOSSES" data-recurs="true"><strong>+5.5* / +5.0*' in page
+    assert json.loads(paths["comparison"].read_text())["replicates"]["rows"]["ampv"]["BIOSSES"]["recurs"] is True
+    # without a replicate of the baseline there is nothing to pair at that seed: no section
+    del results["cells"]["base_s7"]
+    results["models"].remove("base_s7")
+    assert replicate_differences(results, "base") is None
+    assert "at each pretraining seed" not in write_report(results, tmp_path / "r2", baseline="base")["md"].read_text()

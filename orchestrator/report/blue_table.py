@@ -30,6 +30,7 @@ from orchestrator.core.reuse import output_lock
 from orchestrator.report.compare import check_baseline, comparison_document
 from orchestrator.report.figures import embedded, render_curves_png, render_figures, render_table_png
 from orchestrator.report.pages import render_html, render_markdown
+from orchestrator.report.replicates import replicate_differences, replicates_html, replicates_markdown
 from orchestrator.report.sources import source_correlations
 from orchestrator.report.table import build_table
 
@@ -73,6 +74,12 @@ def write_report(results: dict, out_dir: Path, title: str = "BLUE results", scal
         check_baseline(results, baseline, source)
         if len(table.models) >= 2:
             comparison = comparison_document(results, baseline, source=source)
+            replicates = replicate_differences(results, baseline, n_boot=comparison["n_boot"],
+                                               seed=comparison["seed"], alpha=comparison["alpha"])
+            if replicates is not None:  # arms replicated at other pretraining seeds (<arm>_s<seed>)
+                comparison["replicates"] = replicates
+                sections = [(replicates_markdown(table, replicates), replicates_html(table, replicates)),
+                            *sections]
             if source_scores:
                 comparison["sources"] = source_correlations(comparison, source_scores)
         else:

@@ -33,11 +33,11 @@ def render_markdown(table: BlueTable, title: str = "BLUE results", curves: str |
     """GitHub Markdown: best ``**bold**``, second ``<u>underlined</u>`` as in the seed's tables;
     the paired differences after the table when ``comparison`` (``compare.comparison_document``) is given;
     ``sections`` (Markdown, e.g. an experiment's retrieval tables) before the learning curves."""
-    head = ["Model"] + [_md_escape(c.label) for c in table.columns]
+    head = ["Model"] + [md_escape(c.label) for c in table.columns]
     rule = "|" + "|".join(["---"] + [":---:"] * len(table.columns)) + "|"
-    lines = [f"# {_md_escape(title)}", "", "| " + " | ".join(head) + " |", rule]
+    lines = [f"# {md_escape(title)}", "", "| " + " | ".join(head) + " |", rule]
     for model in table.models:
-        row = [_md_escape(model)]
+        row = [md_escape(model)]
         for col in table.columns:
             cell = table.cell(model, col.key)
             mean = table.text(cell.mean) + (DAGGER if cell.partial else "")
@@ -47,15 +47,15 @@ def render_markdown(table: BlueTable, title: str = "BLUE results", curves: str |
                 mean = f"<u>{mean}</u>"
             row.append(mean if cell.sd is None else f"{mean} ({table.text(cell.sd)})")
         lines.append("| " + " | ".join(row) + " |")
-    lines += ["", _metrics_line(table), "", _notes(table, _md_escape)] + [f"\n**{_md_escape(note)}**" for note in notes]
+    lines += ["", _metrics_line(table), "", _notes(table, md_escape)] + [f"\n**{md_escape(note)}**" for note in notes]
     if comparison:
         lines += ["", comparison_markdown(table, comparison).rstrip("\n")]
     tasks = [c for c in table.columns if c.kind == "task"]
     if any(table.cell(m, c.key).selected for m in table.models for c in tasks):
         lines += ["", "## Settings selected on dev", "",
-                  "| Model | " + " | ".join(_md_escape(c.label) for c in tasks) + " |", "|---|" + "---|" * len(tasks)]
+                  "| Model | " + " | ".join(md_escape(c.label) for c in tasks) + " |", "|---|" + "---|" * len(tasks)]
         for model in table.models:
-            lines.append(f"| {_md_escape(model)} | " + " | ".join(_selection_text(table, table.cell(model, c.key))
+            lines.append(f"| {md_escape(model)} | " + " | ".join(_selection_text(table, table.cell(model, c.key))
                                                                for c in tasks) + " |")
         if _tie_note(table):
             lines += ["", _tie_note(table)]
@@ -181,7 +181,7 @@ def _metrics_line(table: BlueTable) -> str:
             tasks.setdefault(name, []).append(col.label)
     if not tasks:
         return ""
-    return "Metrics: " + ", ".join(f"{_md_escape(name)} ({', '.join(map(_md_escape, labels))})"
+    return "Metrics: " + ", ".join(f"{md_escape(name)} ({', '.join(map(md_escape, labels))})"
                                    for name, labels in tasks.items()) + "."
 
 
@@ -251,15 +251,15 @@ def comparison_markdown(table: BlueTable, comparison: dict) -> str:
     """The section "Paired differences vs <baseline>" (differences, then p-values) and the NER before/after tables."""
     columns = _comparison_columns(table, comparison)
     rule = "|" + "|".join(["---"] + [":---:"] * len(columns)) + "|"
-    head = "| Model | " + " | ".join(_md_escape(_column_label(c)) for c in columns) + " |"
-    lines = [f"## Paired differences vs {_md_escape(comparison['baseline'])}", "", head, rule]
+    head = "| Model | " + " | ".join(md_escape(_column_label(c)) for c in columns) + " |"
+    lines = [f"## Paired differences vs {md_escape(comparison['baseline'])}", "", head, rule]
     for model, row in comparison["rows"].items():
-        lines.append(f"| {_md_escape(model)} | " + " | ".join(_diff_text(table, row.get(c["key"])) for c in columns)
+        lines.append(f"| {md_escape(model)} | " + " | ".join(_diff_text(table, row.get(c["key"])) for c in columns)
                      + " |")
     lines += ["", _comparison_notes(table, comparison), "",
               "### p-values (paired t-test over seeds; n = pairs)", "", head, rule]
     for model, row in comparison["rows"].items():
-        lines.append(f"| {_md_escape(model)} | " + " | ".join(_p_text(row.get(c["key"]), comparison["alpha"])
+        lines.append(f"| {md_escape(model)} | " + " | ".join(_p_text(row.get(c["key"]), comparison["alpha"])
                                                                 for c in columns) + " |")
     if comparison.get("ner"):
         lines += ["", f"## {NER_TITLE}"]
@@ -373,7 +373,8 @@ def _comparison_notes(table: BlueTable, comparison: dict) -> str:
             "difference is an improvement. Summary columns compare per-seed macro averages. An en dash: no "
             f"pairs.{partial} The seeds are fine-tuning seeds: each model is one pretraining, whose own variation "
             "the interval does not hold (on the entity-masking experiment another pretrain.seed alone moved an "
-            "arm's Total by 11 points): compare arms replicated at another pretrain.seed (docs/METHODS.md).")
+            "arm's Total by 11 points): compare arms replicated at other pretraining seeds (replicate_seeds, "
+            "docs/EXPERIMENTS.md).")
 
 
 def _ner_rows(table: BlueTable, ner: dict) -> tuple[list[list[str]], list[list[str]]]:
@@ -405,11 +406,11 @@ def _ner_note(ner: dict) -> str:
 
 def _ner_markdown(table: BlueTable, task: str, ner: dict) -> list[str]:
     overall, per_tag = _ner_rows(table, ner)
-    lines = [f"### NER {_md_escape(task)}: {_md_escape(ner['baseline'])} (before) vs {_md_escape(ner['model'])} "
+    lines = [f"### NER {md_escape(task)}: {md_escape(ner['baseline'])} (before) vs {md_escape(ner['model'])} "
              "(after)", "", "| | Precision | Recall | F1 |", "|---|:---:|:---:|:---:|"]
-    lines += ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in overall]
+    lines += ["| " + " | ".join(md_escape(c) for c in row) + " |" for row in overall]
     lines += ["", "| " + " | ".join(_NER_HEAD) + " |", "|" + "|".join(["---"] + [":---:"] * 7) + "|"]
-    lines += ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in per_tag]
+    lines += ["| " + " | ".join(md_escape(c) for c in row) + " |" for row in per_tag]
     return [*lines, "", _ner_note(ner)]
 
 
@@ -494,10 +495,10 @@ def sources_markdown(doc: dict, scale: float = 100.0, digits: int = 1, figures: 
     """The report's section; ``figures``: link the PNGs ``write_report`` puts beside it."""
     lines = [f"## {SOURCES_TITLE}"]
     for _, head, rows in _tables(doc, scale, digits):
-        lines += ["", "| " + " | ".join(map(_md_escape, head)) + " |",
+        lines += ["", "| " + " | ".join(map(md_escape, head)) + " |",
                   "|" + "|".join(["---"] + [":---:"] * (len(head) - 1)) + "|"]
         # an arm's name escaped as the other tables escape it; the numbers' cells ("<0.001") as written
-        lines += ["| " + " | ".join([_md_escape(row[0]), *(v.replace("|", "\\|") for v in row[1:])]) + " |"
+        lines += ["| " + " | ".join([md_escape(row[0]), *(v.replace("|", "\\|") for v in row[1:])]) + " |"
                   for row in rows]
     lines += ["", _caption(doc)]
     if figures:
@@ -524,7 +525,7 @@ def sources_html(doc: dict, scale: float = 100.0, digits: int = 1, figures: dict
 
 
 
-def _md_escape(text: str) -> str:
+def md_escape(text: str) -> str:
     """Text for a Markdown table or heading: ``|`` would end a cell, and Markdown renders HTML (a model named
     ``<script>...`` ran in a viewer that shows HTML): ``&``, ``<`` and ``>`` as entities, displayed as typed."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")

@@ -26,6 +26,7 @@ from orchestrator.core.config import (
     to_dict,
 )
 from orchestrator.core.errors import ConfigError
+from orchestrator.core.results import REPLICATE, replicate_name
 from orchestrator.corpus.sources import SourceConfig
 from orchestrator.corpus.stage import CorpusConfig
 from orchestrator.instances.config import InstanceConfig
@@ -40,7 +41,7 @@ ALL_STAGES: tuple[str, ...] = ("corpus", "vocab", "instances", "pretrain", "augm
 #: Each stage and the stage whose output it reads (the augment stage reads the models, as the sweep does).
 UPSTREAM = {"vocab": "corpus", "instances": "vocab", "pretrain": "instances"}
 #: The fields an experiment adds to a chain config (an arm has none of them).
-EXPERIMENT_FIELDS = ("arms", "baseline", "arm_concurrency", "selection", "retrieval")
+EXPERIMENT_FIELDS = ("arms", "baseline", "arm_concurrency", "replicate_seeds", "selection", "retrieval")
 #: Keys an experiment's arm may not change: every arm runs in the same place, on the same Ray, into
 #: the same MLflow experiment, and through the one paired sweep.
 ARM_FIXED = ("run_name", "runs_root", "model_name", "stages", "compare_models", "ray", "tracking", "sweep",
@@ -145,6 +146,11 @@ class ExperimentConfig(ChainConfig):
                                          "two arms share is built once, the other waits for it); 1 = one after "
                                          "another (a laptop); 0 = as many as the Ray cluster's CPUs (or GPUs) fit "
                                          "pretraining jobs at once")
+    replicate_seeds: list[int] = field(
+        default_factory=list, help="replicates: each arm that pretrains (and the untrained floor) again at each of "
+                                   "these pretrain.seed values, as arm <arm>_s<seed> (the same instances, another "
+                                   "pretraining); the report adds each arm's paired differences with the baseline at "
+                                   "every pretraining seed, marking those that recur (docs/EXPERIMENTS.md)")
     selection: ArmScoringConfig = field(default_factory=ArmScoringConfig,
                                         help="an experiment's source scoring (seed 004): each pretraining arm's "
                                              "sources against the sweep's tasks, correlated with its gain")
@@ -157,6 +163,8 @@ class ExperimentConfig(ChainConfig):
         if self.arm_concurrency < 0:
             raise ConfigError(f"arm_concurrency: {self.arm_concurrency}; 1 = one arm at a time, 0 = as many as the "
                               "cluster fits")
+        if self.replicate_seeds:
+            object.__setattr__(self, "arms", self._with_replicates())
         super().__post_init__()
         if self.arms and self.baseline and self.baseline not in self.arms:  # without arms it has no use
             raise ConfigError(f"baseline {self.baseline!r} is not an arm (arms: {list(self.arms)})")
@@ -178,6 +186,37 @@ class ExperimentConfig(ChainConfig):
             if clash:  # compare_models' entry took the arm's row in the sweep, the table and the differences
                 raise ConfigError(f"{key}.{clash[0]}: {clash[0]} is already an arm; give the extra model another "
                                   "name")
+
+    def _with_replicates(self) -> dict[str, dict[str, Any]]:
+        """``arms`` with each pretraining (and floor) arm's replicate at every ``replicate_seeds`` seed, after its
+        arm: ``<arm>_s<seed>``, the arm's overrides and ``pretrain.seed: <seed>``. An arm of that name already
+        there (a config read back, or written by hand) must be that replicate."""
+        seeds = self.replicate_seeds
+        if not self.arms:
+            raise ConfigError("replicate_seeds replicates an experiment's arms: it needs arms: (docs/EXPERIMENTS.md)")
+        if len(set(seeds)) != len(seeds) or not all(isinstance(s, int) and s >= 0 for s in seeds):
+            raise ConfigError(f"replicate_seeds: {seeds}; distinct pretrain.seed values (integers >= 0)")
+        given = {name for name in self.arms if (m := REPLICATE.match(name)) and m["arm"] in self.arms
+                 and int(m["seed"]) in seeds and self.arm_kind(m["arm"]) != "model"}
+        arms: dict[str, dict[str, Any]] = {}
+        for name, overrides in self.arms.items():
+            if name in given:
+                continue
+            arms[name] = overrides
+            if self.arm_kind(name) == "model":  # a published model: no pretraining to repeat
+                continue
+            own = self.arm(name).pretrain.seed
+            for seed in seeds:
+                if seed == own:
+                    raise ConfigError(f"replicate_seeds: {seed} is arms.{name}'s own pretrain.seed; replicate at "
+                                      "other seeds")
+                replicate = {**flatten(overrides, empty=True), "pretrain.seed": seed}
+                rep = replicate_name(name, seed)
+                if rep in self.arms and flatten(self.arms[rep], empty=True) != replicate:
+                    raise ConfigError(f"arms.{rep}: differs from {name}'s replicate at pretrain.seed {seed}, which "
+                                      f"replicate_seeds names so; rename the arm or drop {seed} from replicate_seeds")
+                arms[rep] = replicate
+        return arms
 
     def chain(self) -> ChainConfig:
         """The chain fields alone: the one arm of an experiment without arms."""
