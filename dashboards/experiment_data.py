@@ -198,6 +198,7 @@ def _history(client, run_id: str, key: str) -> list[tuple[int, float]]:
 def _load_sweep(exp: Experiment, sweep, *, n_boot: int) -> None:
     from orchestrator.report.compare import paired_differences  # heavy: numpy, scipy
     from orchestrator.report.mlflow_results import load_results
+    from orchestrator.report.replicates import replicate_differences
 
     exp.sweep_run = sweep.info.run_id
     exp.git_commit = sweep.data.tags.get(S.GIT_COMMIT, "")
@@ -215,3 +216,6 @@ def _load_sweep(exp: Experiment, sweep, *, n_boot: int) -> None:
     else:
         exp.comparison = paired_differences(found.results, exp.baseline, n_boot=n_boot,
                                             source=f"{redacted(exp.tracking_uri)} run {exp.sweep_run}")
+        replicates = replicate_differences(found.results, exp.baseline, n_boot=n_boot)
+        if replicates is not None:  # arms replicated at other pretraining seeds: as the report's comparison.json
+            exp.comparison["replicates"] = replicates

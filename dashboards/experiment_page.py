@@ -114,6 +114,7 @@ def render_page(exp: Experiment) -> str:
     table = _blue_table(exp)
     out.append(_table_section(exp, table))
     out.append(_differences_section(exp))
+    out.append(_replicates_section(exp, table))
     out.append(_sources_section(exp, table))
     out.append(_retrieval_section(exp))
     out.append(_loss_section(exp, colours))
@@ -244,6 +245,14 @@ def _retrieval_section(exp: Experiment) -> str:
     if not exp.retrieval:
         return ""
     return f"<style>{RETRIEVAL_CSS}</style>\n" + retrieval_html(exp.retrieval)
+
+
+def _replicates_section(exp: Experiment, table) -> str:
+    """The report's "Paired differences at each pretraining seed", where arms have replicates (``<arm>_s<seed>``)."""
+    from orchestrator.report.replicates import replicates_html  # the report's package: loaded for a page
+
+    doc = (exp.comparison or {}).get("replicates")
+    return replicates_html(table, doc) if doc and table is not None else ""
 
 
 # ---------------------------------------------------------------------------------------------

@@ -350,3 +350,28 @@ def test_an_interval_panel_makes_room_for_its_arms_names():
     assert f"<title>{long}</title>{cut}</text>" in svg
     x, _ = labels(["a", long])
     assert x >= 6.5 * LABEL_CHARS
+
+
+def test_arms_replicated_at_another_pretraining_seed_get_the_reports_section_on_the_page():
+    """Session 56: the report pairs arms replicated at other pretraining seeds (``<arm>_s<seed>``); the page, read
+    from MLflow, shows the same section beside its paired differences."""
+    from dashboards.experiment_data import Experiment
+    from dashboards.experiment_page import render_page
+    from orchestrator.core.results import summarize
+    from orchestrator.report.compare import paired_differences
+    from orchestrator.report.replicates import replicate_differences
+
+    tasks = [{"name": "BIOSSES", "metric": "pearson", "higher_is_better": True, "group": "biomedical"}]
+    scores = {"base": [0.80, 0.82, 0.78], "mlm": [0.85, 0.88, 0.84], "base_s7": [0.70, 0.71, 0.69],
+              "mlm_s7": [0.75, 0.77, 0.74]}
+    cells = {m: {"BIOSSES": {"metric": "pearson", "test_scores": v, "seeds": [1, 2, 3], "selected": {}}}
+             for m, v in scores.items()}
+    results = {"tasks": tasks, "models": list(scores), "cells": cells, "summary": summarize(tasks, cells)}
+    comparison = paired_differences(results, "base", n_boot=200)
+    comparison["replicates"] = replicate_differences(results, "base", n_boot=200)
+    exp = Experiment(tracking_uri="", run_id="r", name="x", status="FINISHED", started=None, baseline="base",
+                     arms={}, results=results, comparison=comparison)
+    page = render_page(exp)
+    assert "Paired differences at each pretraining seed (own / s7)" in page
+    row = page.split('id="replicates"', 1)[1].split('<tr data-model="mlm">', 1)[1].split("</tr>", 1)[0]
+    assert 'data-column="BIOSSES" data-recurs="true"><strong>+5.7* / +5.3*</strong>' in row, row
