@@ -216,6 +216,6 @@ def _load_sweep(exp: Experiment, sweep, *, n_boot: int) -> None:
     else:
         exp.comparison = paired_differences(found.results, exp.baseline, n_boot=n_boot,
                                             source=f"{redacted(exp.tracking_uri)} run {exp.sweep_run}")
-        replicates = replicate_differences(found.results, exp.baseline, n_boot=n_boot)
+        replicates = replicate_differences(found.results, exp.comparison)
         if replicates is not None:  # arms replicated at other pretraining seeds: as the report's comparison.json
             exp.comparison["replicates"] = replicates

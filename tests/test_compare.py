@@ -374,7 +374,7 @@ def test_arms_replicated_at_another_pretraining_seed_are_compared_at_each_seed_a
                                    for task, values in row.items()}
         results["models"].append(model)
     results["summary"] = summarize(results["tasks"], results["cells"])
-    doc = replicate_differences(results, "base", n_boot=2000)
+    doc = replicate_differences(results, paired_differences(results, "base", n_boot=2000))
     assert doc["seeds"] == ["own", "s7"] and list(doc["rows"]) == ["ampv"]  # a replicate is no row of its own
     bio, ner = doc["rows"]["ampv"]["BIOSSES"], doc["rows"]["ampv"]["NER"]
     own = paired_differences(results, "base", n_boot=2000)["rows"]["ampv"]["BIOSSES"]
@@ -393,5 +393,5 @@ def test_arms_replicated_at_another_pretraining_seed_are_compared_at_each_seed_a
     # without a replicate of the baseline there is nothing to pair at that seed: no section
     del results["cells"]["base_s7"]
     results["models"].remove("base_s7")
-    assert replicate_differences(results, "base") is None
+    assert replicate_differences(results, paired_differences(results, "base", n_boot=2000)) is None
     assert "at each pretraining seed" not in write_report(results, tmp_path / "r2", baseline="base")["md"].read_text()

@@ -368,7 +368,7 @@ def test_arms_replicated_at_another_pretraining_seed_get_the_reports_section_on_
              for m, v in scores.items()}
     results = {"tasks": tasks, "models": list(scores), "cells": cells, "summary": summarize(tasks, cells)}
     comparison = paired_differences(results, "base", n_boot=200)
-    comparison["replicates"] = replicate_differences(results, "base", n_boot=200)
+    comparison["replicates"] = replicate_differences(results, comparison)
     exp = Experiment(tracking_uri="", run_id="r", name="x", status="FINISHED", started=None, baseline="base",
                      arms={}, results=results, comparison=comparison)
     page = render_page(exp)

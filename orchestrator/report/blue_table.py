@@ -74,8 +74,7 @@ def write_report(results: dict, out_dir: Path, title: str = "BLUE results", scal
         check_baseline(results, baseline, source)
         if len(table.models) >= 2:
             comparison = comparison_document(results, baseline, source=source)
-            replicates = replicate_differences(results, baseline, n_boot=comparison["n_boot"],
-                                               seed=comparison["seed"], alpha=comparison["alpha"])
+            replicates = replicate_differences(results, comparison)
             if replicates is not None:  # arms replicated at other pretraining seeds (<arm>_s<seed>)
                 comparison["replicates"] = replicates
                 sections = [(replicates_markdown(table, replicates), replicates_html(table, replicates)),

@@ -249,7 +249,7 @@ def _cut_note(table: BlueTable, name: Callable[[str], str] = str) -> str:
 # The paired differences and the NER tables
 def comparison_markdown(table: BlueTable, comparison: dict) -> str:
     """The section "Paired differences vs <baseline>" (differences, then p-values) and the NER before/after tables."""
-    columns = _comparison_columns(table, comparison)
+    columns = shown_columns(table, comparison)
     rule = "|" + "|".join(["---"] + [":---:"] * len(columns)) + "|"
     head = "| Model | " + " | ".join(md_escape(_column_label(c)) for c in columns) + " |"
     lines = [f"## Paired differences vs {md_escape(comparison['baseline'])}", "", head, rule]
@@ -276,7 +276,7 @@ def comparison_html(table: BlueTable, comparison: dict, source_figures: dict[str
     ``data-significant`` and the test in its ``title`` (p, t, pairs). ``source_figures``: the source
     analysis's PNGs (base64) to embed."""
     esc = html.escape
-    columns = _comparison_columns(table, comparison)
+    columns = shown_columns(table, comparison)
     out = [f"<h2>Paired differences vs {esc(comparison['baseline'])}</h2>",
            '<table class="blue" id="paired-differences"><thead><tr><th class="model">Model</th>']
     for c in columns:
@@ -305,7 +305,7 @@ def comparison_html(table: BlueTable, comparison: dict, source_figures: dict[str
     return "\n".join(out)
 
 
-def _comparison_columns(table: BlueTable, comparison: dict) -> list[dict]:
+def shown_columns(table: BlueTable, comparison: dict) -> list[dict]:
     """The comparison's columns that the table shows too (a group without tasks has none)."""
     shown = {c.key for c in table.columns}
     return [c for c in comparison["columns"] if c["key"] in shown]
@@ -315,7 +315,7 @@ def _column_label(column: dict) -> str:
     return column["label"] + ("" if column["higher_is_better"] else " (\u2193)")
 
 
-def _signed(table: BlueTable, value: float) -> str:
+def signed_diff(table: BlueTable, value: float) -> str:
     """'+1.2' / '\u22120.3' in display units; '0.0' when it rounds to zero."""
     text = f"{abs(value) * table.scale:.{table.digits}f}"
     if float(text) == 0:
@@ -328,9 +328,9 @@ def _diff_text(table: BlueTable, entry: dict | None) -> str:
     when the column is partial, an en dash without pairs."""
     if not entry or entry["mean_diff"] is None:
         return "\u2013"
-    text = _signed(table, entry["mean_diff"])
+    text = signed_diff(table, entry["mean_diff"])
     if entry["ci"]:
-        text += f" [{_signed(table, entry['ci'][0])}, {_signed(table, entry['ci'][1])}]"
+        text += f" [{signed_diff(table, entry['ci'][0])}, {signed_diff(table, entry['ci'][1])}]"
     return text + (SIGNIFICANT if entry["significant"] else "") + (DAGGER if entry.get("partial") else "")
 
 

@@ -13,19 +13,21 @@ import html
 
 from orchestrator.core.results import REPLICATE
 from orchestrator.report.compare import paired_differences
-from orchestrator.report.pages import md_escape
+from orchestrator.report.pages import md_escape, shown_columns, signed_diff
 from orchestrator.report.table import BlueTable
 
 TITLE = "Paired differences at each pretraining seed"
 
 
-def replicate_differences(results: dict, baseline: str, *, n_boot: int = 10000, seed: int = 0,
-                          alpha: float = 0.05) -> dict | None:
+def replicate_differences(results: dict, comparison: dict) -> dict | None:
     """``{"baseline", "seeds": ["own", "s7", ...], "columns", "rows": {arm: {column: {"entries": [...],
-    "recurs": bool}}}}``: per arm, its ``paired_differences`` entry against the baseline at the arms' own seed,
-    then at each seed the baseline has a replicate at, its replicate's against the baseline's (None where it has
-    no replicate there). ``recurs``: at every seed the difference has p < alpha, and the same sign. None
-    when the baseline has no replicate, or no other arm has one at a seed the baseline has."""
+    "recurs": bool}}}}``: per arm, its entry of ``comparison`` (``paired_differences`` against the baseline, at the
+    arms' own seed), then at each seed the baseline has a replicate at, its replicate's against the baseline's,
+    with ``comparison``'s settings (None where it has no replicate there). ``recurs``: at every seed the difference
+    has p < alpha, and the same sign. None when the baseline has no replicate, or no other arm has one at a seed
+    the baseline has."""
+    baseline, alpha = comparison["baseline"], comparison["alpha"]
+    settings = {"n_boot": comparison["n_boot"], "seed": comparison["seed"], "alpha": alpha}
     models = list(results["models"])
     at: dict[str, dict[str, str]] = {}  # seed -> arm -> its replicate's model name
     for model in models:
@@ -37,9 +39,8 @@ def replicate_differences(results: dict, baseline: str, *, n_boot: int = 10000, 
             and any(m in at[s] for s in seeds)]
     if not arms:
         return None
-    docs = [paired_differences(results, baseline, models=arms, n_boot=n_boot, seed=seed, alpha=alpha)]
-    docs += [paired_differences(results, at[s][baseline], models=[at[s][a] for a in arms if a in at[s]],
-                                n_boot=n_boot, seed=seed, alpha=alpha) for s in seeds]
+    docs = [comparison] + [paired_differences(results, at[s][baseline], models=[at[s][a] for a in arms if a in at[s]],
+                                              **settings) for s in seeds]
     names = [{a: a for a in arms}] + [{a: at[s].get(a) for a in arms} for s in seeds]
     rows = {}
     for arm in arms:
@@ -60,9 +61,7 @@ def _cell_text(table: BlueTable, cell: dict) -> str:
     def one(entry: dict | None) -> str:
         if not entry or entry["mean_diff"] is None:
             return "\u2013"
-        text = f"{abs(entry['mean_diff']) * table.scale:.{table.digits}f}"
-        sign = "" if float(text) == 0 else "+" if entry["mean_diff"] > 0 else "\u2212"
-        return sign + text + ("*" if entry["significant"] else "")
+        return signed_diff(table, entry["mean_diff"]) + ("*" if entry["significant"] else "")
 
     return " / ".join(one(e) for e in cell["entries"])
 
@@ -77,8 +76,7 @@ def _notes(doc: dict) -> str:
 
 
 def replicates_markdown(table: BlueTable, doc: dict) -> str:
-    shown = {c.key for c in table.columns}
-    columns = [c for c in doc["columns"] if c["key"] in shown]
+    columns = shown_columns(table, doc)
     lines = [f"## {TITLE} ({' / '.join(doc['seeds'])})", "",
              "| Model | " + " | ".join(md_escape(c["label"]) for c in columns) + " |",
              "|" + "|".join(["---"] + [":---:"] * len(columns)) + "|"]
@@ -91,8 +89,7 @@ def replicates_markdown(table: BlueTable, doc: dict) -> str:
 
 def replicates_html(table: BlueTable, doc: dict) -> str:
     esc = html.escape
-    shown = {c.key for c in table.columns}
-    columns = [c for c in doc["columns"] if c["key"] in shown]
+    columns = shown_columns(table, doc)
     out = [f"<h2>{esc(TITLE)} ({esc(' / '.join(doc['seeds']))})</h2>",
            '<table class="blue" id="replicates"><thead><tr><th class="model">Model</th>']
     out += [f'<th class="{c["kind"]}" data-column="{esc(c["key"])}">{esc(c["label"])}</th>' for c in columns]
