@@ -619,6 +619,7 @@ def test_sweep_on_ray_tune_with_mlflow_nesting_and_restore(tiny_bert, ray_local,
     assert set(per_tag["Chemical"]) == {"precision", "recall", "f1", "support"}
     assert per_tag["Chemical"]["support"] > 0 and "per_tag" not in results["cells"]["tiny"]["BIOSSES"]
     assert len(list((out / "cache" / "encoded").glob("*.json"))) == 6  # tokenised once per (task, split)
+    assert len(list((out / "cache" / "encoded" / "tokenizers").glob("*.json"))) == 1  # the workers' tokenizer
     assert (out / "manifest.json").is_file() and len(list((out / "trials").glob("*.json"))) == 4
     for rec in map(json.loads, map(Path.read_text, (out / "trials").glob("*.json"))):  # benchmarks/sweep_overhead.py
         counts = rec["counts"]
@@ -839,6 +840,7 @@ def test_a_task_file_edited_in_place_retrains_its_trials(tiny_bert, ray_local, t
     assert again.results["cells"]["tiny"]["BIOSSES"]["mean"] != first.results["cells"]["tiny"]["BIOSSES"]["mean"]
     # the edited split is tokenised again and its old tokens, which no trial reads now, are deleted
     assert len({p.name for p in cache.glob("*.json")} - cached) == 1 and len(list(cache.glob("*.json"))) == 3
+    assert len(list(cache.glob("tokenizers/*.json"))) == 1  # the driver's tokenizer copy: used again, kept
     # a record from before the files' hashes were kept: taken as answering the files now, and so marked
     record = next((out / "trials").glob("*.json"))
     older = json.loads(record.read_text())

@@ -23,6 +23,7 @@ from orchestrator.core.config import to_dict
 from orchestrator.core.manifest import atomic_write_json, private_dir
 from orchestrator.finetune.readers import Example
 from orchestrator.finetune.spec import TaskSpec
+from orchestrator.finetune.tokenizer import class_name, tokenizer_settings
 from orchestrator.finetune.trial import TrialSpec
 
 log = logging.getLogger(__name__)
@@ -72,27 +73,13 @@ def _tokenizer_hash(tokenizer) -> Any:
     """sha256 fed with the start of ``_encoding_key``'s JSON text up to the tokenizer's vocabulary, once
     per tokenizer object (a process keeps its tokenizers: ``_process_cached``)."""
     if tokenizer not in _TOKENIZER_HASHES:
-        head = [type(tokenizer).__name__, getattr(tokenizer, "do_lower_case", None),
+        head = [class_name(tokenizer), getattr(tokenizer, "do_lower_case", None),
                 sorted(tokenizer.get_vocab().items()), tokenizer_settings(tokenizer)]
         # json.dumps as content_key's _canonical writes these plain lists and dicts, without its to_dict walk
         # of a 30k-entry vocabulary (about 0.2 s a tokenizer)
         text = ", ".join(json.dumps(part, sort_keys=True) for part in head)
         _TOKENIZER_HASHES[tokenizer] = hashlib.sha256(("[[" + text).encode())
     return _TOKENIZER_HASHES[tokenizer]
-
-
-def tokenizer_settings(tokenizer) -> dict:
-    """What turns text into ids besides the vocabulary: a fast tokenizer's normalizer (lower-casing, accent
-    stripping), pre-tokenizer, post-processor, special tokens and WordPiece settings. Two models with one
-    vocabulary and other settings shared their cached token ids."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is None:  # a slow tokenizer: its settings are its init arguments
-        return {k: v for k, v in sorted(tokenizer.init_kwargs.items())
-                if isinstance(v, bool | int | float | str) and k not in ("name_or_path", "vocab_file")}
-    state = json.loads(backend.to_str())
-    model = {k: v for k, v in state.get("model", {}).items() if k != "vocab"}
-    return {"model": model, **{k: state.get(k) for k in ("normalizer", "pre_tokenizer", "post_processor",
-                                                         "added_tokens")}}
 
 
 def encode_cached(spec: TaskSpec, trial: TrialSpec, split: str, examples: list[Example], tokenizer) -> Encoded:

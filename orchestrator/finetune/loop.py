@@ -52,6 +52,7 @@ from orchestrator.finetune.readers import (
     stratified_folds,
 )
 from orchestrator.finetune.spec import TaskSpec, load_task
+from orchestrator.finetune.tokenizer import load_tokenizer
 from orchestrator.finetune.trial import TrialSpec
 from orchestrator.modeling.precision import (
     allow_tf32,
@@ -296,9 +297,8 @@ class Prepared:
 
 
 def prepare(trial: TrialSpec, task_spec: TaskSpec | None = None) -> Prepared:
-    """``trial``'s task, device, tokenizer and tokenised splits (imports transformers on first use)."""
-    from transformers import AutoTokenizer  # heavy: transformers
-
+    """``trial``'s task, device, tokenizer and tokenised splits (the tokenizer: the sweep driver's copy, else
+    transformers' ``AutoTokenizer``, ``finetune.tokenizer.load_tokenizer``)."""
     # trial.data_dir already is the task's own directory (see orchestrator.sweep.space.task_data_dir)
     spec = dataclasses.replace(task_spec or load_task(trial.task), dir="")
     torch.set_num_threads(max(1, trial.num_threads))
@@ -306,7 +306,7 @@ def prepare(trial: TrialSpec, task_spec: TaskSpec | None = None) -> Prepared:
     allow_tf32(device)
     model_state = _dir_state(trial.model_dir)
     tokenizer = _process_cached(("tokenizer", trial.model_dir, model_state),
-                                lambda: AutoTokenizer.from_pretrained(trial.model_dir))
+                                lambda: load_tokenizer(trial.model_dir, trial.cache_dir))
     pad_id = tokenizer.pad_token_id or 0
     data_key = ("splits", json.dumps(dataclasses.asdict(spec), sort_keys=True, default=str), trial.data_dir,
                 _dir_state(trial.data_dir), trial.fold, trial.max_train_examples, trial.max_eval_examples,

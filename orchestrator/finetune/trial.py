@@ -117,11 +117,13 @@ def mark_encoded(cache_dir: Path) -> float:
 
 
 def prune_encoded(cache_dir: Path, since: float) -> tuple[int, int]:
-    """Delete the tokenised splits of ``cache_dir`` (and its ``restricted/``) that no trial read or wrote
-    since ``since`` (``mark_encoded``): those of other tokenizers, task files, lengths or caps, which
-    grow with every model and data change (about 11x a task file each). Returns (files, bytes) deleted."""
+    """Delete the tokenised splits of ``cache_dir`` (and its ``restricted/``) that no trial read or wrote since
+    ``since`` (``mark_encoded``): those of other tokenizers, task files, lengths or caps, which grow with every
+    model and data change (about 11x a task file each); and the driver's tokenizer copies (``tokenizers/``) no
+    sweep run since wrote or used. Returns (files, bytes) deleted."""
     files = n_bytes = 0
-    for path in [*Path(cache_dir).glob("*.json"), *Path(cache_dir).glob("restricted/*.json")]:
+    for path in [*Path(cache_dir).glob("*.json"), *Path(cache_dir).glob("restricted/*.json"),
+                 *Path(cache_dir).glob("tokenizers/*.json")]:  # and the driver's tokenizer copies (finetune.tokenizer)
         try:
             stat = path.stat()
             if stat.st_mtime < since:

@@ -6,8 +6,9 @@ transformers' model stack.
 Why: a sweep's worker imported transformers' model code (``modeling_utils``, and through it
 ``torch.distributed.tensor``, ``torch._dynamo`` and scipy's optimizers for other models' losses) for about
 1.5 s before its first trial could train: about 2 points of the laptop sweep's overhead, which issue 31 holds
-to 10 % (``benchmarks/sweep_overhead.py``). transformers still reads the tokenizer and the config, writes
-what an export saves and loads every other model.
+to 10 % (``benchmarks/sweep_overhead.py``). Nor does it import transformers to read the config (``BertSettings``:
+config.json with ``BertConfig``'s defaults; 0.8 s a worker with the tokenizer's, ``finetune.tokenizer``);
+transformers writes what an export saves (``BertSettings.save_pretrained``) and loads every other model.
 
 The same parameter and buffer names as ``BertModel`` (a state dict loads into either), the same operations in
 the same order, dropout drawn from the same generator in the same order, and the padding mask given to
@@ -41,6 +42,67 @@ SWITCH = "ORCH_NATIVE_BERT"
 class EncoderOutput:
     """What fine-tuning reads of ``BertModel``'s output."""
     last_hidden_state: torch.Tensor
+
+
+#: ``BertConfig``'s defaults for what ``NativeBertModel`` and ``supported`` read (checked against transformers' in
+#: ``tests/test_native_bert.py``)
+BERT_DEFAULTS = {"vocab_size": 30522, "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+                 "intermediate_size": 3072, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
+                 "attention_probs_dropout_prob": 0.1, "max_position_embeddings": 512, "type_vocab_size": 2,
+                 "layer_norm_eps": 1e-12, "pad_token_id": 0, "is_decoder": False, "add_cross_attention": False,
+                 "chunk_size_feed_forward": 0}
+_INTS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+         "max_position_embeddings", "type_vocab_size", "chunk_size_feed_forward")
+_FLOATS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "layer_norm_eps")
+
+
+class BertSettings:
+    """A BERT directory's config.json as ``BertConfig.from_pretrained`` reads it, for ``NativeBertModel``, without
+    importing transformers: an attribute is config.json's value, else ``BERT_DEFAULTS``'; one set is kept. What
+    needs transformers' config (``to_dict``, ``save_pretrained``: an export) reads it from the directory then, with
+    the attributes set since. ``read`` gives None where a value is not what ``BertConfig`` would plainly take."""
+
+    def __init__(self, source: Path, values: dict[str, Any]):
+        self.__dict__["_source"], self.__dict__["_values"], self.__dict__["_set"] = source, values, {}
+
+    @classmethod
+    def read(cls, model_dir: Path) -> BertSettings | None:
+        values = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+        if not isinstance(values, dict) or {"attn_implementation", "_attn_implementation"} & set(values):
+            return None
+        settings = cls(model_dir, values)
+        if not all(type(getattr(settings, k)) is int for k in _INTS) or \
+                not all(type(getattr(settings, k)) in (int, float) for k in _FLOATS):
+            return None  # BertConfig's load says what is wrong, or takes what this one would read otherwise
+        return settings
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):  # copy's and pickle's probes: what a plain object has
+            raise AttributeError(name)
+        for values in (self.__dict__.get("_set", {}), self.__dict__.get("_values", {}), BERT_DEFAULTS):
+            if name in values:
+                return values[name]
+        if name == "_attn_implementation":
+            return None  # as BertConfig's when config.json names none
+        raise AttributeError(f"BertSettings has no {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self._set[name] = value
+
+    def transformers_config(self) -> Any:
+        """transformers' ``BertConfig`` of the directory, with the attributes set here since."""
+        from transformers import BertConfig  # heavy: transformers (its config only)
+
+        config = BertConfig.from_pretrained(str(self._source))
+        for name, value in self._set.items():
+            setattr(config, name, value)
+        return config
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.transformers_config().to_dict()
+
+    def save_pretrained(self, out_dir: str) -> None:
+        self.transformers_config().save_pretrained(out_dir)
 
 
 class _Embeddings(nn.Module):
@@ -243,15 +305,17 @@ def _weights(model_dir: Path, use_safetensors: bool | None) -> dict[str, torch.T
 def native_encoder(model_dir: str | Path, use_safetensors: bool | None = None) -> NativeBertModel | None:
     """``model_dir``'s encoder as ``NativeBertModel`` in fp32, or None where transformers must load it (the
     module's docstring): building it draws no random numbers, as transformers' load draws none."""
-    from transformers import BertConfig  # heavy: transformers (its config only)
-
     model_dir = Path(model_dir)
     if os.environ.get(SWITCH, "1") == "0" or not (model_dir / "config.json").is_file():
         return None
     try:
         if json.loads((model_dir / "config.json").read_text(encoding="utf-8")).get("model_type") != "bert":
             return None
-        config = BertConfig.from_pretrained(str(model_dir))
+        config = BertSettings.read(model_dir)
+        if config is None:
+            from transformers import BertConfig  # heavy: transformers (its config only)
+
+            config = BertConfig.from_pretrained(str(model_dir))
         if not supported(config):
             return None
         saved = _weights(model_dir, use_safetensors)
@@ -271,5 +335,5 @@ def native_encoder(model_dir: str | Path, use_safetensors: bool | None = None) -
     return model.eval()  # as transformers' from_pretrained gives it
 
 
-__all__ = ["EncoderOutput", "MASK_READ_DEVICES", "NativeBertModel", "SWITCH", "native_encoder", "sdpa_padding_mask",
-           "supported"]
+__all__ = ["BERT_DEFAULTS", "BertSettings", "EncoderOutput", "MASK_READ_DEVICES", "NativeBertModel", "SWITCH",
+           "native_encoder", "sdpa_padding_mask", "supported"]

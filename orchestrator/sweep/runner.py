@@ -34,6 +34,7 @@ from orchestrator.core.reuse import made_under_each, model_identity, output_lock
 from orchestrator.core.runtime import check_fits, generators_kept, possible_gpus, ray_session, tune_loggers
 from orchestrator.finetune.readers import CV_SPLIT_SEED, document_split, read_split
 from orchestrator.finetune.spec import load_task
+from orchestrator.finetune.tokenizer import write_worker_tokenizers
 from orchestrator.finetune.trial import (
     BUNDLED_PRECISIONS,
     TrialSpec,
@@ -519,7 +520,8 @@ def _run_sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, trackin
     log.info(msg)
     print(msg, flush=True)
     started = time.monotonic()
-    if todo:
+    if todo:  # each model's tokenizer for the workers: then they import no transformers (finetune.tokenizer)
+        write_worker_tokenizers(cache_dir, {t.model_dir for t in todo})
         ray_up.enter_context(ray_session())
         ray_trials = _run_tune(cfg, todo, out_dir, trials_dir)
     records = [_finished(trials_dir, t) for t in trials]
