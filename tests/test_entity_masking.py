@@ -346,6 +346,48 @@ def test_grouped_next_document_gives_a_lone_text_its_documents_next_texts_half_t
         EntityMaskingConfig(grouped_next="document")
 
 
+def test_grouped_next_any_type_draws_a_random_next_segment_of_any_type_as_bert_does():
+    """``grouped_next: any_type`` (session 57: what in grouped inputs makes NSP hurt?) keeps Embodiment 3's pairs
+    but draws a random next segment as BERT does, from another document whatever its type: here every group is
+    one text of its own organ, so under within_group every B is a text of A's organ, and under any_type about
+    two in three are of another organ; each B is consecutive texts of the other document."""
+    from orchestrator.instances.config import InstanceConfig, Params, Specials
+    from orchestrator.instances.grouped import create_grouped_instances
+
+    texts = ["a nodule in liver s6 shows arterial enhancement .", "a cyst is seen in the left kidney .",
+             "a mass is seen in the right lung ."]
+    organ = dict(zip(texts, ("liver", "kidney", "lung")))
+    docs = [[t.split() for t in texts], [t.split() for t in reversed(texts)]]
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted({w for d in docs for t in d for w in t})
+    index = {t: i for i, t in enumerate(vocab)}
+    ids = [[[index[w] for w in t] for t in d] for d in docs]
+
+    def organs_of_pairs(**kw) -> list[tuple[str, str]]:
+        instances = create_grouped_instances(ids, ["r"] * 2, 200, Params(64, 0.0, 0.15, 20, False),
+                                             Specials.from_vocab(index), random.Random(0),
+                                             masker(same_type_grouping="organ", **kw), vocab)
+        pairs = []
+        for x in instances:
+            assert x.is_random_next
+            words = [vocab[t] for t in x.input_ids]
+            for pos, label in zip(x.masked_lm_positions, x.masked_lm_ids):
+                words[pos] = vocab[label]
+            a, b = " ".join(words[1:words.index("[SEP]")]), " ".join(words[words.index("[SEP]") + 1:-1])
+            if not b:  # within_group: no text of A's organ drawn from another document in 10 tries (BERT's)
+                pairs.append((organ[a], None))
+                continue
+            first = next(t for t in texts if b.startswith(t))
+            assert any(" ".join(d[d.index(first):]).startswith(b) for d in (texts, texts[::-1]))  # consecutive
+            pairs.append((organ[a], organ[first]))
+        return pairs
+
+    assert all(b in (a, None) for a, b in organs_of_pairs())
+    mixed = organs_of_pairs(grouped_next="any_type")
+    assert None not in {b for _, b in mixed} and 0.5 < sum(a != b for a, b in mixed) / len(mixed) < 0.85
+    key = InstanceConfig(entity_masking=EntityMaskingConfig(same_type_grouping="organ", grouped_next="any_type"))
+    assert key.output_fields()["entity_masking"]["grouped_next"] == "any_type"
+
+
 def test_custom_dictionary_and_association(tmp_path: Path):
     terms = tmp_path / "terms.yaml"
     terms.write_text("types:\n  chemical:\n    terms: [cisplatin, Doxorubicin]\n"

@@ -57,7 +57,7 @@ SameTypeRule = Literal["none", "association", "organ"]
 AssociationMethod = Literal["table", "npmi"]
 AssociationWindow = Literal["sentence", "document"]
 AssociationLevel = Literal["type", "term"]
-GroupedNext = Literal["within_group", "document"]
+GroupedNext = Literal["within_group", "document", "any_type"]
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,10 @@ class EntityMaskingConfig:
                              "sample, where BERT's packing gives 0.62); document: a group of one text gets its "
                              "document's following texts as a real next segment half the time, whatever their type "
                              "(BERT's fair coin; those texts break the grouping's rule in that input: a check of "
-                             "what NSP's share does, not the patent's method; docs/METHODS.md)")
+                             "what NSP's share does, not the patent's method; docs/METHODS.md); any_type: as "
+                             "within_group, but a random next segment is BERT's, another document's consecutive "
+                             "texts from a random one, whatever their type (not the patent's: a check of what "
+                             "same-type random segments do to NSP)")
     organ_rules: str = field(
         "", help="YAML organ rule table for same_type_grouping: organ, in the term-list format with organs as "
                  "the types; a text naming no organ describes the organ of the text before it; empty = "

@@ -14,7 +14,9 @@ make it predictable, or beside a text about another organ. Here, per document an
    (else texts of no type, else nothing: an empty B, still labelled random); otherwise A and B
    split the group at a random text (B is the group's next texts, label "real next"). With
    ``grouped_next: document`` (not the patent's: a check of NSP's share), a group of one text gets
-   the document's following texts as a real next segment on a fair coin, whatever their type;
+   the document's following texts as a real next segment on a fair coin, whatever their type; with
+   ``grouped_next: any_type`` (not the patent's either: a check of what same-type random segments do to NSP), a
+   random next segment is BERT's, a random other document's texts from a random one, whatever their type;
 4. the masker takes the drawn entity as its first target, so conditions 1-3 hold in that input;
    the entities of a random next segment (texts whose group is elsewhere) are never masked.
 
@@ -72,6 +74,22 @@ class Partners:
                 length += len(self.docs[other][i])
             return run
         return []
+
+    def draw_any(self, d: int, rng: random.Random, target_length: int) -> list[tuple[int, int]]:
+        """(document, text) of BERT's random next segment for document ``d`` (``grouped_next: any_type``): another
+        document (10 tries; then, as BERT, the last one drawn), its texts from a random one while B is shorter
+        than ``target_length``, whatever their type."""
+        for _ in range(10):
+            other = rng.randint(0, len(self.docs) - 1)
+            if other != d:
+                break
+        i = rng.randint(0, len(self.docs[other]) - 1)
+        run, length = [(other, i)], len(self.docs[other][i])
+        while length < target_length and i + 1 < len(self.docs[other]):
+            i += 1
+            run.append((other, i))
+            length += len(self.docs[other][i])
+        return run
 
 
 def create_grouped_instances(documents: Sequence[Sequence[Sequence[int]]], sources: Sequence[str],
@@ -141,7 +159,8 @@ def grouped_instances_from_document(docs: Sequence[Sequence[Sequence[int]]], inf
             a_texts, b_texts, is_random_next, b_grouped = [(d, anchor)], [(d, i) for i in following], False, False
         elif len(group) == 1 or rng.random() < 0.5:
             a_texts = [(d, i) for i in group]
-            b_texts = partners.draw(masker.kind(texts[anchor], target), d, rng, target_length - length)
+            b_texts = partners.draw_any(d, rng, target_length - length) if masker.cfg.grouped_next == "any_type" \
+                else partners.draw(masker.kind(texts[anchor], target), d, rng, target_length - length)
             is_random_next, b_grouped = True, False
         else:
             a_end = rng.randint(1, len(group) - 1)
