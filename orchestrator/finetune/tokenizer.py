@@ -140,8 +140,8 @@ def _spec(tokenizer: Any) -> dict[str, Any] | None:
     if backend is None:  # a slow tokenizer: transformers' Python does the work
         return None
     names = getattr(tokenizer, "model_input_names", OUTPUTS)
-    return {"format": FORMAT, "class": type(tokenizer).__name__, "do_lower_case": getattr(tokenizer, "do_lower_case",
-                                                                                       None),
+    return {"format": FORMAT, "class": type(tokenizer).__name__,
+            "do_lower_case": getattr(tokenizer, "do_lower_case", None),
             "pad_token_id": tokenizer.pad_token_id, "truncation_side": tokenizer.truncation_side,
             "split_special_tokens": bool(getattr(tokenizer, "split_special_tokens", False)),
             "outputs": [name for name in OUTPUTS if name == "input_ids" or name in names],
@@ -161,17 +161,19 @@ def differences(tokenizer: Any, copy: WorkerTokenizer) -> list[str]:
     words = [text.split() or [""] for text in PROBE_TEXTS]
     calls = [((a,), {}) for a in PROBE_TEXTS] + [((a, b), {}) for a in PROBE_TEXTS for b in PROBE_TEXTS[::3]] + \
         [((w,), {"is_split_into_words": True}) for w in words]
+    checked = 0
     for args, kwargs in calls:
         for length in PROBE_LENGTHS:
             try:
                 theirs = tokenizer(*args, truncation=True, max_length=length, **kwargs)
             except Exception:  # noqa: BLE001 (a cut transformers refuses: the copy need not give it)
                 continue
+            checked += 1
             mine = copy(*args, truncation=True, max_length=length, **kwargs)
             if dict(mine) != {k: list(v) for k, v in theirs.items()} or \
                     (kwargs and mine.word_ids() != theirs.word_ids()):
                 found.append(f"tokens of {args!r} at {length}")
-    return found
+    return found if checked else [*found, "no probe text tokenised by transformers"]
 
 
 def write_worker_tokenizers(cache_dir: str | Path, model_dirs: Iterable[str | Path]) -> int:
@@ -193,7 +195,7 @@ def write_worker_tokenizers(cache_dir: str | Path, model_dirs: Iterable[str | Pa
         except Exception as exc:  # noqa: BLE001 (the trial loads it as always, and says what is wrong)
             found = [f"{type(exc).__name__}: {exc}"]
         if found:
-            log.info("tokenizer of %s: its trials load it with transformers (a copy would differ: %s)", model_dir,
+            log.info("tokenizer of %s: no copy for the workers (%s): its trials load it with transformers", model_dir,
                      ", ".join(found[:3]))
             continue
         atomic_write_json(path, spec)

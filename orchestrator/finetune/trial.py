@@ -123,7 +123,7 @@ def prune_encoded(cache_dir: Path, since: float) -> tuple[int, int]:
     sweep run since wrote or used. Returns (files, bytes) deleted."""
     files = n_bytes = 0
     for path in [*Path(cache_dir).glob("*.json"), *Path(cache_dir).glob("restricted/*.json"),
-                 *Path(cache_dir).glob("tokenizers/*.json")]:  # and the driver's tokenizer copies (finetune.tokenizer)
+                 *Path(cache_dir).glob("tokenizers/*.json")]:  # finetune.tokenizer's copies
         try:
             stat = path.stat()
             if stat.st_mtime < since:

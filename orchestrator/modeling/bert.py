@@ -45,7 +45,7 @@ class EncoderOutput:
 
 
 #: ``BertConfig``'s defaults for what ``NativeBertModel`` and ``supported`` read (checked against transformers' in
-#: ``tests/test_native_bert.py``)
+#: ``tests/test_finetune_tokenizer.py``)
 BERT_DEFAULTS = {"vocab_size": 30522, "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
                  "intermediate_size": 3072, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
                  "attention_probs_dropout_prob": 0.1, "max_position_embeddings": 512, "type_vocab_size": 2,
@@ -58,7 +58,7 @@ _FLOATS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "layer_norm_ep
 
 class BertSettings:
     """A BERT directory's config.json as ``BertConfig.from_pretrained`` reads it, for ``NativeBertModel``, without
-    importing transformers: an attribute is config.json's value, else ``BERT_DEFAULTS``'; one set is kept. What
+    importing transformers: an attribute is the value set on it, else config.json's, else ``BERT_DEFAULTS``'. What
     needs transformers' config (``to_dict``, ``save_pretrained``: an export) reads it from the directory then, with
     the attributes set since. ``read`` gives None where a value is not what ``BertConfig`` would plainly take."""
 
