@@ -199,3 +199,19 @@ def test_a_copy_no_sweep_run_used_is_pruned_with_the_cached_splits(tokenizer_dir
     assert write_worker_tokenizers(cache, [tokenizer_dirs["minilm"]]) == 0  # there already: this run uses it
     assert prune_encoded(cache, since)[0] == 1
     assert [p.name for p in (cache / "tokenizers").glob("*.json")] == [spec_path(cache, tokenizer_dirs["minilm"]).name]
+
+
+def test_a_slow_tokenizer_gets_no_copy(tmp_path, caplog):
+    """The MeCab tokenizer of ``pretokenize: mecab`` (a ``BertJapaneseTokenizer``: no fast backend) gets no copy;
+    its trials load it with transformers, which tokenises with MeCab as before."""
+    from transformers import BertJapaneseTokenizer
+
+    from orchestrator.vocab.wordpiece import japanese_tokenizer_config
+
+    (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "日本", "語"]) + "\n")
+    BertJapaneseTokenizer(vocab_file=str(tmp_path / "vocab.txt"),
+                          **japanese_tokenizer_config(True)).save_pretrained(str(tmp_path))
+    with caplog.at_level("INFO", logger="orchestrator.finetune.tokenizer"):
+        assert write_worker_tokenizers(tmp_path / "cache", [tmp_path]) == 0
+    assert "no copy for the workers (a slow tokenizer)" in caplog.text
+    assert type(load_tokenizer(str(tmp_path), str(tmp_path / "cache"))).__name__ == "BertJapaneseTokenizer"
