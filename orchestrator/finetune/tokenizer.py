@@ -23,7 +23,6 @@ loads ``AutoTokenizer`` as before.
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
 import json
 import logging
 import os
@@ -31,7 +30,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from orchestrator.core.manifest import atomic_write_json, file_sha256
+from orchestrator.core.manifest import atomic_write_json, file_sha256, library_versions
 from orchestrator.core.reuse import TOKENIZER_FILES, content_key
 
 log = logging.getLogger(__name__)
@@ -54,15 +53,8 @@ def spec_path(cache_dir: str | Path, model_dir: str | Path) -> Path:
     releases of transformers and tokenizers (either may change what the tokenizer is)."""
     model_dir = Path(model_dir)
     files = {name: file_sha256(model_dir / name) for name in READ_FILES if (model_dir / name).is_file()}
-    versions = {lib: _version(lib) for lib in ("transformers", "tokenizers")}
+    versions = {lib: library_versions().get(lib, "") for lib in ("transformers", "tokenizers")}
     return Path(cache_dir) / "tokenizers" / f"{content_key([FORMAT, files, versions])}.json"
-
-
-def _version(lib: str) -> str:
-    try:
-        return importlib.metadata.version(lib)
-    except importlib.metadata.PackageNotFoundError:
-        return ""
 
 
 class WorkerTokenizer:

@@ -66,13 +66,7 @@ class Partners:
                     break
             else:
                 continue
-            run, length = [(other, i)], len(self.docs[other][i])
-            while length < target_length and i + 1 < len(self.docs[other]) and \
-                    self.masker.is_kind(self.infos[other][i + 1], k):
-                i += 1
-                run.append((other, i))
-                length += len(self.docs[other][i])
-            return run
+            return self._run(other, i, target_length, k)
         return []
 
     def draw_any(self, d: int, rng: random.Random, target_length: int) -> list[tuple[int, int]]:
@@ -83,9 +77,14 @@ class Partners:
             other = rng.randint(0, len(self.docs) - 1)
             if other != d:
                 break
-        i = rng.randint(0, len(self.docs[other]) - 1)
+        return self._run(other, rng.randint(0, len(self.docs[other]) - 1), target_length)
+
+    def _run(self, other: int, i: int, target_length: int, kind: tuple | None = None) -> list[tuple[int, int]]:
+        """Text ``i`` of document ``other`` and the texts after it while B is shorter than ``target_length`` (and,
+        given a ``kind``, they are of it)."""
         run, length = [(other, i)], len(self.docs[other][i])
-        while length < target_length and i + 1 < len(self.docs[other]):
+        while length < target_length and i + 1 < len(self.docs[other]) and \
+                (kind is None or self.masker.is_kind(self.infos[other][i + 1], kind)):
             i += 1
             run.append((other, i))
             length += len(self.docs[other][i])

@@ -66,8 +66,10 @@ class BertSettings:
         self.__dict__["_source"], self.__dict__["_values"], self.__dict__["_set"] = source, values, {}
 
     @classmethod
-    def read(cls, model_dir: Path) -> BertSettings | None:
-        values = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    def read(cls, model_dir: Path, values: Any = None) -> BertSettings | None:
+        """``model_dir``'s settings, from its config.json or from ``values`` (that file as read already)."""
+        if values is None:
+            values = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
         if not isinstance(values, dict) or {"attn_implementation", "_attn_implementation"} & set(values):
             return None
         settings = cls(model_dir, values)
@@ -309,9 +311,10 @@ def native_encoder(model_dir: str | Path, use_safetensors: bool | None = None) -
     if os.environ.get(SWITCH, "1") == "0" or not (model_dir / "config.json").is_file():
         return None
     try:
-        if json.loads((model_dir / "config.json").read_text(encoding="utf-8")).get("model_type") != "bert":
+        values = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+        if values.get("model_type") != "bert":
             return None
-        config = BertSettings.read(model_dir)
+        config = BertSettings.read(model_dir, values)
         if config is None:
             from transformers import BertConfig  # heavy: transformers (its config only)
 
