@@ -1,6 +1,7 @@
 """BLUE table report: ranking, formats, the HTML as Chromium renders it, and rebuilding from MLflow."""
 from __future__ import annotations
 
+import html
 import json
 import re
 import shutil
@@ -446,6 +447,7 @@ def test_report_job_rebuilds_from_mlflow_alone(tmp_path):
     results = make_results()
     results["summary"] = summarize(results["tasks"], results["cells"])
     results["cells"]["base"]["MedNLI"]["dev_tied"] = True  # every setting scored alike on dev
+    results["cells"]["ampv"]["BIOSSES"]["edge"] = {"epochs": "most", "learning_rate": "largest"}  # session 58
     for model in results["models"]:  # a test split cut by sweep.max_eval_examples
         results["cells"][model]["BIOSSES"]["test_sample"] = 300
     # inputs cut at max_seq_length (session 54: counted since session 53, said nowhere)
@@ -465,7 +467,7 @@ def test_report_job_rebuilds_from_mlflow_alone(tmp_path):
             assert got["mean"] == pytest.approx(want["mean"]) and got["sd"] == pytest.approx(want["sd"])
             assert list(got["selected"].items()) == list(want["selected"].items()) and got["n"] == want["n"]
             assert got.get("dev_tied") == want.get("dev_tied") and got.get("test_sample") == want.get("test_sample")
-            assert got.get("cut") == want.get("cut")
+            assert got.get("cut") == want.get("cut") and got.get("edge") == want.get("edge")
             # per seed too, so a rebuilt report has its paired differences (they read "- (n=0)": session 47)
             assert got["test_scores"] == pytest.approx(want["test_scores"]) and got["seeds"] == want.get("seeds", [])
             assert [(p["epoch"], p["dev"]) for p in got["curve"]] == [(p["epoch"], p["dev"]) for p in want["curve"]]
@@ -485,6 +487,14 @@ def test_report_job_rebuilds_from_mlflow_alone(tmp_path):
     tied = [line for line in md.splitlines() if "(a tie: every setting)" in line]
     assert len(tied) == 1 and tied[0].startswith("| base |") and "\nA tie: every setting scored the same on dev" in md
     assert "A tie: every setting" in (run_dir / "report" / "blue_table.html").read_text()
+    # a selection at an end of its grid: in its cell (in the sweep's axis order), a note, and the table's count
+    edge = [line for line in md.splitlines() if "(at the grid's end:" in line]
+    assert len(edge) == 1 and edge[0].startswith("| ampv |")
+    assert "(at the grid's end: largest learning_rate, most epochs)" in edge[0]
+    cells = sum(len(c) for c in results["cells"].values())
+    for text in (md, (run_dir / "report" / "blue_table.html").read_text()):
+        assert f"In 1 of {cells} cells the setting selected on dev is at an end of its grid" in text
+        assert "At the grid's end: the setting selected" in html.unescape(text)
     said = "BIOSSES: the test scores are on a seeded sample of 300 test examples, not on the whole test set"
     assert said in md and said in (run_dir / "report" / "blue_table.html").read_text()
     assert "MedNLI: the test scores" not in md

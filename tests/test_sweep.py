@@ -66,6 +66,41 @@ def test_a_selection_every_setting_tied_on_dev_is_marked_as_the_tie_breaks():
     assert "dev_tied" not in select_cell([record(1e-5, 1, [(1, 0.0, 0.1)])], higher_is_better=True)  # one setting
 
 
+def test_a_selection_at_an_end_of_a_grid_of_three_or_more_values_is_marked_on_that_axis():
+    """Session 58: the entity-masking experiment's one learning rate and epochs {5, 10} called a model worse that
+    a wider grid (lr 3e-3, 20 epochs: both ends again) put level; a cell now says where its selection is an end of
+    its grid, and a sweep's log and report say so."""
+    def grid(best: tuple[float, int], lrs=(1e-4, 3e-4, 1e-3), epochs=(5, 10, 20), higher=0.9) -> list[dict]:
+        return [record(lr, s, [(e, higher if (lr, e) == best else 0.5, 0.4) for e in epochs])
+                for lr in lrs for s in (1, 2)]
+
+    assert select_cell(grid((1e-3, 20)), higher_is_better=True)["edge"] == {"learning_rate": "largest",
+                                                                             "epochs": "most"}
+    assert select_cell(grid((1e-4, 10)), higher_is_better=True)["edge"] == {"learning_rate": "smallest"}
+    assert select_cell(grid((3e-4, 5)), higher_is_better=True)["edge"] == {"epochs": "fewest"}
+    assert "edge" not in select_cell(grid((3e-4, 10)), higher_is_better=True)  # inside on both axes
+    # lower is better: the selection is the lowest dev, at the same ends
+    assert select_cell(grid((1e-3, 20), higher=0.1), higher_is_better=False)["edge"] == {"learning_rate": "largest",
+                                                                                          "epochs": "most"}
+    # two values: either choice is an end, so nothing is marked; a tie is the tie-break's choice, not dev's
+    assert "edge" not in select_cell(grid((1e-3, 20), lrs=(3e-4, 1e-3), epochs=(10, 20)), higher_is_better=True)
+    assert "edge" not in select_cell(grid((9.0, 0), higher=0.5), higher_is_better=True)
+    # a learning rate whose trials are missing a seed is not part of the grid the selection was made on
+    partial = grid((1e-3, 10)) + [record(3e-3, 1, [(e, 0.2, 0.1) for e in (5, 10, 20)])]
+    assert select_cell(partial, higher_is_better=True)["edge"] == {"learning_rate": "largest"}
+    # early-stopped trials have no epoch axis: the learning rate's ends only
+    stopped = [dict(record(lr, s, [(1, 0.9 if lr == 1e-3 else 0.5, 0.4), (2, 0.3, 0.4)]),
+                    early_stopping={"best_epoch": 1, "stopped_epoch": 2}) for lr in (1e-4, 3e-4, 1e-3) for s in (1, 2)]
+    assert select_cell(stopped, higher_is_better=True)["edge"] == {"learning_rate": "largest"}
+
+    from orchestrator.sweep.selection import edge_warning
+
+    results = {"cells": {"m": {"T": select_cell(grid((1e-3, 20)), True), "U": select_cell(grid((3e-4, 10)), True)}}}
+    assert edge_warning(results).startswith("1 of 2 selection(s) at an end of the grid (m/T: largest learning_rate, "
+                                            "most epochs)")
+    assert edge_warning({"cells": {"m": {"U": results["cells"]["m"]["U"]}}}) == ""
+
+
 def test_a_test_split_cut_by_max_eval_examples_is_marked_with_its_sample_size():
     """Session 48's "not changed": with sweep.max_eval_examples below a test split's size the scores are a
     sample's, and the report did not say so (the shipped experiments cap at 300)."""

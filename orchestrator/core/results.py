@@ -223,6 +223,8 @@ CELL_FIELDS = (
     ("per_tag", lambda v: isinstance(v, dict), '{"<entity type>": {"precision": .., "recall": .., "f1": .., '
                                                '"support": ..}}'),
     ("curve", lambda v: isinstance(v, list), '[{"epoch": int, "dev": float, "test": float}, ...]'),
+    ("edge", lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values()),
+     '{"<setting>": "largest" | "smallest" | "most" | "fewest"} (the selection at an end of its grid)'),
     ("cut", lambda v: isinstance(v, dict) and all(isinstance(c, dict) and _is_int(c.get("cut")) and _is_int(c.get("of"))
                                                   for c in v.values()),
      '{"<split>": {"cut": int, "of": int}} (inputs cut at max_seq_length)'),

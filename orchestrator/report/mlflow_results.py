@@ -199,6 +199,8 @@ def results_from_children(client, parent) -> dict:
                          if k.startswith(S.SELECTED_PREFIX)},
             "curve": _curve(client, child.info.run_id),
             **({"dev_tied": True} if metrics.get(S.DEV_TIED) else {}),
+            **({"edge": edge} if (edge := {k[len(S.EDGE_PREFIX):]: v for k, v in params.items()
+                                           if k.startswith(S.EDGE_PREFIX)}) else {}),
             **({"test_sample": int(metrics[S.TEST_SAMPLE])} if metrics.get(S.TEST_SAMPLE) else {}),
             **_cut(metrics),
             **_seed_scores(client, child.info.run_id, params, metrics),

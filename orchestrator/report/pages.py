@@ -57,8 +57,7 @@ def render_markdown(table: BlueTable, title: str = "BLUE results", curves: str |
         for model in table.models:
             lines.append(f"| {md_escape(model)} | " + " | ".join(_selection_text(table, table.cell(model, c.key))
                                                                for c in tasks) + " |")
-        if _tie_note(table):
-            lines += ["", _tie_note(table)]
+        lines += [text for note in _selection_notes(table) for text in ("", note)]
     lines += [text for section in sections for text in ("", section.rstrip("\n"))]
     if curves:
         lines += ["", "## Learning curves", "", f"![learning curves per task]({curves})"]
@@ -147,18 +146,28 @@ def selection_html(table: BlueTable) -> str:
         out.append(f'<tr><td class="model">{esc(model)}</td>' + "".join(
             f"<td>{esc(_selection_text(table, table.cell(model, c.key)))}</td>" for c in tasks) + "</tr>")
     out.append("</tbody></table>")
-    if _tie_note(table):
-        out.append(f'<p class="notes">{esc(_tie_note(table))}</p>')
+    out += [f'<p class="notes">{esc(note)}</p>' for note in _selection_notes(table)]
     return "\n".join(out)
 
 
-def _tie_note(table: BlueTable) -> str:
-    """What "a tie" in the selection table means, where a cell has one."""
-    if not any(cell.dev_tied for cell in table.cells.values()):
-        return ""
-    return ("A tie: every setting scored the same on dev (every one perfect on a small dev split, a dev split whose "
-            "gold scores are all equal, a model that predicts one value), so dev chose nothing and the tie-break did "
-            "(the fewest epochs, then the smallest learning rate).")
+def _selection_notes(table: BlueTable) -> list[str]:
+    """What "a tie" and "at the grid's end" in the selection table mean, where a cell has one."""
+    notes = []
+    if any(cell.dev_tied for cell in table.cells.values()):
+        notes.append("A tie: every setting scored the same on dev (every one perfect on a small dev split, a dev "
+                     "split whose gold scores are all equal, a model that predicts one value), so dev chose nothing "
+                     "and the tie-break did (the fewest epochs, then the smallest learning rate).")
+    if _edge_cells(table):
+        notes.append("At the grid's end: the setting selected on dev is the first or the last value of a grid axis of "
+                     "three or more values, so a better setting may lie beyond the grid and the score may understate "
+                     "the model (the more, the more a comparison depends on the grid); widen that axis "
+                     "(sweep.learning_rates, sweep.epochs, the search space's batch_sizes) to tell.")
+    return notes
+
+
+def _edge_cells(table: BlueTable) -> list[tuple[str, str]]:
+    """(model, task) of the task cells whose selection is at an end of its grid (``sweep.selection.grid_edges``)."""
+    return [(m, c.key) for c in table.columns if c.kind == "task" for m in table.models if table.cell(m, c.key).edge]
 
 
 def _selection_text(table: BlueTable, cell: Cell) -> str:
@@ -167,6 +176,8 @@ def _selection_text(table: BlueTable, cell: Cell) -> str:
         return "\u2013"
     text = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in cell.selected)
     text = text if cell.dev_mean is None else f"{text}; dev {table.text(cell.dev_mean)}"
+    if cell.edge:  # the best setting may lie beyond the grid (the notes say)
+        text += " (at the grid's end: " + ", ".join(f"{word} {axis}" for axis, word in cell.edge) + ")"
     # every setting scored alike on dev: the tie-break chose (fewest epochs, smallest learning rate)
     return f"{text} (a tie: every setting)" if cell.dev_tied else text
 
@@ -214,7 +225,14 @@ def _notes(table: BlueTable, name: Callable[[str], str] = str) -> str:
             "the best score per column is bold and the second best underlined (ranked on unrounded means; "
             "for a metric where lower is better the lowest ranks first). Total is the macro average over "
             f"{averaged}; each group's score ({named}) averages the tasks of that group{among}.{not_blue}{scale}"
-            f"{partial}{_sample_note(table, name)}{_cut_note(table, name)}")
+            f"{partial}{_sample_note(table, name)}{_cut_note(table, name)}{_edge_note(table)}")
+
+
+def _edge_note(table: BlueTable) -> str:
+    """How many task cells' selections are at an end of their grid (the selection table names them)."""
+    edge, cells = _edge_cells(table), sum(c.kind == "task" for c in table.columns) * len(table.models)
+    return (f" In {len(edge)} of {cells} cells the setting selected on dev is at an end of its grid: a better one may "
+            "lie beyond it (the settings selected on dev below)." if edge else "")
 
 
 def _sample_note(table: BlueTable, name: Callable[[str], str] = str) -> str:

@@ -54,6 +54,7 @@ class Cell:
     dev_tied: bool = False  # every setting scored the same on dev: the selection is the tie-break's
     test_sample: int | None = None  # the test scores are on a seeded sample of this many examples
     cut: tuple[tuple[str, int, int], ...] = ()  # (split, inputs cut at max_seq_length, of how many) where any was
+    edge: tuple[tuple[str, str], ...] = ()  # (setting, "largest" ...): the selection is at an end of its grid
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,8 @@ def build_table(results: dict, scale: float = 100.0, digits: int = 1,
             sd = None if cell.get("n") == 1 else _clean(cell.get("sd"))
             raw[(model, name)] = (_clean(cell.get("mean")), sd, cell.get("n"))
             chosen[(model, name)] = (_in_order(cell.get("selected") or {}), _clean(cell.get("dev_mean")),
-                                     bool(cell.get("dev_tied")), cell.get("test_sample"), _cut(cell.get("cut")))
+                                     bool(cell.get("dev_tied")), cell.get("test_sample"), _cut(cell.get("cut")),
+                                     _in_order(cell.get("edge") or {}))
 
     cells: dict[tuple[str, str], Cell] = {}
     for col in columns:
@@ -157,10 +159,10 @@ def build_table(results: dict, scale: float = 100.0, digits: int = 1,
         ranks = rank_top2(ranked, col.higher_is_better)
         for model, rank in zip(models, ranks):
             mean, sd, n = raw[(model, col.key)]
-            selected, dev_mean, tied, sample, cut = chosen.get((model, col.key), ((), None, False, None, ()))
+            selected, dev_mean, tied, sample, cut, edge = chosen.get((model, col.key), ((), None, False, None, (), ()))
             cells[(model, col.key)] = Cell(mean=mean, sd=sd, n=n, rank=rank, selected=selected, dev_mean=dev_mean,
                                            partial=(model, col.key) in partial, dev_tied=tied, test_sample=sample,
-                                           cut=cut)
+                                           cut=cut, edge=edge)
     return BlueTable(models=models, columns=tuple(columns), cells=cells, scale=scale, digits=digits)
 
 

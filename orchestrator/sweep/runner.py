@@ -48,7 +48,7 @@ from orchestrator.sweep.config import SweepConfig
 from orchestrator.sweep.cost import shares, slots_held, sweep_cost, trial_cost
 from orchestrator.sweep.export import export_entry, export_run, export_tasks, finished, plan_exports
 from orchestrator.sweep.order import estimated_work, longest_first, split_reader
-from orchestrator.sweep.selection import build_results, selected_answers
+from orchestrator.sweep.selection import build_results, edge_warning, selected_answers
 from orchestrator.sweep.space import (
     LOCATION_FIELDS,
     TASK_DATA,
@@ -533,6 +533,8 @@ def _run_sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, trackin
     atomic_write_json(out_dir / "results.json", results)
     selection = {m: {t: c["selected"] for t, c in cells.items()} for m, cells in results["cells"].items()}
     atomic_write_json(out_dir / "selection.json", selection)
+    if warning := edge_warning(results):
+        log.warning("sweep: %s", warning)
     held = slots_held(_resources(cfg), ray_trials, cfg.max_concurrent_trials) if todo else (0.0, 0.0)
     cost = sweep_cost(records, {t.trial_id for t in todo}, time.monotonic() - started, held, out_dir)
     data_files = sorted({str(f) for t in trials for f in task_files(t)})  # what the scores were read from

@@ -18,6 +18,11 @@ Early-stopped trials (records with ``early_stopping``) have no epoch axis: a set
 rate, each trial answering it with its best dev epoch's dev and test scores; ``selected`` holds the
 learning rate only, the cell's ``early_stopping`` each run's best and last epoch (runs in (seed,
 fold) order), and its curve the dev mean per epoch over the runs that trained that long (``n``).
+
+A cell whose selected value is the first or last of a grid axis of three or more values (learning rate, batch
+size, epochs) carries ``edge``, e.g. ``{"learning_rate": "largest", "epochs": "most"}``: the best setting may lie
+beyond the grid, which the report says (on two values every choice is an end, so they are not marked; nor is a
+tie, which the tie-break chose).
 """
 from __future__ import annotations
 
@@ -32,6 +37,23 @@ from orchestrator.finetune.metrics import METRICS, micro_prf
 from orchestrator.finetune.spec import TaskSpec
 
 EARLY_STOPPED = 0  # the epochs of an early-stopped trial's answer: chosen inside the trial, on dev
+#: A setting's axes as ``select_cell`` keys them (learning rate, batch size, epochs), with the words for the
+#: first and the last value of each: a cell's ``edge``.
+EDGE_WORDS = (("learning_rate", "smallest", "largest"), ("batch_size", "smallest", "largest"),
+              ("epochs", "fewest", "most"))
+EDGE_MIN_VALUES = 3  # an axis of two values has no inside: either choice is an end
+
+
+def grid_edges(settings: Iterable[tuple[float, int, int]], best: tuple[float, int, int],
+               axes: Iterable[str]) -> dict[str, str]:
+    """``{axis: word}`` for each of ``axes`` (names in ``EDGE_WORDS``) on which ``best`` is the first or the last
+    of the values ``settings`` hold, where they hold at least ``EDGE_MIN_VALUES``."""
+    out = {}
+    for i, (axis, first, last) in enumerate(EDGE_WORDS):
+        values = sorted({key[i] for key in settings})
+        if axis in axes and len(values) >= EDGE_MIN_VALUES and best[i] in (values[0], values[-1]):
+            out[axis] = first if best[i] == values[0] else last
+    return out
 
 
 def _answers(rec: dict) -> list[tuple[int, float, float]]:
@@ -51,6 +73,18 @@ def _batch(rec: dict) -> int | None:
 def _at(rec: dict, lr: float, batch: int | None) -> bool:
     """The record was trained at this learning rate (and batch size, unless None: any)."""
     return rec["trial"]["learning_rate"] == lr and (batch is None or _batch(rec) == batch)
+
+
+def edge_warning(results: dict) -> str:
+    """One line naming the cells of a results document whose selection is at an end of its grid ("" if none)."""
+    edges = [(m, t, c["edge"]) for m, cells in results["cells"].items() for t, c in cells.items() if c.get("edge")]
+    if not edges:
+        return ""
+    total = sum(len(cells) for cells in results["cells"].values())
+    shown = "; ".join(f"{m}/{t}: {', '.join(f'{w} {a}' for a, w in e.items())}" for m, t, e in edges[:3])
+    more = f"; {len(edges) - 3} more" if len(edges) > 3 else ""
+    return (f"{len(edges)} of {total} selection(s) at an end of the grid ({shown}{more}): a better setting may lie "
+            "beyond it; widen that axis to tell (the report's \"Settings selected on dev\" names each)")
 
 
 def selected_runs(records: Iterable[dict], selected: dict) -> list[tuple[dict, int, float, float]]:
@@ -141,6 +175,11 @@ def select_cell(records: Iterable[dict], higher_is_better: bool) -> dict:
         cell["folds"] = len(folds)
     if tied:
         cell["dev_tied"] = True
+    else:
+        complete_keys = [key for key, runs in by_setting.items() if len(runs) == most]
+        edge = grid_edges(complete_keys, (best_lr, best_batch, best_epochs), selected)
+        if edge:
+            cell["edge"] = edge  # the best setting may lie beyond the grid, which the report says
     cap = max((rec["trial"].get("max_eval_examples") or 0 for rec in records), default=0)
     if cap and any(_sampled(rec.get("counts") or {}, cap) for rec in records):
         cell["test_sample"] = cap  # a seeded sample of the test split (sweep.max_eval_examples), which the report says

@@ -85,6 +85,7 @@ MODEL, TASK, GROUP, HIGHER_IS_BETTER, METRIC = "model", "task", "group", "higher
 TASK_STEM = "task_stem"  # a trial's task file stem (hoc_prior); TASK is the display name (HoC) on every run
 MODEL_DIR, MODEL_IDENTITY = "model_dir", "model_identity"
 SELECTED_PREFIX = "selected."
+EDGE_PREFIX = "edge."  # edge.<setting>: the selection is that axis's first or last value (sweep.selection.grid_edges)
 TEST_MEAN, TEST_SD, DEV_MEAN, N = "test_mean", "test_sd", "dev_mean", "n"
 DEV_TIED = "dev_tied"  # 1 where every setting scored the same on dev: the selection is the tie-break's
 TEST_SAMPLE = "test_sample"  # the test scores' sample size, where max_eval_examples cut the test split

@@ -169,6 +169,7 @@ def _log_cell(model: str, task: str, cell: dict | None, recs: list[dict], metric
         params, metrics = {S.MODEL: model, S.TASK: task, S.METRIC: metric}, []
         if cell:
             params.update({S.SELECTED_PREFIX + k: v for k, v in cell["selected"].items()})
+            params.update({S.EDGE_PREFIX + k: v for k, v in (cell.get("edge") or {}).items()})
             metrics += [(k, v, 0) for k, v in ((S.TEST_MEAN, cell["mean"]), (S.TEST_SD, cell["sd"]),
                                                (S.DEV_MEAN, cell.get("dev_mean")), (S.N, cell.get("n")),
                                                (S.DEV_TIED, 1.0 if cell.get("dev_tied") else None),
