@@ -169,6 +169,11 @@ def _cut(metrics: dict[str, float]) -> dict:
     return {"cut": cut} if cut else {}
 
 
+def _prefixed(params: dict[str, str], prefix: str) -> dict[str, str]:
+    """The params named ``prefix<key>``, by key (``selected.epochs`` -> ``epochs``)."""
+    return {k[len(prefix):]: v for k, v in params.items() if k.startswith(prefix)}
+
+
 def results_from_children(client, parent) -> dict:
     """Rebuild the results document from the (model, task) child runs of ``parent``."""
     pid = parent.info.run_id
@@ -195,12 +200,10 @@ def results_from_children(client, parent) -> dict:
         cells.setdefault(model, {})[task] = {
             "mean": metrics[S.TEST_MEAN], "sd": metrics.get(S.TEST_SD),
             "n": int(metrics[S.N]) if S.N in metrics else None, "dev_mean": metrics.get(S.DEV_MEAN),
-            "selected": {k[len(S.SELECTED_PREFIX):]: _number(v) for k, v in params.items()
-                         if k.startswith(S.SELECTED_PREFIX)},
+            "selected": {k: _number(v) for k, v in _prefixed(params, S.SELECTED_PREFIX).items()},
             "curve": _curve(client, child.info.run_id),
             **({"dev_tied": True} if metrics.get(S.DEV_TIED) else {}),
-            **({"edge": edge} if (edge := {k[len(S.EDGE_PREFIX):]: v for k, v in params.items()
-                                           if k.startswith(S.EDGE_PREFIX)}) else {}),
+            **({"edge": _prefixed(params, S.EDGE_PREFIX)} if _prefixed(params, S.EDGE_PREFIX) else {}),
             **({"test_sample": int(metrics[S.TEST_SAMPLE])} if metrics.get(S.TEST_SAMPLE) else {}),
             **_cut(metrics),
             **_seed_scores(client, child.info.run_id, params, metrics),

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 import numpy as np
 
@@ -44,14 +44,16 @@ EDGE_WORDS = (("learning_rate", "smallest", "largest"), ("batch_size", "smallest
 EDGE_MIN_VALUES = 3  # an axis of two values has no inside: either choice is an end
 
 
-def grid_edges(settings: Iterable[tuple[float, int, int]], best: tuple[float, int, int],
+def grid_edges(settings: Collection[tuple[float, int, int]], best: tuple[float, int, int],
                axes: Iterable[str]) -> dict[str, str]:
     """``{axis: word}`` for each of ``axes`` (names in ``EDGE_WORDS``) on which ``best`` is the first or the last
     of the values ``settings`` hold, where they hold at least ``EDGE_MIN_VALUES``."""
     out = {}
     for i, (axis, first, last) in enumerate(EDGE_WORDS):
+        if axis not in axes:
+            continue
         values = sorted({key[i] for key in settings})
-        if axis in axes and len(values) >= EDGE_MIN_VALUES and best[i] in (values[0], values[-1]):
+        if len(values) >= EDGE_MIN_VALUES and best[i] in (values[0], values[-1]):
             out[axis] = first if best[i] == values[0] else last
     return out
 
