@@ -276,3 +276,64 @@ def test_a_checkpoint_whose_load_draws_random_numbers_trains_the_same_in_any_tri
                       batch_size=16, max_seq_length=32)
     first, second = run_trial(trial)["epochs"], run_trial(trial)["epochs"]
     assert first == second
+
+
+def test_reinit_layers_starts_the_top_layers_as_a_fresh_bert_and_keeps_the_rest(random_tiny_bert, tmp_path):
+    """reinit_layers (Zhang et al. 2021): the top N layers start as a fresh BERT's (Linear normal with the config's
+    initializer_range, LayerNorm 1 and 0, an adapter in them the identity), the same for the same seed; the layers
+    below, the embeddings and the head are as without it; and the trial trains from there."""
+    import torch
+    from transformers import AutoTokenizer, BertModel
+
+    from orchestrator.finetune.model import TaskModel
+    from orchestrator.modeling.adapters import add_adapters
+
+    spec = load_task("bc5cdr_chemical")
+    torch.manual_seed(3)
+    plain = TaskModel(random_tiny_bert, spec).state_dict()
+    models = []
+    for _ in range(2):
+        torch.manual_seed(3)
+        models.append(TaskModel(random_tiny_bert, spec))
+        models[-1].reinit_top_layers(1)
+    fresh = models[0].state_dict()
+    top = {k for k in fresh if k.startswith("encoder.encoder.layer.1.")}
+    assert top and all(torch.equal(fresh[k], models[1].state_dict()[k]) for k in fresh)  # seeded
+    for key, value in fresh.items():
+        if key not in top:
+            assert torch.equal(value, plain[key]), f"{key} is below the re-initialised layers and changed"
+        elif "LayerNorm" in key:
+            assert torch.equal(value, torch.ones_like(value) if key.endswith("weight") else torch.zeros_like(value))
+        elif key.endswith("bias"):
+            assert not value.any(), key
+        else:  # a weight matrix: moved from the pretrained one, at the config's initializer_range (0.02)
+            assert not torch.equal(value, plain[key]) and abs(value.std().item() - 0.02) < 0.004, key
+
+    adapted = TaskModel(random_tiny_bert, spec)
+    add_adapters(adapted.encoder, 4)
+    for layer in adapted.encoder.encoder.layer:
+        torch.nn.init.normal_(layer.output.adapter.up.weight, std=0.1)
+    adapted.reinit_top_layers(1)
+    ups = [layer.output.adapter.up.weight for layer in adapted.encoder.encoder.layer]
+    assert ups[0].any() and not ups[1].any()  # the top layer's adapter starts as add_adapters starts one
+    with pytest.raises(ConfigError, match=r"reinit_layers 3: the encoder .* has 2 BERT-style layers"):
+        TaskModel(random_tiny_bert, spec).reinit_top_layers(3)
+
+    # through a trial: a model whose layers' weights are 10x a fresh one's, fine-tuned at a learning rate too small
+    # to move them, has its top layer at the fresh scale and the one below as pretrained
+    scaled = tmp_path / "scaled"
+    encoder = BertModel.from_pretrained(str(random_tiny_bert))
+    with torch.no_grad():
+        for name, p in encoder.encoder.named_parameters():
+            if name.endswith("weight") and p.dim() == 2:
+                p.mul_(10)
+    encoder.save_pretrained(scaled)
+    AutoTokenizer.from_pretrained(str(random_tiny_bert)).save_pretrained(scaled)
+    kept = []
+    trial = TrialSpec(trial_id="reinit", model_name="tiny", model_dir=str(scaled), task="bc5cdr_chemical",
+                      data_dir=str(SAMPLE_DIR / spec.dir), learning_rate=1e-7, seed=1, eval_epochs=(1,),
+                      batch_size=16, max_seq_length=64, reinit_layers=1)
+    rec = run_trial(trial, keep=kept.append)
+    layers = kept[0].encoder.encoder.layer
+    assert [round(layer.intermediate.dense.weight.std().item(), 2) for layer in layers] == [0.2, 0.02]
+    assert rec["trial"]["reinit_layers"] == 1

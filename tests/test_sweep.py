@@ -305,6 +305,32 @@ def test_the_optimizer_option_reaches_the_optimizer(tmp_path):
     assert trial_fingerprint(trial) != trial_fingerprint(dataclasses.replace(trial, optimizer="adamw"))
 
 
+def test_reinit_layers_reaches_the_trials_from_the_space_or_the_sweep_and_keys_them(tmp_path):
+    from orchestrator.core.config import from_dict
+    from orchestrator.sweep.space import tracked_config, trial_fingerprint
+    from orchestrator.track.sweep import sweep_fingerprint
+
+    space_file = tmp_path / "reinit.yaml"
+    space_file.write_text("tasks: [chemprot]\nlearning_rates: [3.0e-5]\nseeds: [1]\nreinit_layers: 2\n"
+                          "epochs: {chemprot: [1]}\n", encoding="utf-8")
+    model = {"m": Path("/nonexistent")}
+    cfg = SweepConfig(search_space=str(space_file))
+    trial = build_trials(cfg, resolve_space(cfg), model)[0]
+    assert trial.reinit_layers == 2
+    none = dataclasses.replace(trial, reinit_layers=0)
+    assert trial_fingerprint(trial) != trial_fingerprint(none)
+    overridden = from_dict(SweepConfig, {"search_space": str(space_file), "reinit_layers": 0}, where="sweep")
+    space = resolve_space(overridden)
+    assert build_trials(overridden, space, model)[0] == none  # the sweep's key overrides the space's
+    assert "reinit_layers" not in tracked_config(overridden, space)["space"]  # 0: the keys sweeps had before it
+    assert sweep_fingerprint(tracked_config(cfg, resolve_space(cfg)), {}) != sweep_fingerprint(
+        tracked_config(overridden, space), {})
+    with pytest.raises(ConfigError, match=r"sweep\.reinit_layers must be >= 0 \(0 = none\)"):
+        from_dict(SweepConfig, {"reinit_layers": -1}, where="sweep")
+    with pytest.raises(ConfigError, match=r"reinit_layers 2 with tune 'adapters': .* frozen at random weights"):
+        resolve_space(from_dict(SweepConfig, {"search_space": str(space_file), "tune": "adapters"}, where="sweep"))
+
+
 def test_space_file_task_paths_are_relative_to_the_space_and_names_must_be_unique(tmp_path):
     from orchestrator.finetune.spec import load_task
 

@@ -333,6 +333,8 @@ def build_model(trial: TrialSpec, prep: Prepared) -> TaskModel:
     adapters): the same model for every trial of that seed."""
     seed_everything(trial.seed)
     model = TaskModel(trial.model_dir, prep.spec, encoder=_encoder_copy(trial.model_dir, prep.model_state))
+    if trial.reinit_layers:
+        model.reinit_top_layers(trial.reinit_layers)
     if prep.spec.head_bias_init == "prior":
         model.init_bias_to_prior(prep.enc["train"].targets)
     if trial.tune == "adapters":

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from orchestrator.core.errors import ConfigError
 from orchestrator.finetune.spec import TaskSpec
 
 
@@ -60,6 +61,32 @@ class TaskModel(nn.Module):
             add_adapters(self.encoder, reduction_factor)
         for name, p in self.encoder.named_parameters():
             p.requires_grad_(".adapter." in name)
+
+    def reinit_top_layers(self, count: int) -> None:
+        """Re-initialise the encoder's top ``count`` layers as a fresh BERT's are (Zhang et al. 2021, "Revisiting
+        Few-sample BERT Fine-tuning"): Linear weights normal with the config's ``initializer_range``, biases 0,
+        LayerNorm 1 and 0, an adapter in them as ``add_adapters`` starts one. The layers below keep their
+        pretrained weights; the pooler is not re-initialised, as the heads do not read it."""
+        from orchestrator.modeling.adapters import BottleneckAdapter, adapter_layers  # heavy: safetensors
+
+        layers = adapter_layers(self.encoder)
+        if layers is None or not 1 <= count <= len(layers):
+            raise ConfigError(f"reinit_layers {count}: the encoder ({type(self.encoder).__name__}) has "
+                              f"{len(layers or [])} BERT-style layers; give 0 (none) up to that many")
+        std = getattr(self.encoder.config, "initializer_range", 0.02)
+        with torch.no_grad():
+            for layer in layers[-count:]:
+                for name, module in layer.named_modules():
+                    if isinstance(module, BottleneckAdapter):
+                        module.reset_parameters()
+                    elif ".adapter." in f".{name}.":  # an adapter's own layers: reset with it
+                        continue
+                    elif isinstance(module, nn.Linear):
+                        module.weight.normal_(0.0, std)
+                        module.bias.zero_()
+                    elif isinstance(module, nn.LayerNorm):
+                        module.weight.fill_(1.0)
+                        module.bias.zero_()
 
     def init_bias_to_prior(self, targets: Sequence[Sequence[float]] | Sequence[float]) -> None:
         """Multilabel: start each sigmoid output at its label's training frequency instead of 0.5.

@@ -43,6 +43,7 @@ class TrialSpec:
     # > 0: early stopping. Dev after every epoch up to max_epochs; stop after this many epochs without a
     # better dev score; test once, on the weights of the best dev epoch. 0: evaluate at eval_epochs.
     patience: int = 0
+    reinit_layers: int = 0  # > 0: the encoder's top layers start fresh (TaskModel.reinit_top_layers)
 
     @property
     def max_epochs(self) -> int:

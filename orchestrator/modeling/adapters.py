@@ -31,6 +31,10 @@ class BottleneckAdapter(nn.Module):
         super().__init__()
         self.down = nn.Linear(hidden, bottleneck)
         self.up = nn.Linear(bottleneck, hidden)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """A fresh adapter: the identity (``up`` zero), ``down`` normal."""
         nn.init.normal_(self.down.weight, std=0.02)
         nn.init.zeros_(self.down.bias)
         nn.init.zeros_(self.up.weight)

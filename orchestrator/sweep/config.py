@@ -64,6 +64,8 @@ class SpaceOverrides:
                                     "scaler)")
     tune: str = field("", help="override the space's tune: full (every weight) or adapters (adapters and head "
                                "only, seed 002)")
+    reinit_layers: int | None = field(None, help="override the space's reinit_layers: the encoder's top N layers "
+                                                 "re-initialised before fine-tuning (0 = none)")
 
     #: The config section users write these keys under, as errors name them (``sweep.epochs``); a job
     #: that holds a sweep under another name says so with a subclass (the entity cycle's ``extractor``).
@@ -82,9 +84,10 @@ class SpaceOverrides:
             if value and value not in valid:  # checked here, the error names the key the user wrote
                 raise ConfigError(f"{self.KEY}.{name}: {value!r} is not one of {list(valid)}"
                                   f"{suggest(value, valid)}")
-        for name in ("max_train_examples", "max_eval_examples"):
+        for name in ("max_train_examples", "max_eval_examples", "reinit_layers"):
             if (getattr(self, name) or 0) < 0:
-                raise ConfigError(f"{self.KEY}.{name} must be >= 0 (0 = all)")
+                zero = "none" if name == "reinit_layers" else "all"
+                raise ConfigError(f"{self.KEY}.{name} must be >= 0 (0 = {zero})")
         for task, grid in self.epochs.items():
             if not grid or any(e < 1 for e in grid):
                 raise ConfigError(f"{self.KEY}.epochs.{task}: need positive epoch counts, got {list(grid)}")
@@ -110,7 +113,7 @@ class SpaceOverrides:
         for key in ("tune", "precision"):
             if getattr(self, key):
                 data[key] = getattr(self, key)
-        for key in ("max_train_examples", "max_eval_examples"):
+        for key in ("max_train_examples", "max_eval_examples", "reinit_layers"):
             if getattr(self, key) is not None:
                 data[key] = getattr(self, key)
         return data

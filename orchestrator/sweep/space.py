@@ -62,6 +62,10 @@ class SearchSpace:
                                                    "hidden size / this (Pfeiffer et al.'s 16)")
     early_stopping: EarlyStopping = field(default_factory=EarlyStopping,
                                           help="early stopping on dev (patience > 0) instead of the epoch grids")
+    reinit_layers: int = field(0, help="re-initialise the encoder's top N layers before fine-tuning, as a fresh "
+                                       "BERT's (Zhang et al. 2021: top layers specialised to pretraining's "
+                                       "objectives can slow or hurt fine-tuning on small data); 0 = none; "
+                                       "full fine-tuning only")
 
     def __post_init__(self):
         if not self.tasks or not self.learning_rates or not self.seeds:
@@ -81,6 +85,11 @@ class SearchSpace:
                                   "records: give learning rates that differ within 6 digits")
         if self.adapter_reduction_factor < 1:
             raise ConfigError("search space: adapter_reduction_factor must be >= 1")
+        if self.reinit_layers < 0:
+            raise ConfigError(f"search space: reinit_layers {self.reinit_layers} must be >= 0 (0 = none)")
+        if self.reinit_layers and self.tune != "full":
+            raise ConfigError(f"search space: reinit_layers {self.reinit_layers} with tune {self.tune!r}: the "
+                              "re-initialised layers would stay frozen at random weights; use tune full")
         if self.max_train_examples < 0 or self.max_eval_examples < 0:
             raise ConfigError("search space: max_train_examples and max_eval_examples must be >= 0 (0 = all)")
         for lr in self.learning_rates:
@@ -321,7 +330,8 @@ def build_trials(cfg: SweepConfig, space: SearchSpace, models: dict[str, Path],
                     max_eval_examples=space.max_eval_examples, weight_decay=space.weight_decay,
                     warmup_proportion=space.warmup_proportion, num_threads=threads, fold=fold, tune=space.tune,
                     adapter_reduction_factor=space.adapter_reduction_factor, precision=space.precision,
-                    patience=space.early_stopping.patience, optimizer=space.optimizer))
+                    patience=space.early_stopping.patience, optimizer=space.optimizer,
+                    reinit_layers=space.reinit_layers))
     return trials
 
 
@@ -367,6 +377,7 @@ def trial_fingerprint(trial: TrialSpec, located_at: dict | None = None) -> str:
             and not (k in ("tune", "adapter_reduction_factor") and trial.tune == "full")
             and not (k == "precision" and v == "fp32")
             and not (k == "patience" and v == 0)
+            and not (k == "reinit_layers" and v == 0)
             and not (k == "optimizer" and v == "adamw")}  # trials of the defaults keep the keys they had
     data["task_spec"] = {k: v for k, v in to_dict(load_task(trial.task)).items()  # where it is read from: data_dir
                          if k not in ("dir", "release_dir") and not (k in LATER_TASK_KEYS and v == LATER_TASK_KEYS[k])}
@@ -393,4 +404,8 @@ def tracked_config(cfg: SweepConfig, space: SearchSpace) -> dict:
             del part["early_stopping"]
     if data["space"]["optimizer"] == "adamw":  # the default keeps the fingerprint it had before the option
         del data["space"]["optimizer"]
+    if not data["space"]["reinit_layers"]:  # as the optimizer's: options added later leave their default out
+        del data["space"]["reinit_layers"]
+    if data["sweep"]["reinit_layers"] is None:
+        del data["sweep"]["reinit_layers"]
     return data
