@@ -381,14 +381,29 @@ def test_arms_replicated_at_another_pretraining_seed_are_compared_at_each_seed_a
     at7 = paired_differences(results, "base_s7", n_boot=2000)["rows"]["ampv_s7"]["BIOSSES"]
     assert bio["entries"] == [own, at7] and bio["recurs"] is True
     assert ner["entries"][0]["mean_diff"] > 0 > ner["entries"][1]["mean_diff"] and ner["recurs"] is False
+    # across the two pretraining seeds, the seed as the unit: scipy's one-sample t-test on the per-seed differences
+    from scipy.stats import t, ttest_1samp
+
+    for entry, significant in ((bio, True), (ner, False)):
+        diffs = [e["mean_diff"] for e in entry["entries"]]
+        across, mean = entry["across"], sum(diffs) / 2
+        assert across["n"] == 2 and across["mean_diff"] == pytest.approx(mean)
+        assert across["p"] == pytest.approx(ttest_1samp(diffs, 0).pvalue) and across["significant"] is significant
+        half = t.ppf(0.975, 1) * abs(diffs[0] - diffs[1]) / 2  # sd / sqrt(2) of two values: half their distance
+        assert (across["low"], across["high"]) == pytest.approx((mean - half, mean + half))
+    assert doc["rows"]["ampv"]["total"]["across"]["n"] == 2
     paths = write_report(results, tmp_path / "report", baseline="base")
     md = paths["md"].read_text(encoding="utf-8")
     section = md.split("## Paired differences at each pretraining seed (own / s7)", 1)[1].split("\n## ", 1)[0]
     row = next(line for line in section.splitlines() if line.startswith("| ampv"))
     assert "**+5.5\\* / +5.0\\***" in row and "+9.5\\* / \u22126.0\\*" in row, row
     assert "<arm>" not in section and "&lt;arm&gt;_s&lt;seed&gt;" in section  # escaped for Markdown viewers
+    across = section.split("### Across pretraining seeds", 1)[1]
+    row = next(line for line in across.splitlines() if line.startswith("| ampv"))
+    assert "+5.3 [+2.1, +8.4]\\* (p 0.030)" in row and "1 degree of freedom" in across, row
     page = paths["html"].read_text(encoding="utf-8")
     assert 'id="replicates"' in page and 'data-column="BIOSSES" data-recurs="true"><strong>+5.5* / +5.0*' in page
+    assert 'id="replicates-across"' in page and "+5.3 [+2.1, +8.4]* (p 0.030)</td>" in page
     assert json.loads(paths["comparison"].read_text())["replicates"]["rows"]["ampv"]["BIOSSES"]["recurs"] is True
     # without a replicate of the baseline there is nothing to pair at that seed: no section
     del results["cells"]["base_s7"]

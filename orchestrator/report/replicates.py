@@ -6,17 +6,28 @@ Total by 11 points (session 56). A replicate is another arm: ``<arm>_s<seed>`` i
 at ``pretrain.seed: <seed>`` (the experiment's ``replicate_seeds`` names them so; they can be written by hand).
 Where the baseline has replicates, each arm is compared with the baseline at its own seed and, at each replicate
 seed, its replicate with the baseline's: a difference with p < alpha and the same sign at every seed recurs.
+
+Across the seeds, each arm's difference is also estimated with the pretraining seed as the unit (``across_seeds``):
+the mean of the per-seed mean differences, a t interval over them and the one-sample t-test's p. Each per-seed
+difference holds both pretrainings' variation and the fine-tuning seeds', so their spread estimates the whole
+variance of a difference; for a balanced design (the same fine-tuning seeds at every pretraining seed) this is the
+test of the arm's effect in the nested random-effects model (pretraining seeds, fine-tuning seeds within them).
+With two pretraining seeds it has one degree of freedom: only a large, consistent difference gets p < alpha.
 """
 from __future__ import annotations
 
 import html
+import math
+from collections.abc import Callable
+from functools import partial
 
 from orchestrator.core.results import REPLICATE
-from orchestrator.report.compare import paired_differences
+from orchestrator.report.compare import p_text, paired_differences
 from orchestrator.report.pages import md_escape, shown_columns, signed_diff
 from orchestrator.report.table import BlueTable
 
 TITLE = "Paired differences at each pretraining seed"
+ACROSS = "Across pretraining seeds"
 
 
 def replicate_differences(results: dict, comparison: dict) -> dict | None:
@@ -50,10 +61,43 @@ def replicate_differences(results: dict, comparison: dict) -> dict | None:
                        for doc, name in zip(docs, names, strict=True)]
             diffs = [e["mean_diff"] for e in entries if e and e["mean_diff"] is not None and e["significant"]]
             row[column["key"]] = {"entries": entries, "recurs": len(diffs) == len(entries) and
-                                  (all(d > 0 for d in diffs) or all(d < 0 for d in diffs))}
+                                  (all(d > 0 for d in diffs) or all(d < 0 for d in diffs)),
+                                  "across": across_seeds(entries, alpha)}
         rows[arm] = row
     return {"baseline": baseline, "seeds": ["own"] + [f"s{s}" for s in seeds], "alpha": alpha,
             "columns": docs[0]["columns"], "rows": rows}
+
+
+def across_seeds(entries: list[dict | None], alpha: float) -> dict | None:
+    """``{"n", "mean_diff", "low", "high", "p"}`` with the pretraining seed as the unit: the mean of the entries'
+    mean differences (one per pretraining seed), its t interval at 1 - alpha over them and the one-sample t-test's
+    two-sided p against 0 (``low``, ``high`` and ``p`` None with fewer than two seeds or when every seed's
+    difference is the same). None when a seed has no difference (a partial entry counts: it says so)."""
+    diffs = [e["mean_diff"] if e else None for e in entries]
+    if not diffs or any(d is None for d in diffs):
+        return None
+    n, mean = len(diffs), sum(diffs) / len(diffs)
+    out = {"n": n, "mean_diff": mean, "low": None, "high": None, "p": None, "significant": False}
+    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1)) if n > 1 else 0.0
+    if sd > 1e-12 * max(1.0, abs(mean)):
+        from scipy.stats import t  # heavy: scipy
+
+        se = sd / math.sqrt(n)
+        half = float(t.ppf(1 - alpha / 2, n - 1)) * se
+        p = float(2 * t.sf(abs(mean) / se, n - 1))
+        out.update(low=mean - half, high=mean + half, p=p, significant=p < alpha)
+    return out
+
+
+def _across_text(table: BlueTable, cell: dict, alpha: float) -> str:
+    """'+5.3 [−1.2, +11.8] (p 0.090)' in display units, * when p < alpha; an en dash where it has none."""
+    a = cell.get("across")
+    if not a:
+        return "\u2013"
+    if a["p"] is None:
+        return signed_diff(table, a["mean_diff"])
+    return (f"{signed_diff(table, a['mean_diff'])} [{signed_diff(table, a['low'])}, {signed_diff(table, a['high'])}]"
+            f"{'*' if a['significant'] else ''} (p {p_text(a['p'], alpha)})")
 
 
 def _cell_text(table: BlueTable, cell: dict) -> str:
@@ -75,32 +119,58 @@ def _notes(doc: dict) -> str:
             "alone may be the pretraining's own variation, which no single seed's interval holds.")
 
 
-def replicates_markdown(table: BlueTable, doc: dict) -> str:
-    columns = shown_columns(table, doc)
-    lines = [f"## {TITLE} ({' / '.join(doc['seeds'])})", "",
-             "| Model | " + " | ".join(md_escape(c["label"]) for c in columns) + " |",
+def _across_notes(doc: dict) -> str:
+    n, alpha = len(doc["seeds"]), doc["alpha"]
+    return (f"Across the {n} pretraining seeds, the seed as the unit: the mean of each arm's per-seed differences "
+            f"above, its {100 * (1 - alpha):g} % t interval over the seeds and the one-sample t-test's p (* p < "
+            f"{alpha:g}); an en dash where a seed has no difference. Unlike a row above it holds the pretraining's "
+            f"own variation; with {n} seeds it has {n - 1} degree{'s' * (n > 2)} of freedom, so only a large "
+            "difference of the same size at every seed reaches p < " f"{alpha:g}.")
+
+
+def _markdown_rows(table: BlueTable, doc: dict, columns: list[dict], text: Callable[[BlueTable, dict], str],
+                   bold: Callable[[dict], bool]) -> list[str]:
+    lines = ["| Model | " + " | ".join(md_escape(c["label"]) for c in columns) + " |",
              "|" + "|".join(["---"] + [":---:"] * len(columns)) + "|"]
     for arm, row in doc["rows"].items():
-        cells = [_cell_text(table, row[c["key"]]).replace("*", "\\*") for c in columns]
-        cells = [f"**{text}**" if row[c["key"]]["recurs"] else text for c, text in zip(columns, cells, strict=True)]
+        cells = [text(table, row[c["key"]]).replace("*", "\\*") for c in columns]
+        cells = [f"**{t}**" if bold(row[c["key"]]) else t for c, t in zip(columns, cells, strict=True)]
         lines.append(f"| {md_escape(arm)} | " + " | ".join(cells) + " |")
-    return "\n".join([*lines, "", md_escape(_notes(doc))]) + "\n"
+    return lines
 
 
-def replicates_html(table: BlueTable, doc: dict) -> str:
+def replicates_markdown(table: BlueTable, doc: dict) -> str:
+    columns, across = shown_columns(table, doc), partial(_across_text, alpha=doc["alpha"])
+    return "\n".join([f"## {TITLE} ({' / '.join(doc['seeds'])})", "",
+                      *_markdown_rows(table, doc, columns, _cell_text, lambda cell: cell["recurs"]), "",
+                      md_escape(_notes(doc)), "", f"### {ACROSS}", "",
+                      *_markdown_rows(table, doc, columns, across, lambda cell: False), "",
+                      md_escape(_across_notes(doc))]) + "\n"
+
+
+def _html_table(table: BlueTable, doc: dict, columns: list[dict], table_id: str,
+                text: Callable[[BlueTable, dict], str], bold: Callable[[dict], bool]) -> list[str]:
     esc = html.escape
-    columns = shown_columns(table, doc)
-    out = [f"<h2>{esc(TITLE)} ({esc(' / '.join(doc['seeds']))})</h2>",
-           '<table class="blue" id="replicates"><thead><tr><th class="model">Model</th>']
+    out = [f'<table class="blue" id="{table_id}"><thead><tr><th class="model">Model</th>']
     out += [f'<th class="{c["kind"]}" data-column="{esc(c["key"])}">{esc(c["label"])}</th>' for c in columns]
     out.append("</tr></thead><tbody>")
     for arm, row in doc["rows"].items():
         out.append(f'<tr data-model="{esc(arm)}"><td class="model">{esc(arm)}</td>')
         for c in columns:
-            cell, text = row[c["key"]], esc(_cell_text(table, row[c["key"]]))
+            cell, value = row[c["key"]], esc(text(table, row[c["key"]]))
             out.append(f'<td class="{c["kind"]}" data-column="{esc(c["key"])}" '
                        f'data-recurs="{"true" if cell["recurs"] else "false"}">'
-                       + (f"<strong>{text}</strong>" if cell["recurs"] else text) + "</td>")
+                       + (f"<strong>{value}</strong>" if bold(cell) else value) + "</td>")
         out.append("</tr>")
-    out += ["</tbody></table>", f'<p class="notes">{esc(_notes(doc))}</p>']
-    return "\n".join(out)
+    return [*out, "</tbody></table>"]
+
+
+def replicates_html(table: BlueTable, doc: dict) -> str:
+    esc = html.escape
+    columns = shown_columns(table, doc)
+    return "\n".join([f"<h2>{esc(TITLE)} ({esc(' / '.join(doc['seeds']))})</h2>",
+                      *_html_table(table, doc, columns, "replicates", _cell_text, lambda cell: cell["recurs"]),
+                      f'<p class="notes">{esc(_notes(doc))}</p>', f"<h3>{esc(ACROSS)}</h3>",
+                      *_html_table(table, doc, columns, "replicates-across", partial(_across_text, alpha=doc["alpha"]),
+                                   lambda cell: False),
+                      f'<p class="notes">{esc(_across_notes(doc))}</p>'])
