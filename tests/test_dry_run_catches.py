@@ -381,6 +381,25 @@ def test_a_continued_model_with_fewer_positions_than_a_phase_is_refused_before_r
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("dry", [True, False], ids=["dry-run", "run"])
+def test_more_layers_to_reinitialise_than_a_model_has_are_refused_before_ray(dry, tmp_path, capsys):
+    """sweep.reinit_layers above a model's layers fails every trial of that model: said before Ray, naming the
+    model's config.json (the 2-layer model takes 2)."""
+    model = _tiny_model(tmp_path / "two")
+    capsys.readouterr()  # transformers' progress bar
+    runs = tmp_path / "runs"
+    sweep = ["arms={}", "stages=[sweep,report]", f"compare_models.two={model}", f"runs_root={runs}",
+             "sweep.tasks=[bc5cdr_chemical]"]
+    code, err = _job("blue_sweep", sweep + ["sweep.reinit_layers=3"] + (["--dry-run"] if dry else []), capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert (f"search space reinit_layers 3 is more than model two's 2 layers ({model}/config.json): set "
+            "reinit_layers <= 2") in err, err
+    assert not runs.exists()
+    if dry:
+        code, err = _job("blue_sweep", sweep + ["sweep.reinit_layers=2", "--dry-run"], capsys)
+        assert code == 0, err
+
+
 def _tiny_model(out, **config) -> str:
     """A 2-layer, hidden-32 BERT with MiniLM's tokenizer (and its vocab.txt, for vocab.from_model), ``config``
     changing its config."""

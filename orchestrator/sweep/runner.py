@@ -109,6 +109,16 @@ def check_positions(name: str, max_seq_length: int, *, model_dir: str | Path | N
                           f"{positions} positions ({source}): set the search space's max_seq_length <= {positions}")
 
 
+def check_reinit_layers(name: str, count: int, model_dir: str | Path) -> None:
+    """The space's ``reinit_layers`` are no more than the model's layers (every trial would fail on it); a
+    model not built yet is checked by the sweep before its first trial."""
+    if count and model_dir_ok(model_dir):
+        layers = read_hf_config(Path(model_dir)).get("num_hidden_layers")
+        if isinstance(layers, int) and count > layers:
+            raise ConfigError(f"search space reinit_layers {count} is more than model {name}'s {layers} layers "
+                              f"({Path(model_dir) / 'config.json'}): set reinit_layers <= {layers}")
+
+
 def planned_positions(pretrain: PretrainConfig) -> int | None:
     """The positions of the model ``pretrain`` builds; with ``model.init_from``, that model's (None when it
     cannot be read: the sweep checks the built model before its first trial)."""
@@ -131,6 +141,7 @@ def plan_sweep(cfg: SweepConfig, models: dict[str, Path], planned: dict[str, int
     for name, path in models.items():
         ok = model_dir_ok(path)
         check_positions(name, space.max_seq_length, model_dir=path, planned=(planned or {}).get(name))
+        check_reinit_layers(name, space.reinit_layers, path)
         lines.append(f"model {name}: {path}" + ("" if ok else "  (not built yet: produced by an earlier stage)"))
     for task, spec in space_tasks(space).items():
         data_dir = task_data_dir(cfg, task, spec)
@@ -494,6 +505,7 @@ def run_sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, tracking
         raise InputError(bad[0], "not a Hugging Face BERT directory", expected="config.json and a tokenizer")
     for name, path in models.items():  # before any trial: each would fail on a too long input
         check_positions(name, cfg.space.max_seq_length, model_dir=path)
+        check_reinit_layers(name, cfg.space.reinit_layers, path)
     out_dir = Path(out_dir).resolve()
     # a second job on this sweep waits at the lock, then reuses its trials; Ray runs for the block if none did
     with output_lock(out_dir), contextlib.ExitStack() as ray_up:  # (a call from a notebook left it up: probe L2)

@@ -43,7 +43,7 @@ from orchestrator.instances.config import InstanceConfig
 from orchestrator.pretrain.checkpoint import CHECKPOINTS, other_run, other_run_error
 from orchestrator.pretrain.config import PretrainConfig, check_init_positions, relocated_pretrain_key
 from orchestrator.sweep.config import SweepConfig
-from orchestrator.sweep.runner import check_positions, planned_positions
+from orchestrator.sweep.runner import check_positions, check_reinit_layers, planned_positions
 from orchestrator.sweep.space import Variant, space_tasks, task_data_dir, task_key
 from orchestrator.track import schema as S
 from orchestrator.vocab.stage import vocab_key
@@ -503,6 +503,7 @@ def check_inputs(cfg: ChainConfig) -> None:
         pairs = [spec.name for spec in tasks.values() if spec.sentence_pairs]
         for name, path in cfg.compare_models.items():
             check_positions(name, length, model_dir=path)
+            check_reinit_layers(name, cfg.sweep.space.reinit_layers, path)
             if pairs:
                 check_token_types(f"compare_models.{name}", path, f"the sentence-pair tasks ({', '.join(pairs)})")
         if cfg.sweep.space.tune == "adapters" and cfg.compare_models:
