@@ -307,6 +307,7 @@ def test_the_optimizer_option_reaches_the_optimizer(tmp_path):
 
 def test_reinit_layers_reaches_the_trials_from_the_space_or_the_sweep_and_keys_them(tmp_path):
     from orchestrator.core.config import from_dict
+    from orchestrator.sweep.runner import plan_sweep
     from orchestrator.sweep.space import tracked_config, trial_fingerprint
     from orchestrator.track.sweep import sweep_fingerprint
 
@@ -322,6 +323,8 @@ def test_reinit_layers_reaches_the_trials_from_the_space_or_the_sweep_and_keys_t
     overridden = from_dict(SweepConfig, {"search_space": str(space_file), "reinit_layers": 0}, where="sweep")
     space = resolve_space(overridden)
     assert build_trials(overridden, space, model)[0] == none  # the sweep's key overrides the space's
+    assert "; the top 2 layer(s) re-initialised" in plan_sweep(cfg, {}).splitlines()[0]
+    assert "re-initialised" not in plan_sweep(overridden, {})
     assert "reinit_layers" not in tracked_config(overridden, space)["space"]  # 0: the keys sweeps had before it
     assert sweep_fingerprint(tracked_config(cfg, resolve_space(cfg)), {}) != sweep_fingerprint(
         tracked_config(overridden, space), {})

@@ -137,7 +137,8 @@ def plan_sweep(cfg: SweepConfig, models: dict[str, Path], planned: dict[str, int
              f"batch {space.batch_size if isinstance(space.batch_size, int) else list(space.batch_size)}, "
              f"max_seq_length {space.max_seq_length}"
              + (f"; early stopping on dev, patience {stop.patience}, up to {stop.max_epochs} epochs" if stop.on
-                else "")]
+                else "")
+             + (f"; the top {space.reinit_layers} layer(s) re-initialised" if space.reinit_layers else "")]
     for name, path in models.items():
         ok = model_dir_ok(path)
         check_positions(name, space.max_seq_length, model_dir=path, planned=(planned or {}).get(name))
