@@ -19,7 +19,7 @@ from orchestrator.core.results import summarize
 from orchestrator.report.blue_table import write_report
 from orchestrator.report.compare import comparison_document, ner_before_after, paired_differences
 from orchestrator.report.pages import render_markdown
-from orchestrator.report.replicates import replicate_differences
+from orchestrator.report.replicates import across_seeds, replicate_differences
 from orchestrator.report.table import build_table
 
 SEEDS = [1, 2, 3, 4]
@@ -392,6 +392,10 @@ def test_arms_replicated_at_another_pretraining_seed_are_compared_at_each_seed_a
         half = t.ppf(0.975, 1) * abs(diffs[0] - diffs[1]) / 2  # sd / sqrt(2) of two values: half their distance
         assert (across["low"], across["high"]) == pytest.approx((mean - half, mean + half))
     assert doc["rows"]["ampv"]["total"]["across"]["n"] == 2
+    assert across_seeds([{"mean_diff": 0.1, "partial": True}, {"mean_diff": 0.2}], 0.05) is None  # other tasks
+    assert across_seeds([{"mean_diff": 0.1}, None], 0.05) is None  # no replicate at a seed
+    same = across_seeds([{"mean_diff": 0.1}, {"mean_diff": 0.1}], 0.05)
+    assert same["mean_diff"] == 0.1 and same["p"] is None and same["significant"] is False  # no spread: no test
     paths = write_report(results, tmp_path / "report", baseline="base")
     md = paths["md"].read_text(encoding="utf-8")
     section = md.split("## Paired differences at each pretraining seed (own / s7)", 1)[1].split("\n## ", 1)[0]

@@ -72,8 +72,9 @@ def across_seeds(entries: list[dict | None], alpha: float) -> dict | None:
     """``{"n", "mean_diff", "low", "high", "p"}`` with the pretraining seed as the unit: the mean of the entries'
     mean differences (one per pretraining seed), its t interval at 1 - alpha over them and the one-sample t-test's
     two-sided p against 0 (``low``, ``high`` and ``p`` None with fewer than two seeds or when every seed's
-    difference is the same). None when a seed has no difference (a partial entry counts: it says so)."""
-    diffs = [e["mean_diff"] if e else None for e in entries]
+    difference is the same). None when a seed has no difference, or one over fewer tasks than its column has
+    (``partial``: the seeds' differences would average different tasks)."""
+    diffs = [e["mean_diff"] if e and not e.get("partial") else None for e in entries]
     if not diffs or any(d is None for d in diffs):
         return None
     n, mean = len(diffs), sum(diffs) / len(diffs)
@@ -125,7 +126,7 @@ def _across_notes(doc: dict) -> str:
             f"above, its {100 * (1 - alpha):g} % t interval over the seeds and the one-sample t-test's p (* p < "
             f"{alpha:g}); an en dash where a seed has no difference. Unlike a row above it holds the pretraining's "
             f"own variation; with {n} seeds it has {n - 1} degree{'s' * (n > 2)} of freedom, so only a large "
-            "difference of the same size at every seed reaches p < " f"{alpha:g}.")
+            f"difference of about the same size at every seed reaches p < {alpha:g}.")
 
 
 def _markdown_rows(table: BlueTable, doc: dict, columns: list[dict], text: Callable[[BlueTable, dict], str],
@@ -167,10 +168,9 @@ def _html_table(table: BlueTable, doc: dict, columns: list[dict], table_id: str,
 
 def replicates_html(table: BlueTable, doc: dict) -> str:
     esc = html.escape
-    columns = shown_columns(table, doc)
+    columns, across = shown_columns(table, doc), partial(_across_text, alpha=doc["alpha"])
     return "\n".join([f"<h2>{esc(TITLE)} ({esc(' / '.join(doc['seeds']))})</h2>",
                       *_html_table(table, doc, columns, "replicates", _cell_text, lambda cell: cell["recurs"]),
                       f'<p class="notes">{esc(_notes(doc))}</p>', f"<h3>{esc(ACROSS)}</h3>",
-                      *_html_table(table, doc, columns, "replicates-across", partial(_across_text, alpha=doc["alpha"]),
-                                   lambda cell: False),
+                      *_html_table(table, doc, columns, "replicates-across", across, lambda cell: False),
                       f'<p class="notes">{esc(_across_notes(doc))}</p>'])
