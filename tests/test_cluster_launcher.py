@@ -280,10 +280,17 @@ def test_ray_up_submit_down_over_ssh(tmp_path, sshd):
 
 
 _ATTACHED = """
-import errno, logging, sys, time
+import errno, logging, sys, threading
 logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
 from orchestrator.core import runtime
-from orchestrator.core.errors import ConfigError, raised_by_environment, worker_failure
+from orchestrator.core.errors import CLUSTER_LOST, ConfigError, raised_by_environment, worker_failure
+lost = threading.Event()
+class Lost(logging.Handler):
+    def emit(self, record):
+        if CLUSTER_LOST in record.getMessage():
+            lost.set()
+logging.getLogger().addHandler(Lost())
+runtime.CLUSTER_CHECK_S = 1.0  # a check a second (a job's: 5 s): the same watcher, said sooner
 with runtime.ray_session(address=sys.argv[1]):
     try:
         runtime.check_fits({"CPU": 1, "GPU": 1}, "sweep.gpus_per_trial")
@@ -293,7 +300,7 @@ with runtime.ray_session(address=sys.argv[1]):
     runtime.check_fits({"CPU": 4}, "instances.cpus_per_worker")  # a node may come: said, not refused
     print("STOP THE HEAD", flush=True)
     sys.stdin.readline()
-    time.sleep(3 * runtime.CLUSTER_CHECK_S + 8)  # the watcher says it; Ray itself ends the driver at 60 s
+    lost.wait(runtime.CLUSTER_CHECKS_LOST * runtime.CLUSTER_CHECK_S + 20)  # said; Ray ends the driver at 60 s
     said = worker_failure(RuntimeError("The actor abc is unavailable: RpcError: Socket closed"), "pretraining")
     print("MAPPED", type(said).__name__, raised_by_environment(said), flush=True)
 """

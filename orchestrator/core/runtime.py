@@ -310,10 +310,12 @@ CLUSTER_CHECK_S, CLUSTER_CHECKS_LOST = 5.0, 3
 
 
 @contextlib.contextmanager
-def _said_if_cluster_lost(every: float = CLUSTER_CHECK_S, misses: int = CLUSTER_CHECKS_LOST) -> Iterator[None]:
+def _said_if_cluster_lost(every: float | None = None, misses: int = CLUSTER_CHECKS_LOST) -> Iterator[None]:
     """While the block runs, a thread that says, on the terminal, that the attached cluster stopped answering:
     Ray's core worker ends a driver that lost its cluster's GCS for 60 s from C++, exit 1 and not a word on the
-    terminal (its own line went to the run's log file), so the job's handlers never run."""
+    terminal (its own line went to the run's log file), so the job's handlers never run. It checks every
+    ``CLUSTER_CHECK_S`` as the module holds it when the block starts."""
+    every = CLUSTER_CHECK_S if every is None else every
     done = threading.Event()
 
     def watch() -> None:

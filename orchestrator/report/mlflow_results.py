@@ -191,7 +191,7 @@ def results_from_children(client, parent) -> dict:
         if missing:
             raise InputError(f"{where} child {child.info.run_id}", f"(model, task) run lacks tags {missing}",
                              expected="a sweep logged by orchestrator.track (group and direction are tags)")
-        model, task = tags[S.MODEL], tags[S.TASK]
+        model, task, edge = tags[S.MODEL], tags[S.TASK], _prefixed(params, S.EDGE_PREFIX)
         if model not in models:
             models.append(model)
         if task not in tasks:
@@ -203,7 +203,7 @@ def results_from_children(client, parent) -> dict:
             "selected": {k: _number(v) for k, v in _prefixed(params, S.SELECTED_PREFIX).items()},
             "curve": _curve(client, child.info.run_id),
             **({"dev_tied": True} if metrics.get(S.DEV_TIED) else {}),
-            **({"edge": _prefixed(params, S.EDGE_PREFIX)} if _prefixed(params, S.EDGE_PREFIX) else {}),
+            **({"edge": edge} if edge else {}),
             **({"test_sample": int(metrics[S.TEST_SAMPLE])} if metrics.get(S.TEST_SAMPLE) else {}),
             **_cut(metrics),
             **_seed_scores(client, child.info.run_id, params, metrics),

@@ -150,7 +150,10 @@ def replicates_markdown(table: BlueTable, doc: dict) -> str:
 
 
 def _html_table(table: BlueTable, doc: dict, columns: list[dict], table_id: str,
-                text: Callable[[BlueTable, dict], str], bold: Callable[[dict], bool]) -> list[str]:
+                text: Callable[[BlueTable, dict], str], bold: Callable[[dict], bool], *,
+                marks_recurs: bool = False) -> list[str]:
+    """One of the replicates tables; ``marks_recurs``: each cell says whether its difference recurs at every seed
+    (the per-seed table's bold)."""
     esc = html.escape
     out = [f'<table class="blue" id="{table_id}"><thead><tr><th class="model">Model</th>']
     out += [f'<th class="{c["kind"]}" data-column="{esc(c["key"])}">{esc(c["label"])}</th>' for c in columns]
@@ -159,8 +162,8 @@ def _html_table(table: BlueTable, doc: dict, columns: list[dict], table_id: str,
         out.append(f'<tr data-model="{esc(arm)}"><td class="model">{esc(arm)}</td>')
         for c in columns:
             cell, value = row[c["key"]], esc(text(table, row[c["key"]]))
-            out.append(f'<td class="{c["kind"]}" data-column="{esc(c["key"])}" '
-                       f'data-recurs="{"true" if cell["recurs"] else "false"}">'
+            recurs = f' data-recurs="{"true" if cell["recurs"] else "false"}"' if marks_recurs else ""
+            out.append(f'<td class="{c["kind"]}" data-column="{esc(c["key"])}"{recurs}>'
                        + (f"<strong>{value}</strong>" if bold(cell) else value) + "</td>")
         out.append("</tr>")
     return [*out, "</tbody></table>"]
@@ -170,7 +173,8 @@ def replicates_html(table: BlueTable, doc: dict) -> str:
     esc = html.escape
     columns, across = shown_columns(table, doc), partial(_across_text, alpha=doc["alpha"])
     return "\n".join([f"<h2>{esc(TITLE)} ({esc(' / '.join(doc['seeds']))})</h2>",
-                      *_html_table(table, doc, columns, "replicates", _cell_text, lambda cell: cell["recurs"]),
+                      *_html_table(table, doc, columns, "replicates", _cell_text, lambda cell: cell["recurs"],
+                                   marks_recurs=True),
                       f'<p class="notes">{esc(_notes(doc))}</p>', f"<h3>{esc(ACROSS)}</h3>",
                       *_html_table(table, doc, columns, "replicates-across", across, lambda cell: False),
                       f'<p class="notes">{esc(_across_notes(doc))}</p>'])

@@ -52,6 +52,7 @@ from orchestrator.sweep.selection import build_results, edge_warning, selected_a
 from orchestrator.sweep.space import (
     LOCATION_FIELDS,
     TASK_DATA,
+    SearchSpace,
     Variant,
     build_trials,
     epoch_grid,
@@ -93,30 +94,26 @@ class SweepResult:
         return "\n".join(lines)
 
 
-def check_positions(name: str, max_seq_length: int, *, model_dir: str | Path | None = None,
-                    planned: int | None = None) -> None:
-    """The space's ``max_seq_length`` fits the model's position embeddings (BERT's 512; a small model's
-    may be fewer): a longer input has no position to embed, and every trial would fail on it. A model not
-    built yet is checked against ``planned``, the positions its pretraining config gives it
-    (``planned_positions``)."""
-    if model_dir is not None and model_dir_ok(model_dir):
+def check_model_fits(name: str, space: SearchSpace, *, model_dir: str | Path | None = None,
+                     planned: int | None = None) -> None:
+    """The space fits model ``name``, read from its config.json once: its ``max_seq_length`` within the model's
+    position embeddings (BERT's 512; a small model's may be fewer: a longer input has no position to embed) and its
+    ``reinit_layers`` within the model's layers; every trial would fail on either. A model not built yet is checked
+    against ``planned``, the positions its pretraining config gives it (``planned_positions``), and its layers by
+    the sweep before its first trial."""
+    config = read_hf_config(Path(model_dir)) if model_dir is not None and model_dir_ok(model_dir) else None
+    if config is not None:
         source: str | Path = Path(model_dir) / "config.json"
-        positions = usable_positions(read_hf_config(Path(model_dir)))  # RoBERTa's 514 hold 512 tokens
+        positions = usable_positions(config)  # RoBERTa's 514 hold 512 tokens
     else:
         positions, source = planned, "pretrain.model.max_position_embeddings"
-    if isinstance(positions, int) and max_seq_length > positions:
-        raise ConfigError(f"search space max_seq_length {max_seq_length} is above model {name}'s "
+    if isinstance(positions, int) and space.max_seq_length > positions:
+        raise ConfigError(f"search space max_seq_length {space.max_seq_length} is above model {name}'s "
                           f"{positions} positions ({source}): set the search space's max_seq_length <= {positions}")
-
-
-def check_reinit_layers(name: str, count: int, model_dir: str | Path) -> None:
-    """The space's ``reinit_layers`` are no more than the model's layers (every trial would fail on it); a
-    model not built yet is checked by the sweep before its first trial."""
-    if count and model_dir_ok(model_dir):
-        layers = read_hf_config(Path(model_dir)).get("num_hidden_layers")
-        if isinstance(layers, int) and count > layers:
-            raise ConfigError(f"search space reinit_layers {count} is more than model {name}'s {layers} layers "
-                              f"({Path(model_dir) / 'config.json'}): set reinit_layers <= {layers}")
+    layers = (config or {}).get("num_hidden_layers")
+    if space.reinit_layers and isinstance(layers, int) and space.reinit_layers > layers:
+        raise ConfigError(f"search space reinit_layers {space.reinit_layers} is more than model {name}'s {layers} "
+                          f"layers ({source}): set reinit_layers <= {layers}")
 
 
 def planned_positions(pretrain: PretrainConfig) -> int | None:
@@ -141,8 +138,7 @@ def plan_sweep(cfg: SweepConfig, models: dict[str, Path], planned: dict[str, int
              + (f"; the top {space.reinit_layers} layer(s) re-initialised" if space.reinit_layers else "")]
     for name, path in models.items():
         ok = model_dir_ok(path)
-        check_positions(name, space.max_seq_length, model_dir=path, planned=(planned or {}).get(name))
-        check_reinit_layers(name, space.reinit_layers, path)
+        check_model_fits(name, space, model_dir=path, planned=(planned or {}).get(name))
         lines.append(f"model {name}: {path}" + ("" if ok else "  (not built yet: produced by an earlier stage)"))
     for task, spec in space_tasks(space).items():
         data_dir = task_data_dir(cfg, task, spec)
@@ -505,8 +501,7 @@ def run_sweep(cfg: SweepConfig, models: dict[str, Path], out_dir: Path, tracking
     if bad:
         raise InputError(bad[0], "not a Hugging Face BERT directory", expected="config.json and a tokenizer")
     for name, path in models.items():  # before any trial: each would fail on a too long input
-        check_positions(name, cfg.space.max_seq_length, model_dir=path)
-        check_reinit_layers(name, cfg.space.reinit_layers, path)
+        check_model_fits(name, cfg.space, model_dir=path)
     out_dir = Path(out_dir).resolve()
     # a second job on this sweep waits at the lock, then reuses its trials; Ray runs for the block if none did
     with output_lock(out_dir), contextlib.ExitStack() as ray_up:  # (a call from a notebook left it up: probe L2)

@@ -43,7 +43,7 @@ from orchestrator.instances.config import InstanceConfig
 from orchestrator.pretrain.checkpoint import CHECKPOINTS, other_run, other_run_error
 from orchestrator.pretrain.config import PretrainConfig, check_init_positions, relocated_pretrain_key
 from orchestrator.sweep.config import SweepConfig
-from orchestrator.sweep.runner import check_positions, check_reinit_layers, planned_positions
+from orchestrator.sweep.runner import check_model_fits, planned_positions
 from orchestrator.sweep.space import Variant, space_tasks, task_data_dir, task_key
 from orchestrator.track import schema as S
 from orchestrator.vocab.stage import vocab_key
@@ -498,12 +498,10 @@ def check_inputs(cfg: ChainConfig) -> None:
         check_token_types("pretrain.model.init_from", init, "pretraining's instances")
     if "sweep" in cfg.stages:
         # the models' positions fit the space's sequences: a longer input fails every trial, after the stages
-        length = cfg.sweep.space.max_seq_length
         tasks = space_tasks(cfg.sweep.space)
         pairs = [spec.name for spec in tasks.values() if spec.sentence_pairs]
         for name, path in cfg.compare_models.items():
-            check_positions(name, length, model_dir=path)
-            check_reinit_layers(name, cfg.sweep.space.reinit_layers, path)
+            check_model_fits(name, cfg.sweep.space, model_dir=path)
             if pairs:
                 check_token_types(f"compare_models.{name}", path, f"the sentence-pair tasks ({', '.join(pairs)})")
         if cfg.sweep.space.tune == "adapters" and cfg.compare_models:
@@ -512,7 +510,7 @@ def check_inputs(cfg: ChainConfig) -> None:
             for name, path in cfg.compare_models.items():
                 check_adaptable(f"compare_models.{name}", path)
         if "pretrain" in cfg.stages:
-            check_positions(cfg.model_name, length, planned=planned_positions(cfg.pretrain))
+            check_model_fits(cfg.model_name, cfg.sweep.space, planned=planned_positions(cfg.pretrain))
         for task, spec in tasks.items():
             flat = dataclasses.replace(spec, dir="")
             for split in spec.file_splits:
