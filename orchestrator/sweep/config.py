@@ -39,6 +39,16 @@ class EarlyStopping:
         return self.patience > 0
 
 
+def check_reinit_choices(key: str, value: int | tuple[int, ...]) -> None:
+    """``reinit_layers`` as ``key`` gives it: each value >= 0, none twice, a list not empty."""
+    values = (value,) if isinstance(value, int) else tuple(value)
+    if not values or min(values) < 0:
+        raise ConfigError(f"{key} {value if isinstance(value, int) else list(values)} must be >= 0 (0 = none), or a "
+                          "list of such counts")
+    if (again := first_repeat(values)) is not None:
+        raise ConfigError(f"{key} {list(values)} repeats {again}")
+
+
 @dataclasses.dataclass(frozen=True)
 class SpaceOverrides:
     """What a sweep config changes in its search space (``sweep.tasks``, ``sweep.learning_rates``, ...: the
@@ -64,8 +74,9 @@ class SpaceOverrides:
                                     "scaler)")
     tune: str = field("", help="override the space's tune: full (every weight) or adapters (adapters and head "
                                "only, seed 002)")
-    reinit_layers: int | None = field(None, help="override the space's reinit_layers: the encoder's top N layers "
-                                                 "re-initialised before fine-tuning (0 = none)")
+    reinit_layers: int | tuple[int, ...] | None = field(
+        None, help="override the space's reinit_layers: the encoder's top N layers re-initialised before "
+                   "fine-tuning (0 = none; a list, e.g. [0,1,2], is an axis selected on dev)")
 
     #: The config section users write these keys under, as errors name them (``sweep.epochs``); a job
     #: that holds a sweep under another name says so with a subclass (the entity cycle's ``extractor``).
@@ -84,10 +95,11 @@ class SpaceOverrides:
             if value and value not in valid:  # checked here, the error names the key the user wrote
                 raise ConfigError(f"{self.KEY}.{name}: {value!r} is not one of {list(valid)}"
                                   f"{suggest(value, valid)}")
-        for name in ("max_train_examples", "max_eval_examples", "reinit_layers"):
+        for name in ("max_train_examples", "max_eval_examples"):
             if (getattr(self, name) or 0) < 0:
-                zero = "none" if name == "reinit_layers" else "all"
-                raise ConfigError(f"{self.KEY}.{name} must be >= 0 (0 = {zero})")
+                raise ConfigError(f"{self.KEY}.{name} must be >= 0 (0 = all)")
+        if self.reinit_layers is not None:
+            check_reinit_choices(f"{self.KEY}.reinit_layers", self.reinit_layers)
         for task, grid in self.epochs.items():
             if not grid or any(e < 1 for e in grid):
                 raise ConfigError(f"{self.KEY}.epochs.{task}: need positive epoch counts, got {list(grid)}")
@@ -115,7 +127,8 @@ class SpaceOverrides:
                 data[key] = getattr(self, key)
         for key in ("max_train_examples", "max_eval_examples", "reinit_layers"):
             if getattr(self, key) is not None:
-                data[key] = getattr(self, key)
+                value = getattr(self, key)
+                data[key] = list(value) if isinstance(value, tuple) else value
         return data
 
 

@@ -110,10 +110,17 @@ def check_model_fits(name: str, space: SearchSpace, *, model_dir: str | Path | N
     if isinstance(positions, int) and space.max_seq_length > positions:
         raise ConfigError(f"search space max_seq_length {space.max_seq_length} is above model {name}'s "
                           f"{positions} positions ({source}): set the search space's max_seq_length <= {positions}")
-    layers = (config or {}).get("num_hidden_layers")
-    if space.reinit_layers and isinstance(layers, int) and space.reinit_layers > layers:
-        raise ConfigError(f"search space reinit_layers {space.reinit_layers} is more than model {name}'s {layers} "
-                          f"layers ({source}): set reinit_layers <= {layers}")
+    layers, most = (config or {}).get("num_hidden_layers"), max(space.reinit_choices)
+    if isinstance(layers, int) and most > layers:
+        raise ConfigError(f"search space reinit_layers {most} is more than model {name}'s {layers} layers "
+                          f"({source}): set reinit_layers <= {layers}")
+
+
+def _reinit_text(choices: tuple[int, ...]) -> str:
+    """The dry run's words for the layers re-initialised ("" for none)."""
+    if len(choices) > 1:
+        return f"; the top {list(choices)} layers re-initialised (an axis, selected on dev)"
+    return f"; the top {choices[0]} layer(s) re-initialised" if choices[0] else ""
 
 
 def planned_positions(pretrain: PretrainConfig) -> int | None:
@@ -135,7 +142,7 @@ def plan_sweep(cfg: SweepConfig, models: dict[str, Path], planned: dict[str, int
              f"max_seq_length {space.max_seq_length}"
              + (f"; early stopping on dev, patience {stop.patience}, up to {stop.max_epochs} epochs" if stop.on
                 else "")
-             + (f"; the top {space.reinit_layers} layer(s) re-initialised" if space.reinit_layers else "")]
+             + _reinit_text(space.reinit_choices)]
     for name, path in models.items():
         ok = model_dir_ok(path)
         check_model_fits(name, space, model_dir=path, planned=(planned or {}).get(name))

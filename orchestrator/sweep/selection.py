@@ -1,11 +1,11 @@
 """Selection on dev, seed aggregation and the results.json document (pure functions, no Ray).
 
-For each (model, task): every (learning rate, batch size, epochs) setting gets its dev mean over
-seeds; the best setting by the task metric's direction is selected (ties: fewer epochs, then the
-smaller learning rate, then the smaller batch; a setting missing some seed's run, or whose dev mean
-is not a number, only when no other setting is complete and a number); the test scores of all seeds at that setting give
-mean (sd), sd the sample standard deviation (ddof=1; 0 for one seed). ``selected`` names the batch
-size only when the trials had a batch-size axis (several batch sizes).
+For each (model, task): every (learning rate, batch size, re-initialised layers, epochs) setting gets its dev
+mean over seeds; the best setting by the task metric's direction is selected (ties: fewer epochs, then the
+smaller learning rate, then the smaller batch, then fewer layers re-initialised; a setting missing some seed's run,
+or whose dev mean is not a number, only when no other setting is complete and a number); the test scores of all
+seeds at that setting give mean (sd), sd the sample standard deviation (ddof=1; 0 for one seed). ``selected``
+names the batch size, and the layers re-initialised, only when the trials had that axis (several values).
 
 Cross-validated tasks (trials carry ``fold`` >= 0): selection uses the dev mean over every
 (seed, fold); the reported scores are one per fold (mean over seeds), so mean (sd) is over
@@ -20,9 +20,9 @@ learning rate only, the cell's ``early_stopping`` each run's best and last epoch
 fold) order), and its curve the dev mean per epoch over the runs that trained that long (``n``).
 
 A cell whose selected value is the first or last of a grid axis of three or more values (learning rate, batch
-size, epochs) carries ``edge``, e.g. ``{"learning_rate": "largest", "epochs": "most"}``: the best setting may lie
-beyond the grid, which the report says (on two values every choice is an end, so they are not marked; nor is a
-tie, which the tie-break chose).
+size, layers re-initialised, epochs) carries ``edge``, e.g. ``{"learning_rate": "largest", "epochs": "most"}``:
+the best setting may lie beyond the grid, which the report says (on two values every choice is an end, so they
+are not marked; nor is a tie, which the tie-break chose).
 """
 from __future__ import annotations
 
@@ -37,15 +37,15 @@ from orchestrator.finetune.metrics import METRICS, micro_prf
 from orchestrator.finetune.spec import TaskSpec
 
 EARLY_STOPPED = 0  # the epochs of an early-stopped trial's answer: chosen inside the trial, on dev
-#: A setting's axes as ``select_cell`` keys them (learning rate, batch size, epochs), with the words for the
-#: first and the last value of each: a cell's ``edge``.
+#: A setting's axes as ``select_cell`` keys them (learning rate, batch size, layers re-initialised, epochs), with
+#: the words for the first and the last value of each: a cell's ``edge``.
 EDGE_WORDS = (("learning_rate", "smallest", "largest"), ("batch_size", "smallest", "largest"),
-              ("epochs", "fewest", "most"))
+              ("reinit_layers", "fewest", "most"), ("epochs", "fewest", "most"))
+Setting = tuple[float, int, int, int]  # (learning rate, batch size, layers re-initialised, epochs)
 EDGE_MIN_VALUES = 3  # an axis of two values has no inside: either choice is an end
 
 
-def grid_edges(settings: Collection[tuple[float, int, int]], best: tuple[float, int, int],
-               axes: Iterable[str]) -> dict[str, str]:
+def grid_edges(settings: Collection[Setting], best: Setting, axes: Iterable[str]) -> dict[str, str]:
     """``{axis: word}`` for each of ``axes`` (names in ``EDGE_WORDS``) on which ``best`` is the first or the last
     of the values ``settings`` hold, where they hold at least ``EDGE_MIN_VALUES``."""
     out = {}
@@ -72,9 +72,15 @@ def _batch(rec: dict) -> int | None:
     return rec["trial"].get("batch_size")
 
 
-def _at(rec: dict, lr: float, batch: int | None) -> bool:
-    """The record was trained at this learning rate (and batch size, unless None: any)."""
-    return rec["trial"]["learning_rate"] == lr and (batch is None or _batch(rec) == batch)
+def _reinit(rec: dict) -> int:
+    """A trial record's layers re-initialised (records written before the option lack it: none)."""
+    return rec["trial"].get("reinit_layers", 0)
+
+
+def _at(rec: dict, lr: float, batch: int | None, reinit: int | None = None) -> bool:
+    """The record was trained at this learning rate (and batch size, layers re-initialised, unless None: any)."""
+    return (rec["trial"]["learning_rate"] == lr and (batch is None or _batch(rec) == batch)
+            and (reinit is None or _reinit(rec) == reinit))
 
 
 def edge_warning(results: dict) -> str:
@@ -91,10 +97,11 @@ def edge_warning(results: dict) -> str:
 
 def selected_runs(records: Iterable[dict], selected: dict) -> list[tuple[dict, int, float, float]]:
     """The runs behind a cell's ``selected`` setting: (record, epoch, dev, test) per (seed, fold) at
-    that learning rate, batch size and epoch count (early-stopped: each record at its own best dev epoch)."""
+    that learning rate, batch size, layers re-initialised and epoch count (early-stopped: each record at its own
+    best dev epoch)."""
     out = []
     for rec in records:
-        if not _at(rec, selected["learning_rate"], selected.get("batch_size")):
+        if not _at(rec, selected["learning_rate"], selected.get("batch_size"), selected.get("reinit_layers")):
             continue
         if "early_stopping" in rec:
             epoch = rec["early_stopping"]["best_epoch"]
@@ -127,32 +134,35 @@ def select_cell(records: Iterable[dict], higher_is_better: bool) -> dict:
     if len({"early_stopping" in rec for rec in records}) > 1:
         raise ValueError("these trial records mix early-stopped trials and trials of an epoch grid")
     batch_axis = len({_batch(rec) for rec in records}) > 1
-    by_setting: dict[tuple[float, int, int], dict[tuple[int, int], tuple[float, float]]] = defaultdict(dict)
+    reinit_axis = len({_reinit(rec) for rec in records}) > 1
+    by_setting: dict[Setting, dict[tuple[int, int], tuple[float, float]]] = defaultdict(dict)
     for rec in records:
         lr, seed, fold = rec["trial"]["learning_rate"], rec["trial"]["seed"], rec["trial"].get("fold", -1)
         batch = _batch(rec) if batch_axis else 0
+        reinit = _reinit(rec) if reinit_axis else 0
         for epochs, dev, test in _answers(rec):
-            by_setting[(lr, batch, epochs)][(seed, fold)] = (dev, test)
+            by_setting[(lr, batch, reinit, epochs)][(seed, fold)] = (dev, test)
     if not by_setting:
         raise ValueError("no evaluated epochs in these trial records")
     sign = 1.0 if higher_is_better else -1.0
 
     most = max(len(runs) for runs in by_setting.values())
 
-    def rank(key: tuple[float, int, int]) -> tuple[bool, bool, float, int, float, int]:
+    def rank(key: Setting) -> tuple[bool, bool, float, int, float, int, int]:
         """Settings with every (seed, fold) first, then those whose dev mean is a number, then by it."""
-        lr, batch, epochs = key
+        lr, batch, reinit, epochs = key
         dev_mean = float(np.mean([d for d, _ in by_setting[key].values()]))
         nan = math.isnan(dev_mean)
-        return (len(by_setting[key]) < most, nan, 0.0 if nan else -sign * dev_mean, epochs, lr, batch)
+        return (len(by_setting[key]) < most, nan, 0.0 if nan else -sign * dev_mean, epochs, lr, batch, reinit)
 
-    best_lr, best_batch, best_epochs = min(by_setting, key=rank)
+    best = min(by_setting, key=rank)
+    best_lr, best_batch, best_reinit, best_epochs = best
     complete = [float(np.mean([d for d, _ in runs.values()])) for runs in by_setting.values() if len(runs) == most]
     # every setting scored the same on dev (a constant dev gold, a model that predicts one value): the
     # selection is the tie-break's (fewest epochs, then the smallest learning rate), which the report says
     tied = len(complete) > 1 and (all(map(math.isnan, complete)) or max(complete) - min(complete) <= 1e-12)
-    runs = by_setting[(best_lr, best_batch, best_epochs)]
-    batch_filter = best_batch if batch_axis else None
+    runs = by_setting[best]
+    at_best = (best_lr, best_batch if batch_axis else None, best_reinit if reinit_axis else None)
     seeds = sorted({s for s, _ in runs})
     folds = sorted({f for _, f in runs if f >= 0})
     devs = [float(d) for d, _ in runs.values()]
@@ -160,16 +170,18 @@ def select_cell(records: Iterable[dict], higher_is_better: bool) -> dict:
         tests = [float(np.mean([runs[(s, f)][1] for s in seeds if (s, f) in runs])) for f in folds]
     else:
         tests = [float(runs[(s, -1)][1]) for s in seeds]
-    stopped = [rec for rec in records if "early_stopping" in rec and _at(rec, best_lr, batch_filter)]
+    stopped = [rec for rec in records if "early_stopping" in rec and _at(rec, *at_best)]
     if stopped:
         curve = _dev_curve(stopped)
     else:
-        curve = [{"epoch": ep, "dev": float(np.mean([d for d, _ in by_setting[(lr, b, ep)].values()])),
-                  "test": float(np.mean([t for _, t in by_setting[(lr, b, ep)].values()]))}
-                 for (lr, b, ep) in sorted(by_setting) if (lr, b) == (best_lr, best_batch)]
+        curve = [{"epoch": key[-1], "dev": float(np.mean([d for d, _ in by_setting[key].values()])),
+                  "test": float(np.mean([t for _, t in by_setting[key].values()]))}
+                 for key in sorted(by_setting) if key[:-1] == best[:-1]]
     selected = {"learning_rate": best_lr} if stopped else {"learning_rate": best_lr, "epochs": best_epochs}
     if batch_axis:
         selected["batch_size"] = best_batch
+    if reinit_axis:
+        selected["reinit_layers"] = best_reinit
     cell = {"mean": float(np.mean(tests)), "sd": float(np.std(tests, ddof=1)) if len(tests) > 1 else 0.0,
             "n": len(tests), "selected": selected,
             "dev_mean": float(np.mean(devs)), "test_scores": tests, "seeds": seeds, "curve": curve}
@@ -179,7 +191,7 @@ def select_cell(records: Iterable[dict], higher_is_better: bool) -> dict:
         cell["dev_tied"] = True
     else:
         complete_keys = [key for key, runs in by_setting.items() if len(runs) == most]
-        edge = grid_edges(complete_keys, (best_lr, best_batch, best_epochs), selected)
+        edge = grid_edges(complete_keys, best, selected)
         if edge:
             cell["edge"] = edge  # the best setting may lie beyond the grid, which the report says
     cap = max((rec["trial"].get("max_eval_examples") or 0 for rec in records), default=0)
@@ -193,7 +205,7 @@ def select_cell(records: Iterable[dict], higher_is_better: bool) -> dict:
                                                                               r["trial"].get("fold", -1)))]
         cell["early_stopping"] = {"best_epochs": [x["best_epoch"] for x in stops],
                                   "stopped_epochs": [x["stopped_epoch"] for x in stops]}
-    per_tag = _per_tag_at([rec for rec in records if _at(rec, best_lr, batch_filter)], best_lr, best_epochs)
+    per_tag = _per_tag_at([rec for rec in records if _at(rec, *at_best)], best_lr, best_epochs)
     if per_tag:
         cell["per_tag"] = per_tag
     return cell

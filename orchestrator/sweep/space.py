@@ -24,7 +24,7 @@ from orchestrator.core.reuse import content_key, model_identity
 from orchestrator.finetune.metrics import METRICS
 from orchestrator.finetune.spec import SAMPLE_DIR, TaskSpec, is_task_path, load_task, shipped_task_names, task_stem
 from orchestrator.finetune.trial import TrialSpec
-from orchestrator.sweep.config import EarlyStopping, Precision, SweepConfig, Tune
+from orchestrator.sweep.config import EarlyStopping, Precision, SweepConfig, Tune, check_reinit_choices
 from search_spaces import SPACE_DIR
 
 log = logging.getLogger(__name__)
@@ -62,10 +62,11 @@ class SearchSpace:
                                                    "hidden size / this (Pfeiffer et al.'s 16)")
     early_stopping: EarlyStopping = field(default_factory=EarlyStopping,
                                           help="early stopping on dev (patience > 0) instead of the epoch grids")
-    reinit_layers: int = field(0, help="re-initialise the encoder's top N layers before fine-tuning, as a fresh "
-                                       "BERT's (Zhang et al. 2021: top layers specialised to pretraining's "
-                                       "objectives can slow or hurt fine-tuning on small data); 0 = none; "
-                                       "full fine-tuning only")
+    reinit_layers: int | tuple[int, ...] = field(
+        0, help="re-initialise the encoder's top N layers before fine-tuning, as a fresh BERT's (Zhang et al. 2021: "
+                "top layers specialised to pretraining's objectives can slow or hurt fine-tuning on small data); "
+                "0 = none; a list is a sweep axis selected on dev like the learning rate (Zhang et al. chose it on "
+                "dev); full fine-tuning only")
 
     def __post_init__(self):
         if not self.tasks or not self.learning_rates or not self.seeds:
@@ -85,10 +86,9 @@ class SearchSpace:
                                   "records: give learning rates that differ within 6 digits")
         if self.adapter_reduction_factor < 1:
             raise ConfigError("search space: adapter_reduction_factor must be >= 1")
-        if self.reinit_layers < 0:
-            raise ConfigError(f"search space: reinit_layers {self.reinit_layers} must be >= 0 (0 = none)")
-        if self.reinit_layers and self.tune != "full":
-            raise ConfigError(f"search space: reinit_layers {self.reinit_layers} with tune {self.tune!r}: the "
+        check_reinit_choices("search space: reinit_layers", self.reinit_layers)
+        if any(self.reinit_choices) and self.tune != "full":
+            raise ConfigError(f"search space: reinit_layers {_listed(self.reinit_layers)} with tune {self.tune!r}: the "
                               "re-initialised layers would stay frozen at random weights; use tune full")
         if self.max_train_examples < 0 or self.max_eval_examples < 0:
             raise ConfigError("search space: max_train_examples and max_eval_examples must be >= 0 (0 = all)")
@@ -110,6 +110,17 @@ class SearchSpace:
     def batch_sizes(self) -> tuple[int, ...]:
         """The batch-size axis: one value unless the space lists several."""
         return (self.batch_size,) if isinstance(self.batch_size, int) else tuple(self.batch_size)
+
+    @property
+    def reinit_choices(self) -> tuple[int, ...]:
+        """The axis of layers re-initialised: one value unless the space lists several."""
+        return (self.reinit_layers,) if isinstance(self.reinit_layers, int) else tuple(self.reinit_layers)
+
+
+
+def _listed(value: int | tuple[int, ...]) -> int | list[int]:
+    """A setting that is one value or several, as the user wrote it (a list, not a tuple)."""
+    return value if isinstance(value, int) else list(value)
 
 
 def space_path(name_or_path: str) -> Path:
@@ -312,10 +323,11 @@ def build_trials(cfg: SweepConfig, space: SearchSpace, models: dict[str, Path],
             spec = specs[task]
             grid = epoch_grid(space, task, spec)
             folds = range(spec.cv_folds) if spec.cv_folds else (-1,)
-            for lr, batch, seed, fold in itertools.product(space.learning_rates, space.batch_sizes, space.seeds,
-                                                           folds):
+            for lr, batch, reinit, seed, fold in itertools.product(space.learning_rates, space.batch_sizes,
+                                                                   space.reinit_choices, space.seeds, folds):
                 suffix = f"__f{fold}" if fold >= 0 else ""
-                axis = f"__b{batch}" if len(space.batch_sizes) > 1 else ""
+                axis = (f"__b{batch}" if len(space.batch_sizes) > 1 else "") + (
+                    f"__r{reinit}" if reinit and len(space.reinit_choices) > 1 else "")  # 0: a trial as without
                 trial_id = _safe(f"{model_name}__{task_key(task)}__lr{lr:g}{axis}__s{seed}{suffix}")
                 if trial_id in ids:  # e.g. model names that differ only in characters ids cannot hold
                     raise ConfigError(f"sweep: two trials would share the id {trial_id!r} (model {ids[trial_id]!r} "
@@ -331,7 +343,7 @@ def build_trials(cfg: SweepConfig, space: SearchSpace, models: dict[str, Path],
                     warmup_proportion=space.warmup_proportion, num_threads=threads, fold=fold, tune=space.tune,
                     adapter_reduction_factor=space.adapter_reduction_factor, precision=space.precision,
                     patience=space.early_stopping.patience, optimizer=space.optimizer,
-                    reinit_layers=space.reinit_layers))
+                    reinit_layers=reinit))
     return trials
 
 
@@ -404,7 +416,7 @@ def tracked_config(cfg: SweepConfig, space: SearchSpace) -> dict:
             del part["early_stopping"]
     if data["space"]["optimizer"] == "adamw":  # the default keeps the fingerprint it had before the option
         del data["space"]["optimizer"]
-    if not data["space"]["reinit_layers"]:  # as the optimizer's: options added later leave their default out
+    if not any(space.reinit_choices):  # as the optimizer's: options added later leave their default out
         del data["space"]["reinit_layers"]
     if data["sweep"]["reinit_layers"] is None:
         del data["sweep"]["reinit_layers"]
