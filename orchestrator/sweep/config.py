@@ -39,12 +39,16 @@ class EarlyStopping:
         return self.patience > 0
 
 
+def listed(value: int | tuple[int, ...]) -> int | list[int]:
+    """A setting of one value or several as a user writes it (a list, not a tuple), for messages."""
+    return value if isinstance(value, int) else list(value)
+
+
 def check_reinit_choices(key: str, value: int | tuple[int, ...]) -> None:
     """``reinit_layers`` as ``key`` gives it: each value >= 0, none twice, a list not empty."""
     values = (value,) if isinstance(value, int) else tuple(value)
     if not values or min(values) < 0:
-        raise ConfigError(f"{key} {value if isinstance(value, int) else list(values)} must be >= 0 (0 = none), or a "
-                          "list of such counts")
+        raise ConfigError(f"{key} {listed(value)} must be >= 0 (0 = none), or a list of such counts")
     if (again := first_repeat(values)) is not None:
         raise ConfigError(f"{key} {list(values)} repeats {again}")
 

@@ -24,7 +24,7 @@ from orchestrator.core.reuse import content_key, model_identity
 from orchestrator.finetune.metrics import METRICS
 from orchestrator.finetune.spec import SAMPLE_DIR, TaskSpec, is_task_path, load_task, shipped_task_names, task_stem
 from orchestrator.finetune.trial import TrialSpec
-from orchestrator.sweep.config import EarlyStopping, Precision, SweepConfig, Tune, check_reinit_choices
+from orchestrator.sweep.config import EarlyStopping, Precision, SweepConfig, Tune, check_reinit_choices, listed
 from search_spaces import SPACE_DIR
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ class SearchSpace:
             raise ConfigError("search space: adapter_reduction_factor must be >= 1")
         check_reinit_choices("search space: reinit_layers", self.reinit_layers)
         if any(self.reinit_choices) and self.tune != "full":
-            raise ConfigError(f"search space: reinit_layers {_listed(self.reinit_layers)} with tune {self.tune!r}: the "
+            raise ConfigError(f"search space: reinit_layers {listed(self.reinit_layers)} with tune {self.tune!r}: the "
                               "re-initialised layers would stay frozen at random weights; use tune full")
         if self.max_train_examples < 0 or self.max_eval_examples < 0:
             raise ConfigError("search space: max_train_examples and max_eval_examples must be >= 0 (0 = all)")
@@ -116,11 +116,6 @@ class SearchSpace:
         """The axis of layers re-initialised: one value unless the space lists several."""
         return (self.reinit_layers,) if isinstance(self.reinit_layers, int) else tuple(self.reinit_layers)
 
-
-
-def _listed(value: int | tuple[int, ...]) -> int | list[int]:
-    """A setting that is one value or several, as the user wrote it (a list, not a tuple)."""
-    return value if isinstance(value, int) else list(value)
 
 
 def space_path(name_or_path: str) -> Path:
